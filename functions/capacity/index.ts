@@ -1,0 +1,1 @@
+// The capacity module's functions register here.

@@ -1,0 +1,1 @@
+// The inventory module's functions register here.

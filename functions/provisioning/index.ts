@@ -1,0 +1,1 @@
+// The provisioning module's functions register here.

@@ -1,0 +1,60 @@
+import { exportJWK, generateKeyPair, importJWK, SignJWT, type JSONWebKeySet, type JWK } from 'jose';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * The local host's token issuer: an ES256 key pair created in the state dir on first use. The host trusts its
+ * public key; `runtime-cloud token` signs with the private key. Never used in Azure.
+ */
+const KEY_FILE = 'keys/local-issuer.jwk.json';
+
+export interface LocalKeys {
+  readonly privateJwk: JWK;
+  readonly jwks: JSONWebKeySet;
+}
+
+export async function ensureLocalKeys(stateDir: string): Promise<LocalKeys> {
+  const file = join(stateDir, KEY_FILE);
+  if (!existsSync(file)) {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true });
+    const jwk = { ...(await exportJWK(privateKey)), kid: randomUUID(), alg: 'ES256', use: 'sig' };
+    mkdirSync(join(stateDir, 'keys'), { recursive: true });
+    // Write then rename, so two processes starting at once never read a half-written key.
+    const temporary = `${file}.${process.pid}.tmp`;
+    writeFileSync(temporary, JSON.stringify(jwk), { mode: 0o600 });
+    if (!existsSync(file)) renameSync(temporary, file);
+  }
+  const privateJwk = JSON.parse(readFileSync(file, 'utf8')) as JWK;
+  const { d: _private, ...publicJwk } = privateJwk;
+  return { privateJwk, jwks: { keys: [publicJwk] } };
+}
+
+export interface TokenRequest {
+  readonly issuer: string;
+  readonly audience: string;
+  readonly subject?: string;
+  readonly tenant?: string;
+  readonly roles?: readonly string[];
+  readonly scopes?: readonly string[];
+  /** Lifetime. Example: `3600`. */
+  readonly ttlSeconds?: number;
+}
+
+export async function issueLocalToken(keys: LocalKeys, request: TokenRequest): Promise<string> {
+  const key = await importJWK(keys.privateJwk, 'ES256');
+  const claims: Record<string, unknown> = {};
+  if (request.tenant) claims.tenant = request.tenant;
+  if (request.roles?.length) claims.roles = [...request.roles];
+  if (request.scopes?.length) claims.scp = request.scopes.join(' ');
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'ES256', kid: keys.privateJwk.kid ?? 'local', typ: 'JWT' })
+    .setIssuer(request.issuer)
+    .setAudience(request.audience)
+    .setSubject(request.subject ?? 'local-developer')
+    .setIssuedAt()
+    .setNotBefore('0s')
+    .setExpirationTime(`${request.ttlSeconds ?? 3600}s`)
+    .setJti(randomUUID())
+    .sign(key);
+}

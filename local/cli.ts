@@ -1,0 +1,127 @@
+import { parseArgs } from 'node:util';
+import { resolve } from 'node:path';
+import { configFromEnvironment, ConfigError, settingKeys } from '../shared/platform/config/config';
+import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
+import { localComponents } from './components';
+import { LocalHost } from './host';
+
+const USAGE = `runtime-cloud: the local RuntimeCloudHost
+
+Usage:
+  runtime-cloud start [--port N] [--state-dir DIR]
+      Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
+      local Durable runner, local IaC engine and cloud). Default port 8130, state dir .runtime-cloud/.
+  runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+      Prints a bearer token signed by the local issuer (and nothing else).
+  runtime-cloud <command> --help
+
+Settings (environment variables, Azure app-settings form):
+  ${settingKeys.join('\n  ')}
+`;
+
+const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR]
+  --port N          HTTP port (default 8130, or RuntimeCloud__Local__Port)
+  --state-dir DIR   state folder (default .runtime-cloud, or RuntimeCloud__Local__StateDir)
+`;
+
+const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+  --tenant T        bind the token to tenant T
+  --role R          Observer | Operator | PlatformAdmin (repeatable)
+  --scope S         factory.health.read | factory.meta.read | factory.runtime.read | factory.capacity.lease |
+                    factory.provisioning.operate | factory.runtime.admin (repeatable)
+  --subject ID      the token's subject (default local-developer)
+  --ttl SECONDS     lifetime (default 3600)
+  --state-dir DIR   where the local issuer's key lives (default .runtime-cloud)
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (!command || command === '--help' || command === '-h' || command === 'help') {
+    process.stdout.write(USAGE);
+    return command ? 0 : 2;
+  }
+  if (command === 'start') return start(rest);
+  if (command === 'token') return token(rest);
+  process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
+  return 2;
+}
+
+async function start(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: { port: { type: 'string' }, 'state-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  });
+  if (values.help) {
+    process.stdout.write(START_USAGE);
+    return 0;
+  }
+  const host = new LocalHost(
+    {
+      ...(values.port !== undefined ? { port: Number(values.port) } : {}),
+      ...(values['state-dir'] !== undefined ? { stateDir: values['state-dir'] } : {}),
+    },
+    localComponents(),
+  );
+  const url = await host.start();
+  process.stdout.write(`runtime-cloud listening on ${url.origin} (state in ${resolve(host.config.local.stateDir)})\n`);
+  await new Promise<void>((done) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      process.stdout.write(`${signal}: stopping\n`);
+      host.stop().then(done, (error: unknown) => {
+        console.error('stop failed', error);
+        done();
+      });
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+  return 0;
+}
+
+async function token(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      tenant: { type: 'string' },
+      role: { type: 'string', multiple: true },
+      scope: { type: 'string', multiple: true },
+      subject: { type: 'string' },
+      ttl: { type: 'string' },
+      'state-dir': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(TOKEN_USAGE);
+    return 0;
+  }
+  const config = configFromEnvironment({
+    overrides: values['state-dir'] !== undefined ? { RuntimeCloud__Local__StateDir: values['state-dir'] } : {},
+  });
+  const keys = await ensureLocalKeys(resolve(config.local.stateDir));
+  const jwt = await issueLocalToken(keys, {
+    issuer: config.auth.issuer,
+    audience: config.auth.audience,
+    ...(values.subject !== undefined ? { subject: values.subject } : {}),
+    ...(values.tenant !== undefined ? { tenant: values.tenant } : {}),
+    roles: values.role ?? [],
+    scopes: values.scope ?? [],
+    ...(values.ttl !== undefined ? { ttlSeconds: Number(values.ttl) } : {}),
+  });
+  process.stdout.write(`${jwt}\n`);
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    if (error instanceof ConfigError) process.stderr.write(`${error.message}\n`);
+    else process.stderr.write(`runtime-cloud: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exitCode = 1;
+  },
+);

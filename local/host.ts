@@ -1,0 +1,152 @@
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { configFromEnvironment, type Config } from '../shared/platform/config/config';
+import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
+import { ensureLocalKeys, type LocalKeys } from './auth/local-issuer';
+import { startTableServer, type RunningTableServer } from './azurite/table-server';
+import { installFunctionsCore } from './functions-core/install';
+import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
+import { HttpBinding, type LogHandler } from './http/http-binding';
+
+export interface LocalHostOptions {
+  /** Folder of the host's state. Example: `.runtime-cloud`. */
+  readonly stateDir?: string;
+  /** HTTP port; 0 picks a free one. Example: `8130`. */
+  readonly port?: number;
+  /** Settings that win over the environment (command-line flags, tests). */
+  readonly settings?: Readonly<Record<string, string>>;
+  /** Keep Azurite's tables in memory instead of the state dir (tests). */
+  readonly inMemoryTables?: boolean;
+  readonly depsOverrides?: DepsOverrides;
+  readonly log?: LogHandler;
+}
+
+/**
+ * A part of the local host that binds one kind of trigger (timers, Service Bus, Durable) or serves local-only
+ * endpoints. Started after the functions are registered and the HTTP server exists; stopped in reverse order.
+ */
+export interface HostComponent {
+  readonly name: string;
+  start(context: HostContext): Promise<void>;
+  /** Stop taking new work; finish or release what is in flight. */
+  stop(): Promise<void>;
+}
+
+export interface HostContext {
+  readonly config: Config;
+  readonly deps: Deps;
+  readonly keys: LocalKeys;
+  readonly http: HttpBinding;
+  readonly log: LogHandler;
+  /** The host's base URL, known once listening (components that hand it out read it lazily). */
+  readonly baseUrl: () => URL;
+  readonly registrations: readonly Registration[];
+  readonly functionsWithTrigger: (type: string) => readonly Registration[];
+}
+
+/** Settings the local host uses unless the environment or flags say otherwise: everything embedded. */
+const LOCAL_DEFAULTS: Readonly<Record<string, string>> = {
+  RuntimeCloud__IaC__Runner: 'local',
+  RuntimeCloud__Store__Dialect: 'sqlite',
+};
+
+const defaultLog: LogHandler = (level, category, ...args) => {
+  if (level === 'error' || level === 'critical' || level === 'warning') console.error(`[${level}] ${category}:`, ...args);
+};
+
+/**
+ * The local Functions host: provides `@azure/functions-core`, loads the function app, and binds every
+ * registration to an in-process counterpart of the Azure service behind it.
+ */
+export class LocalHost {
+  readonly #options: LocalHostOptions;
+  readonly #components: HostComponent[];
+  #tableServer: RunningTableServer | undefined;
+  #deps: Deps | undefined;
+  #http: HttpBinding | undefined;
+  #started: HostComponent[] = [];
+  #url: URL | undefined;
+  #config: Config | undefined;
+
+  constructor(options: LocalHostOptions, components: readonly HostComponent[] = []) {
+    this.#options = options;
+    this.#components = [...components];
+  }
+
+  get url(): URL {
+    if (!this.#url) throw new Error('the local host is not listening');
+    return this.#url;
+  }
+
+  get deps(): Deps {
+    if (!this.#deps) throw new Error('the local host is not started');
+    return this.#deps;
+  }
+
+  get config(): Config {
+    if (!this.#config) throw new Error('the local host is not started');
+    return this.#config;
+  }
+
+  async start(): Promise<URL> {
+    const log = this.#options.log ?? defaultLog;
+    const overrides: Record<string, string> = { ...this.#options.settings };
+    if (this.#options.stateDir !== undefined) overrides.RuntimeCloud__Local__StateDir = this.#options.stateDir;
+    if (this.#options.port !== undefined) overrides.RuntimeCloud__Local__Port = String(this.#options.port);
+    let config = configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides });
+    const stateDir = resolve(config.local.stateDir);
+    const keys = await ensureLocalKeys(stateDir);
+
+    if (!config.tables.connection) {
+      this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
+      overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
+      config = configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides });
+    }
+    this.#config = config;
+
+    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, ...this.#options.depsOverrides });
+
+    installFunctionsCore();
+    const functions: typeof import('../functions/runtime') = await import('../functions/runtime');
+    functions.provideRuntime({ config, deps: this.#deps });
+    await import('../functions/index');
+
+    const http = new HttpBinding({ routePrefix: readRoutePrefix(), log });
+    this.#http = http;
+    for (const registration of functionsWithTrigger('httpTrigger')) http.addFunction(registration);
+
+    const context: HostContext = {
+      config,
+      deps: this.#deps,
+      keys,
+      http,
+      log,
+      baseUrl: () => this.url,
+      registrations: registeredFunctions(),
+      functionsWithTrigger,
+    };
+    for (const component of this.#components) {
+      await component.start(context);
+      this.#started.push(component);
+    }
+    this.#url = await http.listen(config.local.port);
+    return this.#url;
+  }
+
+  /** Graceful: stop accepting requests, let triggers finish or release in-flight work, then close the stores. */
+  async stop(): Promise<void> {
+    await this.#http?.close();
+    for (const component of this.#started.reverse()) await component.stop();
+    this.#started = [];
+    await this.#deps?.close();
+    await this.#tableServer?.close();
+  }
+}
+
+/** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */
+function readRoutePrefix(): string {
+  const hostJson = JSON.parse(readFileSync(join(__dirname, '..', 'host.json'), 'utf8')) as {
+    extensions?: { http?: { routePrefix?: string } };
+  };
+  return hostJson.extensions?.http?.routePrefix ?? 'api';
+}

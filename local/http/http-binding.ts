@@ -1,0 +1,217 @@
+import { HttpRequest, HttpResponse, InvocationContext, type HttpResponseInit } from '@azure/functions';
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { triggerOf, type Registration } from '../functions-core/registry';
+import { compileRoute, type CompiledRoute } from './route-template';
+
+/** The local host reads at most this much of a request body; the functions layer applies the product's own limit. */
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+/** A request to a raw (non-function) route of the local host, such as the Durable Functions HTTP API. */
+export interface RawRequest {
+  readonly method: string;
+  readonly url: URL;
+  readonly params: Readonly<Record<string, string>>;
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  readonly body: Buffer;
+}
+
+export interface RawResponse {
+  readonly status: number;
+  readonly headers?: Readonly<Record<string, string>>;
+  /** Objects are sent as JSON. */
+  readonly body?: unknown;
+}
+
+export type RawHandler = (request: RawRequest) => Promise<RawResponse>;
+
+interface Route {
+  readonly methods: readonly string[];
+  readonly route: CompiledRoute;
+  readonly invoke: (request: IncomingMessage, body: Buffer, url: URL, params: Record<string, string>) => Promise<Sent>;
+}
+
+interface Sent {
+  status: number;
+  headers: [string, string][];
+  body: Buffer;
+}
+
+export type LogHandler = (level: string, functionName: string, ...args: unknown[]) => void;
+
+/**
+ * Binds `httpTrigger` functions to a Node HTTP server: route templates with params, methods, query, headers and
+ * body become a real `HttpRequest`; the handler gets a real `InvocationContext`.
+ */
+export class HttpBinding {
+  readonly #routes: Route[] = [];
+  readonly #server: Server;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #prefix: string;
+  readonly #log: LogHandler;
+
+  constructor(options: { routePrefix: string; log: LogHandler }) {
+    this.#prefix = options.routePrefix.replace(/^\/+|\/+$/g, '');
+    this.#log = options.log;
+    this.#server = createServer((req, res) => {
+      const work = this.#handle(req, res);
+      this.#inFlight.add(work);
+      void work.finally(() => this.#inFlight.delete(work));
+    });
+    this.#server.keepAliveTimeout = 5000;
+  }
+
+  /** Binds one registered `httpTrigger` function. */
+  addFunction(registration: Registration): void {
+    const trigger = triggerOf(registration);
+    const name = registration.metadata.name;
+    const route = typeof trigger.route === 'string' ? trigger.route : name;
+    const methods = Array.isArray(trigger.methods) ? (trigger.methods as string[]) : ['GET', 'POST'];
+    const handler = registration.callback as unknown as (req: HttpRequest, ctx: InvocationContext) => Promise<unknown>;
+    this.#routes.push({
+      methods: methods.map((m) => m.toUpperCase()),
+      route: compileRoute(this.#prefix ? `${this.#prefix}/${route}` : route),
+      invoke: async (req, body, url, params) => {
+        const request = new HttpRequest({
+          method: req.method ?? 'GET',
+          url: url.toString(),
+          headers: flattenHeaders(req),
+          query: Object.fromEntries(url.searchParams),
+          params,
+          body: body.length > 0 ? { bytes: body } : undefined,
+        });
+        const invocationId = randomUUID();
+        const context = new InvocationContext({
+          invocationId,
+          functionName: name,
+          logHandler: (level, ...args) => this.#log(level, name, ...args),
+        });
+        const result = await handler(request, context);
+        return toSent(result);
+      },
+    });
+  }
+
+  /** Adds a route that the local host itself serves (local-only APIs); `template` is matched without the prefix. */
+  addRawRoute(methods: readonly string[], template: string, handler: RawHandler): void {
+    this.#routes.push({
+      methods: methods.map((m) => m.toUpperCase()),
+      route: compileRoute(template),
+      invoke: async (req, body, url, params) => {
+        const response = await handler({ method: req.method ?? 'GET', url, params, headers: req.headers, body });
+        const headers = Object.entries(response.headers ?? {});
+        if (response.body === undefined) return { status: response.status, headers, body: Buffer.alloc(0) };
+        if (Buffer.isBuffer(response.body) || typeof response.body === 'string') {
+          return { status: response.status, headers, body: Buffer.from(response.body) };
+        }
+        if (!headers.some(([k]) => k.toLowerCase() === 'content-type')) headers.push(['content-type', 'application/json']);
+        return { status: response.status, headers, body: Buffer.from(JSON.stringify(response.body)) };
+      },
+    });
+  }
+
+  async listen(port: number, host = '127.0.0.1'): Promise<URL> {
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once('error', reject);
+      this.#server.listen(port, host, () => {
+        this.#server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = this.#server.address() as AddressInfo;
+    return new URL(`http://${host}:${address.port}/`);
+  }
+
+  /** Stops accepting connections and waits for requests in flight. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    this.#server.closeIdleConnections();
+    await Promise.allSettled([...this.#inFlight]);
+    this.#server.closeAllConnections();
+    await closed;
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`);
+    const path = decodeURI(url.pathname).replace(/\/+$/, '') || '/';
+    let pathMatched = false;
+    let found: { route: Route; params: Record<string, string> } | undefined;
+    for (const route of this.#routes) {
+      const params = route.route.match(path);
+      if (!params) continue;
+      pathMatched = true;
+      if (route.methods.includes(req.method ?? 'GET')) {
+        found = { route, params };
+        break;
+      }
+    }
+    try {
+      if (!found) {
+        req.resume();
+        const status = pathMatched ? 405 : 404;
+        send(res, problem(status, pathMatched ? 'Method not allowed' : 'Not found', `${req.method ?? ''} ${url.pathname}`));
+        return;
+      }
+      const body = await readBody(req);
+      if (body === 'too-large') {
+        send(res, problem(413, 'Payload too large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`));
+        return;
+      }
+      send(res, await found.route.invoke(req, body, url, found.params));
+    } catch (error) {
+      // Handlers map their own errors; reaching here is a host defect, never the client's input.
+      const correlationId = randomUUID();
+      this.#log('error', 'local-host', `unhandled error for ${req.method ?? ''} ${url.pathname} [${correlationId}]`, error);
+      if (!res.headersSent) send(res, problem(500, 'Internal error', `correlation id ${correlationId}`));
+      else res.destroy();
+    }
+  }
+}
+
+function flattenHeaders(req: IncomingMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [key, value] of Object.entries(req.headers)) {
+    if (value !== undefined) headers[key] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  return headers;
+}
+
+function readBody(req: IncomingMessage): Promise<Buffer | 'too-large'> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = false;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) tooLarge = true;
+      else chunks.push(chunk);
+    });
+    req.on('end', () => resolve(tooLarge ? 'too-large' : Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+async function toSent(result: unknown): Promise<Sent> {
+  const response = result instanceof HttpResponse ? result : new HttpResponse((result ?? {}) as HttpResponseInit);
+  const headers: [string, string][] = [];
+  response.headers.forEach((value, key) => headers.push([key, value]));
+  for (const cookie of response.cookies) headers.push(['set-cookie', `${cookie.name}=${cookie.value}`]);
+  const body = Buffer.from(await response.arrayBuffer());
+  return { status: response.status, headers, body };
+}
+
+function problem(status: number, title: string, detail: string): Sent {
+  return {
+    status,
+    headers: [['content-type', 'application/problem+json']],
+    body: Buffer.from(JSON.stringify({ type: 'about:blank', title, status, detail })),
+  };
+}
+
+function send(res: ServerResponse, sent: Sent): void {
+  res.statusCode = sent.status;
+  for (const [key, value] of sent.headers) res.appendHeader(key, value);
+  res.setHeader('content-length', sent.body.length);
+  res.end(sent.body);
+}

@@ -1,0 +1,90 @@
+import type { JSONWebKeySet } from 'jose';
+import { sql } from 'kysely';
+import { createTokenValidator, type TokenValidator } from './platform/auth/auth';
+import type { Config } from './platform/config/config';
+import type { HealthCheck } from './platform/health/health';
+import { localIacRunner, pulumiIacRunner, type IacRunner } from './platform/iac/iac-runner';
+import { createSqlStore, type SqlStore } from './platform/sql/database';
+import { migrateToLatest } from './platform/sql/migrations';
+import { createTableStore, type TableStore } from './platform/tables/tables';
+import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
+import { allMigrations } from './migrations';
+
+/** Everything the functions run on, built once per host by `createDeps`. */
+export interface Deps {
+  readonly config: Config;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  readonly sql: SqlStore;
+  readonly tables: TableStore;
+  readonly auth: TokenValidator;
+  readonly iac: IacRunner;
+  readonly healthChecks: readonly HealthCheck[];
+  close(): Promise<void>;
+}
+
+/** What a host may supply instead of the production defaults. */
+export interface DepsOverrides {
+  readonly clock?: Clock;
+  readonly ids?: Ids;
+  /** Trusted token keys (the local host's own issuer); production uses the JWKS URL from config. */
+  readonly jwks?: JSONWebKeySet;
+  /** Folder a relative SQLite path is resolved against. */
+  readonly baseDir?: string;
+  /** PostgreSQL schema to use (tests). */
+  readonly postgresSchema?: string;
+}
+
+/** The composition root: builds the stores and adapters from config and brings the SQL schema up to date. */
+export async function createDeps(config: Config, overrides: DepsOverrides = {}): Promise<Deps> {
+  const clock = overrides.clock ?? systemClock;
+  const ids = overrides.ids ?? randomIds;
+  const store = createSqlStore({
+    dialect: config.store.dialect,
+    connection: config.store.connection,
+    baseDir: overrides.baseDir ?? config.local.stateDir,
+    ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
+  });
+  try {
+    await migrateToLatest(store.db, store.dialect, allMigrations);
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  const tables = createTableStore(config.tables.connection);
+  const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
+  if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
+  const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks });
+  const iac = config.iac.runner === 'local' ? localIacRunner() : pulumiIacRunner();
+
+  const healthChecks: HealthCheck[] = [
+    {
+      name: 'runtime-cloud-store',
+      critical: true,
+      async run() {
+        await sql`select 1 as ok`.execute(store.db);
+        return { details: { dialect: store.dialect } };
+      },
+    },
+    { name: 'table-storage', critical: true, run: () => tables.ping() },
+    {
+      name: 'iac-runner',
+      critical: false,
+      async run() {
+        return { details: { runner: iac.name, version: await iac.version() } };
+      },
+    },
+  ];
+
+  return {
+    config,
+    clock,
+    ids,
+    sql: store,
+    tables,
+    auth,
+    iac,
+    healthChecks,
+    close: () => store.close(),
+  };
+}

@@ -1,0 +1,151 @@
+import { z } from 'zod';
+
+/**
+ * Every setting of RuntimeCloudHost, in Azure app-settings form (`Section__Sub__Key`), so the same names work
+ * as Function App settings, in `local.settings.json` and as environment variables of the local host.
+ * This module is the only place that reads `process.env`; `local.settings.sample.json` lists exactly these keys.
+ */
+export const MODULES = ['provisioning', 'inventory', 'capacity'] as const;
+export type ModuleName = (typeof MODULES)[number];
+
+const list = (fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((s) => s.split(',').map((x) => x.trim()).filter((x) => x.length > 0));
+
+const port = z.coerce.number().int().min(0).max(65535);
+
+const targetSchema = z.object({
+  id: z.string().min(1),
+  kind: z.enum(['local-cloud', 'azure-subscription', 'aks-cluster', 'on-prem']),
+  name: z.string().min(1),
+  location: z.string().optional(),
+  endpoint: z.string().optional(),
+});
+export type ProvisioningTarget = z.infer<typeof targetSchema>;
+
+const jsonOf = <T extends z.ZodType>(schema: T, fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((s, ctx) => {
+      try {
+        return JSON.parse(s) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be JSON' });
+        return z.NEVER;
+      }
+    })
+    .pipe(schema);
+
+/** Documented settings: key → schema with its default. Descriptions are shown by `runtime-cloud --help`. */
+export const settings = {
+  /** Modules composed into this host (seed: RuntimeCloud:Host:EnabledModules). Example: `capacity,inventory`. */
+  RuntimeCloud__Host__EnabledModules: list(MODULES.join(',')).pipe(z.array(z.enum(MODULES))),
+  /** IaC runner: `pulumi` (Automation API, production) or `local` (the embedded engine). */
+  RuntimeCloud__IaC__Runner: z.enum(['pulumi', 'local']).default('pulumi'),
+  /** Messaging profile service name (seed: OrleansMessaging:ServiceName). */
+  OrleansMessaging__ServiceName: z.string().min(1).default('runtime-cloud'),
+  /** SQL dialect of the runtime-cloud store: `sqlite` (embedded), `postgres` or `mssql` (Azure SQL). */
+  RuntimeCloud__Store__Dialect: z.enum(['sqlite', 'postgres', 'mssql']).default('sqlite'),
+  /**
+   * The store's connection: a file path for sqlite (relative to the state dir), a `postgres://` URL, or for mssql
+   * `Server=tcp:x.database.windows.net;Database=runtimecloud` (Entra token auth through @azure/identity).
+   */
+  RuntimeCloud__Store__Connection: z.string().default('runtime-cloud.sqlite'),
+  /** Table storage connection string; empty on the local host, which starts Azurite's Table server in-process. */
+  RuntimeCloud__Tables__Connection: z.string().default(''),
+  /** Expected `iss` of bearer tokens. */
+  RuntimeCloud__Auth__Issuer: z.string().min(1).default('https://runtime-cloud.local/issuer'),
+  /** Expected `aud` of bearer tokens. */
+  RuntimeCloud__Auth__Audience: z.string().min(1).default('api://runtime-cloud'),
+  /** JWKS URL of the identity platform; empty on the local host, which trusts the keys in its state dir. */
+  RuntimeCloud__Auth__JwksUrl: z.union([z.literal(''), z.url()]).default(''),
+  /** Provisioning targets of this installation, as JSON. */
+  RuntimeCloud__Targets: jsonOf(
+    z.array(targetSchema).min(1),
+    JSON.stringify([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]),
+  ),
+  /** Folder of the local host's state (SQLite file, Azurite data, token keys). */
+  RuntimeCloud__Local__StateDir: z.string().min(1).default('.runtime-cloud'),
+  /** Port of the local host's HTTP server (seed: https 8130). */
+  RuntimeCloud__Local__Port: port.default(8130),
+  /** Service Bus connection used by the Functions triggers and the event relay (Azure only). */
+  ServiceBusConnection: z.string().default(''),
+  /** Functions host storage (Durable task hub, timers); Azure only. */
+  AzureWebJobsStorage: z.string().default(''),
+  /** Functions language worker; always `node`. */
+  FUNCTIONS_WORKER_RUNTIME: z.literal('node').default('node'),
+} as const;
+
+export type SettingKey = keyof typeof settings;
+export const settingKeys = Object.keys(settings) as SettingKey[];
+
+const schema = z.object(settings);
+type Settings = z.infer<typeof schema>;
+
+export interface Config {
+  readonly host: { readonly enabledModules: readonly ModuleName[]; readonly serviceName: string };
+  readonly iac: { readonly runner: 'pulumi' | 'local' };
+  readonly store: { readonly dialect: 'sqlite' | 'postgres' | 'mssql'; readonly connection: string };
+  readonly tables: { readonly connection: string };
+  readonly auth: { readonly issuer: string; readonly audience: string; readonly jwksUrl: string };
+  readonly targets: readonly ProvisioningTarget[];
+  readonly local: { readonly stateDir: string; readonly port: number };
+  readonly serviceBus: { readonly connection: string };
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: readonly { key: string; message: string }[]) {
+    super(`Invalid configuration: ${problems.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses settings from an environment-like record; throws ConfigError naming every invalid key. */
+export function parseConfig(env: Readonly<Record<string, string | undefined>>): Config {
+  const present: Record<string, string> = {};
+  for (const key of settingKeys) {
+    const value = env[key];
+    if (value !== undefined && value !== '') present[key] = value;
+  }
+  const result = schema.safeParse(present);
+  if (!result.success) {
+    throw new ConfigError(
+      result.error.issues.map((issue) => ({ key: String(issue.path[0] ?? '?'), message: issue.message })),
+    );
+  }
+  return deepFreeze(toConfig(result.data));
+}
+
+function toConfig(s: Settings): Config {
+  return {
+    host: { enabledModules: [...new Set(s.RuntimeCloud__Host__EnabledModules)], serviceName: s.OrleansMessaging__ServiceName },
+    iac: { runner: s.RuntimeCloud__IaC__Runner },
+    store: { dialect: s.RuntimeCloud__Store__Dialect, connection: s.RuntimeCloud__Store__Connection },
+    tables: { connection: s.RuntimeCloud__Tables__Connection },
+    auth: { issuer: s.RuntimeCloud__Auth__Issuer, audience: s.RuntimeCloud__Auth__Audience, jwksUrl: s.RuntimeCloud__Auth__JwksUrl },
+    targets: s.RuntimeCloud__Targets,
+    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
+    serviceBus: { connection: s.ServiceBusConnection },
+  };
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/**
+ * The process environment's configuration; the only read of `process.env` in the product.
+ * Precedence: `overrides` (command-line flags) over the environment over `defaults` (a host's embedded defaults).
+ */
+export function configFromEnvironment(
+  options: { defaults?: Readonly<Record<string, string>>; overrides?: Readonly<Record<string, string>> } = {},
+): Config {
+  return parseConfig({ ...options.defaults, ...process.env, ...options.overrides });
+}

@@ -1,0 +1,37 @@
+/** What kind of failure an error is; only `functions/` maps a kind to an HTTP status, a retry or a dead-letter. */
+export type ErrorKind =
+  | 'validation'
+  | 'unauthorized'
+  | 'forbidden'
+  | 'not-found'
+  | 'gone'
+  | 'conflict'
+  | 'limit'
+  | 'too-large'
+  | 'unavailable'
+  | 'internal';
+
+/** An expected failure with a stable code (`CAPACITY.QUOTA_EXCEEDED`) and details that are safe to show a client. */
+export class AppError extends Error {
+  constructor(
+    readonly code: string,
+    readonly kind: ErrorKind,
+    message: string,
+    readonly details: Readonly<Record<string, unknown>> = {},
+  ) {
+    super(message);
+    this.name = 'AppError';
+  }
+}
+
+/** Turns anything thrown into an Error, so `catch` blocks never handle `unknown` or `any`. */
+export function ensureError(value: unknown): Error {
+  if (value instanceof Error) return value;
+  let text: string;
+  try {
+    text = typeof value === 'string' ? value : JSON.stringify(value);
+  } catch {
+    text = String(value);
+  }
+  return new Error(`Non-Error thrown: ${text}`);
+}

@@ -1,0 +1,171 @@
+import { DefaultAzureCredential } from '@azure/identity';
+import BetterSqlite3 from 'better-sqlite3';
+import {
+  CompiledQuery,
+  Kysely,
+  MssqlDialect,
+  PostgresDialect,
+  SqliteDialect,
+  SqliteDriver,
+  type DatabaseConnection,
+  type Driver,
+  type SqliteDialectConfig,
+} from 'kysely';
+import { mkdirSync } from 'node:fs';
+import { dirname, isAbsolute, join } from 'node:path';
+import pg from 'pg';
+import * as tarn from 'tarn';
+import * as tedious from 'tedious';
+
+export type SqlDialect = 'sqlite' | 'postgres' | 'mssql';
+
+/**
+ * The one Kysely instance of the runtime-cloud store. Its table types are unknown here (the platform knows no
+ * module); each module's repository narrows it with `db.withTables<ModuleTables>()`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the platform cannot name the modules' tables
+export type AnyDb = Kysely<any>;
+
+export interface SqlStore {
+  readonly db: AnyDb;
+  readonly dialect: SqlDialect;
+  close(): Promise<void>;
+}
+
+export interface SqlStoreOptions {
+  readonly dialect: SqlDialect;
+  /** sqlite: file path (relative to `baseDir`) or `:memory:`; postgres: URL; mssql: `Server=…;Database=…`. */
+  readonly connection: string;
+  /** Folder that a relative SQLite path is resolved against. Example: `.runtime-cloud`. */
+  readonly baseDir?: string;
+  /** Pool size for postgres and mssql. Example: `10`. */
+  readonly poolSize?: number;
+  /** PostgreSQL `search_path`, so tests can own a schema each. Example: `t_capacity_1`. */
+  readonly postgresSchema?: string;
+}
+
+export function createSqlStore(options: SqlStoreOptions): SqlStore {
+  switch (options.dialect) {
+    case 'sqlite':
+      return sqliteStore(options);
+    case 'postgres':
+      return postgresStore(options);
+    case 'mssql':
+      return mssqlStore(options);
+  }
+}
+
+function sqliteStore(options: SqlStoreOptions): SqlStore {
+  const file =
+    options.connection === ':memory:' || isAbsolute(options.connection)
+      ? options.connection
+      : join(options.baseDir ?? '.', options.connection);
+  if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+  const database = new BetterSqlite3(file);
+  database.pragma('journal_mode = WAL');
+  database.pragma('busy_timeout = 10000');
+  database.pragma('synchronous = NORMAL');
+  database.pragma('foreign_keys = ON');
+  const db = new Kysely({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(database) }) });
+  return { db, dialect: 'sqlite', close: () => db.destroy() };
+}
+
+/**
+ * Kysely's SQLite driver opens transactions with a plain (deferred) BEGIN. With several processes on one file,
+ * two deferred transactions that both read and then write deadlock on the lock upgrade and one fails at once
+ * with SQLITE_BUSY, ignoring the busy timeout. BEGIN IMMEDIATE takes the write lock up front, so writers queue
+ * behind the busy timeout instead.
+ */
+class ImmediateSqliteDialect extends SqliteDialect {
+  readonly #config: SqliteDialectConfig;
+  constructor(config: SqliteDialectConfig) {
+    super(config);
+    this.#config = config;
+  }
+  override createDriver(): Driver {
+    return new ImmediateSqliteDriver(this.#config);
+  }
+}
+
+class ImmediateSqliteDriver extends SqliteDriver {
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+  }
+}
+
+/** Kysely prepares every statement anew; better-sqlite3 statements are reusable, so keep them by SQL text. */
+function withStatementCache(database: BetterSqlite3.Database): BetterSqlite3.Database {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  const prepare = (source: string): BetterSqlite3.Statement => {
+    let statement = cache.get(source);
+    if (!statement) {
+      statement = database.prepare(source);
+      if (cache.size > 2000) cache.clear();
+      cache.set(source, statement);
+    }
+    return statement;
+  };
+  return new Proxy(database, {
+    get(target, property, receiver) {
+      if (property === 'prepare') return prepare;
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+const INT8_OID = 20;
+const NUMERIC_OID = 1700;
+
+function postgresStore(options: SqlStoreOptions): SqlStore {
+  const pool = new pg.Pool({
+    connectionString: options.connection,
+    max: options.poolSize ?? 10,
+    ...(options.postgresSchema ? { options: `-c search_path=${options.postgresSchema}` } : {}),
+    // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
+    types: {
+      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+        oid === INT8_OID || oid === NUMERIC_OID
+          ? (value: string) => Number(value)
+          : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser,
+    },
+  });
+  const db = new Kysely({ dialect: new PostgresDialect({ pool }) });
+  return { db, dialect: 'postgres', close: () => db.destroy() };
+}
+
+/** `Server=tcp:host[,port];Database=name` → tedious options; authentication is always an Entra token. */
+export function parseMssqlConnection(connection: string): { server: string; port: number; database: string } {
+  const parts = new Map(
+    connection
+      .split(';')
+      .map((p) => p.split('='))
+      .filter((kv): kv is [string, string] => kv.length === 2 && kv[0] !== undefined && kv[1] !== undefined)
+      .map(([k, v]) => [k.trim().toLowerCase(), v.trim()]),
+  );
+  const rawServer = (parts.get('server') ?? parts.get('data source') ?? '').replace(/^tcp:/i, '');
+  const [server = '', port = '1433'] = rawServer.split(',');
+  const database = parts.get('database') ?? parts.get('initial catalog') ?? '';
+  if (!server || !database) throw new Error('mssql connection needs Server and Database');
+  return { server, port: Number(port), database };
+}
+
+function mssqlStore(options: SqlStoreOptions): SqlStore {
+  const { server, port, database } = parseMssqlConnection(options.connection);
+  const credential = new DefaultAzureCredential();
+  const db = new Kysely({
+    dialect: new MssqlDialect({
+      tarn: { ...tarn, options: { min: 0, max: options.poolSize ?? 10 } },
+      tedious: {
+        ...tedious,
+        connectionFactory: () =>
+          new tedious.Connection({
+            server,
+            authentication: { type: 'token-credential', options: { credential } },
+            options: { database, port, encrypt: true, trustServerCertificate: false },
+          }),
+      },
+    }),
+  });
+  return { db, dialect: 'mssql', close: () => db.destroy() };
+}

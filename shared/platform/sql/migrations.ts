@@ -1,0 +1,57 @@
+import { Migrator, type Migration, type MigrationProvider } from 'kysely';
+import { ensureError } from '../errors/app-error';
+import type { AnyDb, SqlDialect } from './database';
+
+/**
+ * A module's migrations. Names are global and sort in the order they must run: `YYYYMMDD-NN-module-what`.
+ * They receive the dialect for the few column types that differ (see `sqlTypes`).
+ */
+export type MigrationSource = (dialect: SqlDialect) => Record<string, Migration>;
+
+/** Column types that differ between the dialects. Times are stored as epoch milliseconds (BIGINT). */
+export function sqlTypes(dialect: SqlDialect) {
+  return {
+    /** Unbounded text; Azure SQL needs NVARCHAR(MAX) (TEXT is deprecated and cannot be compared). */
+    text: dialect === 'mssql' ? ('nvarchar(max)' as const) : ('text' as const),
+    /** Text that is indexed or part of a key; Azure SQL cannot index NVARCHAR(MAX). */
+    key: dialect === 'mssql' ? ('nvarchar(200)' as const) : ('varchar(200)' as const),
+    /** Binary blobs. */
+    bytes: dialect === 'postgres' ? ('bytea' as const) : dialect === 'mssql' ? ('varbinary(max)' as const) : ('blob' as const),
+  };
+}
+
+/**
+ * Brings the store to the latest schema. Safe when several instances start at once: Kysely takes a lock
+ * (a row lock on PostgreSQL, an application lock on Azure SQL, the write lock on SQLite) around the whole run,
+ * and a run that finds everything applied does nothing.
+ */
+export async function migrateToLatest(db: AnyDb, dialect: SqlDialect, sources: readonly MigrationSource[]): Promise<string[]> {
+  const provider: MigrationProvider = {
+    getMigrations: () => {
+      const all: Record<string, Migration> = {};
+      for (const source of sources) {
+        for (const [name, migration] of Object.entries(source(dialect))) {
+          if (all[name]) throw new Error(`duplicate migration name ${name}`);
+          all[name] = migration;
+        }
+      }
+      return Promise.resolve(all);
+    },
+  };
+  // Modules add migrations independently, so one may sort before another that already ran.
+  const migrator = new Migrator({ db, provider, allowUnorderedMigrations: true });
+  for (let attempt = 1; ; attempt++) {
+    const { error, results } = await migrator.migrateToLatest();
+    if (!error) return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+    const failure = ensureError(error);
+    // Two processes creating Kysely's bookkeeping tables at the same moment can collide on PostgreSQL's catalog;
+    // the loser retries and then finds the tables there.
+    if (attempt < 5 && isConcurrentCreateConflict(failure)) continue;
+    throw failure;
+  }
+}
+
+function isConcurrentCreateConflict(error: Error): boolean {
+  const code = (error as { code?: unknown }).code;
+  return code === '23505' || code === '42P07' || code === 'SQLITE_BUSY' || /already exists/i.test(error.message);
+}
