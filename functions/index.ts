@@ -1,15 +1,10 @@
 /**
- * The functions entry (package.json "main"): the Azure Functions host and the local host both load this file.
- * The host functions always register; a module's functions register only when RuntimeCloud__Host__EnabledModules
- * names it.
+ * The functions entry (package.json "main"): the Azure Functions host and the local host both load this file,
+ * and every function file registers itself at its bottom. Host functions always register; a module's functions
+ * register through `moduleApp(module)`, which honours RuntimeCloud__Host__EnabledModules.
  */
-import { getConfig } from './runtime';
 import './host/health';
 import './host/targets';
-
-const enabled = new Set(getConfig().host.enabledModules);
-
-/* eslint-disable @typescript-eslint/no-require-imports -- registration must depend on configuration */
-if (enabled.has('capacity')) require('./capacity');
-if (enabled.has('provisioning')) require('./provisioning');
-if (enabled.has('inventory')) require('./inventory');
+import './capacity';
+import './provisioning';
+import './inventory';

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { configFromEnvironment, type Config } from '../shared/platform/config/config';
+import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, type LocalKeys } from './auth/local-issuer';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
@@ -107,9 +108,8 @@ export class LocalHost {
     this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, ...this.#options.depsOverrides });
 
     installFunctionsCore();
-    const functions: typeof import('../functions/runtime') = await import('../functions/runtime');
-    functions.provideRuntime({ config, deps: this.#deps });
-    await import('../functions/index');
+    provideRuntime({ config, deps: this.#deps });
+    await loadFunctionApp();
 
     const http = new HttpBinding({ routePrefix: readRoutePrefix(), log });
     this.#http = http;
@@ -141,6 +141,20 @@ export class LocalHost {
     await this.#deps?.close();
     await this.#tableServer?.close();
   }
+}
+
+/**
+ * Loads the function app (functions/index), which registers every function. It must load after the runtime is
+ * provided and `@azure/functions-core` is installed. Under tsx (the CLI, child hosts) TypeScript is `require`-able;
+ * under vitest only its own `import()` knows TypeScript.
+ */
+async function loadFunctionApp(): Promise<void> {
+  if (require.extensions['.ts']) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    require('../functions/index');
+    return;
+  }
+  await import('../functions/index.js');
 }
 
 /** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */

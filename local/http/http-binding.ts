@@ -193,7 +193,7 @@ function readBody(req: IncomingMessage): Promise<Buffer | 'too-large'> {
 }
 
 async function toSent(result: unknown): Promise<Sent> {
-  const response = result instanceof HttpResponse ? result : new HttpResponse((result ?? {}) as HttpResponseInit);
+  const response = result instanceof HttpResponse ? result : new HttpResponse(result as HttpResponseInit | undefined);
   const headers: [string, string][] = [];
   response.headers.forEach((value, key) => headers.push([key, value]));
   for (const cookie of response.cookies) headers.push(['set-cookie', `${cookie.name}=${cookie.value}`]);

@@ -100,8 +100,8 @@ function unauthorized(code: string, message: string): AppError {
 }
 
 function principalFrom(payload: JWTPayload): Principal {
-  const scp = typeof payload.scp === 'string' ? payload.scp.split(' ') : Array.isArray(payload.scp) ? payload.scp : [];
-  const rawRoles: unknown[] = Array.isArray(payload.roles) ? payload.roles : [];
+  const scp: unknown[] = typeof payload.scp === 'string' ? payload.scp.split(' ') : Array.isArray(payload.scp) ? (payload.scp as unknown[]) : [];
+  const rawRoles: unknown[] = Array.isArray(payload.roles) ? (payload.roles as unknown[]) : [];
   const roles = new Set(rawRoles.filter((r): r is Role => ROLES.includes(r as Role)));
   // Entra app-only tokens carry application permissions in `roles`; accept scope names there too.
   const direct = new Set(

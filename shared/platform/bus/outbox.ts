@@ -17,6 +17,10 @@ export interface OutboxTable {
   published_at: number | null;
   attempts: number;
   last_error: string | null;
+  /** The relay batch that holds this row while publishing it (see outbox-relay.repository.ts); null when free. */
+  claimed_by?: string | null;
+  /** Epoch ms when that claim lapses, so a crashed relay's rows are taken over. */
+  claimed_until?: number | null;
 }
 
 export interface OutboxTables {

@@ -117,18 +117,18 @@ function withStatementCache(database: BetterSqlite3.Database): BetterSqlite3.Dat
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
 
+const numericBigints = ((oid: number, format?: 'text' | 'binary'): unknown =>
+  oid === INT8_OID || oid === NUMERIC_OID
+    ? (value: string) => Number(value)
+    : (pg.types.getTypeParser as (oid: number, format: 'text' | 'binary') => unknown)(oid, format ?? 'text')) as typeof pg.types.getTypeParser;
+
 function postgresStore(options: SqlStoreOptions): SqlStore {
   const pool = new pg.Pool({
     connectionString: options.connection,
     max: options.poolSize ?? 10,
     ...(options.postgresSchema ? { options: `-c search_path=${options.postgresSchema}` } : {}),
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
-    types: {
-      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-        oid === INT8_OID || oid === NUMERIC_OID
-          ? (value: string) => Number(value)
-          : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser,
-    },
+    types: { getTypeParser: numericBigints },
   });
   const db = new Kysely({ dialect: new PostgresDialect({ pool }) });
   return { db, dialect: 'postgres', close: () => db.destroy() };

@@ -1,4 +1,7 @@
-import { Migrator, type Migration, type MigrationProvider } from 'kysely';
+import { Migrator, sql, type ColumnDataType, type Expression, type Migration, type MigrationProvider } from 'kysely';
+
+/** A column type as Kysely's schema builder takes it. */
+export type ColumnType = ColumnDataType | Expression<unknown>;
 import { ensureError } from '../errors/app-error';
 import type { AnyDb, SqlDialect } from './database';
 
@@ -9,14 +12,14 @@ import type { AnyDb, SqlDialect } from './database';
 export type MigrationSource = (dialect: SqlDialect) => Record<string, Migration>;
 
 /** Column types that differ between the dialects. Times are stored as epoch milliseconds (BIGINT). */
-export function sqlTypes(dialect: SqlDialect) {
+export function sqlTypes(dialect: SqlDialect): { text: ColumnType; key: ColumnType; bytes: ColumnType } {
   return {
     /** Unbounded text; Azure SQL needs NVARCHAR(MAX) (TEXT is deprecated and cannot be compared). */
-    text: dialect === 'mssql' ? ('nvarchar(max)' as const) : ('text' as const),
+    text: dialect === 'mssql' ? sql`nvarchar(max)` : 'text',
     /** Text that is indexed or part of a key; Azure SQL cannot index NVARCHAR(MAX). */
-    key: dialect === 'mssql' ? ('nvarchar(200)' as const) : ('varchar(200)' as const),
+    key: dialect === 'mssql' ? sql`nvarchar(200)` : 'varchar(200)',
     /** Binary blobs. */
-    bytes: dialect === 'postgres' ? ('bytea' as const) : dialect === 'mssql' ? ('varbinary(max)' as const) : ('blob' as const),
+    bytes: dialect === 'postgres' ? 'bytea' : dialect === 'mssql' ? sql`varbinary(max)` : 'blob',
   };
 }
 

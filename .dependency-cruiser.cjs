@@ -1,0 +1,59 @@
+/**
+ * Layer rules of ARCHITECTURE.md, checked by `npm run check`:
+ * functions → shared/<module> → shared/platform; shared never imports functions/ or local/; nothing deployed imports
+ * local/ or tests/; pure model files (shared/<module>/<name>.ts without a role suffix) import nothing that does I/O.
+ */
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'shared-not-to-functions-or-local',
+      severity: 'error',
+      comment: 'shared/ is what the functions run on; it never reaches back into triggers or the local host.',
+      from: { path: '^shared/' },
+      to: { path: '^(functions|local|tests)/' },
+    },
+    {
+      name: 'functions-not-to-local',
+      severity: 'error',
+      comment: 'functions/ is deployed to Azure; local/ is never deployed.',
+      from: { path: '^functions/' },
+      to: { path: '^(local|tests)/' },
+    },
+    {
+      name: 'platform-not-to-modules',
+      severity: 'error',
+      comment: 'shared/platform is cross-cutting; it knows no module.',
+      from: { path: '^shared/platform/' },
+      to: { path: '^shared/(provisioning|inventory|capacity)/' },
+    },
+    {
+      name: 'pure-models-without-io',
+      severity: 'error',
+      comment: 'model files (no role suffix) are pure: no database, storage, network, file or process access.',
+      from: {
+        path: '^shared/(provisioning|inventory|capacity)/[^/]+\\.ts$',
+        pathNot: '\\.(service|repository|tables|migrations|adapter|client|seed)\\.ts$',
+      },
+      to: {
+        path: [
+          'node_modules/(kysely|pg|better-sqlite3|tedious|tarn|@azure|durable-functions|isomorphic-git|@pulumi)',
+          '^shared/platform/(sql|tables|bus/outbox|iac|auth)',
+          '^(fs|node:fs|net|node:net|http|node:http|https|node:https|child_process|node:child_process)$',
+        ],
+      },
+    },
+    {
+      name: 'no-circular',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    exclude: { path: '(^|/)(node_modules|dist|\\.tmp)/' },
+  },
+};

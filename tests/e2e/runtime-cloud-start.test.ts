@@ -1,0 +1,113 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+
+describe('runtime-cloud start (a real process on a temporary state dir)', () => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'rch-e2e-'));
+  let host: RunningChild;
+
+  beforeAll(async () => {
+    host = await startChildHost(stateDir);
+  }, 90_000);
+
+  afterAll(async () => {
+    await host?.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  async function token(...args: string[]): Promise<string> {
+    const result = await runCli(['token', '--state-dir', stateDir, ...args]);
+    expect(result.code).toBe(0);
+    // `token` prints the token and nothing else, so `$(runtime-cloud token …)` works in a shell.
+    expect(result.stdout).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);
+    return result.stdout.trim();
+  }
+
+  it('when health is asked with factory.health.read, then every dependency check is reported', async () => {
+    const bearer = await token('--scope', 'factory.health.read');
+    const response = await fetch(new URL('/runtime-cloud/health', host.url), { headers: { authorization: `Bearer ${bearer}` } });
+    const body = (await response.json()) as { status: string; checks: { name: string; status: string; latencyMs: number }[] };
+    expect(response.status).toBe(body.status === 'unhealthy' ? 503 : 200);
+    const names = body.checks.map((c) => c.name);
+    for (const expected of ['runtime-cloud-store', 'table-storage', 'iac-runner', 'targets', 'config-platform']) {
+      expect(names).toContain(expected);
+    }
+    expect(names.some((n) => n.startsWith('inbox-lag'))).toBe(true);
+    for (const check of body.checks) {
+      expect(['healthy', 'degraded', 'unhealthy']).toContain(check.status);
+      expect(typeof check.latencyMs).toBe('number');
+    }
+    expect(body.checks.find((c) => c.name === 'runtime-cloud-store')?.status).toBe('healthy');
+    expect(body.checks.find((c) => c.name === 'table-storage')?.status).toBe('healthy');
+  });
+
+  it('when the live probe is asked, then it answers without dependency checks', async () => {
+    const bearer = await token('--scope', 'factory.health.read');
+    const response = await fetch(new URL('/runtime-cloud/health?probe=live', host.url), { headers: { authorization: `Bearer ${bearer}` } });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ status: 'healthy', checks: [] });
+  });
+
+  it('when targets are asked with factory.meta.read, then the local target and the IaC runner version are listed', async () => {
+    const bearer = await token('--role', 'Observer');
+    const response = await fetch(new URL('/runtime-cloud/meta/targets', host.url), { headers: { authorization: `Bearer ${bearer}` } });
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as { targets: unknown[]; iacRunner: { name: string; version: string } };
+    expect(body.targets).toEqual([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]);
+    expect(body.iacRunner.name).toBe('local');
+    expect(body.iacRunner.version).toMatch(/\d+\.\d+\.\d+/);
+  });
+
+  it('when no token is sent, then 401 with WWW-Authenticate; when the scope is missing, then 403 naming it', async () => {
+    const anonymous = await fetch(new URL('/runtime-cloud/health', host.url));
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer /);
+    expect(anonymous.headers.get('content-type')).toBe('application/problem+json');
+
+    const bearer = await token('--scope', 'factory.health.read');
+    const forbidden = await fetch(new URL('/runtime-cloud/meta/targets', host.url), { headers: { authorization: `Bearer ${bearer}` } });
+    expect(forbidden.status).toBe(403);
+    expect(await forbidden.json()).toMatchObject({ code: 'AUTH.SCOPE_MISSING', requiredScope: 'factory.meta.read' });
+  });
+
+  it('when a token from another issuer key is sent, then 401', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'rch-e2e-other-'));
+    try {
+      const result = await runCli(['token', '--state-dir', otherDir, '--scope', 'factory.health.read']);
+      const response = await fetch(new URL('/runtime-cloud/health', host.url), {
+        headers: { authorization: `Bearer ${result.stdout.trim()}` },
+      });
+      expect(response.status).toBe(401);
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('runtime-cloud start with invalid settings', () => {
+  it('when a setting is invalid, then start-up fails with a message naming the key', async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), 'rch-e2e-bad-'));
+    try {
+      const result = await runCli(['start', '--port', '0', '--state-dir', stateDir], { RuntimeCloud__Store__Dialect: 'oracle' });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('RuntimeCloud__Store__Dialect');
+    } finally {
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('runtime-cloud graceful shutdown', () => {
+  it('when SIGTERM arrives, then the host stops and exits 0', async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), 'rch-e2e-stop-'));
+    try {
+      const host = await startChildHost(stateDir);
+      expect(await host.stop('SIGTERM')).toBe(0);
+      expect(host.output()).toContain('SIGTERM: stopping');
+    } finally {
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  }, 90_000);
+});

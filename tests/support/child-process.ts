@@ -1,0 +1,68 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+
+/** The `runtime-cloud` command as package.json `bin` installs it. */
+export const CLI = join(__dirname, '../../bin/runtime-cloud.js');
+
+export interface RunningChild {
+  readonly child: ChildProcess;
+  readonly url: URL;
+  output(): string;
+  /** Sends a signal and resolves with the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/**
+ * Starts `runtime-cloud start --port 0` in a child process and waits for "listening on <origin>".
+ * `env` adds settings (for example a shared PostgreSQL store).
+ */
+export async function startChildHost(
+  stateDir: string,
+  env: Record<string, string> = {},
+  timeoutMs = 60_000,
+): Promise<RunningChild> {
+  const child = spawn(process.execPath, [CLI, 'start', '--port', '0', '--state-dir', stateDir], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const url = await new Promise<URL>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`host did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    const check = () => {
+      const match = /listening on (http:\/\/\S+)/.exec(output);
+      if (match?.[1]) {
+        clearTimeout(timer);
+        resolve(new URL(match[1]));
+      }
+    };
+    child.stdout.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`host exited with ${code} before listening:\n${output}`));
+    });
+  });
+  return {
+    child,
+    url,
+    output: () => output,
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** Runs the CLI to completion and returns its exit code and output. */
+export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}

@@ -1,0 +1,153 @@
+import { base64url, exportJWK, generateKeyPair, SignJWT, type JSONWebKeySet, type JWK } from 'jose';
+import { createHmac } from 'node:crypto';
+import { beforeAll, describe, expect, it } from 'vitest';
+import {
+  createTokenValidator,
+  requireScope,
+  resolveTenant,
+  type Principal,
+  type TokenValidator,
+} from '../../shared/platform/auth/auth';
+import { AppError } from '../../shared/platform/errors/app-error';
+
+const ISSUER = 'https://issuer.test';
+const AUDIENCE = 'api://runtime-cloud';
+
+let privateKey: CryptoKey;
+let publicJwk: JWK;
+let validator: TokenValidator;
+
+beforeAll(async () => {
+  const pair = await generateKeyPair('RS256', { extractable: true });
+  privateKey = pair.privateKey;
+  publicJwk = { ...(await exportJWK(pair.publicKey)), kid: 'k1', alg: 'RS256' };
+  const jwks: JSONWebKeySet = { keys: [publicJwk] };
+  validator = createTokenValidator({ issuer: ISSUER, audience: AUDIENCE, keys: jwks, clockToleranceSeconds: 5 });
+});
+
+function aToken(overrides: { iss?: string; aud?: string; exp?: number; nbf?: number; claims?: Record<string, unknown> } = {}) {
+  const now = Math.floor(Date.now() / 1000);
+  return new SignJWT({ scp: 'factory.health.read', ...overrides.claims })
+    .setProtectedHeader({ alg: 'RS256', kid: 'k1' })
+    .setIssuer(overrides.iss ?? ISSUER)
+    .setAudience(overrides.aud ?? AUDIENCE)
+    .setSubject('svc-1')
+    .setIssuedAt(now)
+    .setNotBefore(overrides.nbf ?? now)
+    .setExpirationTime(overrides.exp ?? now + 300)
+    .sign(privateKey);
+}
+
+async function refusal(authorization: string | undefined): Promise<AppError> {
+  try {
+    await validator.authenticate(authorization);
+  } catch (error) {
+    if (error instanceof AppError) return error;
+    throw error;
+  }
+  throw new Error('the token was accepted');
+}
+
+function unsigned(header: Record<string, unknown>, payload: Record<string, unknown>): string {
+  return `${base64url.encode(JSON.stringify(header))}.${base64url.encode(JSON.stringify(payload))}`;
+}
+
+describe('bearer token validation', () => {
+  it('when the token is valid, then the principal carries subject and scopes', async () => {
+    const principal = await validator.authenticate(`Bearer ${await aToken()}`);
+    expect(principal.subject).toBe('svc-1');
+    expect([...principal.scopes]).toEqual(['factory.health.read']);
+  });
+
+  it('when no token is sent, then unauthorized AUTH.TOKEN_MISSING', async () => {
+    expect(await refusal(undefined)).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_MISSING' });
+    expect(await refusal('Basic abc')).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_MISSING' });
+  });
+
+  it.each([
+    ['expired', () => aToken({ exp: Math.floor(Date.now() / 1000) - 60 }), /expired/],
+    ['not yet valid', () => aToken({ nbf: Math.floor(Date.now() / 1000) + 600 }), /nbf/],
+    ['from another issuer', () => aToken({ iss: 'https://evil.test' }), /iss/],
+    ['for another audience', () => aToken({ aud: 'api://other' }), /aud/],
+  ])('when the token is %s, then it is refused as unauthorized', async (_name, make, reason) => {
+    const error = await refusal(`Bearer ${await make()}`);
+    expect(error).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_INVALID' });
+    expect(error.message).toMatch(reason);
+  });
+
+  it('when the token uses alg none, then it is refused', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const token = `${unsigned({ alg: 'none', typ: 'JWT' }, { iss: ISSUER, aud: AUDIENCE, sub: 'x', exp: now + 300, scp: 'factory.health.read' })}.`;
+    expect(await refusal(`Bearer ${token}`)).toMatchObject({ kind: 'unauthorized' });
+  });
+
+  it('when the token is HS256-signed with the public key as secret, then it is refused', async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const signingInput = unsigned(
+      { alg: 'HS256', kid: 'k1', typ: 'JWT' },
+      { iss: ISSUER, aud: AUDIENCE, sub: 'x', exp: now + 300, scp: 'factory.health.read' },
+    );
+    const secret = JSON.stringify(publicJwk);
+    const signature = base64url.encode(createHmac('sha256', secret).update(signingInput).digest());
+    const error = await refusal(`Bearer ${signingInput}.${signature}`);
+    expect(error).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_INVALID' });
+  });
+
+  it('when the signature does not match, then it is refused', async () => {
+    const token = await aToken();
+    const [header, payload] = token.split('.');
+    const tampered = `${header}.${base64url.encode(JSON.stringify({ sub: 'admin', iss: ISSUER, aud: AUDIENCE, exp: 9e9 }))}.${token.split('.')[2]}`;
+    expect(payload).toBeDefined();
+    expect(await refusal(`Bearer ${tampered}`)).toMatchObject({ kind: 'unauthorized' });
+  });
+});
+
+describe('scopes, roles and tenants', () => {
+  async function principal(claims: Record<string, unknown>): Promise<Principal> {
+    return validator.authenticate(`Bearer ${await aToken({ claims: { scp: undefined, ...claims } })}`);
+  }
+
+  it('when a scope is missing, then forbidden naming it', async () => {
+    const p = await principal({ scp: 'factory.health.read' });
+    expect(() => requireScope(p, 'factory.runtime.admin')).toThrow(
+      expect.objectContaining({ kind: 'forbidden', details: { requiredScope: 'factory.runtime.admin' } }),
+    );
+  });
+
+  it('when roles are given, then they grant their scopes', async () => {
+    const observer = await principal({ roles: ['Observer'] });
+    expect(() => requireScope(observer, 'factory.runtime.read')).not.toThrow();
+    expect(() => requireScope(observer, 'factory.provisioning.operate')).toThrow();
+    const operator = await principal({ roles: ['Operator'] });
+    expect(() => requireScope(operator, 'factory.provisioning.operate')).not.toThrow();
+    const admin = await principal({ roles: ['PlatformAdmin'] });
+    expect(() => requireScope(admin, 'factory.runtime.admin')).not.toThrow();
+  });
+
+  it('when a tenant-bound token names another tenant, then forbidden', async () => {
+    const p = await principal({ scp: 'factory.runtime.read', tenant: 'acme' });
+    expect(resolveTenant(p, 'factory.runtime.read', undefined)).toEqual({ kind: 'one', tenant: 'acme' });
+    expect(resolveTenant(p, 'factory.runtime.read', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+    expect(() => resolveTenant(p, 'factory.runtime.read', 'globex')).toThrow(
+      expect.objectContaining({ kind: 'forbidden', code: 'AUTH.TENANT_MISMATCH' }),
+    );
+  });
+
+  it('when a tenant-less service names a tenant, then it acts for it; without a name it must name one', async () => {
+    const service = await principal({ scp: 'factory.capacity.lease' });
+    expect(resolveTenant(service, 'factory.capacity.lease', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+    expect(() => resolveTenant(service, 'factory.capacity.lease', undefined)).toThrow(
+      expect.objectContaining({ code: 'AUTH.TENANT_REQUIRED' }),
+    );
+  });
+
+  it('when a role-only token without tenant names a tenant, then it is refused unless PlatformAdmin', async () => {
+    const observer = await principal({ roles: ['Observer'] });
+    expect(() => resolveTenant(observer, 'factory.runtime.read', 'acme')).toThrow(
+      expect.objectContaining({ code: 'AUTH.TENANT_NOT_ALLOWED' }),
+    );
+    const admin = await principal({ roles: ['PlatformAdmin'] });
+    expect(resolveTenant(admin, 'factory.runtime.read', undefined)).toEqual({ kind: 'all' });
+    expect(resolveTenant(admin, 'factory.runtime.read', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+  });
+});
