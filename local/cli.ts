@@ -2,8 +2,6 @@ import { parseArgs } from 'node:util';
 import { resolve } from 'node:path';
 import { configFromEnvironment, ConfigError, settingKeys } from '../shared/platform/config/config';
 import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
-import { localComponents } from './components';
-import { LocalHost } from './host';
 
 const USAGE = `runtime-cloud: the local RuntimeCloudHost
 
@@ -55,6 +53,16 @@ async function start(args: string[]): Promise<number> {
     process.stdout.write(START_USAGE);
     return 0;
   }
+  // Signals are caught from the first moment, so one that arrives during start-up still stops the host cleanly.
+  const stopRequested = new Promise<string>((resolve) => {
+    process.once('SIGINT', () => resolve('SIGINT'));
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+  });
+  // Loaded here, not at the top: `token` and `--help` should not pay for loading the whole host.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { LocalHost } = require('./host') as typeof import('./host');
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { localComponents } = require('./components') as typeof import('./components');
   const host = new LocalHost(
     {
       ...(values.port !== undefined ? { port: Number(values.port) } : {}),
@@ -64,20 +72,9 @@ async function start(args: string[]): Promise<number> {
   );
   const url = await host.start();
   process.stdout.write(`runtime-cloud listening on ${url.origin} (state in ${resolve(host.config.local.stateDir)})\n`);
-  await new Promise<void>((done) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      process.stdout.write(`${signal}: stopping\n`);
-      host.stop().then(done, (error: unknown) => {
-        console.error('stop failed', error);
-        done();
-      });
-    };
-    process.once('SIGINT', () => stop('SIGINT'));
-    process.once('SIGTERM', () => stop('SIGTERM'));
-  });
+  const signal = await stopRequested;
+  process.stdout.write(`${signal}: stopping\n`);
+  await host.stop();
   return 0;
 }
 

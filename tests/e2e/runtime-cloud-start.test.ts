@@ -104,7 +104,8 @@ describe('runtime-cloud graceful shutdown', () => {
     const stateDir = mkdtempSync(join(tmpdir(), 'rch-e2e-stop-'));
     try {
       const host = await startChildHost(stateDir);
-      expect(await host.stop('SIGTERM')).toBe(0);
+      const code = await host.stop('SIGTERM');
+      expect(code, host.output()).toBe(0);
       expect(host.output()).toContain('SIGTERM: stopping');
     } finally {
       rmSync(stateDir, { recursive: true, force: true });

@@ -37,7 +37,7 @@ describe('local host HTTP binding', () => {
     });
     expect(response.status).toBe(200);
     expect(response.headers.get('x-function')).toBe('echoForTest');
-    const body = await response.json();
+    const body = (await response.json()) as { invocationId: string };
     expect(body).toMatchObject({
       method: 'POST',
       params: { id: '42', rest: 'more' },
@@ -51,7 +51,7 @@ describe('local host HTTP binding', () => {
   it('when the optional segment is absent, then the route still matches', async () => {
     const response = await host.fetch('/test/echo/7');
     expect(response.status).toBe(200);
-    expect((await response.json()).params).toEqual({ id: '7' });
+    expect(((await response.json()) as { params: unknown }).params).toEqual({ id: '7' });
   });
 
   it('when no route matches, then 404 problem+json; a wrong method, 405', async () => {

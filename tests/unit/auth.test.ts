@@ -13,7 +13,7 @@ import { AppError } from '../../shared/platform/errors/app-error';
 const ISSUER = 'https://issuer.test';
 const AUDIENCE = 'api://runtime-cloud';
 
-let privateKey: CryptoKey;
+let privateKey: Awaited<ReturnType<typeof generateKeyPair>>['privateKey'];
 let publicJwk: JWK;
 let validator: TokenValidator;
 

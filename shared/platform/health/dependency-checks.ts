@@ -1,0 +1,58 @@
+import type { ProvisioningTarget } from '../config/config';
+import type { HealthCheck } from './health';
+
+const PROBE_TIMEOUT_MS = 3_000;
+
+/**
+ * Can this host reach its provisioning targets? The local cloud runs in-process. Remote targets (Azure
+ * subscriptions, AKS clusters, on-prem endpoints) are probed by an HTTPS request to their endpoint: any HTTP
+ * answer means reachable. A target without an endpoint cannot be probed from here and degrades the check.
+ */
+export function targetsCheck(targets: readonly ProvisioningTarget[], fetchImpl: typeof fetch = fetch): HealthCheck {
+  return {
+    name: 'targets',
+    critical: false,
+    async run() {
+      const results = await Promise.all(
+        targets.map(async (target) => {
+          if (target.kind === 'local-cloud') return { id: target.id, reachable: true, probe: 'in-process' };
+          if (!target.endpoint) return { id: target.id, reachable: false, probe: 'none', error: 'no endpoint configured' };
+          try {
+            await fetchImpl(target.endpoint, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+            return { id: target.id, reachable: true, probe: 'http' };
+          } catch (error) {
+            return { id: target.id, reachable: false, probe: 'http', error: error instanceof Error ? error.message : String(error) };
+          }
+        }),
+      );
+      const unreachable = results.filter((r) => !r.reachable);
+      return {
+        status: unreachable.length === 0 ? 'healthy' : 'degraded',
+        details: { targets: results },
+        ...(unreachable.length ? { error: `unreachable: ${unreachable.map((r) => r.id).join(', ')}` } : {}),
+      };
+    },
+  };
+}
+
+/**
+ * The Config Platform holds environments' runtime configuration; its failure mode is "degrade". Without an
+ * endpoint the host runs on embedded configuration (the local host's default), which is healthy by design.
+ */
+export function configPlatformCheck(endpoint: string, fetchImpl: typeof fetch = fetch): HealthCheck {
+  return {
+    name: 'config-platform',
+    critical: false,
+    async run() {
+      if (!endpoint) return { details: { mode: 'embedded' } };
+      try {
+        const response = await fetchImpl(endpoint, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+        return response.status >= 500
+          ? { status: 'degraded', error: `answered ${response.status}`, details: { mode: 'remote', endpoint } }
+          : { details: { mode: 'remote', endpoint, status: response.status } };
+      } catch (error) {
+        return { status: 'degraded', error: error instanceof Error ? error.message : String(error), details: { mode: 'remote', endpoint } };
+      }
+    },
+  };
+}
