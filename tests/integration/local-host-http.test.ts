@@ -1,5 +1,7 @@
 import { app, type HttpRequest, type InvocationContext } from '@azure/functions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { endpoint } from '../../functions/http/endpoint';
 import { startTestHost, type TestHost } from '../support/local-host';
 
 // A function registered through the real @azure/functions API, before the host binds registrations.
@@ -17,6 +19,23 @@ app.http('echoForTest', {
       body: request.method === 'POST' ? await request.text() : null,
       invocationId: context.invocationId,
     },
+  }),
+});
+
+// Product endpoints built with `endpoint`: one validates a body, one fails unexpectedly.
+app.http('validatesForTest', {
+  route: 'test/validates',
+  methods: ['POST'],
+  handler: endpoint({ scope: 'factory.health.read', body: z.object({ name: z.string().min(1), count: z.number().int().positive() }) }, async ({ body }) => ({
+    status: 200,
+    jsonBody: body,
+  })),
+});
+app.http('failsForTest', {
+  route: 'test/fails',
+  methods: ['GET'],
+  handler: endpoint({ scope: 'factory.health.read' }, async () => {
+    throw new Error('secret internal detail');
   }),
 });
 
@@ -66,5 +85,41 @@ describe('local host HTTP binding', () => {
     const response = await host.fetch('/test/echo/1', { method: 'POST', body: 'x'.repeat(5 * 1024 * 1024) });
     expect(response.status).toBe(413);
     expect((await host.fetch('/test/echo/2')).status).toBe(200);
+  });
+
+  describe('product endpoints', () => {
+    const claims = { scopes: ['factory.health.read'] };
+
+    it('when the body is malformed JSON, then 400 problem+json', async () => {
+      const response = await host.fetch('/test/validates', { method: 'POST', body: '{"name":', claims });
+      expect(response.status).toBe(400);
+      expect(response.headers.get('content-type')).toBe('application/problem+json');
+      expect(await response.json()).toMatchObject({ code: 'REQUEST.MALFORMED_JSON', status: 400 });
+    });
+
+    it('when fields are invalid, then 400 listing each field', async () => {
+      const response = await host.fetch('/test/validates', { method: 'POST', body: JSON.stringify({ name: '', count: -1 }), claims });
+      expect(response.status).toBe(400);
+      const body = (await response.json()) as { errors: { field: string }[] };
+      expect(body.errors.map((e) => e.field).sort()).toEqual(['count', 'name']);
+    });
+
+    it('when the body is over the product limit, then 413', async () => {
+      const response = await host.fetch('/test/validates', {
+        method: 'POST',
+        body: JSON.stringify({ name: 'x'.repeat(300 * 1024), count: 1 }),
+        claims,
+      });
+      expect(response.status).toBe(413);
+      expect(await response.json()).toMatchObject({ code: 'REQUEST.TOO_LARGE' });
+    });
+
+    it('when the handler fails unexpectedly, then 500 with a correlation id and no internals', async () => {
+      const response = await host.fetch('/test/fails', { claims });
+      expect(response.status).toBe(500);
+      const text = await response.text();
+      expect(text).not.toContain('secret internal detail');
+      expect(JSON.parse(text)).toMatchObject({ status: 500, correlationId: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+    });
   });
 });
