@@ -1,0 +1,26 @@
+import { app, type InvocationContext, type Timer } from '@azure/functions';
+import { busDb } from '../../shared/platform/bus/bus-db';
+import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
+import { getDeps } from '../runtime';
+
+/**
+ * Publishes the outbox: every event written with a state change goes to the `runtime-cloud-events` topic (Service
+ * Bus in Azure, the embedded topic on the local host, as `deps.events` decides). The timer drives the relay on both
+ * hosts, and nothing else does, so an event is never published by two mechanisms; rows are claimed, so even two
+ * overlapping runs do not publish the same event twice in the normal path.
+ */
+export async function outboxRelay(_timer: Timer, context: InvocationContext): Promise<void> {
+  const deps = await getDeps();
+  const result = await relayOutbox(busDb(deps.sql.db), deps.events, { clock: deps.clock, ids: deps.ids });
+  if (result.failed) {
+    // Left pending: the next tick retries after the back-off; the error is kept on the rows (outbox.last_error).
+    context.warn(`outbox relay: ${result.failed.events} event(s) not published via ${deps.events.name}: ${result.failed.error}`);
+  } else if (result.published > 0) {
+    context.log(`outbox relay: published ${result.published} event(s) via ${deps.events.name}`);
+  }
+}
+
+/** Every two seconds: events reach consumers within a few seconds of the change that caused them. */
+export const OUTBOX_RELAY_SCHEDULE = '*/2 * * * * *';
+
+app.timer('outboxRelay', { schedule: OUTBOX_RELAY_SCHEDULE, handler: outboxRelay });

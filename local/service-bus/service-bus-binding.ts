@@ -1,0 +1,246 @@
+import { InvocationContext, type FunctionTrigger } from '@azure/functions';
+import type { Kysely } from 'kysely';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { busDb } from '../../shared/platform/bus/bus-db';
+import type { BusTables } from '../../shared/platform/bus/bus.tables';
+import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shared/platform/bus/queue';
+import { abandon, complete, receive, release, renewLock } from '../../shared/platform/bus/queue.repository';
+import { ensureError } from '../../shared/platform/errors/app-error';
+import type { Clock } from '../../shared/platform/time/clock';
+import { triggerOf, type Registration } from '../functions-core/registry';
+import type { HostComponent, HostContext } from '../host';
+import type { LogHandler } from '../http/http-binding';
+
+export interface ServiceBusBindingOptions {
+  /** Deliveries before a message is dead-lettered (`MaxDeliveryCountExceeded`). Example: `10` (the default). */
+  readonly maxDeliveryCount?: number;
+  /** Peek-lock duration; the binding renews the lock while a handler runs. Example: `60000`. */
+  readonly lockDurationMs?: number;
+  /** How long an idle receiver waits before looking again. Example: `250`. */
+  readonly pollIntervalMs?: number;
+  /** Handlers running at once per function; default host.json `extensions.serviceBus.maxConcurrentCalls` or 16. */
+  readonly maxConcurrentCalls?: number;
+}
+
+/**
+ * Binds `serviceBusTrigger` functions (`app.serviceBusQueue`) to the embedded queue in the SQL store, as the
+ * Service Bus extension binds them to a queue: peek-lock receive, the handler gets the body (JSON parsed) and a
+ * real InvocationContext with the extension's trigger metadata; success completes the message, a throw abandons
+ * it (redelivered with a higher delivery count) until the max delivery count dead-letters it.
+ * `connection` and `isSessionsEnabled` are ignored: there is one embedded namespace and no sessions.
+ */
+export class ServiceBusBinding implements HostComponent {
+  readonly name = 'service-bus';
+  readonly #options: ServiceBusBindingOptions;
+  #receivers: QueueReceiver[] = [];
+
+  constructor(options: ServiceBusBindingOptions = {}) {
+    this.#options = options;
+  }
+
+  start(context: HostContext): Promise<void> {
+    const settings: ReceiverSettings = {
+      maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
+      lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
+      pollIntervalMs: this.#options.pollIntervalMs ?? 250,
+      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJsonMaxConcurrentCalls() ?? 16,
+    };
+    const db = busDb(context.deps.sql.db);
+    for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
+      const receiver = new QueueReceiver(registration, db, context.deps.clock, settings, context.log);
+      this.#receivers.push(receiver);
+      receiver.start();
+    }
+    return Promise.resolve();
+  }
+
+  /** Stops receiving, lets running handlers finish (and settle), gives back what was received but not started. */
+  async stop(): Promise<void> {
+    await Promise.all(this.#receivers.map((r) => r.stop()));
+    this.#receivers = [];
+  }
+}
+
+interface ReceiverSettings {
+  readonly maxDeliveryCount: number;
+  readonly lockDurationMs: number;
+  readonly pollIntervalMs: number;
+  readonly maxConcurrentCalls: number;
+}
+
+type QueueHandler = (message: unknown, context: InvocationContext) => unknown;
+
+class QueueReceiver {
+  readonly #registration: Registration;
+  readonly #trigger: ReturnType<typeof triggerOf>;
+  readonly #queue: string;
+  readonly #db: Kysely<BusTables>;
+  readonly #clock: Clock;
+  readonly #settings: ReceiverSettings;
+  readonly #log: LogHandler;
+  readonly #inFlight = new Set<Promise<void>>();
+  #stopped = false;
+  #loop: Promise<void> | undefined;
+  #wake: (() => void) | undefined;
+
+  constructor(registration: Registration, db: Kysely<BusTables>, clock: Clock, settings: ReceiverSettings, log: LogHandler) {
+    this.#registration = registration;
+    this.#trigger = triggerOf(registration);
+    if (typeof this.#trigger.queueName !== 'string') throw new Error(`function ${registration.metadata.name} names no queueName`);
+    this.#queue = this.#trigger.queueName;
+    this.#db = db;
+    this.#clock = clock;
+    this.#settings = settings;
+    this.#log = log;
+  }
+
+  get name(): string {
+    return this.#registration.metadata.name;
+  }
+
+  start(): void {
+    this.#loop = this.#run();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    await this.#loop;
+    await Promise.allSettled([...this.#inFlight]);
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#stopped) {
+      const free = this.#settings.maxConcurrentCalls - this.#inFlight.size;
+      let received: ReceivedMessage[] = [];
+      if (free > 0) {
+        try {
+          received = await receive(this.#db, this.#queue, {
+            now: this.#clock.now().getTime(),
+            max: free,
+            lockDurationMs: this.#settings.lockDurationMs,
+            maxDeliveryCount: this.#settings.maxDeliveryCount,
+            newLockToken: randomUUID,
+          });
+        } catch (thrown) {
+          this.#log('error', this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
+        }
+      }
+      for (const message of received) {
+        if (this.#stopped) {
+          await this.#settle('release', () => release(this.#db, message));
+          continue;
+        }
+        const work = this.#deliver(message);
+        this.#inFlight.add(work);
+        void work.finally(() => {
+          this.#inFlight.delete(work);
+          this.#wake?.();
+        });
+      }
+      // A full batch means more may be waiting: look again at once (as long as a handler slot is free).
+      if (received.length === 0 || received.length >= free) await this.#sleep();
+    }
+  }
+
+  #sleep(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, this.#settings.pollIntervalMs);
+      this.#wake = done;
+    });
+  }
+
+  async #deliver(message: ReceivedMessage): Promise<void> {
+    const name = this.name;
+    const context = new InvocationContext({
+      invocationId: randomUUID(),
+      functionName: name,
+      logHandler: (level, ...args) => this.#log(level, name, ...args),
+      triggerMetadata: triggerMetadataOf(message),
+      options: { trigger: this.#trigger as unknown as FunctionTrigger },
+    });
+    // Keep the lock while the handler runs (the extension's auto lock renewal), so no other receiver takes the message.
+    const renewal = setInterval(() => {
+      void this.#settle('renew lock', () =>
+        renewLock(this.#db, message, { now: this.#clock.now().getTime(), lockDurationMs: this.#settings.lockDurationMs }),
+      );
+    }, Math.max(50, Math.floor(this.#settings.lockDurationMs / 2)));
+    let failure: Error | undefined;
+    try {
+      await (this.#registration.callback as unknown as QueueHandler)(bodyForHandler(message), context);
+    } catch (thrown) {
+      failure = ensureError(thrown);
+    } finally {
+      clearInterval(renewal);
+    }
+    if (!failure) {
+      await this.#settle('complete', () => complete(this.#db, message));
+      return;
+    }
+    this.#log('warning', name, `message ${message.messageId} failed (delivery ${message.deliveryCount}): ${failure.message}`);
+    await this.#settle('abandon', async () => {
+      const outcome = await abandon(this.#db, message, {
+        now: this.#clock.now().getTime(),
+        maxDeliveryCount: this.#settings.maxDeliveryCount,
+      });
+      if (outcome === 'deadlettered') this.#log('warning', name, `message ${message.messageId} dead-lettered: MaxDeliveryCountExceeded`);
+      return outcome !== 'lock-lost';
+    });
+  }
+
+  /** A settlement that fails (lock lost, store busy) leaves the lock to lapse; the message is then redelivered. */
+  async #settle(what: string, action: () => Promise<unknown>): Promise<void> {
+    try {
+      const ok = await action();
+      if (ok === false) this.#log('warning', this.name, `${what} on ${this.#queue}: the message lock was lost`);
+    } catch (thrown) {
+      this.#log('error', this.name, `${what} on ${this.#queue} failed`, ensureError(thrown));
+    }
+  }
+}
+
+/**
+ * The trigger metadata the Service Bus extension gives a Node function (its binding contract, camel-cased by
+ * @azure/functions): message properties, delivery state and the application properties (also as `userProperties`,
+ * the older name).
+ */
+export function triggerMetadataOf(message: ReceivedMessage): Record<string, unknown> {
+  return {
+    messageId: message.messageId,
+    deliveryCount: message.deliveryCount,
+    enqueuedTimeUtc: message.enqueuedAt.toISOString(),
+    enqueuedTime: message.enqueuedAt.toISOString(),
+    expiresAtUtc: '9999-12-31T23:59:59.999Z',
+    lockedUntilUtc: message.lockedUntil.toISOString(),
+    lockToken: message.lockToken,
+    sequenceNumber: message.sequenceNumber,
+    contentType: message.contentType,
+    correlationId: message.correlationId,
+    subject: message.subject,
+    label: message.subject,
+    replyTo: null,
+    to: null,
+    sessionId: null,
+    applicationProperties: { ...message.applicationProperties },
+    userProperties: { ...message.applicationProperties },
+  };
+}
+
+function hostJsonMaxConcurrentCalls(): number | undefined {
+  try {
+    const hostJson = JSON.parse(readFileSync(join(__dirname, '..', '..', 'host.json'), 'utf8')) as {
+      extensions?: { serviceBus?: { maxConcurrentCalls?: unknown } };
+    };
+    const value = hostJson.extensions?.serviceBus?.maxConcurrentCalls;
+    return typeof value === 'number' && value > 0 ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}

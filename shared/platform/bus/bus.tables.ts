@@ -1,0 +1,69 @@
+import type { Generated } from 'kysely';
+
+/**
+ * Rows of the embedded bus (the local host's stand-in for Service Bus) and of the inbox. Times are epoch
+ * milliseconds. Row types never leave the repositories.
+ */
+
+/** Row of `queue_messages`: one message of an embedded queue, active or dead-lettered. Completed ones are deleted. */
+export interface QueueMessageTable {
+  /** The message's sequence number (enqueue order). */
+  seq: Generated<number>;
+  queue: string;
+  message_id: string;
+  correlation_id: string | null;
+  content_type: string | null;
+  subject: string | null;
+  /** JSON object of the application properties. */
+  application_properties: string;
+  /** The body as sent (JSON text for JSON bodies). */
+  body: string;
+  enqueued_at: number;
+  delivery_count: number;
+  /** Peek-lock: the current lock's token, and until when it holds; both null when the message is available. */
+  lock_token: string | null;
+  locked_until: number | null;
+  /** `active` or `deadlettered`. */
+  state: string;
+  dead_letter_reason: string | null;
+  dead_letter_description: string | null;
+  dead_lettered_at: number | null;
+}
+
+/** Row of `queue_message_ids`: duplicate detection, one row per (queue, messageId) last accepted. */
+export interface QueueMessageIdTable {
+  queue: string;
+  message_id: string;
+  accepted_at: number;
+}
+
+/** Row of `topic_messages`: the embedded topic, outbound events in publication order. */
+export interface TopicMessageTable {
+  seq: Generated<number>;
+  topic: string;
+  message_id: string;
+  correlation_id: string | null;
+  content_type: string | null;
+  subject: string | null;
+  application_properties: string;
+  body: string;
+  enqueued_at: number;
+}
+
+/** Row of `inbox`: an inbound message recorded before the module acts on it. */
+export interface InboxTable {
+  module: string;
+  message_id: string;
+  business_key: string;
+  received_at: number;
+  processed_at: number | null;
+  /** What the module did (`applied`, `rejected`, `duplicate-business-key`, …); null while unprocessed. */
+  outcome: string | null;
+}
+
+export interface BusTables {
+  queue_messages: QueueMessageTable;
+  queue_message_ids: QueueMessageIdTable;
+  topic_messages: TopicMessageTable;
+  inbox: InboxTable;
+}

@@ -1,0 +1,81 @@
+import type { Kysely } from 'kysely';
+import { ensureError } from '../errors/app-error';
+import type { Clock, Ids } from '../time/clock';
+import type { CloudEvent } from './events';
+import type { EventPublisher } from './event-publisher';
+import type { OutboxTables } from './outbox';
+import { claimPending, markPublished, releaseClaim, type PendingEvent } from './outbox-relay.repository';
+import type { OutgoingMessage } from './queue';
+
+export interface RelayOptions {
+  readonly clock: Clock;
+  readonly ids: Ids;
+  /** Rows per claim. Example: `100`. */
+  readonly batchSize?: number;
+  /** How long a claim holds before another relay may take the rows over. Example: `30000`. */
+  readonly leaseMs?: number;
+  /** Stop after this many batches, so one run (one timer tick) stays short. Example: `20`. */
+  readonly maxBatches?: number;
+  /** After a failed publish the rows wait this long. Example: `5000`. */
+  readonly retryAfterMs?: number;
+}
+
+export interface RelayResult {
+  readonly published: number;
+  readonly failed?: { readonly error: string; readonly events: number };
+}
+
+/**
+ * One relay run: moves pending outbox rows to the bus in `seq` order, batch by batch, until none are left (or
+ * `maxBatches`). A row is marked published only after the publisher confirmed it; a failed batch stays pending
+ * and the run stops there, so later events never overtake it.
+ */
+export async function relayOutbox(db: Kysely<OutboxTables>, publisher: EventPublisher, options: RelayOptions): Promise<RelayResult> {
+  const batchSize = options.batchSize ?? 100;
+  const leaseMs = options.leaseMs ?? 30_000;
+  let published = 0;
+  for (let batch = 0; batch < (options.maxBatches ?? 20); batch++) {
+    const claimToken = options.ids.next('relay');
+    const events = await claimPending(db, { claimToken, now: options.clock.now().getTime(), leaseMs, batchSize });
+    if (events.length === 0) break;
+    try {
+      for (const [topic, messages] of byTopicInOrder(events)) await publisher.publish(topic, messages);
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      await releaseClaim(db, claimToken, error.message, options.clock.now().getTime(), options.retryAfterMs ?? 5_000);
+      return { published, failed: { error: error.message, events: events.length } };
+    }
+    await markPublished(db, claimToken, events.map((e) => e.seq), options.clock.now().getTime());
+    published += events.length;
+    if (events.length < batchSize) break;
+  }
+  return { published };
+}
+
+/** Consecutive runs of one topic, so per-topic order is the outbox order. */
+function byTopicInOrder(events: readonly PendingEvent[]): [string, OutgoingMessage[]][] {
+  const runs: [string, OutgoingMessage[]][] = [];
+  for (const event of events) {
+    const last = runs[runs.length - 1];
+    const message = toOutgoingMessage(event);
+    if (last && last[0] === event.topic) last[1].push(message);
+    else runs.push([event.topic, [message]]);
+  }
+  return runs;
+}
+
+/** The bus message of an outbox event: messageId = event id, correlationId = run or promotion id, type as a property. */
+export function toOutgoingMessage(event: PendingEvent): OutgoingMessage {
+  const cloudEvent = JSON.parse(event.payload) as CloudEvent;
+  return {
+    messageId: event.eventId,
+    body: event.payload,
+    contentType: 'application/json',
+    ...(event.correlationId !== null ? { correlationId: event.correlationId } : {}),
+    ...(cloudEvent.subject !== undefined ? { subject: cloudEvent.subject } : {}),
+    applicationProperties: {
+      type: cloudEvent.type,
+      ...(cloudEvent.tenant !== undefined ? { tenant: cloudEvent.tenant } : {}),
+    },
+  };
+}

@@ -1,0 +1,112 @@
+import type { Kysely } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BusTables } from '../../shared/platform/bus/bus.tables';
+import { embeddedTopicPublisher, type EventPublisher } from '../../shared/platform/bus/event-publisher';
+import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
+import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
+import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
+import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
+import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+
+type Db = Kysely<OutboxTables & BusTables>;
+
+function leaseExpired(n: number): NewEvent {
+  return { type: 'LeaseExpired', subject: `leases/${n}`, correlationId: `lease-${n}`, tenant: 't1', data: { n } };
+}
+
+for (const dialect of DIALECTS) {
+  describe.skipIf(skipDialect(dialect))(`outbox relay on ${dialect}`, () => {
+    let database: TestDatabase;
+    let db: Db;
+    const clock = new ManualClock('2026-11-30T09:00:00Z');
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      db = database.store.db as Db;
+    });
+    afterAll(async () => {
+      await database?.drop();
+    });
+
+    async function topicEvents(): Promise<{ messageId: string; n: unknown }[]> {
+      const messages = await readTopic(db, EVENTS_TOPIC, { limit: 1000 });
+      return messages.map((m) => ({ messageId: m.messageId, n: (JSON.parse(m.body) as { data: { n: unknown } }).data.n }));
+    }
+
+    it('when the relay runs, then each pending event is published once, in outbox order, with its message properties', async () => {
+      const before = (await topicEvents()).length;
+      const written = await appendToOutbox(db, [1, 2, 3].map(leaseExpired), clock, randomIds);
+      const publisher = embeddedTopicPublisher(db, clock);
+
+      const first = await relayOutbox(db, publisher, { clock, ids: randomIds, batchSize: 2 });
+      const second = await relayOutbox(db, publisher, { clock, ids: randomIds });
+
+      expect(first).toEqual({ published: 3 });
+      expect(second).toEqual({ published: 0 });
+      const published = (await readTopic(db, EVENTS_TOPIC, { limit: 1000 })).slice(before);
+      expect(published.map((m) => m.messageId)).toEqual(written.map((e) => e.id));
+      expect(published[0]).toMatchObject({
+        correlationId: 'lease-1',
+        contentType: 'application/json',
+        subject: 'leases/1',
+        applicationProperties: { type: 'LeaseExpired', tenant: 't1' },
+      });
+      expect(JSON.parse(published[0]?.body ?? '{}')).toEqual(written[0]);
+      expect((await pendingSummary(db)).count).toBe(0);
+    });
+
+    it('when two relays on separate connections run at once, then every event is published exactly once and in order', async () => {
+      const before = (await topicEvents()).length;
+      for (let batch = 0; batch < 6; batch++) {
+        await appendToOutbox(db, Array.from({ length: 20 }, (_, i) => leaseExpired(batch * 20 + i)), clock, randomIds);
+      }
+      const other = database.connectAgain();
+      const published: string[] = [];
+      // A publisher that records every message handed to the bus, so a double publish cannot hide behind dedupe.
+      const recording = (inner: EventPublisher): EventPublisher => ({
+        name: 'recording',
+        async publish(topic, messages) {
+          published.push(...messages.map((m) => m.messageId));
+          await inner.publish(topic, messages);
+        },
+        close: () => Promise.resolve(),
+      });
+      try {
+        const relayA = recording(embeddedTopicPublisher(db, clock));
+        const relayB = recording(embeddedTopicPublisher(other.db as Db, clock));
+        const runs = async (publisher: EventPublisher, store: Db) => {
+          for (let i = 0; i < 8; i++) await relayOutbox(store, publisher, { clock, ids: randomIds, batchSize: 15 });
+        };
+
+        await Promise.all([runs(relayA, db), runs(relayB, other.db as Db)]);
+
+        const events = (await topicEvents()).slice(before);
+        expect(events.map((e) => e.n)).toEqual(Array.from({ length: 120 }, (_, i) => i));
+        expect(published).toHaveLength(120);
+        expect(new Set(published).size).toBe(120);
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('when a relay dies holding a claim, then another takes the events over after the lease and the topic keeps each once', async () => {
+      const before = (await topicEvents()).length;
+      const written = await appendToOutbox(db, [leaseExpired(900), leaseExpired(901)], clock, randomIds);
+      const publisher = embeddedTopicPublisher(db, clock);
+      // The dead relay claimed both and got the first onto the bus before it died.
+      const claimed = await claimPending(db, { claimToken: 'dead-relay', now: clock.now().getTime(), leaseMs: 30_000, batchSize: 10 });
+      expect(claimed.map((e) => e.eventId)).toEqual(written.map((e) => e.id));
+      await publisher.publish(EVENTS_TOPIC, [{ messageId: written[0]?.id ?? '', body: JSON.stringify(written[0]), contentType: 'application/json' }]);
+
+      const during = await relayOutbox(db, publisher, { clock, ids: randomIds });
+      clock.advance(30_001);
+      const after = await relayOutbox(db, publisher, { clock, ids: randomIds });
+
+      expect(during).toEqual({ published: 0 });
+      expect(after).toEqual({ published: 2 });
+      expect((await topicEvents()).slice(before).map((e) => e.messageId)).toEqual(written.map((e) => e.id));
+    });
+  });
+}
