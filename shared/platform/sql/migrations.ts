@@ -41,8 +41,17 @@ export async function migrateToLatest(db: AnyDb, dialect: SqlDialect, sources: r
       return Promise.resolve(all);
     },
   };
+  // Kysely looks for its bookkeeping tables in any schema unless told which; on PostgreSQL, name the schema of
+  // the search path, so stores that share a server (one schema per host or test) never see each other's tables.
+  const migrationTableSchema =
+    dialect === 'postgres' ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0]?.schema : undefined;
   // Modules add migrations independently, so one may sort before another that already ran.
-  const migrator = new Migrator({ db, provider, allowUnorderedMigrations: true });
+  const migrator = new Migrator({
+    db,
+    provider,
+    allowUnorderedMigrations: true,
+    ...(migrationTableSchema ? { migrationTableSchema } : {}),
+  });
   for (let attempt = 1; ; attempt++) {
     const { error, results } = await migrator.migrateToLatest();
     if (!error) return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);

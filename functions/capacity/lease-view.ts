@@ -1,0 +1,30 @@
+import { AppError } from '../../shared/platform/errors/app-error';
+import type { TenantFilter } from '../../shared/platform/auth/auth';
+import { effectiveState, type Lease } from '../../shared/capacity/lease';
+
+/**
+ * A lease as the HTTP API shows it. Changing this shape is a breaking change for workers and the tool executor.
+ * `state` is the effective state: an active lease past its expiry shows as expired before the sweep marks it.
+ */
+export function leaseView(lease: Lease, now: Date) {
+  return {
+    leaseId: lease.id,
+    tenant: lease.tenant,
+    kind: lease.kind,
+    pool: lease.pool,
+    units: lease.units,
+    holder: lease.holder,
+    fencingToken: lease.fencingToken,
+    grantedAt: lease.grantedAt.toISOString(),
+    expiresAt: lease.expiresAt.toISOString(),
+    ...(lease.renewedAt ? { renewedAt: lease.renewedAt.toISOString() } : {}),
+    state: effectiveState(lease, now),
+    ...(lease.idempotencyKey !== undefined ? { idempotencyKey: lease.idempotencyKey } : {}),
+  };
+}
+
+/** Acquiring acts for exactly one tenant: the token's, or the one a service names. */
+export function singleTenant(filter: TenantFilter): string {
+  if (filter.kind === 'one') return filter.tenant;
+  throw new AppError('AUTH.TENANT_REQUIRED', 'validation', 'name the tenant (header X-Tenant-Id) to acquire capacity');
+}

@@ -1,0 +1,98 @@
+import { z } from 'zod';
+import { LEASE_STATES } from '../../shared/capacity/lease';
+import { CAPACITY_KINDS } from '../../shared/capacity/pool';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { endpoint, parseQuery } from '../http/endpoint';
+import { leaseView, singleTenant } from './lease-view';
+import { moduleApp } from '../app';
+
+const idempotencyKey = z.string().min(1).max(200);
+
+/** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
+const acquireBody = z
+  .object({
+    kind: z.enum(CAPACITY_KINDS),
+    units: z.number().int().positive().default(1),
+    ttlSeconds: z.number().int().positive(),
+    holder: z.string().min(1).max(200),
+    idempotencyKey: idempotencyKey.optional(),
+    pool: z.string().min(1).max(200).optional(),
+    labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
+  })
+  .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] });
+
+/** Grants a capacity lease: 201 when new, 200 when the idempotency key names one already granted. */
+export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: acquireBody }, async ({ request, deps, tenants, body }) => {
+  const headerKey = request.headers.get('idempotency-key') ?? undefined;
+  if (headerKey !== undefined && body.idempotencyKey !== undefined && headerKey !== body.idempotencyKey) {
+    throw new AppError('REQUEST.IDEMPOTENCY_KEY_MISMATCH', 'validation', 'the Idempotency-Key header and body field differ');
+  }
+  const key = body.idempotencyKey ?? headerKey;
+  if (key !== undefined && !idempotencyKey.safeParse(key).success) {
+    throw new AppError('REQUEST.INVALID', 'validation', 'the Idempotency-Key must be 1 to 200 characters');
+  }
+  const result = await deps.capacity.acquire({
+    tenant: singleTenant(tenants()),
+    kind: body.kind,
+    units: body.units,
+    ttlSeconds: body.ttlSeconds,
+    holder: body.holder,
+    ...(key !== undefined ? { idempotencyKey: key } : {}),
+    ...(body.pool !== undefined ? { pool: body.pool } : {}),
+    ...(body.labels !== undefined ? { labels: body.labels } : {}),
+  });
+  return {
+    status: result.outcome === 'granted' ? 201 : 200,
+    headers: { location: `/runtime-cloud/leases/${result.lease.id}` },
+    jsonBody: leaseView(result.lease, deps.clock.now()),
+  };
+});
+
+const renewBody = z.object({ fencingToken: z.number().int().nonnegative(), ttlSeconds: z.number().int().positive().optional() });
+
+/** Extends a lease: 410 when it has expired or was released, 409 when the fencing token is not the lease's. */
+export const renewLease = endpoint({ scope: 'factory.capacity.lease', body: renewBody }, async ({ request, deps, tenants, body }) => {
+  const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds);
+  return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
+});
+
+/** Releases a lease: 204, also for one already released; 410 for an expired one. */
+export const releaseLease = endpoint({ scope: 'factory.capacity.lease' }, async ({ request, deps, tenants }) => {
+  await deps.capacity.release(tenants(), request.params.id ?? '');
+  return { status: 204 };
+});
+
+export const getLease = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  const lease = await deps.capacity.getLease(tenants(), request.params.id ?? '');
+  return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
+});
+
+const listQuery = z.object({
+  holder: z.string().min(1).optional(),
+  state: z.enum(LEASE_STATES).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  cursor: z.string().min(1).optional(),
+  tenant: z.string().optional(),
+});
+
+/** The caller's tenant's leases, by id, paginated with `?limit=&cursor=`. */
+export const listLeases = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  const q = parseQuery(request, listQuery);
+  const page = await deps.capacity.listLeases(tenants(), {
+    limit: q.limit,
+    ...(q.holder !== undefined ? { holder: q.holder } : {}),
+    ...(q.state !== undefined ? { state: q.state } : {}),
+    ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
+  });
+  const now = deps.clock.now();
+  return {
+    status: 200,
+    jsonBody: { items: page.items.map((l) => leaseView(l, now)), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) },
+  };
+});
+
+moduleApp('capacity').http('acquireLease', { route: 'runtime-cloud/leases', methods: ['POST'], authLevel: 'anonymous', handler: acquireLease });
+moduleApp('capacity').http('listLeases', { route: 'runtime-cloud/leases', methods: ['GET'], authLevel: 'anonymous', handler: listLeases });
+moduleApp('capacity').http('renewLease', { route: 'runtime-cloud/leases/{id}/renew', methods: ['POST'], authLevel: 'anonymous', handler: renewLease });
+moduleApp('capacity').http('releaseLease', { route: 'runtime-cloud/leases/{id}', methods: ['DELETE'], authLevel: 'anonymous', handler: releaseLease });
+moduleApp('capacity').http('getLease', { route: 'runtime-cloud/leases/{id}', methods: ['GET'], authLevel: 'anonymous', handler: getLease });

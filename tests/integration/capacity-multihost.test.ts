@@ -1,0 +1,78 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
+import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import { parseConfig } from '../../shared/platform/config/config';
+import { startChildHost, type RunningChild } from '../support/child-process';
+import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+
+const HOSTS = 4;
+const skip = skipDialect('postgres');
+if (skip) console.warn(`[capacity-multihost] SKIPPED: ${postgresSkipReason()}`);
+
+describe.skipIf(skip)('capacity across 4 local hosts on one PostgreSQL', () => {
+  let database: TestDatabase;
+  let tables: RunningTableServer;
+  let stateDir: string;
+  let hosts: RunningChild[] = [];
+  let token: (claims: { tenant?: string; roles?: string[]; scopes?: string[] }) => Promise<string>;
+
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres');
+    tables = await startTableServer();
+    // One state dir: the hosts share the issuer key (created here first), so one token works on all of them.
+    stateDir = mkdtempSync(join(tmpdir(), 'rch-capacity-multi-'));
+    const keys = await ensureLocalKeys(stateDir);
+    const config = parseConfig({});
+    token = (claims) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ...claims });
+    // All four start at once, so they also seed the bundled capacity file concurrently.
+    hosts = await Promise.all(
+      Array.from({ length: HOSTS }, () =>
+        startChildHost(stateDir, { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString }),
+      ),
+    );
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await tables?.close();
+    await database?.drop();
+    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  it('when 200 acquires are spread over 4 hosts against a pool of 50, then exactly 50 are granted', async () => {
+    const admin = await token({ roles: ['PlatformAdmin'] });
+    const put = (path: string, body: unknown) =>
+      fetch(new URL(path, hosts[0]?.url), {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    expect((await put('/runtime-cloud/editions/bulk', { limits: { build: { maxUnits: 1000, maxTtlSeconds: 600 } } })).status).toBe(201);
+    expect((await put('/runtime-cloud/tenants/multi', { edition: 'bulk' })).status).toBe(201);
+    expect((await put('/runtime-cloud/pools/multi-50', { kind: 'build', target: 'local', capacity: 50 })).status).toBe(201);
+
+    const lease = await token({ tenant: 'multi', scopes: ['factory.capacity.lease'] });
+    const responses = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        fetch(new URL('/runtime-cloud/leases', hosts[i % HOSTS]?.url), {
+          method: 'POST',
+          headers: { authorization: `Bearer ${lease}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'build', ttlSeconds: 300, holder: `w${i}`, pool: 'multi-50' }),
+        }),
+      ),
+    );
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(50);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(150);
+    const tokens = await Promise.all(responses.filter((r) => r.status === 201).map(async (r) => ((await r.json()) as { fencingToken: number }).fencingToken));
+    expect(new Set(tokens).size).toBe(50);
+    // The shared row agrees: 50 units used, one fencing token per grant.
+    const pools = await database.store.db.selectFrom('capacity_pools').select(['id', 'used', 'fencing_counter']).where('id', '=', 'multi-50').execute();
+    expect(pools).toEqual([{ id: 'multi-50', used: 50, fencing_counter: 50 }]);
+    const seeded = await database.store.db.selectFrom('capacity_pools').select('id').where('id', 'like', 'local-%').execute();
+    expect(seeded).toHaveLength(4);
+  }, 60_000);
+});

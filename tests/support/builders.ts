@@ -1,0 +1,65 @@
+import type { CapacitySeed } from '../../shared/capacity/capacity.seed';
+import type { Lease, LeaseRequest } from '../../shared/capacity/lease';
+import type { Edition, KindLimit, Pool, PoolSpec } from '../../shared/capacity/pool';
+
+/** Test data builders: sensible defaults, override what the test is about. */
+
+export function aLease(overrides: Partial<Lease> = {}): Lease {
+  return {
+    id: 'lease_1',
+    tenant: 'tenant-a',
+    kind: 'attempt',
+    pool: 'pool-attempt',
+    units: 1,
+    holder: 'worker-1',
+    fencingToken: 1,
+    grantedAt: new Date('2026-01-01T00:00:00.000Z'),
+    expiresAt: new Date('2026-01-01T00:01:00.000Z'),
+    state: 'active',
+    ...overrides,
+  };
+}
+
+export function aLeaseRequest(overrides: Partial<LeaseRequest> = {}): LeaseRequest {
+  return { tenant: 'tenant-a', kind: 'attempt', units: 1, ttlSeconds: 60, holder: 'worker-1', ...overrides };
+}
+
+export function aPoolSpec(overrides: Partial<PoolSpec> = {}): PoolSpec {
+  return { kind: 'attempt', target: 'local', capacity: 10, min: 0, max: 1000, labels: {}, ...overrides };
+}
+
+export function aPool(overrides: Partial<Pool> = {}): Pool {
+  return { id: 'pool-attempt', kind: 'attempt', target: 'local', capacity: 10, min: 0, max: 1000, labels: {}, used: 0, ...overrides };
+}
+
+export function aKindLimit(overrides: Partial<KindLimit> = {}): KindLimit {
+  return { maxUnits: 10, maxTtlSeconds: 3600, ...overrides };
+}
+
+export function anEdition(overrides: Partial<Edition> = {}): Edition {
+  const limit = aKindLimit();
+  return {
+    name: 'team',
+    limits: { attempt: limit, sandbox: limit, build: limit, 'browser-session': limit },
+    ...overrides,
+  };
+}
+
+/**
+ * A capacity seed with one edition (`limit` units of every kind), `tenants` on it and one pool per entry of
+ * `pools` (id → capacity, kind attempt unless the id names another kind first: `sandbox-1`).
+ */
+export function aCapacitySeed(options: { limit?: number; maxTtlSeconds?: number; tenants?: string[]; pools?: Record<string, number> } = {}): CapacitySeed {
+  const limit = { maxUnits: options.limit ?? 1000, maxTtlSeconds: options.maxTtlSeconds ?? 3600 };
+  const kinds = ['attempt', 'sandbox', 'build', 'browser-session'] as const;
+  return {
+    editions: { standard: { limits: Object.fromEntries(kinds.map((k) => [k, limit])) } },
+    tenants: Object.fromEntries((options.tenants ?? ['tenant-a', 'tenant-b']).map((t) => [t, { edition: 'standard' }])),
+    pools: Object.fromEntries(
+      Object.entries(options.pools ?? { 'pool-attempt': 10 }).map(([id, capacity]) => [
+        id,
+        { kind: kinds.find((k) => id.startsWith(k)) ?? 'attempt', target: 'local', capacity },
+      ]),
+    ),
+  };
+}
