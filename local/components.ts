@@ -1,6 +1,11 @@
+import { capacitySeedComponent } from './capacity-seed';
+import { localDurable } from './durable/durable-component';
 import type { HostComponent } from './host';
+import { BusEndpoints } from './local-endpoints/bus-endpoints';
+import { ServiceBusBinding } from './service-bus/service-bus-binding';
+import { TimerBinding } from './timers/timer-binding';
 
 /** The components of a full local host, in start order. */
 export function localComponents(): HostComponent[] {
-  return [];
+  return [capacitySeedComponent(), new BusEndpoints(), new ServiceBusBinding(), new TimerBinding(), localDurable()];
 }

@@ -1,13 +1,19 @@
 import type { JSONWebKeySet } from 'jose';
 import { sql } from 'kysely';
 import { createTokenValidator, type TokenValidator } from './platform/auth/auth';
+import { busDb } from './platform/bus/bus-db';
+import { inboxLagChecks } from './platform/bus/bus.health';
+import type { EventPublisher } from './platform/bus/event-publisher';
+import { createEventPublisher } from './platform/bus/publishers';
 import type { Config } from './platform/config/config';
+import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacRunner } from './platform/iac/iac-runner';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
+import { createCapacityService, type CapacityService } from './capacity/capacity.service';
 import { allMigrations } from './migrations';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
@@ -20,6 +26,10 @@ export interface Deps {
   readonly auth: TokenValidator;
   readonly iac: IacRunner;
   readonly healthChecks: readonly HealthCheck[];
+  /** Where the outbox relay publishes: Service Bus when ServiceBusConnection is set, else the embedded topic. */
+  readonly events: EventPublisher;
+  /** Pools, editions, quotas and leases. */
+  readonly capacity: CapacityService;
   close(): Promise<void>;
 }
 
@@ -57,6 +67,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks });
   const iac = config.iac.runner === 'local' ? localIacRunner() : pulumiIacRunner();
 
+  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
+
   const healthChecks: HealthCheck[] = [
     {
       name: 'runtime-cloud-store',
@@ -74,6 +86,9 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
         return { details: { runner: iac.name, version: await iac.version() } };
       },
     },
+    targetsCheck(config.targets),
+    configPlatformCheck(config.configPlatform.endpoint),
+    ...inboxLagChecks(busDb(store.db), config.host.enabledModules, clock),
   ];
 
   return {
@@ -85,6 +100,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     auth,
     iac,
     healthChecks,
-    close: () => store.close(),
+    capacity: createCapacityService({ store, clock, ids }),
+    events,
+    async close() {
+      await events.close();
+      await store.close();
+    },
   };
 }

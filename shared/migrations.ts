@@ -1,5 +1,8 @@
+import { capacityMigrations } from './capacity/capacity.migrations';
+import { busMigrations } from './platform/bus/bus.migrations';
 import { outboxMigrations } from './platform/bus/outbox';
+import { durableMigrations } from './platform/durable/durable.migrations';
 import type { MigrationSource } from './platform/sql/migrations';
 
 /** Every migration source of the product, platform first. A module adds its source here. */
-export const allMigrations: readonly MigrationSource[] = [outboxMigrations];
+export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations];

@@ -62,12 +62,20 @@ export interface TokenValidator {
 /** Asymmetric algorithms only: `none` and HMAC (which a public key could forge) are never accepted. */
 const ALLOWED_ALGORITHMS = ['RS256', 'ES256'];
 
+/** Validated tokens kept by their exact string; a worker presents the same token for every call until it expires. */
+const TOKEN_CACHE_LIMIT = 10_000;
+
 export function createTokenValidator(options: TokenValidatorOptions): TokenValidator {
   const keySet = options.keys instanceof URL ? createRemoteJWKSet(options.keys) : createLocalJWKSet(options.keys);
+  // Signature verification dominates a cheap request; a token that verified once stays valid until its `exp`
+  // (kept out of the cache past that instant, so expiry is judged by jose again, with its tolerance).
+  const validated = new Map<string, { principal: Principal; expiresAtMs: number }>();
   return {
     async authenticate(authorization) {
       const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
       if (!match?.[1]) throw unauthorized('AUTH.TOKEN_MISSING', 'a bearer token is required');
+      const cached = validated.get(match[1]);
+      if (cached && Date.now() < cached.expiresAtMs) return cached.principal;
       let payload: JWTPayload;
       try {
         ({ payload } = await jwtVerify(match[1], keySet, {
@@ -80,7 +88,12 @@ export function createTokenValidator(options: TokenValidatorOptions): TokenValid
       } catch (error) {
         throw unauthorized('AUTH.TOKEN_INVALID', describeJoseError(error));
       }
-      return principalFrom(payload);
+      const principal = principalFrom(payload);
+      if (typeof payload.exp === 'number') {
+        if (validated.size >= TOKEN_CACHE_LIMIT) validated.clear();
+        validated.set(match[1], { principal, expiresAtMs: payload.exp * 1000 });
+      }
+      return principal;
     },
   };
 }

@@ -67,12 +67,21 @@ export const settings = {
     z.array(targetSchema).min(1),
     JSON.stringify([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]),
   ),
+  /** Config Platform base URL (environments' runtime configuration, by reference); empty: embedded configuration. */
+  RuntimeCloud__ConfigPlatform__Endpoint: z.union([z.literal(''), z.url()]).default(''),
   /** Folder of the local host's state (SQLite file, Azurite data, token keys). */
   RuntimeCloud__Local__StateDir: z.string().min(1).default('.runtime-cloud'),
   /** Port of the local host's HTTP server (seed: https 8130). */
   RuntimeCloud__Local__Port: port.default(8130),
-  /** Service Bus connection used by the Functions triggers and the event relay (Azure only). */
+  /**
+   * Capacity seed file (editions, pools, tenants upserted at start-up), relative to the working directory; empty on
+   * the local host means its bundled `local/capacity-seed.json`, `none` seeds nothing. Example: `config/capacity.json`.
+   */
+  RuntimeCloud__Capacity__SeedFile: z.string().default(''),
+  /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
+  /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
+  ServiceBusConnection__fullyQualifiedNamespace: z.string().default(''),
   /** Functions host storage (Durable task hub, timers); Azure only. */
   AzureWebJobsStorage: z.string().default(''),
   /** Functions language worker; always `node`. */
@@ -92,8 +101,10 @@ export interface Config {
   readonly tables: { readonly connection: string };
   readonly auth: { readonly issuer: string; readonly audience: string; readonly jwksUrl: string };
   readonly targets: readonly ProvisioningTarget[];
+  readonly configPlatform: { readonly endpoint: string };
   readonly local: { readonly stateDir: string; readonly port: number };
   readonly serviceBus: { readonly connection: string };
+  readonly capacity: { readonly seedFile: string };
 }
 
 export class ConfigError extends Error {
@@ -127,8 +138,10 @@ function toConfig(s: Settings): Config {
     tables: { connection: s.RuntimeCloud__Tables__Connection },
     auth: { issuer: s.RuntimeCloud__Auth__Issuer, audience: s.RuntimeCloud__Auth__Audience, jwksUrl: s.RuntimeCloud__Auth__JwksUrl },
     targets: s.RuntimeCloud__Targets,
+    configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint },
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
-    serviceBus: { connection: s.ServiceBusConnection },
+    serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
+    capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
   };
 }
 

@@ -1,0 +1,272 @@
+import { randomUUID } from 'node:crypto';
+import { requireScope, type TokenValidator } from '../../shared/platform/auth/auth';
+import { AppError, ensureError, type ErrorKind } from '../../shared/platform/errors/app-error';
+import type { AnyDb } from '../../shared/platform/sql/database';
+import type { Clock } from '../../shared/platform/time/clock';
+import type { HttpBinding, RawRequest, RawResponse } from '../http/http-binding';
+import { HistoryEventType, TERMINAL_STATUSES, durableClientData, summarizeEvent, type HistoryEvent } from './durable-protocol';
+import {
+  durableDb,
+  getInstance,
+  listInstances,
+  loadHistory,
+  purgeInstance,
+  raiseEvent,
+  startInstance,
+  terminateInstance,
+  type DurableInstance,
+} from './durable.repository';
+import { initialRunnerState } from './durable-runner';
+
+/** Where the local host serves the Durable HTTP API subset that `DurableClient` calls (with `rpcBaseUrl` set). */
+export const RPC_BASE_PATH = 'runtime-cloud/local/durable/rpc';
+/** The webhook-style routes behind the URLs of `createCheckStatusResponse` (as the Functions host names them). */
+export const WEBHOOK_BASE_PATH = 'runtime/webhooks/durabletask';
+/** The local view of instances, for people (bearer token with factory.runtime.admin). */
+export const VIEW_BASE_PATH = 'runtime-cloud/local/durable/instances';
+
+const MAX_INSTANCE_ID_LENGTH = 200;
+
+export interface DurableApiDeps {
+  readonly db: AnyDb;
+  readonly clock: Clock;
+  readonly auth: TokenValidator;
+  /** This host process's secret in the client URLs. */
+  readonly key: string;
+  /** The orchestration functions registered on this host. */
+  readonly orchestrations: () => readonly string[];
+  /** Tells the runner there is work (a start, an event, a termination). */
+  readonly wake: () => void;
+  /** The host's origin, once listening. */
+  readonly origin: () => string;
+  readonly workerId: string;
+}
+
+/** Binds the Durable client API (rpc and webhook forms) and the local view to the host's HTTP server. */
+export function addDurableRoutes(http: HttpBinding, deps: DurableApiDeps): void {
+  const api = new DurableApi(deps);
+  const rpc = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
+    request.params.key === deps.key ? guarded(handler, request) : problem(404, 'Not found', 'unknown durable endpoint');
+  const webhook = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
+    request.url.searchParams.get('code') === deps.key ? guarded(handler, request) : problem(401, 'Unauthorized', 'a valid code is required');
+
+  for (const [wrap, base] of [
+    [rpc, `${RPC_BASE_PATH}/{key}`],
+    [webhook, WEBHOOK_BASE_PATH],
+  ] as const) {
+    http.addRawRoute(['POST'], `${base}/orchestrators/{functionName}/{instanceId?}`, wrap((r) => api.start(r)));
+    http.addRawRoute(['GET'], `${base}/instances/{instanceId?}`, wrap((r) => (r.params.instanceId ? api.status(r) : api.list(r))));
+    http.addRawRoute(['DELETE'], `${base}/instances/{instanceId}`, wrap((r) => api.purge(r)));
+    http.addRawRoute(['POST'], `${base}/instances/{instanceId}/raiseEvent/{eventName}`, wrap((r) => api.raise(r)));
+    http.addRawRoute(['POST'], `${base}/instances/{instanceId}/terminate`, wrap((r) => api.terminate(r)));
+  }
+  http.addRawRoute(['GET'], `${VIEW_BASE_PATH}/{instanceId?}`, (r) => guarded((req) => api.view(req), r));
+}
+
+const STATUS: Partial<Record<ErrorKind, number>> = {
+  unauthorized: 401,
+  forbidden: 403,
+  validation: 400,
+  'not-found': 404,
+  conflict: 409,
+  gone: 410,
+};
+
+async function guarded(handler: (r: RawRequest) => Promise<RawResponse>, request: RawRequest): Promise<RawResponse> {
+  try {
+    return await handler(request);
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    const status = error instanceof AppError ? STATUS[error.kind] : undefined;
+    if (error instanceof AppError && status !== undefined) return problem(status, error.code, error.message);
+    throw error;
+  }
+}
+
+function problem(status: number, title: string, detail: string): RawResponse {
+  return { status, headers: { 'content-type': 'application/problem+json' }, body: { type: 'about:blank', title, status, detail } };
+}
+
+function parseJsonText(body: Buffer): string | null {
+  const text = body.toString('utf8');
+  if (text.trim() === '') return null;
+  try {
+    JSON.parse(text);
+  } catch {
+    throw new AppError('DURABLE.INPUT_NOT_JSON', 'validation', 'the body must be JSON');
+  }
+  return text;
+}
+
+function parseOrNull(text: string | null): unknown {
+  return text === null ? null : (JSON.parse(text) as unknown);
+}
+
+class DurableApi {
+  readonly #deps: DurableApiDeps;
+  constructor(deps: DurableApiDeps) {
+    this.#deps = deps;
+  }
+
+  get #db() {
+    return durableDb(this.#deps.db);
+  }
+
+  /** startNew: a caller-chosen id that is pending or running is refused (409); an ended one starts afresh. */
+  async start(request: RawRequest): Promise<RawResponse> {
+    const name = request.params.functionName ?? '';
+    const registered = this.#deps.orchestrations().find((n) => n.toLowerCase() === name.toLowerCase());
+    if (!registered) {
+      throw new AppError('DURABLE.UNKNOWN_ORCHESTRATION', 'validation', `'${name}' is not an orchestration function of this host`);
+    }
+    const instanceId = request.params.instanceId ?? randomUUID().replace(/-/g, '');
+    if (instanceId.length > MAX_INSTANCE_ID_LENGTH || /[/\\#?]/.test(instanceId)) {
+      throw new AppError('DURABLE.INVALID_INSTANCE_ID', 'validation', 'instance ids have at most 200 characters and no / \\ # ?');
+    }
+    const input = parseJsonText(request.body);
+    const outcome = await startInstance(this.#db, {
+      instanceId,
+      name: registered,
+      executionId: randomUUID(),
+      input,
+      runnerState: JSON.stringify(initialRunnerState()),
+      now: this.#deps.clock.now().getTime(),
+    });
+    if (outcome === 'conflict') {
+      throw new AppError('DURABLE.INSTANCE_ACTIVE', 'conflict', `an instance with id '${instanceId}' is already pending or running`);
+    }
+    this.#deps.wake();
+    const links = this.#links(instanceId);
+    return { status: 202, headers: { location: links.statusQueryGetUri ?? '' }, body: { ...links, id: instanceId } };
+  }
+
+  async status(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const instance = await getInstance(this.#db, instanceId);
+    if (!instance) return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    const query = request.url.searchParams;
+    const body: Record<string, unknown> = statusOf(instance, query.get('showInput') !== 'false');
+    if (query.get('showHistory') === 'true') body.history = (await loadHistory(this.#db, instanceId)).map(summarizeEvent);
+    return { status: TERMINAL_STATUSES.includes(instance.status) ? 200 : 202, body };
+  }
+
+  /** getStatusAll/getStatusBy: pages follow `x-ms-continuation-token`. */
+  async list(request: RawRequest): Promise<RawResponse> {
+    const query = request.url.searchParams;
+    const token = request.headers['x-ms-continuation-token'];
+    const after = typeof token === 'string' && token ? Buffer.from(token, 'base64url').toString('utf8') : undefined;
+    const from = query.get('createdTimeFrom');
+    const to = query.get('createdTimeTo');
+    const page = await listInstances(this.#db, {
+      limit: 100,
+      ...(after !== undefined ? { after } : {}),
+      ...(query.get('runtimeStatus') ? { statuses: (query.get('runtimeStatus') ?? '').split(',') } : {}),
+      ...(from ? { createdFrom: Date.parse(from) } : {}),
+      ...(to ? { createdTo: Date.parse(to) } : {}),
+    });
+    const last = page.items.at(-1);
+    return {
+      status: 200,
+      headers: page.more && last ? { 'x-ms-continuation-token': Buffer.from(last.instanceId).toString('base64url') } : {},
+      body: page.items.map((i) => statusOf(i, query.get('showInput') === 'true')),
+    };
+  }
+
+  async raise(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const now = this.#deps.clock.now();
+    const event: HistoryEvent = {
+      EventType: HistoryEventType.EventRaised,
+      EventId: -1,
+      Timestamp: now.toISOString(),
+      IsPlayed: false,
+      Name: request.params.eventName ?? '',
+      Input: parseJsonText(request.body),
+    };
+    const outcome = await raiseEvent(this.#db, instanceId, event, now.getTime());
+    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    if (outcome === 'gone') return problem(410, 'Gone', `instance '${instanceId}' is no longer running`);
+    this.#deps.wake();
+    return { status: 202 };
+  }
+
+  async terminate(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const reason = request.url.searchParams.get('reason') ?? '';
+    const outcome = await terminateInstance(this.#db, instanceId, reason, this.#deps.workerId, this.#deps.clock.now().getTime());
+    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    if (outcome === 'gone') return problem(410, 'Gone', `instance '${instanceId}' is no longer running`);
+    this.#deps.wake();
+    return { status: 202 };
+  }
+
+  async purge(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const outcome = await purgeInstance(this.#db, instanceId);
+    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    if (outcome === 'active') {
+      throw new AppError('DURABLE.INSTANCE_ACTIVE', 'conflict', `instance '${instanceId}' is still pending or running; terminate it first`);
+    }
+    return { status: 200, body: { instancesDeleted: 1 } };
+  }
+
+  /** The local view: a page of instances, or one instance with its history summary. PlatformAdmin or factory.runtime.admin. */
+  async view(request: RawRequest): Promise<RawResponse> {
+    const authorization = request.headers.authorization;
+    const principal = await this.#deps.auth.authenticate(typeof authorization === 'string' ? authorization : undefined);
+    if (!principal.roles.has('PlatformAdmin')) requireScope(principal, 'factory.runtime.admin');
+    const instanceId = request.params.instanceId;
+    if (instanceId) {
+      const instance = await getInstance(this.#db, instanceId);
+      if (!instance) return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+      const history = await loadHistory(this.#db, instanceId);
+      return {
+        status: 200,
+        body: {
+          ...statusOf(instance, true),
+          failure: parseOrNull(instance.failure),
+          executionId: instance.executionId,
+          history: history.map(summarizeEvent),
+        },
+      };
+    }
+    const query = request.url.searchParams;
+    const limitText = query.get('limit') ?? '100';
+    const limit = Number(limitText);
+    if (!/^\d+$/.test(limitText) || limit < 1 || limit > 1000) {
+      throw new AppError('DURABLE.INVALID_LIMIT', 'validation', 'limit must be an integer from 1 to 1000');
+    }
+    const cursor = query.get('cursor');
+    const page = await listInstances(this.#db, { limit, ...(cursor ? { after: Buffer.from(cursor, 'base64url').toString('utf8') } : {}) });
+    const last = page.items.at(-1);
+    return {
+      status: 200,
+      body: {
+        items: page.items.map((i) => {
+          const { input: _input, output: _output, ...summary } = statusOf(i, false);
+          return summary;
+        }),
+        nextCursor: page.more && last ? Buffer.from(last.instanceId).toString('base64url') : null,
+      },
+    };
+  }
+
+  #links(instanceId: string): Record<string, string> {
+    const urls = durableClientData(this.#deps.origin(), this.#deps.key).managementUrls;
+    return Object.fromEntries(Object.entries(urls).map(([k, v]) => [k, v.replace('INSTANCEID', encodeURIComponent(instanceId))]));
+  }
+}
+
+/** The status shape `DurableOrchestrationStatus` accepts: input and output must be present (null when none). */
+function statusOf(instance: DurableInstance, showInput: boolean): Record<string, unknown> {
+  return {
+    name: instance.name,
+    instanceId: instance.instanceId,
+    createdTime: new Date(instance.createdAt).toISOString(),
+    lastUpdatedTime: new Date(instance.updatedAt).toISOString(),
+    input: showInput ? parseOrNull(instance.input) : null,
+    output: parseOrNull(instance.output),
+    runtimeStatus: instance.status,
+    customStatus: parseOrNull(instance.customStatus),
+  };
+}

@@ -1,0 +1,63 @@
+import { randomBytes } from 'node:crypto';
+import type { HostComponent, HostContext } from '../host';
+import { addDurableRoutes } from './durable-api';
+import { durableClientData } from './durable-protocol';
+import { DurableRunner, type DurableRunnerOptions } from './durable-runner';
+
+/**
+ * The local host's stand-in for the Durable Task extension: runs `orchestrationTrigger` and `activityTrigger`
+ * functions from the SQL store, gives functions that declare `df.input.durableClient()` their client data, and
+ * serves the Durable HTTP API subset that client calls.
+ */
+export class LocalDurableComponent implements HostComponent {
+  readonly name = 'durable';
+  readonly #options: DurableRunnerOptions;
+  #runner: DurableRunner | undefined;
+
+  constructor(options: DurableRunnerOptions = {}) {
+    this.#options = options;
+  }
+
+  get runner(): DurableRunner {
+    if (!this.#runner) throw new Error('the durable component is not started');
+    return this.#runner;
+  }
+
+  async start(context: HostContext): Promise<void> {
+    // A secret of this process: the client URLs carry it, so only functions (and whoever they hand URLs to) drive instances.
+    const key = randomBytes(16).toString('hex');
+    const runner = new DurableRunner(
+      {
+        db: context.deps.sql.db,
+        clock: context.deps.clock,
+        log: context.log,
+        registrations: context.functionsWithTrigger,
+        invocationContext: (registration, init) => context.http.createInvocationContext(registration, init),
+      },
+      this.#options,
+    );
+    this.#runner = runner;
+    context.http.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
+    addDurableRoutes(context.http, {
+      db: context.deps.sql.db,
+      clock: context.deps.clock,
+      auth: context.deps.auth,
+      key,
+      orchestrations: () => context.functionsWithTrigger('orchestrationTrigger').map((r) => r.metadata.name),
+      wake: () => runner.wake(),
+      origin: () => context.baseUrl().origin,
+      workerId: runner.workerId,
+    });
+    runner.start();
+    return Promise.resolve();
+  }
+
+  async stop(): Promise<void> {
+    await this.#runner?.stop();
+  }
+}
+
+/** The Durable component with its defaults (15 s leases, 100 ms polling). */
+export function localDurable(options: DurableRunnerOptions = {}): LocalDurableComponent {
+  return new LocalDurableComponent(options);
+}

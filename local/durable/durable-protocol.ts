@@ -1,0 +1,309 @@
+/**
+ * The out-of-process protocol between a Durable Functions host and the durable-functions SDK, as the local runner
+ * relies on it. Pinned to durable-functions 3.5.0 (package.json pins it exactly); tests/unit/durable-protocol.test.ts
+ * fails when the SDK's enums, schema version or failure encoding change. Pure: no I/O.
+ *
+ * The protocol, in short (SDK sources under node_modules/durable-functions/lib/src/):
+ * - The host calls the registered orchestration callback with an `OrchestrationTriggerPayload` and a fresh
+ *   InvocationContext. The SDK replays `history` from the top (the generator restarts each call) and answers an
+ *   `OrchestratorStateShape` whose `actions` are cumulative since the execution started: only the tail past what
+ *   the host already dispatched is new. A failed orchestration makes the callback throw an error whose message ends
+ *   in `OUT_OF_PROC_DATA_LABEL` + the state JSON.
+ * - Tasks are matched by the SDK's sequence numbers: each activity and each timer takes the next number in
+ *   flattened action order (WaitForExternalEvent takes none; it is matched by name). TaskScheduled/TimerCreated
+ *   carry the number as `EventId`; TaskCompleted/TaskFailed name it as `TaskScheduledId`, TimerFired as `TimerId`.
+ * - Retries (CallActivityWithRetry) are the host's job: the action is emitted once; after each failure the SDK takes
+ *   the next number for a retry timer and, once that timer fired, the next one for the new attempt (or fails the
+ *   task when attempts are exhausted).
+ * - The host feeds one new event per episode (after an OrchestratorStarted whose Timestamp becomes
+ *   `currentUtcDateTime`), so the numbers the SDK assigns while processing it stay in step with the host's.
+ */
+
+/** The SDK version whose protocol this file describes. */
+export const DURABLE_FUNCTIONS_VERSION = '3.5.0';
+
+/** `history/HistoryEventType.js` (the values the runner writes or reads). */
+export const HistoryEventType = {
+  ExecutionStarted: 0,
+  ExecutionCompleted: 1,
+  ExecutionFailed: 2,
+  ExecutionTerminated: 3,
+  TaskScheduled: 4,
+  TaskCompleted: 5,
+  TaskFailed: 6,
+  TimerCreated: 10,
+  TimerFired: 11,
+  OrchestratorStarted: 12,
+  OrchestratorCompleted: 13,
+  EventRaised: 15,
+  ContinueAsNew: 16,
+} as const;
+export type HistoryEventTypeValue = (typeof HistoryEventType)[keyof typeof HistoryEventType];
+
+/** `actions/ActionType.js` (the values the runner dispatches; the others fail the orchestration as unsupported). */
+export const ActionType = {
+  CallActivity: 0,
+  CallActivityWithRetry: 1,
+  CallSubOrchestrator: 2,
+  CallSubOrchestratorWithRetry: 3,
+  ContinueAsNew: 4,
+  CreateTimer: 5,
+  WaitForExternalEvent: 6,
+  CallEntity: 7,
+  CallHttp: 8,
+  SignalEntity: 9,
+  WhenAny: 11,
+  WhenAll: 12,
+} as const;
+
+/** `orchestrations/ReplaySchema.js`: V4 = 3, the latest 3.5.0 knows; actions then arrive as `[[…]]` with compounds. */
+export const REPLAY_SCHEMA_VERSION = 3;
+
+/**
+ * Timer durations handed to the SDK. With schema ≥ V3 it splits timers longer than `maximumShortTimerDuration` into
+ * sub-timers of `longRunningTimerIntervalDuration` (an Azure Storage limit); the local store has no such limit, so
+ * both are set far beyond any timer and every timer stays one action and one id.
+ */
+export const NO_TIMER_SPLITTING = '3650.00:00:00';
+
+/** The separator `error/OrchestrationFailureError.js` puts between the error message and the state JSON. */
+export const OUT_OF_PROC_DATA_LABEL = '\n\n$OutOfProcData$:';
+
+/** `orchestrations/OrchestrationRuntimeStatus.js` values this host reports. */
+export type RuntimeStatus = 'Pending' | 'Running' | 'Completed' | 'Failed' | 'Terminated';
+export const TERMINAL_STATUSES: readonly RuntimeStatus[] = ['Completed', 'Failed', 'Terminated'];
+
+/**
+ * A history event as the SDK reads it: plain PascalCase JSON. Serialized into the store (durable_history.event and
+ * durable_inbox.event): changing these field names is a breaking change of stored state.
+ */
+export interface HistoryEvent {
+  readonly EventType: HistoryEventTypeValue;
+  /** The SDK sequence number for TaskScheduled/TimerCreated; -1 otherwise. */
+  readonly EventId: number;
+  /** ISO-8601; the SDK turns it into a Date. */
+  readonly Timestamp: string;
+  /** True for events of past episodes. */
+  IsPlayed: boolean;
+  readonly Name?: string;
+  /** JSON text (ExecutionStarted, EventRaised). */
+  readonly Input?: string | null;
+  /** JSON text (TaskCompleted, ExecutionCompleted). */
+  readonly Result?: string | null;
+  readonly TaskScheduledId?: number;
+  readonly TimerId?: number;
+  readonly FireAt?: string;
+  readonly Reason?: string;
+  readonly Details?: string;
+  readonly FailureDetails?: FailureDetails;
+  readonly OrchestrationStatus?: string;
+}
+
+/** `FailureDetails` of TaskFailed (`history/FailureDetailsPayload.js`). */
+export interface FailureDetails {
+  readonly ErrorType: string;
+  readonly ErrorMessage: string;
+  readonly StackTrace?: string;
+  readonly IsNonRetriable?: boolean;
+  readonly Properties?: Readonly<Record<string, unknown>>;
+}
+
+/** What the orchestration callback receives (`orchestrations/DurableOrchestrationBindingInfo.js`). */
+export interface OrchestrationTriggerPayload {
+  readonly history: HistoryEvent[];
+  /** The value `context.df.getInput()` returns (ExecutionStarted.Input is not read by the SDK). */
+  readonly input: unknown;
+  readonly instanceId: string;
+  readonly isReplaying: boolean;
+  readonly upperSchemaVersion: number;
+  readonly upperSchemaVersionNew: number;
+  readonly parentInstanceId: string | undefined;
+  readonly maximumShortTimerDuration: string;
+  readonly longRunningTimerIntervalDuration: string;
+  readonly defaultHttpAsyncRequestSleepTimeMillseconds: number;
+}
+
+/** What the callback answers (`orchestrations/OrchestratorState.js`). */
+export interface OrchestratorStateShape {
+  readonly isDone: boolean;
+  readonly actions: unknown[][];
+  readonly output?: unknown;
+  readonly error?: string;
+  readonly customStatus?: unknown;
+  readonly schemaVersion: number;
+}
+
+/** The retry options of CallActivityWithRetry (`RetryOptions.js`); optional fields are absent unless set. */
+export interface RetryOptionsShape {
+  readonly firstRetryIntervalInMilliseconds: number;
+  readonly maxNumberOfAttempts: number;
+  readonly backoffCoefficient?: number;
+  readonly maxRetryIntervalInMilliseconds?: number;
+  readonly retryTimeoutInMilliseconds?: number;
+}
+
+/** A leaf action, decoded from the SDK's action objects. */
+export type Action =
+  | { readonly kind: 'activity'; readonly name: string; readonly input: string | null; readonly retry?: RetryOptionsShape }
+  | { readonly kind: 'timer'; readonly fireAt: Date; readonly isCanceled: boolean }
+  | { readonly kind: 'wait-event'; readonly name: string }
+  | { readonly kind: 'continue-as-new'; readonly input: string | null }
+  | { readonly kind: 'unsupported'; readonly actionType: number };
+
+/** Whether an action takes one of the SDK's sequence numbers. */
+export function takesSequenceNumber(action: Action): boolean {
+  return action.kind === 'activity' || action.kind === 'timer';
+}
+
+type RawAction = { actionType?: unknown; compoundActions?: unknown; [key: string]: unknown };
+
+/**
+ * The cumulative actions in flattened order (compounds expanded depth first, as the SDK assigns ids). A task that
+ * was already scheduled and appears again inside a later Task.any/all is the very same action object: it is kept
+ * once, because the SDK gives it no new id.
+ */
+export function flattenActions(actions: readonly unknown[][]): Action[] {
+  const seen = new Set<unknown>();
+  const out: Action[] = [];
+  const visit = (value: unknown): void => {
+    if (!value || typeof value !== 'object') return;
+    const raw = value as RawAction;
+    if (raw.actionType === ActionType.WhenAll || raw.actionType === ActionType.WhenAny) {
+      for (const child of Array.isArray(raw.compoundActions) ? raw.compoundActions : []) visit(child);
+      return;
+    }
+    if (seen.has(value)) return;
+    seen.add(value);
+    out.push(decodeAction(raw));
+  };
+  for (const group of actions) for (const action of group) visit(action);
+  return out;
+}
+
+/** Activity and ContinueAsNew inputs arrive JSON-stringified when they are strings and raw otherwise. */
+function inputAsJson(input: unknown): string | null {
+  if (input === undefined) return null;
+  return typeof input === 'string' ? input : JSON.stringify(input);
+}
+
+function decodeAction(raw: RawAction): Action {
+  switch (raw.actionType) {
+    case ActionType.CallActivity:
+      return { kind: 'activity', name: String(raw.functionName), input: inputAsJson(raw.input) };
+    case ActionType.CallActivityWithRetry:
+      return {
+        kind: 'activity',
+        name: String(raw.functionName),
+        input: inputAsJson(raw.input),
+        retry: raw.retryOptions as RetryOptionsShape,
+      };
+    case ActionType.CreateTimer:
+      return { kind: 'timer', fireAt: new Date(raw.fireAt as Date | string), isCanceled: raw.isCanceled === true };
+    case ActionType.WaitForExternalEvent:
+      return { kind: 'wait-event', name: String(raw.externalEventName) };
+    case ActionType.ContinueAsNew:
+      return { kind: 'continue-as-new', input: inputAsJson(raw.input) };
+    default:
+      return { kind: 'unsupported', actionType: typeof raw.actionType === 'number' ? raw.actionType : -1 };
+  }
+}
+
+/** The delay before attempt `failedAttempts + 1`: first × backoff^(failedAttempts − 1), capped by the maximum. */
+export function retryDelayMs(options: RetryOptionsShape, failedAttempts: number): number {
+  const backoff = options.backoffCoefficient && options.backoffCoefficient > 0 ? options.backoffCoefficient : 1;
+  const delay = options.firstRetryIntervalInMilliseconds * backoff ** Math.max(0, failedAttempts - 1);
+  const cap = options.maxRetryIntervalInMilliseconds;
+  return cap && cap > 0 ? Math.min(delay, cap) : delay;
+}
+
+/**
+ * Splits what a failed orchestration threw into its error message and the orchestrator state (custom status).
+ * In 3.5.0 the text before the label is not the error (the executor passes its `orchestratorReturned` flag, so it
+ * reads `false`); the error's message is the state's `error`.
+ */
+export function parseOrchestrationFailure(error: Error): { message: string; state?: Partial<OrchestratorStateShape> } {
+  const at = error.message.lastIndexOf(OUT_OF_PROC_DATA_LABEL);
+  if (at < 0) return { message: error.message };
+  const prefix = error.message.slice(0, at);
+  try {
+    const state = JSON.parse(error.message.slice(at + OUT_OF_PROC_DATA_LABEL.length)) as Partial<OrchestratorStateShape>;
+    return { message: typeof state.error === 'string' && state.error ? state.error : prefix, state };
+  } catch {
+    return { message: prefix };
+  }
+}
+
+/**
+ * FailureDetails of an activity that threw. With an exception properties provider registered, the SDK's activity
+ * wrapper replaces the message by a JSON payload of the details (`error/ExceptionPropertiesProvider.js`).
+ */
+export function failureDetailsOf(error: Error): FailureDetails {
+  try {
+    const parsed = JSON.parse(error.message) as Record<string, unknown>;
+    if (parsed && typeof parsed.errorType === 'string' && typeof parsed.errorMessage === 'string') {
+      return {
+        ErrorType: parsed.errorType,
+        ErrorMessage: parsed.errorMessage,
+        ...(error.stack !== undefined ? { StackTrace: error.stack } : {}),
+        IsNonRetriable: parsed.isNonRetriable === true,
+        ...(parsed.properties && typeof parsed.properties === 'object'
+          ? { Properties: parsed.properties as Record<string, unknown> }
+          : {}),
+      };
+    }
+  } catch {
+    // Not the provider's payload: an ordinary error message.
+  }
+  return { ErrorType: error.name, ErrorMessage: error.message, ...(error.stack !== undefined ? { StackTrace: error.stack } : {}) };
+}
+
+/** The task hub name the local host reports to durable clients. */
+export const LOCAL_TASK_HUB = 'RuntimeCloudLocalHub';
+
+/**
+ * The durable client input (`durableClient/OrchestrationClientInputData.js`) for functions that declare
+ * `df.input.durableClient()`. `rpcBaseUrl` (with its trailing slash) switches the SDK's client to the routes the
+ * local host serves under it; the webhook-style URLs are what `createCheckStatusResponse` hands to HTTP callers.
+ * `key` is a secret of this host process: holders of the URLs may drive instances, as with the Functions system key.
+ */
+export function durableClientData(origin: string, key: string) {
+  const webhooks = `${origin}/runtime/webhooks/durabletask`;
+  const query = `taskHub=${LOCAL_TASK_HUB}&connection=Storage&code=${key}`;
+  const instance = `${webhooks}/instances/INSTANCEID`;
+  return {
+    taskHubName: LOCAL_TASK_HUB,
+    creationUrls: {
+      createNewInstancePostUri: `${webhooks}/orchestrators/{functionName}[/{instanceId}]?code=${key}`,
+      createAndWaitOnNewInstancePostUri: `${webhooks}/orchestrators/{functionName}[/{instanceId}]?timeout={timeoutInSeconds}&pollingInterval={intervalInSeconds}&code=${key}`,
+    },
+    managementUrls: {
+      id: 'INSTANCEID',
+      statusQueryGetUri: `${instance}?${query}`,
+      sendEventPostUri: `${instance}/raiseEvent/{eventName}?${query}`,
+      terminatePostUri: `${instance}/terminate?reason={text}&${query}`,
+      rewindPostUri: `${instance}/rewind?reason={text}&${query}`,
+      purgeHistoryDeleteUri: `${instance}?${query}`,
+      suspendPostUri: `${instance}/suspend?reason={text}&${query}`,
+      resumePostUri: `${instance}/resume?reason={text}&${query}`,
+    },
+    baseUrl: webhooks,
+    requiredQueryStringParameters: `code=${key}`,
+    rpcBaseUrl: `${origin}/runtime-cloud/local/durable/rpc/${key}/`,
+  };
+}
+
+/** A one-line summary of a history event for the local view. */
+export function summarizeEvent(event: HistoryEvent): Record<string, unknown> {
+  const type = Object.entries(HistoryEventType).find(([, v]) => v === event.EventType)?.[0] ?? String(event.EventType);
+  return {
+    type,
+    at: event.Timestamp,
+    ...(event.EventId >= 0 ? { id: event.EventId } : {}),
+    ...(event.Name !== undefined ? { name: event.Name } : {}),
+    ...(event.TaskScheduledId !== undefined ? { taskId: event.TaskScheduledId } : {}),
+    ...(event.TimerId !== undefined ? { timerId: event.TimerId } : {}),
+    ...(event.FireAt !== undefined ? { fireAt: event.FireAt } : {}),
+    ...(event.FailureDetails ? { error: `${event.FailureDetails.ErrorType}: ${event.FailureDetails.ErrorMessage}` } : {}),
+    ...(event.OrchestrationStatus !== undefined ? { status: event.OrchestrationStatus } : {}),
+  };
+}
