@@ -40,8 +40,8 @@ for (const dialect of DIALECTS) {
       const written = await appendToOutbox(db, [1, 2, 3].map(leaseExpired), clock, randomIds);
       const publisher = embeddedTopicPublisher(db, clock);
 
-      const first = await relayOutbox(db, publisher, { clock, ids: randomIds, batchSize: 2 });
-      const second = await relayOutbox(db, publisher, { clock, ids: randomIds });
+      const first = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds, batchSize: 2 });
+      const second = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds });
 
       expect(first).toEqual({ published: 3 });
       expect(second).toEqual({ published: 0 });
@@ -77,7 +77,7 @@ for (const dialect of DIALECTS) {
         const relayA = recording(embeddedTopicPublisher(db, clock));
         const relayB = recording(embeddedTopicPublisher(other.db as Db, clock));
         const runs = async (publisher: EventPublisher, store: Db) => {
-          for (let i = 0; i < 8; i++) await relayOutbox(store, publisher, { clock, ids: randomIds, batchSize: 15 });
+          for (let i = 0; i < 8; i++) await relayOutbox(store, publisher, { dialect, clock, ids: randomIds, batchSize: 15 });
         };
 
         await Promise.all([runs(relayA, db), runs(relayB, other.db as Db)]);
@@ -96,13 +96,13 @@ for (const dialect of DIALECTS) {
       const written = await appendToOutbox(db, [leaseExpired(900), leaseExpired(901)], clock, randomIds);
       const publisher = embeddedTopicPublisher(db, clock);
       // The dead relay claimed both and got the first onto the bus before it died.
-      const claimed = await claimPending(db, { claimToken: 'dead-relay', now: clock.now().getTime(), leaseMs: 30_000, batchSize: 10 });
+      const claimed = await claimPending(db, { dialect, claimToken: 'dead-relay', now: clock.now().getTime(), leaseMs: 30_000, batchSize: 10 });
       expect(claimed.map((e) => e.eventId)).toEqual(written.map((e) => e.id));
       await publisher.publish(EVENTS_TOPIC, [{ messageId: written[0]?.id ?? '', body: JSON.stringify(written[0]), contentType: 'application/json' }]);
 
-      const during = await relayOutbox(db, publisher, { clock, ids: randomIds });
+      const during = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds });
       clock.advance(30_001);
-      const after = await relayOutbox(db, publisher, { clock, ids: randomIds });
+      const after = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds });
 
       expect(during).toEqual({ published: 0 });
       expect(after).toEqual({ published: 2 });

@@ -56,14 +56,14 @@ describe('Service Bus event publisher (real @azure/service-bus against a local A
     await appendToOutbox(db, [{ type: 'ProvisioningApplied', correlationId: 'run_9', data: { runId: 'run_9' } }], clock, randomIds);
 
     peer.rejectSends = true;
-    const refused = await relayOutbox(db, publisher, { clock, ids: randomIds, retryAfterMs: 1000 });
+    const refused = await relayOutbox(db, publisher, { dialect: 'sqlite', clock, ids: randomIds, retryAfterMs: 1000 });
     expect(refused.published).toBe(0);
     expect(refused.failed?.events).toBe(1);
     expect((await pendingSummary(db)).count).toBe(1);
 
     peer.rejectSends = false;
     clock.advance(1001);
-    const retried = await relayOutbox(db, publisher, { clock, ids: randomIds });
+    const retried = await relayOutbox(db, publisher, { dialect: 'sqlite', clock, ids: randomIds });
     expect(retried).toEqual({ published: 1 });
     const received = await peer.waitFor(already + 1);
     expect(received[already]).toMatchObject({

@@ -31,7 +31,6 @@ export function recordingMssql(answer: (query: RecordedQuery) => QueryResult<unk
       queries.push(query);
       return Promise.resolve(answer(query) as QueryResult<R>);
     },
-    // eslint-disable-next-line require-yield
     async *streamQuery() {
       throw new Error('streaming is not recorded');
     },

@@ -30,20 +30,35 @@ export async function recordInbound(trx: Db, message: InboundMessage, clock: Clo
     .select('message_id')
     .where('module', '=', message.module)
     .where('business_key', '=', message.businessKey)
-    .limit(1)
     .executeTakeFirst();
+  // INSERT … SELECT … WHERE NOT EXISTS is the one conditional insert all three dialects share (T-SQL has no
+  // ON CONFLICT). Two deliveries racing past the check meet the primary key; the loser fails and is redelivered.
   const result = await trx
     .insertInto('inbox')
-    .values({
-      module: message.module,
-      message_id: message.messageId,
-      business_key: message.businessKey,
-      received_at: now,
-      // A resend of a known business key is settled on arrival; it must not count as lag.
-      processed_at: sameKey ? now : null,
-      outcome: sameKey ? 'duplicate-business-key' : null,
-    })
-    .onConflict((oc) => oc.columns(['module', 'message_id']).doNothing())
+    .columns(['module', 'message_id', 'business_key', 'received_at', 'processed_at', 'outcome'])
+    .expression(
+      trx
+        .selectNoFrom((eb) => [
+          eb.val(message.module).as('module'),
+          eb.val(message.messageId).as('message_id'),
+          eb.val(message.businessKey).as('business_key'),
+          eb.val(now).as('received_at'),
+          // A resend of a known business key is settled on arrival; it must not count as lag.
+          eb.val(sameKey ? now : null).as('processed_at'),
+          eb.val(sameKey ? 'duplicate-business-key' : null).as('outcome'),
+        ])
+        .where((eb) =>
+          eb.not(
+            eb.exists(
+              trx
+                .selectFrom('inbox')
+                .select('message_id')
+                .where('module', '=', message.module)
+                .where('message_id', '=', message.messageId),
+            ),
+          ),
+        ),
+    )
     .executeTakeFirst();
   if (Number(result.numInsertedOrUpdatedRows ?? 0) === 0) return { isNew: false, duplicateOf: 'message-id' };
   if (sameKey) return { isNew: false, duplicateOf: 'business-key' };

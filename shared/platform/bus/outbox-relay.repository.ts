@@ -1,4 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
+import type { SqlDialect } from '../sql/database';
 import type { OutboxTables } from './outbox';
 
 /**
@@ -26,6 +27,8 @@ export interface ClaimOptions {
   readonly leaseMs: number;
   /** Example: `100`. */
   readonly batchSize: number;
+  /** Azure SQL has TOP where the others have LIMIT. */
+  readonly dialect: SqlDialect;
 }
 
 /**
@@ -38,7 +41,8 @@ export async function claimPending(db: Db, options: ClaimOptions): Promise<Pendi
     .select(['seq', 'claimed_until'])
     .where('published_at', 'is', null)
     .orderBy('seq')
-    .limit(options.batchSize)
+    .$if(options.dialect === 'mssql', (q) => q.top(options.batchSize))
+    .$if(options.dialect !== 'mssql', (q) => q.limit(options.batchSize))
     .execute();
   const claimable: number[] = [];
   for (const row of head) {

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import { ensureError } from '../errors/app-error';
+import type { SqlDialect } from '../sql/database';
 import type { Clock, Ids } from '../time/clock';
 import type { CloudEvent } from './events';
 import type { EventPublisher } from './event-publisher';
@@ -8,6 +9,7 @@ import { claimPending, markPublished, releaseClaim, type PendingEvent } from './
 import type { OutgoingMessage } from './queue';
 
 export interface RelayOptions {
+  readonly dialect: SqlDialect;
   readonly clock: Clock;
   readonly ids: Ids;
   /** Rows per claim. Example: `100`. */
@@ -36,7 +38,7 @@ export async function relayOutbox(db: Kysely<OutboxTables>, publisher: EventPubl
   let published = 0;
   for (let batch = 0; batch < (options.maxBatches ?? 20); batch++) {
     const claimToken = options.ids.next('relay');
-    const events = await claimPending(db, { claimToken, now: options.clock.now().getTime(), leaseMs, batchSize });
+    const events = await claimPending(db, { claimToken, now: options.clock.now().getTime(), leaseMs, batchSize, dialect: options.dialect });
     if (events.length === 0) break;
     try {
       for (const [topic, messages] of byTopicInOrder(events)) await publisher.publish(topic, messages);

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { allMigrations } from '../../shared/migrations';
+import { recordInbound } from '../../shared/platform/bus/inbox.repository';
+import { claimPending } from '../../shared/platform/bus/outbox-relay.repository';
+import { ManualClock } from '../../shared/platform/time/clock';
+import { recordingMssql } from '../support/recording-mssql';
+
+describe('the store schema on Azure SQL (compiled T-SQL)', () => {
+  it('when every migration is compiled for Azure SQL, then none uses a type or clause T-SQL lacks', async () => {
+    const { db, queries } = recordingMssql();
+    const names: string[] = [];
+    for (const source of allMigrations) {
+      for (const [name, migration] of Object.entries(source('mssql'))) {
+        names.push(name);
+        await migration.up(db);
+      }
+    }
+    expect(names.length).toBeGreaterThan(3);
+    const ddl = queries.map((q) => q.sql).join('\n');
+    // TEXT cannot be compared or indexed in T-SQL; SQLite's and PostgreSQL's auto-increment spellings do not exist there.
+    expect(ddl).not.toMatch(/\btext\b|autoincrement|bigserial|without rowid|\bbytea\b|\bblob\b/i);
+    expect(ddl).toMatch(/nvarchar\(max\)/);
+  });
+
+  it('when the outbox is created for Azure SQL, then its sequence is an identity column', async () => {
+    const { db, queries } = recordingMssql();
+    const outbox = allMigrations[0]?.('mssql')['20261130-01-platform-outbox'];
+    await outbox?.up(db);
+    expect(queries[0]?.sql).toBe(
+      'create table "outbox" ("seq" bigint identity primary key, "event_id" nvarchar(200) not null unique, ' +
+        '"topic" nvarchar(200) not null, "correlation_id" nvarchar(200), "payload" nvarchar(max) not null, ' +
+        '"created_at" bigint not null, "published_at" bigint, "attempts" integer default 0 not null, "last_error" nvarchar(max))',
+    );
+  });
+});
+
+describe('the outbox relay on Azure SQL (compiled T-SQL)', () => {
+  it('when pending rows are claimed, then the head is read with TOP and claimed by a conditional UPDATE', async () => {
+    const { db, queries } = recordingMssql((q) => (/^select/.test(q.sql) && /"claimed_until"/.test(q.sql) ? { rows: [{ seq: 1, claimed_until: null }] } : { rows: [], numAffectedRows: 1n }));
+    await claimPending(db, { claimToken: 'c1', now: 1000, leaseMs: 30_000, batchSize: 100, dialect: 'mssql' });
+    expect(queries.map((q) => q.sql)).toEqual([
+      'select top(100) "seq", "claimed_until" from "outbox" where "published_at" is null order by "seq"',
+      'update "outbox" set "claimed_by" = @1, "claimed_until" = @2 where "seq" in (@3) and "published_at" is null and ("claimed_until" is null or "claimed_until" <= @4)',
+      'select "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "claimed_by" = @1 and "published_at" is null order by "seq"',
+    ]);
+  });
+});
+
+describe('the inbox on Azure SQL (compiled T-SQL)', () => {
+  it('when an inbound message is recorded, then the insert is conditional without ON CONFLICT', async () => {
+    const { db, queries } = recordingMssql(() => ({ rows: [], numAffectedRows: 1n }));
+    const recorded = await recordInbound(db, { module: 'provisioning', messageId: 'm1', businessKey: 'promo-1' }, new ManualClock());
+    expect(recorded).toEqual({ isNew: true });
+    expect(queries.map((q) => q.sql)).toEqual([
+      'select "message_id" from "inbox" where "module" = @1 and "business_key" = @2',
+      'insert into "inbox" ("module", "message_id", "business_key", "received_at", "processed_at", "outcome") ' +
+        'select @1 as "module", @2 as "message_id", @3 as "business_key", @4 as "received_at", @5 as "processed_at", @6 as "outcome" ' +
+        'where not exists (select "message_id" from "inbox" where "module" = @7 and "message_id" = @8)',
+    ]);
+  });
+});
