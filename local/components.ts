@@ -7,5 +7,6 @@ import { TimerBinding } from './timers/timer-binding';
 
 /** The components of a full local host, in start order. */
 export function localComponents(): HostComponent[] {
-  return [capacitySeedComponent(), new BusEndpoints(), new ServiceBusBinding(), new TimerBinding(), localDurable()];
+  // The Durable runner first: it provides the durable client input that functions of any trigger may declare.
+  return [localDurable(), capacitySeedComponent(), new BusEndpoints(), new ServiceBusBinding(), new TimerBinding()];
 }

@@ -6,6 +6,7 @@ import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, type LocalKeys } from './auth/local-issuer';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
+import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 
@@ -38,6 +39,8 @@ export interface HostContext {
   readonly deps: Deps;
   readonly keys: LocalKeys;
   readonly http: HttpBinding;
+  /** Builds each invocation's context; components provide extra inputs (the Durable client) through it. */
+  readonly invocations: InvocationContexts;
   readonly log: LogHandler;
   /** The host's base URL, known once listening (components that hand it out read it lazily). */
   readonly baseUrl: () => URL;
@@ -111,7 +114,8 @@ export class LocalHost {
     provideRuntime({ config, deps: this.#deps });
     await loadFunctionApp();
 
-    const http = new HttpBinding({ routePrefix: readRoutePrefix(), log });
+    const invocations = new InvocationContexts();
+    const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations });
     this.#http = http;
     for (const registration of functionsWithTrigger('httpTrigger')) http.addFunction(registration);
 
@@ -120,6 +124,7 @@ export class LocalHost {
       deps: this.#deps,
       keys,
       http,
+      invocations,
       log,
       baseUrl: () => this.url,
       registrations: registeredFunctions(),

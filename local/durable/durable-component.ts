@@ -32,12 +32,12 @@ export class LocalDurableComponent implements HostComponent {
         clock: context.deps.clock,
         log: context.log,
         registrations: context.functionsWithTrigger,
-        invocationContext: (registration, init) => context.http.createInvocationContext(registration, init),
+        invocationContext: (registration, init) => context.invocations.create(registration, init),
       },
       this.#options,
     );
     this.#runner = runner;
-    context.http.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
+    context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
     addDurableRoutes(context.http, {
       db: context.deps.sql.db,
       clock: context.deps.clock,

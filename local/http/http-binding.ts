@@ -1,8 +1,9 @@
-import { HttpRequest, HttpResponse, InvocationContext, type HttpRequestInit, type HttpResponseInit, type InvocationContextInit } from '@azure/functions';
+import { HttpRequest, HttpResponse, type HttpRequestInit, type HttpResponseInit, type InvocationContext } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { triggerOf, type BindingInfo, type Registration } from '../functions-core/registry';
+import type { InvocationContexts } from '../functions-core/invocation-contexts';
+import { triggerOf, type Registration } from '../functions-core/registry';
 import { BufferedRequest } from './buffered-request';
 import { compileRoute, type CompiledRoute } from './route-template';
 
@@ -41,9 +42,6 @@ interface Sent {
 
 export type LogHandler = (level: string, functionName: string, ...args: unknown[]) => void;
 
-/** Supplies the value of one extra input binding (`durableClient`, …) for an invocation. */
-export type ExtraInputProvider = (binding: BindingInfo) => unknown;
-
 /**
  * Binds `httpTrigger` functions to a Node HTTP server: route templates with params, methods, query, headers and
  * body become a real `HttpRequest`; the handler gets a real `InvocationContext`.
@@ -54,9 +52,10 @@ export class HttpBinding {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #prefix: string;
   readonly #log: LogHandler;
-  readonly #extraInputProviders = new Map<string, ExtraInputProvider>();
+  readonly #invocations: InvocationContexts;
 
-  constructor(options: { routePrefix: string; log: LogHandler }) {
+  constructor(options: { routePrefix: string; log: LogHandler; invocations: InvocationContexts }) {
+    this.#invocations = options.invocations;
     this.#prefix = options.routePrefix.replace(/^\/+|\/+$/g, '');
     this.#log = options.log;
     this.#server = createServer((req, res) => {
@@ -88,36 +87,14 @@ export class HttpBinding {
           nativeRequest,
         } as HttpRequestInit);
         const invocationId = randomUUID();
-        const context = this.createInvocationContext(registration, {
+        const context = this.#invocations.create(registration, {
           invocationId,
-          functionName: name,
           logHandler: (level, ...args) => this.#log(level, name, ...args),
         });
         const result = await handler(request, context);
         return toSent(result);
       },
     });
-  }
-
-  /** Lets a host component supply, for every invocation, the extra inputs of one binding type (Durable client data, …). */
-  provideExtraInput(type: string, provider: ExtraInputProvider): void {
-    this.#extraInputProviders.set(type.toLowerCase(), provider);
-  }
-
-  /**
-   * An InvocationContext as the Functions worker builds one: `options` from the registration's bindings, and the
-   * extra inputs that components provide (`df.getClient(context)` reads both). Other trigger bindings use it too.
-   */
-  createInvocationContext(registration: Registration, init: InvocationContextInit): InvocationContext {
-    const bindings = Object.entries(registration.metadata.bindings).map(([name, b]) => ({ ...b, name }));
-    const extraInputs = bindings.filter((b) => b.direction === 'in' && !/trigger$/i.test(b.type));
-    const trigger = triggerOf(registration);
-    const context = new InvocationContext({ ...init, options: { trigger: { ...trigger }, extraInputs, extraOutputs: [] } });
-    for (const input of extraInputs) {
-      const provider = this.#extraInputProviders.get(input.type.toLowerCase());
-      if (provider) context.extraInputs.set(input.name, provider(input));
-    }
-    return context;
   }
 
   /** Adds a route that the local host itself serves (local-only APIs); `template` is matched without the prefix. */

@@ -1,4 +1,5 @@
-import { InvocationContext, type FunctionTrigger } from '@azure/functions';
+import type { InvocationContexts } from '../functions-core/invocation-contexts';
+import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -49,7 +50,7 @@ export class ServiceBusBinding implements HostComponent {
     };
     const db = busDb(context.deps.sql.db);
     for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
-      const receiver = new QueueReceiver(registration, db, context.deps.clock, settings, context.log);
+      const receiver = new QueueReceiver(registration, db, context.deps.clock, settings, context.log, context.invocations);
       this.#receivers.push(receiver);
       receiver.start();
     }
@@ -74,6 +75,7 @@ type QueueHandler = (message: unknown, context: InvocationContext) => unknown;
 
 class QueueReceiver {
   readonly #registration: Registration;
+  readonly #invocations: InvocationContexts;
   readonly #trigger: ReturnType<typeof triggerOf>;
   readonly #queue: string;
   readonly #db: Kysely<BusTables>;
@@ -85,8 +87,16 @@ class QueueReceiver {
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
 
-  constructor(registration: Registration, db: Kysely<BusTables>, clock: Clock, settings: ReceiverSettings, log: LogHandler) {
+  constructor(
+    registration: Registration,
+    db: Kysely<BusTables>,
+    clock: Clock,
+    settings: ReceiverSettings,
+    log: LogHandler,
+    invocations: InvocationContexts,
+  ) {
     this.#registration = registration;
+    this.#invocations = invocations;
     this.#trigger = triggerOf(registration);
     if (typeof this.#trigger.queueName !== 'string') throw new Error(`function ${registration.metadata.name} names no queueName`);
     this.#queue = this.#trigger.queueName;
@@ -159,12 +169,10 @@ class QueueReceiver {
 
   async #deliver(message: ReceivedMessage): Promise<void> {
     const name = this.name;
-    const context = new InvocationContext({
+    const context = this.#invocations.create(this.#registration, {
       invocationId: randomUUID(),
-      functionName: name,
       logHandler: (level, ...args) => this.#log(level, name, ...args),
       triggerMetadata: triggerMetadataOf(message),
-      options: { trigger: this.#trigger as unknown as FunctionTrigger },
     });
     // Keep the lock while the handler runs (the extension's auto lock renewal), so no other receiver takes the message.
     const renewal = setInterval(() => {

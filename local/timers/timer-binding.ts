@@ -1,4 +1,5 @@
-import { InvocationContext, type FunctionTrigger, type Timer } from '@azure/functions';
+import type { InvocationContexts } from '../functions-core/invocation-contexts';
+import type { InvocationContext, Timer } from '@azure/functions';
 import { Cron } from 'croner';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
@@ -33,7 +34,7 @@ export class TimerBinding implements HostComponent {
     for (const registration of context.functionsWithTrigger('timerTrigger')) {
       let timer: ScheduledTimer;
       try {
-        timer = new ScheduledTimer(registration, context.log, this.#options.pastDueMarginMs ?? 1000);
+        timer = new ScheduledTimer(registration, context.log, context.invocations, this.#options.pastDueMarginMs ?? 1000);
       } catch (thrown) {
         // As the Functions host does with a function it cannot index: report it, keep the others running.
         context.log('error', registration.metadata.name, 'timer not bound', ensureError(thrown));
@@ -70,6 +71,7 @@ export function parseSchedule(schedule: string): { nextAfter(after: Date): Date 
 
 class ScheduledTimer {
   readonly #registration: Registration;
+  readonly #invocations: InvocationContexts;
   readonly #trigger: ReturnType<typeof triggerOf>;
   readonly #schedule: ReturnType<typeof parseSchedule>;
   readonly #log: LogHandler;
@@ -79,8 +81,9 @@ class ScheduledTimer {
   #stopped = false;
   #last: Date;
 
-  constructor(registration: Registration, log: LogHandler, marginMs: number) {
+  constructor(registration: Registration, log: LogHandler, invocations: InvocationContexts, marginMs: number) {
     this.#registration = registration;
+    this.#invocations = invocations;
     this.#trigger = triggerOf(registration);
     const schedule = this.#trigger.schedule;
     if (typeof schedule !== 'string') throw new Error(`timer ${registration.metadata.name} has no schedule`);
@@ -152,11 +155,9 @@ class ScheduledTimer {
 
   async #invoke(timer: Timer): Promise<void> {
     const name = this.name;
-    const context = new InvocationContext({
+    const context = this.#invocations.create(this.#registration, {
       invocationId: randomUUID(),
-      functionName: name,
       logHandler: (level, ...args) => this.#log(level, name, ...args),
-      options: { trigger: this.#trigger as unknown as FunctionTrigger },
     });
     try {
       await (this.#registration.callback as unknown as TimerHandler)(timer, context);

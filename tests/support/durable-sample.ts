@@ -246,3 +246,15 @@ app.http('durableSampleClient', {
     }
   },
 });
+
+/** A Service Bus-triggered starter: the durable client reaches functions of every trigger kind, as in Azure. */
+export const SAMPLE_START_QUEUE = 'durable-sample-starts';
+app.serviceBusQueue('durableSampleQueueStart', {
+  queueName: SAMPLE_START_QUEUE,
+  connection: 'ServiceBusConnection',
+  extraInputs: [df.input.durableClient()],
+  handler: async (message: unknown, context: InvocationContext) => {
+    const { instanceId, n } = message as { instanceId: string; n: number };
+    await df.getClient(context).startNew(SampleOrchestrations.fanOut, { instanceId, input: n });
+  },
+});
