@@ -1,3 +1,4 @@
+import { InvocationContexts } from '../../local/functions-core/invocation-contexts';
 import { app, type InvocationContext, type Timer } from '@azure/functions';
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -248,7 +249,12 @@ describe('embedded Service Bus, timers and bus endpoints on the local host', () 
     const registration = functionsWithTrigger('serviceBusTrigger').filter((r) => r.metadata.name === 'blockingQueueForTest');
     const binding = new ServiceBusBinding({ pollIntervalMs: 25 });
     const log = () => undefined;
-    await binding.start({ deps: host.host.deps, log, functionsWithTrigger: () => registration } as unknown as HostContext);
+    await binding.start({
+      deps: host.host.deps,
+      log,
+      invocations: new InvocationContexts(),
+      functionsWithTrigger: () => registration,
+    } as unknown as HostContext);
     await post('test-blocking', { body: 'slow work', messageId: 'blocking-1' });
     await blocking.until(1);
 

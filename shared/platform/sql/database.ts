@@ -16,6 +16,7 @@ import { dirname, isAbsolute, join } from 'node:path';
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
+import { startCheckpointer } from './sqlite-checkpointer';
 
 export type SqlDialect = 'sqlite' | 'postgres' | 'mssql';
 
@@ -66,8 +67,17 @@ function sqliteStore(options: SqlStoreOptions): SqlStore {
   database.pragma('busy_timeout = 10000');
   database.pragma('synchronous = NORMAL');
   database.pragma('foreign_keys = ON');
+  // Checkpoints run on a worker thread (see sqlite-checkpointer.ts), not inside request commits.
+  const checkpointer = file === ':memory:' ? undefined : (database.pragma('wal_autocheckpoint = 0'), startCheckpointer(file));
   const db = new Kysely({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(database) }) });
-  return { db, dialect: 'sqlite', close: () => db.destroy() };
+  return {
+    db,
+    dialect: 'sqlite',
+    async close() {
+      await checkpointer?.stop();
+      await db.destroy();
+    },
+  };
 }
 
 /**

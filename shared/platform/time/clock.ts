@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 
 /** Time, injected so lease expiry, drift windows and approval timeouts are tested without waiting. */
 export interface Clock {
@@ -29,4 +29,29 @@ export interface Ids {
   next(prefix?: string): string;
 }
 
-export const randomIds: Ids = { next: (prefix) => (prefix ? `${prefix}_${randomUUID()}` : randomUUID()) };
+let lastMs = 0;
+let sequence = 0;
+
+/**
+ * A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then a 12-bit sequence that keeps ids of one millisecond in
+ * order, then 62 random bits. Ids made later sort later, so new rows land at the right edge of every index keyed
+ * by id instead of on a random page: fewer pages written per insert, and a hot cache.
+ */
+export function uuidV7(nowMs = Date.now()): string {
+  if (nowMs > lastMs) {
+    lastMs = nowMs;
+    sequence = randomBytes(2).readUInt16BE(0) & 0x1ff;
+  } else if (++sequence > 0xfff) {
+    // The sequence ran out within one millisecond: borrow the next millisecond, keeping the order.
+    lastMs++;
+    sequence = 0;
+  }
+  const random = randomBytes(8);
+  random[0] = (random[0]! & 0x3f) | 0x80;
+  const hex =
+    lastMs.toString(16).padStart(12, '0') + (0x7000 | sequence).toString(16) + random.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+/** Time-ordered unique ids, optionally prefixed (`lease_…`). */
+export const randomIds: Ids = { next: (prefix) => (prefix ? `${prefix}_${uuidV7()}` : uuidV7()) };
