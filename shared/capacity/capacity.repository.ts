@@ -278,16 +278,11 @@ export async function renewActiveLease(
   return Number(row.expires_at);
 }
 
-export interface EndedLease {
-  readonly id: string;
-  readonly tenant: string;
-  readonly kind: CapacityKind;
-  readonly pool: string;
-  readonly units: number;
-  readonly holder: string;
-  readonly fencingToken: number;
+/** What an ended lease held, for returning its units and for its `LeaseExpired` event. */
+export type EndedLease = Pick<Lease, 'id' | 'tenant' | 'kind' | 'pool' | 'units' | 'holder' | 'fencingToken'> & {
+  /** Epoch ms. */
   readonly expiresAt: number;
-}
+};
 
 /** Marks an active, unexpired lease released; returns what it held, or undefined when it was not in that state. */
 export async function releaseActiveLease(

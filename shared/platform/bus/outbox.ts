@@ -1,6 +1,6 @@
 import type { Generated, Kysely, Migration, Transaction } from 'kysely';
 import type { Clock, Ids } from '../time/clock';
-import { sqlTypes, type MigrationSource } from '../sql/migrations';
+import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
 import { EVENT_SOURCE, EVENTS_TOPIC, type CloudEvent, type NewEvent } from './events';
 
 /** Row of `outbox`: one event awaiting publication, written in the transaction of the change that caused it. */
@@ -31,14 +31,7 @@ export const outboxMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   const migration: Migration = {
     async up(db: Kysely<unknown>) {
-      let table = db.schema.createTable('outbox');
-      table =
-        dialect === 'postgres'
-          ? table.addColumn('seq', 'bigserial', (c) => c.primaryKey())
-          : dialect === 'mssql'
-            ? table.addColumn('seq', 'bigint', (c) => c.identity().primaryKey())
-            : table.addColumn('seq', 'integer', (c) => c.primaryKey().autoIncrement());
-      await table
+      await withSeq(db.schema.createTable('outbox'), dialect)
         .addColumn('event_id', t.key, (c) => c.notNull().unique())
         .addColumn('topic', t.key, (c) => c.notNull())
         .addColumn('correlation_id', t.key)

@@ -1,15 +1,5 @@
-import type { CreateTableBuilder, Kysely, Migration } from 'kysely';
-import type { SqlDialect } from '../sql/database';
-import { sqlTypes, type MigrationSource } from '../sql/migrations';
-
-/** An auto-increment BIGINT primary key named `seq`, as each dialect spells it. */
-function withSeq(table: CreateTableBuilder<string, never>, dialect: SqlDialect): CreateTableBuilder<string, 'seq'> {
-  return dialect === 'postgres'
-    ? table.addColumn('seq', 'bigserial', (c) => c.primaryKey())
-    : dialect === 'mssql'
-      ? table.addColumn('seq', 'bigint', (c) => c.identity().primaryKey())
-      : table.addColumn('seq', 'integer', (c) => c.primaryKey().autoIncrement());
-}
+import type { Kysely, Migration } from 'kysely';
+import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
 
 /**
  * The local host's Durable task hub (local/durable): orchestration instances with their lease, each instance's

@@ -1,4 +1,4 @@
-import { Migrator, sql, type ColumnDataType, type Expression, type Migration, type MigrationProvider } from 'kysely';
+import { Migrator, sql, type ColumnDataType, type CreateTableBuilder, type Expression, type Migration, type MigrationProvider } from 'kysely';
 
 /** A column type as Kysely's schema builder takes it. */
 export type ColumnType = ColumnDataType | Expression<unknown>;
@@ -21,6 +21,15 @@ export function sqlTypes(dialect: SqlDialect): { text: ColumnType; key: ColumnTy
     /** Binary blobs. */
     bytes: dialect === 'postgres' ? 'bytea' : dialect === 'mssql' ? sql`varbinary(max)` : 'blob',
   };
+}
+
+/** An auto-increment BIGINT primary key named `seq` (insertion order), as each dialect spells it. */
+export function withSeq(table: CreateTableBuilder<string, never>, dialect: SqlDialect): CreateTableBuilder<string, 'seq'> {
+  return dialect === 'postgres'
+    ? table.addColumn('seq', 'bigserial', (c) => c.primaryKey())
+    : dialect === 'mssql'
+      ? table.addColumn('seq', 'bigint', (c) => c.identity().primaryKey())
+      : table.addColumn('seq', 'integer', (c) => c.primaryKey().autoIncrement());
 }
 
 /**
