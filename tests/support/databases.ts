@@ -70,7 +70,21 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
   await admin.end();
   const open = () => createSqlStore({ dialect, connection: url, postgresSchema: schema });
   const store = open();
-  if (options.migrate !== false) await migrateToLatest(store.db, dialect, allMigrations);
+  const dropSchema = async () => {
+    const cleanup = new pg.Client({ connectionString: url });
+    await cleanup.connect();
+    await cleanup.query(`drop schema if exists ${schema} cascade`);
+    await cleanup.end();
+  };
+  if (options.migrate !== false) {
+    try {
+      await migrateToLatest(store.db, dialect, allMigrations);
+    } catch (error) {
+      await store.close();
+      await dropSchema();
+      throw error;
+    }
+  }
   return {
     store,
     settings: {
@@ -81,10 +95,7 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
     connectAgain: open,
     async drop() {
       await store.close();
-      const cleanup = new pg.Client({ connectionString: url });
-      await cleanup.connect();
-      await cleanup.query(`drop schema if exists ${schema} cascade`);
-      await cleanup.end();
+      await dropSchema();
     },
   };
 }
