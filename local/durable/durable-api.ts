@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { requireScope, type TokenValidator } from '../../shared/platform/auth/auth';
-import { AppError, ensureError, type ErrorKind } from '../../shared/platform/errors/app-error';
+import type { TokenValidator } from '../../shared/platform/auth/auth';
+import { AppError } from '../../shared/platform/errors/app-error';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { HttpBinding, RawRequest, RawResponse } from '../http/http-binding';
+import { adminOnly, answeringProblems, rawProblem } from '../http/raw-problems';
 import { HistoryEventType, TERMINAL_STATUSES, durableClientData, summarizeEvent, type HistoryEvent } from './durable-protocol';
 import {
   durableDb,
@@ -46,9 +47,9 @@ export interface DurableApiDeps {
 export function addDurableRoutes(http: HttpBinding, deps: DurableApiDeps): void {
   const api = new DurableApi(deps);
   const rpc = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
-    request.params.key === deps.key ? guarded(handler, request) : problem(404, 'Not found', 'unknown durable endpoint');
+    request.params.key === deps.key ? guarded(handler, request) : rawProblem(new AppError('DURABLE.UNKNOWN_ENDPOINT', 'not-found', 'unknown durable endpoint'));
   const webhook = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
-    request.url.searchParams.get('code') === deps.key ? guarded(handler, request) : problem(401, 'Unauthorized', 'a valid code is required');
+    request.url.searchParams.get('code') === deps.key ? guarded(handler, request) : rawProblem(new AppError('DURABLE.CODE_REQUIRED', 'unauthorized', 'a valid code is required'));
 
   for (const [wrap, base] of [
     [rpc, `${RPC_BASE_PATH}/{key}`],
@@ -60,31 +61,19 @@ export function addDurableRoutes(http: HttpBinding, deps: DurableApiDeps): void 
     http.addRawRoute(['POST'], `${base}/instances/{instanceId}/raiseEvent/{eventName}`, wrap((r) => api.raise(r)));
     http.addRawRoute(['POST'], `${base}/instances/{instanceId}/terminate`, wrap((r) => api.terminate(r)));
   }
-  http.addRawRoute(['GET'], `${VIEW_BASE_PATH}/{instanceId?}`, (r) => guarded((req) => api.view(req), r));
+  http.addRawRoute(['GET'], `${VIEW_BASE_PATH}/{instanceId?}`, (r) => adminOnly(deps.auth, r, () => api.view(r)));
 }
 
-const STATUS: Partial<Record<ErrorKind, number>> = {
-  unauthorized: 401,
-  forbidden: 403,
-  validation: 400,
-  'not-found': 404,
-  conflict: 409,
-  gone: 410,
-};
-
-async function guarded(handler: (r: RawRequest) => Promise<RawResponse>, request: RawRequest): Promise<RawResponse> {
-  try {
-    return await handler(request);
-  } catch (thrown) {
-    const error = ensureError(thrown);
-    const status = error instanceof AppError ? STATUS[error.kind] : undefined;
-    if (error instanceof AppError && status !== undefined) return problem(status, error.code, error.message);
-    throw error;
-  }
+function guarded(handler: (r: RawRequest) => Promise<RawResponse>, request: RawRequest): Promise<RawResponse> {
+  return answeringProblems(() => handler(request));
 }
 
-function problem(status: number, title: string, detail: string): RawResponse {
-  return { status, headers: { 'content-type': 'application/problem+json' }, body: { type: 'about:blank', title, status, detail } };
+function notFound(instanceId: string): RawResponse {
+  return rawProblem(new AppError('DURABLE.INSTANCE_NOT_FOUND', 'not-found', `no instance with id '${instanceId}'`));
+}
+
+function gone(instanceId: string): RawResponse {
+  return rawProblem(new AppError('DURABLE.INSTANCE_GONE', 'gone', `instance '${instanceId}' is no longer running`));
 }
 
 function parseJsonText(body: Buffer): string | null {
@@ -143,7 +132,7 @@ class DurableApi {
   async status(request: RawRequest): Promise<RawResponse> {
     const instanceId = request.params.instanceId ?? '';
     const instance = await getInstance(this.#db, instanceId);
-    if (!instance) return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    if (!instance) return notFound(instanceId);
     const query = request.url.searchParams;
     const body: Record<string, unknown> = statusOf(instance, query.get('showInput') !== 'false');
     if (query.get('showHistory') === 'true') body.history = (await loadHistory(this.#db, instanceId)).map(summarizeEvent);
@@ -184,8 +173,8 @@ class DurableApi {
       Input: parseJsonText(request.body),
     };
     const outcome = await raiseEvent(this.#db, instanceId, event, now.getTime());
-    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
-    if (outcome === 'gone') return problem(410, 'Gone', `instance '${instanceId}' is no longer running`);
+    if (outcome === 'not-found') return notFound(instanceId);
+    if (outcome === 'gone') return gone(instanceId);
     this.#deps.wake();
     return { status: 202 };
   }
@@ -194,8 +183,8 @@ class DurableApi {
     const instanceId = request.params.instanceId ?? '';
     const reason = request.url.searchParams.get('reason') ?? '';
     const outcome = await terminateInstance(this.#db, instanceId, reason, this.#deps.workerId, this.#deps.clock.now().getTime());
-    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
-    if (outcome === 'gone') return problem(410, 'Gone', `instance '${instanceId}' is no longer running`);
+    if (outcome === 'not-found') return notFound(instanceId);
+    if (outcome === 'gone') return gone(instanceId);
     this.#deps.wake();
     return { status: 202 };
   }
@@ -203,7 +192,7 @@ class DurableApi {
   async purge(request: RawRequest): Promise<RawResponse> {
     const instanceId = request.params.instanceId ?? '';
     const outcome = await purgeInstance(this.#db, instanceId);
-    if (outcome === 'not-found') return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+    if (outcome === 'not-found') return notFound(instanceId);
     if (outcome === 'active') {
       throw new AppError('DURABLE.INSTANCE_ACTIVE', 'conflict', `instance '${instanceId}' is still pending or running; terminate it first`);
     }
@@ -212,13 +201,10 @@ class DurableApi {
 
   /** The local view: a page of instances, or one instance with its history summary. PlatformAdmin or factory.runtime.admin. */
   async view(request: RawRequest): Promise<RawResponse> {
-    const authorization = request.headers.authorization;
-    const principal = await this.#deps.auth.authenticate(typeof authorization === 'string' ? authorization : undefined);
-    if (!principal.roles.has('PlatformAdmin')) requireScope(principal, 'factory.runtime.admin');
     const instanceId = request.params.instanceId;
     if (instanceId) {
       const instance = await getInstance(this.#db, instanceId);
-      if (!instance) return problem(404, 'Not found', `no instance with id '${instanceId}'`);
+      if (!instance) return notFound(instanceId);
       const history = await loadHistory(this.#db, instanceId);
       return {
         status: 200,

@@ -137,12 +137,36 @@ export class HttpBinding {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`);
-    const path = decodeURI(url.pathname).replace(/\/+$/, '') || '/';
+    let url: URL | undefined;
+    try {
+      url = requestUrl(req);
+      await this.#route(req, res, url);
+    } catch (error) {
+      if (error instanceof BadRequestLine) {
+        req.resume();
+        if (!res.headersSent) send(res, problem(400, 'Bad request', error.message));
+        return;
+      }
+      // Handlers map their own errors; reaching here is a host defect, never the client's input.
+      const correlationId = randomUUID();
+      this.#log('error', 'local-host', `unhandled error for ${req.method ?? ''} ${url?.pathname ?? req.url ?? ''} [${correlationId}]`, error);
+      if (!res.headersSent) send(res, problem(500, 'Internal error', `correlation id ${correlationId}`));
+      else res.destroy();
+    }
+  }
+
+  async #route(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    // Matched on the encoded path; parameters are decoded once, by the route.
+    const path = url.pathname.replace(/\/+$/, '') || '/';
     let pathMatched = false;
     let found: { route: Route; params: Record<string, string> } | undefined;
     for (const route of this.#routes) {
-      const params = route.route.match(path);
+      let params: Record<string, string> | undefined;
+      try {
+        params = route.route.match(path);
+      } catch {
+        throw new BadRequestLine(`the path ${url.pathname} is not validly percent-encoded`);
+      }
       if (!params) continue;
       pathMatched = true;
       if (route.methods.includes(req.method ?? 'GET')) {
@@ -150,26 +174,29 @@ export class HttpBinding {
         break;
       }
     }
-    try {
-      if (!found) {
-        req.resume();
-        const status = pathMatched ? 405 : 404;
-        send(res, problem(status, pathMatched ? 'Method not allowed' : 'Not found', `${req.method ?? ''} ${url.pathname}`));
-        return;
-      }
-      const body = await readBody(req);
-      if (body === 'too-large') {
-        send(res, problem(413, 'Payload too large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`));
-        return;
-      }
-      send(res, await found.route.invoke(req, body, url, found.params));
-    } catch (error) {
-      // Handlers map their own errors; reaching here is a host defect, never the client's input.
-      const correlationId = randomUUID();
-      this.#log('error', 'local-host', `unhandled error for ${req.method ?? ''} ${url.pathname} [${correlationId}]`, error);
-      if (!res.headersSent) send(res, problem(500, 'Internal error', `correlation id ${correlationId}`));
-      else res.destroy();
+    if (!found) {
+      req.resume();
+      const status = pathMatched ? 405 : 404;
+      send(res, problem(status, pathMatched ? 'Method not allowed' : 'Not found', `${req.method ?? ''} ${url.pathname}`));
+      return;
     }
+    const body = await readBody(req);
+    if (body === 'too-large') {
+      send(res, problem(413, 'Payload too large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`));
+      return;
+    }
+    send(res, await found.route.invoke(req, body, url, found.params));
+  }
+}
+
+/** The request line or Host header cannot be read: the client's fault, answered 400. */
+class BadRequestLine extends Error {}
+
+function requestUrl(req: IncomingMessage): URL {
+  try {
+    return new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`);
+  } catch {
+    throw new BadRequestLine('the request target or Host header is not a valid URL');
   }
 }
 

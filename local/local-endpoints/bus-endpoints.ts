@@ -1,15 +1,14 @@
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
-import { problemResponse } from '../../functions/http/endpoint';
-import { requireScope } from '../../shared/platform/auth/auth';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { bodyForHandler, QUEUE_DEFAULTS, type QueuedMessage } from '../../shared/platform/bus/queue';
 import { enqueue, listDeadLettered } from '../../shared/platform/bus/queue.repository';
 import { readTopic } from '../../shared/platform/bus/topic.repository';
-import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import { AppError } from '../../shared/platform/errors/app-error';
 import type { Deps } from '../../shared/deps';
 import type { HostComponent, HostContext } from '../host';
+import { adminOnly } from '../http/raw-problems';
 import type { RawRequest, RawResponse } from '../http/http-binding';
 
 /** Service Bus standard tier's message size limit; larger envelopes are refused with 413. */
@@ -45,10 +44,10 @@ export class BusEndpoints implements HostComponent {
     const { deps, http } = context;
     const db = busDb(deps.sql.db);
     http.addRawRoute(['POST'], 'runtime-cloud/local/queues/{queue}/messages', (request) =>
-      guarded(deps, request, async () => postMessage(deps, db, request)),
+      adminOnly(deps.auth, request, async () => postMessage(deps, db, request)),
     );
     http.addRawRoute(['GET'], 'runtime-cloud/local/queues/{queue}/deadletter', (request) =>
-      guarded(deps, request, async () => {
+      adminOnly(deps.auth, request, async () => {
         const queue = entityName(request.params.queue);
         const page = parsePage(request);
         const items = await listDeadLettered(db, queue, { after: page.after, limit: page.limit });
@@ -56,7 +55,7 @@ export class BusEndpoints implements HostComponent {
       }),
     );
     http.addRawRoute(['GET'], 'runtime-cloud/local/topics/{topic}/messages', (request) =>
-      guarded(deps, request, async () => {
+      adminOnly(deps.auth, request, async () => {
         const topic = entityName(request.params.topic);
         const page = parsePage(request);
         const items = await readTopic(db, topic, { after: page.after, limit: page.limit });
@@ -123,26 +122,6 @@ async function postMessage(deps: Deps, db: Kysely<BusTables>, request: RawReques
   );
   if (result.kind === 'duplicate') return { status: 200, body: { queue, messageId, duplicate: true } };
   return { status: 201, body: { queue, messageId, sequenceNumber: result.sequenceNumber, duplicate: false } };
-}
-
-/** Auth (PlatformAdmin or factory.runtime.admin) and the mapping of every failure to problem+json. */
-async function guarded(deps: Deps, request: RawRequest, run: () => Promise<RawResponse>): Promise<RawResponse> {
-  try {
-    const header = request.headers.authorization;
-    const principal = await deps.auth.authenticate(Array.isArray(header) ? header[0] : header);
-    // PlatformAdmin grants factory.runtime.admin, so one scope check covers both.
-    requireScope(principal, 'factory.runtime.admin');
-    return await run();
-  } catch (thrown) {
-    const error = ensureError(thrown);
-    if (!(error instanceof AppError)) throw error;
-    const response = problemResponse(error);
-    return {
-      status: response.status ?? 500,
-      headers: response.headers as Record<string, string>,
-      body: typeof response.body === 'string' ? response.body : undefined,
-    };
-  }
 }
 
 function entityName(value: string | undefined): string {

@@ -123,3 +123,39 @@ describe('local host HTTP binding', () => {
     });
   });
 });
+
+describe('local host HTTP binding with malformed request lines', () => {
+  let host: TestHost;
+  beforeAll(async () => {
+    host = await startTestHost();
+  });
+  afterAll(async () => {
+    await host?.stop();
+  });
+
+  it('when the path is not validly percent-encoded, then 400 and the host keeps serving', async () => {
+    const response = await host.fetch('/test/echo/%ZZ');
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toBe('application/problem+json');
+    expect((await host.fetch('/test/echo/ok')).status).toBe(200);
+  });
+
+  it('when a parameter is percent-encoded, then the handler sees it decoded once', async () => {
+    const response = await host.fetch('/test/echo/a%2Fb%2541');
+    expect(((await response.json()) as { params: unknown }).params).toEqual({ id: 'a/b%41' });
+  });
+
+  it('when the Host header is not a valid host, then 400', async () => {
+    const { request } = await import('node:http');
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port: host.url.port, path: '/test/echo/1', headers: { host: 'bad host:x' } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(status).toBe(400);
+    expect((await host.fetch('/test/echo/ok')).status).toBe(200);
+  });
+});
