@@ -275,8 +275,10 @@ function problem(status: number, title: string, detail: string): Sent {
 }
 
 function send(res: ServerResponse, sent: Sent): void {
-  res.statusCode = sent.status;
-  for (const [key, value] of sent.headers) res.appendHeader(key, value);
-  res.setHeader('content-length', sent.body.length);
+  // writeHead with a flat [name, value, …] list is Node's cheapest way to send headers (repeated names allowed).
+  const raw: string[] = [];
+  for (const [key, value] of sent.headers) raw.push(key, value);
+  raw.push('content-length', String(sent.body.length));
+  res.writeHead(sent.status, raw);
   res.end(sent.body);
 }
