@@ -1,20 +1,24 @@
-import type { Kysely, Migration } from 'kysely';
+import type { CreateTableBuilder, Kysely, Migration } from 'kysely';
 import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
+
+/** The columns every stored message has (StoredMessageColumns), after the sequence and the entity name. */
+function withMessageColumns<C extends string>(table: CreateTableBuilder<string, C>, t: ReturnType<typeof sqlTypes>) {
+  return table
+    .addColumn('message_id', t.key, (c) => c.notNull())
+    .addColumn('correlation_id', t.key)
+    .addColumn('content_type', t.key)
+    .addColumn('subject', t.key)
+    .addColumn('application_properties', t.text, (c) => c.notNull())
+    .addColumn('body', t.text, (c) => c.notNull())
+    .addColumn('enqueued_at', 'bigint', (c) => c.notNull());
+}
 
 /** The embedded queue and topic (local host), the inbox, and the relay's claim on outbox rows. */
 export const busMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   const queue: Migration = {
     async up(db: Kysely<unknown>) {
-      await withSeq(db.schema.createTable('queue_messages'), dialect)
-        .addColumn('queue', t.key, (c) => c.notNull())
-        .addColumn('message_id', t.key, (c) => c.notNull())
-        .addColumn('correlation_id', t.key)
-        .addColumn('content_type', t.key)
-        .addColumn('subject', t.key)
-        .addColumn('application_properties', t.text, (c) => c.notNull())
-        .addColumn('body', t.text, (c) => c.notNull())
-        .addColumn('enqueued_at', 'bigint', (c) => c.notNull())
+      await withMessageColumns(withSeq(db.schema.createTable('queue_messages'), dialect).addColumn('queue', t.key, (c) => c.notNull()), t)
         .addColumn('delivery_count', 'integer', (c) => c.notNull().defaultTo(0))
         .addColumn('lock_token', t.key)
         .addColumn('locked_until', 'bigint')
@@ -36,15 +40,7 @@ export const busMigrations: MigrationSource = (dialect) => {
   };
   const topic: Migration = {
     async up(db: Kysely<unknown>) {
-      await withSeq(db.schema.createTable('topic_messages'), dialect)
-        .addColumn('topic', t.key, (c) => c.notNull())
-        .addColumn('message_id', t.key, (c) => c.notNull())
-        .addColumn('correlation_id', t.key)
-        .addColumn('content_type', t.key)
-        .addColumn('subject', t.key)
-        .addColumn('application_properties', t.text, (c) => c.notNull())
-        .addColumn('body', t.text, (c) => c.notNull())
-        .addColumn('enqueued_at', 'bigint', (c) => c.notNull())
+      await withMessageColumns(withSeq(db.schema.createTable('topic_messages'), dialect).addColumn('topic', t.key, (c) => c.notNull()), t)
         // Duplicate detection by messageId, as on a Service Bus topic: a relay that republishes after a crash is harmless.
         .addUniqueConstraint('topic_messages_message_id', ['topic', 'message_id'])
         .execute();

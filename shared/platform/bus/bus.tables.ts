@@ -5,11 +5,10 @@ import type { Generated } from 'kysely';
  * milliseconds. Row types never leave the repositories.
  */
 
-/** Row of `queue_messages`: one message of an embedded queue, active or dead-lettered. Completed ones are deleted. */
-export interface QueueMessageTable {
+/** The columns every stored message has, on a queue or on the topic. */
+export interface StoredMessageColumns {
   /** The message's sequence number (enqueue order). */
   seq: Generated<number>;
-  queue: string;
   message_id: string;
   correlation_id: string | null;
   content_type: string | null;
@@ -19,6 +18,11 @@ export interface QueueMessageTable {
   /** The body as sent (JSON text for JSON bodies). */
   body: string;
   enqueued_at: number;
+}
+
+/** Row of `queue_messages`: one message of an embedded queue, active or dead-lettered. Completed ones are deleted. */
+export interface QueueMessageTable extends StoredMessageColumns {
+  queue: string;
   delivery_count: number;
   /** Peek-lock: the current lock's token, and until when it holds; both null when the message is available. */
   lock_token: string | null;
@@ -38,16 +42,8 @@ export interface QueueMessageIdTable {
 }
 
 /** Row of `topic_messages`: the embedded topic, outbound events in publication order. */
-export interface TopicMessageTable {
-  seq: Generated<number>;
+export interface TopicMessageTable extends StoredMessageColumns {
   topic: string;
-  message_id: string;
-  correlation_id: string | null;
-  content_type: string | null;
-  subject: string | null;
-  application_properties: string;
-  body: string;
-  enqueued_at: number;
 }
 
 /** Row of `inbox`: an inbound message recorded before the module acts on it. */

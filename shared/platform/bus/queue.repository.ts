@@ -1,5 +1,5 @@
-import type { ExpressionBuilder, Kysely, Selectable, Transaction } from 'kysely';
-import type { BusTables, QueueMessageTable } from './bus.tables';
+import type { ExpressionBuilder, Insertable, Kysely, Selectable, Transaction } from 'kysely';
+import type { BusTables, QueueMessageTable, StoredMessageColumns } from './bus.tables';
 import {
   exhaustedDeliveries,
   MAX_DELIVERY_COUNT_EXCEEDED,
@@ -29,6 +29,19 @@ export interface EnqueueOptions {
   readonly duplicateDetectionWindowMs: number;
 }
 
+/** The stored form of an outgoing message's common columns (queue and topic rows alike). */
+export function storedMessageColumns(message: OutgoingMessage, now: number): Omit<Insertable<StoredMessageColumns>, 'seq'> {
+  return {
+    message_id: message.messageId,
+    correlation_id: message.correlationId ?? null,
+    content_type: message.contentType ?? null,
+    subject: message.subject ?? null,
+    application_properties: JSON.stringify(message.applicationProperties ?? {}),
+    body: message.body,
+    enqueued_at: now,
+  };
+}
+
 /** Adds a message unless a message with the same id was accepted on this queue within the detection window. */
 export async function enqueue(db: Kysely<BusTables>, queue: string, message: OutgoingMessage, options: EnqueueOptions): Promise<EnqueueResult> {
   return db.transaction().execute(async (trx) => {
@@ -47,13 +60,7 @@ export async function enqueue(db: Kysely<BusTables>, queue: string, message: Out
       .insertInto('queue_messages')
       .values({
         queue,
-        message_id: message.messageId,
-        correlation_id: message.correlationId ?? null,
-        content_type: message.contentType ?? null,
-        subject: message.subject ?? null,
-        application_properties: JSON.stringify(message.applicationProperties ?? {}),
-        body: message.body,
-        enqueued_at: options.now,
+        ...storedMessageColumns(message, options.now),
         delivery_count: 0,
         lock_token: null,
         locked_until: null,

@@ -1,6 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { BusTables } from './bus.tables';
 import type { ApplicationProperties, OutgoingMessage } from './queue';
+import { storedMessageColumns } from './queue.repository';
 
 /** The embedded topic (the local host's `runtime-cloud-events`): published messages in order, deduplicated by messageId. */
 type Db = Kysely<BusTables> | Transaction<BusTables>;
@@ -24,16 +25,7 @@ export async function appendToTopic(db: Db, topic: string, messages: readonly Ou
   for (const message of messages) {
     const result = await db
       .insertInto('topic_messages')
-      .values({
-        topic,
-        message_id: message.messageId,
-        correlation_id: message.correlationId ?? null,
-        content_type: message.contentType ?? null,
-        subject: message.subject ?? null,
-        application_properties: JSON.stringify(message.applicationProperties ?? {}),
-        body: message.body,
-        enqueued_at: now,
-      })
+      .values({ topic, ...storedMessageColumns(message, now) })
       .onConflict((oc) => oc.columns(['topic', 'message_id']).doNothing())
       .executeTakeFirst();
     added += Number(result.numInsertedOrUpdatedRows ?? 0);
