@@ -4,18 +4,17 @@ import { Worker } from 'node:worker_threads';
  * Runs SQLite's WAL checkpoints on a worker thread with its own connection, instead of inside whichever commit
  * crosses the auto-checkpoint threshold. A checkpoint copies pages to the database file and syncs it; done inline
  * it stalls the one event loop that serves every request (a quarter of the host's time under lease load). PASSIVE
- * checkpoints never block the writer; a TRUNCATE now and then keeps the WAL file from growing without bound.
+ * checkpoints never block the writer; once one has copied everything, the next write starts the WAL over, and the
+ * connection's `journal_size_limit` trims the file then.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const Database = require(workerData.driver);
 const db = new Database(workerData.file);
 db.pragma('busy_timeout = 0');
-let runs = 0;
 const tick = () => {
   try {
-    runs++;
-    db.pragma(runs % 50 === 0 ? 'wal_checkpoint(TRUNCATE)' : 'wal_checkpoint(PASSIVE)');
+    db.pragma('wal_checkpoint(PASSIVE)');
   } catch {
     // Busy or locked: the next tick tries again.
   }
