@@ -8,7 +8,7 @@ const USAGE = `runtime-cloud: the local RuntimeCloudHost
 Usage:
   runtime-cloud start [--port N] [--state-dir DIR]
       Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
-      local Durable runner, local IaC engine and cloud). Default port 8130, state dir .runtime-cloud/.
+      local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/.
   runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud <command> --help
