@@ -6,7 +6,6 @@ describe('local @azure/functions-core', () => {
   it('when a function registers through @azure/functions, then the local registry receives its bindings', () => {
     app.http('probeRegistration', { route: 'probe/{id}', methods: ['GET'], handler: () => ({ status: 204 }) });
     const found = functionsWithTrigger('httpTrigger').find((r) => r.metadata.name === 'probeRegistration');
-    expect(found?.metadata.bindings).toMatchObject({});
     const trigger = Object.values(found?.metadata.bindings ?? {}).find((b) => b.type === 'httpTrigger');
     expect(trigger).toMatchObject({ route: 'probe/{id}', methods: ['GET'], direction: 'in' });
   });
