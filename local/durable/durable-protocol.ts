@@ -123,6 +123,27 @@ export interface OrchestrationTriggerPayload {
   readonly defaultHttpAsyncRequestSleepTimeMillseconds: number;
 }
 
+/**
+ * The trigger payload of one episode, with the settings every call shares: the replay schema, timers never split
+ * into sub-timers, no parent (sub-orchestrations are not supported locally).
+ */
+export function orchestrationPayload(episode: {
+  history: HistoryEvent[];
+  input: unknown;
+  instanceId: string;
+  isReplaying: boolean;
+}): OrchestrationTriggerPayload {
+  return {
+    ...episode,
+    upperSchemaVersion: REPLAY_SCHEMA_VERSION,
+    upperSchemaVersionNew: REPLAY_SCHEMA_VERSION,
+    parentInstanceId: undefined,
+    maximumShortTimerDuration: NO_TIMER_SPLITTING,
+    longRunningTimerIntervalDuration: NO_TIMER_SPLITTING,
+    defaultHttpAsyncRequestSleepTimeMillseconds: 30_000,
+  };
+}
+
 /** What the callback answers (`orchestrations/OrchestratorState.js`). */
 export interface OrchestratorStateShape {
   readonly isDone: boolean;

@@ -7,8 +7,7 @@ import type { Registration } from '../functions-core/registry';
 import type { LogHandler } from '../http/http-binding';
 import {
   HistoryEventType,
-  NO_TIMER_SPLITTING,
-  REPLAY_SCHEMA_VERSION,
+  orchestrationPayload,
   failureDetailsOf,
   flattenActions,
   parseOrchestrationFailure,
@@ -293,18 +292,12 @@ export class DurableRunner {
     this.#continueRetry(state, fed, effects, instance.executionId, now);
 
     const registration = this.#deps.registrations('orchestrationTrigger').find((r) => r.metadata.name === instance.name);
-    const payload: OrchestrationTriggerPayload = {
+    const payload = orchestrationPayload({
       history: [...history.map((e) => ({ ...e, IsPlayed: true })), { ...orchestratorStarted }, { ...fed }],
       input: instance.input === null ? undefined : (JSON.parse(instance.input) as unknown),
       instanceId: instance.instanceId,
       isReplaying: history.length > 0,
-      upperSchemaVersion: REPLAY_SCHEMA_VERSION,
-      upperSchemaVersionNew: REPLAY_SCHEMA_VERSION,
-      parentInstanceId: undefined,
-      maximumShortTimerDuration: NO_TIMER_SPLITTING,
-      longRunningTimerIntervalDuration: NO_TIMER_SPLITTING,
-      defaultHttpAsyncRequestSleepTimeMillseconds: 30_000,
-    };
+    });
     const episodeEvents = [orchestratorStarted, fed];
     if (!registration) {
       return this.#fail(instance, state, history, episodeEvents, message, now, {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { localDurable } from '../../local/durable/durable-component';
-import { durableDb } from '../../local/durable/durable.repository';
+import { durableDb, loadHistory } from '../../local/durable/durable.repository';
 import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { createTestDatabase, type TestDatabase } from '../support/databases';
@@ -28,14 +28,8 @@ describe('local Durable runner retries on a manual clock', () => {
     await db?.drop();
   });
 
-  async function history(instanceId: string): Promise<HistoryEvent[]> {
-    const rows = await durableDb(db.store.db)
-      .selectFrom('durable_history')
-      .select('event')
-      .where('instance_id', '=', instanceId)
-      .orderBy('position')
-      .execute();
-    return rows.map((r) => JSON.parse(r.event) as HistoryEvent);
+  function history(instanceId: string): Promise<HistoryEvent[]> {
+    return loadHistory(durableDb(db.store.db), instanceId);
   }
 
   async function start(instanceId: string, input: unknown): Promise<number> {

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { durableDb } from '../../local/durable/durable.repository';
+import { durableDb, loadHistory } from '../../local/durable/durable.repository';
 import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { createTestDatabase, type TestDatabase } from '../support/databases';
 import { startChildHost, type ChildHost } from '../support/durable-child';
@@ -27,14 +27,8 @@ describe('local Durable runner across a SIGKILL', () => {
     rmSync(markers, { recursive: true, force: true });
   });
 
-  async function history(instanceId: string): Promise<HistoryEvent[]> {
-    const rows = await durableDb(db.store.db)
-      .selectFrom('durable_history')
-      .select('event')
-      .where('instance_id', '=', instanceId)
-      .orderBy('position')
-      .execute();
-    return rows.map((r) => JSON.parse(r.event) as HistoryEvent);
+  function history(instanceId: string): Promise<HistoryEvent[]> {
+    return loadHistory(durableDb(db.store.db), instanceId);
   }
 
   async function statusOf(instanceId: string) {

@@ -7,13 +7,12 @@ import {
   ActionType,
   DURABLE_FUNCTIONS_VERSION,
   HistoryEventType,
-  NO_TIMER_SPLITTING,
+  orchestrationPayload,
   REPLAY_SCHEMA_VERSION,
   flattenActions,
   parseOrchestrationFailure,
   retryDelayMs,
   type HistoryEvent,
-  type OrchestrationTriggerPayload,
 } from '../../local/durable/durable-protocol';
 import { functionsWithTrigger } from '../../local/functions-core/registry';
 import { SampleOrchestrations } from '../support/durable-sample';
@@ -55,18 +54,7 @@ describe('durable-functions protocol the local runner relies on', () => {
       { EventType: HistoryEventType.OrchestratorStarted, EventId: -1, Timestamp: at, IsPlayed: false },
       { EventType: HistoryEventType.ExecutionStarted, EventId: -1, Timestamp: at, IsPlayed: false, Input: '1' },
     ];
-    const payload: OrchestrationTriggerPayload = {
-      history,
-      input: 1,
-      instanceId: 'protocol-1',
-      isReplaying: false,
-      upperSchemaVersion: REPLAY_SCHEMA_VERSION,
-      upperSchemaVersionNew: REPLAY_SCHEMA_VERSION,
-      parentInstanceId: undefined,
-      maximumShortTimerDuration: NO_TIMER_SPLITTING,
-      longRunningTimerIntervalDuration: NO_TIMER_SPLITTING,
-      defaultHttpAsyncRequestSleepTimeMillseconds: 30_000,
-    };
+    const payload = orchestrationPayload({ history, input: 1, instanceId: 'protocol-1', isReplaying: false });
     const state = (await (registration?.callback as unknown as (p: unknown, c: unknown) => Promise<{ actions: unknown[][] }>)(
       payload,
       context,

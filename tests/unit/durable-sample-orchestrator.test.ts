@@ -2,8 +2,7 @@ import * as df from 'durable-functions';
 import { describe, expect, it } from 'vitest';
 import {
   HistoryEventType,
-  NO_TIMER_SPLITTING,
-  REPLAY_SCHEMA_VERSION,
+  orchestrationPayload,
   flattenActions,
   type Action,
   type HistoryEvent,
@@ -33,18 +32,12 @@ describe('sample orchestrator under DummyOrchestrationContext', () => {
 
   async function run(history: HistoryEvent[]) {
     const last = history.map((e) => e.EventType).lastIndexOf(HistoryEventType.OrchestratorStarted);
-    const payload = {
+    const payload = orchestrationPayload({
       history: history.map((e, i) => ({ ...e, IsPlayed: i < last })),
       input,
       instanceId: 'unit-1',
       isReplaying: last > 0,
-      upperSchemaVersion: REPLAY_SCHEMA_VERSION,
-      upperSchemaVersionNew: REPLAY_SCHEMA_VERSION,
-      parentInstanceId: undefined,
-      maximumShortTimerDuration: NO_TIMER_SPLITTING,
-      longRunningTimerIntervalDuration: NO_TIMER_SPLITTING,
-      defaultHttpAsyncRequestSleepTimeMillseconds: 30_000,
-    };
+    });
     const state = await orchestrator(payload, new df.DummyOrchestrationContext());
     return { ...state, flat: flattenActions(state.actions) };
   }
