@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { capacitySeedSchema, type CapacitySeed } from '../shared/capacity/capacity.seed';
+import { describeFieldProblems, fieldProblems } from '../shared/platform/validation/validation';
 import type { HostComponent } from './host';
 
 /** The seed the embedded default starts with: editions free, team, enterprise, a pool per kind, two demo tenants. */
@@ -10,7 +11,7 @@ export const BUNDLED_CAPACITY_SEED = join(__dirname, 'capacity-seed.json');
 export function readCapacitySeed(file: string): CapacitySeed {
   const parsed = capacitySeedSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) {
-    throw new Error(`capacity seed ${file} is not valid: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    throw new Error(`capacity seed ${file} is not valid: ${describeFieldProblems(fieldProblems(parsed.error, '(file)'))}`);
   }
   return parsed.data;
 }

@@ -12,7 +12,7 @@ export const capacitySummary = endpoint({ scope: 'factory.runtime.read' }, async
  * Creates or changes a pool. Shrinking below current use revokes nothing: grants stop until use falls. A size
  * change on a pool sized by an IaC stack is requested from provisioning (`PoolResizeRequested`).
  */
-export const putPool = endpoint({ scope: 'factory.runtime.admin', body: poolSpecSchema }, async ({ request, deps, body }) => {
+export const putPool = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: poolSpecSchema }, async ({ request, deps, body }) => {
   const { created, pool, resizeRequested } = await deps.capacity.putPool(request.params.id ?? '', {
     kind: body.kind,
     target: body.target,
@@ -26,14 +26,14 @@ export const putPool = endpoint({ scope: 'factory.runtime.admin', body: poolSpec
 });
 
 /** Creates an edition or replaces its per-kind limits. */
-export const putEdition = endpoint({ scope: 'factory.runtime.admin', body: editionSpecSchema }, async ({ request, deps, body }) => {
+export const putEdition = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: editionSpecSchema }, async ({ request, deps, body }) => {
   const name = request.params.name ?? '';
   const { created } = await deps.capacity.putEdition({ name, limits: body.limits });
   return { status: created ? 201 : 200, jsonBody: { name, limits: body.limits } };
 });
 
 /** Creates a tenant or moves it to another edition. */
-export const putTenant = endpoint({ scope: 'factory.runtime.admin', body: tenantSpecSchema }, async ({ request, deps, body }) => {
+export const putTenant = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: tenantSpecSchema }, async ({ request, deps, body }) => {
   const id = request.params.id ?? '';
   const { created } = await deps.capacity.putTenant({ id, edition: body.edition });
   return { status: created ? 201 : 200, jsonBody: { id, edition: body.edition } };

@@ -1,15 +1,9 @@
-import { app } from '@azure/functions';
+import { app, type HttpRequest, type HttpResponseInit, type InvocationContext } from '@azure/functions';
 import { runHealthChecks } from '../../shared/platform/health/health';
 import { endpoint } from '../http/endpoint';
 
-/**
- * Liveness, readiness and dependency health. `?probe=live` answers from the process alone (for liveness probes);
- * otherwise every dependency is checked and the answer is 503 when the host is unhealthy.
- */
-export const runtimeCloudHealth = endpoint({ scope: 'factory.health.read' }, async ({ request, deps }) => {
-  if (request.query.get('probe') === 'live') {
-    return { status: 200, jsonBody: { status: 'healthy', probe: 'live', checks: [] } };
-  }
+/** Every dependency checked; 503 when the host is unhealthy. Dependency details are for holders of the scope. */
+const fullHealth = endpoint({ scope: 'factory.health.read' }, async ({ deps }) => {
   const report = await runHealthChecks(deps.healthChecks);
   return {
     status: report.status === 'unhealthy' ? 503 : 200,
@@ -17,5 +11,16 @@ export const runtimeCloudHealth = endpoint({ scope: 'factory.health.read' }, asy
     jsonBody: { status: report.status, checkedAt: deps.clock.now().toISOString(), checks: report.checks },
   };
 });
+
+/**
+ * Liveness, readiness and dependency health. `?probe=live` answers from the process alone, without a token and
+ * with the status only: platform liveness probes send no credentials, and it reveals nothing about dependencies.
+ */
+export async function runtimeCloudHealth(request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> {
+  if (request.query.get('probe') === 'live') {
+    return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: { status: 'healthy' } };
+  }
+  return fullHealth(request, context);
+}
 
 app.http('RuntimeCloudHealth', { route: 'runtime-cloud/health', methods: ['GET'], authLevel: 'anonymous', handler: runtimeCloudHealth });

@@ -1,26 +1,15 @@
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
-import { requireScope, resolveTenant, type Principal, type Scope, type TenantFilter } from '../../shared/platform/auth/auth';
-import { AppError, ensureError, type ErrorKind } from '../../shared/platform/errors/app-error';
+import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal, type Scope, type TenantFilter } from '../../shared/platform/auth/auth';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import { errorProblem, internalProblem } from '../../shared/platform/http/problem';
+import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { getDeps } from '../runtime';
 
 /** Request bodies larger than this are refused with 413. */
 export const MAX_BODY_BYTES = 256 * 1024;
-
-const STATUS: Record<ErrorKind, number> = {
-  validation: 400,
-  unauthorized: 401,
-  forbidden: 403,
-  'not-found': 404,
-  conflict: 409,
-  gone: 410,
-  'too-large': 413,
-  limit: 429,
-  unavailable: 503,
-  internal: 500,
-};
 
 export interface EndpointInput<B> {
   readonly request: HttpRequest;
@@ -37,6 +26,11 @@ export interface EndpointSpec<B> {
   readonly scope: Scope;
   /** Schema of the JSON body; omit for requests without one. */
   readonly body?: z.ZodType<B>;
+  /**
+   * Platform administration, across tenants: a token bound to a tenant is refused (403) even when it holds the
+   * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. Example: `true`.
+   */
+  readonly platformOnly?: boolean;
 }
 
 /**
@@ -52,6 +46,7 @@ export function endpoint<B = undefined>(
       const deps = await getDeps();
       const principal = await deps.auth.authenticate(request.headers.get('authorization'));
       requireScope(principal, spec.scope);
+      if (spec.platformOnly) requirePlatformPrincipal(principal);
       const body = spec.body ? await readJson(request, spec.body) : (undefined as B);
       const requestedTenant = request.headers.get('x-tenant-id') ?? request.query.get('tenant') ?? undefined;
       const tenants = () => resolveTenant(principal, spec.scope, requestedTenant);
@@ -64,42 +59,10 @@ export function endpoint<B = undefined>(
 
 export function errorResponse(thrown: unknown, context: InvocationContext): HttpResponseInit {
   const error = ensureError(thrown);
-  if (error instanceof AppError) return problemResponse(error);
+  if (error instanceof AppError) return errorProblem(error);
   const correlationId = randomUUID();
   context.error(`unhandled error [${correlationId}]`, error);
-  return {
-    status: 500,
-    headers: { 'content-type': 'application/problem+json' },
-    jsonBody: {
-      type: 'about:blank',
-      title: 'Internal error',
-      status: 500,
-      detail: 'the request failed unexpectedly; quote the correlation id when reporting it',
-      correlationId,
-    },
-  };
-}
-
-export function problemResponse(error: AppError, headers: Record<string, string> = {}): HttpResponseInit {
-  const status = STATUS[error.kind];
-  const extra: Record<string, string> = { ...headers };
-  if (error.kind === 'unauthorized') {
-    extra['www-authenticate'] = `Bearer error="invalid_token", error_description="${error.message.replace(/"/g, "'")}"`;
-  }
-  if (typeof error.details.retryAfterSeconds === 'number') {
-    extra['retry-after'] = String(Math.max(1, Math.ceil(error.details.retryAfterSeconds)));
-  }
-  return {
-    status,
-    headers: { 'content-type': 'application/problem+json', ...extra },
-    body: JSON.stringify({
-      type: `https://runtime-cloud.dev/problems/${error.code.toLowerCase().replace(/[._]/g, '-')}`,
-      title: error.message,
-      status,
-      code: error.code,
-      ...error.details,
-    }),
-  };
+  return internalProblem(correlationId);
 }
 
 async function readJson<B>(request: HttpRequest, schema: z.ZodType<B>): Promise<B> {
@@ -107,19 +70,7 @@ async function readJson<B>(request: HttpRequest, schema: z.ZodType<B>): Promise<
   if (declared > MAX_BODY_BYTES) throw tooLarge();
   const text = await request.text();
   if (Buffer.byteLength(text) > MAX_BODY_BYTES) throw tooLarge();
-  let value: unknown;
-  try {
-    value = text.length === 0 ? {} : JSON.parse(text);
-  } catch {
-    throw new AppError('REQUEST.MALFORMED_JSON', 'validation', 'the request body is not valid JSON');
-  }
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    throw new AppError('REQUEST.INVALID', 'validation', 'the request body is not valid', {
-      errors: parsed.error.issues.map((issue) => ({ field: issue.path.join('.') || '(body)', message: issue.message })),
-    });
-  }
-  return parsed.data;
+  return parseJsonBody(text, schema);
 }
 
 function tooLarge(): AppError {
@@ -130,11 +81,5 @@ function tooLarge(): AppError {
 
 /** Validates query parameters; failures are 400 listing the fields. */
 export function parseQuery<Q>(request: HttpRequest, schema: z.ZodType<Q>): Q {
-  const parsed = schema.safeParse(Object.fromEntries(request.query.entries()));
-  if (!parsed.success) {
-    throw new AppError('REQUEST.INVALID_QUERY', 'validation', 'the query is not valid', {
-      errors: parsed.error.issues.map((issue) => ({ field: issue.path.join('.'), message: issue.message })),
-    });
-  }
-  return parsed.data;
+  return parseQueryParams(request.query.entries(), schema);
 }

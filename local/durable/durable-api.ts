@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { TokenValidator } from '../../shared/platform/auth/auth';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { errorProblem } from '../../shared/platform/http/problem';
+import { parseJsonText } from '../../shared/platform/validation/validation';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { HttpBinding, RawRequest, RawResponse } from '../http/http-binding';
-import { adminOnly, answeringProblems, rawProblem } from '../http/raw-problems';
+import { adminOnly, answeringProblems } from '../http/raw-problems';
 import { HistoryEventType, TERMINAL_STATUSES, durableClientData, summarizeEvent, type HistoryEvent } from './durable-protocol';
 import {
   durableDb,
@@ -47,9 +49,9 @@ export interface DurableApiDeps {
 export function addDurableRoutes(http: HttpBinding, deps: DurableApiDeps): void {
   const api = new DurableApi(deps);
   const rpc = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
-    request.params.key === deps.key ? guarded(handler, request) : rawProblem(new AppError('DURABLE.UNKNOWN_ENDPOINT', 'not-found', 'unknown durable endpoint'));
+    request.params.key === deps.key ? guarded(handler, request) : errorProblem(new AppError('DURABLE.UNKNOWN_ENDPOINT', 'not-found', 'unknown durable endpoint'));
   const webhook = (handler: (r: RawRequest) => Promise<RawResponse>) => async (request: RawRequest) =>
-    request.url.searchParams.get('code') === deps.key ? guarded(handler, request) : rawProblem(new AppError('DURABLE.CODE_REQUIRED', 'unauthorized', 'a valid code is required'));
+    request.url.searchParams.get('code') === deps.key ? guarded(handler, request) : errorProblem(new AppError('DURABLE.CODE_REQUIRED', 'unauthorized', 'a valid code is required'));
 
   for (const [wrap, base] of [
     [rpc, `${RPC_BASE_PATH}/{key}`],
@@ -69,21 +71,18 @@ function guarded(handler: (r: RawRequest) => Promise<RawResponse>, request: RawR
 }
 
 function notFound(instanceId: string): RawResponse {
-  return rawProblem(new AppError('DURABLE.INSTANCE_NOT_FOUND', 'not-found', `no instance with id '${instanceId}'`));
+  return errorProblem(new AppError('DURABLE.INSTANCE_NOT_FOUND', 'not-found', `no instance with id '${instanceId}'`));
 }
 
 function gone(instanceId: string): RawResponse {
-  return rawProblem(new AppError('DURABLE.INSTANCE_GONE', 'gone', `instance '${instanceId}' is no longer running`));
+  return errorProblem(new AppError('DURABLE.INSTANCE_GONE', 'gone', `instance '${instanceId}' is no longer running`));
 }
 
-function parseJsonText(body: Buffer): string | null {
+/** The orchestration input as JSON text, checked to be JSON; an empty body is no input. */
+function inputText(body: Buffer): string | null {
   const text = body.toString('utf8');
   if (text.trim() === '') return null;
-  try {
-    JSON.parse(text);
-  } catch {
-    throw new AppError('DURABLE.INPUT_NOT_JSON', 'validation', 'the body must be JSON');
-  }
+  parseJsonText(text);
   return text;
 }
 
@@ -112,7 +111,7 @@ class DurableApi {
     if (instanceId.length > MAX_INSTANCE_ID_LENGTH || /[/\\#?]/.test(instanceId)) {
       throw new AppError('DURABLE.INVALID_INSTANCE_ID', 'validation', 'instance ids have at most 200 characters and no / \\ # ?');
     }
-    const input = parseJsonText(request.body);
+    const input = inputText(request.body);
     const outcome = await startInstance(this.#db, {
       instanceId,
       name: registered,
@@ -170,7 +169,7 @@ class DurableApi {
       Timestamp: now.toISOString(),
       IsPlayed: false,
       Name: request.params.eventName ?? '',
-      Input: parseJsonText(request.body),
+      Input: inputText(request.body),
     };
     const outcome = await raiseEvent(this.#db, instanceId, event, now.getTime());
     if (outcome === 'not-found') return notFound(instanceId);

@@ -2,6 +2,7 @@ import { HttpRequest, HttpResponse, type HttpRequestInit, type HttpResponseInit,
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { internalProblem, problemResponse, type Problem, type ProblemResponse } from '../../shared/platform/http/problem';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import { BufferedRequest } from './buffered-request';
@@ -144,13 +145,13 @@ export class HttpBinding {
     } catch (error) {
       if (error instanceof BadRequestLine) {
         req.resume();
-        if (!res.headersSent) send(res, problem(400, 'Bad request', error.message));
+        if (!res.headersSent) send(res, problem({ status: 400, code: 'REQUEST.BAD_TARGET', title: 'Bad request', detail: error.message }));
         return;
       }
       // Handlers map their own errors; reaching here is a host defect, never the client's input.
       const correlationId = randomUUID();
       this.#log('error', 'local-host', `unhandled error for ${req.method ?? ''} ${url?.pathname ?? req.url ?? ''} [${correlationId}]`, error);
-      if (!res.headersSent) send(res, problem(500, 'Internal error', `correlation id ${correlationId}`));
+      if (!res.headersSent) send(res, sentOf(internalProblem(correlationId)));
       else res.destroy();
     }
   }
@@ -176,13 +177,26 @@ export class HttpBinding {
     }
     if (!found) {
       req.resume();
-      const status = pathMatched ? 405 : 404;
-      send(res, problem(status, pathMatched ? 'Method not allowed' : 'Not found', `${req.method ?? ''} ${url.pathname}`));
+      const detail = `${req.method ?? ''} ${url.pathname}`;
+      send(
+        res,
+        pathMatched
+          ? problem({ status: 405, code: 'HTTP.METHOD_NOT_ALLOWED', title: 'Method not allowed', detail })
+          : problem({ status: 404, code: 'HTTP.ROUTE_NOT_FOUND', title: 'Not found', detail }),
+      );
       return;
     }
     const body = await readBody(req);
     if (body === 'too-large') {
-      send(res, problem(413, 'Payload too large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`));
+      send(
+        res,
+        problem({
+          status: 413,
+          code: 'REQUEST.TOO_LARGE',
+          title: `request bodies are limited to ${MAX_BODY_BYTES} bytes`,
+          extensions: { limitBytes: MAX_BODY_BYTES },
+        }),
+      );
       return;
     }
     send(res, await found.route.invoke(req, body, url, found.params));
@@ -266,12 +280,13 @@ function plainSent(result: unknown): Sent | undefined {
   return { status, headers: [...headers], body };
 }
 
-function problem(status: number, title: string, detail: string): Sent {
-  return {
-    status,
-    headers: [['content-type', 'application/problem+json']],
-    body: Buffer.from(JSON.stringify({ type: 'about:blank', title, status, detail })),
-  };
+/** A failure of the host itself (no route, wrong method, body too large, unreadable request line). */
+function problem(details: Problem): Sent {
+  return sentOf(problemResponse(details));
+}
+
+function sentOf(response: ProblemResponse): Sent {
+  return { status: response.status, headers: Object.entries(response.headers), body: Buffer.from(response.body) };
 }
 
 function send(res: ServerResponse, sent: Sent): void {

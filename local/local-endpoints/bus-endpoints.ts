@@ -6,6 +6,7 @@ import { bodyForHandler, QUEUE_DEFAULTS, type QueuedMessage } from '../../shared
 import { enqueue, listDeadLettered } from '../../shared/platform/bus/queue.repository';
 import { readTopic } from '../../shared/platform/bus/topic.repository';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import type { HostComponent, HostContext } from '../host';
 import { adminOnly } from '../http/raw-problems';
@@ -93,19 +94,7 @@ async function postMessage(deps: Deps, db: Kysely<BusTables>, request: RawReques
       limitBytes: MAX_MESSAGE_BYTES,
     });
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(request.body.toString('utf8'));
-  } catch {
-    throw new AppError('REQUEST.MALFORMED_JSON', 'validation', 'the request body is not valid JSON');
-  }
-  const parsed = envelopeSchema.safeParse(json);
-  if (!parsed.success) {
-    throw new AppError('REQUEST.INVALID', 'validation', 'the request body is not valid', {
-      errors: parsed.error.issues.map((issue) => ({ field: issue.path.join('.') || '(body)', message: issue.message })),
-    });
-  }
-  const envelope = parsed.data;
+  const envelope = parseJsonBody(request.body.toString('utf8'), envelopeSchema);
   const messageId = envelope.messageId ?? deps.ids.next();
   const isText = typeof envelope.body === 'string';
   const result = await enqueue(
@@ -132,13 +121,8 @@ function entityName(value: string | undefined): string {
 }
 
 function parsePage(request: RawRequest): { after: number; limit: number } {
-  const parsed = pageSchema.safeParse(Object.fromEntries(request.url.searchParams));
-  if (!parsed.success) {
-    throw new AppError('REQUEST.INVALID_QUERY', 'validation', 'the query is not valid', {
-      errors: parsed.error.issues.map((issue) => ({ field: issue.path.join('.'), message: issue.message })),
-    });
-  }
-  return { after: parsed.data.after ?? parsed.data.cursor ?? 0, limit: parsed.data.limit };
+  const page = parseQueryParams(request.url.searchParams, pageSchema);
+  return { after: page.after ?? page.cursor ?? 0, limit: page.limit };
 }
 
 /** A full page may have more behind it: its last sequence number is the cursor for the next one. */

@@ -25,29 +25,33 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
     return result.stdout.trim();
   }
 
-  it('when health is asked with factory.health.read, then every dependency check is reported', async () => {
+  it('when health is asked with factory.health.read, then every dependency check is reported healthy', async () => {
     const bearer = await token('--scope', 'factory.health.read');
     const response = await fetch(new URL('/runtime-cloud/health', host.url), { headers: { authorization: `Bearer ${bearer}` } });
-    const body = (await response.json()) as { status: string; checks: { name: string; status: string; latencyMs: number }[] };
-    expect(response.status).toBe(body.status === 'unhealthy' ? 503 : 200);
-    const names = body.checks.map((c) => c.name);
-    for (const expected of ['runtime-cloud-store', 'table-storage', 'iac-runner', 'targets', 'config-platform']) {
-      expect(names).toContain(expected);
-    }
-    expect(names.some((n) => n.startsWith('inbox-lag'))).toBe(true);
-    for (const check of body.checks) {
-      expect(['healthy', 'degraded', 'unhealthy']).toContain(check.status);
-      expect(typeof check.latencyMs).toBe('number');
-    }
-    expect(body.checks.find((c) => c.name === 'runtime-cloud-store')?.status).toBe('healthy');
-    expect(body.checks.find((c) => c.name === 'table-storage')?.status).toBe('healthy');
+    // A fresh host on its embedded defaults: every dependency is in-process, so every check must pass.
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as { status: string; checkedAt: string; checks: { name: string; status: string; latencyMs: number }[] };
+    expect(body.status).toBe('healthy');
+    expect(Date.parse(body.checkedAt)).not.toBeNaN();
+    expect(body.checks.map((c) => [c.name, c.status]).sort()).toEqual(
+      [
+        ['runtime-cloud-store', 'healthy'],
+        ['table-storage', 'healthy'],
+        ['iac-runner', 'healthy'],
+        ['targets', 'healthy'],
+        ['config-platform', 'healthy'],
+        ['inbox-lag:provisioning', 'healthy'],
+        ['inbox-lag:inventory', 'healthy'],
+        ['inbox-lag:capacity', 'healthy'],
+      ].sort(),
+    );
+    for (const check of body.checks) expect(check.latencyMs).toBeGreaterThanOrEqual(0);
   });
 
-  it('when the live probe is asked, then it answers without dependency checks', async () => {
-    const bearer = await token('--scope', 'factory.health.read');
-    const response = await fetch(new URL('/runtime-cloud/health?probe=live', host.url), { headers: { authorization: `Bearer ${bearer}` } });
+  it('when the live probe is asked without a token, then 200 with the status only', async () => {
+    const response = await fetch(new URL('/runtime-cloud/health?probe=live', host.url));
     expect(response.status).toBe(200);
-    expect(await response.json()).toMatchObject({ status: 'healthy', checks: [] });
+    expect(await response.json()).toEqual({ status: 'healthy' });
   });
 
   it('when targets are asked with factory.meta.read, then the local target and the IaC runner version are listed', async () => {
@@ -60,11 +64,12 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
     expect(body.iacRunner.version).toMatch(/\d+\.\d+\.\d+/);
   });
 
-  it('when no token is sent, then 401 with WWW-Authenticate; when the scope is missing, then 403 naming it', async () => {
+  it('when no token is sent for the full health, then 401 with WWW-Authenticate; when the scope is missing, then 403 naming it', async () => {
     const anonymous = await fetch(new URL('/runtime-cloud/health', host.url));
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer /);
     expect(anonymous.headers.get('content-type')).toBe('application/problem+json');
+    expect(await anonymous.json()).toMatchObject({ status: 401, code: 'AUTH.TOKEN_MISSING' });
 
     const bearer = await token('--scope', 'factory.health.read');
     const forbidden = await fetch(new URL('/runtime-cloud/meta/targets', host.url), { headers: { authorization: `Bearer ${bearer}` } });

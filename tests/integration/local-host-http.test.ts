@@ -73,17 +73,27 @@ describe('local host HTTP binding', () => {
     expect(((await response.json()) as { params: unknown }).params).toEqual({ id: '7' });
   });
 
-  it('when no route matches, then 404 problem+json; a wrong method, 405', async () => {
+  it('when no route matches, then 404 problem+json; a wrong method, 405; each with type, title, status and code', async () => {
     const missing = await host.fetch('/nothing/here');
     expect(missing.status).toBe(404);
     expect(missing.headers.get('content-type')).toBe('application/problem+json');
+    expect(await missing.json()).toEqual({
+      type: 'https://runtime-cloud.dev/problems/http-route-not-found',
+      title: 'Not found',
+      status: 404,
+      code: 'HTTP.ROUTE_NOT_FOUND',
+      detail: 'GET /nothing/here',
+    });
     const wrongMethod = await host.fetch('/test/echo/1', { method: 'DELETE' });
     expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get('content-type')).toBe('application/problem+json');
+    expect(await wrongMethod.json()).toMatchObject({ status: 405, code: 'HTTP.METHOD_NOT_ALLOWED', title: 'Method not allowed' });
   });
 
-  it('when a body exceeds the host limit, then 413 and the host keeps serving', async () => {
+  it('when a body exceeds the host limit, then 413 REQUEST.TOO_LARGE and the host keeps serving', async () => {
     const response = await host.fetch('/test/echo/1', { method: 'POST', body: 'x'.repeat(5 * 1024 * 1024) });
     expect(response.status).toBe(413);
+    expect(await response.json()).toMatchObject({ status: 413, code: 'REQUEST.TOO_LARGE', limitBytes: 4 * 1024 * 1024 });
     expect((await host.fetch('/test/echo/2')).status).toBe(200);
   });
 
@@ -119,7 +129,11 @@ describe('local host HTTP binding', () => {
       expect(response.status).toBe(500);
       const text = await response.text();
       expect(text).not.toContain('secret internal detail');
-      expect(JSON.parse(text)).toMatchObject({ status: 500, correlationId: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+      expect(JSON.parse(text)).toMatchObject({
+        status: 500,
+        code: 'INTERNAL.UNEXPECTED',
+        correlationId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      });
     });
   });
 });
@@ -137,6 +151,7 @@ describe('local host HTTP binding with malformed request lines', () => {
     const response = await host.fetch('/test/echo/%ZZ');
     expect(response.status).toBe(400);
     expect(response.headers.get('content-type')).toBe('application/problem+json');
+    expect(await response.json()).toMatchObject({ status: 400, code: 'REQUEST.BAD_TARGET', title: 'Bad request' });
     expect((await host.fetch('/test/echo/ok')).status).toBe(200);
   });
 

@@ -1,8 +1,11 @@
 import { sql } from 'kysely';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { allMigrations } from '../../shared/migrations';
-import { createTestDatabase, DIALECTS, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, DIALECTS, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
+import { configuredPostgresUrl, probePostgres } from '../support/postgres-probe';
 
 const expectedNames = () =>
   allMigrations
@@ -67,8 +70,44 @@ describe.skipIf(skipDialect('postgres'))('concurrent migrators on PostgreSQL', (
 });
 
 describe.runIf(skipDialect('postgres'))('PostgreSQL store tests', () => {
-  it('are skipped here', () => {
+  it('are skipped here, for the reason the probe gave for the configured URL', () => {
     console.warn(`PostgreSQL store tests skipped: ${postgresSkipReason()}`);
-    expect(postgresSkipReason()).not.toBe('');
+    expect(postgresSkipReason()).toMatch(new RegExp(`^PostgreSQL not reachable at ${escapeRegExp(configuredPostgresUrl())} \\(.+\\)$`));
   });
 });
+
+describe('PostgreSQL detection', () => {
+  /** A port that nothing listens on: taken from the OS, then let go. */
+  async function closedPort(): Promise<number> {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise((resolve) => server.close(resolve));
+    return port;
+  }
+
+  it('when nothing listens at the URL, then the tests are skipped with a reason naming the URL and the refused connection', async () => {
+    const port = await closedPort();
+    const url = `postgres://postgres@127.0.0.1:${port}/test`;
+    expect(await probePostgres(url, { required: false })).toEqual({
+      url: '',
+      skipReason: `PostgreSQL not reachable at ${url} (connect ECONNREFUSED 127.0.0.1:${port})`,
+    });
+  });
+
+  it('when nothing listens and PostgreSQL is required, then the probe fails naming the setting', async () => {
+    const port = await closedPort();
+    const url = `postgres://postgres@127.0.0.1:${port}/test`;
+    await expect(probePostgres(url, { required: true })).rejects.toThrow(
+      `PostgreSQL not reachable at ${url} (connect ECONNREFUSED 127.0.0.1:${port}); RUNTIME_CLOUD_TEST_POSTGRES=required`,
+    );
+  });
+
+  it.skipIf(skipDialect('postgres'))('when the server answers, then its URL is used and nothing is skipped', async () => {
+    expect(await probePostgres(postgresUrl(), { required: true })).toEqual({ url: postgresUrl(), skipReason: '' });
+  });
+});
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}

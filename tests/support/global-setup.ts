@@ -1,5 +1,5 @@
-import pg from 'pg';
 import type { TestProject } from 'vitest/node';
+import { configuredPostgresUrl, probePostgres } from './postgres-probe';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -10,25 +10,10 @@ declare module 'vitest' {
   }
 }
 
-const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/test';
-
 /** Probes PostgreSQL once per run. CI sets RUNTIME_CLOUD_TEST_POSTGRES=required, so an absent server fails the run. */
 export default async function setup(project: TestProject): Promise<void> {
-  const url = process.env.RUNTIME_CLOUD_TEST_POSTGRES_URL ?? DEFAULT_URL;
-  const required = process.env.RUNTIME_CLOUD_TEST_POSTGRES === 'required';
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
-  try {
-    await client.connect();
-    await client.query('select 1');
-    project.provide('postgresUrl', url);
-    project.provide('postgresSkipReason', '');
-  } catch (error) {
-    const reason = `PostgreSQL not reachable at ${url} (${error instanceof Error ? error.message : String(error)})`;
-    if (required) throw new Error(`${reason}; RUNTIME_CLOUD_TEST_POSTGRES=required`);
-    console.warn(`\n[tests] SKIPPING PostgreSQL tests: ${reason}\n`);
-    project.provide('postgresUrl', '');
-    project.provide('postgresSkipReason', reason);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
+  const probe = await probePostgres(configuredPostgresUrl(), { required: process.env.RUNTIME_CLOUD_TEST_POSTGRES === 'required' });
+  if (probe.skipReason) console.warn(`\n[tests] SKIPPING PostgreSQL tests: ${probe.skipReason}\n`);
+  project.provide('postgresUrl', probe.url);
+  project.provide('postgresSkipReason', probe.skipReason);
 }

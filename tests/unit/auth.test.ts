@@ -1,14 +1,18 @@
 import { base64url, exportJWK, generateKeyPair, SignJWT, type JSONWebKeySet, type JWK } from 'jose';
 import { createHmac } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   createTokenValidator,
+  requirePlatformPrincipal,
   requireScope,
   resolveTenant,
   type Principal,
   type TokenValidator,
 } from '../../shared/platform/auth/auth';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { ManualClock } from '../../shared/platform/time/clock';
 
 const ISSUER = 'https://issuer.test';
 const AUDIENCE = 'api://runtime-cloud';
@@ -38,9 +42,9 @@ function aToken(overrides: { iss?: string; aud?: string; exp?: number; nbf?: num
     .sign(privateKey);
 }
 
-async function refusal(authorization: string | undefined): Promise<AppError> {
+async function refusal(authorization: string | undefined, by: TokenValidator = validator): Promise<AppError> {
   try {
-    await validator.authenticate(authorization);
+    await by.authenticate(authorization);
   } catch (error) {
     if (error instanceof AppError) return error;
     throw error;
@@ -141,6 +145,26 @@ describe('scopes, roles and tenants', () => {
     );
   });
 
+  it.each([
+    ['empty', ''],
+    ['a number', 42],
+    ['an array', ['acme']],
+    ['an object', { id: 'acme' }],
+    ['null', null],
+  ])('when the tenant claim is present but %s, then the token is refused as unauthorized', async (_name, tenant) => {
+    const token = await aToken({ claims: { scp: 'factory.capacity.lease', tenant } });
+    expect(await refusal(`Bearer ${token}`)).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TENANT_CLAIM_INVALID' });
+  });
+
+  it('when a tenant-bound token asks for platform administration, then forbidden; without a tenant, allowed', async () => {
+    const tenantAdmin = await principal({ roles: ['PlatformAdmin'], tenant: 'acme' });
+    expect(() => requirePlatformPrincipal(tenantAdmin)).toThrow(
+      expect.objectContaining({ kind: 'forbidden', code: 'AUTH.PLATFORM_ONLY', details: { tokenTenant: 'acme' } }),
+    );
+    const platformAdmin = await principal({ roles: ['PlatformAdmin'] });
+    expect(() => requirePlatformPrincipal(platformAdmin)).not.toThrow();
+  });
+
   it('when a role-only token without tenant names a tenant, then it is refused unless PlatformAdmin', async () => {
     const observer = await principal({ roles: ['Observer'] });
     expect(() => resolveTenant(observer, 'factory.runtime.read', 'acme')).toThrow(
@@ -149,5 +173,68 @@ describe('scopes, roles and tenants', () => {
     const admin = await principal({ roles: ['PlatformAdmin'] });
     expect(resolveTenant(admin, 'factory.runtime.read', undefined)).toEqual({ kind: 'all' });
     expect(resolveTenant(admin, 'factory.runtime.read', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+  });
+});
+
+describe('the validated-token cache', () => {
+  async function signed(key: Parameters<SignJWT['sign']>[0], kid: string, clock: ManualClock, lifetimeSeconds: number): Promise<string> {
+    const now = Math.floor(clock.now().getTime() / 1000);
+    return new SignJWT({ scp: 'factory.health.read' })
+      .setProtectedHeader({ alg: 'RS256', kid })
+      .setIssuer(ISSUER)
+      .setAudience(AUDIENCE)
+      .setSubject('svc-1')
+      .setIssuedAt(now)
+      .setExpirationTime(now + lifetimeSeconds)
+      .sign(key);
+  }
+
+  it('when the injected clock passes the exp of a cached token, then it is refused as expired', async () => {
+    const clock = new ManualClock('2026-01-01T00:00:00.000Z');
+    const onClock = createTokenValidator({ issuer: ISSUER, audience: AUDIENCE, keys: { keys: [publicJwk] }, clockToleranceSeconds: 5, clock });
+    const token = await signed(privateKey, 'k1', clock, 60);
+    expect((await onClock.authenticate(`Bearer ${token}`)).subject).toBe('svc-1');
+    clock.advance(59_000);
+    expect((await onClock.authenticate(`Bearer ${token}`)).subject).toBe('svc-1');
+    // Past exp and the tolerance: the cached entry must be gone, and jose judges on the same clock.
+    clock.advance(7_000);
+    const error = await refusal(`Bearer ${token}`, onClock);
+    expect(error).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_INVALID' });
+    expect(error.message).toMatch(/expired/);
+  });
+
+  it('when the JWKS is fetched again without the key of a cached token, then that token is refused', async () => {
+    const next = await generateKeyPair('RS256', { extractable: true });
+    const nextJwk: JWK = { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'RS256' };
+    let served: JSONWebKeySet = { keys: [publicJwk] };
+    const server = createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(JSON.stringify(served));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const clock = new ManualClock(new Date());
+      // Fetched again on every verification, so the rotation below is seen by the next token verified.
+      const remote = createTokenValidator({
+        issuer: ISSUER,
+        audience: AUDIENCE,
+        keys: new URL(`http://127.0.0.1:${port}/jwks`),
+        jwksMaxAgeMs: 0,
+        clock,
+      });
+      const old = await signed(privateKey, 'k1', clock, 300);
+      expect((await remote.authenticate(`Bearer ${old}`)).subject).toBe('svc-1');
+      expect((await remote.authenticate(`Bearer ${old}`)).subject).toBe('svc-1');
+
+      served = { keys: [nextJwk] };
+      expect((await remote.authenticate(`Bearer ${await signed(next.privateKey, 'k2', clock, 300)}`)).subject).toBe('svc-1');
+
+      const error = await refusal(`Bearer ${old}`, remote);
+      expect(error).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_INVALID' });
+      expect(error.message).toBe('no trusted key matches the token');
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });

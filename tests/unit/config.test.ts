@@ -34,7 +34,7 @@ describe('configuration', () => {
       caught = error;
     }
     expect(caught).toBeInstanceOf(ConfigError);
-    expect((caught as ConfigError).problems.map((p) => p.key)).toContain(key);
+    expect((caught as ConfigError).problems.map((p) => p.field.split('.')[0])).toContain(key);
     expect((caught as Error).message).toContain(key);
   });
 

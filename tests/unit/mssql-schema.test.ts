@@ -36,26 +36,47 @@ describe('the store schema on Azure SQL (compiled T-SQL)', () => {
 
 describe('the outbox relay on Azure SQL (compiled T-SQL)', () => {
   it('when pending rows are claimed, then the head is read with TOP and claimed by a conditional UPDATE', async () => {
-    const { db, queries } = recordingMssql((q) => (/^select/.test(q.sql) && /"claimed_until"/.test(q.sql) ? { rows: [{ seq: 1, claimed_until: null }] } : { rows: [], numAffectedRows: 1n }));
+    const { db, queries } = recordingMssql((q) => (/^select/.test(q.sql) && /"claimed_until"/.test(q.sql) ? { rows: [{ seq: 7, claimed_until: null }] } : { rows: [], numAffectedRows: 1n }));
     await claimPending(db, { claimToken: 'c1', now: 1000, leaseMs: 30_000, batchSize: 100, dialect: 'mssql' });
-    expect(queries.map((q) => q.sql)).toEqual([
-      'select top(100) "seq", "claimed_until" from "outbox" where "published_at" is null order by "seq"',
-      'update "outbox" set "claimed_by" = @1, "claimed_until" = @2 where "seq" in (@3) and "published_at" is null and ("claimed_until" is null or "claimed_until" <= @4)',
-      'select "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "claimed_by" = @1 and "published_at" is null order by "seq"',
+    expect(queries).toEqual([
+      { sql: 'select top(100) "seq", "claimed_until" from "outbox" where "published_at" is null order by "seq"', parameters: [] },
+      {
+        sql: 'update "outbox" set "claimed_by" = @1, "claimed_until" = @2 where "seq" in (@3) and "published_at" is null and ("claimed_until" is null or "claimed_until" <= @4)',
+        // The claim lasts until now + lease, for the head row read above, if still unclaimed at now.
+        parameters: ['c1', 31_000, 7, 1000],
+      },
+      {
+        sql: 'select "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "claimed_by" = @1 and "published_at" is null order by "seq"',
+        parameters: ['c1'],
+      },
     ]);
   });
 });
 
 describe('the inbox on Azure SQL (compiled T-SQL)', () => {
-  it('when an inbound message is recorded, then the insert is conditional without ON CONFLICT', async () => {
-    const { db, queries } = recordingMssql(() => ({ rows: [], numAffectedRows: 1n }));
-    const recorded = await recordInbound(db, { module: 'provisioning', messageId: 'm1', businessKey: 'promo-1' }, new ManualClock());
-    expect(recorded).toEqual({ isNew: true });
-    expect(queries.map((q) => q.sql)).toEqual([
-      'select "message_id" from "inbox" where "module" = @1 and "business_key" = @2',
-      'insert into "inbox" ("module", "message_id", "business_key", "received_at", "processed_at", "outcome") ' +
-        'select @1 as "module", @2 as "message_id", @3 as "business_key", @4 as "received_at", @5 as "processed_at", @6 as "outcome" ' +
-        'where not exists (select "message_id" from "inbox" where "module" = @7 and "message_id" = @8)',
+  const INSERT =
+    'insert into "inbox" ("module", "message_id", "business_key", "received_at", "processed_at", "outcome") ' +
+    'select @1 as "module", @2 as "message_id", @3 as "business_key", @4 as "received_at", @5 as "processed_at", @6 as "outcome" ' +
+    'where not exists (select "message_id" from "inbox" where "module" = @7 and "message_id" = @8)';
+  const SAME_KEY = 'select "message_id" from "inbox" where "module" = @1 and "business_key" = @2';
+  /** ManualClock's default start, 2026-01-01T00:00:00Z. */
+  const NOW = 1_767_225_600_000;
+
+  it('when a new message is recorded, then the insert is conditional without ON CONFLICT and leaves it unprocessed', async () => {
+    const { db, queries } = recordingMssql();
+    await recordInbound(db, { module: 'provisioning', messageId: 'm1', businessKey: 'promo-1' }, new ManualClock());
+    expect(queries).toEqual([
+      { sql: SAME_KEY, parameters: ['provisioning', 'promo-1'] },
+      { sql: INSERT, parameters: ['provisioning', 'm1', 'promo-1', NOW, null, null, 'provisioning', 'm1'] },
+    ]);
+  });
+
+  it('when a known business key arrives under a new message id, then the same insert settles it as a duplicate on arrival', async () => {
+    const { db, queries } = recordingMssql((q) => (q.sql === SAME_KEY ? { rows: [{ message_id: 'm0' }] } : { rows: [], numAffectedRows: 1n }));
+    await recordInbound(db, { module: 'provisioning', messageId: 'm1', businessKey: 'promo-1' }, new ManualClock());
+    expect(queries).toEqual([
+      { sql: SAME_KEY, parameters: ['provisioning', 'promo-1'] },
+      { sql: INSERT, parameters: ['provisioning', 'm1', 'promo-1', NOW, NOW, 'duplicate-business-key', 'provisioning', 'm1'] },
     ]);
   });
 });

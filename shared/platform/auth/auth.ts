@@ -1,5 +1,7 @@
-import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload } from 'jose';
-import { AppError } from '../errors/app-error';
+import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyResult } from 'jose';
+import { LRUCache } from 'lru-cache';
+import { AppError, ensureError } from '../errors/app-error';
+import { systemClock, type Clock } from '../time/clock';
 
 export const SCOPES = [
   'factory.health.read',
@@ -52,6 +54,13 @@ export interface TokenValidatorOptions {
   readonly keys: URL | JSONWebKeySet;
   /** Allowed clock skew for exp/nbf. Example: `30` seconds. */
   readonly clockToleranceSeconds?: number;
+  /** Judges `exp`/`nbf` and when cached tokens expire. Example: `new ManualClock()` in tests; default the system clock. */
+  readonly clock?: Clock;
+  /**
+   * How long a fetched remote JWKS is used before it is fetched again (jose's `cacheMaxAge`). Example: `600_000`
+   * (the default, 10 minutes).
+   */
+  readonly jwksMaxAgeMs?: number;
 }
 
 export interface TokenValidator {
@@ -65,40 +74,80 @@ const ALLOWED_ALGORITHMS = ['RS256', 'ES256'];
 /** Validated tokens kept by their exact string; a worker presents the same token for every call until it expires. */
 const TOKEN_CACHE_LIMIT = 10_000;
 
+interface ValidatedToken {
+  readonly principal: Principal;
+  /** The key that signed it: when that key leaves the JWKS, the token is verified again (and refused). */
+  readonly kid: string | undefined;
+}
+
 export function createTokenValidator(options: TokenValidatorOptions): TokenValidator {
-  const keySet = options.keys instanceof URL ? createRemoteJWKSet(options.keys) : createLocalJWKSet(options.keys);
+  const clock = options.clock ?? systemClock;
+  const { keySet, remote } = keyResolver(options);
   // Signature verification dominates a cheap request; a token that verified once stays valid until its `exp`
-  // (kept out of the cache past that instant, so expiry is judged by jose again, with its tolerance).
-  const validated = new Map<string, { principal: Principal; expiresAtMs: number }>();
+  // (evicted at that instant on the injected clock, so expiry is judged by jose again, with its tolerance).
+  // Least recently used tokens leave first when the bound is reached.
+  const validated = new LRUCache<string, ValidatedToken>({
+    max: TOKEN_CACHE_LIMIT,
+    perf: { now: () => clock.now().getTime() },
+    // Read the clock on every lookup: the default debounces it by a real-time timer, which a manual clock outruns.
+    ttlResolution: 0,
+  });
+  let trustedKids: ReadonlySet<string> | undefined;
+
+  /** jose fetches the remote JWKS again while verifying; tokens signed by a key that has left it are dropped. */
+  function syncTrustedKids(): void {
+    if (!remote) return;
+    const kids = new Set((remote.jwks()?.keys ?? []).flatMap((key) => (key.kid ? [key.kid] : [])));
+    if (trustedKids && sameMembers(kids, trustedKids)) return;
+    trustedKids = kids;
+    const retired = [...validated.entries()].filter(([, entry]) => entry.kid === undefined || !kids.has(entry.kid));
+    for (const [token] of retired) validated.delete(token);
+  }
+
   return {
     async authenticate(authorization) {
       const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-      if (!match?.[1]) throw unauthorized('AUTH.TOKEN_MISSING', 'a bearer token is required');
-      const cached = validated.get(match[1]);
-      if (cached && Date.now() < cached.expiresAtMs) return cached.principal;
-      let payload: JWTPayload;
+      const token = match?.[1];
+      if (!token) throw unauthorized('AUTH.TOKEN_MISSING', 'a bearer token is required');
+      const cached = validated.get(token);
+      if (cached) return cached.principal;
+      let verified: JWTVerifyResult;
       try {
-        ({ payload } = await jwtVerify(match[1], keySet, {
+        verified = await jwtVerify(token, keySet, {
           issuer: options.issuer,
           audience: options.audience,
           algorithms: ALLOWED_ALGORITHMS,
           clockTolerance: options.clockToleranceSeconds ?? 30,
+          currentDate: clock.now(),
           requiredClaims: ['exp', 'sub'],
-        }));
+        });
       } catch (error) {
-        throw unauthorized('AUTH.TOKEN_INVALID', describeJoseError(error));
+        throw unauthorized('AUTH.TOKEN_INVALID', describeJoseError(ensureError(error)));
+      } finally {
+        syncTrustedKids();
       }
+      const { payload, protectedHeader } = verified;
       const principal = principalFrom(payload);
-      if (typeof payload.exp === 'number') {
-        if (validated.size >= TOKEN_CACHE_LIMIT) validated.clear();
-        validated.set(match[1], { principal, expiresAtMs: payload.exp * 1000 });
-      }
+      const kid = protectedHeader.kid;
+      const ttlMs = typeof payload.exp === 'number' ? payload.exp * 1000 - clock.now().getTime() : 0;
+      const stillTrusted = !trustedKids || (kid !== undefined && trustedKids.has(kid));
+      if (ttlMs >= 1 && stillTrusted) validated.set(token, { principal, kid }, { ttl: Math.floor(ttlMs) });
       return principal;
     },
   };
 }
 
-function describeJoseError(error: unknown): string {
+function keyResolver(options: TokenValidatorOptions): { keySet: JWTVerifyGetKey; remote?: ReturnType<typeof createRemoteJWKSet> } {
+  if (!(options.keys instanceof URL)) return { keySet: createLocalJWKSet(options.keys) };
+  const remote = createRemoteJWKSet(options.keys, options.jwksMaxAgeMs === undefined ? {} : { cacheMaxAge: options.jwksMaxAgeMs });
+  return { keySet: remote, remote };
+}
+
+function sameMembers(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+  return a.size === b.size && [...a].every((item) => b.has(item));
+}
+
+function describeJoseError(error: Error): string {
   if (error instanceof joseErrors.JWTExpired) return 'the token has expired';
   if (error instanceof joseErrors.JWTClaimValidationFailed) return `claim "${error.claim}" is not valid (${error.reason})`;
   if (error instanceof joseErrors.JOSEAlgNotAllowed) return 'the token algorithm is not allowed';
@@ -122,8 +171,18 @@ function principalFrom(payload: JWTPayload): Principal {
   );
   const scopes = new Set<Scope>(direct);
   for (const role of roles) for (const scope of ROLE_SCOPES[role]) scopes.add(scope);
-  const tenant = typeof payload.tenant === 'string' && payload.tenant.length > 0 ? payload.tenant : undefined;
+  const tenant = tenantClaim(payload);
   return { subject: payload.sub ?? 'unknown', ...(tenant ? { tenant } : {}), roles, scopes, directScopes: direct };
+}
+
+/**
+ * A present `tenant` claim must name a tenant. Read as absent, a malformed one (`""`, a number, an array) would
+ * leave a tenant's token tenant-less, free to name any tenant with a service scope.
+ */
+function tenantClaim(payload: JWTPayload): string | undefined {
+  if (!('tenant' in payload)) return undefined;
+  if (typeof payload.tenant === 'string' && payload.tenant.length > 0) return payload.tenant;
+  throw unauthorized('AUTH.TENANT_CLAIM_INVALID', 'the tenant claim must be a non-empty string');
 }
 
 /** Throws AppError `forbidden` naming the missing scope. */
@@ -131,6 +190,18 @@ export function requireScope(principal: Principal, scope: Scope): void {
   if (!principal.scopes.has(scope)) {
     throw new AppError('AUTH.SCOPE_MISSING', 'forbidden', `this operation requires the scope ${scope}`, {
       requiredScope: scope,
+    });
+  }
+}
+
+/**
+ * Throws AppError `forbidden` for a token bound to a tenant. Platform administration (pools, editions, which
+ * edition a tenant is on, the local host's own endpoints) spans tenants, so a tenant's administrator may not do it.
+ */
+export function requirePlatformPrincipal(principal: Principal): void {
+  if (principal.tenant) {
+    throw new AppError('AUTH.PLATFORM_ONLY', 'forbidden', 'this operation is for platform administrators, not tenant-bound tokens', {
+      tokenTenant: principal.tenant,
     });
   }
 }

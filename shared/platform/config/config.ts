@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { describeFieldProblems, fieldProblems, type FieldProblem } from '../validation/validation';
 
 /**
  * Every setting of RuntimeCloudHost, in Azure app-settings form (`Section__Sub__Key`), so the same names work
@@ -108,8 +109,9 @@ export interface Config {
 }
 
 export class ConfigError extends Error {
-  constructor(readonly problems: readonly { key: string; message: string }[]) {
-    super(`Invalid configuration: ${problems.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+  /** `field` starts with the setting's key. Example: `RuntimeCloud__Targets.0.kind`. */
+  constructor(readonly problems: readonly FieldProblem[]) {
+    super(`Invalid configuration: ${describeFieldProblems(problems)}`);
     this.name = 'ConfigError';
   }
 }
@@ -123,9 +125,7 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
   }
   const result = schema.safeParse(present);
   if (!result.success) {
-    throw new ConfigError(
-      result.error.issues.map((issue) => ({ key: String(issue.path[0] ?? '?'), message: issue.message })),
-    );
+    throw new ConfigError(fieldProblems(result.error, '(settings)'));
   }
   return deepFreeze(toConfig(result.data));
 }

@@ -6,6 +6,8 @@ export type ErrorKind =
   | 'not-found'
   | 'gone'
   | 'conflict'
+  /** Well-formed, but refused as asked (422): for example an idempotency key reused for another request. */
+  | 'unprocessable'
   | 'limit'
   | 'too-large'
   | 'unavailable'
