@@ -56,9 +56,27 @@ export const renewLease = endpoint({ scope: 'factory.capacity.lease', body: rene
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
 
-/** Releases a lease: 204, also for one already released; 410 for an expired one. */
+const fencingTokenText = z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer');
+
+/**
+ * Releases a lease. The caller proves it holds the lease with its fencing token (header `Fencing-Token: N` or
+ * `?fencingToken=N`), as for renew: 204, also for one already released; 409 for a token that is not the lease's;
+ * 410 for an expired lease.
+ */
 export const releaseLease = endpoint({ scope: 'factory.capacity.lease' }, async ({ request, deps, tenants }) => {
-  await deps.capacity.release(tenants(), request.params.id ?? '');
+  const header = request.headers.get('fencing-token') ?? undefined;
+  const query = request.query.get('fencingToken') ?? undefined;
+  if (header !== undefined && query !== undefined && header !== query) {
+    throw new AppError('REQUEST.FENCING_TOKEN_MISMATCH', 'validation', 'the Fencing-Token header and ?fencingToken= differ');
+  }
+  const presented = header ?? query;
+  if (presented === undefined) {
+    throw new AppError('REQUEST.FENCING_TOKEN_REQUIRED', 'validation', 'releasing a lease needs its fencing token: header Fencing-Token or ?fencingToken=');
+  }
+  if (!fencingTokenText.safeParse(presented).success) {
+    throw new AppError('REQUEST.INVALID', 'validation', 'the fencing token must be a non-negative integer');
+  }
+  await deps.capacity.release(tenants(), request.params.id ?? '', Number(presented));
   return { status: 204 };
 });
 

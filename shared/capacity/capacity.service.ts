@@ -4,6 +4,7 @@ import { appendToOutbox } from '../platform/bus/outbox';
 import type { NewEvent } from '../platform/bus/events';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { SqlStore } from '../platform/sql/database';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
 import type { CapacitySeed } from './capacity.seed';
 import {
@@ -13,29 +14,37 @@ import {
   findLeaseByIdempotencyKey,
   getLease,
   getPool,
-  grantFromPool,
-  insertLease,
+  grantLease,
   listEditions,
   listLeases,
   listPools,
-  poolUse,
-  poolsWithRoom,
-  releaseActiveLease,
+  poolsOfKind,
+  releaseLease,
   renewActiveLease,
-  reserveTenantUnits,
-  returnUnits,
+  relayScope,
+  scopeUse,
   soonestExpiry,
   tenantLimit,
   tenantUse,
   upsertEdition,
   upsertPool,
   upsertTenant,
-  type CapacityExecutor,
   type EndedLease,
-  type PoolGrant,
+  type ScopeOwner,
 } from './capacity.repository';
 import type { CapacityTables } from './capacity.tables';
-import { decodeCursor, effectiveState, encodeCursor, retryAfterSeconds, ttlProblem, type Lease, type LeaseRequest, type LeaseState } from './lease';
+import {
+  decodeCursor,
+  effectiveState,
+  encodeCursor,
+  fencingMatches,
+  leaseRequestDigest,
+  retryAfterSeconds,
+  ttlProblem,
+  type Lease,
+  type LeaseRequest,
+  type LeaseState,
+} from './lease';
 import {
   CAPACITY_KINDS,
   freeUnits,
@@ -48,6 +57,7 @@ import {
   type PoolSpec,
   type Tenant,
 } from './pool';
+import { poolScope, quotaScope } from './slots';
 
 export type AcquireResult = { readonly outcome: 'granted' | 'existing'; readonly lease: Lease };
 export type ReleaseResult = { readonly outcome: 'released' | 'already-released' };
@@ -76,7 +86,8 @@ export interface SweepResult {
 export interface CapacityService {
   acquire(request: LeaseRequest): Promise<AcquireResult>;
   renew(tenants: TenantFilter, id: string, fencingToken: number, ttlSeconds?: number): Promise<Lease>;
-  release(tenants: TenantFilter, id: string): Promise<ReleaseResult>;
+  /** Releases a lease whose holder proves itself with the lease's fencing token. */
+  release(tenants: TenantFilter, id: string, fencingToken: number): Promise<ReleaseResult>;
   getLease(tenants: TenantFilter, id: string): Promise<Lease>;
   listLeases(tenants: TenantFilter, query: { holder?: string; state?: LeaseState; limit: number; cursor?: string }): Promise<LeasePage>;
   summary(tenants: TenantFilter): Promise<CapacitySummary>;
@@ -97,6 +108,14 @@ export interface CapacityServiceOptions {
 }
 
 const DEFAULT_SWEEP_BATCH = 500;
+/** Looks a refused grant takes again when the rows it needed were held by grants in flight. */
+const IN_FLIGHT_ROUNDS = 10;
+
+/** A refusal to answer unless a look again finds room: `inFlight` when free rows were held by other grants. */
+interface Refusal {
+  readonly refusal: AppError;
+  readonly inFlight: boolean;
+}
 
 export function createCapacityService({ store, clock, ids }: CapacityServiceOptions): CapacityService {
   const db = capacityDb(store.db);
@@ -104,98 +123,111 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   const outbox = (trx: Transaction<CapacityTables>, events: readonly NewEvent[]) =>
     appendToOutbox(trx, events, clock, ids);
 
-  /** One transaction: idempotency lookup, the tenant's quota, a pool's room, the lease row. */
-  async function acquireOnce(request: LeaseRequest, now: number): Promise<AcquireResult> {
-    return db.transaction().execute(async (trx) => {
-      if (request.idempotencyKey !== undefined) {
-        const existing = await findLeaseByIdempotencyKey(trx, dialect, request.tenant, request.idempotencyKey);
-        if (existing) return { outcome: 'existing', lease: existing };
-      }
-      if (!(await reserveTenantUnits(trx, dialect, request.tenant, request.kind, request.units, request.ttlSeconds))) {
-        throw await quotaRefusal(trx, request, now);
-      }
-      const grant = await grantSomewhere(trx, request);
-      if (!grant) throw await exhaustedRefusal(trx, request, now);
-      const lease: Lease = {
-        id: ids.next('lease'),
+  /** The answer to a request that repeats an idempotency key: the earlier lease, if it asked for the same. */
+  function repeated(earlier: { lease: Lease; requestDigest: string | null }, digest: string): AcquireResult {
+    // Leases granted before digests were recorded carry none; they are taken to match.
+    if (earlier.requestDigest !== null && earlier.requestDigest !== digest) {
+      throw new AppError('REQUEST.IDEMPOTENCY_KEY_REUSED', 'unprocessable', 'this Idempotency-Key was used for a different request');
+    }
+    return { outcome: 'existing', lease: earlier.lease };
+  }
+
+  /**
+   * One attempt at a grant: each candidate pool in turn (`grantLease` claims the tenant's quota rows and the pool's
+   * and inserts the lease, all or nothing). Refusals are explained from what the rows say, read without locks;
+   * free rows that were only held by grants in flight make the refusal worth a second look.
+   */
+  async function grantOnce(request: LeaseRequest, digest: string): Promise<AcquireResult | Refusal> {
+    const now = clock.now().getTime();
+    const id = ids.next('lease');
+    const candidates =
+      request.pool !== undefined
+        ? [request.pool]
+        : (await poolsOfKind(db, request.kind)).filter((pool) => poolMatchesLabels(pool, request.labels)).map((pool) => pool.id);
+    let inFlight = false;
+    for (const pool of candidates) {
+      const lease: Omit<Lease, 'fencingToken'> = {
+        id,
         tenant: request.tenant,
         kind: request.kind,
-        pool: grant.pool,
+        pool,
         units: request.units,
         holder: request.holder,
-        fencingToken: grant.fencingToken,
         grantedAt: new Date(now),
         expiresAt: new Date(now + request.ttlSeconds * 1000),
         state: 'active',
         ...(request.idempotencyKey !== undefined ? { idempotencyKey: request.idempotencyKey } : {}),
       };
-      await insertLease(trx, dialect, lease, request.ttlSeconds);
-      return { outcome: 'granted', lease };
-    });
+      const outcome = await grantLease(db, dialect, lease, request.ttlSeconds, digest);
+      if ('fencingToken' in outcome) return { outcome: 'granted', lease: { ...lease, fencingToken: outcome.fencingToken } };
+      if (outcome.shortOf === 'quota') return quotaRefusal(request, now);
+      if (request.pool !== undefined) await refuseUnfitPool(request.pool, request.kind);
+      if (await freeAfterRelaying(poolScope(pool), { pool }, request.units)) inFlight = true;
+    }
+    return { refusal: await exhaustedRefusal(request, now, inFlight), inFlight };
   }
 
-  async function grantSomewhere(trx: CapacityExecutor, request: LeaseRequest): Promise<PoolGrant | undefined> {
-    if (request.pool !== undefined) return grantFromPool(trx, dialect, request.kind, request.units, request.pool);
-    if (request.labels === undefined) {
-      const first = await grantFromPool(trx, dialect, request.kind, request.units, undefined);
-      if (first) return first;
+  /**
+   * Whether a scope that could not grant `units` has them free after all (held only by grants in flight). A scope
+   * with retiring rows is laid out again first: rows that retired since came free and are dropped.
+   */
+  async function freeAfterRelaying(scope: string, owner: ScopeOwner, units: number): Promise<boolean> {
+    let use = await scopeUse(db, scope);
+    if (use.retiring) {
+      await inTransaction(db, (trx) => relayScope(trx, dialect, owner));
+      use = await scopeUse(db, scope);
     }
-    // Labels, or the first pick was filled by a concurrent grant: try each pool that had room, in turn.
-    for (const pool of await poolsWithRoom(trx, request.kind, request.units)) {
-      if (!poolMatchesLabels(pool, request.labels)) continue;
-      const grant = await grantFromPool(trx, dialect, request.kind, request.units, pool.id);
-      if (grant) return grant;
-    }
-    return undefined;
+    return !use.retiring && use.free >= units;
   }
 
-  /** Why the tenant's reservation failed; read only on this (slow) path. */
-  async function quotaRefusal(trx: CapacityExecutor, request: LeaseRequest, now: number): Promise<AppError> {
-    const view = await tenantLimit(trx, request.tenant, request.kind);
-    if (!view) return new AppError('CAPACITY.TENANT_UNKNOWN', 'not-found', `tenant ${request.tenant} has no capacity edition`);
+  /** Why the tenant's quota refused; read only on this (slow) path. */
+  async function quotaRefusal(request: LeaseRequest, now: number): Promise<Refusal> {
+    const view = await tenantLimit(db, request.tenant, request.kind);
+    if (!view) throw new AppError('CAPACITY.TENANT_UNKNOWN', 'not-found', `tenant ${request.tenant} has no capacity edition`);
     const problem = ttlProblem(request.ttlSeconds, view.limit);
     if (!view.limit) {
-      return new AppError('CAPACITY.KIND_NOT_IN_EDITION', 'forbidden', problem ?? 'the edition grants no capacity of this kind', {
+      throw new AppError('CAPACITY.KIND_NOT_IN_EDITION', 'forbidden', problem ?? 'the edition grants no capacity of this kind', {
         edition: view.edition,
         kind: request.kind,
       });
     }
     if (problem) {
-      return new AppError('CAPACITY.TTL_TOO_LONG', 'validation', problem, {
+      throw new AppError('CAPACITY.TTL_TOO_LONG', 'validation', problem, {
         edition: view.edition,
         kind: request.kind,
         maxTtlSeconds: view.limit.maxTtlSeconds,
       });
     }
-    const soonest = await soonestExpiry(trx, dialect, { tenant: request.tenant, kind: request.kind });
-    return new AppError('CAPACITY.QUOTA_EXCEEDED', 'limit', `the ${view.edition} edition allows ${view.limit.maxUnits} ${request.kind} units at once`, {
+    const inFlight = await freeAfterRelaying(quotaScope(request.tenant, request.kind), { tenant: request.tenant, kind: request.kind }, request.units);
+    const soonest = await soonestExpiry(db, dialect, { tenant: request.tenant, kind: request.kind });
+    const refusal = new AppError('CAPACITY.QUOTA_EXCEEDED', 'limit', `the ${view.edition} edition allows ${view.limit.maxUnits} ${request.kind} units at once`, {
       kind: request.kind,
       edition: view.edition,
       used: view.used,
       limit: view.limit.maxUnits,
       requested: request.units,
-      retryAfterSeconds: retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
+      retryAfterSeconds: inFlight ? 1 : retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
     });
+    return { refusal, inFlight };
   }
 
-  async function exhaustedRefusal(trx: CapacityExecutor, request: LeaseRequest, now: number): Promise<AppError> {
-    if (request.pool !== undefined) {
-      const pool = await getPool(trx, request.pool);
-      if (!pool) return new AppError('CAPACITY.POOL_NOT_FOUND', 'not-found', `pool ${request.pool} does not exist`);
-      if (pool.kind !== request.kind) {
-        return new AppError('CAPACITY.POOL_KIND_MISMATCH', 'validation', `pool ${pool.id} holds ${pool.kind} units, not ${request.kind}`);
-      }
-    }
-    const use = await poolUse(trx, request.kind, request.pool);
-    const soonest = await soonestExpiry(trx, dialect, { kind: request.kind, ...(request.pool !== undefined ? { pool: request.pool } : {}) });
+  async function refuseUnfitPool(id: string, kind: CapacityKind): Promise<void> {
+    const pool = await getPool(db, id);
+    if (!pool) throw new AppError('CAPACITY.POOL_NOT_FOUND', 'not-found', `pool ${id} does not exist`);
+    if (pool.kind !== kind) throw new AppError('CAPACITY.POOL_KIND_MISMATCH', 'validation', `pool ${pool.id} holds ${pool.kind} units, not ${kind}`);
+  }
+
+  async function exhaustedRefusal(request: LeaseRequest, now: number, inFlight: boolean): Promise<AppError> {
+    const pools = (await listPools(db, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
+    const soonest = await soonestExpiry(db, dialect, { kind: request.kind, ...(request.pool !== undefined ? { pool: request.pool } : {}) });
     return new AppError('CAPACITY.EXHAUSTED', 'limit', `no ${request.kind} pool has ${request.units} free units`, {
       kind: request.kind,
       ...(request.pool !== undefined ? { pool: request.pool } : {}),
       ...(request.labels !== undefined ? { labels: request.labels } : {}),
-      used: use.used,
-      limit: use.capacity,
+      used: pools.reduce((sum, p) => sum + p.used, 0),
+      limit: pools.reduce((sum, p) => sum + p.capacity, 0),
       requested: request.units,
-      retryAfterSeconds: retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
+      retryAfterSeconds: inFlight ? 1 : retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
     });
   }
 
@@ -218,6 +250,11 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     };
   }
 
+  function fencingMismatch(lease: Lease, presented: number): AppError {
+    const message = fencingMatches(lease, presented) ? 'the lease changed meanwhile' : 'the fencing token is not the one this lease was granted with';
+    return new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', message, { presented });
+  }
+
   async function notFoundOrGone(tenants: TenantFilter, id: string): Promise<{ lease: Lease; state: LeaseState }> {
     const lease = await getLease(db, id, tenants);
     // Another tenant's lease is indistinguishable from a missing one.
@@ -233,16 +270,28 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       if (!Number.isInteger(request.ttlSeconds) || request.ttlSeconds <= 0) {
         throw new AppError('CAPACITY.INVALID_TTL', 'validation', 'ttlSeconds must be a positive integer');
       }
-      const now = clock.now().getTime();
+      const digest = leaseRequestDigest(request);
+      const key = request.idempotencyKey;
+      if (key !== undefined) {
+        const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
+        if (earlier) return repeated(earlier, digest);
+      }
       try {
-        return await acquireOnce(request, now);
+        for (let round = 1; ; round++) {
+          const result = await retryingContention(() => grantOnce(request, digest));
+          if ('lease' in result) return result;
+          // Free rows were there but held by grants in flight, which may yet roll back: look again shortly. A scope
+          // that stays saturated (every free row taken by another grant each time) is refused as full.
+          if (!result.inFlight || round >= IN_FLIGHT_ROUNDS) throw result.refusal;
+          await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * round));
+        }
       } catch (thrown) {
         const error = ensureError(thrown);
         // Two concurrent requests with one idempotency key: the loser's insert hits the unique index and rolls back
-        // whole (its reservation included); it answers with the winner's lease.
-        if (request.idempotencyKey !== undefined && isUniqueViolation(error)) {
-          const existing = await findLeaseByIdempotencyKey(db, dialect, request.tenant, request.idempotencyKey);
-          if (existing) return { outcome: 'existing', lease: existing };
+        // whole (its claimed rows included); it answers as a repeat of the winner's request.
+        if (key !== undefined && isUniqueViolation(error)) {
+          const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
+          if (earlier) return repeated(earlier, digest);
         }
         throw error;
       }
@@ -261,26 +310,22 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           });
         }
       }
-      const expiresAt = await db.transaction().execute((trx) => renewActiveLease(trx, id, tenants, fencingToken, now, ttlSeconds));
+      const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, id, tenants, fencingToken, now, ttlSeconds));
+      if (renewed) return renewed;
       const { lease, state } = await notFoundOrGone(tenants, id);
-      if (expiresAt !== undefined) return lease;
       if (state !== 'active') {
         throw new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
       }
-      throw new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', 'the fencing token is not the one this lease was granted with', {
-        presented: fencingToken,
-      });
+      throw fencingMismatch(lease, fencingToken);
     },
 
-    async release(tenants, id) {
+    async release(tenants, id, fencingToken) {
       const now = clock.now().getTime();
-      const released = await db.transaction().execute(async (trx) => {
-        const ended = await releaseActiveLease(trx, dialect, id, tenants, now);
-        if (ended) await returnUnits(trx, dialect, [ended]);
-        return ended !== undefined;
-      });
-      if (released) return { outcome: 'released' };
-      const { state } = await notFoundOrGone(tenants, id);
+      const ended = await retryingContention(() => releaseLease(db, dialect, id, fencingToken, tenants, now));
+      if (ended) return { outcome: 'released' };
+      const { lease, state } = await notFoundOrGone(tenants, id);
+      // Only the holder may learn more: a wrong token is refused whatever state the lease is in.
+      if (!fencingMatches(lease, fencingToken)) throw fencingMismatch(lease, fencingToken);
       if (state === 'released') return { outcome: 'already-released' };
       throw new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
     },
@@ -329,7 +374,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         throw new AppError('CAPACITY.INVALID_POOL', 'validation', 'the pool is not valid', { errors: problems });
       }
       const now = clock.now().getTime();
-      return db.transaction().execute(async (trx) => {
+      return inTransaction(db, async (trx) => {
         const before = await upsertPool(trx, dialect, id, spec, now);
         if (before && before.kind !== spec.kind && before.used > 0) {
           throw new AppError('CAPACITY.POOL_IN_USE', 'conflict', `pool ${id} holds ${before.used} leased units; its kind cannot change`);
@@ -361,21 +406,21 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
 
     async putEdition(edition) {
       const now = clock.now().getTime();
-      return db.transaction().execute(async (trx) => {
+      return inTransaction(db, async (trx) => {
         const existed = await editionExists(trx, edition.name);
-        await upsertEdition(trx, edition, now);
+        await upsertEdition(trx, dialect, edition, now);
         return { created: !existed };
       });
     },
 
     async putTenant(tenant) {
       const now = clock.now().getTime();
-      return db.transaction().execute(async (trx) => {
+      return inTransaction(db, async (trx) => {
         if (!(await editionExists(trx, tenant.edition))) {
           throw new AppError('CAPACITY.EDITION_NOT_FOUND', 'validation', `edition ${tenant.edition} does not exist`);
         }
         const existed = (await trx.selectFrom('capacity_tenants').select('id').where('id', '=', tenant.id).executeTakeFirst()) !== undefined;
-        await upsertTenant(trx, tenant, CAPACITY_KINDS, now);
+        await upsertTenant(trx, dialect, tenant, now);
         return { created: !existed };
       });
     },
@@ -388,10 +433,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       let batches = 0;
       for (;;) {
         const now = clock.now().getTime();
-        const ended = await db.transaction().execute(async (trx) => {
+        const ended = await inTransaction(db, async (trx) => {
           const rows = await expireDueLeases(trx, dialect, now, batchSize);
           if (rows.length === 0) return rows;
-          await returnUnits(trx, dialect, rows);
           await outbox(trx, rows.map(leaseExpiredEvent));
           return rows;
         });
@@ -415,3 +459,4 @@ function isUniqueViolation(error: Error): boolean {
   const { code, number } = error as { code?: unknown; number?: unknown };
   return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
 }
+

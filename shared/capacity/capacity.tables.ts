@@ -11,10 +11,6 @@ export interface CapacityPoolTable {
   /** JSON object of string labels. */
   labels: string;
   iac_stack: string | null;
-  /** Units held by active leases; changed only by conditional UPDATEs. */
-  used: number;
-  /** Last fencing token handed out; bumped in the same UPDATE that grants units, so tokens strictly increase. */
-  fencing_counter: number;
   updated_at: number;
 }
 
@@ -36,11 +32,19 @@ export interface CapacityTenantTable {
   updated_at: number;
 }
 
-/** One row per tenant and kind: the units the tenant holds, changed only by conditional UPDATEs. */
-export interface CapacityTenantUsageTable {
-  tenant_id: string;
-  kind: string;
-  used: number;
+/**
+ * One row per unit of capacity: a pool's units (scope `pool:<pool>`) and a tenant's quota of a kind (scope
+ * `quota:<kind>:<tenant>`). A grant claims free rows of both scopes; a row points at the lease that holds it.
+ * Spreading the units over rows is what lets grants on one pool or tenant run side by side instead of queueing
+ * on one counter row (see capacity.repository.ts).
+ */
+export interface CapacitySlotTable {
+  scope: string;
+  /** The lease holding the row, or '' (`FREE_SLOT`) when it is free. */
+  lease_id: string;
+  slot: number;
+  /** 1 when the scope shrank below its use: the row goes away once free, and the scope grants nothing meanwhile. */
+  retiring: number;
 }
 
 export interface CapacityLeaseTable {
@@ -58,6 +62,8 @@ export interface CapacityLeaseTable {
   ended_at: number | null;
   state: string;
   idempotency_key: string | null;
+  /** sha-256 of what was asked (kind, units, pool, labels, holder): a reused idempotency key must ask the same. */
+  request_digest: string | null;
 }
 
 export interface CapacityTables extends OutboxTables {
@@ -65,6 +71,6 @@ export interface CapacityTables extends OutboxTables {
   capacity_editions: CapacityEditionTable;
   capacity_edition_limits: CapacityEditionLimitTable;
   capacity_tenants: CapacityTenantTable;
-  capacity_tenant_usage: CapacityTenantUsageTable;
+  capacity_slots: CapacitySlotTable;
   capacity_leases: CapacityLeaseTable;
 }

@@ -1,9 +1,11 @@
+import { createHash } from 'node:crypto';
 import type { CapacityKind, KindLimit } from './pool';
 
 /**
  * Capacity leases: the pure model (no I/O). A lease holds `units` of one pool for a tenant until `expiresAt`;
- * its fencing token is the pool's counter at grant time, so tokens strictly increase per pool and a holder
- * that lost its lease can be told apart from the one that holds it now.
+ * its fencing token is drawn from a sequence while the grant holds the pool's units, so a lease granted after
+ * another one ended has a larger token, and a holder that lost its lease can be told apart from the one that
+ * holds it now.
  */
 export const LEASE_STATES = ['active', 'released', 'expired'] as const;
 export type LeaseState = (typeof LEASE_STATES)[number];
@@ -52,11 +54,6 @@ export function ttlProblem(ttlSeconds: number, limit: KindLimit | undefined): st
   return undefined;
 }
 
-/** Whether `units` more fit under a limit with `used` already held (the rule the SQL enforces atomically). */
-export function fits(used: number, units: number, limit: number): boolean {
-  return units > 0 && used + units <= limit;
-}
-
 /**
  * Seconds until a refused request is worth retrying: until the soonest expiry of a lease that holds the units,
  * at least 1. When that expiry has passed already, the next sweep frees the units (it runs every 15 s).
@@ -80,4 +77,14 @@ export function encodeCursor(lastId: string): string {
 export function decodeCursor(cursor: string): string | undefined {
   const text = Buffer.from(cursor, 'base64url').toString('utf8');
   return text.length > 0 && encodeCursor(text) === cursor ? text : undefined;
+}
+
+/**
+ * What a lease request asks for, as a digest: an idempotency key is bound to it, and the same key presented with a
+ * different request is refused instead of answered with another request's lease (as payment APIs do).
+ */
+export function leaseRequestDigest(request: Pick<LeaseRequest, 'kind' | 'units' | 'pool' | 'labels' | 'holder'>): string {
+  const labels = request.labels === undefined ? null : Object.entries(request.labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const canonical = JSON.stringify([request.kind, request.units, request.pool ?? null, labels, request.holder]);
+  return createHash('sha256').update(canonical).digest('base64url');
 }

@@ -67,11 +67,13 @@ describe.skipIf(skip)('capacity across 4 local hosts on one PostgreSQL', () => {
     const statuses = responses.map((r) => r.status);
     expect(statuses.filter((s) => s === 201)).toHaveLength(50);
     expect(statuses.filter((s) => s === 429)).toHaveLength(150);
-    const tokens = await Promise.all(responses.filter((r) => r.status === 201).map(async (r) => ((await r.json()) as { fencingToken: number }).fencingToken));
+    const tokens = await Promise.all(responses.filter((r) => r.status === 201).map(async (r) => ((await r.clone().json()) as { fencingToken: number }).fencingToken));
     expect(new Set(tokens).size).toBe(50);
-    // The shared row agrees: 50 units used, one fencing token per grant.
-    const pools = await database.store.db.selectFrom('capacity_pools').select(['id', 'used', 'fencing_counter']).where('id', '=', 'multi-50').execute();
-    expect(pools).toEqual([{ id: 'multi-50', used: 50, fencing_counter: 50 }]);
+    // The rows agree: 50 of the pool's 50 rows held, each by one of the granted leases.
+    const slots = await database.store.db.selectFrom('capacity_slots').select(['lease_id']).where('scope', '=', 'pool:multi-50').execute();
+    expect(slots).toHaveLength(50);
+    const leaseIds = await Promise.all(responses.filter((r) => r.status === 201).map(async (r) => ((await r.clone().json()) as { leaseId: string }).leaseId));
+    expect(new Set(slots.map((s: { lease_id: string | null }) => s.lease_id))).toEqual(new Set(leaseIds));
     const seeded = await database.store.db.selectFrom('capacity_pools').select('id').where('id', 'like', 'local-%').execute();
     expect(seeded).toHaveLength(4);
   }, 60_000);

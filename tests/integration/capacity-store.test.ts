@@ -85,9 +85,9 @@ for (const dialect of DIALECTS) {
       for (let i = 0; i < 5; i++) {
         const { lease } = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool }));
         tokens.push(lease.fencingToken);
-        if (i % 2 === 0) await capacity.release(one(ta()), lease.id);
+        if (i % 2 === 0) await capacity.release(one(ta()), lease.id, lease.fencingToken);
       }
-      expect(tokens).toEqual([1, 2, 3, 4, 5]);
+      for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1] ?? Infinity);
     });
 
     it('when a lease is renewed with the wrong fencing token, then 409 FENCING_MISMATCH; with the right one, a later expiry', async () => {
@@ -106,18 +106,44 @@ for (const dialect of DIALECTS) {
       const { lease } = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool, ttlSeconds: 60 }));
       clock.advance(60_000);
       expect(await refusal(capacity.renew(one(ta()), lease.id, lease.fencingToken))).toMatchObject({ code: 'CAPACITY.LEASE_GONE', kind: 'gone' });
-      expect(await refusal(capacity.release(one(ta()), lease.id))).toMatchObject({ kind: 'gone' });
+      expect(await refusal(capacity.release(one(ta()), lease.id, lease.fencingToken))).toMatchObject({ kind: 'gone' });
     });
 
     it('when a lease is released twice, then both succeed and the units come back once', async () => {
       const [pool] = await seed({ pools: { attempt: 1 } });
       const { lease } = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool }));
-      expect(await capacity.release(one(ta()), lease.id)).toEqual({ outcome: 'released' });
-      expect(await capacity.release(one(ta()), lease.id)).toEqual({ outcome: 'already-released' });
+      expect(await capacity.release(one(ta()), lease.id, lease.fencingToken)).toEqual({ outcome: 'released' });
+      expect(await capacity.release(one(ta()), lease.id, lease.fencingToken)).toEqual({ outcome: 'already-released' });
       const summary = await capacity.summary(one(ta()));
       expect(summary.pools.find((p) => p.id === pool)?.used).toBe(0);
       expect(summary.tenants[0]?.usage.find((u) => u.kind === 'attempt')?.used).toBe(0);
       expect((await refusal(capacity.renew(one(ta()), lease.id, lease.fencingToken))).kind).toBe('gone');
+    });
+
+    it('when a lease is released with a token that is not its own, then 409 whatever its state, and it stays held until its holder releases it', async () => {
+      const [pool] = await seed({ pools: { attempt: 1 } });
+      const { lease } = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool }));
+      expect(await refusal(capacity.release(one(ta()), lease.id, lease.fencingToken + 1))).toMatchObject({ code: 'CAPACITY.FENCING_MISMATCH', kind: 'conflict' });
+      expect((await capacity.getLease(one(ta()), lease.id)).state).toBe('active');
+      expect((await refusal(capacity.acquire(aLeaseRequest({ tenant: ta(), pool })))).code).toBe('CAPACITY.EXHAUSTED');
+      await capacity.release(one(ta()), lease.id, lease.fencingToken);
+      expect((await refusal(capacity.release(one(ta()), lease.id, lease.fencingToken + 1))).code).toBe('CAPACITY.FENCING_MISMATCH');
+    });
+
+    it('when an idempotency key is reused with a different request, then 422 IDEMPOTENCY_KEY_REUSED and nothing more is held', async () => {
+      const [pool] = await seed({ pools: { attempt: 10 } });
+      const first = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool, idempotencyKey: 'k-reused', holder: 'w-1' }));
+      for (const different of [{ holder: 'w-2' }, { units: 2 }, { kind: 'build' as const }, { pool: undefined, labels: { zone: 'a' } }]) {
+        const error = await refusal(capacity.acquire(aLeaseRequest({ tenant: ta(), pool, idempotencyKey: 'k-reused', holder: 'w-1', ...different })));
+        expect(error).toMatchObject({ code: 'REQUEST.IDEMPOTENCY_KEY_REUSED', kind: 'unprocessable', details: {} });
+      }
+      // The same request again is answered with the same lease; another tenant's key space is its own.
+      expect(await capacity.acquire(aLeaseRequest({ tenant: ta(), pool, idempotencyKey: 'k-reused', holder: 'w-1', ttlSeconds: 30 }))).toMatchObject({
+        outcome: 'existing',
+        lease: { id: first.lease.id },
+      });
+      expect((await capacity.acquire(aLeaseRequest({ tenant: tb(), pool, idempotencyKey: 'k-reused', holder: 'w-2' }))).outcome).toBe('granted');
+      expect((await capacity.summary(one(ta()))).pools.find((p) => p.id === pool)?.used).toBe(2);
     });
 
     it("when another tenant's lease is read, renewed or released, then it is not found", async () => {
@@ -125,7 +151,7 @@ for (const dialect of DIALECTS) {
       const { lease } = await capacity.acquire(aLeaseRequest({ tenant: ta(), pool }));
       expect((await refusal(capacity.getLease(one(tb()), lease.id))).kind).toBe('not-found');
       expect((await refusal(capacity.renew(one(tb()), lease.id, lease.fencingToken))).kind).toBe('not-found');
-      expect((await refusal(capacity.release(one(tb()), lease.id))).kind).toBe('not-found');
+      expect((await refusal(capacity.release(one(tb()), lease.id, lease.fencingToken))).kind).toBe('not-found');
       expect((await capacity.listLeases(one(tb()), { limit: 10 })).items).toEqual([]);
     });
 
@@ -187,7 +213,11 @@ for (const dialect of DIALECTS) {
       await capacity.putPool(pool, aPoolSpec({ capacity: 2 }));
       expect((await capacity.listLeases(one(ta()), { limit: 10, state: 'active' })).items).toHaveLength(4);
       expect((await refusal(capacity.acquire(aLeaseRequest({ tenant: ta(), pool })))).code).toBe('CAPACITY.EXHAUSTED');
-      for (const lease of leases.slice(0, 3)) await capacity.release(one(ta()), lease.id);
+      for (const lease of leases.slice(0, 2)) await capacity.release(one(ta()), lease.id, lease.fencingToken);
+      // Use has fallen to the new capacity, not below it: still nothing to grant.
+      expect((await refusal(capacity.acquire(aLeaseRequest({ tenant: ta(), pool })))).details).toMatchObject({ used: 2, limit: 2 });
+      const third = leases[2];
+      if (third) await capacity.release(one(ta()), third.id, third.fencingToken);
       await expect(capacity.acquire(aLeaseRequest({ tenant: ta(), pool }))).resolves.toMatchObject({ outcome: 'granted' });
     });
 

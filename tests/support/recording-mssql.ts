@@ -2,13 +2,13 @@ import {
   Kysely,
   MssqlAdapter,
   MssqlIntrospector,
-  MssqlQueryCompiler,
   type CompiledQuery,
   type DatabaseConnection,
   type Driver,
   type QueryResult,
 } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
+import { RuntimeCloudMssqlQueryCompiler } from '../../shared/platform/sql/dialect';
 
 export interface RecordedQuery {
   readonly sql: string;
@@ -16,7 +16,7 @@ export interface RecordedQuery {
 }
 
 /**
- * A Kysely instance with Kysely's real Azure SQL (T-SQL) compiler and a driver that records each compiled
+ * A Kysely instance with the product's Azure SQL (T-SQL) compiler (Kysely's, plus lock hints) and a driver that records each compiled
  * statement instead of sending it. Calling a repository function against it shows exactly the T-SQL it would
  * send to Azure SQL. `answer` supplies the result of each statement (default: no rows, one affected row).
  */
@@ -55,7 +55,7 @@ export function recordingMssql(answer: (query: RecordedQuery) => QueryResult<unk
       createAdapter: () => new MssqlAdapter(),
       createDriver: () => driver,
       createIntrospector: (inner) => new MssqlIntrospector(inner),
-      createQueryCompiler: () => new MssqlQueryCompiler(),
+      createQueryCompiler: () => new RuntimeCloudMssqlQueryCompiler(),
     },
   }) as AnyDb;
   return { db, queries };

@@ -1,49 +1,98 @@
 import { describe, expect, it } from 'vitest';
-import { createCapacityService } from '../../shared/capacity/capacity.service';
 import { capacityMigrations } from '../../shared/capacity/capacity.migrations';
+import { createCapacityService } from '../../shared/capacity/capacity.service';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { aLeaseRequest } from '../support/builders';
 import { recordingMssql, type RecordedQuery } from '../support/recording-mssql';
 
-/** What Azure SQL would receive: Kysely's real T-SQL compiler, statements recorded instead of sent. */
+/** What Azure SQL would receive: the product's T-SQL compiler, statements recorded instead of sent. */
 function recordingService(answer?: (query: RecordedQuery) => { rows: unknown[]; numAffectedRows?: bigint }) {
   const { db, queries } = recordingMssql(answer);
   const capacity = createCapacityService({ store: { db, dialect: 'mssql', close: () => Promise.resolve() }, clock: new ManualClock(), ids: randomIds });
-  return { capacity, queries };
+  return { capacity, statements: () => queries.map((q) => q.sql) };
 }
 
+/**
+ * The claim of `units` free rows of a scope: picked once in a CTE with READPAST (free rows have lease_id '', which
+ * keeps them at the front of the scope's key range), then each updated by its whole key.
+ */
+const claim = (units: number, allowed: string) =>
+  `with "picked" as (select top(${units}) "claimable"."slot" from "capacity_slots" as "claimable" with (updlock, readpast, rowlock) ` +
+  'where "claimable"."scope" = @1 and "claimable"."lease_id" = @2 ' +
+  'and not exists (select "r"."slot" from "capacity_slots" as "r" where "r"."scope" = @3 and "r"."retiring" = @4) ' +
+  `and exists (${allowed})) `;
+const claimUpdate = (next: number) =>
+  `update "capacity_slots" set "lease_id" = @${next} from "picked" where "scope" = @${next + 1} and "lease_id" = @${next + 2} and "capacity_slots"."slot" = "picked"."slot"`;
+const quotaAllows =
+  'select "t"."id" from "capacity_tenants" as "t" inner join "capacity_edition_limits" as "l" on "l"."edition" = "t"."edition" ' +
+  'where "t"."id" = @5 and "l"."kind" = @6 and "l"."max_ttl_seconds" >= @7';
+const poolAllows = 'select "pk"."id" from "capacity_pools" as "pk" where "pk"."id" = @5 and "pk"."kind" = @6';
+
 describe('capacity on Azure SQL (compiled T-SQL)', () => {
-  it('when a lease is acquired, then quota and pool are taken by conditional UPDATEs and the token comes from OUTPUT', async () => {
-    const { capacity, queries } = recordingService((q) =>
-      /update "capacity_pools"/.test(q.sql) ? { rows: [{ id: 'pool-attempt', fencing_counter: 7 }], numAffectedRows: 1n } : { rows: [], numAffectedRows: 1n },
+  it('when a lease is acquired, then quota and pool rows are claimed with READPAST in a CTE and the token comes from the sequence', async () => {
+    const { capacity, statements } = recordingService((q) =>
+      /^insert into "capacity_leases"/.test(q.sql) ? { rows: [{ fencing_token: 1 }], numAffectedRows: 1n } : { rows: [], numAffectedRows: 3n },
     );
-    const { lease } = await capacity.acquire(aLeaseRequest({ pool: 'pool-attempt' }));
-    expect(lease.fencingToken).toBe(7);
-    const statements = queries.map((q) => q.sql);
-    expect(statements[0]).toBe('begin transaction');
-    expect(statements[1]).toMatch(/^update "capacity_tenant_usage" set "used" = "used" \+ @1 .* and exists \(select 1 as "one"/);
-    expect(statements[2]).toMatch(/^update "capacity_pools" .* output "inserted"\."id", "inserted"\."fencing_counter" where .*used \+ @\d+ <= capacity/);
-    expect(statements[3]).toMatch(/^insert into "capacity_leases"/);
-    expect(statements.at(-1)).toBe('commit');
-    expect(statements.some((s) => / returning /.test(s))).toBe(false);
+    await capacity.acquire(aLeaseRequest({ pool: 'pool-attempt', units: 3 }));
+    expect(statements()).toEqual([
+      'begin transaction',
+      claim(3, quotaAllows) + claimUpdate(8),
+      claim(3, poolAllows) + claimUpdate(7),
+      'insert into "capacity_leases" ("id", "tenant_id", "kind", "pool_id", "units", "holder", "fencing_token", "ttl_seconds", "granted_at", ' +
+        '"expires_at", "renewed_at", "ended_at", "state", "idempotency_key", "request_digest") output "inserted"."fencing_token" ' +
+        'values (@1, @2, @3, @4, @5, @6, next value for capacity_fencing, @7, @8, @9, @10, @11, @12, @13, @14)',
+      'commit',
+    ]);
   });
 
-  it('when no pool is named, then the pick uses TOP (1) rather than LIMIT', async () => {
-    const { capacity, queries } = recordingService((q) =>
-      /update "capacity_pools"/.test(q.sql) ? { rows: [{ id: 'p', fencing_counter: 1 }], numAffectedRows: 1n } : { rows: [], numAffectedRows: 1n },
+  it('when a lease is released, then the lease row is ended with its fencing token and its rows are freed by key in its two scopes', async () => {
+    const { capacity, statements } = recordingService((q) =>
+      /^update "capacity_leases"/.test(q.sql)
+        ? { rows: [{ id: 'l', tenant_id: 't', kind: 'attempt', pool_id: 'p', units: 1, holder: 'h', fencing_token: 4, expires_at: 0 }], numAffectedRows: 1n }
+        : { rows: [], numAffectedRows: 1n },
     );
-    await capacity.acquire(aLeaseRequest());
-    const pick = queries.find((q) => /update "capacity_pools"/.test(q.sql))?.sql ?? '';
-    expect(pick).toMatch(/select top\(1\) "p"\."id"/);
-    expect(pick).not.toMatch(/ limit /);
+    await capacity.release({ kind: 'one', tenant: 't' }, 'l', 4);
+    expect(statements()).toEqual([
+      'begin transaction',
+      'update "capacity_leases" set "state" = @1, "ended_at" = @2 output "inserted"."id", "inserted"."tenant_id", "inserted"."kind", ' +
+        '"inserted"."pool_id", "inserted"."units", "inserted"."holder", "inserted"."fencing_token", "inserted"."expires_at" ' +
+        'where "id" = @3 and "state" = @4 and "expires_at" > @5 and "fencing_token" = @6 and "tenant_id" = @7',
+      'update "capacity_slots" set "lease_id" = @1 where "scope" in (@2, @3) and "lease_id" = @4',
+      'commit',
+    ]);
   });
 
-  it('when the schema is created, then the idempotency index is filtered so many NULL keys may coexist', async () => {
+  it('when the sweep runs, then due leases are read through TOP with READPAST, so sweepers on other instances take other batches', async () => {
+    const { capacity, statements } = recordingService();
+    await capacity.sweepExpired({ batchSize: 200 });
+    expect(statements()).toContain(
+      'select top(200) "claimable"."id" from "capacity_leases" as "claimable" with (updlock, readpast, rowlock) ' +
+        'where "claimable"."state" = @1 and "claimable"."expires_at" <= @2 order by "claimable"."expires_at"',
+    );
+    expect(statements().some((s) => / limit | for update/.test(s))).toBe(false);
+  });
+
+  it('when the slot schema is created, then one key serves grants and releases, the sequence is created, and defaults are dropped before columns', async () => {
     const { db, queries } = recordingMssql();
-    const migration = capacityMigrations('mssql')['20261130-10-capacity-tables'];
-    await migration?.up(db);
-    const index = queries.find((q) => /create unique index "capacity_leases_idempotency"/.test(q.sql))?.sql;
-    expect(index).toMatch(/where "idempotency_key" is not null/);
+    await capacityMigrations('mssql')['20261130-20-capacity-slots']?.up(db);
+    const sent = queries.map((q) => q.sql);
+    expect(sent).toContain(
+      'create table "capacity_slots" ("scope" nvarchar(200) not null, "lease_id" nvarchar(200) not null, "slot" integer not null, ' +
+        '"retiring" integer not null, constraint "capacity_slots_pk" primary key ("scope", "lease_id", "slot"))',
+    );
+    expect(sent).toContain('create index "capacity_slots_retiring" on "capacity_slots" ("scope") where "retiring" = 1');
+    expect(sent).toContain('create sequence capacity_fencing as bigint start with 1');
+    const dropUsed = sent.indexOf('alter table "capacity_pools" drop column "used"');
+    expect(dropUsed).toBeGreaterThan(0);
+    expect(sent[dropUsed - 1]).toMatch(/^declare @name sysname = \(select d\.name from sys\.default_constraints d .* drop constraint ' \+ @name\)$/s);
+  });
+
+  it('when the first schema is created, then the idempotency index is filtered so many NULL keys may coexist', async () => {
+    const { db, queries } = recordingMssql();
+    await capacityMigrations('mssql')['20261130-10-capacity-tables']?.up(db);
+    expect(queries.map((q) => q.sql)).toContain(
+      'create unique index "capacity_leases_idempotency" on "capacity_leases" ("tenant_id", "idempotency_key") where "idempotency_key" is not null',
+    );
     expect(queries.some((q) => /without rowid/.test(q.sql))).toBe(false);
   });
 });

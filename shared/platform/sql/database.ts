@@ -9,6 +9,7 @@ import {
   SqliteDriver,
   type DatabaseConnection,
   type Driver,
+  type QueryCompiler,
   type SqliteDialectConfig,
 } from 'kysely';
 import { mkdirSync } from 'node:fs';
@@ -16,9 +17,10 @@ import { dirname, isAbsolute, join } from 'node:path';
 import pg from 'pg';
 import * as tarn from 'tarn';
 import * as tedious from 'tedious';
+import { RuntimeCloudMssqlQueryCompiler, type SqlDialect } from './dialect';
 import { startCheckpointer } from './sqlite-checkpointer';
 
-export type SqlDialect = 'sqlite' | 'postgres' | 'mssql';
+export type { SqlDialect };
 
 /**
  * The one Kysely instance of the runtime-cloud store. Its table types are unknown here (the platform knows no
@@ -163,11 +165,18 @@ export function parseMssqlConnection(connection: string): { server: string; port
   return { server, port: Number(port), database };
 }
 
+/** Azure SQL with the compiler that adds lock hints (see `LOCK_ALIAS`). */
+class HintingMssqlDialect extends MssqlDialect {
+  override createQueryCompiler(): QueryCompiler {
+    return new RuntimeCloudMssqlQueryCompiler();
+  }
+}
+
 function mssqlStore(options: SqlStoreOptions): SqlStore {
   const { server, port, database } = parseMssqlConnection(options.connection);
   const credential = new DefaultAzureCredential();
   const db = new Kysely({
-    dialect: new MssqlDialect({
+    dialect: new HintingMssqlDialect({
       tarn: { ...tarn, options: { min: 0, max: options.poolSize ?? 10 } },
       tedious: {
         ...tedious,

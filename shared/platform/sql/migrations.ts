@@ -1,4 +1,4 @@
-import { Migrator, sql, type ColumnDataType, type CreateTableBuilder, type Expression, type Migration, type MigrationProvider } from 'kysely';
+import { Migrator, sql, type ColumnDataType, type CreateTableBuilder, type Expression, type Kysely, type Migration, type MigrationProvider } from 'kysely';
 
 /** A column type as Kysely's schema builder takes it. */
 export type ColumnType = ColumnDataType | Expression<unknown>;
@@ -75,4 +75,18 @@ export async function migrateToLatest(db: AnyDb, dialect: SqlDialect, sources: r
 function isConcurrentCreateConflict(error: Error): boolean {
   const code = (error as { code?: unknown }).code;
   return code === '23505' || code === '42P07' || code === 'SQLITE_BUSY' || /already exists/i.test(error.message);
+}
+
+/**
+ * Drops columns. Azure SQL first needs the column's default constraint gone, and Kysely's `defaultTo` gave it a
+ * generated name, so the name is looked up.
+ */
+export async function dropColumns(db: Kysely<unknown>, dialect: SqlDialect, table: string, columns: readonly string[]): Promise<void> {
+  for (const column of columns) {
+    if (dialect === 'mssql') {
+      await sql`declare @name sysname = (select d.name from sys.default_constraints d join sys.columns c on c.default_object_id = d.object_id where c.object_id = object_id(${table}) and c.name = ${column});
+if @name is not null exec('alter table ' + ${table} + ' drop constraint ' + @name)`.execute(db);
+    }
+    await db.schema.alterTable(table).dropColumn(column).execute();
+  }
 }

@@ -1,0 +1,71 @@
+import type { Kysely, Transaction } from 'kysely';
+import { AppError, ensureError } from '../errors/app-error';
+
+/**
+ * THE LOCK ORDER. Every transaction of every module that waits for row locks on more than one kind of row takes
+ * them in this order, so no two of them can wait for each other (a deadlock):
+ *
+ *   1. definitions: capacity pools, editions, tenants (administration only; pool rows by id)
+ *   2. provisioning stacks and runs (stack lock rows by stack name, then run rows)
+ *   3. capacity leases (one lease, or a sweep batch in expiry order)
+ *   4. capacity slots, in (scope, slot) order; grants claim them with SKIP LOCKED / READPAST and never wait
+ *   5. the outbox and the inbox (inserts only)
+ *
+ * Slot claims that skip locked rows never wait, so they may come before the lease row of the grant they belong
+ * to (that row is new and nobody else can lock it). Anything that cannot follow the order (or meets a writer of
+ * another process on SQLite) is covered by `inTransaction`, which retries deadlocks and serialization failures.
+ */
+
+export interface RetryOptions {
+  /** Attempts in all, the first included. Example: `8`. */
+  readonly attempts?: number;
+  /** Upper bound of the first backoff; it doubles per attempt up to `maxDelayMs`. Example: `4`. */
+  readonly baseDelayMs?: number;
+  /** Example: `200`. */
+  readonly maxDelayMs?: number;
+}
+
+const DEFAULTS = { attempts: 8, baseDelayMs: 4, maxDelayMs: 200 } as const;
+
+/**
+ * Runs `work` in a transaction and runs it again, after a jittered backoff, when the store reports a deadlock, a
+ * serialization failure or a lock timeout. `work` must therefore be safe
+ * to repeat: everything it did is rolled back before the next attempt. When the attempts run out, contention
+ * becomes `STORE.CONTENTION` (503 with Retry-After), never a 500.
+ */
+export async function inTransaction<DB, T>(db: Kysely<DB>, work: (trx: Transaction<DB>) => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  return retryingContention(() => db.transaction().execute(work), options);
+}
+
+/** The retry of `inTransaction`, for work that is one autocommitted statement (no explicit transaction). */
+export async function retryingContention<T>(work: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  const { attempts, baseDelayMs, maxDelayMs } = { ...DEFAULTS, ...options };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await work();
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      if (!isContention(error)) throw error;
+      if (attempt >= attempts) {
+        throw new AppError('STORE.CONTENTION', 'unavailable', 'the store is busy with conflicting requests; retry shortly', {
+          retryAfterSeconds: 1,
+        });
+      }
+      // Full jitter: competing transactions that failed together do not come back together.
+      const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
+    }
+  }
+}
+
+/**
+ * Deadlock, serialization failure or lock timeout, on any of the three dialects: PostgreSQL 40P01 and 40001
+ * (and 55P03, lock_not_available), SQL Server 1205 (deadlock victim) and 1222 (lock request time out), SQLite
+ * BUSY (another process held the write lock past the busy timeout).
+ */
+export function isContention(error: Error): boolean {
+  const { code, number } = error as { code?: unknown; number?: unknown };
+  if (code === '40P01' || code === '40001' || code === '55P03') return true;
+  if (number === 1205 || number === 1222) return true;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+}

@@ -1,0 +1,89 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { inTransaction, isContention, retryingContention } from '../../shared/platform/sql/transaction';
+import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+
+const failure = (fields: Record<string, unknown>) => Object.assign(new Error('store failure'), fields);
+
+describe('transaction retry helper', () => {
+  it('when the store reports a deadlock, serialization failure, lock timeout or busy file, then it is contention; other failures are not', () => {
+    for (const fields of [{ code: '40P01' }, { code: '40001' }, { code: '55P03' }, { number: 1205 }, { number: 1222 }, { code: 'SQLITE_BUSY' }, { code: 'SQLITE_BUSY_SNAPSHOT' }]) {
+      expect(isContention(failure(fields)), JSON.stringify(fields)).toBe(true);
+    }
+    for (const fields of [{ code: '23505' }, { number: 2627 }, { code: 'SQLITE_CONSTRAINT_UNIQUE' }, {}]) {
+      expect(isContention(failure(fields)), JSON.stringify(fields)).toBe(false);
+    }
+  });
+
+  it('when contention persists past the attempts, then STORE.CONTENTION (unavailable, Retry-After 1) after exactly that many runs', async () => {
+    let runs = 0;
+    const error = await retryingContention(
+      () => {
+        runs++;
+        return Promise.reject(failure({ code: '40P01' }));
+      },
+      { attempts: 4, baseDelayMs: 1 },
+    ).catch((e: unknown) => e);
+    expect(runs).toBe(4);
+    expect(error).toBeInstanceOf(AppError);
+    expect(error).toMatchObject({ code: 'STORE.CONTENTION', kind: 'unavailable', details: { retryAfterSeconds: 1 } });
+  });
+
+  it('when a failure is not contention, then it is thrown at once, unchanged', async () => {
+    let runs = 0;
+    const original = failure({ code: '23505' });
+    await expect(
+      retryingContention(() => {
+        runs++;
+        return Promise.reject(original);
+      }),
+    ).rejects.toBe(original);
+    expect(runs).toBe(1);
+  });
+});
+
+const skip = skipDialect('postgres');
+if (skip) console.warn(`[sql-transaction] PostgreSQL deadlock test SKIPPED: ${postgresSkipReason()}`);
+
+describe.skipIf(skip)('transaction retry on PostgreSQL', () => {
+  let database: TestDatabase;
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres');
+    await sql`create table lock_order_probe (id int primary key, n int not null)`.execute(database.store.db);
+    await sql`insert into lock_order_probe values (1, 0), (2, 0)`.execute(database.store.db);
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  it('when two transactions lock two rows in opposite orders, then the deadlock victim is retried and both commit', async () => {
+    const other = database.connectAgain();
+    let attempts = 0;
+    try {
+      let bothHoldFirstRow!: () => void;
+      const gate = new Promise<void>((resolve) => (bothHoldFirstRow = resolve));
+      let holding = 0;
+      const cross = (db: typeof database.store.db, first: number, second: number) =>
+        inTransaction(db, async (trx) => {
+          attempts++;
+          // A deadlock is detected after deadlock_timeout (1 s by default).
+          await sql`set local deadlock_timeout = '50ms'`.execute(trx);
+          await sql`update lock_order_probe set n = n + 1 where id = ${first}`.execute(trx);
+          if (++holding === 2) bothHoldFirstRow();
+          await Promise.race([gate, new Promise((resolve) => setTimeout(resolve, 500))]);
+          await sql`update lock_order_probe set n = n + 1 where id = ${second}`.execute(trx);
+        });
+      await Promise.all([cross(database.store.db, 1, 2), cross(other.db, 2, 1)]);
+    } finally {
+      await other.close();
+    }
+    // Three runs: both first attempts, one of which PostgreSQL aborted as the deadlock victim, and its retry.
+    expect(attempts).toBe(3);
+    const rows = await sql<{ id: number; n: number }>`select id, n from lock_order_probe order by id`.execute(database.store.db);
+    expect(rows.rows).toEqual([
+      { id: 1, n: 2 },
+      { id: 2, n: 2 },
+    ]);
+  });
+});
