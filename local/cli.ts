@@ -11,6 +11,9 @@ Usage:
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/.
   runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
+  runtime-cloud example promotion <development|production> [--state-dir DIR]
+      Prints a PromotionApproved message (JSON, a fresh promotionId each time) for the example desired state
+      (infra/examples/desired-state), committed to the Git repository <state dir>/desired-state.git when new or changed.
   runtime-cloud <command> --help
 
 Settings (environment variables, Azure app-settings form):
@@ -32,6 +35,11 @@ const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--role R]... [--scope S].
   --state-dir DIR   where the local issuer's key lives (default .runtime-cloud)
 `;
 
+const EXAMPLE_USAGE = `runtime-cloud example promotion <development|production> [--state-dir DIR]
+  development | production   the environment (and stack) the example is promoted to
+  --state-dir DIR            where the example repository desired-state.git is kept (default .runtime-cloud)
+`;
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h' || command === 'help') {
@@ -40,6 +48,7 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === 'start') return start(rest);
   if (command === 'token') return token(rest);
+  if (command === 'example') return example(rest);
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
   return 2;
 }
@@ -109,6 +118,33 @@ async function token(args: string[]): Promise<number> {
     ...(values.ttl !== undefined ? { ttlSeconds: Number(values.ttl) } : {}),
   });
   process.stdout.write(`${jwt}\n`);
+  return 0;
+}
+
+async function example(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { 'state-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  });
+  if (values.help) {
+    process.stdout.write(EXAMPLE_USAGE);
+    return 0;
+  }
+  // Loaded here, not at the top: the other commands should not pay for loading isomorphic-git.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { EXAMPLE_ENVIRONMENTS, ensureExampleRepository, examplePromotion } = require('./example-repository') as typeof import('./example-repository');
+  const [what, environment, ...extra] = positionals;
+  const known = EXAMPLE_ENVIRONMENTS.find((e) => e === environment);
+  if (what !== 'promotion' || known === undefined || extra.length > 0) {
+    process.stderr.write(`unknown example ${positionals.join(' ') || '(none)'}\n\n${EXAMPLE_USAGE}`);
+    return 2;
+  }
+  const config = configFromEnvironment({
+    overrides: values['state-dir'] !== undefined ? { RuntimeCloud__Local__StateDir: values['state-dir'] } : {},
+  });
+  const repository = await ensureExampleRepository(resolve(config.local.stateDir));
+  process.stdout.write(`${JSON.stringify(examplePromotion(known, repository), null, 2)}\n`);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 import type { CapacitySeed } from '../../shared/capacity/capacity.seed';
 import type { Lease, LeaseRequest } from '../../shared/capacity/lease';
 import type { Edition, KindLimit, Pool, PoolSpec } from '../../shared/capacity/pool';
+import type { PromotionApproved } from '../../shared/provisioning/promotion';
 
 /** Test data builders: sensible defaults, override what the test is about. */
 
@@ -61,5 +62,24 @@ export function aCapacitySeed(options: { limit?: number; maxTtlSeconds?: number;
         { kind: kinds.find((k) => id.startsWith(k)) ?? 'attempt', target: 'local', capacity },
       ]),
     ),
+  };
+}
+
+/** A valid `PromotionApproved` for a development environment; override the parts the test is about. */
+export function aPromotion(overrides: Partial<PromotionApproved> = {}): PromotionApproved {
+  return {
+    promotionId: 'prom_1',
+    tenantId: 'tenant-a',
+    environment: { id: 'env-dev', name: 'development', tier: 'development' },
+    release: { name: 'demo-app', version: '1.0.0' },
+    desiredState: {
+      repository: 'https://git.example.com/tenant-a/desired-state.git',
+      commit: '3f1c2b7a9d4e5f60718293a4b5c6d7e8f9012345',
+      path: 'app',
+      stack: 'development',
+    },
+    requestedBy: 'delivery-host',
+    approvedAt: '2026-03-01T09:30:00.000Z',
+    ...overrides,
   };
 }

@@ -1,0 +1,107 @@
+import * as fs from 'node:fs';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import * as git from 'isomorphic-git';
+import type { PromotionApproved } from '../shared/provisioning/promotion';
+import { randomIds, systemClock, type Clock, type Ids } from '../shared/platform/time/clock';
+
+/** The example desired state in this repository: one Pulumi YAML project with a development and a production stack. */
+export const EXAMPLES_DIR = join(__dirname, '../infra/examples/desired-state');
+
+/** The project's folder inside the example repository. */
+export const EXAMPLE_PROJECT_PATH = 'app';
+
+export const EXAMPLE_ENVIRONMENTS = ['development', 'production'] as const;
+export type ExampleEnvironment = (typeof EXAMPLE_ENVIRONMENTS)[number];
+
+export interface ExampleRepository {
+  /** The bare repository's folder: `<stateDir>/desired-state.git`. */
+  readonly path: string;
+  /** The same folder as a `file://` URL, the form a promotion names it by. */
+  readonly url: string;
+  /** The commit `main` points at: the examples as they are now. */
+  readonly commit: string;
+}
+
+const BRANCH = 'refs/heads/main';
+const AUTHOR = { name: 'runtime-cloud', email: 'runtime-cloud@localhost' };
+
+/**
+ * Makes `<stateDir>/desired-state.git` hold the example desired state on `main`, and returns its commit. The first
+ * call creates the repository; a later call commits only when the examples changed since (same files, same
+ * commit), so every promotion made from it names a commit that stays readable.
+ *
+ * The repository is bare: nothing edits a work tree in it; a developer can clone it, commit and push back.
+ * The commit is built from the files' content (blobs and trees written directly), so whether anything changed is
+ * one comparison of tree ids, unaffected by file times. Two processes calling this at once may each write a commit
+ * of the same tree; `main` ends at one of them and both stay readable, so neither caller's answer is wrong.
+ */
+export async function ensureExampleRepository(
+  stateDir: string,
+  options: { readonly source?: string; readonly clock?: Clock } = {},
+): Promise<ExampleRepository> {
+  const gitdir = resolve(stateDir, 'desired-state.git');
+  const source = options.source ?? EXAMPLES_DIR;
+  await git.init({ fs, dir: gitdir, bare: true, defaultBranch: 'main' });
+  const tree = await writeFolder(gitdir, source);
+  const head = await git.resolveRef({ fs, gitdir, ref: BRANCH }).catch(() => undefined);
+  if (head !== undefined && (await git.readCommit({ fs, gitdir, oid: head })).commit.tree === tree) {
+    return { path: gitdir, url: pathToFileURL(gitdir).href, commit: head };
+  }
+  const timestamp = Math.floor((options.clock ?? systemClock).now().getTime() / 1000);
+  const signature = { ...AUTHOR, timestamp, timezoneOffset: 0 };
+  const commit = await git.writeCommit({
+    fs,
+    gitdir,
+    commit: {
+      message: head === undefined ? 'Example desired state\n' : 'Example desired state: the examples changed\n',
+      tree,
+      parent: head === undefined ? [] : [head],
+      author: signature,
+      committer: signature,
+    },
+  });
+  await git.writeRef({ fs, gitdir, ref: BRANCH, value: commit, force: true });
+  return { path: gitdir, url: pathToFileURL(gitdir).href, commit };
+}
+
+/** Writes `folder` (files and subfolders, recursively) as Git objects and returns its tree id. */
+async function writeFolder(gitdir: string, folder: string): Promise<string> {
+  const tree: git.TreeEntry[] = [];
+  for (const entry of fs.readdirSync(folder, { withFileTypes: true })) {
+    const path = join(folder, entry.name);
+    if (entry.isDirectory()) {
+      tree.push({ mode: '040000', path: entry.name, type: 'tree', oid: await writeFolder(gitdir, path) });
+    } else if (entry.isFile()) {
+      tree.push({ mode: '100644', path: entry.name, type: 'blob', oid: await git.writeBlob({ fs, gitdir, blob: fs.readFileSync(path) }) });
+    }
+  }
+  return git.writeTree({ fs, gitdir, tree });
+}
+
+/** The environment a promotion of the example targets, per tier: the stack is named after it. */
+const ENVIRONMENTS: Record<ExampleEnvironment, PromotionApproved['environment']> = {
+  development: { id: 'env-demo-development', name: 'development', tier: 'development' },
+  production: { id: 'env-demo-production', name: 'production', tier: 'production' },
+};
+
+/**
+ * A `PromotionApproved` of the example project to `environment`, as DeliveryHost would send it: a fresh
+ * promotionId each time, the repository's current commit, the stack named after the environment.
+ */
+export function examplePromotion(
+  environment: ExampleEnvironment,
+  repository: ExampleRepository,
+  options: { readonly clock?: Clock; readonly ids?: Ids } = {},
+): PromotionApproved {
+  return {
+    promotionId: (options.ids ?? randomIds).next('prom'),
+    tenantId: 'demo-team',
+    environment: ENVIRONMENTS[environment],
+    // The version names the commit, so two promotions of different example states read as different releases.
+    release: { name: 'demo-app', version: `1.0.0+${repository.commit.slice(0, 7)}` },
+    desiredState: { repository: repository.url, commit: repository.commit, path: EXAMPLE_PROJECT_PATH, stack: environment },
+    requestedBy: 'local-developer',
+    approvedAt: (options.clock ?? systemClock).now().toISOString(),
+  };
+}
