@@ -1,8 +1,11 @@
 import { capacityMigrations } from './capacity/capacity.migrations';
 import { busMigrations } from './platform/bus/bus.migrations';
 import { outboxMigrations } from './platform/bus/outbox';
+import { localCloudMigrations } from './platform/cloud/local-cloud.migrations';
 import { durableMigrations } from './platform/durable/durable.migrations';
+import { localIacMigrations } from './platform/iac/stack-state.migrations';
 import type { MigrationSource } from './platform/sql/migrations';
+import { provisioningMigrations } from './provisioning/provisioning.migrations';
 
 /** Every migration source of the product, platform first. A module adds its source here. */
-export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations];
+export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations];

@@ -1,0 +1,141 @@
+import type { Kysely, Transaction } from 'kysely';
+import { LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
+import type { AnyDb } from '../platform/sql/database';
+import type { ProvisioningStackLockTable, ProvisioningTables } from './provisioning.tables';
+
+export type ProvisioningDb = Kysely<ProvisioningTables>;
+
+export function provisioningDb(db: AnyDb): ProvisioningDb {
+  return db as ProvisioningDb;
+}
+
+/** Who holds a stack, until when, and the lock's version (bumped on every acquisition). */
+export interface StackLock {
+  readonly stack: string;
+  readonly holderRun: string;
+  readonly holderHost: string;
+  readonly acquiredAt: Date;
+  readonly expiresAt: Date;
+  readonly version: number;
+}
+
+export type StackLockOutcome = { readonly acquired: true; readonly lock: StackLock } | { readonly acquired: false; readonly heldBy: StackLock };
+
+export interface StackLockRequest {
+  readonly stack: string;
+  readonly run: string;
+  readonly host: string;
+  /** Epoch ms. */
+  readonly now: number;
+  readonly ttlMs: number;
+}
+
+const COLUMNS = ['stack', 'holder_run', 'holder_host', 'acquired_at', 'expires_at', 'version'] as const;
+
+function rowToLock(row: ProvisioningStackLockTable): StackLock {
+  return {
+    stack: row.stack,
+    holderRun: row.holder_run,
+    holderHost: row.holder_host,
+    acquiredAt: new Date(Number(row.acquired_at)),
+    expiresAt: new Date(Number(row.expires_at)),
+    version: Number(row.version),
+  };
+}
+
+/**
+ * Takes a stack's lock for a run: when nobody holds it, when the holder's lease has lapsed (its host died or hung),
+ * or when the run holds it already (a retried step of the same run). Each statement decides on its own row, so two
+ * hosts asking at once never both get it. Otherwise answers who holds it.
+ */
+export async function acquireStackLock(db: ProvisioningDb, dialect: SqlDialect, request: StackLockRequest): Promise<StackLockOutcome> {
+  const { stack, run, host, now, ttlMs } = request;
+  for (;;) {
+    const taken = await returningColumns<ProvisioningStackLockTable>(
+      db
+        .updateTable('provisioning_stack_locks')
+        .set((eb) => ({ holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: eb('version', '+', 1) }))
+        .where('stack', '=', stack)
+        .where((eb) => eb.or([eb('expires_at', '<=', now), eb('holder_run', '=', run)])),
+      dialect,
+      COLUMNS,
+    ).execute();
+    if (taken[0]) return { acquired: true, lock: rowToLock(taken[0]) };
+    const inserted = await insertIfAbsent(db, dialect, { stack, holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: 1 });
+    if (inserted) return { acquired: true, lock: rowToLock(inserted) };
+    const holder = await db.selectFrom('provisioning_stack_locks').selectAll().where('stack', '=', stack).executeTakeFirst();
+    // Released between the two statements: ask again.
+    if (holder) return { acquired: false, heldBy: rowToLock(holder) };
+  }
+}
+
+/** Inserts the lock row unless one exists; a concurrent insert of the same stack loses on the primary key. */
+async function insertIfAbsent(db: ProvisioningDb, dialect: SqlDialect, row: ProvisioningStackLockTable): Promise<ProvisioningStackLockTable | undefined> {
+  try {
+    const rows = await returningColumns<ProvisioningStackLockTable>(db.insertInto('provisioning_stack_locks').values(row), dialect, COLUMNS).execute();
+    return rows[0];
+  } catch (thrown) {
+    if (isUniqueViolation(thrown)) return undefined;
+    throw thrown;
+  }
+}
+
+function isUniqueViolation(thrown: unknown): boolean {
+  const { code, number } = thrown as { code?: unknown; number?: unknown };
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2627 || number === 2601;
+}
+
+/** Extends the lock while its holder works; false when the run no longer holds this version of it. */
+export async function renewStackLock(db: ProvisioningDb, lock: Pick<StackLock, 'stack' | 'holderRun' | 'version'>, now: number, ttlMs: number): Promise<boolean> {
+  const result = await db
+    .updateTable('provisioning_stack_locks')
+    .set({ expires_at: now + ttlMs })
+    .where('stack', '=', lock.stack)
+    .where('holder_run', '=', lock.holderRun)
+    .where('version', '=', lock.version)
+    .where('expires_at', '>', now)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/** Gives the lock up; false when the run did not hold it (it lapsed and was taken, or was broken). */
+export async function releaseStackLock(db: ProvisioningDb, stack: string, run: string): Promise<boolean> {
+  const result = await db.deleteFrom('provisioning_stack_locks').where('stack', '=', stack).where('holder_run', '=', run).executeTakeFirst();
+  return Number(result.numDeletedRows) === 1;
+}
+
+export async function getStackLock(db: ProvisioningDb, stack: string): Promise<StackLock | undefined> {
+  const row = await db.selectFrom('provisioning_stack_locks').selectAll().where('stack', '=', stack).executeTakeFirst();
+  return row ? rowToLock(row) : undefined;
+}
+
+/**
+ * An operator breaks a stack's lock: the lock row goes and the break is recorded (who, why, whom it was taken
+ * from) in the same transaction. Returns the lock that was broken, or undefined when nobody held it.
+ */
+export async function breakStackLock(
+  trx: Transaction<ProvisioningTables>,
+  dialect: SqlDialect,
+  request: { id: string; stack: string; by: string; reason: string; now: number },
+): Promise<StackLock | undefined> {
+  const row = await lockingRows(
+    trx.selectFrom(`provisioning_stack_locks as ${LOCK_ALIAS.wait}`).selectAll(LOCK_ALIAS.wait).where(`${LOCK_ALIAS.wait}.stack`, '=', request.stack),
+    dialect,
+    'wait',
+  ).executeTakeFirst();
+  if (!row) return undefined;
+  await trx
+    .insertInto('provisioning_lock_breaks')
+    .values({
+      id: request.id,
+      stack: row.stack,
+      holder_run: row.holder_run,
+      holder_host: row.holder_host,
+      broken_by: request.by,
+      reason: request.reason,
+      broken_at: request.now,
+    })
+    .execute();
+  await trx.deleteFrom('provisioning_stack_locks').where('stack', '=', request.stack).execute();
+  return rowToLock(row);
+}
