@@ -65,7 +65,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
   if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
   const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clock });
-  const iac = config.iac.runner === 'local' ? localIacRunner() : pulumiIacRunner();
+  const iac = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
 

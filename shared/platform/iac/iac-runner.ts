@@ -1,20 +1,35 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { createLocalEngine, type ConfigOverrides, type LocalEngineOptions } from './local-engine';
+import type { ApplyResult, Plan, ResolveReferences } from './plan';
+import type { ProjectFiles } from './pulumi-yaml';
 
-/**
- * The IaC runner port. `version()` answers for health and target metadata; `preview` and `apply` join it when
- * provisioning runs are built.
- */
+export type { ConfigOverrides, LocalEngineOptions };
+
+/** The IaC runner port, as far as health and target metadata need it. */
 export interface IacRunner {
   readonly name: 'local' | 'pulumi';
   version(): Promise<string>;
 }
 
-/** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
-export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
+/**
+ * The IaC runner port of ARCHITECTURE.md: a runner that plans and applies.
+ *
+ * - `preview` plans the project in `files` (`Pulumi.yaml`, `Pulumi.<stack>.yaml`) with `config` over the stack
+ *   file's values, against the stack's current state. Plan errors are AppErrors with `IAC.*` codes.
+ * - `apply` re-plans against the current state and carries the plan out only if its digest is the approved one
+ *   (else `PROVISIONING.PLAN_CHANGED`, nothing applied). References are resolved here, through
+ *   `resolveReferences`, and nowhere else. Expected failures (plan changed, target unreachable, a step refused)
+ *   are a result with status `failed` and each resource's status; a store fault is thrown.
+ */
+export interface IacEngine extends IacRunner {
+  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
+  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences): Promise<ApplyResult>;
+}
 
-export function localIacRunner(): IacRunner {
-  return { name: 'local', version: () => Promise.resolve(LOCAL_ENGINE_VERSION) };
+/** The embedded runner: the local engine, whose `version()` also checks that its state store answers. */
+export function localIacRunner(options: LocalEngineOptions): IacEngine {
+  return createLocalEngine(options);
 }
 
 /** The Pulumi Automation API needs the `pulumi` CLI on PATH; its version is what `pulumi version` prints. */

@@ -1,0 +1,144 @@
+import { AppError } from '../errors/app-error';
+import type { SqlStore } from '../sql/database';
+import { retryingContention } from '../sql/transaction';
+import type { Clock, Ids } from '../time/clock';
+import {
+  deleteResource,
+  findResource,
+  insertApply,
+  insertResource,
+  listApplies,
+  listResources,
+  localCloudDb,
+  readReachable,
+  updateResourceProperties,
+  writeReachable,
+  type LocalCloudDb,
+  type ResourceRecord,
+} from './local-cloud.repository';
+
+/**
+ * The local cloud: a target like an Azure subscription, kept in the SQL store, that the local IaC engine applies
+ * to and inventory observes. Each target holds resources with ids and properties. A target can be switched
+ * unreachable: then every resource call fails with `PROVISIONING.TARGET_UNREACHABLE` (kind `unavailable`), as an
+ * unreachable subscription would, so failed applies and stale observations can be produced on one machine.
+ * Resources can also be changed out of band (`update`), which is how drift is produced.
+ */
+export interface LocalCloud {
+  /** Creates a resource; the cloud assigns its id. */
+  create(target: string, resource: NewCloudResource): Promise<CloudResource>;
+  /** Replaces a resource's properties; `LOCAL_CLOUD.NOT_FOUND` when it does not exist. */
+  update(target: string, id: string, properties: Readonly<Record<string, unknown>>): Promise<CloudResource>;
+  /** Deletes a resource; false when there was none. */
+  delete(target: string, id: string): Promise<boolean>;
+  get(target: string, id: string): Promise<CloudResource | undefined>;
+  /** Every resource of the target, in creation order. */
+  list(target: string): Promise<CloudResource[]>;
+  /** The operator's switch (a local-only endpoint); works while the target is unreachable. */
+  setReachable(target: string, reachable: boolean): Promise<void>;
+  isReachable(target: string): Promise<boolean>;
+  /** Logs that a stack began an apply against the target; tests count these to prove a run applied at most once. */
+  recordApply(target: string, apply: { readonly stack: string; readonly planDigest: string }): Promise<void>;
+  /** The applies logged for the target (one stack's, when given), oldest first; bookkeeping, so it works while unreachable. */
+  applies(target: string, stack?: string): Promise<CloudApply[]>;
+}
+
+export interface NewCloudResource {
+  readonly urn: string;
+  /** Type token, e.g. `local:compute:WorkerPool`. */
+  readonly type: string;
+  readonly properties: Readonly<Record<string, unknown>>;
+}
+
+export interface CloudResource extends NewCloudResource {
+  readonly target: string;
+  readonly id: string;
+  /** ISO-8601 UTC. */
+  readonly createdAt: string;
+  readonly updatedAt: string;
+}
+
+export interface CloudApply {
+  readonly target: string;
+  readonly stack: string;
+  readonly planDigest: string;
+  /** ISO-8601 UTC. */
+  readonly appliedAt: string;
+}
+
+export interface LocalCloudOptions {
+  readonly store: SqlStore;
+  readonly clock: Clock;
+  /** Resource ids: `ids.next('lcr')`. */
+  readonly ids: Ids;
+}
+
+export function createLocalCloud({ store, clock, ids }: LocalCloudOptions): LocalCloud {
+  const db: LocalCloudDb = localCloudDb(store.db);
+  const now = () => clock.now().getTime();
+  const reachable = async (target: string) => (await retryingContention(() => readReachable(db, target))) ?? true;
+  const assertReachable = async (target: string) => {
+    if (!(await reachable(target))) {
+      throw new AppError('PROVISIONING.TARGET_UNREACHABLE', 'unavailable', `the target ${target} is unreachable`, { target });
+    }
+  };
+  const found = async (target: string, id: string): Promise<CloudResource> => {
+    const record = await retryingContention(() => findResource(db, target, id));
+    if (!record) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `the target ${target} has no resource ${id}`, { target, id });
+    return toResource(record);
+  };
+
+  return {
+    async create(target, resource) {
+      await assertReachable(target);
+      const at = now();
+      const record: ResourceRecord = { target, id: ids.next('lcr'), urn: resource.urn, type: resource.type, properties: resource.properties, createdAt: at, updatedAt: at };
+      await retryingContention(() => insertResource(db, record));
+      return toResource(record);
+    },
+    async update(target, id, properties) {
+      await assertReachable(target);
+      if (!(await retryingContention(() => updateResourceProperties(db, target, id, properties, now())))) {
+        throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `the target ${target} has no resource ${id}`, { target, id });
+      }
+      return found(target, id);
+    },
+    async delete(target, id) {
+      await assertReachable(target);
+      return retryingContention(() => deleteResource(db, target, id));
+    },
+    async get(target, id) {
+      await assertReachable(target);
+      const record = await retryingContention(() => findResource(db, target, id));
+      return record ? toResource(record) : undefined;
+    },
+    async list(target) {
+      await assertReachable(target);
+      return (await retryingContention(() => listResources(db, target))).map(toResource);
+    },
+    async setReachable(target, value) {
+      await retryingContention(() => writeReachable(db, target, value, now()));
+    },
+    isReachable: reachable,
+    async recordApply(target, apply) {
+      await assertReachable(target);
+      await retryingContention(() => insertApply(db, { target, stack: apply.stack, planDigest: apply.planDigest, appliedAt: now() }));
+    },
+    async applies(target, stack) {
+      const records = await retryingContention(() => listApplies(db, target, stack));
+      return records.map((r) => ({ target: r.target, stack: r.stack, planDigest: r.planDigest, appliedAt: new Date(r.appliedAt).toISOString() }));
+    },
+  };
+}
+
+function toResource(record: ResourceRecord): CloudResource {
+  return {
+    target: record.target,
+    id: record.id,
+    urn: record.urn,
+    type: record.type,
+    properties: record.properties,
+    createdAt: new Date(record.createdAt).toISOString(),
+    updatedAt: new Date(record.updatedAt).toISOString(),
+  };
+}

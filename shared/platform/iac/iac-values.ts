@@ -1,0 +1,189 @@
+import { AppError } from '../errors/app-error';
+
+/**
+ * The values an IaC program is made of (config, resource properties, outputs), the two markers a plan carries in
+ * place of values it must not or cannot know, property paths, and canonical JSON. Pure: no I/O.
+ */
+
+export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
+export type JsonObject = { readonly [key: string]: JsonValue };
+
+/**
+ * A value that lives elsewhere and is resolved only inside apply ("configuration and secrets stay where they live
+ * and are referenced at apply time"): `{ secretRef: "<Secret Broker reference>" }` or
+ * `{ configRef: "<Config Platform key>" }`, an object with exactly that one string member, written as a config
+ * value in `Pulumi.<stack>.yaml` (or inline as a property value). Plans, receipts and stack state carry this
+ * object verbatim, never the value it stands for.
+ *
+ * BREAKING-CHANGE SHAPE: stack files in Git and stored plans and states use it; changing it breaks them.
+ */
+export type ValueReference = { readonly secretRef: string } | { readonly configRef: string };
+
+/**
+ * A value known only during apply: an output (the `id`) of a resource that the same apply creates or replaces,
+ * or anything computed from one. `expression` is the interpolation it stands for (`${net.id}`). It is spelled
+ * with the `fn::` prefix that Pulumi YAML reserves for functions, so no literal property can be mistaken for it.
+ *
+ * BREAKING-CHANGE SHAPE: stored plans carry it and their digests cover it.
+ */
+export type ComputedValue = { readonly 'fn::computed': string };
+
+export const COMPUTED_KEY = 'fn::computed';
+
+export function computed(expression: string): ComputedValue {
+  return { [COMPUTED_KEY]: expression };
+}
+
+export function isPlainObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The reference when `value` has the reference shape, else undefined. */
+export function asValueReference(value: unknown): ValueReference | undefined {
+  if (!isPlainObject(value)) return undefined;
+  const keys = Object.keys(value);
+  if (keys.length !== 1) return undefined;
+  const ref = value.secretRef ?? value.configRef;
+  return typeof ref === 'string' && (keys[0] === 'secretRef' || keys[0] === 'configRef') ? (value as ValueReference) : undefined;
+}
+
+export function isComputed(value: unknown): value is ComputedValue {
+  return isPlainObject(value) && Object.keys(value).length === 1 && typeof value[COMPUTED_KEY] === 'string';
+}
+
+/** References and computed markers stand for one value: diffs and path reads treat them as leaves. */
+export function isOpaque(value: unknown): boolean {
+  return asValueReference(value) !== undefined || isComputed(value);
+}
+
+/** Every reference inside `value`, depth first. */
+export function collectReferences(value: JsonValue, into: ValueReference[] = []): ValueReference[] {
+  const reference = asValueReference(value);
+  if (reference) into.push(reference);
+  else if (Array.isArray(value)) for (const item of value as readonly JsonValue[]) collectReferences(item, into);
+  else if (isPlainObject(value)) for (const item of Object.values(value)) collectReferences(item, into);
+  return into;
+}
+
+/** A stable text for a reference, used as a map key when resolving. */
+export function referenceKey(reference: ValueReference): string {
+  return 'secretRef' in reference ? `secretRef:${reference.secretRef}` : `configRef:${reference.configRef}`;
+}
+
+/**
+ * JSON with object keys sorted at every depth and no whitespace: equal values always give equal text, which is
+ * what a digest over a plan needs.
+ */
+export function canonicalJson(value: JsonValue): string {
+  if (Array.isArray(value)) return `[${(value as readonly JsonValue[]).map(canonicalJson).join(',')}]`;
+  if (isPlainObject(value)) {
+    // Absent and undefined members are the same member: JSON has no undefined.
+    const keys = Object.keys(value)
+      .filter((k) => value[k] !== undefined)
+      .sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k] as JsonValue)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export function jsonEqual(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return canonicalJson(a) === canonicalJson(b);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Property paths: `tags.env`, `rules[0].port`, `labels["app.kubernetes.io/name"]` (Pulumi's syntax). The same
+// syntax names changed properties in plans, `ignoreChanges` entries, and the member accesses of `${...}`.
+
+export type PathSegment = string | number;
+
+const IDENTIFIER = /^[A-Za-z_][\w-]*$/;
+
+export function formatPath(segments: readonly PathSegment[]): string {
+  let text = '';
+  for (const segment of segments) {
+    if (typeof segment === 'number') text += `[${segment}]`;
+    else if (IDENTIFIER.test(segment)) text += text === '' ? segment : `.${segment}`;
+    else text += `[${JSON.stringify(segment)}]`;
+  }
+  return text;
+}
+
+/**
+ * Parses a property path. `rootPattern` lets the first segment be more than an identifier (a config key with its
+ * namespace, `aws:region`). Returns undefined when the text is not a path.
+ */
+export function parsePath(text: string, rootPattern: RegExp = /^[A-Za-z_][\w-]*/): PathSegment[] | undefined {
+  const root = rootPattern.exec(text);
+  if (!root) return undefined;
+  const segments: PathSegment[] = [root[0]];
+  let rest = text.slice(root[0].length);
+  while (rest.length > 0) {
+    const member = /^\.([A-Za-z_][\w-]*)/.exec(rest) ?? /^\[(\d+)\]/.exec(rest) ?? /^\[("(?:[^"\\]|\\.)*")\]/.exec(rest);
+    if (!member?.[1]) return undefined;
+    const raw = member[1];
+    segments.push(rest.startsWith('.') ? raw : raw.startsWith('"') ? (JSON.parse(raw) as string) : Number(raw));
+    rest = rest.slice(member[0].length);
+  }
+  return segments;
+}
+
+/** The value at `segments` inside `value`, or undefined when there is none. */
+export function readPath(value: JsonValue, segments: readonly PathSegment[]): JsonValue | undefined {
+  let current: JsonValue | undefined = value;
+  for (const segment of segments) {
+    if (current === undefined || isOpaque(current)) return undefined;
+    if (typeof segment === 'number') current = Array.isArray(current) ? (current as readonly JsonValue[])[segment] : undefined;
+    else current = isPlainObject(current) && Object.hasOwn(current, segment) ? current[segment] : undefined;
+  }
+  return current;
+}
+
+/**
+ * A copy of `target` where the value at `segments` is `value` (or removed when `value` is undefined). Missing
+ * containers on the way are created (objects, or arrays for numeric segments).
+ */
+export function writePath(target: JsonValue, segments: readonly PathSegment[], value: JsonValue | undefined): JsonValue {
+  const [head, ...rest] = segments;
+  if (head === undefined) return value ?? null;
+  if (typeof head === 'number') {
+    const array = Array.isArray(target) ? [...(target as readonly JsonValue[])] : [];
+    const child = rest.length === 0 ? value : writePath(array[head] ?? null, rest, value);
+    if (child === undefined) array.splice(head, 1);
+    else {
+      while (array.length < head) array.push(null);
+      array[head] = child;
+    }
+    return array;
+  }
+  const object: Record<string, JsonValue> = isPlainObject(target) && !isOpaque(target) ? { ...target } : {};
+  const child = rest.length === 0 ? value : writePath(object[head] ?? null, rest, value);
+  if (child === undefined) delete object[head];
+  else object[head] = child;
+  return object;
+}
+
+/**
+ * Checks that a parsed document holds only JSON values (YAML also has `.inf`, `.nan`), so everything downstream
+ * can rely on JSON. `where` names the document in the error.
+ */
+export function assertJson(value: unknown, where: string, path: readonly PathSegment[] = []): asserts value is JsonValue {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return;
+  if (typeof value === 'number') {
+    if (Number.isFinite(value)) return;
+    throw invalidProject(`${where}: ${formatPath(path) || '(document)'} is not a finite number`, { path: formatPath(path) });
+  }
+  if (Array.isArray(value)) {
+    value.forEach((item, i) => assertJson(item, where, [...path, i]));
+    return;
+  }
+  if (isPlainObject(value)) {
+    for (const [k, v] of Object.entries(value)) assertJson(v, where, [...path, k]);
+    return;
+  }
+  throw invalidProject(`${where}: ${formatPath(path) || '(document)'} is not a JSON value`, { path: formatPath(path) });
+}
+
+export function invalidProject(message: string, details: Record<string, unknown> = {}): AppError {
+  return new AppError('IAC.INVALID_PROJECT', 'validation', message, details);
+}

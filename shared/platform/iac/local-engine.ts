@@ -1,0 +1,297 @@
+import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
+import { AppError, ensureError } from '../errors/app-error';
+import type { SqlStore } from '../sql/database';
+import { retryingContention } from '../sql/transaction';
+import type { Clock, Ids } from '../time/clock';
+import { asValueReference, isComputed, isPlainObject, jsonEqual, referenceKey, type JsonObject, type JsonValue } from './iac-values';
+import {
+  keepIgnored,
+  planSchema,
+  planStack,
+  type ApplyError,
+  type ApplyResult,
+  type Plan,
+  type PlanStep,
+  type ResolveReferences,
+  type ResourceResult,
+  type StackState,
+  type StateResource,
+} from './plan';
+import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
+import { probeStackStates, readStackState, stackStateDb, writeStackState, type StackStateDb } from './stack-state.repository';
+
+/** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
+export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
+
+/** Config set by the caller over the stack file's values, by key (`poolSize` or `project:poolSize`). */
+export type ConfigOverrides = Readonly<Record<string, JsonValue>>;
+
+/** The local engine: the `IacEngine` port (iac-runner.ts) over the local cloud, with stack state in SQL. */
+export interface LocalEngine {
+  readonly name: 'local';
+  /** The engine's version, after checking that its state store answers (the `iac-runner` health probe). */
+  version(): Promise<string>;
+  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
+  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences): Promise<ApplyResult>;
+}
+
+export interface LocalEngineOptions {
+  readonly store: SqlStore;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  /** The target applies go to; by default a local cloud over `store`. */
+  readonly cloud?: LocalCloud;
+  /**
+   * The local cloud target of a stack. Default: every stack applies to `local`.
+   * Example: `(stack) => stack.startsWith('prod') ? 'production' : 'local'`.
+   */
+  readonly targetOf?: (stack: string) => string;
+}
+
+export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
+  const { store, clock } = options;
+  const db = stackStateDb(store.db);
+  const cloud = options.cloud ?? createLocalCloud(options);
+  const targetOf = options.targetOf ?? (() => 'local');
+
+  return {
+    name: 'local',
+    async version() {
+      await probeStackStates(db, store.dialect);
+      return LOCAL_ENGINE_VERSION;
+    },
+    async preview(stack, files, config = {}) {
+      const program = loadProgram(files, stack, config);
+      const state = await retryingContention(() => readStackState(db, stack));
+      return planStack({ stack, program, state });
+    },
+    async apply(stack, files, config, approvedPlan, resolveReferences) {
+      if (!planSchema.safeParse(approvedPlan).success) {
+        throw new AppError('IAC.INVALID_PLAN', 'validation', 'the approved plan is not a plan this engine made');
+      }
+      const startedAt = clock.now().toISOString();
+      const finish = (result: Omit<ApplyResult, 'startedAt' | 'finishedAt'>): ApplyResult => ({ ...result, startedAt, finishedAt: clock.now().toISOString() });
+
+      // Everything up to the first change of the target: a refusal here leaves target and state untouched.
+      let program: LoadedProgram;
+      let state: StackState | undefined;
+      let plan: Plan;
+      try {
+        program = loadProgram(files, stack, config);
+        state = await retryingContention(() => readStackState(db, stack));
+        plan = planStack({ stack, program, state });
+      } catch (thrown) {
+        return finish(refused(approvedPlan, state?.serial ?? 0, expectedError(thrown)));
+      }
+      if (plan.digest !== approvedPlan.digest) {
+        // The world or the program moved since approval: doing anything now would do what nobody approved.
+        const error = new AppError('PROVISIONING.PLAN_CHANGED', 'conflict', 'the plan changed since it was approved; nothing was applied', {
+          approvedDigest: approvedPlan.digest,
+          currentDigest: plan.digest,
+        });
+        return finish(refused(approvedPlan, plan.baseSerial, error));
+      }
+      let resolved: ReadonlyMap<string, JsonValue>;
+      try {
+        // All references are resolved before the first change, so a missing secret cannot leave a half-applied stack.
+        resolved = await resolveAll(plan, resolveReferences);
+      } catch (thrown) {
+        return finish(refused(plan, plan.baseSerial, expectedError(thrown, 'PROVISIONING.REFERENCE_UNRESOLVED')));
+      }
+      try {
+        await cloud.recordApply(targetOf(stack), { stack, planDigest: plan.digest });
+      } catch (thrown) {
+        return finish(refused(plan, plan.baseSerial, expectedError(thrown)));
+      }
+      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved });
+      return finish(await run.all(plan));
+    },
+  };
+}
+
+/**
+ * An AppError as it is. Anything else is rethrown (a store fault: the caller retries), unless `fallbackCode`
+ * says what it means (a resolver that failed without a code).
+ */
+function expectedError(thrown: unknown, fallbackCode?: string): AppError {
+  const error = ensureError(thrown);
+  if (error instanceof AppError) return error;
+  if (fallbackCode) return new AppError(fallbackCode, 'unavailable', error.message);
+  throw error;
+}
+
+function refused(plan: Plan, serial: number, error: AppError): Omit<ApplyResult, 'startedAt' | 'finishedAt'> {
+  return {
+    status: 'failed',
+    stack: plan.stack,
+    planDigest: plan.digest,
+    serial,
+    resources: plan.steps.map((s) => skipped(s)),
+    outputs: {},
+    error: { code: error.code, message: error.message },
+  };
+}
+
+function skipped(step: PlanStep): ResourceResult {
+  return { urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'skipped', ...(step.id ? { id: step.id } : {}) };
+}
+
+async function resolveAll(plan: Plan, resolve: ResolveReferences): Promise<ReadonlyMap<string, JsonValue>> {
+  const values = new Map<string, JsonValue>();
+  for (const reference of plan.references) values.set(referenceKey(reference), await resolve(reference));
+  return values;
+}
+
+interface StepRunnerContext {
+  readonly db: StackStateDb;
+  readonly clock: Clock;
+  readonly cloud: LocalCloud;
+  readonly target: string;
+  readonly stack: string;
+  readonly program: LoadedProgram;
+  readonly state: StackState | undefined;
+  /** Resolved reference values by `referenceKey`. */
+  readonly resolved: ReadonlyMap<string, JsonValue>;
+}
+
+/**
+ * Carries out a plan's steps in order against the target. After every step that changed something the stack
+ * state is written (a checkpoint, serial + 1), so a failure midway leaves a state that says exactly what was
+ * applied, and a later plan starts from there.
+ */
+class StepRunner {
+  readonly #resources: StateResource[];
+  #serial: number;
+  readonly #declarations: ReadonlyMap<string, ResourceDeclaration>;
+
+  constructor(private readonly context: StepRunnerContext) {
+    this.#resources = [...(context.state?.resources ?? [])];
+    this.#serial = context.state?.serial ?? 0;
+    this.#declarations = new Map(context.program.project.resources.map((r) => [r.name, r]));
+  }
+
+  async all(plan: Plan): Promise<Omit<ApplyResult, 'startedAt' | 'finishedAt'>> {
+    const results: ResourceResult[] = [];
+    for (const [index, step] of plan.steps.entries()) {
+      try {
+        results.push(await this.step(step));
+      } catch (thrown) {
+        const error = ensureError(thrown);
+        const failure: ApplyError = { code: error instanceof AppError ? error.code : 'PROVISIONING.APPLY_FAILED', message: error.message };
+        const id = this.#resources.find((r) => r.name === step.name)?.id;
+        results.push({ urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'failed', ...(id ? { id } : {}), error: failure });
+        results.push(...plan.steps.slice(index + 1).map((s) => skipped(s)));
+        return { status: 'failed', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs: {}, error: failure };
+      }
+    }
+    const outputs = new ProgramEvaluator(this.context.program.project, this.context.program.config, (name) => this.outputsOf(name)).outputs();
+    return { status: 'applied', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs };
+  }
+
+  private async step(step: PlanStep): Promise<ResourceResult> {
+    const { cloud, target } = this.context;
+    const done = (status: ResourceResult['status'], id?: string): ResourceResult => ({
+      urn: step.urn,
+      name: step.name,
+      type: step.type,
+      op: step.op,
+      status,
+      ...(id ? { id } : {}),
+    });
+    const old = this.#resources.find((r) => r.name === step.name);
+    switch (step.op) {
+      case 'same': {
+        // Options (protect, dependencies) can change without the target changing; only the state records them.
+        if (old && (old.urn !== step.urn || old.protect !== step.protect || !jsonEqual(old.dependencies, step.dependencies))) {
+          await this.checkpoint({ ...old, urn: step.urn, protect: step.protect, dependencies: step.dependencies });
+        }
+        return done('unchanged', old?.id);
+      }
+      case 'create': {
+        const inputs = this.inputsOf(step);
+        const created = await cloud.create(target, { urn: step.urn, type: step.type, properties: this.resolve(inputs) });
+        await this.checkpoint(this.stateResource(step, created.id, inputs));
+        return done('succeeded', created.id);
+      }
+      case 'update': {
+        const inputs = this.inputsOf(step, old);
+        const id = old?.id ?? step.id ?? '';
+        await cloud.update(target, id, this.resolve(inputs));
+        await this.checkpoint(this.stateResource(step, id, inputs));
+        return done('succeeded', id);
+      }
+      case 'replace': {
+        // Delete, then create: each half is checkpointed, so a failure between them leaves a state without the
+        // resource, which is what the target then holds.
+        if (old) {
+          await cloud.delete(target, old.id);
+          await this.remove(old.name);
+        }
+        const inputs = this.inputsOf(step);
+        const created = await cloud.create(target, { urn: step.urn, type: step.type, properties: this.resolve(inputs) });
+        await this.checkpoint(this.stateResource(step, created.id, inputs));
+        return done('succeeded', created.id);
+      }
+      case 'delete': {
+        // A resource already gone (deleted out of band) is what the step wants.
+        if (old) {
+          await cloud.delete(target, old.id);
+          await this.remove(old.name);
+        }
+        return done('succeeded');
+      }
+    }
+  }
+
+  /**
+   * The step's inputs evaluated again now that its dependencies exist: the plan's computed values become the ids
+   * just created. Program, config and state are the ones the digest was checked against, so nothing else differs.
+   */
+  private inputsOf(step: PlanStep, old?: StateResource): JsonObject {
+    const declaration = this.#declarations.get(step.name) as ResourceDeclaration;
+    const evaluated = new ProgramEvaluator(this.context.program.project, this.context.program.config, (name) => this.outputsOf(name)).resourceInputs(declaration);
+    return old && step.op === 'update' ? keepIgnored(evaluated, old.inputs, declaration.ignoreChanges) : evaluated;
+  }
+
+  private outputsOf(name: string): JsonObject {
+    const resource = this.#resources.find((r) => r.name === name);
+    return resource ? { ...resource.outputs, urn: resource.urn } : {};
+  }
+
+  /** The inputs as the target receives them: references replaced by their values. */
+  private resolve(value: JsonObject): Record<string, unknown> {
+    const walk = (v: JsonValue): JsonValue => {
+      const reference = asValueReference(v);
+      if (reference) return this.context.resolved.get(referenceKey(reference)) ?? null;
+      if (isComputed(v)) throw new AppError('PROVISIONING.APPLY_FAILED', 'internal', 'a computed value was still unknown when its resource was applied');
+      if (Array.isArray(v)) return (v as readonly JsonValue[]).map(walk);
+      if (isPlainObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+      return v;
+    };
+    return walk(value) as Record<string, unknown>;
+  }
+
+  private stateResource(step: PlanStep, id: string, inputs: JsonObject): StateResource {
+    return { urn: step.urn, name: step.name, type: step.type, id, inputs, outputs: { ...inputs, id }, protect: step.protect, dependencies: step.dependencies };
+  }
+
+  private async checkpoint(resource: StateResource): Promise<void> {
+    const at = this.#resources.findIndex((r) => r.name === resource.name);
+    if (at >= 0) this.#resources[at] = resource;
+    else this.#resources.push(resource);
+    await this.write();
+  }
+
+  private async remove(name: string): Promise<void> {
+    const at = this.#resources.findIndex((r) => r.name === name);
+    if (at >= 0) this.#resources.splice(at, 1);
+    await this.write();
+  }
+
+  private async write(): Promise<void> {
+    const { db, clock, stack, program } = this.context;
+    const state: StackState = { stack, project: program.project.name, serial: this.#serial + 1, resources: [...this.#resources] };
+    await retryingContention(() => writeStackState(db, state, clock.now().getTime()));
+    this.#serial = state.serial;
+  }
+}

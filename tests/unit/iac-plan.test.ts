@@ -1,0 +1,195 @@
+import { describe, expect, it } from 'vitest';
+import { AppError } from '../../shared/platform/errors/app-error';
+import type { JsonObject } from '../../shared/platform/iac/iac-values';
+import { changedPaths, planSchema, planStack, resourceUrn, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
+
+const STACK = 'dev';
+
+function program(resources: string, extra = ''): LoadedProgram {
+  return loadProgram({ 'Pulumi.yaml': `name: shop\nruntime: yaml\n${extra}resources:\n${resources}` }, STACK);
+}
+
+/** The state an apply of `p` would leave, with ids `<name>-id` (the real apply is tested over the local cloud). */
+function applied(p: LoadedProgram, serial = 1, protect: readonly string[] = []): StackState {
+  const resources: StateResource[] = [];
+  const graph = projectGraph(p.project, p.config);
+  const evaluator = new ProgramEvaluator(p.project, p.config, (name) => resources.find((r) => r.name === name)?.outputs ?? {});
+  for (const name of graph.order) {
+    const declaration = p.project.resources.find((r) => r.name === name)!;
+    const inputs = evaluator.resourceInputs(declaration);
+    resources.push({
+      urn: resourceUrn(STACK, p.project.name, declaration.type, name),
+      name,
+      type: declaration.type,
+      id: `${name}-id`,
+      inputs,
+      outputs: { ...inputs, id: `${name}-id` },
+      protect: declaration.protect || protect.includes(name),
+      dependencies: (graph.dependencies.get(name) ?? []).map((d) => resourceUrn(STACK, 'shop', p.project.resources.find((r) => r.name === d)!.type, d)),
+    });
+  }
+  return { stack: STACK, project: p.project.name, serial, resources };
+}
+
+function ops(plan: Plan): string[] {
+  return plan.steps.map((s) => `${s.op} ${s.name}`);
+}
+
+function refusal(work: () => unknown): AppError {
+  try {
+    work();
+  } catch (error) {
+    if (error instanceof AppError) return error;
+    throw error;
+  }
+  throw new Error('expected an AppError');
+}
+
+const NETWORK = `  net:
+    type: local:network:VirtualNetwork
+    properties:
+      cidr: 10.0.0.0/16
+      tags: { env: dev, team: core }
+      subnets: [10.0.1.0/24, 10.0.2.0/24]
+`;
+const DB = `  db:
+    type: local:sql:Database
+    properties:
+      network: \${net.id}
+      sku: basic
+`;
+const APP = `  app:
+    type: local:web:App
+    properties:
+      db: \${db.id}
+      size: 2
+`;
+
+describe('plans: ops', () => {
+  it('when the stack has no state, then every resource is a create in dependency order, with ids still to be computed', () => {
+    const plan = planStack({ stack: STACK, program: program(APP + DB + NETWORK), state: undefined });
+    expect(ops(plan)).toEqual(['create net', 'create db', 'create app']);
+    expect(plan.counts).toEqual({ create: 3, update: 0, replace: 0, delete: 0, same: 0 });
+    expect(plan.baseSerial).toBe(0);
+    expect(plan.steps[1]).toMatchObject({
+      urn: 'urn:pulumi:dev::shop::local:sql:Database::db',
+      inputs: { network: { 'fn::computed': '${net.id}' }, sku: 'basic' },
+      dependencies: ['urn:pulumi:dev::shop::local:network:VirtualNetwork::net'],
+    });
+    expect(planSchema.safeParse(JSON.parse(JSON.stringify(plan))).success).toBe(true);
+  });
+
+  it('when the state matches the program, then every step is same, with the known ids in the inputs', () => {
+    const p = program(NETWORK + DB + APP);
+    const plan = planStack({ stack: STACK, program: p, state: applied(p, 4) });
+    expect(ops(plan)).toEqual(['same net', 'same db', 'same app']);
+    expect(plan.steps[1]?.inputs).toEqual({ network: 'net-id', sku: 'basic' });
+    expect(plan.baseSerial).toBe(4);
+  });
+
+  it('when properties change deep inside objects and arrays, then update lists each changed path', () => {
+    const before = program(NETWORK + DB);
+    const after = program(NETWORK.replace('env: dev', 'env: test').replace('10.0.2.0/24]', '10.0.3.0/24, 10.0.4.0/24]').replace('cidr: 10.0.0.0/16', 'cidr: 10.1.0.0/16') + DB);
+    const plan = planStack({ stack: STACK, program: after, state: applied(before) });
+    expect(ops(plan)).toEqual(['update net', 'same db']);
+    expect(plan.steps[0]?.changedPaths).toEqual(['cidr', 'subnets[1]', 'subnets[2]', 'tags.env']);
+  });
+
+  it('when only ignored paths change, then same; with another change, update without the ignored paths and with the state value kept', () => {
+    const ignoring = NETWORK.concat('    options:\n      ignoreChanges: [tags.env, subnets]\n');
+    const before = program(NETWORK);
+    const onlyIgnored = program(ignoring.replace('env: dev', 'env: prod').replace('[10.0.1.0/24, 10.0.2.0/24]', '[10.9.0.0/24]'));
+    expect(ops(planStack({ stack: STACK, program: onlyIgnored, state: applied(before) }))).toEqual(['same net']);
+
+    const alsoTeam = program(ignoring.replace('env: dev', 'env: prod').replace('team: core', 'team: edge'));
+    const plan = planStack({ stack: STACK, program: alsoTeam, state: applied(before) });
+    expect(ops(plan)).toEqual(['update net']);
+    expect(plan.steps[0]?.changedPaths).toEqual(['tags.team']);
+    expect(plan.steps[0]?.inputs).toMatchObject({ tags: { env: 'dev', team: 'edge' } });
+  });
+
+  it('when resources leave the program, then they are deleted after the creates and updates, dependents before their dependencies', () => {
+    const p = program(NETWORK + DB + APP);
+    const plan = planStack({ stack: STACK, program: program(`  cache:\n    type: local:cache:Redis\n`), state: applied(p) });
+    expect(ops(plan)).toEqual(['create cache', 'delete app', 'delete db', 'delete net']);
+    expect(plan.steps[1]).toMatchObject({ id: 'app-id', urn: 'urn:pulumi:dev::shop::local:web:App::app' });
+    expect(plan.steps[1]).not.toHaveProperty('inputs');
+  });
+
+  it('when a resource changes type, then it is replaced and whatever reads its id is updated with a computed value', () => {
+    const p = program(NETWORK + DB);
+    const plan = planStack({ stack: STACK, program: program(NETWORK.replace('local:network:VirtualNetwork', 'local:network:Vnet2') + DB), state: applied(p) });
+    expect(ops(plan)).toEqual(['replace net', 'update db']);
+    expect(plan.steps[0]).toMatchObject({ oldType: 'local:network:VirtualNetwork', type: 'local:network:Vnet2', id: 'net-id', urn: 'urn:pulumi:dev::shop::local:network:Vnet2::net' });
+    expect(plan.steps[1]).toMatchObject({ changedPaths: ['network'], inputs: { network: { 'fn::computed': '${net.id}' } } });
+  });
+
+  it('when a protected resource would be deleted or replaced, then PROTECTED names it; an update of it is fine', () => {
+    const p = program(NETWORK + DB);
+    const state = applied(p, 1, ['net']);
+    expect(refusal(() => planStack({ stack: STACK, program: program(`  other:\n    type: local:a:B\n`), state }))).toMatchObject({
+      code: 'IAC.PROTECTED',
+      details: { urn: 'urn:pulumi:dev::shop::local:network:VirtualNetwork::net', op: 'delete' },
+    });
+    const retyped = program(NETWORK.replace('VirtualNetwork', 'Vnet2').concat('    options:\n      protect: true\n') + DB);
+    expect(refusal(() => planStack({ stack: STACK, program: retyped, state: applied(p) }))).toMatchObject({ code: 'IAC.PROTECTED', details: { op: 'replace' } });
+    expect(ops(planStack({ stack: STACK, program: program(NETWORK.replace('cidr: 10.0.0.0/16', 'cidr: 10.2.0.0/16') + DB), state }))).toEqual(['update net', 'same db']);
+  });
+});
+
+describe('plans: digest', () => {
+  it('when the same program is planned against the same state twice, even with keys written in another order, then the digest is the same', () => {
+    const p = program(NETWORK + DB);
+    const reordered = program(`  net:\n    type: local:network:VirtualNetwork\n    properties:\n      subnets: [10.0.1.0/24, 10.0.2.0/24]\n      tags: { team: core, env: dev }\n      cidr: 10.0.0.0/16\n` + DB);
+    const a = planStack({ stack: STACK, program: p, state: undefined });
+    const b = planStack({ stack: STACK, program: reordered, state: undefined });
+    expect(a.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(b.digest).toBe(a.digest);
+  });
+
+  it('when anything the apply would do changes, then the digest changes; the state serial alone does not change it', () => {
+    const p = program(NETWORK + DB);
+    const base = planStack({ stack: STACK, program: p, state: undefined }).digest;
+    const variants = [
+      planStack({ stack: STACK, program: program(NETWORK + DB.replace('basic', 'premium')), state: undefined }),
+      planStack({ stack: 'prod', program: p, state: undefined }),
+      planStack({ stack: STACK, program: p, state: applied(p) }),
+      planStack({ stack: STACK, program: program(NETWORK.concat('    options:\n      protect: true\n') + DB), state: undefined }),
+      planStack({ stack: STACK, program: program(NETWORK + DB, 'outputs:\n  n: ${net.cidr}\n'), state: undefined }),
+    ];
+    for (const variant of variants) expect(variant.digest).not.toBe(base);
+    const digests = new Set(variants.map((v) => v.digest));
+    expect(digests.size).toBe(variants.length);
+    expect(planStack({ stack: STACK, program: p, state: applied(p, 7) }).digest).toBe(planStack({ stack: STACK, program: p, state: applied(p, 8) }).digest);
+  });
+});
+
+describe('plans: references', () => {
+  it('when a property is a secret reference, then the plan carries the reference and lists it, never a value', () => {
+    const p = loadProgram(
+      {
+        'Pulumi.yaml': `name: shop\nruntime: yaml\nconfig:\n  dbPassword:\n    type: string\n    secret: true\n  flags:\n    type: object\nresources:\n${DB.replace('sku: basic', 'sku: basic\n      password: ${dbPassword}\n      flags: ${flags}')}${NETWORK}`,
+        'Pulumi.dev.yaml': 'config:\n  dbPassword:\n    secretRef: kv://shop/db-password\n  flags:\n    configRef: appconfig://shop/flags\n',
+      },
+      STACK,
+    );
+    const plan = planStack({ stack: STACK, program: p, state: undefined });
+    expect(plan.steps[1]?.inputs).toMatchObject({ password: { secretRef: 'kv://shop/db-password' }, flags: { configRef: 'appconfig://shop/flags' } });
+    expect(plan.references).toEqual([{ configRef: 'appconfig://shop/flags' }, { secretRef: 'kv://shop/db-password' }]);
+  });
+});
+
+describe('changed property paths', () => {
+  it.each<[string, JsonObject, JsonObject, string[]]>([
+    ['equal values', { a: 1, b: [1, { c: 2 }] }, { b: [1, { c: 2 }], a: 1 }, []],
+    ['an added and a removed key', { a: 1 }, { b: 1 }, ['a', 'b']],
+    ['a nested key in an array element', { r: [{ p: 80 }, { p: 443 }] }, { r: [{ p: 80 }, { p: 8443 }] }, ['r[1].p']],
+    ['a shorter array', { r: [1, 2, 3] }, { r: [1] }, ['r[1]', 'r[2]']],
+    ['a changed type', { a: { b: 1 } }, { a: [1] }, ['a']],
+    ['a key that is not an identifier', { labels: { 'app.io/name': 'x' } }, { labels: { 'app.io/name': 'y' } }, ['labels["app.io/name"]']],
+    ['another reference', { pw: { secretRef: 'a' } }, { pw: { secretRef: 'b' } }, ['pw']],
+  ])('when comparing %s, then the paths are exact', (_what, before, after, expected) => {
+    expect(changedPaths(before, after)).toEqual(expected);
+  });
+});
