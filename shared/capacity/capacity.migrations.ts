@@ -87,29 +87,16 @@ export const capacityMigrations: MigrationSource = (dialect) => {
 };
 
 /**
- * Replaces the per-pool and per-tenant counter rows, which every grant updated (one hot row serializing all grants
- * on a shared database), with a row per unit of capacity, and the per-pool fencing counter with one sequence
- * (SQLite, with one writer at a time, takes the pool's highest token plus one). Existing leases keep their units.
+ * Moves capacity to the ledgers of capacity-ledger.repository.ts. On PostgreSQL and Azure SQL the per-pool and
+ * per-tenant counter rows, which every grant updated (one hot row serializing all grants on a shared database),
+ * become a row per unit of capacity, and the per-pool fencing counters one sequence. On SQLite, where one writer
+ * at a time is the rule, they become one counter row per scope. Existing leases keep their units either way.
  */
 function slotsMigration(dialect: MigrationDialect): Migration {
   const t = sqlTypes(dialect);
   return {
     async up(db: Kysely<unknown>) {
-      await db.schema
-        .createTable('capacity_slots')
-        .addColumn('scope', t.key, (c) => c.notNull())
-        // The lease holding the row, or '' when free (not NULL: it is part of the key).
-        .addColumn('lease_id', t.key, (c) => c.notNull())
-        .addColumn('slot', 'integer', (c) => c.notNull())
-        .addColumn('retiring', 'integer', (c) => c.notNull())
-        // One key serves both paths: a grant reads (scope, '') for free rows, a release (scope, lease) for its own.
-        // A claim or release moves the row within it; no other index is written on the hot path.
-        .addPrimaryKeyConstraint('capacity_slots_pk', ['scope', 'lease_id', 'slot'])
-        .$call((table) => (dialect === 'sqlite' ? table.modifyEnd(sql`without rowid`) : table))
-        .execute();
-      await db.schema.createIndex('capacity_slots_retiring').on('capacity_slots').columns(['scope']).where(sql.ref('retiring'), '=', 1).execute();
       await db.schema.alterTable('capacity_leases').addColumn('request_digest', t.key).execute();
-
       const pools = (await sql<{ id: string; capacity: number; fencing_counter: number }>`select id, capacity, fencing_counter from capacity_pools`.execute(db)).rows;
       const quotas = (
         await sql<{ tenant: string; kind: string; max_units: number }>`select t.id as tenant, l.kind, l.max_units from capacity_tenants t join capacity_edition_limits l on l.edition = t.edition`.execute(db)
@@ -117,28 +104,51 @@ function slotsMigration(dialect: MigrationDialect): Migration {
       const leases = (
         await sql<{ id: string; tenant_id: string; kind: string; pool_id: string; units: number }>`select id, tenant_id, kind, pool_id, units from capacity_leases where state = 'active'`.execute(db)
       ).rows;
-      const scopes = new Map<string, { capacity: number; held: string[] }>();
-      for (const p of pools) scopes.set(poolScope(p.id), { capacity: Number(p.capacity), held: [] });
-      for (const q of quotas) scopes.set(quotaScope(q.tenant, q.kind), { capacity: Number(q.max_units), held: [] });
+      const scopes = new Map<string, { capacity: number; fencing: number; held: string[] }>();
+      for (const p of pools) scopes.set(poolScope(p.id), { capacity: Number(p.capacity), fencing: Number(p.fencing_counter), held: [] });
+      for (const q of quotas) scopes.set(quotaScope(q.tenant, q.kind), { capacity: Number(q.max_units), fencing: 0, held: [] });
       for (const lease of leases) {
         for (const scope of [poolScope(lease.pool_id), quotaScope(lease.tenant_id, lease.kind)]) {
-          const entry = scopes.get(scope) ?? { capacity: 0, held: [] };
+          const entry = scopes.get(scope) ?? { capacity: 0, fencing: 0, held: [] };
           for (let unit = 0; unit < Number(lease.units); unit++) entry.held.push(lease.id);
           scopes.set(scope, entry);
         }
       }
-      const rows = [...scopes].flatMap(([scope, { capacity, held }]) => [
-        ...held.map((lease_id, slot) => ({ scope, slot, lease_id, retiring: slot >= capacity ? 1 : 0 })),
-        ...Array.from({ length: Math.max(0, capacity - held.length) }, (_, i) => ({ scope, slot: held.length + i, lease_id: FREE_SLOT, retiring: 0 })),
-      ]);
-      // Azure SQL takes at most 2,100 parameters a statement.
-      for (let i = 0; i < rows.length; i += 500) await db.insertInto('capacity_slots' as never).values(rows.slice(i, i + 500)).execute();
 
-      const start = Math.max(0, ...pools.map((p) => Number(p.fencing_counter))) + 1;
-      if (dialect === 'postgres') await sql`create sequence capacity_fencing start with ${sql.raw(String(start))}`.execute(db);
-      if (dialect === 'mssql') await sql`create sequence capacity_fencing as bigint start with ${sql.raw(String(start))}`.execute(db);
-      // SQLite's next token is the pool's highest plus one, read through this index.
-      if (dialect === 'sqlite') await db.schema.createIndex('capacity_leases_fencing').on('capacity_leases').columns(['pool_id', 'fencing_token']).execute();
+      if (dialect === 'sqlite') {
+        await db.schema
+          .createTable('capacity_scope_counters')
+          .addColumn('scope', t.key, (c) => c.primaryKey())
+          .addColumn('capacity', 'integer', (c) => c.notNull())
+          .addColumn('used', 'integer', (c) => c.notNull())
+          .addColumn('fencing', 'bigint', (c) => c.notNull())
+          .modifyEnd(sql`without rowid`)
+          .execute();
+        const rows = [...scopes].map(([scope, { capacity, fencing, held }]) => ({ scope, capacity, used: held.length, fencing }));
+        for (let i = 0; i < rows.length; i += 500) await db.insertInto('capacity_scope_counters' as never).values(rows.slice(i, i + 500)).execute();
+      } else {
+        await db.schema
+          .createTable('capacity_slots')
+          .addColumn('scope', t.key, (c) => c.notNull())
+          // The lease holding the row, or '' when free (not NULL: it is part of the key).
+          .addColumn('lease_id', t.key, (c) => c.notNull())
+          .addColumn('slot', 'integer', (c) => c.notNull())
+          .addColumn('retiring', 'integer', (c) => c.notNull())
+          // One key serves both paths: a grant reads (scope, '') for free rows, a release (scope, lease) for its own.
+          // A claim or release moves the row within it; no other index is written on the hot path.
+          .addPrimaryKeyConstraint('capacity_slots_pk', ['scope', 'lease_id', 'slot'])
+          .execute();
+        await db.schema.createIndex('capacity_slots_retiring').on('capacity_slots').columns(['scope']).where(sql.ref('retiring'), '=', 1).execute();
+        const rows = [...scopes].flatMap(([scope, { capacity, held }]) => [
+          ...held.map((lease_id, slot) => ({ scope, slot, lease_id, retiring: slot >= capacity ? 1 : 0 })),
+          ...Array.from({ length: Math.max(0, capacity - held.length) }, (_, i) => ({ scope, slot: held.length + i, lease_id: FREE_SLOT, retiring: 0 })),
+        ]);
+        // Azure SQL takes at most 2,100 parameters a statement.
+        for (let i = 0; i < rows.length; i += 500) await db.insertInto('capacity_slots' as never).values(rows.slice(i, i + 500)).execute();
+        const start = Math.max(0, ...pools.map((p) => Number(p.fencing_counter))) + 1;
+        const type = dialect === 'mssql' ? sql` as bigint` : sql``;
+        await sql`create sequence capacity_fencing${type} start with ${sql.raw(String(start))}`.execute(db);
+      }
       await db.schema.dropTable('capacity_tenant_usage').execute();
       await dropColumns(db, dialect, 'capacity_pools', ['used', 'fencing_counter']);
     },

@@ -11,27 +11,19 @@ import {
   capacityDb,
   editionExists,
   expireDueLeases,
-  findLeaseByIdempotencyKey,
-  getLease,
   getPool,
-  grantLease,
+  ledgerFor,
   listEditions,
-  listLeases,
   listPools,
   poolsOfKind,
-  releaseLease,
-  renewActiveLease,
-  relayScope,
-  scopeUse,
-  soonestExpiry,
   tenantLimit,
   tenantUse,
   upsertEdition,
   upsertPool,
   upsertTenant,
-  type EndedLease,
-  type ScopeOwner,
 } from './capacity.repository';
+import type { ScopeOwner } from './capacity-ledger.repository';
+import { findLeaseByIdempotencyKey, getLease, listLeases, renewActiveLease, soonestExpiry, type EndedLease } from './lease.repository';
 import type { CapacityTables } from './capacity.tables';
 import {
   decodeCursor,
@@ -120,6 +112,7 @@ interface Refusal {
 export function createCapacityService({ store, clock, ids }: CapacityServiceOptions): CapacityService {
   const db = capacityDb(store.db);
   const dialect = store.dialect;
+  const ledger = ledgerFor(dialect);
   const outbox = (trx: Transaction<CapacityTables>, events: readonly NewEvent[]) =>
     appendToOutbox(trx, events, clock, ids);
 
@@ -158,7 +151,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         state: 'active',
         ...(request.idempotencyKey !== undefined ? { idempotencyKey: request.idempotencyKey } : {}),
       };
-      const outcome = await grantLease(db, dialect, lease, request.ttlSeconds, digest);
+      const outcome = await ledger.grant(db, lease, request.ttlSeconds, digest);
       if ('fencingToken' in outcome) return { outcome: 'granted', lease: { ...lease, fencingToken: outcome.fencingToken } };
       if (outcome.shortOf === 'quota') return quotaRefusal(request, now);
       if (request.pool !== undefined) await refuseUnfitPool(request.pool, request.kind);
@@ -172,17 +165,17 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
    * with retiring rows is laid out again first: rows that retired since came free and are dropped.
    */
   async function freeAfterRelaying(scope: string, owner: ScopeOwner, units: number): Promise<boolean> {
-    let use = await scopeUse(db, scope);
+    let use = await ledger.use(db, scope);
     if (use.retiring) {
-      await inTransaction(db, (trx) => relayScope(trx, dialect, owner));
-      use = await scopeUse(db, scope);
+      await inTransaction(db, (trx) => ledger.relay(trx, owner));
+      use = await ledger.use(db, scope);
     }
     return !use.retiring && use.free >= units;
   }
 
   /** Why the tenant's quota refused; read only on this (slow) path. */
   async function quotaRefusal(request: LeaseRequest, now: number): Promise<Refusal> {
-    const view = await tenantLimit(db, request.tenant, request.kind);
+    const view = await tenantLimit(db, ledger, request.tenant, request.kind);
     if (!view) throw new AppError('CAPACITY.TENANT_UNKNOWN', 'not-found', `tenant ${request.tenant} has no capacity edition`);
     const problem = ttlProblem(request.ttlSeconds, view.limit);
     if (!view.limit) {
@@ -212,13 +205,13 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   }
 
   async function refuseUnfitPool(id: string, kind: CapacityKind): Promise<void> {
-    const pool = await getPool(db, id);
+    const pool = await getPool(db, ledger, id);
     if (!pool) throw new AppError('CAPACITY.POOL_NOT_FOUND', 'not-found', `pool ${id} does not exist`);
     if (pool.kind !== kind) throw new AppError('CAPACITY.POOL_KIND_MISMATCH', 'validation', `pool ${pool.id} holds ${pool.kind} units, not ${kind}`);
   }
 
   async function exhaustedRefusal(request: LeaseRequest, now: number, inFlight: boolean): Promise<AppError> {
-    const pools = (await listPools(db, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
+    const pools = (await listPools(db, ledger, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
     const soonest = await soonestExpiry(db, dialect, { kind: request.kind, ...(request.pool !== undefined ? { pool: request.pool } : {}) });
     return new AppError('CAPACITY.EXHAUSTED', 'limit', `no ${request.kind} pool has ${request.units} free units`, {
       kind: request.kind,
@@ -301,7 +294,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       const now = clock.now().getTime();
       if (ttlSeconds !== undefined) {
         const { lease } = await notFoundOrGone(tenants, id);
-        const view = await tenantLimit(db, lease.tenant, lease.kind);
+        const view = await tenantLimit(db, ledger, lease.tenant, lease.kind);
         const problem = ttlProblem(ttlSeconds, view?.limit);
         if (problem) {
           throw new AppError('CAPACITY.TTL_TOO_LONG', 'validation', problem, {
@@ -321,7 +314,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
 
     async release(tenants, id, fencingToken) {
       const now = clock.now().getTime();
-      const ended = await retryingContention(() => releaseLease(db, dialect, id, fencingToken, tenants, now));
+      const ended = await retryingContention(() => ledger.release(db, id, fencingToken, tenants, now));
       if (ended) return { outcome: 'released' };
       const { lease, state } = await notFoundOrGone(tenants, id);
       // Only the holder may learn more: a wrong token is refused whatever state the lease is in.
@@ -352,7 +345,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     },
 
     async summary(tenants) {
-      const pools = await listPools(db);
+      const pools = await listPools(db, ledger);
       const kinds = CAPACITY_KINDS.map((kind) => {
         const ofKind = pools.filter((p) => p.kind === kind);
         const capacity = ofKind.reduce((sum, p) => sum + p.capacity, 0);
@@ -360,7 +353,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         return { kind, capacity, used, free: ofKind.reduce((sum, p) => sum + freeUnits(p), 0) };
       });
       const byTenant = new Map<string, { tenant: string; edition: string; usage: { kind: string; used: number; limit: number | null }[] }>();
-      for (const row of await tenantUse(db, tenants)) {
+      for (const row of await tenantUse(db, ledger, tenants)) {
         const entry = byTenant.get(row.tenant) ?? { tenant: row.tenant, edition: row.edition, usage: [] };
         entry.usage.push({ kind: row.kind, used: row.used, limit: row.maxUnits });
         byTenant.set(row.tenant, entry);
@@ -375,7 +368,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       }
       const now = clock.now().getTime();
       return inTransaction(db, async (trx) => {
-        const before = await upsertPool(trx, dialect, id, spec, now);
+        const before = await upsertPool(trx, dialect, ledger, id, spec, now);
         if (before && before.kind !== spec.kind && before.used > 0) {
           throw new AppError('CAPACITY.POOL_IN_USE', 'conflict', `pool ${id} holds ${before.used} leased units; its kind cannot change`);
         }
@@ -398,7 +391,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
             },
           ]);
         }
-        const pool = await getPool(trx, id);
+        const pool = await getPool(trx, ledger, id);
         if (!pool) throw new Error(`pool ${id} vanished inside its own transaction`);
         return { created: before === undefined, pool, resizeRequested };
       });
@@ -408,7 +401,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       const now = clock.now().getTime();
       return inTransaction(db, async (trx) => {
         const existed = await editionExists(trx, edition.name);
-        await upsertEdition(trx, dialect, edition, now);
+        await upsertEdition(trx, dialect, ledger, edition, now);
         return { created: !existed };
       });
     },
@@ -420,7 +413,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           throw new AppError('CAPACITY.EDITION_NOT_FOUND', 'validation', `edition ${tenant.edition} does not exist`);
         }
         const existed = (await trx.selectFrom('capacity_tenants').select('id').where('id', '=', tenant.id).executeTakeFirst()) !== undefined;
-        await upsertTenant(trx, dialect, tenant, now);
+        await upsertTenant(trx, ledger, tenant, now);
         return { created: !existed };
       });
     },
@@ -434,7 +427,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       for (;;) {
         const now = clock.now().getTime();
         const ended = await inTransaction(db, async (trx) => {
-          const rows = await expireDueLeases(trx, dialect, now, batchSize);
+          const rows = await expireDueLeases(trx, dialect, ledger, now, batchSize);
           if (rows.length === 0) return rows;
           await outbox(trx, rows.map(leaseExpiredEvent));
           return rows;

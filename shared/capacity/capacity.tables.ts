@@ -47,6 +47,17 @@ export interface CapacitySlotTable {
   retiring: number;
 }
 
+/**
+ * SQLite only: one row per scope counting its units (see capacity-ledger.repository.ts). `fencing` is the pool's
+ * last fencing token, bumped by the grant that takes its units.
+ */
+export interface CapacityScopeCounterTable {
+  scope: string;
+  capacity: number;
+  used: number;
+  fencing: number;
+}
+
 export interface CapacityLeaseTable {
   id: string;
   tenant_id: string;
@@ -72,5 +83,6 @@ export interface CapacityTables extends OutboxTables {
   capacity_edition_limits: CapacityEditionLimitTable;
   capacity_tenants: CapacityTenantTable;
   capacity_slots: CapacitySlotTable;
+  capacity_scope_counters: CapacityScopeCounterTable;
   capacity_leases: CapacityLeaseTable;
 }

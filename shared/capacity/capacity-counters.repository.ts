@@ -1,0 +1,125 @@
+import { sql, type Transaction } from 'kysely';
+import type { TenantFilter } from '../platform/auth/auth';
+import { affectedRows, Prepared } from '../platform/sql/prepared';
+import type { Lease } from './lease';
+import { poolScope, quotaScope } from './slots';
+import type { CapacityTables } from './capacity.tables';
+import type { CapacityLedger, GrantOutcome, ScopeUse } from './capacity-ledger.repository';
+import { endActiveLease, insertLeaseQuery, leaseRow, type CapacityDb, type CapacityExecutor, type EndedLease } from './lease.repository';
+
+/**
+ * The counter ledger (see capacity-ledger.repository.ts), for SQLite: a row per scope with its capacity and the
+ * units in use, changed only by conditional UPDATEs inside the grant's or release's transaction. SQLite runs one
+ * writer at a time, so this row is never contended, and a grant writes the fewest pages. A scope shrunk below its
+ * use simply grants nothing until `used + units <= capacity` again.
+ */
+const DIALECT = 'sqlite';
+
+/** Takes a tenant's units, if the edition grants the kind for this long and they fit under its limit. */
+const takeQuotaQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'tenant' | 'kind' | 'ttl', never>((db, _dialect, p) =>
+  db
+    .updateTable('capacity_scope_counters')
+    .set((eb) => ({ used: eb('used', '+', p('units')) }))
+    .where('scope', '=', p('scope'))
+    .where(sql<boolean>`used + ${p('units')} <= capacity`)
+    .where((eb) =>
+      eb.exists(
+        eb
+          .selectFrom('capacity_tenants as t')
+          .innerJoin('capacity_edition_limits as l', 'l.edition', 't.edition')
+          .select('t.id')
+          .where('t.id', '=', p('tenant'))
+          .where('l.kind', '=', p('kind'))
+          .where('l.max_ttl_seconds', '>=', p('ttl')),
+      ),
+    ),
+);
+
+/** Takes a pool's units if they fit and the pool is of the kind, drawing the pool's next fencing token. */
+const takePoolQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'pool' | 'kind', { fencing: number }>((db, _dialect, p) =>
+  db
+    .updateTable('capacity_scope_counters')
+    .set((eb) => ({ used: eb('used', '+', p('units')), fencing: eb('fencing', '+', 1) }))
+    .where('scope', '=', p('scope'))
+    .where(sql<boolean>`used + ${p('units')} <= capacity`)
+    .where((eb) => eb.exists(eb.selectFrom('capacity_pools as pk').select('pk.id').where('pk.id', '=', p('pool')).where('pk.kind', '=', p('kind'))))
+    .returning('fencing'),
+);
+
+const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db, _dialect, p) =>
+  db
+    .updateTable('capacity_scope_counters')
+    .set((eb) => ({ used: eb('used', '-', p('units')) }))
+    .where('scope', '=', p('scope')),
+);
+
+async function grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string): Promise<GrantOutcome> {
+  return db.transaction().execute(async (trx) => {
+    const quota = await takeQuotaQuery.execute(trx, DIALECT, {
+      scope: quotaScope(lease.tenant, lease.kind),
+      units: lease.units,
+      tenant: lease.tenant,
+      kind: lease.kind,
+      ttl: ttlSeconds,
+    });
+    if (affectedRows(quota) !== 1) return { shortOf: 'quota' };
+    const pool = await takePoolQuery.execute(trx, DIALECT, { scope: poolScope(lease.pool), units: lease.units, pool: lease.pool, kind: lease.kind });
+    const fencing = pool.rows[0]?.fencing;
+    // Short on the pool: undo the quota taken above (one writer at a time, so nobody saw it).
+    if (fencing === undefined) {
+      await giveBackQuery.execute(trx, DIALECT, { scope: quotaScope(lease.tenant, lease.kind), units: lease.units });
+      return { shortOf: 'pool' };
+    }
+    await insertLeaseQuery.execute(trx, DIALECT, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: fencing });
+    return { fencingToken: Number(fencing) };
+  });
+}
+
+/** Gives back what leases held, one UPDATE per scope, in scope order. */
+async function free(trx: CapacityExecutor, leases: readonly EndedLease[]): Promise<void> {
+  const units = new Map<string, number>();
+  for (const lease of leases) {
+    for (const scope of [poolScope(lease.pool), quotaScope(lease.tenant, lease.kind)]) units.set(scope, (units.get(scope) ?? 0) + lease.units);
+  }
+  for (const [scope, n] of [...units].sort(([a], [b]) => (a < b ? -1 : 1))) await giveBackQuery.execute(trx, DIALECT, { scope, units: n });
+}
+
+async function release(db: CapacityDb, id: string, fencingToken: number, tenants: TenantFilter, now: number): Promise<EndedLease | undefined> {
+  return db.transaction().execute(async (trx) => {
+    const lease = await endActiveLease(trx, DIALECT, id, fencingToken, tenants, now);
+    if (lease) await free(trx, [lease]);
+    return lease;
+  });
+}
+
+async function resize(trx: Transaction<CapacityTables>, scope: string, capacity: number): Promise<void> {
+  await trx
+    .insertInto('capacity_scope_counters')
+    .values({ scope, capacity, used: 0, fencing: 0 })
+    .onConflict((oc) => oc.column('scope').doUpdateSet({ capacity }))
+    .execute();
+}
+
+async function use(db: CapacityExecutor, scope: string): Promise<ScopeUse> {
+  const row = await db.selectFrom('capacity_scope_counters').select(['capacity', 'used']).where('scope', '=', scope).executeTakeFirst();
+  const used = Number(row?.used ?? 0);
+  return { free: Math.max(0, Number(row?.capacity ?? 0) - used), held: used, retiring: false };
+}
+
+async function held(db: CapacityExecutor, scopes?: readonly string[]): Promise<Map<string, number>> {
+  if (scopes !== undefined && scopes.length === 0) return new Map();
+  let query = db.selectFrom('capacity_scope_counters').select(['scope', 'used']).where('used', '>', 0);
+  if (scopes !== undefined) query = query.where('scope', 'in', scopes);
+  return new Map((await query.execute()).map((r) => [r.scope, Number(r.used)]));
+}
+
+export const counterLedger: CapacityLedger = {
+  grant,
+  release,
+  free,
+  resize,
+  // Counters need no re-laying: a scope above its capacity grants nothing by the same condition that always holds.
+  relay: () => Promise.resolve(),
+  use,
+  held,
+};
