@@ -1,20 +1,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCapacityService, type CapacityService } from '../../shared/capacity/capacity.service';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
-import { AppError } from '../../shared/platform/errors/app-error';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { aCapacitySeed, aLeaseRequest, aPoolSpec } from '../support/builders';
+import { refusal } from '../support/refusal';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 
-async function refusal(promise: Promise<unknown>): Promise<AppError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!(error instanceof AppError)) throw new Error(`expected an AppError, got ${String(error)}`);
-  return error;
-}
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`capacity store on ${dialect}`, () => {
