@@ -227,10 +227,9 @@ export async function endActiveLease(
 
 /**
  * Marks up to `limit` active leases past their expiry as expired and returns them (the caller gives their units
- * back in the same transaction). Reads through
- * the (state, expires_at) index, so the cost follows the number of expired leases; on a shared database it skips
- * leases another sweeper (or a release) holds, so sweepers take disjoint batches. The UPDATE re-checks the state,
- * so a lease ends once.
+ * back in the same transaction). Reads through the (state, expires_at) index, so the cost follows the number of
+ * expired leases; on a shared database it skips leases another sweeper (or a release) holds, so sweepers take
+ * disjoint batches. The UPDATE re-checks the state, so a lease ends once.
  */
 export async function expireDue(trx: Transaction<CapacityTables>, dialect: SqlDialect, now: number, limit: number): Promise<EndedLease[]> {
   const due = lockingRows(
