@@ -10,7 +10,15 @@ type App = typeof app;
  * as `moduleApp('capacity').http('acquireLease', { … })`.
  */
 export function moduleApp(module: ModuleName): Pick<App, 'http' | 'timer' | 'serviceBusQueue' | 'serviceBusTopic' | 'generic'> {
-  if (getConfig().host.enabledModules.includes(module)) return app;
+  if (moduleEnabled(module)) return app;
   const skip = () => undefined;
   return { http: skip, timer: skip, serviceBusQueue: skip, serviceBusTopic: skip, generic: skip };
+}
+
+/**
+ * Whether a module's functions register on this host, for registrations that do not go through `app`: Durable
+ * orchestrations and activities (`df.app.*`). Example: `if (moduleEnabled('provisioning')) df.app.activity(…)`.
+ */
+export function moduleEnabled(module: ModuleName): boolean {
+  return getConfig().host.enabledModules.includes(module);
 }

@@ -1,5 +1,6 @@
 import type { JSONWebKeySet } from 'jose';
-import { sql } from 'kysely';
+import { sql, type Kysely } from 'kysely';
+import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/auth';
 import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks } from './platform/bus/bus.health';
@@ -8,12 +9,14 @@ import { createEventPublisher } from './platform/bus/publishers';
 import type { Config } from './platform/config/config';
 import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
-import { localIacRunner, pulumiIacRunner, type IacRunner } from './platform/iac/iac-runner';
+import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
+import { localReferenceResolver } from './platform/secrets/local-references';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
+import { createProvisioningService, type ProvisioningService } from './provisioning/provisioning.service';
 import { allMigrations } from './migrations';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
@@ -30,6 +33,8 @@ export interface Deps {
   readonly events: EventPublisher;
   /** Pools, editions, quotas and leases. */
   readonly capacity: CapacityService;
+  /** Promotions, runs, approvals, receipts. */
+  readonly provisioning: ProvisioningService;
   close(): Promise<void>;
 }
 
@@ -65,7 +70,22 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
   if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
   const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clock });
-  const iac = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
+  // Only the local engine plans and applies so far; with the pulumi runner, runs fail saying the runner cannot.
+  const engine: IacEngine | undefined = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : undefined;
+  const iac: IacRunner = engine ?? pulumiIacRunner();
+  const stateDir = resolve(config.local.stateDir);
+  const provisioning = createProvisioningService({
+    store,
+    clock,
+    ids,
+    engine,
+    // The local stand-in for the Secret Broker and the Config Platform: <state dir>/references.json.
+    resolveReferences: localReferenceResolver(join(stateDir, 'references.json')),
+    // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning only reads them.
+    knowsTenant: async (tenant) =>
+      (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
+    desiredState: { cacheDir: join(stateDir, 'git-cache') },
+  });
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
 
@@ -101,6 +121,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     iac,
     healthChecks,
     capacity: createCapacityService({ store, clock, ids }),
+    provisioning,
     events,
     async close() {
       await events.close();

@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
-import { sqlTypes, type MigrationSource } from '../platform/sql/migrations';
+import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrations';
 
-/** The provisioning module's schema: stack locks and their audit trail. */
+/** The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages. */
 export const provisioningMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   return {
@@ -27,6 +27,60 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .addColumn('broken_at', 'bigint', (c) => c.notNull())
           .execute();
         await db.schema.createIndex('provisioning_lock_breaks_stack').on('provisioning_lock_breaks').columns(['stack', 'broken_at']).execute();
+      },
+    },
+    '20261130-41-provisioning-runs': {
+      async up(db: Kysely<unknown>) {
+        await withSeq(db.schema.createTable('provisioning_runs'), dialect)
+          .addColumn('id', t.key, (c) => c.notNull().unique())
+          .addColumn('promotion_id', t.key, (c) => c.notNull().unique())
+          .addColumn('tenant_id', t.key, (c) => c.notNull())
+          .addColumn('environment_id', t.key, (c) => c.notNull())
+          .addColumn('environment_name', t.key, (c) => c.notNull())
+          .addColumn('tier', t.key, (c) => c.notNull())
+          .addColumn('release_name', t.key, (c) => c.notNull())
+          .addColumn('release_version', t.key, (c) => c.notNull())
+          .addColumn('stack', t.key, (c) => c.notNull())
+          .addColumn('repository', t.text, (c) => c.notNull())
+          .addColumn('commit_sha', t.key, (c) => c.notNull())
+          .addColumn('project_path', t.text, (c) => c.notNull())
+          .addColumn('requested_by', t.key, (c) => c.notNull())
+          .addColumn('state', t.key, (c) => c.notNull())
+          .addColumn('waiting_kind', t.key)
+          .addColumn('waiting_for', t.text)
+          .addColumn('plan_digest', t.key)
+          .addColumn('approval_required', 'integer')
+          .addColumn('plan_receipt', t.text)
+          .addColumn('apply_receipt', t.text)
+          .addColumn('error_code', t.key)
+          .addColumn('error_message', t.text)
+          .addColumn('superseded_by', t.key)
+          .addColumn('created_at', 'bigint', (c) => c.notNull())
+          .addColumn('updated_at', 'bigint', (c) => c.notNull())
+          .addColumn('finished_at', 'bigint')
+          .execute();
+        // Listing a tenant's runs by id (the cursor), and one stack's runs in FIFO order.
+        await db.schema.createIndex('provisioning_runs_tenant').on('provisioning_runs').columns(['tenant_id', 'id']).execute();
+        await db.schema.createIndex('provisioning_runs_stack').on('provisioning_runs').columns(['stack', 'seq']).execute();
+        await db.schema
+          .createTable('provisioning_approvals')
+          .addColumn('run_id', t.key, (c) => c.primaryKey())
+          .addColumn('decision', t.key, (c) => c.notNull())
+          .addColumn('plan_digest', t.key, (c) => c.notNull())
+          .addColumn('decided_by', t.key, (c) => c.notNull())
+          .addColumn('comment', t.text)
+          .addColumn('decided_at', 'bigint', (c) => c.notNull())
+          .execute();
+        await db.schema
+          .createTable('provisioning_rejections')
+          .addColumn('message_id', t.key, (c) => c.primaryKey())
+          .addColumn('promotion_id', t.key)
+          .addColumn('tenant_id', t.key)
+          .addColumn('code', t.key, (c) => c.notNull())
+          .addColumn('reason', t.text, (c) => c.notNull())
+          .addColumn('problems', t.text, (c) => c.notNull())
+          .addColumn('received_at', 'bigint', (c) => c.notNull())
+          .execute();
       },
     },
   };

@@ -1,3 +1,5 @@
+import type { Generated } from 'kysely';
+import type { InboxTable } from '../platform/bus/bus.tables';
 import type { OutboxTables } from '../platform/bus/outbox';
 
 /** Row types of the provisioning module; they never leave the repository. Times are epoch milliseconds. */
@@ -28,7 +30,77 @@ export interface ProvisioningLockBreakTable {
   broken_at: number;
 }
 
+/**
+ * One run per promotion. The receipts are write-once: the repository sets each only where it is still null, in the
+ * same statement as the state change it belongs to, so a receipt once written never changes.
+ */
+export interface ProvisioningRunTable {
+  /** Insertion order; among one stack's runs, their FIFO order. */
+  seq: Generated<number>;
+  id: string;
+  promotion_id: string;
+  tenant_id: string;
+  environment_id: string;
+  environment_name: string;
+  tier: string;
+  release_name: string;
+  release_version: string;
+  stack: string;
+  /** As the promotion gave it (it may carry credentials: views and events show it redacted). */
+  repository: string;
+  commit_sha: string;
+  project_path: string;
+  requested_by: string;
+  state: string;
+  /** `stack-lock` or `approval` while the run waits for one; null otherwise. */
+  waiting_kind: string | null;
+  /** JSON of the run model's `WaitingFor`. */
+  waiting_for: string | null;
+  plan_digest: string | null;
+  /** 1 or 0 once planned. */
+  approval_required: number | null;
+  /** JSON of the plan receipt; write-once. */
+  plan_receipt: string | null;
+  /** JSON of the apply receipt; write-once. */
+  apply_receipt: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  superseded_by: string | null;
+  created_at: number;
+  updated_at: number;
+  finished_at: number | null;
+}
+
+/** The decision on a run that needed approval: one per run, bound to the digest of the plan it decided on. */
+export interface ProvisioningApprovalTable {
+  run_id: string;
+  /** `approved` or `rejected`. */
+  decision: string;
+  plan_digest: string;
+  decided_by: string;
+  /** The approver's comment, or the reason of a rejection. */
+  comment: string | null;
+  decided_at: number;
+}
+
+/** A message on the promotions queue that was not a PromotionApproved: no run exists for it, this row says why. */
+export interface ProvisioningRejectionTable {
+  message_id: string;
+  /** Whatever of the promotion could be read (for the event and for operators); null when unreadable. */
+  promotion_id: string | null;
+  tenant_id: string | null;
+  code: string;
+  reason: string;
+  /** JSON array of `{field, message}`. */
+  problems: string;
+  received_at: number;
+}
+
 export interface ProvisioningTables extends OutboxTables {
   provisioning_stack_locks: ProvisioningStackLockTable;
   provisioning_lock_breaks: ProvisioningLockBreakTable;
+  provisioning_runs: ProvisioningRunTable;
+  provisioning_approvals: ProvisioningApprovalTable;
+  provisioning_rejections: ProvisioningRejectionTable;
+  inbox: InboxTable;
 }

@@ -19,4 +19,11 @@ describe('RuntimeCloud__Host__EnabledModules', () => {
     const response = await host.fetch('/runtime-cloud/capacity', { claims: { roles: ['PlatformAdmin'] } });
     expect(response.status).toBe(404);
   });
+
+  it('when provisioning is not enabled, then neither its functions nor its orchestration and activities register', async () => {
+    const names = registeredFunctions().map((r) => r.metadata.name);
+    expect(names.filter((n) => /^(promotionIntake|provisioningRun|listRuns|getRun|approveRun|rejectRun|cancelRun)/.test(n))).toEqual([]);
+    const response = await host.fetch('/runtime-cloud/runs', { claims: { roles: ['PlatformAdmin'] } });
+    expect(response.status).toBe(404);
+  });
 });

@@ -1,0 +1,80 @@
+import * as df from 'durable-functions';
+import type { OrchestrationContext, Task } from 'durable-functions';
+import type { RunStep } from '../../shared/provisioning/provisioning.service';
+import { getDeps } from '../runtime';
+import { moduleEnabled } from '../app';
+
+/**
+ * The activities of the provisioning run orchestration (provisioning-run.orchestrator.ts). Each is one use case of
+ * the provisioning service; the service reads the run from the store every time, so a retried or replayed activity
+ * finds the run where the last one left it and does not repeat what is done.
+ */
+export const ProvisioningActivities = {
+  plan: 'provisioningRunPlan',
+  afterApproval: 'provisioningRunAfterApproval',
+  apply: 'provisioningRunApply',
+  fail: 'provisioningRunFail',
+} as const;
+
+/**
+ * Inputs and results of the activities.
+ *
+ * BREAKING-CHANGE SHAPES: they are stored in Durable history and replayed by running instances.
+ */
+export interface RunRef {
+  readonly runId: string;
+}
+
+interface ActivitySignatures {
+  [ProvisioningActivities.plan]: { input: RunRef; output: RunStep };
+  [ProvisioningActivities.afterApproval]: { input: RunRef & { readonly timedOut: boolean }; output: RunStep };
+  [ProvisioningActivities.apply]: { input: RunRef; output: RunStep };
+  [ProvisioningActivities.fail]: { input: RunRef & { readonly reason: string }; output: RunStep };
+}
+type ActivityName = keyof ActivitySignatures;
+
+/**
+ * Transient faults (the store busy, a Git remote not answering) are retried a few times, a few seconds apart; after
+ * that the orchestrator fails the run rather than leave it hanging.
+ */
+const RETRY = Object.assign(new df.RetryOptions(2000, 4), { backoffCoefficient: 2 });
+
+/** Calls an activity by its constant name with its typed input, and yields its typed result: `yield* callActivity(…)`. */
+export function* callActivity<K extends ActivityName>(
+  context: OrchestrationContext,
+  name: K,
+  input: ActivitySignatures[K]['input'],
+): Generator<Task, ActivitySignatures[K]['output'], unknown> {
+  return (yield context.df.callActivityWithRetry(name, RETRY, input)) as ActivitySignatures[K]['output'];
+}
+
+/**
+ * `ms` after `from`: the fire time of a durable timer. Here rather than in the orchestrator, whose lint rule keeps
+ * the `Date` global out of it; `from` is always `context.df.currentUtcDateTime`, so replays get the same time.
+ */
+export function later(from: Date, ms: number): Date {
+  return new Date(from.getTime() + ms);
+}
+
+export async function planActivity(input: RunRef): Promise<RunStep> {
+  return (await getDeps()).provisioning.plan(input.runId);
+}
+
+export async function afterApprovalActivity(input: RunRef & { timedOut: boolean }): Promise<RunStep> {
+  return (await getDeps()).provisioning.afterApproval(input.runId, input.timedOut);
+}
+
+export async function applyActivity(input: RunRef): Promise<RunStep> {
+  return (await getDeps()).provisioning.apply(input.runId);
+}
+
+export async function failActivity(input: RunRef & { reason: string }): Promise<RunStep> {
+  return (await getDeps()).provisioning.failRun(input.runId, input.reason);
+}
+
+if (moduleEnabled('provisioning')) {
+  df.app.activity(ProvisioningActivities.plan, { handler: planActivity });
+  df.app.activity(ProvisioningActivities.afterApproval, { handler: afterApprovalActivity });
+  df.app.activity(ProvisioningActivities.apply, { handler: applyActivity });
+  df.app.activity(ProvisioningActivities.fail, { handler: failActivity });
+}

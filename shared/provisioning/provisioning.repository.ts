@@ -1,0 +1,439 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { TenantFilter } from '../platform/auth/auth';
+import type { BusTables } from '../platform/bus/bus.tables';
+import { AppError } from '../platform/errors/app-error';
+import type { ApplyResult, Plan } from '../platform/iac/plan';
+import { firstRows, type SqlDialect } from '../platform/sql/dialect';
+import type { PromotionApproved } from './promotion';
+import { statesBefore, type Run, type RunState, type WaitingFor } from './run';
+import type { ProvisioningApprovalTable, ProvisioningRunTable, ProvisioningTables } from './provisioning.tables';
+import type { ProvisioningDb } from './stack-lock.repository';
+
+/** The provisioning store: runs, receipts, decisions and rejected messages. Row types stay in this file. */
+type Executor = ProvisioningDb | Transaction<ProvisioningTables>;
+
+/**
+ * The plan receipt: what was planned, from which commit, by which runner, and whether it needs approval.
+ *
+ * BREAKING-CHANGE SHAPE: stored write-once with the run and shown by the HTTP API; the `plan` inside is the engine's
+ * `Plan` (its own schema, `planSchema`), which is what an apply carries out. References appear as references.
+ */
+export interface PlanReceipt {
+  readonly runId: string;
+  readonly stack: string;
+  /** Without credentials. */
+  readonly repository: string;
+  readonly commit: string;
+  readonly path: string;
+  readonly runner: { readonly name: string; readonly version: string };
+  readonly approvalRequired: boolean;
+  readonly approvalReasons: readonly string[];
+  readonly plan: Plan;
+  /** ISO-8601 UTC. */
+  readonly startedAt: string;
+  readonly finishedAt: string;
+}
+
+/**
+ * The apply receipt: the engine's result (per-resource results, outputs, status, error code, times) and who ran it.
+ *
+ * BREAKING-CHANGE SHAPE: stored write-once with the run's final state and shown by the HTTP API.
+ */
+export interface ApplyReceipt {
+  readonly runId: string;
+  readonly stack: string;
+  readonly commit: string;
+  readonly runner: { readonly name: string; readonly version: string };
+  readonly result: ApplyResult;
+}
+
+export interface Decision {
+  readonly decision: 'approved' | 'rejected';
+  readonly planDigest: string;
+  readonly by: string;
+  readonly comment?: string;
+  readonly at: Date;
+}
+
+export interface RunDetail {
+  readonly run: Run;
+  readonly planReceipt?: PlanReceipt;
+  readonly applyReceipt?: ApplyReceipt;
+  readonly decision?: Decision;
+}
+
+export interface Rejection {
+  readonly messageId: string;
+  readonly promotionId?: string;
+  readonly tenantId?: string;
+  readonly code: string;
+  readonly reason: string;
+  readonly problems: readonly { field: string; message: string }[];
+  readonly receivedAt: Date;
+}
+
+const RUN_COLUMNS = [
+  'seq',
+  'id',
+  'promotion_id',
+  'tenant_id',
+  'environment_id',
+  'environment_name',
+  'tier',
+  'release_name',
+  'release_version',
+  'stack',
+  'repository',
+  'commit_sha',
+  'project_path',
+  'requested_by',
+  'state',
+  'waiting_kind',
+  'waiting_for',
+  'plan_digest',
+  'approval_required',
+  'error_code',
+  'error_message',
+  'superseded_by',
+  'created_at',
+  'updated_at',
+  'finished_at',
+] as const;
+
+type RunRow = Pick<ProvisioningRunTable, Exclude<(typeof RUN_COLUMNS)[number], 'seq'>> & { seq: number };
+
+export function runRowToRun(row: RunRow): Run {
+  return {
+    id: row.id,
+    seq: Number(row.seq),
+    promotionId: row.promotion_id,
+    tenant: row.tenant_id,
+    environment: { id: row.environment_id, name: row.environment_name, tier: row.tier as Run['environment']['tier'] },
+    release: { name: row.release_name, version: row.release_version },
+    stack: row.stack,
+    desiredState: { repository: row.repository, commit: row.commit_sha, path: row.project_path },
+    requestedBy: row.requested_by,
+    state: row.state as RunState,
+    ...(row.waiting_for !== null ? { waitingFor: JSON.parse(row.waiting_for) as WaitingFor } : {}),
+    ...(row.plan_digest !== null ? { planDigest: row.plan_digest } : {}),
+    ...(row.approval_required !== null ? { approvalRequired: Number(row.approval_required) === 1 } : {}),
+    ...(row.error_code !== null ? { error: { code: row.error_code, message: row.error_message ?? '' } } : {}),
+    ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
+    createdAt: new Date(Number(row.created_at)),
+    updatedAt: new Date(Number(row.updated_at)),
+    ...(row.finished_at !== null ? { finishedAt: new Date(Number(row.finished_at)) } : {}),
+  };
+}
+
+function byTenant<Q extends { where: (...args: never[]) => Q }>(query: Q, filter: TenantFilter): Q {
+  if (filter.kind === 'all') return query;
+  return (query.where as unknown as (c: string, op: string, v: string) => Q)('tenant_id', '=', filter.tenant);
+}
+
+export interface NewRun {
+  readonly id: string;
+  readonly promotion: PromotionApproved;
+  readonly state: Extract<RunState, 'queued' | 'rejected'>;
+  readonly error?: { readonly code: string; readonly message: string };
+  readonly now: number;
+}
+
+/** Inserts a run and answers it with its sequence number. A second run of one promotion fails on the unique key. */
+export async function insertRun(trx: Executor, run: NewRun): Promise<Run> {
+  const { promotion: p, now } = run;
+  await trx
+    .insertInto('provisioning_runs')
+    .values({
+      id: run.id,
+      promotion_id: p.promotionId,
+      tenant_id: p.tenantId,
+      environment_id: p.environment.id,
+      environment_name: p.environment.name,
+      tier: p.environment.tier,
+      release_name: p.release.name,
+      release_version: p.release.version,
+      stack: p.desiredState.stack,
+      repository: p.desiredState.repository,
+      commit_sha: p.desiredState.commit,
+      project_path: p.desiredState.path,
+      requested_by: p.requestedBy,
+      state: run.state,
+      waiting_kind: null,
+      waiting_for: null,
+      plan_digest: null,
+      approval_required: null,
+      plan_receipt: null,
+      apply_receipt: null,
+      error_code: run.error?.code ?? null,
+      error_message: run.error?.message ?? null,
+      superseded_by: null,
+      created_at: now,
+      updated_at: now,
+      finished_at: run.state === 'rejected' ? now : null,
+    })
+    .execute();
+  const inserted = await findRun(trx, run.id);
+  if (!inserted) throw new Error(`run ${run.id} was not found after its insert`);
+  return inserted;
+}
+
+export async function findRun(db: Executor, id: string, tenants: TenantFilter = { kind: 'all' }): Promise<Run | undefined> {
+  const row = await byTenant(db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('id', '=', id), tenants).executeTakeFirst();
+  return row ? runRowToRun(row) : undefined;
+}
+
+export async function findRunByPromotion(db: Executor, promotionId: string): Promise<Run | undefined> {
+  const row = await db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('promotion_id', '=', promotionId).executeTakeFirst();
+  return row ? runRowToRun(row) : undefined;
+}
+
+export async function findRunDetail(db: Executor, id: string, tenants: TenantFilter): Promise<RunDetail | undefined> {
+  const row = await byTenant(db.selectFrom('provisioning_runs').select([...RUN_COLUMNS, 'plan_receipt', 'apply_receipt']).where('id', '=', id), tenants).executeTakeFirst();
+  if (!row) return undefined;
+  const decision = await db.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', id).executeTakeFirst();
+  return {
+    run: runRowToRun(row),
+    ...(row.plan_receipt !== null ? { planReceipt: JSON.parse(row.plan_receipt) as PlanReceipt } : {}),
+    ...(row.apply_receipt !== null ? { applyReceipt: JSON.parse(row.apply_receipt) as ApplyReceipt } : {}),
+    ...(decision ? { decision: decisionRowToDecision(decision) } : {}),
+  };
+}
+
+function decisionRowToDecision(row: ProvisioningApprovalTable): Decision {
+  return {
+    decision: row.decision as Decision['decision'],
+    planDigest: row.plan_digest,
+    by: row.decided_by,
+    ...(row.comment !== null ? { comment: row.comment } : {}),
+    at: new Date(Number(row.decided_at)),
+  };
+}
+
+export interface RunListQuery {
+  /** An environment's id or name. */
+  readonly environment?: string;
+  readonly state?: RunState;
+  /** Runs with ids after this one. */
+  readonly after?: string;
+  readonly limit: number;
+}
+
+/** A page of runs in id order (ids are time-ordered, so this is the order they were taken in). */
+export async function listRuns(db: Executor, dialect: SqlDialect, tenants: TenantFilter, q: RunListQuery): Promise<Run[]> {
+  let query = byTenant(db.selectFrom('provisioning_runs').select(RUN_COLUMNS), tenants);
+  if (q.environment !== undefined) {
+    const environment = q.environment;
+    query = query.where((eb) => eb.or([eb('environment_id', '=', environment), eb('environment_name', '=', environment)]));
+  }
+  if (q.state !== undefined) query = query.where('state', '=', q.state);
+  if (q.after !== undefined) query = query.where('id', '>', q.after);
+  return (await firstRows(query.orderBy('id'), dialect, q.limit).execute()).map(runRowToRun);
+}
+
+export interface RunChange {
+  readonly waitingFor?: WaitingFor | null;
+  readonly error?: { readonly code: string; readonly message: string };
+  readonly supersededBy?: string;
+  readonly finished?: boolean;
+}
+
+/**
+ * Moves a run to `to` when it is in a state that may move there (the transition table), and applies `change`.
+ * False when the run was not in such a state: another writer (a cancel, a supersede, a retried step) got there
+ * first, and the caller reads the run again.
+ */
+export async function transitionRun(trx: Executor, id: string, to: RunState, now: number, change: RunChange = {}): Promise<boolean> {
+  const from = statesBefore(to);
+  if (from.length === 0) throw new Error(`no run state moves to ${to}; a run is created in it`);
+  const result = await trx
+    .updateTable('provisioning_runs')
+    .set({
+      state: to,
+      updated_at: now,
+      ...waitingColumns(change.waitingFor),
+      ...(change.error ? { error_code: change.error.code, error_message: change.error.message } : {}),
+      ...(change.supersededBy !== undefined ? { superseded_by: change.supersededBy } : {}),
+      ...(change.finished ? { finished_at: now } : {}),
+    })
+    .where('id', '=', id)
+    .where('state', 'in', from)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+function waitingColumns(waitingFor: WaitingFor | null | undefined): Partial<Pick<ProvisioningRunTable, 'waiting_kind' | 'waiting_for'>> {
+  if (waitingFor === undefined) return {};
+  if (waitingFor === null) return { waiting_kind: null, waiting_for: null };
+  return { waiting_kind: waitingFor.kind, waiting_for: JSON.stringify(waitingFor) };
+}
+
+/** Records (or clears) what a run waits for, while it stays in `state`; false when it has moved on meanwhile. */
+export async function setWaiting(db: Executor, id: string, state: RunState, waitingFor: WaitingFor | null, now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('provisioning_runs')
+    .set({ ...waitingColumns(waitingFor), updated_at: now })
+    .where('id', '=', id)
+    .where('state', '=', state)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * An earlier run of the stack that must take the stack before `run` does (FIFO): one still queued, or one approved
+ * and waiting for the lock to apply. Runs waiting for an approval do not hold others up.
+ */
+export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: Pick<Run, 'stack' | 'seq'>): Promise<string | undefined> {
+  const row = await firstRows(
+    db
+      .selectFrom('provisioning_runs')
+      .select('id')
+      .where('stack', '=', run.stack)
+      .where('seq', '<', run.seq)
+      .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'applying'), eb('waiting_kind', '=', 'stack-lock')])]))
+      .orderBy('seq'),
+    dialect,
+    1,
+  ).executeTakeFirst();
+  return row?.id;
+}
+
+/** Queued runs of the same tenant, environment and stack that came before `run`: a newer promotion replaces them. */
+export async function queuedRunsBefore(trx: Executor, run: Run): Promise<string[]> {
+  const rows = await trx
+    .selectFrom('provisioning_runs')
+    .select('id')
+    .where('tenant_id', '=', run.tenant)
+    .where('environment_id', '=', run.environment.id)
+    .where('stack', '=', run.stack)
+    .where('state', '=', 'queued')
+    .where('seq', '<', run.seq)
+    .orderBy('seq')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+const receiptWritten = (id: string, receipt: string) =>
+  new AppError('PROVISIONING.RECEIPT_IMMUTABLE', 'conflict', `run ${id} already has a ${receipt} receipt, or is not in the state to record one`, { runId: id });
+
+/**
+ * Records the plan receipt and moves the run from planning to `to`, in one statement that only succeeds while the
+ * run is planning and has no plan receipt: a receipt once written is never replaced.
+ */
+export async function recordPlan(
+  trx: Executor,
+  id: string,
+  receipt: PlanReceipt,
+  to: Extract<RunState, 'awaiting-approval' | 'applying'>,
+  waitingFor: WaitingFor | null,
+  now: number,
+): Promise<void> {
+  const result = await trx
+    .updateTable('provisioning_runs')
+    .set({
+      state: to,
+      plan_receipt: JSON.stringify(receipt),
+      plan_digest: receipt.plan.digest,
+      approval_required: receipt.approvalRequired ? 1 : 0,
+      ...waitingColumns(waitingFor),
+      updated_at: now,
+    })
+    .where('id', '=', id)
+    .where('state', '=', 'planning')
+    .where('plan_receipt', 'is', null)
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) throw receiptWritten(id, 'plan');
+}
+
+/** Records the apply receipt with the run's final state; like `recordPlan`, it succeeds once only. */
+export async function recordApply(
+  trx: Executor,
+  id: string,
+  receipt: ApplyReceipt,
+  to: Extract<RunState, 'applied' | 'failed'>,
+  error: { code: string; message: string } | undefined,
+  now: number,
+): Promise<void> {
+  const result = await trx
+    .updateTable('provisioning_runs')
+    .set({
+      state: to,
+      apply_receipt: JSON.stringify(receipt),
+      waiting_kind: null,
+      waiting_for: null,
+      ...(error ? { error_code: error.code, error_message: error.message } : {}),
+      updated_at: now,
+      finished_at: now,
+    })
+    .where('id', '=', id)
+    .where('state', '=', 'applying')
+    .where('apply_receipt', 'is', null)
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) throw receiptWritten(id, 'apply');
+}
+
+/** The plan receipt of a run, for its apply. */
+export async function readPlanReceipt(db: Executor, id: string): Promise<PlanReceipt | undefined> {
+  const row = await db.selectFrom('provisioning_runs').select('plan_receipt').where('id', '=', id).executeTakeFirst();
+  return row?.plan_receipt ? (JSON.parse(row.plan_receipt) as PlanReceipt) : undefined;
+}
+
+/** Records the one decision on a run; a second fails on the primary key. */
+export async function insertDecision(trx: Executor, runId: string, decision: Decision): Promise<void> {
+  await trx
+    .insertInto('provisioning_approvals')
+    .values({
+      run_id: runId,
+      decision: decision.decision,
+      plan_digest: decision.planDigest,
+      decided_by: decision.by,
+      comment: decision.comment ?? null,
+      decided_at: decision.at.getTime(),
+    })
+    .execute();
+}
+
+/** Records a message that was not a promotion; false when this message was recorded before (a redelivery). */
+export async function insertRejection(trx: Executor, rejection: Rejection): Promise<boolean> {
+  const known = await trx.selectFrom('provisioning_rejections').select('message_id').where('message_id', '=', rejection.messageId).executeTakeFirst();
+  if (known) return false;
+  await trx
+    .insertInto('provisioning_rejections')
+    .values({
+      message_id: rejection.messageId,
+      promotion_id: rejection.promotionId ?? null,
+      tenant_id: rejection.tenantId ?? null,
+      code: rejection.code,
+      reason: rejection.reason,
+      problems: JSON.stringify(rejection.problems),
+      received_at: rejection.receivedAt.getTime(),
+    })
+    .execute();
+  return true;
+}
+
+export async function findRejection(db: Executor, messageId: string): Promise<Rejection | undefined> {
+  const row = await db.selectFrom('provisioning_rejections').selectAll().where('message_id', '=', messageId).executeTakeFirst();
+  if (!row) return undefined;
+  return {
+    messageId: row.message_id,
+    ...(row.promotion_id !== null ? { promotionId: row.promotion_id } : {}),
+    ...(row.tenant_id !== null ? { tenantId: row.tenant_id } : {}),
+    code: row.code,
+    reason: row.reason,
+    problems: JSON.parse(row.problems) as Rejection['problems'],
+    receivedAt: new Date(Number(row.received_at)),
+  };
+}
+
+/**
+ * The same connection (or transaction) typed for the platform's inbox functions: the inbox is one of the
+ * provisioning tables, the embedded queue's tables are not, so the types need a cast.
+ */
+export function inboxOf(db: Executor): Kysely<BusTables> {
+  return db as unknown as Kysely<BusTables>;
+}
+
+export function isUniqueViolation(thrown: unknown): boolean {
+  const { code, number } = thrown as { code?: unknown; number?: unknown };
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2627 || number === 2601;
+}

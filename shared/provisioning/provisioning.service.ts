@@ -1,0 +1,535 @@
+import type { Transaction } from 'kysely';
+import type { TenantFilter } from '../platform/auth/auth';
+import type { NewEvent } from '../platform/bus/events';
+import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
+import { appendToOutbox } from '../platform/bus/outbox';
+import { AppError, ensureError } from '../platform/errors/app-error';
+import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
+import type { IacEngine } from '../platform/iac/iac-runner';
+import type { Plan, ResolveReferences } from '../platform/iac/plan';
+import type { SqlStore } from '../platform/sql/database';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import type { Clock, Ids } from '../platform/time/clock';
+import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
+import { parsePromotion, type PromotionApproved } from './promotion';
+import {
+  findRejection,
+  findRun,
+  findRunByPromotion,
+  findRunDetail,
+  inboxOf,
+  insertDecision,
+  insertRejection,
+  insertRun,
+  isUniqueViolation,
+  listRuns,
+  queuedRunsBefore,
+  readPlanReceipt,
+  recordApply,
+  recordPlan,
+  setWaiting,
+  transitionRun,
+  earlierWaitingRun,
+  type ApplyReceipt,
+  type PlanReceipt,
+  type Rejection,
+  type RunDetail,
+} from './provisioning.repository';
+import type { ProvisioningTables } from './provisioning.tables';
+import { provisioningFailed, provisioningApplied, promotionRejected, specificationApplied, specificationDeclared } from './run-events';
+import { approvalRequired, decodeRunCursor, encodeRunCursor, isTerminal, RunErrors, type Run, type RunState, type WaitingFor } from './run';
+import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from './stack-lock.repository';
+
+/** The inbox module name of provisioning messages. */
+export const PROVISIONING_MODULE = 'provisioning';
+
+export type IntakeResult =
+  /** A new run, queued: start its orchestration. */
+  | { readonly outcome: 'accepted'; readonly run: Run }
+  /** The promotion has a run already (a redelivery or a resend): start its orchestration if it is not running. */
+  | { readonly outcome: 'duplicate'; readonly run: Run }
+  /** Not a valid promotion: recorded (a rejected run, or a rejection row when no run can be made) with its reason. */
+  | { readonly outcome: 'rejected'; readonly run?: Run; readonly code: string; readonly reason: string }
+  /** The messageId was used before for another message: nothing was done. */
+  | { readonly outcome: 'ignored'; readonly reason: string };
+
+/**
+ * Where a run's orchestration stands after a step; the orchestrator decides what to wait for from it.
+ *
+ * BREAKING-CHANGE SHAPE: activity results are stored in Durable history and replayed.
+ */
+export type RunStep =
+  /** Not ready: the stack is busy (or an earlier run goes first); try the same step again later. */
+  | { readonly outcome: 'waiting'; readonly waitingFor: WaitingFor }
+  | { readonly outcome: 'awaiting-approval'; readonly planDigest: string }
+  | { readonly outcome: 'applying' }
+  | { readonly outcome: 'ended'; readonly state: RunState };
+
+export interface RunPage {
+  readonly items: readonly Run[];
+  readonly nextCursor?: string;
+}
+
+/** Durations the run orchestration waits with; they travel in its input, so the orchestrator reads no config. */
+export interface RunTimings {
+  /** How long a run waits for its approval before it fails with `PROVISIONING.APPROVAL_TIMEOUT`. */
+  readonly approvalTimeoutMs: number;
+  /** How long a run waiting for its stack sleeps before it asks again. */
+  readonly lockRetryMs: number;
+}
+
+/** The provisioning use cases; built once per host by `createDeps`. */
+export interface ProvisioningService {
+  readonly timings: RunTimings;
+  /** Takes a message from the promotions queue: one run per promotion, or a recorded rejection. */
+  intake(message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult>;
+  /** Takes the stack, plans, records the plan receipt and `SpecificationDeclared`; then approval or apply. */
+  plan(runId: string): Promise<RunStep>;
+  /** After the approval wait: apply when approved, end when decided otherwise, fail when the wait timed out. */
+  afterApproval(runId: string, timedOut: boolean): Promise<RunStep>;
+  /** Takes the stack, applies exactly the recorded plan, records the apply receipt and the final state. */
+  apply(runId: string): Promise<RunStep>;
+  /** The orchestration gave up on a step: the run fails (if it has not ended) and gives its stack back. */
+  failRun(runId: string, reason: string): Promise<RunStep>;
+  approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run>;
+  reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run>;
+  /** Cancels a queued run. */
+  cancel(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
+  getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
+  listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
+  /** A rejected message, by its messageId. */
+  getRejection(messageId: string): Promise<Rejection | undefined>;
+}
+
+export interface ProvisioningServiceOptions {
+  readonly store: SqlStore;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  /** The engine that plans and applies; undefined when the configured runner cannot (runs then fail saying so). */
+  readonly engine: IacEngine | undefined;
+  /** Resolves secret and config references, inside apply only. Example: `localReferenceResolver(file)`. */
+  readonly resolveReferences: ResolveReferences;
+  /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
+  readonly knowsTenant: (tenant: string) => Promise<boolean>;
+  /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache' }`. */
+  readonly desiredState?: LoadDesiredStateOptions;
+  /** The stack lock's lease; a host that dies holding it frees the stack after this long. Example: `600_000`. */
+  readonly stackLockTtlMs?: number;
+  /** This host's name in stack locks. Example: `host-a`. */
+  readonly hostId?: string;
+  /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000 }`. */
+  readonly timings?: Partial<RunTimings>;
+}
+
+const DEFAULT_TIMINGS: RunTimings = { approvalTimeoutMs: 24 * 60 * 60 * 1000, lockRetryMs: 1000 };
+const DEFAULT_STACK_LOCK_TTL_MS = 10 * 60 * 1000;
+
+/** Thrown inside an intake transaction to roll it back when its messageId was already used for another message. */
+class MessageIdReused extends Error {}
+
+type Failure = { readonly code: string; readonly message: string };
+
+export function createProvisioningService(options: ProvisioningServiceOptions): ProvisioningService {
+  const { store, clock, ids, engine, resolveReferences, knowsTenant } = options;
+  const db = provisioningDb(store.db);
+  const dialect = store.dialect;
+  const timings: RunTimings = { ...DEFAULT_TIMINGS, ...options.timings };
+  const lockTtlMs = options.stackLockTtlMs ?? DEFAULT_STACK_LOCK_TTL_MS;
+  const hostId = options.hostId ?? ids.next('host');
+  const now = () => clock.now().getTime();
+  const outbox = (trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]) => appendToOutbox(trx, events, clock, ids);
+  const repositoryOf = (run: Run) => redactUrl(run.desiredState.repository);
+  const read = (id: string) => retryingContention(() => findRun(db, id));
+
+  async function existing(id: string): Promise<Run> {
+    const run = await read(id);
+    if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${id}`, { runId: id });
+    return run;
+  }
+
+  /** Where a run stands, for a step that found it already moved on (a retried or replayed step). */
+  function stepOf(run: Run): RunStep {
+    if (isTerminal(run.state)) return { outcome: 'ended', state: run.state };
+    if (run.state === 'awaiting-approval') return { outcome: 'awaiting-approval', planDigest: run.planDigest ?? '' };
+    if (run.state === 'applying') return { outcome: 'applying' };
+    return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: run.stack } };
+  }
+
+  // ---- intake -----------------------------------------------------------------------------------------------------
+
+  async function intake(message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult> {
+    const parsed = parsePromotion(message.body);
+    if (parsed.outcome === 'invalid') return rejectMessage(message.messageId, message.body, parsed.problems);
+    const promotion = parsed.promotion;
+    const known = await retryingContention(() => findRunByPromotion(db, promotion.promotionId));
+    if (known) return duplicate(known, message.messageId);
+    // Outside the transaction: it reads Git. A transient failure here throws, and the message is delivered again.
+    const refusal = await checkPromotion(promotion);
+    try {
+      return await inTransaction(db, (trx) => recordRun(trx, promotion, message.messageId, refusal));
+    } catch (thrown) {
+      if (thrown instanceof MessageIdReused) {
+        return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
+      }
+      // Another host took the same promotion in at the same moment: its run is the one.
+      if (isUniqueViolation(thrown)) {
+        const winner = await retryingContention(() => findRunByPromotion(db, promotion.promotionId));
+        if (winner) return duplicate(winner, message.messageId);
+      }
+      throw thrown;
+    }
+  }
+
+  /**
+   * One transaction, in the lock order (run rows, then the inbox and the outbox): the run, the runs it supersedes,
+   * the inbox entry and the events.
+   */
+  async function recordRun(trx: Transaction<ProvisioningTables>, promotion: PromotionApproved, messageId: string, refusal: Failure | undefined): Promise<IntakeResult> {
+    const at = now();
+    const run = await insertRun(trx, { id: ids.next('run'), promotion, state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
+    const events: NewEvent[] = [];
+    if (refusal) {
+      events.push(provisioningFailed(run, repositoryOf(run), { code: refusal.code, reason: refusal.message, finishedAt: new Date(at) }));
+    } else {
+      // A newer promotion of the same environment replaces what is still queued for it: applying the older one first
+      // would only be undone.
+      for (const older of await queuedRunsBefore(trx, run)) {
+        const error = { code: RunErrors.superseded, message: `superseded by run ${run.id} (promotion ${promotion.promotionId})` };
+        if (!(await transitionRun(trx, older, 'superseded', at, { supersededBy: run.id, error, waitingFor: null, finished: true }))) continue;
+        const superseded = await findRun(trx, older);
+        if (superseded) events.push(provisioningFailed(superseded, repositoryOf(superseded), { code: error.code, reason: error.message, finishedAt: new Date(at) }));
+      }
+    }
+    const inbox = inboxOf(trx);
+    const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: promotion.promotionId }, clock);
+    if (!inbound.isNew) throw new MessageIdReused();
+    await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: refusal ? 'rejected' : 'queued' }, clock);
+    await outbox(trx, events);
+    return refusal ? { outcome: 'rejected', run, code: refusal.code, reason: refusal.message } : { outcome: 'accepted', run };
+  }
+
+  async function duplicate(run: Run, messageId: string): Promise<IntakeResult> {
+    // Recorded so the resend is visible in the inbox; a redelivery of the same messageId records nothing new.
+    await retryingContention(() => recordInbound(inboxOf(db), { module: PROVISIONING_MODULE, messageId, businessKey: run.promotionId }, clock));
+    return { outcome: 'duplicate', run };
+  }
+
+  /**
+   * Why a well-formed promotion cannot become a run, or undefined when it can: an unknown tenant, or desired state
+   * that is not there (repository, commit, path). Transient failures (Git remote unreachable) are thrown.
+   */
+  async function checkPromotion(promotion: PromotionApproved): Promise<Failure | undefined> {
+    if (!(await knowsTenant(promotion.tenantId))) {
+      return { code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` };
+    }
+    try {
+      await loadDesiredState(promotion.desiredState, options.desiredState);
+      return undefined;
+    } catch (thrown) {
+      return permanentFailure(thrown);
+    }
+  }
+
+  async function rejectMessage(messageId: string, body: unknown, problems: readonly FieldProblem[]): Promise<IntakeResult> {
+    const code = RunErrors.invalidPromotion;
+    const reason = `the message is not a valid PromotionApproved: ${describeFieldProblems(problems)}`;
+    const readable = readableIds(body);
+    await inTransaction(db, async (trx) => {
+      const at = clock.now();
+      const rejection: Rejection = { messageId, ...readable, code, reason, problems, receivedAt: at };
+      // A redelivery of this message: recorded and announced already.
+      if (!(await insertRejection(trx, rejection))) return;
+      const inbox = inboxOf(trx);
+      // Keyed by the message, not by a promotion id it may name: a malformed message must not shadow a valid one.
+      await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: `invalid:${messageId}` }, clock);
+      await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: 'rejected' }, clock);
+      await outbox(trx, [promotionRejected({ messageId, ...readable, code, reason, problems, at })]);
+    });
+    return { outcome: 'rejected', code, reason };
+  }
+
+  // ---- the stack --------------------------------------------------------------------------------------------------
+
+  /**
+   * Takes the run's stack lock, first in first out: a run that does not hold the lock yet lets an earlier run of the
+   * stack that waits for it go first. When it cannot, records what it waits for.
+   */
+  async function takeStack(run: Run): Promise<{ readonly taken: true } | { readonly taken: false; readonly step: RunStep }> {
+    const at = now();
+    const current = await retryingContention(() => getStackLock(db, run.stack));
+    const holdsIt = current?.holderRun === run.id && current.expiresAt.getTime() > at;
+    if (!holdsIt) {
+      const ahead = await retryingContention(() => earlierWaitingRun(db, dialect, run));
+      if (ahead) return wait(run, { kind: 'stack-lock', stack: run.stack, queuedBehind: ahead, ...(current ? { heldBy: current.holderRun } : {}) });
+    }
+    const outcome = await retryingContention(() => acquireStackLock(db, dialect, { stack: run.stack, run: run.id, host: hostId, now: at, ttlMs: lockTtlMs }));
+    if (!outcome.acquired) return wait(run, { kind: 'stack-lock', stack: run.stack, heldBy: outcome.heldBy.holderRun });
+    return { taken: true };
+  }
+
+  async function wait(run: Run, waitingFor: WaitingFor): Promise<{ taken: false; step: RunStep }> {
+    if (await retryingContention(() => setWaiting(db, run.id, run.state, waitingFor, now()))) return { taken: false, step: { outcome: 'waiting', waitingFor } };
+    // Moved on meanwhile (canceled, superseded): say where it is.
+    return { taken: false, step: stepOf(await existing(run.id)) };
+  }
+
+  async function giveBackStack(run: Run): Promise<void> {
+    await retryingContention(() => releaseStackLock(db, run.stack, run.id));
+  }
+
+  // ---- plan, approval, apply --------------------------------------------------------------------------------------
+
+  async function plan(runId: string): Promise<RunStep> {
+    let run = await existing(runId);
+    if (run.state !== 'queued' && run.state !== 'planning') return stepOf(run);
+    const stack = await takeStack(run);
+    if (!stack.taken) return stack.step;
+    if (run.state === 'queued') {
+      if (!(await retryingContention(() => transitionRun(db, runId, 'planning', now(), { waitingFor: null })))) {
+        // Canceled or superseded while it took the stack.
+        await giveBackStack(run);
+        return stepOf(await existing(runId));
+      }
+      run = await existing(runId);
+    }
+    const startedAt = clock.now();
+    if (!engine) return fail(run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
+    let desired: DesiredState;
+    try {
+      desired = await loadDesiredState(run.desiredState, options.desiredState);
+    } catch (thrown) {
+      return fail(run, permanentFailure(thrown));
+    }
+    let planned: Plan;
+    try {
+      planned = await engine.preview(run.stack, desired.files, {});
+    } catch (thrown) {
+      return fail(run, expectedFailure(thrown));
+    }
+    const decision = approvalRequired(run.environment.tier, planned.counts);
+    const receipt: PlanReceipt = {
+      runId,
+      stack: run.stack,
+      repository: repositoryOf(run),
+      commit: run.desiredState.commit,
+      path: desired.path,
+      runner: { name: engine.name, version: await engine.version() },
+      approvalRequired: decision.required,
+      approvalReasons: decision.reasons,
+      plan: planned,
+      startedAt: startedAt.toISOString(),
+      finishedAt: clock.now().toISOString(),
+    };
+    const to = decision.required ? 'awaiting-approval' : 'applying';
+    const waitingFor: WaitingFor | null = decision.required ? { kind: 'approval', planDigest: planned.digest } : null;
+    await inTransaction(db, async (trx) => {
+      await recordPlan(trx, runId, receipt, to, waitingFor, now());
+      const resources = planned.steps.map((s) => ({ urn: s.urn, type: s.type, name: s.name, op: s.op }));
+      await outbox(trx, [specificationDeclared(run, receipt.repository, { digest: planned.digest, counts: planned.counts, resources })]);
+    });
+    // A run that waits for a person gives its stack back meanwhile: others may plan and apply, and the digest check
+    // at apply refuses this plan if they changed what it was made against.
+    if (decision.required) {
+      await giveBackStack(run);
+      return { outcome: 'awaiting-approval', planDigest: planned.digest };
+    }
+    return { outcome: 'applying' };
+  }
+
+  async function afterApproval(runId: string, timedOut: boolean): Promise<RunStep> {
+    const run = await existing(runId);
+    if (run.state !== 'awaiting-approval') return stepOf(run);
+    if (!timedOut) return stepOf(run);
+    return fail(run, { code: RunErrors.approvalTimeout, message: `no decision on the plan within ${timings.approvalTimeoutMs} ms` });
+  }
+
+  async function apply(runId: string): Promise<RunStep> {
+    const run = await existing(runId);
+    if (run.state !== 'applying') return stepOf(run);
+    const stack = await takeStack(run);
+    if (!stack.taken) return stack.step;
+    if (run.waitingFor) await retryingContention(() => setWaiting(db, runId, 'applying', null, now()));
+    const receipt = await retryingContention(() => readPlanReceipt(db, runId));
+    if (!receipt) return fail(run, { code: RunErrors.internal, message: 'the run has no plan receipt to apply' });
+    if (!engine) return fail(run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
+    let desired: DesiredState;
+    try {
+      desired = await loadDesiredState(run.desiredState, options.desiredState);
+    } catch (thrown) {
+      return fail(run, permanentFailure(thrown));
+    }
+    // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
+    // approved) one; references are resolved inside it, and only there.
+    const result = await engine.apply(run.stack, desired.files, {}, receipt.plan, resolveReferences);
+    const applyReceipt: ApplyReceipt = { runId, stack: run.stack, commit: run.desiredState.commit, runner: { name: engine.name, version: await engine.version() }, result };
+    const to = result.status === 'applied' ? 'applied' : 'failed';
+    const error = result.error ? { code: result.error.code, message: result.error.message } : undefined;
+    await inTransaction(db, async (trx) => {
+      const at = now();
+      await recordApply(trx, runId, applyReceipt, to, error, at);
+      const ended: Run = { ...run, state: to, finishedAt: new Date(at), ...(error ? { error } : {}) };
+      const repository = repositoryOf(run);
+      const events =
+        to === 'applied'
+          ? [
+              specificationApplied(ended, repository, {
+                planDigest: result.planDigest,
+                resources: result.resources.map((r) => ({ urn: r.urn, type: r.type, name: r.name, op: r.op, ...(r.id ? { id: r.id } : {}) })),
+                outputs: result.outputs,
+              }),
+              provisioningApplied(ended, repository, { planDigest: result.planDigest, counts: receipt.plan.counts, finishedAt: new Date(at) }),
+            ]
+          : [provisioningFailed(ended, repository, { code: error?.code ?? RunErrors.internal, reason: error?.message ?? 'the apply failed', finishedAt: new Date(at) })];
+      await outbox(trx, events);
+    });
+    await giveBackStack(run);
+    return { outcome: 'ended', state: to };
+  }
+
+  /** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */
+  async function fail(run: Run, failure: Failure): Promise<RunStep> {
+    const ended = await inTransaction(db, async (trx) => {
+      const at = now();
+      if (!(await transitionRun(trx, run.id, 'failed', at, { error: failure, waitingFor: null, finished: true }))) return false;
+      const failed: Run = { ...run, state: 'failed', error: failure, finishedAt: new Date(at) };
+      await outbox(trx, [provisioningFailed(failed, repositoryOf(run), { code: failure.code, reason: failure.message, finishedAt: new Date(at) })]);
+      return true;
+    });
+    await giveBackStack(run);
+    return ended ? { outcome: 'ended', state: 'failed' } : stepOf(await existing(run.id));
+  }
+
+  async function failRun(runId: string, reason: string): Promise<RunStep> {
+    const run = await existing(runId);
+    if (isTerminal(run.state)) return stepOf(run);
+    return fail(run, { code: RunErrors.internal, message: reason });
+  }
+
+  // ---- operators --------------------------------------------------------------------------------------------------
+
+  async function visible(trx: Transaction<ProvisioningTables>, tenants: TenantFilter, runId: string): Promise<Run> {
+    const run = await findRun(trx, runId, tenants);
+    if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+    return run;
+  }
+
+  const notAwaitingApproval = (run: Run) =>
+    new AppError('PROVISIONING.RUN_NOT_AWAITING_APPROVAL', 'conflict', `run ${run.id} is ${run.state}, not awaiting approval`, { runId: run.id, state: run.state });
+
+  async function approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run> {
+    return inTransaction(db, async (trx) => {
+      const run = await visible(trx, tenants, runId);
+      if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
+      if (run.planDigest !== approval.planDigest) {
+        // An approval is of one plan: a digest the approver did not read from this run's receipt approves nothing.
+        throw new AppError('PROVISIONING.PLAN_DIGEST_MISMATCH', 'conflict', 'the approval names another plan than the one recorded for this run', {
+          runId,
+          approvedDigest: approval.planDigest,
+          planDigest: run.planDigest,
+        });
+      }
+      const at = now();
+      if (!(await transitionRun(trx, runId, 'applying', at, { waitingFor: null }))) throw notAwaitingApproval(await visible(trx, tenants, runId));
+      await insertDecision(trx, runId, { decision: 'approved', planDigest: approval.planDigest, by: approval.by, ...(approval.comment !== undefined ? { comment: approval.comment } : {}), at: new Date(at) });
+      return visible(trx, tenants, runId);
+    });
+  }
+
+  async function reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run> {
+    return inTransaction(db, async (trx) => {
+      const run = await visible(trx, tenants, runId);
+      if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
+      const at = now();
+      const error = { code: RunErrors.rejected, message: `rejected by ${rejection.by}: ${rejection.reason}` };
+      if (!(await transitionRun(trx, runId, 'rejected', at, { error, waitingFor: null, finished: true }))) throw notAwaitingApproval(await visible(trx, tenants, runId));
+      await insertDecision(trx, runId, { decision: 'rejected', planDigest: run.planDigest ?? '', by: rejection.by, comment: rejection.reason, at: new Date(at) });
+      const rejected = await visible(trx, tenants, runId);
+      await outbox(trx, [provisioningFailed(rejected, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
+      return rejected;
+    });
+  }
+
+  async function cancel(tenants: TenantFilter, runId: string, by: string): Promise<Run> {
+    return inTransaction(db, async (trx) => {
+      const run = await visible(trx, tenants, runId);
+      const refuse = (state: RunState) =>
+        new AppError('PROVISIONING.RUN_NOT_CANCELABLE', 'conflict', `run ${runId} is ${state}; only a queued run can be canceled`, { runId, state });
+      if (run.state !== 'queued') throw refuse(run.state);
+      const at = now();
+      const error = { code: RunErrors.canceled, message: `canceled by ${by}` };
+      if (!(await transitionRun(trx, runId, 'canceled', at, { error, waitingFor: null, finished: true }))) throw refuse((await visible(trx, tenants, runId)).state);
+      const canceled = await visible(trx, tenants, runId);
+      await outbox(trx, [provisioningFailed(canceled, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
+      return canceled;
+    });
+  }
+
+  async function getRun(tenants: TenantFilter, runId: string): Promise<RunDetail> {
+    const detail = await retryingContention(() => findRunDetail(db, runId, tenants));
+    if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+    return detail;
+  }
+
+  async function list(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage> {
+    const after = query.cursor === undefined ? undefined : decodeRunCursor(query.cursor);
+    if (query.cursor !== undefined && after === undefined) throw new AppError('REQUEST.INVALID_CURSOR', 'validation', 'the cursor is not one this API gave out');
+    const items = await retryingContention(() =>
+      listRuns(db, dialect, tenants, {
+        limit: query.limit,
+        ...(query.environment !== undefined ? { environment: query.environment } : {}),
+        ...(query.state !== undefined ? { state: query.state } : {}),
+        ...(after !== undefined ? { after } : {}),
+      }),
+    );
+    const last = items[items.length - 1];
+    return { items, ...(items.length === query.limit && last ? { nextCursor: encodeRunCursor(last.id) } : {}) };
+  }
+
+  return {
+    timings,
+    intake,
+    plan,
+    afterApproval,
+    apply,
+    failRun,
+    approve,
+    reject,
+    cancel,
+    getRun,
+    listRuns: list,
+    getRejection: (messageId) => retryingContention(() => findRejection(db, messageId)),
+  };
+}
+
+/**
+ * An expected failure (an AppError) that retrying cannot cure, as the run's error. Transient ones (`unavailable`:
+ * a Git remote that did not answer) and anything unexpected are thrown, so the step is retried.
+ */
+function permanentFailure(thrown: unknown): Failure {
+  const error = ensureError(thrown);
+  if (error instanceof AppError && error.kind !== 'unavailable') return { code: error.code, message: error.message };
+  throw error;
+}
+
+/** Plan errors of the engine (`IAC.*`) end the run; anything else is a fault and is thrown. */
+function expectedFailure(thrown: unknown): Failure {
+  const error = ensureError(thrown);
+  if (error instanceof AppError && error.kind !== 'unavailable' && error.kind !== 'internal') return { code: error.code, message: error.message };
+  throw error;
+}
+
+/** The ids a malformed message may still carry, for its rejection record and event. */
+function readableIds(body: unknown): { promotionId?: string; tenantId?: string } {
+  let value = body;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value) as unknown;
+    } catch {
+      return {};
+    }
+  }
+  if (typeof value !== 'object' || value === null) return {};
+  const { promotionId, tenantId } = value as { promotionId?: unknown; tenantId?: unknown };
+  const usable = (v: unknown) => typeof v === 'string' && v.length > 0 && v.length <= 200;
+  return { ...(usable(promotionId) ? { promotionId: promotionId as string } : {}), ...(usable(tenantId) ? { tenantId: tenantId as string } : {}) };
+}

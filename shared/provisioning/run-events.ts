@@ -1,0 +1,111 @@
+import type { NewEvent } from '../platform/bus/events';
+import type { PlanCounts, Run } from './run';
+
+/**
+ * The events a run publishes on `runtime-cloud-events` (CloudEvents 1.0, written to the outbox in the transaction of
+ * the state change). Pure: builds the `data` of each event from a run.
+ *
+ * BREAKING-CHANGE SHAPES: consumers (DeliveryHost, Studio, inventory) read these `data` members; removing or
+ * renaming one, or changing its meaning, is a breaking change. Adding a member is not. Values are references and
+ * ids only: never a secret, never a resolved configuration value. The repository URL is given without credentials.
+ */
+
+/** A resource as a plan or an apply names it. */
+export interface EventResource {
+  readonly urn: string;
+  readonly type: string;
+  readonly name: string;
+  readonly op: string;
+  /** The id in the target after the apply (SpecificationApplied only; absent once deleted). */
+  readonly id?: string;
+}
+
+function runSummary(run: Run, repository: string) {
+  return {
+    runId: run.id,
+    promotionId: run.promotionId,
+    tenantId: run.tenant,
+    environment: { ...run.environment },
+    release: { ...run.release },
+    stack: run.stack,
+    desiredState: { repository, commit: run.desiredState.commit, path: run.desiredState.path },
+  };
+}
+
+function envelope(run: Run, type: NewEvent['type'], data: Record<string, unknown>): NewEvent {
+  return { type, subject: `runs/${run.id}`, correlationId: run.id, tenant: run.tenant, data };
+}
+
+/** The plan's resource set, when the plan is recorded (for inventory: what the environment should hold). */
+export function specificationDeclared(run: Run, repository: string, plan: { digest: string; counts: PlanCounts; resources: readonly EventResource[] }): NewEvent {
+  return envelope(run, 'SpecificationDeclared', { ...runSummary(run, repository), planDigest: plan.digest, counts: { ...plan.counts }, resources: plan.resources });
+}
+
+/** What the apply left in the target (for inventory). */
+export function specificationApplied(
+  run: Run,
+  repository: string,
+  applied: { planDigest: string; resources: readonly EventResource[]; outputs: Readonly<Record<string, unknown>> },
+): NewEvent {
+  return envelope(run, 'SpecificationApplied', {
+    ...runSummary(run, repository),
+    planDigest: applied.planDigest,
+    resources: applied.resources,
+    outputs: applied.outputs,
+  });
+}
+
+/** The run ended applied: the one terminal event of a successful run. */
+export function provisioningApplied(run: Run, repository: string, applied: { planDigest: string; counts: PlanCounts; finishedAt: Date }): NewEvent {
+  return envelope(run, 'ProvisioningApplied', {
+    ...runSummary(run, repository),
+    state: 'applied',
+    planDigest: applied.planDigest,
+    counts: { ...applied.counts },
+    finishedAt: applied.finishedAt.toISOString(),
+  });
+}
+
+/** The run ended in any other final state: the one terminal event of a run that did not apply. */
+export function provisioningFailed(run: Run, repository: string, failure: { code: string; reason: string; finishedAt: Date }): NewEvent {
+  return envelope(run, 'ProvisioningFailed', {
+    ...runSummary(run, repository),
+    state: run.state,
+    code: failure.code,
+    reason: failure.reason,
+    ...(run.planDigest !== undefined ? { planDigest: run.planDigest } : {}),
+    ...(run.supersededBy !== undefined ? { supersededBy: run.supersededBy } : {}),
+    finishedAt: failure.finishedAt.toISOString(),
+  });
+}
+
+/**
+ * A message that is not a `PromotionApproved` at all: no run exists, so the event names the message and whatever
+ * of the promotion could be read.
+ */
+export function promotionRejected(message: {
+  messageId: string;
+  promotionId?: string;
+  tenantId?: string;
+  code: string;
+  reason: string;
+  problems: readonly { field: string; message: string }[];
+  at: Date;
+}): NewEvent {
+  return {
+    type: 'ProvisioningFailed',
+    subject: `messages/${message.messageId}`,
+    correlationId: message.promotionId ?? message.messageId,
+    ...(message.tenantId !== undefined ? { tenant: message.tenantId } : {}),
+    data: {
+      messageId: message.messageId,
+      ...(message.promotionId !== undefined ? { promotionId: message.promotionId } : {}),
+      ...(message.tenantId !== undefined ? { tenantId: message.tenantId } : {}),
+      state: 'rejected',
+      code: message.code,
+      reason: message.reason,
+      problems: message.problems.map((p) => ({ ...p })),
+      finishedAt: message.at.toISOString(),
+    },
+  };
+}

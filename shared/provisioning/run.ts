@@ -1,0 +1,142 @@
+import type { EnvironmentTier } from './promotion';
+
+/**
+ * Provisioning runs: the pure model (no I/O). A run is one promotion on one stack, from intake to a final state.
+ *
+ *   queued → planning → awaiting-approval → applying → applied
+ *                     ↘─────────────────↗          ↘ failed
+ *   queued → superseded | canceled;   awaiting-approval → rejected;   intake of an invalid promotion → rejected
+ *
+ * A queued run waits for its stack (the lock is taken to plan); a run that needs approval gives the stack up while
+ * it waits for the decision and takes it again to apply.
+ */
+export const RUN_STATES = ['queued', 'planning', 'awaiting-approval', 'applying', 'applied', 'failed', 'rejected', 'superseded', 'canceled'] as const;
+export type RunState = (typeof RUN_STATES)[number];
+
+export const TERMINAL_RUN_STATES: readonly RunState[] = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
+
+/**
+ * Every allowed move. Anything else is a bug or a race lost to another writer: the repository changes a run's state
+ * only with a conditional update on `statesBefore(to)`, so a disallowed move changes nothing.
+ */
+const TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
+  // failed: the run could not start (its orchestration failed before planning).
+  queued: ['planning', 'superseded', 'canceled', 'failed'],
+  // failed: the desired state or the program could not be planned.
+  planning: ['awaiting-approval', 'applying', 'failed'],
+  // failed: the approval did not come in time.
+  'awaiting-approval': ['applying', 'rejected', 'failed'],
+  applying: ['applied', 'failed'],
+  applied: [],
+  failed: [],
+  rejected: [],
+  superseded: [],
+  canceled: [],
+};
+
+export function isTerminal(state: RunState): boolean {
+  return TERMINAL_RUN_STATES.includes(state);
+}
+
+export function canTransition(from: RunState, to: RunState): boolean {
+  return TRANSITIONS[from].includes(to);
+}
+
+/** The states a run may be in for a move to `to`: what the conditional update of a run row checks. */
+export function statesBefore(to: RunState): RunState[] {
+  return RUN_STATES.filter((from) => canTransition(from, to));
+}
+
+/**
+ * What a run that is not moving waits for. Shown to operators ("queued behind run X", "the stack lock held by run
+ * Y", "an approval of digest D").
+ *
+ * BREAKING-CHANGE SHAPE: stored as JSON on the run and shown by the HTTP API.
+ */
+export type WaitingFor =
+  | {
+      readonly kind: 'stack-lock';
+      readonly stack: string;
+      /** The run holding the stack's lock, when one does. */
+      readonly heldBy?: string;
+      /** An earlier run of the stack that goes first (FIFO), when the lock is free but that run is waiting too. */
+      readonly queuedBehind?: string;
+    }
+  | { readonly kind: 'approval'; readonly planDigest: string };
+
+/** The step counts approval policy looks at; a plan's `counts` has them. */
+export interface PlanCounts {
+  readonly create: number;
+  readonly update: number;
+  readonly replace: number;
+  readonly delete: number;
+  readonly same: number;
+}
+
+export interface ApprovalDecision {
+  readonly required: boolean;
+  /** Why approval is required, for the receipt and the operator: `production tier`, `2 replace steps`, … */
+  readonly reasons: readonly string[];
+}
+
+/**
+ * Approval is required for the production tier, and for any plan that destroys something (a delete or a replace),
+ * whatever the tier: destroyed data does not come back.
+ */
+export function approvalRequired(tier: EnvironmentTier, counts: PlanCounts): ApprovalDecision {
+  const reasons: string[] = [];
+  if (tier === 'production') reasons.push('production tier');
+  if (counts.delete > 0) reasons.push(`${counts.delete} delete step${counts.delete === 1 ? '' : 's'}`);
+  if (counts.replace > 0) reasons.push(`${counts.replace} replace step${counts.replace === 1 ? '' : 's'}`);
+  return { required: reasons.length > 0, reasons };
+}
+
+/** A run as the use cases see it. Times are Dates; receipts are read separately (they can be large). */
+export interface Run {
+  readonly id: string;
+  /** Insertion order across all runs; among one stack's runs it is their FIFO order. */
+  readonly seq: number;
+  readonly promotionId: string;
+  readonly tenant: string;
+  readonly environment: { readonly id: string; readonly name: string; readonly tier: EnvironmentTier };
+  readonly release: { readonly name: string; readonly version: string };
+  readonly stack: string;
+  readonly desiredState: { readonly repository: string; readonly commit: string; readonly path: string };
+  readonly requestedBy: string;
+  readonly state: RunState;
+  readonly waitingFor?: WaitingFor;
+  /** The digest of the recorded plan, once planned: what an approval must name. */
+  readonly planDigest?: string;
+  readonly approvalRequired?: boolean;
+  /** Why the run failed, was rejected, superseded or canceled. */
+  readonly error?: { readonly code: string; readonly message: string };
+  /** A superseded run points at the newer run of the same environment and stack. */
+  readonly supersededBy?: string;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+  readonly finishedAt?: Date;
+}
+
+/** Error codes a run ends with that are not the engine's or the desired state's own. */
+export const RunErrors = {
+  invalidPromotion: 'PROVISIONING.INVALID_PROMOTION',
+  unknownTenant: 'PROVISIONING.UNKNOWN_TENANT',
+  superseded: 'PROVISIONING.SUPERSEDED',
+  canceled: 'PROVISIONING.CANCELED',
+  rejected: 'PROVISIONING.REJECTED',
+  approvalTimeout: 'PROVISIONING.APPROVAL_TIMEOUT',
+  runnerUnavailable: 'PROVISIONING.RUNNER_UNAVAILABLE',
+  /** The orchestration gave up on a step after its retries (a store or engine fault). */
+  internal: 'PROVISIONING.INTERNAL',
+} as const;
+
+/** Opaque list cursor: the last run id of a page. */
+export function encodeRunCursor(lastId: string): string {
+  return Buffer.from(lastId, 'utf8').toString('base64url');
+}
+
+/** The run id in a cursor, or undefined when the text is not a cursor this API made. */
+export function decodeRunCursor(cursor: string): string | undefined {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  return text.length > 0 && encodeRunCursor(text) === cursor ? text : undefined;
+}

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import {
+  approvalRequired,
+  canTransition,
+  decodeRunCursor,
+  encodeRunCursor,
+  isTerminal,
+  RUN_STATES,
+  statesBefore,
+  TERMINAL_RUN_STATES,
+  type PlanCounts,
+  type RunState,
+} from '../../shared/provisioning/run';
+
+const counts = (overrides: Partial<PlanCounts> = {}): PlanCounts => ({ create: 0, update: 0, replace: 0, delete: 0, same: 0, ...overrides });
+
+describe('provisioning run model', () => {
+  it('when a run follows the happy paths, then every move is allowed', () => {
+    const paths: RunState[][] = [
+      ['queued', 'planning', 'applying', 'applied'],
+      ['queued', 'planning', 'awaiting-approval', 'applying', 'applied'],
+      ['queued', 'planning', 'awaiting-approval', 'rejected'],
+      ['queued', 'planning', 'applying', 'failed'],
+      ['queued', 'superseded'],
+      ['queued', 'canceled'],
+    ];
+    for (const path of paths) {
+      for (let i = 1; i < path.length; i++) expect(canTransition(path[i - 1]!, path[i]!), `${path[i - 1]} → ${path[i]}`).toBe(true);
+    }
+  });
+
+  it('when a move skips a step or leaves a final state, then it is refused', () => {
+    expect(canTransition('queued', 'applying')).toBe(false);
+    expect(canTransition('queued', 'applied')).toBe(false);
+    expect(canTransition('planning', 'applied')).toBe(false);
+    expect(canTransition('awaiting-approval', 'applied')).toBe(false);
+    expect(canTransition('applying', 'canceled')).toBe(false);
+    expect(canTransition('planning', 'canceled')).toBe(false);
+    for (const final of TERMINAL_RUN_STATES) {
+      for (const to of RUN_STATES) expect(canTransition(final, to), `${final} → ${to}`).toBe(false);
+    }
+  });
+
+  it('when asked which states may move to one, then the answer is exactly the sources of the table', () => {
+    expect(statesBefore('canceled')).toEqual(['queued']);
+    expect(statesBefore('applying')).toEqual(['planning', 'awaiting-approval']);
+    expect(statesBefore('rejected')).toEqual(['awaiting-approval']);
+    expect(statesBefore('failed')).toEqual(['queued', 'planning', 'awaiting-approval', 'applying']);
+    expect(statesBefore('queued')).toEqual([]);
+  });
+
+  it('when a state is final, then isTerminal says so, and only for the five final states', () => {
+    expect(RUN_STATES.filter(isTerminal)).toEqual(['applied', 'failed', 'rejected', 'superseded', 'canceled']);
+  });
+
+  it('when the tier is production, then approval is required even for a plan that only creates', () => {
+    expect(approvalRequired('production', counts({ create: 3 }))).toEqual({ required: true, reasons: ['production tier'] });
+  });
+
+  it('when a development or staging plan deletes or replaces anything, then approval is required and says why', () => {
+    expect(approvalRequired('development', counts({ delete: 1 }))).toEqual({ required: true, reasons: ['1 delete step'] });
+    expect(approvalRequired('staging', counts({ replace: 2, update: 1 }))).toEqual({ required: true, reasons: ['2 replace steps'] });
+    expect(approvalRequired('production', counts({ delete: 2, replace: 1 })).reasons).toEqual(['production tier', '2 delete steps', '1 replace step']);
+  });
+
+  it('when a development plan only creates, updates or keeps resources, then no approval is required', () => {
+    expect(approvalRequired('development', counts({ create: 2, update: 1, same: 4 }))).toEqual({ required: false, reasons: [] });
+    expect(approvalRequired('staging', counts())).toEqual({ required: false, reasons: [] });
+  });
+
+  it('when a cursor is made from a run id, then it reads back as that id; text that is not a cursor reads as none', () => {
+    const cursor = encodeRunCursor('run_0197a3c4-5b6d-7e8f');
+    expect(decodeRunCursor(cursor)).toBe('run_0197a3c4-5b6d-7e8f');
+    expect(decodeRunCursor('not a cursor!')).toBeUndefined();
+    expect(decodeRunCursor('')).toBeUndefined();
+  });
+});

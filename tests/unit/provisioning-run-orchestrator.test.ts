@@ -1,0 +1,101 @@
+import * as df from 'durable-functions';
+import { describe, expect, it } from 'vitest';
+import { HistoryEventType, orchestrationPayload, flattenActions, type Action, type HistoryEvent } from '../../local/durable/durable-protocol';
+import { functionsWithTrigger } from '../../local/functions-core/registry';
+import { ProvisioningActivities } from '../../functions/provisioning/provisioning-run.activities';
+import { ProvisioningOrchestrations, type RunOrchestrationInput } from '../../functions/provisioning/provisioning-run.orchestrator';
+import type { RunStep } from '../../shared/provisioning/provisioning.service';
+
+type Callback = (payload: unknown, context: df.DummyOrchestrationContext) => Promise<{ isDone: boolean; actions: unknown[][]; output?: unknown }>;
+
+/**
+ * The provisioning run orchestrator under the SDK's DummyOrchestrationContext with histories written by hand: what it
+ * waits for after each answer of its activities, deterministically (time from the history, durations from the input).
+ */
+describe('provisioning run orchestrator', () => {
+  const registration = functionsWithTrigger('orchestrationTrigger').find((r) => r.metadata.name === ProvisioningOrchestrations.run);
+  const orchestrator = registration?.callback as unknown as Callback;
+  const input: RunOrchestrationInput = { runId: 'run_1', timings: { approvalTimeoutMs: 3_600_000, lockRetryMs: 1000 } };
+  const t0 = Date.parse('2026-01-01T00:00:00Z');
+  const at = (seconds: number) => new Date(t0 + seconds * 1000).toISOString();
+  const ev = (e: Omit<HistoryEvent, 'IsPlayed' | 'EventId'> & { EventId?: number }): HistoryEvent => ({ EventId: -1, IsPlayed: false, ...e });
+  const started = (s: number) => ev({ EventType: HistoryEventType.OrchestratorStarted, Timestamp: at(s) });
+  const begin = () => [started(0), ev({ EventType: HistoryEventType.ExecutionStarted, Timestamp: at(0), Input: JSON.stringify(input) })];
+  const scheduled = (id: number, name: string, s: number) => ev({ EventType: HistoryEventType.TaskScheduled, EventId: id, Name: name, Timestamp: at(s) });
+  const completed = (id: number, result: RunStep, s: number) => ev({ EventType: HistoryEventType.TaskCompleted, TaskScheduledId: id, Result: JSON.stringify(result), Timestamp: at(s) });
+  const failed = (id: number, s: number) =>
+    ev({ EventType: HistoryEventType.TaskFailed, TaskScheduledId: id, Reason: 'the store is down', FailureDetails: { ErrorType: 'Error', ErrorMessage: 'the store is down', StackTrace: '' }, Timestamp: at(s) });
+  const timerCreated = (id: number, s: number) => ev({ EventType: HistoryEventType.TimerCreated, EventId: id, Timestamp: at(s) });
+  const timerFired = (id: number, s: number) => ev({ EventType: HistoryEventType.TimerFired, TimerId: id, Timestamp: at(s) });
+
+  async function run(history: HistoryEvent[]) {
+    const last = history.map((e) => e.EventType).lastIndexOf(HistoryEventType.OrchestratorStarted);
+    const payload = orchestrationPayload({ history: history.map((e, i) => ({ ...e, IsPlayed: i < last })), input, instanceId: input.runId, isReplaying: last > 0 });
+    const state = await orchestrator(payload, new df.DummyOrchestrationContext());
+    return { ...state, flat: flattenActions(state.actions) };
+  }
+  const describeAction = (a: Action | undefined) =>
+    a?.kind === 'activity' ? `${a.name} ${a.input ?? ''}` : a?.kind === 'timer' ? `timer ${a.fireAt.toISOString()}${a.isCanceled ? ' canceled' : ''}` : a?.kind;
+
+  it('when the plan needs no approval, then the orchestrator applies next and returns the final step', async () => {
+    const history = begin();
+    expect(describeAction((await run(history)).flat[0])).toBe(`${ProvisioningActivities.plan} {"runId":"run_1"}`);
+
+    history.push(scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'applying' }, 1));
+    expect(describeAction((await run(history)).flat[1])).toBe(`${ProvisioningActivities.apply} {"runId":"run_1"}`);
+
+    history.push(scheduled(1, ProvisioningActivities.apply, 1), started(2), completed(1, { outcome: 'ended', state: 'applied' }, 2));
+    expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
+  });
+
+  it('when the stack is busy, then the orchestrator sleeps on a durable timer of lockRetryMs and asks again', async () => {
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } }, 1)];
+    expect(describeAction((await run(history)).flat[1])).toBe(`timer ${at(2)}`);
+
+    history.push(timerCreated(1, 1), started(2), timerFired(1, 2));
+    expect(describeAction((await run(history)).flat[2])).toBe(`${ProvisioningActivities.plan} {"runId":"run_1"}`);
+  });
+
+  it('when approval is required and none comes, then the timeout of approvalTimeoutMs wins and the run is told it timed out', async () => {
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'awaiting-approval', planDigest: 'sha256:d' }, 1)];
+    const waiting = await run(history);
+    expect(waiting.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(3601)}`]);
+
+    history.push(timerCreated(1, 1), started(3601), timerFired(1, 3601));
+    expect(describeAction((await run(history)).flat[3])).toBe(`${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":true}`);
+  });
+
+  it('when the approval event comes first, then the timer is canceled and the run goes on to apply', async () => {
+    const history = [
+      ...begin(),
+      scheduled(0, ProvisioningActivities.plan, 0),
+      started(1),
+      completed(0, { outcome: 'awaiting-approval', planDigest: 'sha256:d' }, 1),
+      timerCreated(1, 1),
+      started(5),
+      ev({ EventType: HistoryEventType.EventRaised, Name: 'approval', Input: JSON.stringify({ decision: 'approved' }), Timestamp: at(5) }),
+    ];
+    const decided = await run(history);
+    expect(decided.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(3601)} canceled`, `${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":false}`]);
+
+    history.push(scheduled(2, ProvisioningActivities.afterApproval, 5), started(6), completed(2, { outcome: 'applying' }, 6));
+    expect(describeAction((await run(history)).flat[4])).toBe(`${ProvisioningActivities.apply} {"runId":"run_1"}`);
+  });
+
+  it('when a step fails after all its retries, then the orchestrator fails the run through the fail activity', async () => {
+    // Four attempts of the plan, each failure followed by the retry timer the SDK expects from the host (after the
+    // last one too: the SDK gives up when that timer fires).
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), failed(0, 1)];
+    let seconds = 1;
+    for (const id of [1, 3, 5]) {
+      history.push(timerCreated(id, seconds), started(++seconds), timerFired(id, seconds), scheduled(id + 1, ProvisioningActivities.plan, seconds), started(++seconds), failed(id + 1, seconds));
+    }
+    history.push(timerCreated(7, seconds), started(++seconds), timerFired(7, seconds));
+
+    const state = await run(history);
+
+    const fail = state.flat.find((a) => a.kind === 'activity' && a.name === ProvisioningActivities.fail);
+    expect(fail?.kind === 'activity' && JSON.parse(fail.input ?? '{}')).toMatchObject({ runId: 'run_1', reason: expect.stringContaining('the store is down') });
+    expect(state.isDone).toBe(false);
+  });
+});
