@@ -1,0 +1,385 @@
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ConfigMap, EngineEvent, OpMap, OutputMap, PreviewResult, StepEventMetadata, UpdateSummary, UpResult } from '@pulumi/pulumi/automation';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { pulumiIacRunner } from '../../shared/platform/iac/iac-runner';
+import type { JsonValue, ValueReference } from '../../shared/platform/iac/iac-values';
+import type { Plan } from '../../shared/platform/iac/plan';
+import {
+  PulumiCommandFailure,
+  translateAutomationError,
+  type PulumiAutomation,
+  type PulumiStackHandle,
+} from '../../shared/platform/iac/pulumi-automation';
+import { PULUMI_SECRET_SIG, PULUMI_SIG_KEY, PULUMI_UNKNOWN } from '../../shared/platform/iac/pulumi-mapping';
+import { createPulumiRunner } from '../../shared/platform/iac/pulumi-runner';
+import { ManualClock } from '../../shared/platform/time/clock';
+import { refusal } from '../support/refusal';
+
+/*
+ * The `pulumi` runner driven through its Automation API port by a TEST DOUBLE (`RecordedAutomation` below): it
+ * runs no CLI and deploys nothing; it replays engine events recorded in the shapes of
+ * `@pulumi/pulumi/automation`'s typed events and writes an update plan file where `pulumi preview --save-plan`
+ * would. What it checks is the runner's own work: the project written to a work directory, references given as
+ * secret config, the plan made from events, the check against the approved plan, `up` constrained to the saved
+ * plan, the mapping of failures. The real Automation API and CLI are exercised only where this machine allows:
+ * without a CLI (which cannot be installed here), where they must fail with PROVISIONING.RUNNER_UNAVAILABLE.
+ */
+
+const STACK_URN = 'urn:pulumi:dev::shop::pulumi:pulumi:Stack::shop-dev';
+const NET_URN = 'urn:pulumi:dev::shop::local:network:VirtualNetwork::net';
+const DB_URN = 'urn:pulumi:dev::shop::local:sql:Database::db';
+const SECRET_VALUE = 's3cr3t-db-password-value';
+const BLINDED_SECRET = { [PULUMI_SIG_KEY]: PULUMI_SECRET_SIG, ciphertext: '[secret]' };
+
+const FILES = {
+  'Pulumi.yaml': 'name: shop\nruntime: yaml\nresources:\n  net:\n    type: local:network:VirtualNetwork\n  db:\n    type: local:sql:Database\n',
+  'Pulumi.dev.yaml': 'config:\n  shop:dbPassword:\n    secretRef: db-password\n  region: west\n',
+  'modules/README.md': 'nested files are written too\n',
+};
+
+let sequence = 0;
+function event(body: Omit<EngineEvent, 'sequence' | 'timestamp'>): EngineEvent {
+  return { sequence: sequence++, timestamp: 1767225600 + sequence, ...body };
+}
+function step(op: StepEventMetadata['op'], urn: string, type: string, inputs: Record<string, unknown>, id = '', old?: Record<string, unknown>): StepEventMetadata {
+  const state = (values: Record<string, unknown>, stateId: string) => ({ urn, type, id: stateId, parent: STACK_URN, inputs: values, outputs: {}, provider: '' });
+  return { op, urn, type, provider: '', new: state(inputs, id), ...(old ? { old: state(old, id || 'old-id') } : {}) };
+}
+
+/** A recorded preview: `create` everything (first preview) or update the network's cidr. */
+function previewRecording(kind: 'first' | 'cidr' = 'first', planning = true): { events: EngineEvent[]; updatePlan: unknown; changeSummary: OpMap } {
+  sequence = 0;
+  const op = kind === 'first' ? 'create' : 'update';
+  const net = kind === 'first' ? step('create', NET_URN, 'local:network:VirtualNetwork', { cidr: '10.0.0.0/16' }) : { ...step('update', NET_URN, 'local:network:VirtualNetwork', { cidr: '10.1.0.0/16' }, 'net-1', { cidr: '10.0.0.0/16' }), diffs: ['cidr'] };
+  const db = step('create', DB_URN, 'local:sql:Database', { network: PULUMI_UNKNOWN, password: BLINDED_SECRET });
+  const stack = step('create', STACK_URN, 'pulumi:pulumi:Stack', {});
+  const stackOutputs = { ...stack, new: { ...stack.new!, outputs: { netId: PULUMI_UNKNOWN } } };
+  return {
+    events: [
+      event({ resourcePreEvent: { metadata: stack, planning } }),
+      event({ resourcePreEvent: { metadata: net, planning } }),
+      event({ resOutputsEvent: { metadata: { ...net, new: { ...net.new!, id: 'net-1' } }, planning } }),
+      event({ resourcePreEvent: { metadata: db, planning } }),
+      event({ resOutputsEvent: { metadata: { ...db, new: { ...db.new!, id: 'db-1' } }, planning } }),
+      event({ resOutputsEvent: { metadata: stackOutputs, planning } }),
+      event({ summaryEvent: { maybeCorrupt: false, durationSeconds: 1, resourceChanges: { create: kind === 'first' ? 3 : 2, ...(kind === 'cidr' ? { update: 1 } : {}) }, policyPacks: {} } }),
+    ],
+    updatePlan: {
+      manifest: { time: '2026-01-01T00:00:00Z', magic: 'm', version: 'v3.248.0' },
+      config: { 'shop:dbPassword': { secure: 'v1:cipher' } },
+      resourcePlans: {
+        [STACK_URN]: { goal: { type: 'pulumi:pulumi:Stack', name: 'shop-dev', custom: false, protect: false }, steps: ['create'] },
+        [NET_URN]: { goal: { type: 'local:network:VirtualNetwork', name: 'net', custom: true, protect: false, parent: STACK_URN }, steps: [op] },
+        [DB_URN]: { goal: { type: 'local:sql:Database', name: 'db', custom: true, protect: false, parent: STACK_URN, dependencies: [NET_URN] }, steps: ['create'] },
+      },
+    },
+    changeSummary: { create: kind === 'first' ? 3 : 2, ...(kind === 'cidr' ? { update: 1 } : {}) },
+  };
+}
+
+function summaryOf(version: number, result: UpdateSummary['result'] = 'succeeded'): UpdateSummary {
+  const at = new Date('2026-01-01T00:00:00Z');
+  return { kind: 'update', startTime: at, endTime: at, message: '', environment: {}, config: {}, result, version };
+}
+
+interface PreviewScript {
+  readonly events: readonly EngineEvent[];
+  readonly updatePlan: unknown;
+  readonly changeSummary: OpMap;
+  readonly fails?: Error;
+}
+interface UpScript {
+  readonly events: readonly EngineEvent[];
+  readonly outputs?: OutputMap;
+  readonly version?: number;
+  readonly fails?: Error;
+}
+
+/**
+ * TEST DOUBLE of the Pulumi Automation API (the `PulumiAutomation` port), not the real thing: it runs no CLI and
+ * deploys nothing. Each `preview` replays the next recorded preview (events through `onEvent`, the update plan
+ * written to the `plan` path); `up` replays the recorded update, one event per tick, and stops when its signal is
+ * aborted. It records what the runner asked and what the work directory held.
+ */
+class RecordedAutomation implements PulumiAutomation {
+  readonly calls: string[] = [];
+  readonly configs: ConfigMap[] = [];
+  /** The work directory's files when the stack was selected, by relative name. */
+  readonly workDirs: Record<string, string>[] = [];
+  readonly planFiles: string[] = [];
+  upPlanFile: string | undefined;
+  upSignal: AbortSignal | undefined;
+  selectFails: Error | undefined;
+
+  constructor(
+    private readonly previews: PreviewScript[],
+    private readonly update: UpScript = { events: [] },
+    private version: number | undefined = undefined,
+  ) {}
+
+  async selectStack({ stackName, workDir }: { stackName: string; workDir: string }): Promise<PulumiStackHandle> {
+    this.calls.push(`select ${stackName}`);
+    if (this.selectFails) throw this.selectFails;
+    this.workDirs.push(await readTree(workDir));
+    const recorded = this.previews;
+    return {
+      setAllConfig: async (config) => {
+        this.calls.push('setAllConfig');
+        this.configs.push(config);
+      },
+      info: async () => (this.version === undefined ? undefined : summaryOf(this.version)),
+      preview: async ({ plan, onEvent }): Promise<PreviewResult> => {
+        this.calls.push('preview');
+        const script = recorded.shift();
+        if (!script) throw new Error('no recorded preview left');
+        for (const e of script.events) onEvent(e);
+        if (script.fails) throw script.fails;
+        await writeFile(plan, JSON.stringify(script.updatePlan));
+        this.planFiles.push(plan);
+        return { stdout: '', stderr: '', changeSummary: script.changeSummary };
+      },
+      up: async ({ plan, onEvent, signal }): Promise<UpResult> => {
+        this.calls.push('up');
+        this.upPlanFile = await readFile(plan, 'utf8');
+        this.upSignal = signal;
+        for (const e of this.update.events) {
+          if (signal.aborted) throw new PulumiCommandFailure('failed', 255, 'error: update canceled');
+          onEvent(e);
+          await new Promise((resolve) => setTimeout(resolve, 1));
+        }
+        if (signal.aborted) throw new PulumiCommandFailure('failed', 255, 'error: update canceled');
+        if (this.update.fails) throw this.update.fails;
+        this.version = this.update.version ?? (this.version ?? 0) + 1;
+        return { stdout: '', stderr: '', outputs: this.update.outputs ?? {}, summary: summaryOf(this.version) };
+      },
+    };
+  }
+}
+
+async function readTree(root: string, prefix = ''): Promise<Record<string, string>> {
+  const files: Record<string, string> = {};
+  for (const entry of await readdir(join(root, prefix), { withFileTypes: true })) {
+    const name = prefix ? `${prefix}/${entry.name}` : entry.name;
+    if (entry.isDirectory()) Object.assign(files, await readTree(root, name));
+    else files[name] = await readFile(join(root, name), 'utf8');
+  }
+  return files;
+}
+
+/** The events of `up` for the first preview's resources, as the engine reports them when it carries them out. */
+function upEvents(failDb = false): EngineEvent[] {
+  return previewRecording('first', false)
+    .events.filter((e) => !e.summaryEvent)
+    .flatMap((e) => {
+      const md = e.resOutputsEvent?.metadata;
+      if (failDb && md?.urn === DB_URN) {
+        return [
+          event({ diagnosticEvent: { urn: DB_URN, message: `<{%reset%}>creating db: password ${SECRET_VALUE} is too weak<{%reset%}>\n`, color: 'raw', severity: 'error' } }),
+          event({ resOpFailedEvent: { metadata: md, status: 1, steps: 0 } }),
+        ];
+      }
+      if (failDb && md?.urn === STACK_URN) return [];
+      return [e];
+    });
+}
+
+const resolve = async (reference: ValueReference): Promise<JsonValue> => {
+  if ('secretRef' in reference && reference.secretRef === 'db-password') return SECRET_VALUE;
+  throw new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'unavailable', `no value for ${JSON.stringify(reference)}`);
+};
+
+let workRoot: string;
+beforeEach(async () => {
+  workRoot = await mkdtemp(join(tmpdir(), 'iac-pulumi-runner-'));
+});
+afterEach(async () => {
+  await rm(workRoot, { recursive: true, force: true });
+});
+
+function runner(automation: PulumiAutomation) {
+  return createPulumiRunner({ automation, workRoot, clock: new ManualClock('2026-01-01T00:00:00.000Z') });
+}
+
+describe('the pulumi runner without its CLI (real Automation API, real process calls)', () => {
+  it('when the CLI is not installed, then version() fails with PROVISIONING.RUNNER_UNAVAILABLE', async () => {
+    const error = await refusal(pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli') }).version());
+    expect(error).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE', kind: 'unavailable', message: 'the pulumi CLI is not installed on this host' });
+  });
+
+  it('when the CLI answers, then version() is what `pulumi version` prints', async () => {
+    // A stub executable standing in for the CLI's `version` command only.
+    const root = join(workRoot, 'cli');
+    await mkdir(join(root, 'bin'), { recursive: true });
+    await writeFile(join(root, 'bin', 'pulumi'), '#!/bin/sh\necho v3.248.0\n');
+    await chmod(join(root, 'bin', 'pulumi'), 0o755);
+    await expect(pulumiIacRunner({ cliRoot: root }).version()).resolves.toBe('pulumi v3.248.0');
+  });
+
+  it('when the CLI is not installed, then preview through the real Automation API fails with PROVISIONING.RUNNER_UNAVAILABLE and leaves no work directory', async () => {
+    const error = await refusal(pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).preview('dev', FILES));
+    expect(error).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE', kind: 'unavailable' });
+    expect(await readdir(workRoot)).toEqual([]);
+  });
+
+  it('when the CLI is not installed, then apply through the real Automation API fails with a receipt, nothing applied', async () => {
+    const automation = new RecordedAutomation([previewRecording()]);
+    const plan = await runner(automation).preview('dev', FILES);
+    const result = await pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).apply('dev', FILES, {}, plan, resolve);
+    expect(result).toMatchObject({ status: 'failed', planDigest: plan.digest, error: { code: 'PROVISIONING.RUNNER_UNAVAILABLE' } });
+    expect(result.resources.every((r) => r.status === 'skipped')).toBe(true);
+  });
+
+  it('when the Automation API throws its command errors, then they become the port failures', () => {
+    // The Automation API's own error factory (internal to the package, reached at run time).
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { createCommandError } = require('@pulumi/pulumi/automation/errors') as { createCommandError: (result: unknown) => Error };
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { CommandResult } = require('@pulumi/pulumi/automation/cmd') as { CommandResult: new (stdout: string, stderr: string, code: number, err?: Error) => unknown };
+    const missing = Object.assign(new Error('Command failed with ENOENT: pulumi version'), { code: 'ENOENT' });
+    expect(translateAutomationError(createCommandError(new CommandResult('', '', -2, missing)))).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE' });
+    const busy = translateAutomationError(createCommandError(new CommandResult('', 'error: [409] Conflict: Another update is currently in progress.', 255)));
+    expect(busy).toBeInstanceOf(PulumiCommandFailure);
+    expect(busy).toMatchObject({ reason: 'concurrent-update', exitCode: 255 });
+    expect(translateAutomationError(createCommandError(new CommandResult('', 'error: program failed', 1)))).toMatchObject({ reason: 'failed', exitCode: 1 });
+    const other = new TypeError('not a command');
+    expect(translateAutomationError(other)).toBe(other);
+  });
+});
+
+describe('preview through the Automation API port', () => {
+  it('when a project is previewed, then its files are written to a work directory, references set as secret placeholders, and the plan made from the events', async () => {
+    const automation = new RecordedAutomation([previewRecording()], undefined, 4);
+    const plan = await runner(automation).preview('dev', FILES, { replicas: 2 });
+
+    expect(automation.calls).toEqual(['select dev', 'setAllConfig', 'preview']);
+    const written = automation.workDirs[0]!;
+    expect(written['Pulumi.yaml']).toBe(FILES['Pulumi.yaml']);
+    expect(written['modules/README.md']).toBe(FILES['modules/README.md']);
+    expect(written['Pulumi.dev.yaml']).toBe('config:\n  shop:region: west\n  shop:replicas: 2\n');
+    expect(automation.configs).toEqual([{ 'shop:dbPassword': { value: 'unresolved:secretRef:db-password', secret: true } }]);
+
+    expect(plan).toMatchObject({ schemaVersion: 1, project: 'shop', stack: 'dev', baseSerial: 4, counts: { create: 3, update: 0, replace: 0, delete: 0, same: 0 } });
+    expect(plan.steps.map((s) => `${s.op} ${s.name}`)).toEqual(['create shop-dev', 'create net', 'create db']);
+    expect(plan.steps[2]!.inputs).toMatchObject({ password: '[secret]' });
+    expect(plan.references).toEqual([{ secretRef: 'db-password' }]);
+    expect(plan.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(await readdir(workRoot)).toEqual([]);
+  });
+
+  it('when the program fails in preview, then the plan error is IAC.PREVIEW_FAILED with the diagnostic', async () => {
+    const failing = {
+      ...previewRecording(),
+      events: [event({ diagnosticEvent: { message: '<{%reset%}>Pulumi.yaml: resource db: unknown property "sizeGb"<{%reset%}>\n', color: 'raw', severity: 'error' } })],
+      fails: new PulumiCommandFailure('failed', 255, 'error: preview failed'),
+    };
+    const error = await refusal(runner(new RecordedAutomation([failing])).preview('dev', FILES));
+    expect(error).toMatchObject({ code: 'IAC.PREVIEW_FAILED', kind: 'unprocessable', message: 'Pulumi.yaml: resource db: unknown property "sizeGb"' });
+  });
+
+  it('when another update holds the stack, then preview fails with PROVISIONING.STACK_BUSY (retryable)', async () => {
+    const automation = new RecordedAutomation([]);
+    automation.selectFails = new PulumiCommandFailure('concurrent-update', 255, 'error: [409] Conflict');
+    expect(await refusal(runner(automation).preview('dev', FILES))).toMatchObject({ code: 'PROVISIONING.STACK_BUSY', kind: 'unavailable' });
+  });
+
+  it('when the backend cannot be reached, then preview fails with PROVISIONING.RUNNER_UNAVAILABLE saying why', async () => {
+    const automation = new RecordedAutomation([]);
+    automation.selectFails = new PulumiCommandFailure('failed', 255, 'warning: x\nerror: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions\n');
+    const error = await refusal(runner(automation).preview('dev', FILES));
+    expect(error).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE', message: expect.stringContaining('PULUMI_ACCESS_TOKEN must be set') });
+  });
+
+  it('when a project file would land outside the work directory, or a reference is nested in a value, then nothing runs', async () => {
+    const automation = new RecordedAutomation([previewRecording()]);
+    expect(await refusal(runner(automation).preview('dev', { ...FILES, '../escape.yaml': 'x' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
+    expect(await refusal(runner(automation).preview('dev', FILES, { settings: { password: { secretRef: 'x' } } }))).toMatchObject({ code: 'IAC.INVALID_CONFIG' });
+    expect(await refusal(runner(automation).preview('dev', { 'Pulumi.dev.yaml': 'config: {}\n' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
+    expect(automation.calls).toEqual([]);
+  });
+});
+
+describe('apply through the Automation API port', () => {
+  async function approved(): Promise<Plan> {
+    return runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview('dev', FILES);
+  }
+
+  it('when the plan is unchanged, then up runs constrained to the update plan just saved, with the secret resolved, and the receipt holds no secret', async () => {
+    const plan = await approved();
+    const automation = new RecordedAutomation(
+      [previewRecording()],
+      { events: upEvents(), outputs: { netId: { value: 'net-1', secret: false }, dsn: { value: `db://u:${SECRET_VALUE}@db-1`, secret: true } }, version: 5 },
+      4,
+    );
+    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+
+    expect(automation.calls).toEqual(['select dev', 'setAllConfig', 'preview', 'up']);
+    expect(automation.configs).toEqual([{ 'shop:dbPassword': { value: SECRET_VALUE, secret: true } }]);
+    expect(automation.upPlanFile).toBe(JSON.stringify(previewRecording().updatePlan));
+    expect(result).toMatchObject({ status: 'applied', stack: 'dev', planDigest: plan.digest, serial: 5, outputs: { netId: 'net-1', dsn: '[secret]' } });
+    expect(result.resources.map((r) => `${r.op} ${r.name} ${r.status} ${r.id ?? '-'}`)).toEqual(['create shop-dev succeeded -', 'create net succeeded net-1', 'create db succeeded db-1']);
+    expect(JSON.stringify(result)).not.toContain(SECRET_VALUE);
+    expect(await readdir(workRoot)).toEqual([]);
+  });
+
+  it('when the plan made again does something the approved one did not, then PROVISIONING.PLAN_CHANGED and up never runs', async () => {
+    const plan = await approved();
+    const automation = new RecordedAutomation([previewRecording('cidr')], { events: upEvents() }, 4);
+    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    expect(automation.calls).not.toContain('up');
+    expect(result).toMatchObject({ status: 'failed', planDigest: plan.digest, error: { code: 'PROVISIONING.PLAN_CHANGED' } });
+    expect(result.error?.message).toContain(NET_URN);
+    expect(result.resources.every((r) => r.status === 'skipped')).toBe(true);
+  });
+
+  it('when pulumi refuses an operation beyond the update plan, then PROVISIONING.PLAN_CHANGED', async () => {
+    const plan = await approved();
+    const violation = event({ diagnosticEvent: { urn: NET_URN, message: `resource ${NET_URN} violates plan: properties changed: ~~cidr[{10.0.0.0/16}!={10.2.0.0/16}]`, color: 'raw', severity: 'error' } });
+    const automation = new RecordedAutomation([previewRecording()], { events: [violation], fails: new PulumiCommandFailure('failed', 255, 'error: update failed') }, 4);
+    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    expect(automation.calls).toContain('up');
+    expect(result).toMatchObject({ status: 'failed', serial: 4, error: { code: 'PROVISIONING.PLAN_CHANGED' } });
+  });
+
+  it('when a resource fails during up, then it is failed with its redacted diagnostic and the apply failed', async () => {
+    const plan = await approved();
+    const automation = new RecordedAutomation([previewRecording()], { events: upEvents(true), fails: new PulumiCommandFailure('failed', 255, `error: update failed: ${SECRET_VALUE}`) }, 4);
+    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    expect(result.status).toBe('failed');
+    expect(result.resources.map((r) => `${r.name} ${r.status}`)).toEqual(['shop-dev skipped', 'net succeeded', 'db failed']);
+    expect(result.error).toEqual({ code: 'PROVISIONING.APPLY_FAILED', message: 'creating db: password [secret] is too weak' });
+    expect(JSON.stringify(result)).not.toContain(SECRET_VALUE);
+  });
+
+  it('when a reference cannot be resolved, then PROVISIONING.REFERENCE_UNRESOLVED before pulumi is asked anything', async () => {
+    const plan = await approved();
+    const automation = new RecordedAutomation([previewRecording()], { events: upEvents() });
+    const result = await runner(automation).apply('dev', FILES, { apiKey: { secretRef: 'missing' } }, plan, resolve);
+    expect(result.error?.code).toBe('PROVISIONING.REFERENCE_UNRESOLVED');
+    expect(automation.calls).toEqual([]);
+  });
+
+  it('when the caller refuses before up, then nothing is applied; when it refuses during up, then the update is cancelled with its code', async () => {
+    const plan = await approved();
+    const lockLost = () => Promise.reject(new AppError('PROVISIONING.STACK_LOCK_LOST', 'conflict', 'the stack lock was lost'));
+
+    const before = new RecordedAutomation([previewRecording()], { events: upEvents() }, 4);
+    const refused = await runner(before).apply('dev', FILES, {}, plan, resolve, { beforeStep: lockLost });
+    expect(before.calls).not.toContain('up');
+    expect(refused).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
+
+    let checks = 0;
+    const during = new RecordedAutomation([previewRecording()], { events: upEvents() }, 4);
+    const cancelled = await runner(during).apply('dev', FILES, {}, plan, resolve, { beforeStep: () => (++checks > 1 ? lockLost() : Promise.resolve()) });
+    expect(during.upSignal?.aborted).toBe(true);
+    expect(cancelled).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
+    expect(cancelled.resources.some((r) => r.status === 'skipped')).toBe(true);
+  });
+
+  it('when the approved plan is not a plan, then apply refuses with IAC.INVALID_PLAN', async () => {
+    const error = await refusal(runner(new RecordedAutomation([])).apply('dev', FILES, {}, { digest: 'x' } as unknown as Plan, resolve));
+    expect(error.code).toBe('IAC.INVALID_PLAN');
+  });
+});
