@@ -53,13 +53,33 @@ new servicebus.Queue('runtime-cloud-promotions', {
   lockDuration: 'PT1M',
   deadLetteringOnMessageExpiration: true,
 });
-new servicebus.Topic('runtime-cloud-events', {
+const events = new servicebus.Topic('runtime-cloud-events', {
   topicName: 'runtime-cloud-events',
   resourceGroupName: group.name,
   namespaceName: bus.name,
   requiresDuplicateDetection: true,
   duplicateDetectionHistoryTimeWindow: 'P1D',
   supportOrdering: true,
+});
+// The provisioning module's own subscription (function poolResizeIntake): pool resizes become provisioning runs.
+const provisioningSubscription = new servicebus.Subscription('runtime-cloud-events-provisioning', {
+  subscriptionName: 'provisioning',
+  resourceGroupName: group.name,
+  namespaceName: bus.name,
+  topicName: events.name,
+  maxDeliveryCount: 10,
+  lockDuration: 'PT1M',
+  deadLetteringOnMessageExpiration: true,
+});
+// Replaces the subscription's default rule (every message): only PoolResizeRequested, by the relay's `type` property.
+new servicebus.Rule('runtime-cloud-events-provisioning-filter', {
+  ruleName: '$Default',
+  resourceGroupName: group.name,
+  namespaceName: bus.name,
+  topicName: events.name,
+  subscriptionName: provisioningSubscription.name,
+  filterType: servicebus.FilterType.CorrelationFilter,
+  correlationFilter: { properties: { type: 'PoolResizeRequested' } },
 });
 
 const sqlServer = new sql.Server(`${prefix}-sql`, {

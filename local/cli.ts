@@ -8,7 +8,9 @@ const USAGE = `runtime-cloud: the local RuntimeCloudHost
 Usage:
   runtime-cloud start [--port N] [--state-dir DIR]
       Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
-      local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/.
+      local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
+      without them, it makes the example repository desired-state.git and references.json (the example's
+      secret and config references; see the README walk-through).
   runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]
@@ -22,7 +24,8 @@ Settings (environment variables, Azure app-settings form):
 
 const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR]
   --port N          HTTP port (default 8130, or RuntimeCloud__Local__Port)
-  --state-dir DIR   state folder (default .runtime-cloud, or RuntimeCloud__Local__StateDir)
+  --state-dir DIR   state folder (default .runtime-cloud, or RuntimeCloud__Local__StateDir); on first start it gets
+                    the example repository desired-state.git and references.json
 `;
 
 const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]

@@ -1,9 +1,12 @@
+import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as git from 'isomorphic-git';
 import type { PromotionApproved } from '../shared/provisioning/promotion';
+import { ensureError } from '../shared/platform/errors/app-error';
 import { randomIds, systemClock, type Clock, type Ids } from '../shared/platform/time/clock';
+import type { HostComponent } from './host';
 
 /** The example desired state in this repository: one Pulumi YAML project with a development and a production stack. */
 export const EXAMPLES_DIR = join(__dirname, '../infra/examples/desired-state');
@@ -103,5 +106,58 @@ export function examplePromotion(
     desiredState: { repository: repository.url, commit: repository.commit, path: EXAMPLE_PROJECT_PATH, stack: environment },
     requestedBy: 'local-developer',
     approvedAt: (options.clock ?? systemClock).now().toISOString(),
+  };
+}
+
+/** The Secret Broker references of the example's stack files; the default reference store gets a value for each. */
+const EXAMPLE_SECRET_REFERENCES = ['broker://runtime-cloud/app-db-password-development', 'broker://runtime-cloud/app-db-password'];
+
+/** The Config Platform references of the example's stack files, with the values the default reference store gives them. */
+const EXAMPLE_CONFIG_VALUES = { 'platform://app/feature-flags': '{"newCheckout":false}' };
+
+/**
+ * Writes `<stateDir>/references.json` (the local reference store, shared/platform/secrets/local-references.ts) with a
+ * value for each of the example's references, unless the file exists: then it is the developer's and stays as it is.
+ * The passwords are random per state dir, so no password is shared by every checkout; the file is readable by its
+ * owner only. Values are never printed.
+ */
+function ensureExampleReferences(stateDir: string): void {
+  const file = resolve(stateDir, 'references.json');
+  const secrets = Object.fromEntries(EXAMPLE_SECRET_REFERENCES.map((reference) => [reference, `local-${randomBytes(18).toString('base64url')}`]));
+  fs.mkdirSync(stateDir, { recursive: true });
+  try {
+    // 'wx': created only when absent, atomically, so hosts starting at once on one state dir never overwrite each other.
+    fs.writeFileSync(file, `${JSON.stringify({ secrets, config: EXAMPLE_CONFIG_VALUES }, null, 2)}\n`, { flag: 'wx', mode: 0o600 });
+  } catch (thrown) {
+    if ((ensureError(thrown) as { code?: unknown }).code !== 'EEXIST') throw thrown;
+  }
+}
+
+/** Whether the example repository exists: its `main` points at a commit. */
+async function hasExampleRepository(stateDir: string): Promise<boolean> {
+  const gitdir = resolve(stateDir, 'desired-state.git');
+  return git.resolveRef({ fs, gitdir, ref: BRANCH }).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * Start-up of the local host: a state dir without the example repository gets one, and one without
+ * `references.json` gets the example's default. A state dir that has them is left alone (one ref read and one
+ * failed exclusive create), so a start never moves `main` under commits a developer pushed to it (the
+ * `example promotion` command is what commits changed examples).
+ * Only when the provisioning module is enabled.
+ */
+export function exampleDesiredStateComponent(): HostComponent {
+  return {
+    name: 'example-desired-state',
+    async start({ config }) {
+      if (!config.host.enabledModules.includes('provisioning')) return;
+      const stateDir = resolve(config.local.stateDir);
+      if (!(await hasExampleRepository(stateDir))) await ensureExampleRepository(stateDir);
+      ensureExampleReferences(stateDir);
+    },
+    stop: () => Promise.resolve(),
   };
 }

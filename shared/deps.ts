@@ -70,9 +70,9 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
   if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
   const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clock });
-  // Only the local engine plans and applies so far; with the pulumi runner, runs fail saying the runner cannot.
-  const engine: IacEngine | undefined = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : undefined;
-  const iac: IacRunner = engine ?? pulumiIacRunner();
+  // The embedded engine against the local cloud, or the Pulumi Automation API (which needs the pulumi CLI).
+  const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
+  const iac: IacRunner = engine;
   const stateDir = resolve(config.local.stateDir);
   const provisioning = createProvisioningService({
     store,
@@ -85,6 +85,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     knowsTenant: async (tenant) =>
       (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
     desiredState: { cacheDir: join(stateDir, 'git-cache') },
+    planExpiry: config.provisioning.planExpiry,
   });
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);

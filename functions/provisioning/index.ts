@@ -1,5 +1,7 @@
 // The provisioning module's functions register here.
 import './promotion-intake';
+import './pool-resize-intake';
 import './provisioning-run.activities';
 import './provisioning-run.orchestrator';
 import './runs';
+import './stacks';

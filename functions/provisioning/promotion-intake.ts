@@ -48,7 +48,7 @@ function messageIdOf(context: InvocationContext): string {
 }
 
 /** Starts the run's orchestration under the run's id, so there is never a second instance of one run. */
-async function startRun(client: DurableClient, run: Run, timings: RunTimings, options: { onlyIfAbsent?: boolean } = {}): Promise<void> {
+export async function startRun(client: DurableClient, run: Run, timings: RunTimings, options: { onlyIfAbsent?: boolean } = {}): Promise<void> {
   const exists = () => client.getStatus(run.id).then(Boolean, () => false);
   if (options.onlyIfAbsent && (await exists())) return;
   const input: RunOrchestrationInput = { runId: run.id, timings };

@@ -56,6 +56,11 @@ export function later(from: Date, ms: number): Date {
   return new Date(from.getTime() + ms);
 }
 
+/** The time an ISO-8601 text names (an activity's answer, so replays read the same text and get the same time). */
+export function at(iso: string): Date {
+  return new Date(iso);
+}
+
 export async function planActivity(input: RunRef): Promise<RunStep> {
   return (await getDeps()).provisioning.plan(input.runId);
 }

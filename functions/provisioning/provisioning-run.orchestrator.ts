@@ -1,18 +1,23 @@
 import * as df from 'durable-functions';
-import type { OrchestrationContext, OrchestrationHandler, Task } from 'durable-functions';
+import type { OrchestrationContext, OrchestrationHandler, Task, TimerTask } from 'durable-functions';
 import type { RunStep, RunTimings } from '../../shared/provisioning/provisioning.service';
 import { moduleEnabled } from '../app';
-import { callActivity, later, ProvisioningActivities } from './provisioning-run.activities';
+import { at, callActivity, later, ProvisioningActivities } from './provisioning-run.activities';
 
 /**
  * One provisioning run as a Durable orchestration, its instance id the run id: plan (once the stack is free) →
  * wait for the approval, racing a timer, when the plan needs one → apply (once the stack is free again) → done.
+ * A plan that goes stale (it expired before its approval, or the stack's state moved before its apply) waits for an
+ * operator to replan it (→ plan again, and a fresh approval where one is needed) or to reject it, racing a timer too.
  * The run's state lives in the store; the activities move it and this function only decides what to wait for.
  * Deterministic: time comes from `context.df.currentUtcDateTime`, durations from the input.
  */
 export const ProvisioningOrchestrations = { run: 'provisioningRun' } as const;
 
-/** The event the approve and reject endpoints raise on a run's instance; the decision itself is in the store. */
+/**
+ * The event the approve, reject and replan endpoints raise on a run's instance; the decision itself is in the
+ * store, the event only wakes the run.
+ */
 export const APPROVAL_EVENT = 'approval';
 
 /**
@@ -25,21 +30,17 @@ export interface RunOrchestrationInput {
   readonly timings: RunTimings;
 }
 
+type PersonStep = Extract<RunStep, { outcome: 'awaiting-approval' | 'stale' }>;
+
 export const provisioningRunOrchestrator: OrchestrationHandler = function* (context: OrchestrationContext) {
   const { runId, timings } = context.df.getInput<RunOrchestrationInput>();
   try {
     let step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
-    while (step.outcome === 'awaiting-approval') {
-      context.df.setCustomStatus({ runId, waitingFor: 'approval', planDigest: step.planDigest });
-      const approval = context.df.waitForExternalEvent(APPROVAL_EVENT);
-      const timeout = context.df.createTimer(later(context.df.currentUtcDateTime, timings.approvalTimeoutMs));
-      const winner: unknown = yield context.df.Task.any([approval, timeout]);
-      if (winner === approval) timeout.cancel();
-      // The event only wakes the run: the store says whether it was approved, rejected or not decided at all.
-      step = yield* callActivity(context, ProvisioningActivities.afterApproval, { runId, timedOut: winner !== approval });
-    }
-    if (step.outcome === 'applying') {
-      step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.apply, { runId }));
+    for (;;) {
+      if (step.outcome === 'awaiting-approval' || step.outcome === 'stale') step = yield* waitForPerson(context, runId, timings, step);
+      else if (step.outcome === 'planning') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
+      else if (step.outcome === 'applying') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.apply, { runId }));
+      else break;
     }
     context.df.setCustomStatus({ runId, step: step.outcome });
     return step;
@@ -51,6 +52,44 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
     return step;
   }
 };
+
+/**
+ * Waits for a person while the run stays where `first` left it (awaiting approval of that plan, or stale): each
+ * wake-up (the decision event; the plan's expiry, once) asks the store where the run stands. The deadline is set
+ * once per wait, so wake-ups that decide nothing do not push it back; when it fires the run is told it timed out.
+ */
+function* waitForPerson(context: OrchestrationContext, runId: string, timings: RunTimings, first: PersonStep): Generator<Task, RunStep, unknown> {
+  const deadline = later(context.df.currentUtcDateTime, timings.approvalTimeoutMs);
+  let expiryFired = false;
+  let step: RunStep = first;
+  while (samePersonWait(first, step)) {
+    context.df.setCustomStatus(step.outcome === 'stale' ? { runId, waitingFor: 'replan', reason: step.reason } : { runId, waitingFor: 'approval', planDigest: step.planDigest });
+    const decision = context.df.waitForExternalEvent(APPROVAL_EVENT);
+    const timeout = context.df.createTimer(deadline);
+    // The plan's expiry wakes the run once, so it shows stale without anyone having to try an approval first.
+    const expiresAt: Date | undefined = step.outcome === 'awaiting-approval' && !expiryFired ? expiryOf(step, deadline) : undefined;
+    const expiry: TimerTask | undefined = expiresAt ? context.df.createTimer(expiresAt) : undefined;
+    const winner: unknown = yield context.df.Task.any(expiry ? [decision, timeout, expiry] : [decision, timeout]);
+    if (winner !== timeout) timeout.cancel();
+    if (expiry && winner !== expiry) expiry.cancel();
+    if (winner === expiry) expiryFired = true;
+    step = yield* callActivity(context, ProvisioningActivities.afterApproval, { runId, timedOut: winner === timeout });
+  }
+  return step;
+}
+
+/** Whether `step` is still the wait `first` began: the same plan awaiting approval, or still stale. */
+function samePersonWait(first: PersonStep, step: RunStep): step is PersonStep {
+  if (first.outcome === 'stale') return step.outcome === 'stale';
+  return step.outcome === 'awaiting-approval' && step.planDigest === first.planDigest;
+}
+
+/** The plan's expiry when it comes before the deadline (else the deadline decides first). */
+function expiryOf(step: Extract<RunStep, { outcome: 'awaiting-approval' }>, deadline: Date): Date | undefined {
+  if (step.planExpiresAt === undefined) return undefined;
+  const expiresAt = at(step.planExpiresAt);
+  return expiresAt < deadline ? expiresAt : undefined;
+}
 
 /** Repeats a step while it answers `waiting` (the stack is busy), sleeping on a durable timer between tries. */
 function* untilNotWaiting(context: OrchestrationContext, timings: RunTimings, step: () => Generator<Task, RunStep, unknown>): Generator<Task, RunStep, unknown> {

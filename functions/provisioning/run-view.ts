@@ -1,5 +1,5 @@
 import { redactUrl } from '../../shared/platform/git/desired-state';
-import type { RunDetail } from '../../shared/provisioning/provisioning.repository';
+import type { Decision, RunDetail } from '../../shared/provisioning/provisioning.repository';
 import type { Run } from '../../shared/provisioning/run';
 
 /**
@@ -9,16 +9,21 @@ import type { Run } from '../../shared/provisioning/run';
 export function runView(run: Run) {
   return {
     runId: run.id,
-    promotionId: run.promotionId,
+    reason: run.reason,
+    // A pool-resize run has no promotion; `poolResize` names the event it came from.
+    ...(run.reason === 'promotion' ? { promotionId: run.promotionId } : {}),
+    ...(run.poolResize ? { poolResize: { ...run.poolResize } } : {}),
     tenant: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },
     stack: run.stack,
     desiredState: { ...run.desiredState, repository: redactUrl(run.desiredState.repository) },
     requestedBy: run.requestedBy,
+    ...(run.config ? { config: { ...run.config } } : {}),
     state: run.state,
     ...(run.waitingFor ? { waitingFor: run.waitingFor } : {}),
     ...(run.planDigest !== undefined ? { planDigest: run.planDigest } : {}),
+    ...(run.planExpiresAt ? { planExpiresAt: run.planExpiresAt.toISOString() } : {}),
     ...(run.approvalRequired !== undefined ? { approvalRequired: run.approvalRequired } : {}),
     ...(run.error ? { error: { ...run.error } } : {}),
     ...(run.supersededBy !== undefined ? { supersededBy: run.supersededBy } : {}),
@@ -28,21 +33,36 @@ export function runView(run: Run) {
   };
 }
 
-/** A run with its receipts and the decision on it: the plan's steps, the apply's per-resource results. */
+function decisionView(decision: Decision) {
+  return {
+    decision: decision.decision,
+    planDigest: decision.planDigest,
+    by: decision.by,
+    ...(decision.comment !== undefined ? { comment: decision.comment } : {}),
+    at: decision.at.toISOString(),
+  };
+}
+
+/**
+ * A run with its receipts and the decision on it: the plan's steps, the apply's per-resource results; for a
+ * replanned run, its earlier (stale) plans with why they went stale, oldest first.
+ */
 export function runDetailView(detail: RunDetail) {
   return {
     ...runView(detail.run),
     ...(detail.planReceipt ? { planReceipt: detail.planReceipt } : {}),
     ...(detail.applyReceipt ? { applyReceipt: detail.applyReceipt } : {}),
-    ...(detail.decision
+    ...(detail.decision ? { decision: decisionView(detail.decision) } : {}),
+    ...(detail.replacedPlans.length > 0
       ? {
-          decision: {
-            decision: detail.decision.decision,
-            planDigest: detail.decision.planDigest,
-            by: detail.decision.by,
-            ...(detail.decision.comment !== undefined ? { comment: detail.decision.comment } : {}),
-            at: detail.decision.at.toISOString(),
-          },
+          replacedPlans: detail.replacedPlans.map((p) => ({
+            planDigest: p.planDigest,
+            stale: { ...p.stale },
+            replannedBy: p.replannedBy,
+            replannedAt: p.replannedAt.toISOString(),
+            ...(p.decision ? { decision: decisionView(p.decision) } : {}),
+            planReceipt: p.planReceipt,
+          })),
         }
       : {}),
   };

@@ -1,8 +1,8 @@
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { z } from 'zod';
-import { ensureError } from '../../shared/platform/errors/app-error';
-import { RUN_STATES } from '../../shared/provisioning/run';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import { RUN_STATES, RunErrors } from '../../shared/provisioning/run';
 import { endpoint, parseQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
@@ -44,19 +44,37 @@ const rejectBody = z.object({ reason: z.string().min(1).max(2000) });
  * there is nothing to approve (also for an approval repeated: its effect cannot double).
  */
 export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body: approveBody }, async ({ request, context, deps, principal, tenants, body }) => {
-  const run = await deps.provisioning.approve(tenants(), request.params.id ?? '', {
-    planDigest: body.planDigest,
-    by: principal.subject,
-    ...(body.comment !== undefined ? { comment: body.comment } : {}),
-  });
+  const runId = request.params.id ?? '';
+  let run;
+  try {
+    run = await deps.provisioning.approve(tenants(), runId, {
+      planDigest: body.planDigest,
+      by: principal.subject,
+      ...(body.comment !== undefined ? { comment: body.comment } : {}),
+    });
+  } catch (thrown) {
+    // 409 PLAN_STALE: the refusal turned the run stale; its orchestration now waits for a replan or a rejection.
+    if (thrown instanceof AppError && thrown.code === RunErrors.planStale) await wakeRun(context, runId, 'stale');
+    throw thrown;
+  }
   await wakeRun(context, run.id, 'approved');
   return { status: 200, jsonBody: runView(run) };
 });
 
-/** Rejects the plan of a run awaiting approval: 200 with the run (rejected, ProvisioningFailed published). */
+/** Rejects a run awaiting approval, or a stale one: 200 with the run (rejected, ProvisioningFailed published). */
 export const rejectRun = endpoint({ scope: 'factory.provisioning.operate', body: rejectBody }, async ({ request, context, deps, principal, tenants, body }) => {
   const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.subject });
   await wakeRun(context, run.id, 'rejected');
+  return { status: 200, jsonBody: runView(run) };
+});
+
+/**
+ * Replans a stale run: its stale plan is kept in `replacedPlans` and the run plans afresh; the new plan needs its
+ * own approval where the policy asks for one. 200 with the run (planning); 409 `PROVISIONING.RUN_NOT_STALE`.
+ */
+export const replanRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
+  const run = await deps.provisioning.replan(tenants(), request.params.id ?? '', principal.subject);
+  await wakeRun(context, run.id, 'replan');
   return { status: 200, jsonBody: runView(run) };
 });
 
@@ -84,4 +102,5 @@ moduleApp('provisioning').http('listRuns', { route: 'runtime-cloud/runs', method
 moduleApp('provisioning').http('getRun', { route: 'runtime-cloud/runs/{id}', methods: ['GET'], authLevel: 'anonymous', handler: getRun });
 moduleApp('provisioning').http('approveRun', { route: 'runtime-cloud/runs/{id}/approve', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: approveRun });
 moduleApp('provisioning').http('rejectRun', { route: 'runtime-cloud/runs/{id}/reject', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: rejectRun });
+moduleApp('provisioning').http('replanRun', { route: 'runtime-cloud/runs/{id}/replan', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: replanRun });
 moduleApp('provisioning').http('cancelRun', { route: 'runtime-cloud/runs/{id}/cancel', methods: ['POST'], authLevel: 'anonymous', handler: cancelRun });

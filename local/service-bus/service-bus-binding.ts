@@ -8,6 +8,7 @@ import { busDb } from '../../shared/platform/bus/bus-db';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shared/platform/bus/queue';
 import { abandon, complete, receive, release, renewLock } from '../../shared/platform/bus/queue.repository';
+import { ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { ensureError } from '../../shared/platform/errors/app-error';
 import type { Clock } from '../../shared/platform/time/clock';
 import { triggerOf, type Registration } from '../functions-core/registry';
@@ -26,10 +27,10 @@ export interface ServiceBusBindingOptions {
 }
 
 /**
- * Binds `serviceBusTrigger` functions (`app.serviceBusQueue`) to the embedded queue in the SQL store, as the
- * Service Bus extension binds them to a queue: peek-lock receive, the handler gets the body (JSON parsed) and a
- * real InvocationContext with the extension's trigger metadata; success completes the message, a throw abandons
- * it (redelivered with a higher delivery count) until the max delivery count dead-letters it.
+ * Binds `serviceBusTrigger` functions (`app.serviceBusQueue`, `app.serviceBusTopic`) to the embedded queues and
+ * topic subscriptions in the SQL store, as the Service Bus extension binds them: peek-lock receive, the handler gets
+ * the body (JSON parsed) and a real InvocationContext with the extension's trigger metadata; success completes the
+ * message, a throw abandons it (redelivered with a higher delivery count) until the max delivery count dead-letters it.
  * `connection` and `isSessionsEnabled` are ignored: there is one embedded namespace and no sessions.
  */
 export class ServiceBusBinding implements HostComponent {
@@ -41,7 +42,7 @@ export class ServiceBusBinding implements HostComponent {
     this.#options = options;
   }
 
-  start(context: HostContext): Promise<void> {
+  async start(context: HostContext): Promise<void> {
     const settings: ReceiverSettings = {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
       lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
@@ -50,11 +51,13 @@ export class ServiceBusBinding implements HostComponent {
     };
     const db = busDb(context.deps.sql.db);
     for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
-      const receiver = new QueueReceiver(registration, db, context.deps.clock, settings, context.log, context.invocations);
+      const entity = entityOf(registration);
+      // A topic trigger reads its subscription, which exists from now on: messages published before are not in it.
+      if (entity.subscription) await ensureSubscription(db, entity.subscription.topic, entity.subscription.name, context.deps.clock.now().getTime());
+      const receiver = new QueueReceiver(registration, entity.path, db, context.deps.clock, settings, context.log, context.invocations);
       this.#receivers.push(receiver);
       receiver.start();
     }
-    return Promise.resolve();
   }
 
   /** Stops receiving, lets running handlers finish (and settle), gives back what was received but not started. */
@@ -76,7 +79,6 @@ type QueueHandler = (message: unknown, context: InvocationContext) => unknown;
 class QueueReceiver {
   readonly #registration: Registration;
   readonly #invocations: InvocationContexts;
-  readonly #trigger: ReturnType<typeof triggerOf>;
   readonly #queue: string;
   readonly #db: Kysely<BusTables>;
   readonly #clock: Clock;
@@ -89,6 +91,7 @@ class QueueReceiver {
 
   constructor(
     registration: Registration,
+    entityPath: string,
     db: Kysely<BusTables>,
     clock: Clock,
     settings: ReceiverSettings,
@@ -97,9 +100,7 @@ class QueueReceiver {
   ) {
     this.#registration = registration;
     this.#invocations = invocations;
-    this.#trigger = triggerOf(registration);
-    if (typeof this.#trigger.queueName !== 'string') throw new Error(`function ${registration.metadata.name} names no queueName`);
-    this.#queue = this.#trigger.queueName;
+    this.#queue = entityPath;
     this.#db = db;
     this.#clock = clock;
     this.#settings = settings;
@@ -212,6 +213,19 @@ class QueueReceiver {
       this.#log('error', this.name, `${what} on ${this.#queue} failed`, ensureError(thrown));
     }
   }
+}
+
+/**
+ * What a `serviceBusTrigger` reads: a queue (`app.serviceBusQueue`: `queueName`) or a topic subscription
+ * (`app.serviceBusTopic`: `topicName` and `subscriptionName`, read from the entity `<topic>/Subscriptions/<name>`).
+ */
+function entityOf(registration: Registration): { readonly path: string; readonly subscription?: { readonly topic: string; readonly name: string } } {
+  const trigger = triggerOf(registration);
+  if (typeof trigger.queueName === 'string') return { path: trigger.queueName };
+  if (typeof trigger.topicName === 'string' && typeof trigger.subscriptionName === 'string') {
+    return { path: subscriptionEntity(trigger.topicName, trigger.subscriptionName), subscription: { topic: trigger.topicName, name: trigger.subscriptionName } };
+  }
+  throw new Error(`function ${registration.metadata.name} names neither a queueName nor a topicName and subscriptionName`);
 }
 
 /**

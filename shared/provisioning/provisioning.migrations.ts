@@ -1,7 +1,10 @@
 import type { Kysely } from 'kysely';
 import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrations';
 
-/** The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages. */
+/**
+ * The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages;
+ * the plans of runs that went stale and were replanned.
+ */
 export const provisioningMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   return {
@@ -81,6 +84,27 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .addColumn('problems', t.text, (c) => c.notNull())
           .addColumn('received_at', 'bigint', (c) => c.notNull())
           .execute();
+      },
+    },
+    '20261201-42-provisioning-stale-plans': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_runs').addColumn('reason', t.key, (c) => c.notNull().defaultTo('promotion')).execute();
+        await db.schema.alterTable('provisioning_runs').addColumn('origin', t.text).execute();
+        await db.schema.alterTable('provisioning_runs').addColumn('config', t.text).execute();
+        await db.schema.alterTable('provisioning_runs').addColumn('plan_expires_at', 'bigint').execute();
+        await db.schema
+          .createTable('provisioning_replaced_plans')
+          .addColumn('id', t.key, (c) => c.primaryKey())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('plan_digest', t.key, (c) => c.notNull())
+          .addColumn('plan_receipt', t.text, (c) => c.notNull())
+          .addColumn('decision', t.text)
+          .addColumn('stale_code', t.key, (c) => c.notNull())
+          .addColumn('stale_message', t.text, (c) => c.notNull())
+          .addColumn('replanned_by', t.key, (c) => c.notNull())
+          .addColumn('replanned_at', 'bigint', (c) => c.notNull())
+          .execute();
+        await db.schema.createIndex('provisioning_replaced_plans_run').on('provisioning_replaced_plans').columns(['run_id', 'replanned_at']).execute();
       },
     },
   };

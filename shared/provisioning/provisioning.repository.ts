@@ -4,8 +4,7 @@ import type { BusTables } from '../platform/bus/bus.tables';
 import { AppError } from '../platform/errors/app-error';
 import type { ApplyResult, Plan } from '../platform/iac/plan';
 import { firstRows, type SqlDialect } from '../platform/sql/dialect';
-import type { PromotionApproved } from './promotion';
-import { statesBefore, type Run, type RunState, type WaitingFor } from './run';
+import { statesBefore, type PoolResize, type Run, type RunReason, type RunState, type WaitingFor } from './run';
 import type { ProvisioningApprovalTable, ProvisioningRunTable, ProvisioningTables } from './provisioning.tables';
 import type { ProvisioningDb } from './stack-lock.repository';
 
@@ -32,6 +31,8 @@ export interface PlanReceipt {
   /** ISO-8601 UTC. */
   readonly startedAt: string;
   readonly finishedAt: string;
+  /** ISO-8601 UTC: an approval after this is refused as stale (`PROVISIONING.PLAN_STALE`). */
+  readonly expiresAt?: string;
 }
 
 /**
@@ -55,11 +56,24 @@ export interface Decision {
   readonly at: Date;
 }
 
+/** A plan of the run that went stale and was replaced by a replan, with the decision on it if there was one. */
+export interface ReplacedPlan {
+  readonly planDigest: string;
+  readonly planReceipt: PlanReceipt;
+  readonly decision?: Decision;
+  /** Why it went stale. */
+  readonly stale: { readonly code: string; readonly message: string };
+  readonly replannedBy: string;
+  readonly replannedAt: Date;
+}
+
 export interface RunDetail {
   readonly run: Run;
   readonly planReceipt?: PlanReceipt;
   readonly applyReceipt?: ApplyReceipt;
   readonly decision?: Decision;
+  /** Earlier plans of the run, oldest first (a run has them only when it was replanned). */
+  readonly replacedPlans: readonly ReplacedPlan[];
 }
 
 export interface Rejection {
@@ -87,10 +101,14 @@ const RUN_COLUMNS = [
   'commit_sha',
   'project_path',
   'requested_by',
+  'reason',
+  'origin',
+  'config',
   'state',
   'waiting_kind',
   'waiting_for',
   'plan_digest',
+  'plan_expires_at',
   'approval_required',
   'error_code',
   'error_message',
@@ -113,9 +131,13 @@ export function runRowToRun(row: RunRow): Run {
     stack: row.stack,
     desiredState: { repository: row.repository, commit: row.commit_sha, path: row.project_path },
     requestedBy: row.requested_by,
+    reason: row.reason as RunReason,
+    ...(row.origin !== null ? { poolResize: JSON.parse(row.origin) as PoolResize } : {}),
+    ...(row.config !== null ? { config: JSON.parse(row.config) as NonNullable<Run['config']> } : {}),
     state: row.state as RunState,
     ...(row.waiting_for !== null ? { waitingFor: JSON.parse(row.waiting_for) as WaitingFor } : {}),
     ...(row.plan_digest !== null ? { planDigest: row.plan_digest } : {}),
+    ...(row.plan_expires_at !== null ? { planExpiresAt: new Date(Number(row.plan_expires_at)) } : {}),
     ...(row.approval_required !== null ? { approvalRequired: Number(row.approval_required) === 1 } : {}),
     ...(row.error_code !== null ? { error: { code: row.error_code, message: row.error_message ?? '' } } : {}),
     ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
@@ -130,37 +152,55 @@ function byTenant<Q extends { where: (...args: never[]) => Q }>(query: Q, filter
   return (query.where as unknown as (c: string, op: string, v: string) => Q)('tenant_id', '=', filter.tenant);
 }
 
+/** A run to record: from a promotion, or from a pool resize (then `key` is the event's, see the service). */
 export interface NewRun {
   readonly id: string;
-  readonly promotion: PromotionApproved;
+  /**
+   * The business key, one run per key: the promotionId, or `pool-resize:<event id>`. Stored as `promotion_id`,
+   * whose unique constraint makes a second run of one key fail.
+   */
+  readonly key: string;
+  readonly tenant: string;
+  readonly environment: Run['environment'];
+  readonly release: Run['release'];
+  readonly stack: string;
+  readonly desiredState: Run['desiredState'];
+  readonly requestedBy: string;
+  readonly reason: RunReason;
+  readonly poolResize?: PoolResize;
+  readonly config?: Run['config'];
   readonly state: Extract<RunState, 'queued' | 'rejected'>;
   readonly error?: { readonly code: string; readonly message: string };
   readonly now: number;
 }
 
-/** Inserts a run and answers it with its sequence number. A second run of one promotion fails on the unique key. */
+/** Inserts a run and answers it with its sequence number. A second run of one key fails on the unique key. */
 export async function insertRun(trx: Executor, run: NewRun): Promise<Run> {
-  const { promotion: p, now } = run;
+  const { now } = run;
   await trx
     .insertInto('provisioning_runs')
     .values({
       id: run.id,
-      promotion_id: p.promotionId,
-      tenant_id: p.tenantId,
-      environment_id: p.environment.id,
-      environment_name: p.environment.name,
-      tier: p.environment.tier,
-      release_name: p.release.name,
-      release_version: p.release.version,
-      stack: p.desiredState.stack,
-      repository: p.desiredState.repository,
-      commit_sha: p.desiredState.commit,
-      project_path: p.desiredState.path,
-      requested_by: p.requestedBy,
+      promotion_id: run.key,
+      tenant_id: run.tenant,
+      environment_id: run.environment.id,
+      environment_name: run.environment.name,
+      tier: run.environment.tier,
+      release_name: run.release.name,
+      release_version: run.release.version,
+      stack: run.stack,
+      repository: run.desiredState.repository,
+      commit_sha: run.desiredState.commit,
+      project_path: run.desiredState.path,
+      requested_by: run.requestedBy,
+      reason: run.reason,
+      origin: run.poolResize ? JSON.stringify(run.poolResize) : null,
+      config: run.config ? JSON.stringify(run.config) : null,
       state: run.state,
       waiting_kind: null,
       waiting_for: null,
       plan_digest: null,
+      plan_expires_at: null,
       approval_required: null,
       plan_receipt: null,
       apply_receipt: null,
@@ -191,12 +231,28 @@ export async function findRunDetail(db: Executor, id: string, tenants: TenantFil
   const row = await byTenant(db.selectFrom('provisioning_runs').select([...RUN_COLUMNS, 'plan_receipt', 'apply_receipt']).where('id', '=', id), tenants).executeTakeFirst();
   if (!row) return undefined;
   const decision = await db.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', id).executeTakeFirst();
+  const replaced = await db.selectFrom('provisioning_replaced_plans').selectAll().where('run_id', '=', id).orderBy('replanned_at').orderBy('id').execute();
   return {
     run: runRowToRun(row),
     ...(row.plan_receipt !== null ? { planReceipt: JSON.parse(row.plan_receipt) as PlanReceipt } : {}),
     ...(row.apply_receipt !== null ? { applyReceipt: JSON.parse(row.apply_receipt) as ApplyReceipt } : {}),
     ...(decision ? { decision: decisionRowToDecision(decision) } : {}),
+    replacedPlans: replaced.map((r) => ({
+      planDigest: r.plan_digest,
+      planReceipt: JSON.parse(r.plan_receipt) as PlanReceipt,
+      ...(r.decision !== null ? { decision: storedDecision(JSON.parse(r.decision) as StoredDecision) } : {}),
+      stale: { code: r.stale_code, message: r.stale_message },
+      replannedBy: r.replanned_by,
+      replannedAt: new Date(Number(r.replanned_at)),
+    })),
   };
+}
+
+/** A decision as the replaced-plans table keeps it (JSON, time as epoch ms). */
+type StoredDecision = Omit<Decision, 'at'> & { readonly at: number };
+
+function storedDecision(stored: StoredDecision): Decision {
+  return { ...stored, at: new Date(stored.at) };
 }
 
 function decisionRowToDecision(row: ProvisioningApprovalTable): Decision {
@@ -232,7 +288,7 @@ export async function listRuns(db: Executor, dialect: SqlDialect, tenants: Tenan
 
 export interface RunChange {
   readonly waitingFor?: WaitingFor | null;
-  readonly error?: { readonly code: string; readonly message: string };
+  readonly error?: { readonly code: string; readonly message: string } | null;
   readonly supersededBy?: string;
   readonly finished?: boolean;
 }
@@ -251,6 +307,7 @@ export async function transitionRun(trx: Executor, id: string, to: RunState, now
       state: to,
       updated_at: now,
       ...waitingColumns(change.waitingFor),
+      ...(change.error === null ? { error_code: null, error_message: null } : {}),
       ...(change.error ? { error_code: change.error.code, error_message: change.error.message } : {}),
       ...(change.supersededBy !== undefined ? { superseded_by: change.supersededBy } : {}),
       ...(change.finished ? { finished_at: now } : {}),
@@ -297,7 +354,11 @@ export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: 
   return row?.id;
 }
 
-/** Queued runs of the same tenant, environment and stack that came before `run`: a newer promotion replaces them. */
+/**
+ * Queued runs of the same tenant, environment, stack and reason that came before `run`: a newer promotion replaces
+ * older promotions, a newer pool size older resizes. A promotion never replaces a resize (nor the reverse): each
+ * carries a change the other does not.
+ */
 export async function queuedRunsBefore(trx: Executor, run: Run): Promise<string[]> {
   const rows = await trx
     .selectFrom('provisioning_runs')
@@ -305,6 +366,7 @@ export async function queuedRunsBefore(trx: Executor, run: Run): Promise<string[
     .where('tenant_id', '=', run.tenant)
     .where('environment_id', '=', run.environment.id)
     .where('stack', '=', run.stack)
+    .where('reason', '=', run.reason)
     .where('state', '=', 'queued')
     .where('seq', '<', run.seq)
     .orderBy('seq')
@@ -333,6 +395,7 @@ export async function recordPlan(
       state: to,
       plan_receipt: JSON.stringify(receipt),
       plan_digest: receipt.plan.digest,
+      plan_expires_at: receipt.expiresAt !== undefined ? Date.parse(receipt.expiresAt) : null,
       approval_required: receipt.approvalRequired ? 1 : 0,
       ...waitingColumns(waitingFor),
       updated_at: now,
@@ -371,10 +434,88 @@ export async function recordApply(
   if (Number(result.numUpdatedRows) !== 1) throw receiptWritten(id, 'apply');
 }
 
+/**
+ * A replan of a stale run, in the caller's transaction: its stale plan (receipt and decision, unchanged) moves to
+ * `provisioning_replaced_plans`, and the run goes back to planning without a plan, so the fresh plan is recorded
+ * (write-once, like the first) and needs its own approval. False when the run is not stale (any more).
+ */
+export async function replacePlan(trx: Transaction<ProvisioningTables>, run: Run, replan: { id: string; by: string; now: number }): Promise<boolean> {
+  const row = await trx.selectFrom('provisioning_runs').select(['plan_receipt', 'plan_digest']).where('id', '=', run.id).where('state', '=', 'stale').executeTakeFirst();
+  if (!row?.plan_receipt || row.plan_digest === null) return false;
+  const decision = await trx.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', run.id).executeTakeFirst();
+  const moved: StoredDecision | undefined = decision ? { ...decisionRowToDecision(decision), at: Number(decision.decided_at) } : undefined;
+  await trx
+    .insertInto('provisioning_replaced_plans')
+    .values({
+      id: replan.id,
+      run_id: run.id,
+      plan_digest: row.plan_digest,
+      plan_receipt: row.plan_receipt,
+      decision: moved ? JSON.stringify(moved) : null,
+      stale_code: run.error?.code ?? '',
+      stale_message: run.error?.message ?? '',
+      replanned_by: replan.by,
+      replanned_at: replan.now,
+    })
+    .execute();
+  if (decision) await trx.deleteFrom('provisioning_approvals').where('run_id', '=', run.id).execute();
+  const result = await trx
+    .updateTable('provisioning_runs')
+    .set({
+      state: 'planning',
+      plan_receipt: null,
+      plan_digest: null,
+      plan_expires_at: null,
+      approval_required: null,
+      waiting_kind: null,
+      waiting_for: null,
+      error_code: null,
+      error_message: null,
+      updated_at: replan.now,
+    })
+    .where('id', '=', run.id)
+    .where('state', '=', 'stale')
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
+ * The latest applied run of a stack (a promotion's or an earlier resize's): it says where the stack's project lives
+ * (repository, commit, path) and whose the stack is (tenant, environment).
+ */
+export async function latestAppliedRun(db: Executor, dialect: SqlDialect, stack: string): Promise<Run | undefined> {
+  const row = await firstRows(
+    db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('stack', '=', stack).where('state', '=', 'applied').orderBy('seq', 'desc'),
+    dialect,
+    1,
+  ).executeTakeFirst();
+  return row ? runRowToRun(row) : undefined;
+}
+
+/**
+ * Points a planning pool-resize run at the desired state its stack runs now (the latest applied run's), so the
+ * resize changes the size and nothing else: a promotion applied while the resize waited is not undone.
+ */
+export async function rebaseRun(db: Executor, id: string, desiredState: Run['desiredState'], now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('provisioning_runs')
+    .set({ repository: desiredState.repository, commit_sha: desiredState.commit, project_path: desiredState.path, updated_at: now })
+    .where('id', '=', id)
+    .where('state', '=', 'planning')
+    .where('plan_receipt', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
 /** The plan receipt of a run, for its apply. */
 export async function readPlanReceipt(db: Executor, id: string): Promise<PlanReceipt | undefined> {
   const row = await db.selectFrom('provisioning_runs').select('plan_receipt').where('id', '=', id).executeTakeFirst();
   return row?.plan_receipt ? (JSON.parse(row.plan_receipt) as PlanReceipt) : undefined;
+}
+
+export async function findDecision(db: Executor, runId: string): Promise<Decision | undefined> {
+  const row = await db.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', runId).executeTakeFirst();
+  return row ? decisionRowToDecision(row) : undefined;
 }
 
 /** Records the one decision on a run; a second fails on the primary key. */

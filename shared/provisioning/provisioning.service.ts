@@ -5,14 +5,16 @@ import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repos
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
-import type { IacEngine } from '../platform/iac/iac-runner';
+import type { ConfigOverrides, IacEngine } from '../platform/iac/iac-runner';
 import type { Plan, ResolveReferences } from '../platform/iac/plan';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
+import { parsePoolResize, poolResizeKey, type PoolResizeRequested } from './pool-resize';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import {
+  findDecision,
   findRejection,
   findRun,
   findRunByPromotion,
@@ -22,23 +24,40 @@ import {
   insertRejection,
   insertRun,
   isUniqueViolation,
+  latestAppliedRun,
   listRuns,
   queuedRunsBefore,
   readPlanReceipt,
+  rebaseRun,
   recordApply,
   recordPlan,
+  replacePlan,
   setWaiting,
   transitionRun,
   earlierWaitingRun,
   type ApplyReceipt,
+  type NewRun,
   type PlanReceipt,
   type Rejection,
   type RunDetail,
 } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
-import { provisioningFailed, provisioningApplied, promotionRejected, specificationApplied, specificationDeclared } from './run-events';
-import { approvalRequired, decodeRunCursor, encodeRunCursor, isTerminal, RunErrors, type Run, type RunState, type WaitingFor } from './run';
-import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from './stack-lock.repository';
+import { provisioningFailed, provisioningApplied, poolResizeRejected, promotionRejected, specificationApplied, specificationDeclared } from './run-events';
+import {
+  approvalRequired,
+  decodeRunCursor,
+  DEFAULT_PLAN_EXPIRY_MS,
+  encodeRunCursor,
+  isTerminal,
+  planExpiryMs,
+  POOL_SIZE_CONFIG_KEY,
+  RunErrors,
+  type PlanExpiryPolicy,
+  type Run,
+  type RunState,
+  type WaitingFor,
+} from './run';
+import { acquireStackLock, breakStackLock, getStackLock, provisioningDb, releaseStackLock, renewStackLock, type StackLock } from './stack-lock.repository';
 
 /** The inbox module name of provisioning messages. */
 export const PROVISIONING_MODULE = 'provisioning';
@@ -53,6 +72,16 @@ export type IntakeResult =
   /** The messageId was used before for another message: nothing was done. */
   | { readonly outcome: 'ignored'; readonly reason: string };
 
+export type PoolResizeResult =
+  /** A new pool-resize run, queued: start its orchestration. */
+  | { readonly outcome: 'accepted'; readonly run: Run }
+  /** The event has a run already (a redelivery): start its orchestration if it is not running. */
+  | { readonly outcome: 'duplicate'; readonly run: Run }
+  /** Not a resize provisioning can carry out (malformed, or a stack it never applied): recorded with the reason. */
+  | { readonly outcome: 'rejected'; readonly code: string; readonly reason: string }
+  /** Another event of the topic, not for provisioning. */
+  | { readonly outcome: 'ignored'; readonly reason: string };
+
 /**
  * Where a run's orchestration stands after a step; the orchestrator decides what to wait for from it.
  *
@@ -61,8 +90,13 @@ export type IntakeResult =
 export type RunStep =
   /** Not ready: the stack is busy (or an earlier run goes first); try the same step again later. */
   | { readonly outcome: 'waiting'; readonly waitingFor: WaitingFor }
-  | { readonly outcome: 'awaiting-approval'; readonly planDigest: string }
+  /** The run (replanned) needs a fresh plan: plan next. */
+  | { readonly outcome: 'planning' }
+  /** `planExpiresAt` (ISO-8601): when the plan goes stale unless approved; absent in histories from before it. */
+  | { readonly outcome: 'awaiting-approval'; readonly planDigest: string; readonly planExpiresAt?: string }
   | { readonly outcome: 'applying' }
+  /** The plan went stale: the run waits for an operator to replan or reject it. */
+  | { readonly outcome: 'stale'; readonly reason: string }
   | { readonly outcome: 'ended'; readonly state: RunState };
 
 export interface RunPage {
@@ -78,23 +112,46 @@ export interface RunTimings {
   readonly lockRetryMs: number;
 }
 
+/** A stack lock an operator broke, and the record of it. */
+export interface BrokenStackLock {
+  readonly lock: StackLock;
+  readonly by: string;
+  readonly reason: string;
+  readonly brokenAt: Date;
+}
+
 /** The provisioning use cases; built once per host by `createDeps`. */
 export interface ProvisioningService {
   readonly timings: RunTimings;
   /** Takes a message from the promotions queue: one run per promotion, or a recorded rejection. */
   intake(message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult>;
+  /** Takes a message of the events topic: a `PoolResizeRequested` becomes a run on the pool's stack. */
+  poolResize(message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult>;
   /** Takes the stack, plans, records the plan receipt and `SpecificationDeclared`; then approval or apply. */
   plan(runId: string): Promise<RunStep>;
-  /** After the approval wait: apply when approved, end when decided otherwise, fail when the wait timed out. */
+  /**
+   * After a wait for a person (an approval, or a replan of a stale run): apply when approved, plan when replanned,
+   * end when decided otherwise; a plan past its expiry goes stale; a wait that timed out fails the run.
+   */
   afterApproval(runId: string, timedOut: boolean): Promise<RunStep>;
-  /** Takes the stack, applies exactly the recorded plan, records the apply receipt and the final state. */
+  /**
+   * Takes the stack, checks the stack's state is the one the plan was made against (else the run goes stale),
+   * applies exactly the recorded plan while renewing the stack lock, records the apply receipt and the final state.
+   */
   apply(runId: string): Promise<RunStep>;
   /** The orchestration gave up on a step: the run fails (if it has not ended) and gives its stack back. */
   failRun(runId: string, reason: string): Promise<RunStep>;
   approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run>;
+  /** Rejects a run awaiting approval or a stale one. */
   reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run>;
+  /** A stale run goes back to planning: a fresh plan, which needs its own approval. */
+  replan(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
   /** Cancels a queued run. */
   cancel(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
+  /** Who holds a stack's lock; a tenant sees only a lock held by one of its runs. */
+  stackLock(tenants: TenantFilter, stack: string): Promise<StackLock>;
+  /** An operator breaks a stack's lock (recorded with who and why); `version` breaks only that version. */
+  unlockStack(stack: string, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock>;
   getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
   listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
   /** A rejected message, by its messageId. */
@@ -115,6 +172,10 @@ export interface ProvisioningServiceOptions {
   readonly desiredState?: LoadDesiredStateOptions;
   /** The stack lock's lease; a host that dies holding it frees the stack after this long. Example: `600_000`. */
   readonly stackLockTtlMs?: number;
+  /** How often an apply renews its stack lock (it also renews before every step). Default: a third of the TTL. */
+  readonly stackLockRenewEveryMs?: number;
+  /** How long a plan may wait for approval. Example: `{ defaultMs: 86_400_000, byEnvironment: { production: 14_400_000 } }`. */
+  readonly planExpiry?: PlanExpiryPolicy;
   /** This host's name in stack locks. Example: `host-a`. */
   readonly hostId?: string;
   /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000 }`. */
@@ -135,6 +196,8 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   const dialect = store.dialect;
   const timings: RunTimings = { ...DEFAULT_TIMINGS, ...options.timings };
   const lockTtlMs = options.stackLockTtlMs ?? DEFAULT_STACK_LOCK_TTL_MS;
+  const renewEveryMs = options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(lockTtlMs / 3));
+  const planExpiry: PlanExpiryPolicy = options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} };
   const hostId = options.hostId ?? ids.next('host');
   const now = () => clock.now().getTime();
   const outbox = (trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]) => appendToOutbox(trx, events, clock, ids);
@@ -150,8 +213,12 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   /** Where a run stands, for a step that found it already moved on (a retried or replayed step). */
   function stepOf(run: Run): RunStep {
     if (isTerminal(run.state)) return { outcome: 'ended', state: run.state };
-    if (run.state === 'awaiting-approval') return { outcome: 'awaiting-approval', planDigest: run.planDigest ?? '' };
+    if (run.state === 'awaiting-approval') {
+      return { outcome: 'awaiting-approval', planDigest: run.planDigest ?? '', ...(run.planExpiresAt ? { planExpiresAt: run.planExpiresAt.toISOString() } : {}) };
+    }
     if (run.state === 'applying') return { outcome: 'applying' };
+    if (run.state === 'stale') return { outcome: 'stale', reason: run.error?.message ?? 'the plan is stale' };
+    if (run.state === 'planning') return { outcome: 'planning' };
     return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: run.stack } };
   }
 
@@ -186,19 +253,14 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
    */
   async function recordRun(trx: Transaction<ProvisioningTables>, promotion: PromotionApproved, messageId: string, refusal: Failure | undefined): Promise<IntakeResult> {
     const at = now();
-    const run = await insertRun(trx, { id: ids.next('run'), promotion, state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
+    const run = await insertRun(trx, { ...promotionRun(promotion), id: ids.next('run'), state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
     const events: NewEvent[] = [];
     if (refusal) {
       events.push(provisioningFailed(run, repositoryOf(run), { code: refusal.code, reason: refusal.message, finishedAt: new Date(at) }));
     } else {
       // A newer promotion of the same environment replaces what is still queued for it: applying the older one first
       // would only be undone.
-      for (const older of await queuedRunsBefore(trx, run)) {
-        const error = { code: RunErrors.superseded, message: `superseded by run ${run.id} (promotion ${promotion.promotionId})` };
-        if (!(await transitionRun(trx, older, 'superseded', at, { supersededBy: run.id, error, waitingFor: null, finished: true }))) continue;
-        const superseded = await findRun(trx, older);
-        if (superseded) events.push(provisioningFailed(superseded, repositoryOf(superseded), { code: error.code, reason: error.message, finishedAt: new Date(at) }));
-      }
+      events.push(...(await supersedeQueued(trx, run, `promotion ${promotion.promotionId}`, at)));
     }
     const inbox = inboxOf(trx);
     const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: promotion.promotionId }, clock);
@@ -206,6 +268,18 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: refusal ? 'rejected' : 'queued' }, clock);
     await outbox(trx, events);
     return refusal ? { outcome: 'rejected', run, code: refusal.code, reason: refusal.message } : { outcome: 'accepted', run };
+  }
+
+  /** Supersedes the queued runs `run` replaces (see queuedRunsBefore); answers their `ProvisioningFailed` events. */
+  async function supersedeQueued(trx: Transaction<ProvisioningTables>, run: Run, what: string, at: number): Promise<NewEvent[]> {
+    const events: NewEvent[] = [];
+    for (const older of await queuedRunsBefore(trx, run)) {
+      const error = { code: RunErrors.superseded, message: `superseded by run ${run.id} (${what})` };
+      if (!(await transitionRun(trx, older, 'superseded', at, { supersededBy: run.id, error, waitingFor: null, finished: true }))) continue;
+      const superseded = await findRun(trx, older);
+      if (superseded) events.push(provisioningFailed(superseded, repositoryOf(superseded), { code: error.code, reason: error.message, finishedAt: new Date(at) }));
+    }
+    return events;
   }
 
   async function duplicate(run: Run, messageId: string): Promise<IntakeResult> {
@@ -248,13 +322,98 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     return { outcome: 'rejected', code, reason };
   }
 
+  // ---- pool resizes -----------------------------------------------------------------------------------------------
+
+  /**
+   * A `PoolResizeRequested` of the capacity module becomes a run on the pool's stack (`iacStack`), with the new size
+   * as the config `poolSize`. Where the stack's project lives, and whose it is, says the stack's latest applied run:
+   * the resize plans that desired state (repository, commit, path; tenant and environment) with only the size
+   * changed. A stack no run has applied is refused: nothing says where its project is.
+   */
+  async function poolResize(message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult> {
+    const parsed = parsePoolResize(message.body);
+    if (parsed.outcome === 'other') return { outcome: 'ignored', reason: `${parsed.type} is not for provisioning` };
+    if (parsed.outcome === 'invalid') {
+      const reason = `the message is not a valid PoolResizeRequested: ${describeFieldProblems(parsed.problems)}`;
+      return rejectResize(message.messageId, { ...(parsed.pool !== undefined ? { pool: parsed.pool } : {}), code: RunErrors.invalidPoolResize, reason, problems: parsed.problems });
+    }
+    const resize = parsed.resize;
+    const known = await retryingContention(() => findRunByPromotion(db, poolResizeKey(resize.eventId)));
+    if (known) return duplicateResize(known, message.messageId);
+    const base = await retryingContention(() => latestAppliedRun(db, dialect, resize.iacStack));
+    if (!base) {
+      const reason = `pool ${resize.pool} names stack ${resize.iacStack}, which no run has applied: where its project lives is not known`;
+      return rejectResize(message.messageId, { pool: resize.pool, stack: resize.iacStack, eventId: resize.eventId, code: RunErrors.unknownStack, reason, problems: [] });
+    }
+    try {
+      return await inTransaction(db, (trx) => recordResize(trx, resize, base, message.messageId));
+    } catch (thrown) {
+      if (thrown instanceof MessageIdReused) return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
+      // Another host took the same event in at the same moment: its run is the one.
+      if (isUniqueViolation(thrown)) {
+        const winner = await retryingContention(() => findRunByPromotion(db, poolResizeKey(resize.eventId)));
+        if (winner) return duplicateResize(winner, message.messageId);
+      }
+      throw thrown;
+    }
+  }
+
+  /** One transaction in the lock order (run rows, then inbox and outbox): the run, the older resizes it replaces. */
+  async function recordResize(trx: Transaction<ProvisioningTables>, resize: PoolResizeRequested, base: Run, messageId: string): Promise<PoolResizeResult> {
+    const at = now();
+    const run = await insertRun(trx, {
+      id: ids.next('run'),
+      key: poolResizeKey(resize.eventId),
+      tenant: base.tenant,
+      environment: base.environment,
+      release: base.release,
+      stack: resize.iacStack,
+      desiredState: base.desiredState,
+      requestedBy: `pool ${resize.pool}`,
+      reason: 'pool-resize',
+      poolResize: { pool: resize.pool, eventId: resize.eventId, fromCapacity: resize.fromCapacity, toCapacity: resize.toCapacity },
+      config: { ...base.config, [POOL_SIZE_CONFIG_KEY]: resize.toCapacity },
+      state: 'queued',
+      now: at,
+    });
+    // A newer size of the pool replaces a resize still queued: only the latest size is worth applying.
+    const events = await supersedeQueued(trx, run, `pool ${resize.pool} resized to ${resize.toCapacity}`, at);
+    const inbox = inboxOf(trx);
+    const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: run.promotionId }, clock);
+    if (!inbound.isNew) throw new MessageIdReused();
+    await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: 'queued' }, clock);
+    await outbox(trx, events);
+    return { outcome: 'accepted', run };
+  }
+
+  async function duplicateResize(run: Run, messageId: string): Promise<PoolResizeResult> {
+    await retryingContention(() => recordInbound(inboxOf(db), { module: PROVISIONING_MODULE, messageId, businessKey: run.promotionId }, clock));
+    return { outcome: 'duplicate', run };
+  }
+
+  /** Records a resize that cannot become a run, once per message, with its one `ProvisioningFailed`. */
+  async function rejectResize(
+    messageId: string,
+    refusal: { pool?: string; stack?: string; eventId?: string; code: string; reason: string; problems: readonly FieldProblem[] },
+  ): Promise<PoolResizeResult> {
+    await inTransaction(db, async (trx) => {
+      const at = clock.now();
+      if (!(await insertRejection(trx, { messageId, code: refusal.code, reason: refusal.reason, problems: refusal.problems, receivedAt: at }))) return;
+      const inbox = inboxOf(trx);
+      await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: `invalid:${messageId}` }, clock);
+      await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: 'rejected' }, clock);
+      await outbox(trx, [poolResizeRejected({ messageId, ...refusal, at })]);
+    });
+    return { outcome: 'rejected', code: refusal.code, reason: refusal.reason };
+  }
+
   // ---- the stack --------------------------------------------------------------------------------------------------
 
   /**
    * Takes the run's stack lock, first in first out: a run that does not hold the lock yet lets an earlier run of the
    * stack that waits for it go first. When it cannot, records what it waits for.
    */
-  async function takeStack(run: Run): Promise<{ readonly taken: true } | { readonly taken: false; readonly step: RunStep }> {
+  async function takeStack(run: Run): Promise<{ readonly taken: true; readonly lock: StackLock } | { readonly taken: false; readonly step: RunStep }> {
     const at = now();
     const current = await retryingContention(() => getStackLock(db, run.stack));
     const holdsIt = current?.holderRun === run.id && current.expiresAt.getTime() > at;
@@ -264,7 +423,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     }
     const outcome = await retryingContention(() => acquireStackLock(db, dialect, { stack: run.stack, run: run.id, host: hostId, now: at, ttlMs: lockTtlMs }));
     if (!outcome.acquired) return wait(run, { kind: 'stack-lock', stack: run.stack, heldBy: outcome.heldBy.holderRun });
-    return { taken: true };
+    return { taken: true, lock: outcome.lock };
   }
 
   async function wait(run: Run, waitingFor: WaitingFor): Promise<{ taken: false; step: RunStep }> {
@@ -275,6 +434,56 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
 
   async function giveBackStack(run: Run): Promise<void> {
     await retryingContention(() => releaseStackLock(db, run.stack, run.id));
+  }
+
+  /**
+   * Keeps the stack lock of an applying run: renews it every `renewEveryMs` and before every step, so a long apply
+   * keeps its lease. Once a renewal finds the lock gone (its lease lapsed while the host stalled, or an operator
+   * broke it) another run may hold the stack: `beforeStep` then throws and the engine stops before its next step.
+   */
+  function keepStackLock(run: Run, lock: StackLock) {
+    let lost: AppError | undefined;
+    let renewing: Promise<void> = Promise.resolve();
+    const renew = (): Promise<void> =>
+      (renewing = renewing.then(async () => {
+        if (lost) return;
+        try {
+          if (await retryingContention(() => renewStackLock(db, lock, now(), lockTtlMs))) return;
+        } catch {
+          // The store did not answer: the lease holds until it lapses, and the next renewal asks again.
+          return;
+        }
+        lost = new AppError(RunErrors.stackLockLost, 'conflict', `run ${run.id} lost the lock of stack ${run.stack} during its apply (its lease lapsed or an operator broke it); the apply stopped`, {
+          runId: run.id,
+          stack: run.stack,
+          version: lock.version,
+        });
+      }));
+    const timer = setInterval(() => void renew(), renewEveryMs);
+    timer.unref();
+    const beforeStep = async (): Promise<void> => {
+      await renew();
+      if (lost) throw lost;
+    };
+    const stop = async (): Promise<void> => {
+      clearInterval(timer);
+      await renewing;
+    };
+    return { beforeStep, stop };
+  }
+
+  /** Marks the run's plan stale (it waits for a replan or a rejection) and gives its stack back. */
+  async function goStale(run: Run, reason: Failure): Promise<RunStep> {
+    const waitingFor: WaitingFor = { kind: 'replan', planDigest: run.planDigest ?? '' };
+    const moved = await retryingContention(() => transitionRun(db, run.id, 'stale', now(), { error: reason, waitingFor }));
+    await giveBackStack(run);
+    return moved ? { outcome: 'stale', reason: reason.message } : stepOf(await existing(run.id));
+  }
+
+  /** Why an approval now would come too late, or undefined while the plan may still be approved. */
+  function expiredPlan(run: Run, at: number): Failure | undefined {
+    if (!run.planExpiresAt || at < run.planExpiresAt.getTime()) return undefined;
+    return { code: RunErrors.planStale, message: `the plan ${run.planDigest ?? ''} expired at ${run.planExpiresAt.toISOString()} before it was approved; replan the run` };
   }
 
   // ---- plan, approval, apply --------------------------------------------------------------------------------------
@@ -291,7 +500,11 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
         return stepOf(await existing(runId));
       }
       run = await existing(runId);
+    } else if (run.waitingFor) {
+      // A replanned run that waited for the stack.
+      await retryingContention(() => setWaiting(db, runId, 'planning', null, now()));
     }
+    if (run.reason === 'pool-resize') run = await rebase(run);
     const startedAt = clock.now();
     if (!engine) return fail(run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
     let desired: DesiredState;
@@ -302,7 +515,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     }
     let planned: Plan;
     try {
-      planned = await engine.preview(run.stack, desired.files, {});
+      planned = await engine.preview(run.stack, desired.files, configOf(run));
     } catch (thrown) {
       return fail(run, expectedFailure(thrown));
     }
@@ -319,6 +532,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       plan: planned,
       startedAt: startedAt.toISOString(),
       finishedAt: clock.now().toISOString(),
+      expiresAt: new Date(now() + planExpiryMs(planExpiry, run.environment)).toISOString(),
     };
     const to = decision.required ? 'awaiting-approval' : 'applying';
     const waitingFor: WaitingFor | null = decision.required ? { kind: 'approval', planDigest: planned.digest } : null;
@@ -331,16 +545,35 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     // at apply refuses this plan if they changed what it was made against.
     if (decision.required) {
       await giveBackStack(run);
-      return { outcome: 'awaiting-approval', planDigest: planned.digest };
+      return { outcome: 'awaiting-approval', planDigest: planned.digest, ...(receipt.expiresAt !== undefined ? { planExpiresAt: receipt.expiresAt } : {}) };
     }
     return { outcome: 'applying' };
   }
 
+  /**
+   * A pool resize changes the size of what the stack runs now: when another run applied the stack since the resize
+   * was taken in, it plans that run's desired state instead of the one it was given.
+   */
+  async function rebase(run: Run): Promise<Run> {
+    const current = await retryingContention(() => latestAppliedRun(db, dialect, run.stack));
+    if (!current) return run;
+    const { repository, commit, path } = current.desiredState;
+    if (repository === run.desiredState.repository && commit === run.desiredState.commit && path === run.desiredState.path) return run;
+    await retryingContention(() => rebaseRun(db, run.id, current.desiredState, now()));
+    return existing(run.id);
+  }
+
   async function afterApproval(runId: string, timedOut: boolean): Promise<RunStep> {
     const run = await existing(runId);
-    if (run.state !== 'awaiting-approval') return stepOf(run);
-    if (!timedOut) return stepOf(run);
-    return fail(run, { code: RunErrors.approvalTimeout, message: `no decision on the plan within ${timings.approvalTimeoutMs} ms` });
+    if (run.state === 'awaiting-approval') {
+      if (timedOut) return fail(run, { code: RunErrors.approvalTimeout, message: `no decision on the plan within ${timings.approvalTimeoutMs} ms` });
+      const expired = expiredPlan(run, now());
+      return expired ? goStale(run, expired) : stepOf(run);
+    }
+    if (run.state === 'stale' && timedOut) {
+      return fail(run, { code: RunErrors.approvalTimeout, message: `the plan went stale and nobody replanned or rejected the run within ${timings.approvalTimeoutMs} ms` });
+    }
+    return stepOf(run);
   }
 
   async function apply(runId: string): Promise<RunStep> {
@@ -353,14 +586,34 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     if (!receipt) return fail(run, { code: RunErrors.internal, message: 'the run has no plan receipt to apply' });
     if (!engine) return fail(run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
     let desired: DesiredState;
+    let current: Plan;
     try {
       desired = await loadDesiredState(run.desiredState, options.desiredState);
     } catch (thrown) {
       return fail(run, permanentFailure(thrown));
     }
+    try {
+      current = await engine.preview(run.stack, desired.files, configOf(run));
+    } catch (thrown) {
+      return fail(run, expectedFailure(thrown));
+    }
+    // A plan is an answer about the state it was made against. Once another run applied the stack, or something was
+    // imported into it, the approver's reading of the plan no longer holds, even where the steps come out the same.
+    if (current.baseSerial !== receipt.plan.baseSerial) {
+      return goStale(run, {
+        code: RunErrors.planStale,
+        message: `the state of stack ${run.stack} changed since the plan was made (serial ${receipt.plan.baseSerial}, now ${current.baseSerial}); nothing was applied; replan the run`,
+      });
+    }
     // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
     // approved) one; references are resolved inside it, and only there.
-    const result = await engine.apply(run.stack, desired.files, {}, receipt.plan, resolveReferences);
+    const keeper = keepStackLock(run, stack.lock);
+    let result;
+    try {
+      result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, resolveReferences, { beforeStep: keeper.beforeStep });
+    } finally {
+      await keeper.stop();
+    }
     const applyReceipt: ApplyReceipt = { runId, stack: run.stack, commit: run.desiredState.commit, runner: { name: engine.name, version: await engine.version() }, result };
     const to = result.status === 'applied' ? 'applied' : 'failed';
     const error = result.error ? { code: result.error.code, message: result.error.message } : undefined;
@@ -416,10 +669,28 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   const notAwaitingApproval = (run: Run) =>
     new AppError('PROVISIONING.RUN_NOT_AWAITING_APPROVAL', 'conflict', `run ${run.id} is ${run.state}, not awaiting approval`, { runId: run.id, state: run.state });
 
+  const planStale = (run: Run, reason: Failure) =>
+    new AppError(RunErrors.planStale, 'conflict', reason.message, {
+      runId: run.id,
+      state: 'stale',
+      ...(run.planDigest !== undefined ? { planDigest: run.planDigest } : {}),
+      ...(run.planExpiresAt ? { planExpiresAt: run.planExpiresAt.toISOString() } : {}),
+    });
+
   async function approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run> {
-    return inTransaction(db, async (trx) => {
+    const outcome = await inTransaction(db, async (trx): Promise<{ approved: Run } | { stale: Run; reason: Failure }> => {
       const run = await visible(trx, tenants, runId);
+      if (run.state === 'stale') return { stale: run, reason: run.error ?? { code: RunErrors.planStale, message: 'the plan is stale' } };
       if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
+      const at = now();
+      const expired = expiredPlan(run, at);
+      if (expired) {
+        // Committed although the approval is refused: the run shows stale with the reason, and waits for a replan.
+        if (!(await transitionRun(trx, runId, 'stale', at, { error: expired, waitingFor: { kind: 'replan', planDigest: run.planDigest ?? '' } }))) {
+          throw notAwaitingApproval(await visible(trx, tenants, runId));
+        }
+        return { stale: run, reason: expired };
+      }
       if (run.planDigest !== approval.planDigest) {
         // An approval is of one plan: a digest the approver did not read from this run's receipt approves nothing.
         throw new AppError('PROVISIONING.PLAN_DIGEST_MISMATCH', 'conflict', 'the approval names another plan than the one recorded for this run', {
@@ -428,24 +699,39 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
           planDigest: run.planDigest,
         });
       }
-      const at = now();
       if (!(await transitionRun(trx, runId, 'applying', at, { waitingFor: null }))) throw notAwaitingApproval(await visible(trx, tenants, runId));
       await insertDecision(trx, runId, { decision: 'approved', planDigest: approval.planDigest, by: approval.by, ...(approval.comment !== undefined ? { comment: approval.comment } : {}), at: new Date(at) });
-      return visible(trx, tenants, runId);
+      return { approved: await visible(trx, tenants, runId) };
     });
+    if ('stale' in outcome) throw planStale(outcome.stale, outcome.reason);
+    return outcome.approved;
   }
 
   async function reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run> {
     return inTransaction(db, async (trx) => {
       const run = await visible(trx, tenants, runId);
-      if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
+      if (run.state !== 'awaiting-approval' && run.state !== 'stale') throw notAwaitingApproval(run);
       const at = now();
       const error = { code: RunErrors.rejected, message: `rejected by ${rejection.by}: ${rejection.reason}` };
       if (!(await transitionRun(trx, runId, 'rejected', at, { error, waitingFor: null, finished: true }))) throw notAwaitingApproval(await visible(trx, tenants, runId));
-      await insertDecision(trx, runId, { decision: 'rejected', planDigest: run.planDigest ?? '', by: rejection.by, comment: rejection.reason, at: new Date(at) });
+      // A plan that was approved and went stale at its apply keeps that approval as its decision; the rejection of
+      // the run is then its error and its ProvisioningFailed.
+      if (!(await findDecision(trx, runId))) {
+        await insertDecision(trx, runId, { decision: 'rejected', planDigest: run.planDigest ?? '', by: rejection.by, comment: rejection.reason, at: new Date(at) });
+      }
       const rejected = await visible(trx, tenants, runId);
       await outbox(trx, [provisioningFailed(rejected, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
       return rejected;
+    });
+  }
+
+  async function replan(tenants: TenantFilter, runId: string, by: string): Promise<Run> {
+    return inTransaction(db, async (trx) => {
+      const run = await visible(trx, tenants, runId);
+      const notStale = (state: RunState) => new AppError('PROVISIONING.RUN_NOT_STALE', 'conflict', `run ${runId} is ${state}; only a stale run can be replanned`, { runId, state });
+      if (run.state !== 'stale') throw notStale(run.state);
+      if (!(await replacePlan(trx, run, { id: ids.next('plan'), by, now: now() }))) throw notStale((await visible(trx, tenants, runId)).state);
+      return visible(trx, tenants, runId);
     });
   }
 
@@ -462,6 +748,33 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       await outbox(trx, [provisioningFailed(canceled, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
       return canceled;
     });
+  }
+
+  const notLocked = (stack: string) => new AppError('PROVISIONING.STACK_NOT_LOCKED', 'not-found', `nothing holds the lock of stack ${stack}`, { stack });
+
+  async function stackLock(tenants: TenantFilter, stack: string): Promise<StackLock> {
+    const lock = await retryingContention(() => getStackLock(db, stack));
+    if (!lock) throw notLocked(stack);
+    // A tenant sees a lock only when one of its runs holds it: stacks of other tenants stay invisible.
+    if (tenants.kind === 'one' && !(await retryingContention(() => findRun(db, lock.holderRun, tenants)))) throw notLocked(stack);
+    return lock;
+  }
+
+  async function unlockStack(stack: string, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock> {
+    const at = now();
+    const lock = await inTransaction(db, (trx) =>
+      breakStackLock(trx, dialect, { id: ids.next('lockbreak'), stack, by: request.by, reason: request.reason, now: at, ...(request.version !== undefined ? { version: request.version } : {}) }),
+    );
+    if (lock) return { lock, by: request.by, reason: request.reason, brokenAt: new Date(at) };
+    const current = await retryingContention(() => getStackLock(db, stack));
+    if (current && request.version !== undefined) {
+      throw new AppError('PROVISIONING.STACK_LOCK_VERSION_MISMATCH', 'conflict', `the lock of stack ${stack} is at version ${current.version}, not ${request.version}; nothing was broken`, {
+        stack,
+        version: current.version,
+        requestedVersion: request.version,
+      });
+    }
+    throw notLocked(stack);
   }
 
   async function getRun(tenants: TenantFilter, runId: string): Promise<RunDetail> {
@@ -488,16 +801,39 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   return {
     timings,
     intake,
+    poolResize,
     plan,
     afterApproval,
     apply,
     failRun,
     approve,
     reject,
+    replan,
     cancel,
+    stackLock,
+    unlockStack,
     getRun,
     listRuns: list,
     getRejection: (messageId) => retryingContention(() => findRejection(db, messageId)),
+  };
+}
+
+/** A run's stack config: what the run sets over the stack file (a pool resize's `poolSize`). */
+function configOf(run: Run): ConfigOverrides {
+  return run.config ?? {};
+}
+
+/** The run a promotion makes: its fields as the message gives them. */
+function promotionRun(p: PromotionApproved): Omit<NewRun, 'id' | 'state' | 'error' | 'now'> {
+  return {
+    key: p.promotionId,
+    tenant: p.tenantId,
+    environment: p.environment,
+    release: p.release,
+    stack: p.desiredState.stack,
+    desiredState: { repository: p.desiredState.repository, commit: p.desiredState.commit, path: p.desiredState.path },
+    requestedBy: p.requestedBy,
+    reason: 'promotion',
   };
 }
 

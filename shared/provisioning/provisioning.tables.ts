@@ -51,12 +51,20 @@ export interface ProvisioningRunTable {
   commit_sha: string;
   project_path: string;
   requested_by: string;
+  /** `promotion` or `pool-resize`. */
+  reason: string;
+  /** JSON of the run model's `PoolResize` for a pool-resize run; null for a promotion. */
+  origin: string | null;
+  /** JSON of the config set over the stack file's values; null when none. */
+  config: string | null;
   state: string;
   /** `stack-lock` or `approval` while the run waits for one; null otherwise. */
   waiting_kind: string | null;
   /** JSON of the run model's `WaitingFor`. */
   waiting_for: string | null;
   plan_digest: string | null;
+  /** Until when the recorded plan may be approved. */
+  plan_expires_at: number | null;
   /** 1 or 0 once planned. */
   approval_required: number | null;
   /** JSON of the plan receipt; write-once. */
@@ -83,6 +91,24 @@ export interface ProvisioningApprovalTable {
   decided_at: number;
 }
 
+/**
+ * A plan that went stale and was replaced by a replan: its receipt as it was written, and the decision on it if
+ * one was recorded, moved here unchanged so the run's current plan can be recorded (receipts are never rewritten).
+ */
+export interface ProvisioningReplacedPlanTable {
+  id: string;
+  run_id: string;
+  plan_digest: string;
+  /** JSON of the plan receipt. */
+  plan_receipt: string;
+  /** JSON of the decision on it (an approval that came before the stack moved on); null when none. */
+  decision: string | null;
+  stale_code: string;
+  stale_message: string;
+  replanned_by: string;
+  replanned_at: number;
+}
+
 /** A message on the promotions queue that was not a PromotionApproved: no run exists for it, this row says why. */
 export interface ProvisioningRejectionTable {
   message_id: string;
@@ -101,6 +127,7 @@ export interface ProvisioningTables extends OutboxTables {
   provisioning_lock_breaks: ProvisioningLockBreakTable;
   provisioning_runs: ProvisioningRunTable;
   provisioning_approvals: ProvisioningApprovalTable;
+  provisioning_replaced_plans: ProvisioningReplacedPlanTable;
   provisioning_rejections: ProvisioningRejectionTable;
   inbox: InboxTable;
 }

@@ -23,7 +23,10 @@ export interface EventResource {
 function runSummary(run: Run, repository: string) {
   return {
     runId: run.id,
-    promotionId: run.promotionId,
+    // What made the run (`promotion`, `pool-resize`); named `trigger` since `reason` says why a run failed.
+    trigger: run.reason,
+    // A pool-resize run has no promotion: `poolResize` names the event it came from instead.
+    ...(run.reason === 'promotion' ? { promotionId: run.promotionId } : { poolResize: run.poolResize }),
     tenantId: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },
@@ -101,6 +104,39 @@ export function promotionRejected(message: {
       messageId: message.messageId,
       ...(message.promotionId !== undefined ? { promotionId: message.promotionId } : {}),
       ...(message.tenantId !== undefined ? { tenantId: message.tenantId } : {}),
+      state: 'rejected',
+      code: message.code,
+      reason: message.reason,
+      problems: message.problems.map((p) => ({ ...p })),
+      finishedAt: message.at.toISOString(),
+    },
+  };
+}
+
+/**
+ * A `PoolResizeRequested` that cannot become a run (malformed, or naming a stack no run has applied): no run
+ * exists, so the event names the message, the pool and the stack.
+ */
+export function poolResizeRejected(message: {
+  messageId: string;
+  eventId?: string;
+  pool?: string;
+  stack?: string;
+  code: string;
+  reason: string;
+  problems: readonly { field: string; message: string }[];
+  at: Date;
+}): NewEvent {
+  return {
+    type: 'ProvisioningFailed',
+    subject: message.pool !== undefined ? `pools/${message.pool}` : `messages/${message.messageId}`,
+    correlationId: message.eventId ?? message.messageId,
+    data: {
+      messageId: message.messageId,
+      trigger: 'pool-resize',
+      ...(message.eventId !== undefined ? { eventId: message.eventId } : {}),
+      ...(message.pool !== undefined ? { pool: message.pool } : {}),
+      ...(message.stack !== undefined ? { stack: message.stack } : {}),
       state: 'rejected',
       code: message.code,
       reason: message.reason,

@@ -6,11 +6,14 @@ import type { EnvironmentTier } from './promotion';
  *   queued → planning → awaiting-approval → applying → applied
  *                     ↘─────────────────↗          ↘ failed
  *   queued → superseded | canceled;   awaiting-approval → rejected;   intake of an invalid promotion → rejected
+ *   awaiting-approval | applying → stale → planning (replan) | rejected | failed
  *
  * A queued run waits for its stack (the lock is taken to plan); a run that needs approval gives the stack up while
- * it waits for the decision and takes it again to apply.
+ * it waits for the decision and takes it again to apply. A plan goes stale when it expired before its approval, or
+ * when the stack's state moved on before its apply: a stale run waits for an operator to replan (a fresh plan that
+ * needs its own approval) or to reject it.
  */
-export const RUN_STATES = ['queued', 'planning', 'awaiting-approval', 'applying', 'applied', 'failed', 'rejected', 'superseded', 'canceled'] as const;
+export const RUN_STATES = ['queued', 'planning', 'awaiting-approval', 'applying', 'stale', 'applied', 'failed', 'rejected', 'superseded', 'canceled'] as const;
 export type RunState = (typeof RUN_STATES)[number];
 
 export const TERMINAL_RUN_STATES: readonly RunState[] = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
@@ -24,9 +27,13 @@ const TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
   queued: ['planning', 'superseded', 'canceled', 'failed'],
   // failed: the desired state or the program could not be planned.
   planning: ['awaiting-approval', 'applying', 'failed'],
-  // failed: the approval did not come in time.
-  'awaiting-approval': ['applying', 'rejected', 'failed'],
-  applying: ['applied', 'failed'],
+  // failed: the approval did not come in time. stale: the plan expired before it was approved.
+  'awaiting-approval': ['applying', 'rejected', 'failed', 'stale'],
+  // stale: the stack's state changed after the plan was made (an approved run that waited for the stack while
+  // another run applied, or an import); nothing was applied.
+  applying: ['applied', 'failed', 'stale'],
+  // planning: an operator asked for a fresh plan. failed: nobody decided in time.
+  stale: ['planning', 'rejected', 'failed'],
   applied: [],
   failed: [],
   rejected: [],
@@ -62,7 +69,9 @@ export type WaitingFor =
       /** An earlier run of the stack that goes first (FIFO), when the lock is free but that run is waiting too. */
       readonly queuedBehind?: string;
     }
-  | { readonly kind: 'approval'; readonly planDigest: string };
+  | { readonly kind: 'approval'; readonly planDigest: string }
+  /** A stale run: an operator replans it (`POST /runs/{id}/replan`) or rejects it. */
+  | { readonly kind: 'replan'; readonly planDigest: string };
 
 /** The step counts approval policy looks at; a plan's `counts` has them. */
 export interface PlanCounts {
@@ -103,12 +112,23 @@ export interface Run {
   readonly stack: string;
   readonly desiredState: { readonly repository: string; readonly commit: string; readonly path: string };
   readonly requestedBy: string;
+  /** What made the run: a promotion, or a pool resize of the capacity module. */
+  readonly reason: RunReason;
+  /** Set only for a pool-resize run: the event it came from. */
+  readonly poolResize?: PoolResize;
+  /**
+   * Config set over the stack file's values (`poolSize` of a pool resize). Values or references only as the
+   * promotion or event gave them; never a resolved secret.
+   */
+  readonly config?: Readonly<Record<string, string | number | boolean>>;
   readonly state: RunState;
   readonly waitingFor?: WaitingFor;
   /** The digest of the recorded plan, once planned: what an approval must name. */
   readonly planDigest?: string;
+  /** Until when the recorded plan may be approved; an approval after it is refused as stale. */
+  readonly planExpiresAt?: Date;
   readonly approvalRequired?: boolean;
-  /** Why the run failed, was rejected, superseded or canceled. */
+  /** Why the run failed, was rejected, superseded or canceled, or why its plan went stale. */
   readonly error?: { readonly code: string; readonly message: string };
   /** A superseded run points at the newer run of the same environment and stack. */
   readonly supersededBy?: string;
@@ -117,14 +137,55 @@ export interface Run {
   readonly finishedAt?: Date;
 }
 
+export const RUN_REASONS = ['promotion', 'pool-resize'] as const;
+export type RunReason = (typeof RUN_REASONS)[number];
+
+/**
+ * The `PoolResizeRequested` a pool-resize run came from.
+ *
+ * BREAKING-CHANGE SHAPE: stored with the run and shown by the HTTP API and in the run's events.
+ */
+export interface PoolResize {
+  readonly pool: string;
+  readonly eventId: string;
+  readonly fromCapacity: number;
+  readonly toCapacity: number;
+}
+
+/** The config key a pool-resize run sets to the pool's new capacity; the stack's project declares and uses it. */
+export const POOL_SIZE_CONFIG_KEY = 'poolSize';
+
+/**
+ * How long a plan may wait for its approval, per environment: an environment's id, else its name, else the default.
+ * A plan approved later would apply to a world its approver never saw.
+ */
+export interface PlanExpiryPolicy {
+  readonly defaultMs: number;
+  /** By environment id or name. Example: `{ production: 4 * 3600_000 }`. */
+  readonly byEnvironment: Readonly<Record<string, number>>;
+}
+
+export const DEFAULT_PLAN_EXPIRY_MS = 24 * 60 * 60 * 1000;
+
+export function planExpiryMs(policy: PlanExpiryPolicy, environment: { readonly id: string; readonly name: string }): number {
+  return policy.byEnvironment[environment.id] ?? policy.byEnvironment[environment.name] ?? policy.defaultMs;
+}
+
 /** Error codes a run ends with that are not the engine's or the desired state's own. */
 export const RunErrors = {
   invalidPromotion: 'PROVISIONING.INVALID_PROMOTION',
+  invalidPoolResize: 'PROVISIONING.INVALID_POOL_RESIZE',
+  /** A pool names a stack no run has applied: where its project lives is not known. */
+  unknownStack: 'PROVISIONING.UNKNOWN_STACK',
   unknownTenant: 'PROVISIONING.UNKNOWN_TENANT',
   superseded: 'PROVISIONING.SUPERSEDED',
   canceled: 'PROVISIONING.CANCELED',
   rejected: 'PROVISIONING.REJECTED',
   approvalTimeout: 'PROVISIONING.APPROVAL_TIMEOUT',
+  /** The plan expired before its approval, or the stack's state changed between plan and apply. */
+  planStale: 'PROVISIONING.PLAN_STALE',
+  /** The run lost its stack lock during the apply (its lease lapsed or an operator broke it); the apply stopped. */
+  stackLockLost: 'PROVISIONING.STACK_LOCK_LOST',
   runnerUnavailable: 'PROVISIONING.RUNNER_UNAVAILABLE',
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',

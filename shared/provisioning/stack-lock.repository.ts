@@ -111,18 +111,25 @@ export async function getStackLock(db: ProvisioningDb, stack: string): Promise<S
 
 /**
  * An operator breaks a stack's lock: the lock row goes and the break is recorded (who, why, whom it was taken
- * from) in the same transaction. Returns the lock that was broken, or undefined when nobody held it.
+ * from) in the same transaction. Returns the lock that was broken, or undefined when nobody held it (or not the
+ * version asked for).
  */
 export async function breakStackLock(
   trx: Transaction<ProvisioningTables>,
   dialect: SqlDialect,
-  request: { id: string; stack: string; by: string; reason: string; now: number },
+  request: {
+    id: string;
+    stack: string;
+    by: string;
+    reason: string;
+    now: number;
+    /** Break only this version of the lock: a retried request must not break a lock taken after the first. */
+    version?: number;
+  },
 ): Promise<StackLock | undefined> {
-  const row = await lockingRows(
-    trx.selectFrom(`provisioning_stack_locks as ${LOCK_ALIAS.wait}`).selectAll(LOCK_ALIAS.wait).where(`${LOCK_ALIAS.wait}.stack`, '=', request.stack),
-    dialect,
-    'wait',
-  ).executeTakeFirst();
+  let query = trx.selectFrom(`provisioning_stack_locks as ${LOCK_ALIAS.wait}`).selectAll(LOCK_ALIAS.wait).where(`${LOCK_ALIAS.wait}.stack`, '=', request.stack);
+  if (request.version !== undefined) query = query.where(`${LOCK_ALIAS.wait}.version`, '=', request.version);
+  const row = await lockingRows(query, dialect, 'wait').executeTakeFirst();
   if (!row) return undefined;
   await trx
     .insertInto('provisioning_lock_breaks')

@@ -4,9 +4,11 @@
  */
 import { readdirSync } from 'node:fs';
 import * as capacityBench from './capacity.bench';
+import * as provisioningBench from './provisioning.bench';
 
 const BENCHES: Record<string, () => Promise<{ run(args: string[]): Promise<void> }>> = {
   capacity: () => Promise.resolve(capacityBench),
+  provisioning: () => Promise.resolve(provisioningBench),
 };
 
 async function main(): Promise<void> {

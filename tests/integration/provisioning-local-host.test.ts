@@ -11,7 +11,7 @@ import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { startTestHost, type TestHost } from '../support/local-host';
-import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Provisioning end to end on a local host started in this process with its full set of components: a promotion
@@ -25,6 +25,7 @@ const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator-
 
 interface RunBody {
   runId: string;
+  stack?: string;
   promotionId: string;
   state: string;
   planDigest?: string;
@@ -269,6 +270,109 @@ describe('provisioning on the local host', () => {
       expect(JSON.parse(instance.output ?? 'null')).toEqual({ outcome: 'ended', state });
     }
     await releaseStackLock(provisioningDb(host.host.deps.sql.db), 'development-3', 'run-elsewhere');
+  });
+
+  it('when another run applies the stack after an approval, then the approved run goes stale; a replan needs its own approval, then applies', async () => {
+    // Arrange: a production run awaits approval on production-2; a development run of the same stack applies meanwhile.
+    const production = aStackPromotion(example.repository, 'production', { stack: 'production-2' });
+    await send(production, `stale-${production.promotionId}`);
+    const awaiting = await runIn((await runOf(production)).runId, ['awaiting-approval']);
+    const development = aStackPromotion(example.repository, 'development', { stack: 'production-2', environmentId: 'env-dev-on-production-2' });
+    await send(development, `stale-${development.promotionId}`);
+    expect((await runIn((await runOf(development)).runId, ['applied', 'failed'])).state).toBe('applied');
+    const post = (path: string, body: unknown = {}) => host.fetch(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims: operator });
+
+    // Act
+    const approved = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: awaiting.planDigest });
+    const stale = await runIn(awaiting.runId, ['stale', 'applied', 'failed']);
+    const approveStale = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: awaiting.planDigest });
+    const replanned = await post(`/runtime-cloud/runs/${awaiting.runId}/replan`);
+    const fresh = await runIn(awaiting.runId, ['awaiting-approval', 'failed']);
+    const approvedFresh = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: fresh.planDigest });
+
+    // Assert
+    expect(approved.status).toBe(200);
+    expect(stale).toMatchObject({ state: 'stale', error: { code: 'PROVISIONING.PLAN_STALE' }, waitingFor: { kind: 'replan', planDigest: awaiting.planDigest } });
+    expect(approveStale.status).toBe(409);
+    expect(await approveStale.json()).toMatchObject({ code: 'PROVISIONING.PLAN_STALE' });
+    expect(replanned.status).toBe(200);
+    expect(await replanned.json()).toMatchObject({ state: 'planning' });
+    // The fresh plan starts from what the development run applied: all same, and production still needs approval.
+    expect(fresh).toMatchObject({ state: 'awaiting-approval', planReceipt: { plan: { counts: { create: 0, same: 3 } } } });
+    expect(fresh.planDigest).not.toBe(awaiting.planDigest);
+    expect(approvedFresh.status).toBe(200);
+    const run = await runIn(awaiting.runId, ['applied', 'failed']);
+    expect(run).toMatchObject({ state: 'applied', replacedPlans: [{ planDigest: awaiting.planDigest, stale: { code: 'PROVISIONING.PLAN_STALE' } }] });
+    const events = await publishedFor(run.runId);
+    expect(events.filter((e) => /^Provisioning/.test(e.body.type)).map((e) => e.body.type)).toEqual(['ProvisioningApplied']);
+  });
+
+  it('when an operator looks at and breaks a stack lock, then the holder is shown, the break is recorded, and only platform administrators may break it', async () => {
+    // Arrange
+    const path = '/runtime-cloud/stacks/development-4';
+    const before = await host.fetch(`${path}/lock`, { claims: admin });
+    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: 'development-4', run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 60_000 });
+    const unlock = (body: unknown, claims: object) => host.fetch(`${path}/unlock`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims });
+
+    // Act
+    const shown = await host.fetch(`${path}/lock`, { claims: admin });
+    const hiddenFromTenant = await host.fetch(`${path}/lock`, { claims: operator });
+    const byOperator = await unlock({ reason: 'stuck' }, operator);
+    const byTenantAdmin = await unlock({ reason: 'stuck' }, { tenant: 'demo-team', roles: ['PlatformAdmin'] });
+    const wrongVersion = await unlock({ reason: 'host other hung', version: 2 }, { ...admin, subject: 'admin-1' });
+    const broken = await unlock({ reason: 'host other hung', version: 1 }, { ...admin, subject: 'admin-1' });
+    const after = await host.fetch(`${path}/lock`, { claims: admin });
+    const again = await unlock({ reason: 'host other hung' }, admin);
+
+    // Assert
+    expect(before.status).toBe(404);
+    expect(await before.json()).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+    expect(shown.status).toBe(200);
+    expect(await shown.json()).toMatchObject({ stack: 'development-4', holderRun: 'run-elsewhere', holderHost: 'other', version: 1, expired: false, expiresAt: expect.any(String) });
+    expect(hiddenFromTenant.status).toBe(404);
+    expect(byOperator.status).toBe(403);
+    expect(byTenantAdmin.status).toBe(403);
+    expect(await byTenantAdmin.json()).toMatchObject({ code: 'AUTH.PLATFORM_ONLY' });
+    expect(wrongVersion.status).toBe(409);
+    expect(await wrongVersion.json()).toMatchObject({ code: 'PROVISIONING.STACK_LOCK_VERSION_MISMATCH' });
+    expect(broken.status).toBe(200);
+    expect(await broken.json()).toMatchObject({ broken: { holderRun: 'run-elsewhere', version: 1 }, by: 'admin-1', reason: 'host other hung' });
+    expect(after.status).toBe(404);
+    expect(again.status).toBe(404);
+    const breaks = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_lock_breaks').select(['holder_run', 'broken_by', 'reason']).where('stack', '=', 'development-4').execute();
+    expect(breaks).toEqual([{ holder_run: 'run-elsewhere', broken_by: 'admin-1', reason: 'host other hung' }]);
+  });
+
+  it('when a pool sized by a stack is resized, then PoolResizeRequested reaches provisioning through the topic and a pool-resize run applies the new size', async () => {
+    // Arrange: the worker-pool project applied on its stack, and a pool that names the stack.
+    const repository = await addPoolProject(example);
+    const promotion = aPoolPromotion(repository, 'pool-workers');
+    await send(promotion, `pool-${promotion.promotionId}`);
+    expect((await runIn((await runOf(promotion)).runId, ['applied', 'failed'])).state).toBe('applied');
+    const putPool = (capacity: number) =>
+      host.fetch('/runtime-cloud/pools/resize-pool', {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'build', target: 'local', capacity, max: 20, iacStack: 'pool-workers' }),
+        claims: admin,
+      });
+    expect((await putPool(2)).status).toBe(201);
+
+    // Act
+    const resized = await putPool(7);
+
+    // Assert
+    expect(await resized.json()).toMatchObject({ capacity: 7, resizeRequested: true });
+    const queued = await eventually(async () => {
+      const page = await getJson<{ items: (RunBody & { reason: string })[] }>(`/runtime-cloud/runs?environment=${promotion.environment.id}`);
+      return page.items.find((r) => r.reason === 'pool-resize');
+    });
+    const run = await runIn(queued.runId, ['applied', 'failed']);
+    expect(run).toMatchObject({ state: 'applied', stack: 'pool-workers', poolResize: { pool: 'resize-pool', fromCapacity: 2, toCapacity: 7 }, config: { poolSize: 7 } });
+    const workers = (await cloud.list('local')).filter((r) => r.urn.startsWith('urn:pulumi:pool-workers::'));
+    expect(workers.map((r) => r.properties)).toEqual([{ kind: 'build', size: 7 }]);
+    const events = await publishedFor(run.runId);
+    expect(events.at(-1)?.body).toMatchObject({ type: 'ProvisioningApplied', data: { trigger: 'pool-resize', poolResize: { pool: 'resize-pool' } } });
   });
 
   it('when runs have applied with secret references, then no stored, published or logged byte holds a secret value', async () => {

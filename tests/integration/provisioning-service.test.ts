@@ -2,18 +2,19 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { localIacRunner } from '../../shared/platform/iac/iac-runner';
-import { stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
+import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { localReferenceResolver } from '../../shared/platform/secrets/local-references';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
-import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
+import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
-import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { refusal } from '../support/refusal';
+import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 const ALL = { kind: 'all' } as const;
 const TENANTS = new Set(['demo-team']);
@@ -33,11 +34,18 @@ for (const dialect of DIALECTS) {
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
       root = fs.mkdtempSync(join(tmpdir(), 'rch-provisioning-'));
-      example = await provisioningExample(root, join(root, 'state'));
+      example = await provisioningExample(root, join(root, 'state'), 40);
       writeExampleReferences(join(root, 'state'));
       const { store } = database;
       cloud = createLocalCloud({ store, clock, ids: randomIds });
-      service = createProvisioningService({
+      service = createProvisioningService(serviceOptions());
+      expiringService = createProvisioningService({ ...serviceOptions(), planExpiry: { defaultMs: 24 * 3600_000, byEnvironment: shortExpiry } });
+    });
+    /** Environments whose plans expire after a minute; the policy matches them by id. */
+    const shortExpiry = { 'env-short-expiry': 60_000, 'env-short-woken': 60_000, 'env-short-forgotten': 60_000 };
+    function serviceOptions(): ProvisioningServiceOptions {
+      const { store } = database;
+      return {
         store,
         clock,
         ids: randomIds,
@@ -46,14 +54,47 @@ for (const dialect of DIALECTS) {
         knowsTenant: (tenant) => Promise.resolve(TENANTS.has(tenant)),
         desiredState: { cacheDir: join(root, 'git-cache') },
         hostId: 'test-host',
-      });
-    });
+      };
+    }
     afterAll(async () => {
       await database?.drop();
       fs.rmSync(root, { recursive: true, force: true });
     });
 
     const db = () => provisioningDb(database.store.db);
+    /** The same store, but plans of environments named env-short-… expire after one minute. */
+    let expiringService: ProvisioningService;
+
+    /**
+     * A service over the same store whose target holds the first create of an apply until `open()`, with a stack
+     * lock lease of one minute renewed every 10 ms.
+     */
+    function gatedService() {
+      let open = () => {};
+      let entered = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const reached = new Promise<void>((resolve) => (entered = resolve));
+      let first = true;
+      const slowCloud: LocalCloud = {
+        ...cloud,
+        async create(target, resource) {
+          if (first) {
+            first = false;
+            entered();
+            await gate;
+          }
+          return cloud.create(target, resource);
+        },
+      };
+      const { store } = database;
+      const gated = createProvisioningService({
+        ...serviceOptions(),
+        engine: localIacRunner({ store, clock, ids: randomIds, cloud: slowCloud }),
+        stackLockTtlMs: 60_000,
+        stackLockRenewEveryMs: 10,
+      });
+      return { service: gated, entered: reached, open: () => open() };
+    }
     /** The events a run (or a promotion or message, by correlation id) put in the outbox, in order. */
     const eventsOf = async (correlationId: string): Promise<CloudEvent[]> =>
       (await db().selectFrom('outbox').select('payload').where('correlation_id', '=', correlationId).orderBy('seq').execute()).map((r) => JSON.parse(r.payload) as CloudEvent);
@@ -61,6 +102,18 @@ for (const dialect of DIALECTS) {
     const resourcesOf = async (stack: string) => (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
     let messages = 0;
     const intake = (body: unknown, messageId = `msg-${dialect}-${++messages}`) => service.intake({ messageId, body });
+
+    /** An import out of band: a bucket is created in the target and written into the stack's state (serial 0 → 1). */
+    async function importBucket(stack: string) {
+      const urn = `urn:pulumi:${stack}::demo-app::local:storage:Bucket::assets`;
+      const inputs = { name: 'demo-app-production-assets', versioning: true };
+      const bucket = await cloud.create('local', { urn, type: 'local:storage:Bucket', properties: inputs });
+      await writeStackState(
+        stackStateDb(database.store.db),
+        { stack, project: 'demo-app', serial: 1, resources: [{ urn, name: 'assets', type: 'local:storage:Bucket', id: bucket.id, inputs, outputs: { ...inputs, id: bucket.id }, protect: true, dependencies: [] }] },
+        clock.now().getTime(),
+      );
+    }
 
     async function accepted(body: unknown) {
       const result = await intake(body);
@@ -119,11 +172,13 @@ for (const dialect of DIALECTS) {
       const applied = await service.apply(run.id);
 
       // Assert
-      expect(planned).toEqual({ outcome: 'awaiting-approval', planDigest: waiting.planDigest });
+      expect(planned).toEqual({ outcome: 'awaiting-approval', planDigest: waiting.planDigest, planExpiresAt: waiting.planExpiresAt?.toISOString() });
+      // The plan expires after the default of 24 hours unless its environment says otherwise.
+      expect(waiting.planExpiresAt?.getTime()).toBe(clock.now().getTime() + 24 * 3600_000);
       expect(waiting).toMatchObject({ state: 'awaiting-approval', approvalRequired: true, waitingFor: { kind: 'approval', planDigest: waiting.planDigest } });
       // While it waits for a person, the stack is free for others.
       expect(await getStackLock(db(), stack)).toBeUndefined();
-      expect(beforeApproval).toEqual({ outcome: 'awaiting-approval', planDigest: waiting.planDigest });
+      expect(beforeApproval).toMatchObject({ outcome: 'awaiting-approval', planDigest: waiting.planDigest });
       expect(approved.state).toBe('applying');
       expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
       const detail = await service.getRun(ALL, run.id);
@@ -133,26 +188,71 @@ for (const dialect of DIALECTS) {
       await expect(service.approve(ALL, run.id, { planDigest: waiting.planDigest ?? '', by: 'operator-1' })).rejects.toMatchObject({ code: 'PROVISIONING.RUN_NOT_AWAITING_APPROVAL' });
     });
 
-    it('when the stack state changes between approval and apply, then the run fails with PLAN_CHANGED and nothing is applied', async () => {
+    it('when the stack state changes between approval and apply, then the run goes stale with PLAN_STALE, nothing is applied, and a replan needs its own approval', async () => {
       // Arrange
       const stack = freshStack('production');
       const run = await accepted(aStackPromotion(example.repository, 'production', { stack }));
       await service.plan(run.id);
       const digest = (await service.getRun(ALL, run.id)).run.planDigest ?? '';
       await service.approve(ALL, run.id, { planDigest: digest, by: 'operator-1' });
-      // An import out of band: the bucket now exists in the stack's state.
-      await writeStackState(
-        stackStateDb(database.store.db),
-        {
-          stack,
-          project: 'demo-app',
-          serial: 1,
-          resources: [
-            { urn: `urn:pulumi:${stack}::demo-app::local:storage:Bucket::assets`, name: 'assets', type: 'local:storage:Bucket', id: 'imported-1', inputs: {}, outputs: { id: 'imported-1' }, protect: true, dependencies: [] },
-          ],
-        },
-        clock.now().getTime(),
-      );
+      await importBucket(stack);
+
+      // Act
+      const result = await service.apply(run.id);
+      const approveStale = await refusal(service.approve(ALL, run.id, { planDigest: digest, by: 'operator-1' }));
+      const stale = await service.getRun(ALL, run.id);
+      const replanned = await service.replan(ALL, run.id, 'operator-2');
+      const replanAgain = await refusal(service.replan(ALL, run.id, 'operator-2'));
+      const planned = await service.plan(run.id);
+      const fresh = (await service.getRun(ALL, run.id)).run;
+      const beforeApproval = await service.apply(run.id);
+      await service.approve(ALL, run.id, { planDigest: fresh.planDigest ?? '', by: 'operator-3' });
+      const applied = await service.apply(run.id);
+
+      // Assert
+      expect(result).toEqual({ outcome: 'stale', reason: expect.stringContaining(`the state of stack ${stack} changed since the plan was made (serial 0, now 1)`) });
+      expect(stale.run).toMatchObject({ state: 'stale', error: { code: 'PROVISIONING.PLAN_STALE' }, waitingFor: { kind: 'replan', planDigest: digest } });
+      expect(stale.applyReceipt).toBeUndefined();
+      expect(approveStale).toMatchObject({ code: 'PROVISIONING.PLAN_STALE', kind: 'conflict' });
+      expect(replanned).toMatchObject({ state: 'planning' });
+      expect(replanned.planDigest).toBeUndefined();
+      expect(replanned.error).toBeUndefined();
+      expect(replanAgain).toMatchObject({ code: 'PROVISIONING.RUN_NOT_STALE', details: { state: 'planning' } });
+      // The fresh plan starts from the imported bucket: another digest, and the old approval does not carry over.
+      expect(planned).toMatchObject({ outcome: 'awaiting-approval', planDigest: fresh.planDigest });
+      expect(fresh.planDigest).not.toBe(digest);
+      expect(beforeApproval.outcome).toBe('awaiting-approval');
+      expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
+      const detail = await service.getRun(ALL, run.id);
+      expect(detail.decision).toMatchObject({ decision: 'approved', planDigest: fresh.planDigest, by: 'operator-3' });
+      expect(detail.planReceipt?.plan.baseSerial).toBe(1);
+      expect(detail.replacedPlans).toHaveLength(1);
+      expect(detail.replacedPlans[0]).toMatchObject({
+        planDigest: digest,
+        planReceipt: { plan: { digest, baseSerial: 0 } },
+        decision: { decision: 'approved', planDigest: digest, by: 'operator-1' },
+        stale: { code: 'PROVISIONING.PLAN_STALE' },
+        replannedBy: 'operator-2',
+      });
+      expect(types(await eventsOf(run.id))).toEqual(['SpecificationDeclared', 'SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
+    });
+
+    it('when the stack state changed without its serial moving, then the engine still refuses with PLAN_CHANGED and nothing is applied', async () => {
+      // Arrange: the stack runs the example; a production promotion of it plans all same and is approved.
+      const stack = freshStack('development');
+      const first = await accepted(aStackPromotion(example.repository, 'development', { stack }));
+      await service.plan(first.id);
+      await service.apply(first.id);
+      const run = await accepted(aStackPromotion(example.repository, 'production', { stack, environmentId: `env-prod-${stack}` }));
+      await service.plan(run.id);
+      await service.approve(ALL, run.id, { planDigest: (await service.getRun(ALL, run.id)).run.planDigest ?? '', by: 'operator-1' });
+      const before = await resourcesOf(stack);
+      // An edit of the state out of band that leaves its serial as it was: only the digest can tell.
+      const states = stackStateDb(database.store.db);
+      const state = await readStackState(states, stack);
+      if (!state) throw new Error('no state');
+      const edited = state.resources.map((r) => (r.name === 'api' ? { ...r, inputs: { ...r.inputs, size: 'huge' } } : r));
+      await states.updateTable('local_iac_stacks').set({ resources: JSON.stringify(edited) }).where('stack', '=', stack).execute();
 
       // Act
       const result = await service.apply(run.id);
@@ -163,10 +263,252 @@ for (const dialect of DIALECTS) {
       expect(detail.run.error?.code).toBe('PROVISIONING.PLAN_CHANGED');
       expect(detail.applyReceipt?.result).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.PLAN_CHANGED' } });
       expect(detail.applyReceipt?.result.resources.every((r) => r.status === 'skipped')).toBe(true);
-      expect(await resourcesOf(stack)).toEqual([]);
+      expect(await resourcesOf(stack)).toEqual(before);
       const events = await eventsOf(run.id);
       expect(types(events)).toEqual(['SpecificationDeclared', 'ProvisioningFailed']);
       expect(events[1]?.data).toMatchObject({ state: 'failed', code: 'PROVISIONING.PLAN_CHANGED' });
+    });
+
+    it('when a plan expires before its approval, then approving it is refused with PLAN_STALE and the run shows stale; other environments keep the default expiry', async () => {
+      // Arrange: plans of the environment env-short-expiry expire after a minute (the default is 24 hours).
+      const short = await accepted(aStackPromotion(example.repository, 'production', { stack: freshStack('production'), environmentId: 'env-short-expiry' }));
+      const long = await accepted(aStackPromotion(example.repository, 'production', { stack: freshStack('production') }));
+      await expiringService.plan(short.id);
+      await expiringService.plan(long.id);
+      const shortDigest = (await service.getRun(ALL, short.id)).run.planDigest ?? '';
+      const longDigest = (await service.getRun(ALL, long.id)).run.planDigest ?? '';
+      const inTime = await expiringService.afterApproval(short.id, false);
+
+      // Act
+      clock.advance(61_000);
+      const late = await refusal(expiringService.approve(ALL, short.id, { planDigest: shortDigest, by: 'operator-1' }));
+      const lateAgain = await refusal(expiringService.approve(ALL, short.id, { planDigest: shortDigest, by: 'operator-1' }));
+      const longApproved = await expiringService.approve(ALL, long.id, { planDigest: longDigest, by: 'operator-1' });
+
+      // Assert
+      expect(inTime.outcome).toBe('awaiting-approval');
+      expect(late).toMatchObject({ code: 'PROVISIONING.PLAN_STALE', kind: 'conflict', details: { state: 'stale', planDigest: shortDigest } });
+      expect(lateAgain).toMatchObject({ code: 'PROVISIONING.PLAN_STALE' });
+      const stale = (await service.getRun(ALL, short.id)).run;
+      expect(stale).toMatchObject({ state: 'stale', error: { code: 'PROVISIONING.PLAN_STALE', message: expect.stringContaining('expired at') }, waitingFor: { kind: 'replan' } });
+      expect(longApproved.state).toBe('applying');
+      expect(await expiringService.afterApproval(short.id, false)).toEqual({ outcome: 'stale', reason: stale.error?.message });
+      expect(types(await eventsOf(short.id))).toEqual(['SpecificationDeclared']);
+      await service.apply(long.id);
+    });
+
+    it("when a plan's expiry wakes the run, then it goes stale; a stale run is rejected on request, or fails when nobody decides in time", async () => {
+      // Arrange
+      const woken = await accepted(aStackPromotion(example.repository, 'production', { stack: freshStack('production'), environmentId: 'env-short-woken' }));
+      const forgotten = await accepted(aStackPromotion(example.repository, 'production', { stack: freshStack('production'), environmentId: 'env-short-forgotten' }));
+      await expiringService.plan(woken.id);
+      await expiringService.plan(forgotten.id);
+      clock.advance(61_000);
+
+      // Act
+      const wokenStep = await expiringService.afterApproval(woken.id, false);
+      await expiringService.afterApproval(forgotten.id, false);
+      const rejected = await expiringService.reject(ALL, woken.id, { reason: 'the freeze began', by: 'operator-2' });
+      const timedOut = await expiringService.afterApproval(forgotten.id, true);
+
+      // Assert
+      expect(wokenStep).toMatchObject({ outcome: 'stale', reason: expect.stringContaining('expired at') });
+      expect(rejected).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.REJECTED' } });
+      expect((await service.getRun(ALL, woken.id)).decision).toMatchObject({ decision: 'rejected', by: 'operator-2' });
+      expect(timedOut).toEqual({ outcome: 'ended', state: 'failed' });
+      expect((await service.getRun(ALL, forgotten.id)).run.error).toMatchObject({ code: 'PROVISIONING.APPROVAL_TIMEOUT', message: expect.stringContaining('nobody replanned or rejected') });
+      for (const id of [woken.id, forgotten.id]) expect(types(await eventsOf(id))).toEqual(['SpecificationDeclared', 'ProvisioningFailed']);
+    });
+
+    it('when nothing holds a stack, then its lock is not found; a held lock is shown to operators, to the holding tenant only, and broken once with who and why', async () => {
+      // Arrange
+      const stack = freshStack('development');
+      const demoTeam = { kind: 'one', tenant: 'demo-team' } as const;
+      const missing = await refusal(service.stackLock(ALL, stack));
+      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      const held = await service.stackLock(ALL, stack);
+
+      // Act
+      const wrongVersion = await refusal(service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung', version: held.version + 1 }));
+      const broken = await service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung', version: held.version });
+      const again = await refusal(service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung' }));
+
+      // Assert
+      expect(missing).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED', kind: 'not-found' });
+      expect(held).toMatchObject({ stack, holderRun: 'run-elsewhere', holderHost: 'other-host', version: 1, expiresAt: new Date(clock.now().getTime() + 60_000) });
+      await expect(service.stackLock(demoTeam, stack)).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      expect(wrongVersion).toMatchObject({ code: 'PROVISIONING.STACK_LOCK_VERSION_MISMATCH', kind: 'conflict', details: { version: 1 } });
+      expect(broken).toMatchObject({ lock: { holderRun: 'run-elsewhere', version: 1 }, by: 'admin-1', reason: 'host-b hung' });
+      expect(again).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      expect(await getStackLock(db(), stack)).toBeUndefined();
+      const breaks = await db().selectFrom('provisioning_lock_breaks').select(['holder_run', 'holder_host', 'broken_by', 'reason']).where('stack', '=', stack).execute();
+      expect(breaks).toEqual([{ holder_run: 'run-elsewhere', holder_host: 'other-host', broken_by: 'admin-1', reason: 'host-b hung' }]);
+    });
+
+    it("when a tenant's run holds a stack, then that tenant sees the lock", async () => {
+      // Arrange
+      const stack = freshStack('production');
+      const run = await accepted(aStackPromotion(example.repository, 'production', { stack }));
+      await acquireStackLock(db(), dialect, { stack, run: run.id, host: 'test-host', now: clock.now().getTime(), ttlMs: 60_000 });
+
+      // Act
+      const seen = await service.stackLock({ kind: 'one', tenant: 'demo-team' }, stack);
+
+      // Assert
+      expect(seen).toMatchObject({ holderRun: run.id, holderHost: 'test-host' });
+      await expect(service.stackLock({ kind: 'one', tenant: 'someone-else' }, stack)).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      await service.cancel(ALL, run.id, 'operator-1');
+      await releaseStackLock(db(), stack, run.id);
+    });
+
+    it('when the stack lock is broken during an apply, then the apply stops before its next step and the run fails with STACK_LOCK_LOST', async () => {
+      // Arrange: the first create waits until the test lets it finish.
+      const gated = gatedService();
+      const stack = freshStack('development');
+      const run = await accepted(aStackPromotion(example.repository, 'development', { stack }));
+      await gated.service.plan(run.id);
+
+      // Act
+      const applying = gated.service.apply(run.id);
+      await gated.entered;
+      await gated.service.unlockStack(stack, { by: 'admin-1', reason: 'stuck apply' });
+      gated.open();
+      const result = await applying;
+
+      // Assert
+      expect(result).toEqual({ outcome: 'ended', state: 'failed' });
+      const detail = await service.getRun(ALL, run.id);
+      expect(detail.run.error).toMatchObject({ code: 'PROVISIONING.STACK_LOCK_LOST', message: expect.stringContaining('lost the lock') });
+      expect(detail.applyReceipt?.result.resources.map((r) => [r.name, r.status])).toEqual([
+        ['assets', 'succeeded'],
+        ['api', 'skipped'],
+        ['endpoint', 'skipped'],
+      ]);
+      expect((await resourcesOf(stack)).map((r) => r.type)).toEqual(['local:storage:Bucket']);
+      const events = await eventsOf(run.id);
+      expect(events.at(-1)).toMatchObject({ type: 'ProvisioningFailed', data: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
+    });
+
+    it("when an apply runs longer than the stack lock's lease, then renewals keep the lock: no other run takes the stack meanwhile", async () => {
+      // Arrange: a lease of one minute, renewed every 10 ms of real time; the first create takes "100 s" of the clock.
+      const gated = gatedService();
+      const stack = freshStack('development');
+      const run = await accepted(aStackPromotion(example.repository, 'development', { stack }));
+      await gated.service.plan(run.id);
+      const applying = gated.service.apply(run.id);
+      await gated.entered;
+
+      // Act
+      const start = clock.now().getTime();
+      clock.advance(50_000);
+      await vi.waitFor(async () => expect((await getStackLock(db(), stack))?.expiresAt.getTime()).toBeGreaterThanOrEqual(start + 50_000 + 60_000), { timeout: 5000, interval: 10 });
+      clock.advance(50_000);
+      const other = await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      gated.open();
+      const result = await applying;
+
+      // Assert
+      expect(other).toMatchObject({ acquired: false, heldBy: { holderRun: run.id } });
+      expect(result).toEqual({ outcome: 'ended', state: 'applied' });
+      expect((await resourcesOf(stack)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service', 'local:network:Endpoint']);
+    });
+
+    it('when a PoolResizeRequested names a stack a promotion applied, then a pool-resize run plans that desired state with poolSize and applies it', async () => {
+      // Arrange: the worker-pool project applied on its stack with the default size.
+      const repository = await addPoolProject(example);
+      const stack = `pool-${dialect}-1`;
+      const promoted = await accepted(aPoolPromotion(repository, stack));
+      await service.plan(promoted.id);
+      await service.apply(promoted.id);
+      const event = aPoolResizeEvent({ id: `evt-resize-${dialect}-1`, pool: 'build-pool', iacStack: stack, fromCapacity: 2, toCapacity: 6 });
+
+      // Act
+      const result = await service.poolResize({ messageId: `evt-resize-${dialect}-1`, body: JSON.stringify(event) });
+      if (result.outcome !== 'accepted') throw new Error(`not accepted: ${JSON.stringify(result)}`);
+      const planned = await service.plan(result.run.id);
+      const applied = await service.apply(result.run.id);
+
+      // Assert
+      expect(result.run).toMatchObject({
+        reason: 'pool-resize',
+        stack,
+        tenant: promoted.tenant,
+        environment: promoted.environment,
+        desiredState: promoted.desiredState,
+        poolResize: { pool: 'build-pool', eventId: `evt-resize-${dialect}-1`, fromCapacity: 2, toCapacity: 6 },
+        config: { poolSize: 6 },
+        requestedBy: 'pool build-pool',
+      });
+      expect(planned).toEqual({ outcome: 'applying' });
+      expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
+      const detail = await service.getRun(ALL, result.run.id);
+      expect(detail.planReceipt?.plan.steps.map((st) => [st.name, st.op, st.changedPaths])).toEqual([['workers', 'update', ['size']]]);
+      expect((await resourcesOf(stack)).map((r) => r.properties)).toEqual([{ kind: 'build', size: 6 }]);
+      const events = await eventsOf(result.run.id);
+      expect(types(events)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
+      expect(events[2]?.data).toMatchObject({ trigger: 'pool-resize', poolResize: { pool: 'build-pool', toCapacity: 6 }, stack });
+      expect(events[2]?.data).not.toHaveProperty('promotionId');
+    });
+
+    it('when a resize repeats, names a stack nobody applied, is malformed or another event comes, then one run, a recorded rejection, or nothing', async () => {
+      // Arrange
+      const repository = await addPoolProject(example);
+      const stack = `pool-${dialect}-2`;
+      const promoted = await accepted(aPoolPromotion(repository, stack));
+      await service.plan(promoted.id);
+      await service.apply(promoted.id);
+      const resize = aPoolResizeEvent({ id: `evt-resize-${dialect}-2`, pool: 'build-pool', iacStack: stack, fromCapacity: 2, toCapacity: 3 });
+      const unknown = aPoolResizeEvent({ id: `evt-resize-${dialect}-3`, pool: 'other-pool', iacStack: 'no-such-stack', fromCapacity: 2, toCapacity: 3 });
+      const malformed = { ...resize, id: `evt-resize-${dialect}-4`, data: { pool: 'build-pool', iacStack: stack, toCapacity: -1 } };
+
+      // Act
+      const first = await service.poolResize({ messageId: `evt-resize-${dialect}-2`, body: resize });
+      const redelivered = await service.poolResize({ messageId: `evt-resize-${dialect}-2`, body: resize });
+      const unknownStack = await service.poolResize({ messageId: `evt-resize-${dialect}-3`, body: unknown });
+      const invalid = await service.poolResize({ messageId: `evt-resize-${dialect}-4`, body: malformed });
+      const other = await service.poolResize({ messageId: `evt-other-${dialect}`, body: { ...resize, id: `evt-other-${dialect}`, type: 'LeaseExpired' } });
+
+      // Assert
+      if (first.outcome !== 'accepted') throw new Error('not accepted');
+      expect(redelivered).toEqual({ outcome: 'duplicate', run: first.run });
+      expect(await db().selectFrom('provisioning_runs').select('id').where('stack', '=', stack).where('reason', '=', 'pool-resize').execute()).toHaveLength(1);
+      expect(unknownStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_STACK', reason: expect.stringContaining('no-such-stack') });
+      expect(await eventsOf(`evt-resize-${dialect}-3`)).toMatchObject([{ type: 'ProvisioningFailed', subject: 'pools/other-pool', data: { trigger: 'pool-resize', stack: 'no-such-stack', code: 'PROVISIONING.UNKNOWN_STACK' } }]);
+      expect(invalid).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.INVALID_POOL_RESIZE', reason: expect.stringContaining('fromCapacity') });
+      expect(await service.getRejection(`evt-resize-${dialect}-4`)).toMatchObject({ code: 'PROVISIONING.INVALID_POOL_RESIZE' });
+      expect(other).toMatchObject({ outcome: 'ignored' });
+      expect(await service.getRejection(`evt-other-${dialect}`)).toBeUndefined();
+      await service.cancel(ALL, first.run.id, 'operator-1');
+    });
+
+    it('when a promotion applies while a resize waits, then the resize plans the newly applied commit with the new size, undoing nothing', async () => {
+      // Arrange: the stack runs the first commit; a promotion of a second commit (a label) is planned and holds the
+      // stack when the resize comes in, so the resize is taken in at the first commit.
+      const repository = await addPoolProject(example);
+      const stack = `pool-${dialect}-3`;
+      const first = await accepted(aPoolPromotion(repository, stack));
+      await service.plan(first.id);
+      await service.apply(first.id);
+      const project = join(example.source, 'pools', 'Pulumi.yaml');
+      fs.writeFileSync(project, fs.readFileSync(project, 'utf8').replace('      kind: build\n', '      kind: build\n      label: blue\n'));
+      const labeled = await example.commit();
+      const second = await accepted({ ...aPoolPromotion(labeled, stack), environment: first.environment });
+      await service.plan(second.id);
+      const resized = await service.poolResize({ messageId: `evt-resize-${dialect}-5`, body: aPoolResizeEvent({ id: `evt-resize-${dialect}-5`, pool: 'p', iacStack: stack, fromCapacity: 2, toCapacity: 4 }) });
+      if (resized.outcome !== 'accepted') throw new Error('not accepted');
+      await service.apply(second.id);
+
+      // Act
+      await service.plan(resized.run.id);
+      await service.apply(resized.run.id);
+
+      // Assert
+      expect(resized.run.desiredState.commit).toBe(repository.commit);
+      const run = (await service.getRun(ALL, resized.run.id)).run;
+      expect(run).toMatchObject({ state: 'applied', desiredState: { commit: labeled.commit } });
+      expect((await resourcesOf(stack)).map((r) => r.properties)).toEqual([{ kind: 'build', label: 'blue', size: 4 }]);
+      fs.writeFileSync(project, fs.readFileSync(project, 'utf8').replace('      label: blue\n', ''));
+      await example.commit();
     });
 
     it('when the target is unreachable, then the run fails with an apply receipt and PROVISIONING.TARGET_UNREACHABLE', async () => {
@@ -426,7 +768,7 @@ for (const dialect of DIALECTS) {
       await service.plan(run.id);
       await service.apply(run.id);
       const before = await findRunDetail(db(), run.id, ALL);
-      if (!before?.planReceipt || !before.applyReceipt) throw new Error('no receipts');
+      if (!before?.planReceipt || !before.applyReceipt) throw new Error(`no receipts: ${JSON.stringify(before?.run)}`);
       const now = clock.now().getTime();
 
       // Act

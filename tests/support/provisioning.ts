@@ -78,3 +78,55 @@ export function aStackPromotion(
     ...options.overrides,
   };
 }
+
+/** The folder of the worker-pool project `addPoolProject` adds to the example. */
+export const POOL_PROJECT_PATH = 'pools';
+
+/**
+ * Adds a worker-pool project (folder `pools`) to the example's source and commits it: one `local:compute:WorkerPool`
+ * whose size is the config `poolSize`, the key a pool resize sets.
+ */
+export async function addPoolProject(example: ProvisioningExample): Promise<ExampleRepository> {
+  const folder = join(example.source, POOL_PROJECT_PATH);
+  fs.mkdirSync(folder, { recursive: true });
+  fs.writeFileSync(
+    join(folder, 'Pulumi.yaml'),
+    [
+      'name: worker-pool',
+      'runtime: yaml',
+      'config:',
+      '  poolSize:',
+      '    type: integer',
+      '    default: 2',
+      'resources:',
+      '  workers:',
+      '    type: local:compute:WorkerPool',
+      '    properties:',
+      '      kind: build',
+      '      size: ${poolSize}',
+      '',
+    ].join('\n'),
+  );
+  return example.commit();
+}
+
+/** A development promotion of the worker-pool project onto `stack`, in an environment of its own. */
+export function aPoolPromotion(repository: ExampleRepository, stack: string): PromotionApproved {
+  const base = aStackPromotion(repository, 'development', { stack });
+  return { ...base, desiredState: { ...base.desiredState, path: POOL_PROJECT_PATH } };
+}
+
+/** A `PoolResizeRequested` as the capacity module publishes it (a CloudEvent on the events topic). */
+export function aPoolResizeEvent(resize: { id: string; pool: string; iacStack: string; fromCapacity: number; toCapacity: number }): Record<string, unknown> {
+  return {
+    specversion: '1.0',
+    id: resize.id,
+    source: '/runtime-cloud',
+    type: 'PoolResizeRequested',
+    subject: `pools/${resize.pool}`,
+    time: '2026-03-01T09:00:00.000Z',
+    datacontenttype: 'application/json',
+    correlationid: resize.pool,
+    data: { pool: resize.pool, kind: 'build', target: 'local', iacStack: resize.iacStack, fromCapacity: resize.fromCapacity, toCapacity: resize.toCapacity, used: 0 },
+  };
+}

@@ -5,6 +5,7 @@ import {
   decodeRunCursor,
   encodeRunCursor,
   isTerminal,
+  planExpiryMs,
   RUN_STATES,
   statesBefore,
   TERMINAL_RUN_STATES,
@@ -23,6 +24,10 @@ describe('provisioning run model', () => {
       ['queued', 'planning', 'applying', 'failed'],
       ['queued', 'superseded'],
       ['queued', 'canceled'],
+      ['queued', 'planning', 'awaiting-approval', 'stale', 'planning', 'awaiting-approval', 'applying', 'applied'],
+      ['queued', 'planning', 'awaiting-approval', 'applying', 'stale', 'planning', 'applying', 'applied'],
+      ['queued', 'planning', 'awaiting-approval', 'stale', 'rejected'],
+      ['queued', 'planning', 'applying', 'stale', 'failed'],
     ];
     for (const path of paths) {
       for (let i = 1; i < path.length; i++) expect(canTransition(path[i - 1]!, path[i]!), `${path[i - 1]} → ${path[i]}`).toBe(true);
@@ -44,9 +49,26 @@ describe('provisioning run model', () => {
   it('when asked which states may move to one, then the answer is exactly the sources of the table', () => {
     expect(statesBefore('canceled')).toEqual(['queued']);
     expect(statesBefore('applying')).toEqual(['planning', 'awaiting-approval']);
-    expect(statesBefore('rejected')).toEqual(['awaiting-approval']);
-    expect(statesBefore('failed')).toEqual(['queued', 'planning', 'awaiting-approval', 'applying']);
+    expect(statesBefore('rejected')).toEqual(['awaiting-approval', 'stale']);
+    expect(statesBefore('failed')).toEqual(['queued', 'planning', 'awaiting-approval', 'applying', 'stale']);
+    expect(statesBefore('stale')).toEqual(['awaiting-approval', 'applying']);
+    expect(statesBefore('planning')).toEqual(['queued', 'stale']);
     expect(statesBefore('queued')).toEqual([]);
+  });
+
+  it('when a plan is stale, then the run can only be replanned, rejected or failed: never applied or canceled from there', () => {
+    expect(RUN_STATES.filter((to) => canTransition('stale', to))).toEqual(['planning', 'failed', 'rejected']);
+    expect(isTerminal('stale')).toBe(false);
+    expect(canTransition('stale', 'applying')).toBe(false);
+    expect(canTransition('queued', 'stale')).toBe(false);
+    expect(canTransition('planning', 'stale')).toBe(false);
+  });
+
+  it('when an environment has its own plan expiry, then it applies by id or by name; others get the default', () => {
+    const policy = { defaultMs: 86_400_000, byEnvironment: { 'env-prod-eu': 3_600_000, staging: 7_200_000 } };
+    expect(planExpiryMs(policy, { id: 'env-prod-eu', name: 'production' })).toBe(3_600_000);
+    expect(planExpiryMs(policy, { id: 'env-stg-1', name: 'staging' })).toBe(7_200_000);
+    expect(planExpiryMs(policy, { id: 'env-dev', name: 'development' })).toBe(86_400_000);
   });
 
   it('when a state is final, then isTerminal says so, and only for the five final states', () => {

@@ -82,6 +82,58 @@ describe('provisioning run orchestrator', () => {
     expect(describeAction((await run(history)).flat[4])).toBe(`${ProvisioningActivities.apply} {"runId":"run_1"}`);
   });
 
+  it("when the plan expires before the approval deadline, then an expiry timer races too; when it fires the run is asked where it stands", async () => {
+    const expiring: RunStep = { outcome: 'awaiting-approval', planDigest: 'sha256:d', planExpiresAt: at(601) };
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, expiring, 1)];
+    expect((await run(history)).flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(3601)}`, `timer ${at(601)}`]);
+
+    history.push(timerCreated(1, 1), timerCreated(2, 1), started(601), timerFired(2, 601));
+    const expired = await run(history);
+    expect(expired.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(3601)} canceled`, `timer ${at(601)}`, `${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":false}`]);
+  });
+
+  it('when a plan goes stale, then the run waits for a replan or rejection racing a fresh deadline; after a replan it plans again', async () => {
+    const history = [
+      ...begin(),
+      scheduled(0, ProvisioningActivities.plan, 0),
+      started(1),
+      completed(0, { outcome: 'awaiting-approval', planDigest: 'sha256:d', planExpiresAt: at(601) }, 1),
+      timerCreated(1, 1),
+      timerCreated(2, 1),
+      started(601),
+      timerFired(2, 601),
+      scheduled(3, ProvisioningActivities.afterApproval, 601),
+      started(602),
+      completed(3, { outcome: 'stale', reason: 'the plan expired' }, 602),
+    ];
+    const stale = await run(history);
+    expect(stale.flat.slice(5).map(describeAction)).toEqual(['wait-event', `timer ${at(4202)}`]);
+    expect(stale.isDone).toBe(false);
+
+    history.push(timerCreated(4, 602), started(700), ev({ EventType: HistoryEventType.EventRaised, Name: 'approval', Input: JSON.stringify({ decision: 'replan' }), Timestamp: at(700) }));
+    const woken = await run(history);
+    expect(woken.flat.slice(5).map(describeAction)).toEqual(['wait-event', `timer ${at(4202)} canceled`, `${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":false}`]);
+
+    history.push(scheduled(5, ProvisioningActivities.afterApproval, 700), started(701), completed(5, { outcome: 'planning' }, 701));
+    expect(describeAction((await run(history)).flat[8])).toBe(`${ProvisioningActivities.plan} {"runId":"run_1"}`);
+  });
+
+  it('when an approved plan goes stale at its apply and nobody replans it in time, then the deadline fails it through afterApproval', async () => {
+    const history = [
+      ...begin(),
+      scheduled(0, ProvisioningActivities.plan, 0),
+      started(1),
+      completed(0, { outcome: 'applying' }, 1),
+      scheduled(1, ProvisioningActivities.apply, 1),
+      started(2),
+      completed(1, { outcome: 'stale', reason: 'the state moved' }, 2),
+    ];
+    expect((await run(history)).flat.slice(2).map(describeAction)).toEqual(['wait-event', `timer ${at(3602)}`]);
+
+    history.push(timerCreated(2, 2), started(3602), timerFired(2, 3602));
+    expect(describeAction((await run(history)).flat[4])).toBe(`${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":true}`);
+  });
+
   it('when a step fails after all its retries, then the orchestrator fails the run through the fail activity', async () => {
     // Four attempts of the plan, each failure followed by the retry timer the SDK expects from the host (after the
     // last one too: the SDK gives up when that timer fires).

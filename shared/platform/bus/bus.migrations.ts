@@ -13,7 +13,7 @@ function withMessageColumns<C extends string>(table: CreateTableBuilder<string, 
     .addColumn('enqueued_at', 'bigint', (c) => c.notNull());
 }
 
-/** The embedded queue and topic (local host), the inbox, and the relay's claim on outbox rows. */
+/** The embedded queue, topic and topic subscriptions (local host), the inbox, and the relay's claim on outbox rows. */
 export const busMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   const queue: Migration = {
@@ -68,10 +68,22 @@ export const busMigrations: MigrationSource = (dialect) => {
       await db.schema.alterTable('outbox').addColumn('claimed_until', 'bigint').execute();
     },
   };
+  const subscriptions: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable('topic_subscriptions')
+        .addColumn('topic', t.key, (c) => c.notNull())
+        .addColumn('subscription', t.key, (c) => c.notNull())
+        .addColumn('created_at', 'bigint', (c) => c.notNull())
+        .addPrimaryKeyConstraint('topic_subscriptions_pk', ['topic', 'subscription'])
+        .execute();
+    },
+  };
   return {
     '20261130-02-platform-bus-queue': queue,
     '20261130-03-platform-bus-topic': topic,
     '20261130-04-platform-inbox': inbox,
     '20261130-05-platform-outbox-claims': outboxClaims,
+    '20261201-06-platform-bus-topic-subscriptions': subscriptions,
   };
 };

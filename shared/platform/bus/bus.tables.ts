@@ -46,6 +46,13 @@ export interface TopicMessageTable extends StoredMessageColumns {
   topic: string;
 }
 
+/** Row of `topic_subscriptions`: a subscription of an embedded topic; published messages are copied to it. */
+export interface TopicSubscriptionTable {
+  topic: string;
+  subscription: string;
+  created_at: number;
+}
+
 /** Row of `inbox`: an inbound message recorded before the module acts on it. */
 export interface InboxTable {
   module: string;
@@ -61,5 +68,6 @@ export interface BusTables {
   queue_messages: QueueMessageTable;
   queue_message_ids: QueueMessageIdTable;
   topic_messages: TopicMessageTable;
+  topic_subscriptions: TopicSubscriptionTable;
   inbox: InboxTable;
 }

@@ -56,23 +56,31 @@ export async function enqueue(db: Kysely<BusTables>, queue: string, message: Out
       )
       .executeTakeFirst();
     if (Number(accepted.numInsertedOrUpdatedRows ?? 0) === 0) return { kind: 'duplicate' } as const;
-    const row = await trx
-      .insertInto('queue_messages')
-      .values({
-        queue,
-        ...storedMessageColumns(message, options.now),
-        delivery_count: 0,
-        lock_token: null,
-        locked_until: null,
-        state: ACTIVE,
-        dead_letter_reason: null,
-        dead_letter_description: null,
-        dead_lettered_at: null,
-      })
-      .returning('seq')
-      .executeTakeFirstOrThrow();
-    return { kind: 'enqueued', sequenceNumber: Number(row.seq) } as const;
+    return { kind: 'enqueued', sequenceNumber: await insertActive(trx, queue, message, options.now) } as const;
   });
+}
+
+/**
+ * Adds an active message to a queue (or a topic subscription) in the caller's transaction, without duplicate
+ * detection: for copies of a message the topic has already deduplicated. Returns its sequence number.
+ */
+export async function insertActive(db: Db, queue: string, message: OutgoingMessage, now: number): Promise<number> {
+  const row = await db
+    .insertInto('queue_messages')
+    .values({
+      queue,
+      ...storedMessageColumns(message, now),
+      delivery_count: 0,
+      lock_token: null,
+      locked_until: null,
+      state: ACTIVE,
+      dead_letter_reason: null,
+      dead_letter_description: null,
+      dead_lettered_at: null,
+    })
+    .returning('seq')
+    .executeTakeFirstOrThrow();
+  return Number(row.seq);
 }
 
 export interface ReceiveOptions {

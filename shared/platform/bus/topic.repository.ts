@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { BusTables } from './bus.tables';
 import type { ApplicationProperties, OutgoingMessage } from './queue';
-import { storedMessageColumns } from './queue.repository';
+import { insertActive, storedMessageColumns } from './queue.repository';
 
 /** The embedded topic (the local host's `runtime-cloud-events`): published messages in order, deduplicated by messageId. */
 type Db = Kysely<BusTables> | Transaction<BusTables>;
@@ -18,8 +18,13 @@ export interface TopicMessage {
   readonly enqueuedAt: Date;
 }
 
-/** Appends messages in the given order; a messageId the topic already holds is dropped. Returns how many were new. */
+/**
+ * Appends messages in the given order; a messageId the topic already holds is dropped. Each new message is also
+ * copied to every subscription of the topic, as a Service Bus topic does: a subscription is a queue of its own
+ * (entity `<topic>/Subscriptions/<name>`) that receivers take messages from with peek-lock. Returns how many were new.
+ */
 export async function appendToTopic(db: Db, topic: string, messages: readonly OutgoingMessage[], now: number): Promise<number> {
+  const subscriptions = await db.selectFrom('topic_subscriptions').select('subscription').where('topic', '=', topic).orderBy('subscription').execute();
   let added = 0;
   // One row at a time keeps the sequence order equal to the given order on every dialect.
   for (const message of messages) {
@@ -28,9 +33,29 @@ export async function appendToTopic(db: Db, topic: string, messages: readonly Ou
       .values({ topic, ...storedMessageColumns(message, now) })
       .onConflict((oc) => oc.columns(['topic', 'message_id']).doNothing())
       .executeTakeFirst();
-    added += Number(result.numInsertedOrUpdatedRows ?? 0);
+    const isNew = Number(result.numInsertedOrUpdatedRows ?? 0) === 1;
+    if (!isNew) continue;
+    added++;
+    for (const { subscription } of subscriptions) await insertActive(db, subscriptionEntity(topic, subscription), message, now);
   }
   return added;
+}
+
+/** The entity path of a topic subscription, as Service Bus names it; receivers read it like a queue. */
+export function subscriptionEntity(topic: string, subscription: string): string {
+  return `${topic}/Subscriptions/${subscription}`;
+}
+
+/**
+ * Creates a subscription of a topic (nothing when it exists): from then on every message published to the topic is
+ * copied to it. Messages published before are not, as with Service Bus.
+ */
+export async function ensureSubscription(db: Db, topic: string, subscription: string, now: number): Promise<void> {
+  await db
+    .insertInto('topic_subscriptions')
+    .values({ topic, subscription, created_at: now })
+    .onConflict((oc) => oc.columns(['topic', 'subscription']).doNothing())
+    .execute();
 }
 
 /** Messages of a topic after a sequence number, oldest first. */

@@ -79,6 +79,12 @@ export const settings = {
    * the local host means its bundled `local/capacity-seed.json`, `none` seeds nothing. Example: `config/capacity.json`.
    */
   RuntimeCloud__Capacity__SeedFile: z.string().default(''),
+  /**
+   * How long a provisioning plan may wait for its approval before it goes stale, in seconds, as JSON: `default`
+   * for every environment, other keys an environment's id or name. Empty: 24 hours everywhere.
+   * Example: `{"default":86400,"production":14400}`.
+   */
+  RuntimeCloud__Provisioning__PlanExpirySeconds: jsonOf(z.record(z.string().min(1), z.number().int().positive()), '{}'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -106,6 +112,10 @@ export interface Config {
   readonly local: { readonly stateDir: string; readonly port: number };
   readonly serviceBus: { readonly connection: string };
   readonly capacity: { readonly seedFile: string };
+  readonly provisioning: {
+    /** Plan expiry in ms: `defaultMs`, and by environment id or name. */
+    readonly planExpiry: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
+  };
 }
 
 export class ConfigError extends Error {
@@ -142,6 +152,17 @@ function toConfig(s: Settings): Config {
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
+    provisioning: { planExpiry: planExpiry(s.RuntimeCloud__Provisioning__PlanExpirySeconds) },
+  };
+}
+
+const DEFAULT_PLAN_EXPIRY_SECONDS = 24 * 60 * 60;
+
+function planExpiry(seconds: Readonly<Record<string, number>>): Config['provisioning']['planExpiry'] {
+  const { default: fallback, ...byEnvironment } = seconds;
+  return {
+    defaultMs: (fallback ?? DEFAULT_PLAN_EXPIRY_SECONDS) * 1000,
+    byEnvironment: Object.fromEntries(Object.entries(byEnvironment).map(([environment, s]) => [environment, s * 1000])),
   };
 }
 

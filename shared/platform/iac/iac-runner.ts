@@ -1,10 +1,9 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-import { createLocalEngine, type ConfigOverrides, type LocalEngineOptions } from './local-engine';
+import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions } from './local-engine';
 import type { ApplyResult, Plan, ResolveReferences } from './plan';
+import { createPulumiRunner, type PulumiRunnerOptions } from './pulumi-runner';
 import type { ProjectFiles } from './pulumi-yaml';
 
-export type { ConfigOverrides, LocalEngineOptions };
+export type { ApplyOptions, ConfigOverrides, LocalEngineOptions };
 
 /** The IaC runner port, as far as health and target metadata need it. */
 export interface IacRunner {
@@ -20,11 +19,13 @@ export interface IacRunner {
  * - `apply` re-plans against the current state and carries the plan out only if its digest is the approved one
  *   (else `PROVISIONING.PLAN_CHANGED`, nothing applied). References are resolved here, through
  *   `resolveReferences`, and nowhere else. Expected failures (plan changed, target unreachable, a step refused)
- *   are a result with status `failed` and each resource's status; a store fault is thrown.
+ *   are a result with status `failed` and each resource's status; a store fault is thrown. `options.beforeStep`
+ *   is awaited before each step; when it throws an AppError the apply stops there (that step and the rest
+ *   skipped) and fails with the error's code: how a caller that lost its right to apply stops a long apply.
  */
 export interface IacEngine extends IacRunner {
   preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
-  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences): Promise<ApplyResult>;
+  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
 /** The embedded runner: the local engine, whose `version()` also checks that its state store answers. */
@@ -32,19 +33,11 @@ export function localIacRunner(options: LocalEngineOptions): IacEngine {
   return createLocalEngine(options);
 }
 
-/** The Pulumi Automation API needs the `pulumi` CLI on PATH; its version is what `pulumi version` prints. */
-export function pulumiIacRunner(): IacRunner {
-  const run = promisify(execFile);
-  return {
-    name: 'pulumi',
-    async version() {
-      try {
-        const { stdout } = await run('pulumi', ['version'], { timeout: 10_000 });
-        return `pulumi ${stdout.trim()}`;
-      } catch (error) {
-        const code = (error as { code?: unknown }).code;
-        throw new Error(code === 'ENOENT' ? 'the pulumi CLI is not installed on this host' : 'pulumi version failed');
-      }
-    },
-  };
+/**
+ * The production runner: the Pulumi Automation API (pulumi-runner.ts), chosen by `RuntimeCloud__IaC__Runner=pulumi`.
+ * Every workspace call runs the `pulumi` CLI, and so does `version()` (the `iac-runner` health probe): without
+ * it they fail with `PROVISIONING.RUNNER_UNAVAILABLE`.
+ */
+export function pulumiIacRunner(options: PulumiRunnerOptions = {}): IacEngine {
+  return createPulumiRunner(options);
 }

@@ -26,13 +26,22 @@ export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
 /** Config set by the caller over the stack file's values, by key (`poolSize` or `project:poolSize`). */
 export type ConfigOverrides = Readonly<Record<string, JsonValue>>;
 
+/** How a caller takes part in an apply. */
+export interface ApplyOptions {
+  /**
+   * Awaited before each step. An AppError thrown here stops the apply before that step: it and the rest are
+   * skipped and the result fails with the error's code. Example: renew the stack lock, throw when it was lost.
+   */
+  readonly beforeStep?: () => Promise<void>;
+}
+
 /** The local engine: the `IacEngine` port (iac-runner.ts) over the local cloud, with stack state in SQL. */
 export interface LocalEngine {
   readonly name: 'local';
   /** The engine's version, after checking that its state store answers (the `iac-runner` health probe). */
   version(): Promise<string>;
   preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
-  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences): Promise<ApplyResult>;
+  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
 export interface LocalEngineOptions {
@@ -65,7 +74,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       const state = await retryingContention(() => readStackState(db, stack));
       return planStack({ stack, program, state });
     },
-    async apply(stack, files, config, approvedPlan, resolveReferences) {
+    async apply(stack, files, config, approvedPlan, resolveReferences, options = {}) {
       if (!planSchema.safeParse(approvedPlan).success) {
         throw new AppError('IAC.INVALID_PLAN', 'validation', 'the approved plan is not a plan this engine made');
       }
@@ -103,7 +112,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       } catch (thrown) {
         return finish(refused(plan, plan.baseSerial, expectedError(thrown)));
       }
-      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved });
+      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved, beforeStep: options.beforeStep });
       return finish(await run.all(plan));
     },
   };
@@ -152,6 +161,7 @@ interface StepRunnerContext {
   readonly state: StackState | undefined;
   /** Resolved reference values by `referenceKey`. */
   readonly resolved: ReadonlyMap<string, JsonValue>;
+  readonly beforeStep: (() => Promise<void>) | undefined;
 }
 
 /**
@@ -173,6 +183,11 @@ class StepRunner {
   async all(plan: Plan): Promise<Omit<ApplyResult, 'startedAt' | 'finishedAt'>> {
     const results: ResourceResult[] = [];
     for (const [index, step] of plan.steps.entries()) {
+      const stop = await this.mayGoOn();
+      if (stop) {
+        results.push(...plan.steps.slice(index).map((s) => skipped(s)));
+        return { status: 'failed', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs: {}, error: stop };
+      }
       try {
         results.push(await this.step(step));
       } catch (thrown) {
@@ -186,6 +201,17 @@ class StepRunner {
     }
     const outputs = new ProgramEvaluator(this.context.program.project, this.context.program.config, (name) => this.outputsOf(name)).outputs();
     return { status: 'applied', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs };
+  }
+
+  /** The caller's `beforeStep`: undefined to go on, or why the apply must stop before the next step. */
+  private async mayGoOn(): Promise<ApplyError | undefined> {
+    try {
+      await this.context.beforeStep?.();
+      return undefined;
+    } catch (thrown) {
+      const error = expectedError(thrown);
+      return { code: error.code, message: error.message };
+    }
   }
 
   private async step(step: PlanStep): Promise<ResourceResult> {

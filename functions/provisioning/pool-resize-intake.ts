@@ -1,0 +1,47 @@
+import type { InvocationContext } from '@azure/functions';
+import * as df from 'durable-functions';
+import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import { isTerminal } from '../../shared/provisioning/run';
+import { getDeps } from '../runtime';
+import { moduleApp } from '../app';
+import { startRun } from './promotion-intake';
+
+/**
+ * Provisioning's subscription to the events topic. In Azure it carries a rule that lets only `PoolResizeRequested`
+ * through (infra/index.ts); the local host's embedded subscription takes every event, so the service reads the type
+ * and ignores the others.
+ */
+export const PROVISIONING_SUBSCRIPTION = 'provisioning';
+
+/**
+ * Takes a `PoolResizeRequested` of the capacity module off the events topic: the provisioning service records it as
+ * a run on the pool's stack (or a rejection with its reason) and the run's orchestration is started, exactly as
+ * promotionIntake does for a promotion. A transient failure throws: the message is delivered again.
+ */
+export async function poolResizeIntake(message: unknown, context: InvocationContext): Promise<void> {
+  const deps = await getDeps();
+  const messageId = typeof context.triggerMetadata?.messageId === 'string' ? context.triggerMetadata.messageId : `invocation:${context.invocationId}`;
+  const result = await deps.provisioning.poolResize({ messageId, body: message });
+  switch (result.outcome) {
+    case 'accepted':
+      await startRun(df.getClient(context), result.run, deps.provisioning.timings);
+      context.log(`pool resize ${result.run.poolResize?.pool ?? ''} queued as run ${result.run.id} on stack ${result.run.stack}`);
+      return;
+    case 'duplicate':
+      if (!isTerminal(result.run.state)) await startRun(df.getClient(context), result.run, deps.provisioning.timings, { onlyIfAbsent: true });
+      return;
+    case 'rejected':
+      context.warn(`message ${messageId} rejected (${result.code}): ${result.reason}`);
+      return;
+    case 'ignored':
+      return;
+  }
+}
+
+moduleApp('provisioning').serviceBusTopic('poolResizeIntake', {
+  topicName: EVENTS_TOPIC,
+  subscriptionName: PROVISIONING_SUBSCRIPTION,
+  connection: 'ServiceBusConnection',
+  extraInputs: [df.input.durableClient()],
+  handler: poolResizeIntake,
+});

@@ -1,0 +1,50 @@
+import { z } from 'zod';
+import type { StackLock } from '../../shared/provisioning/stack-lock.repository';
+import { endpoint } from '../http/endpoint';
+import { moduleApp } from '../app';
+
+/**
+ * A stack lock as the HTTP API shows it (operators). Changing this shape is a breaking change for its clients.
+ * `expired`: the holder's lease has lapsed; the next run to ask takes the lock over.
+ */
+function lockView(lock: StackLock, now: Date) {
+  return {
+    stack: lock.stack,
+    holderRun: lock.holderRun,
+    holderHost: lock.holderHost,
+    acquiredAt: lock.acquiredAt.toISOString(),
+    expiresAt: lock.expiresAt.toISOString(),
+    version: lock.version,
+    expired: lock.expiresAt.getTime() <= now.getTime(),
+  };
+}
+
+/** Who holds a stack's lock: 200 with holder run, host, expiry and version; 404 `PROVISIONING.STACK_NOT_LOCKED`. */
+export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  const lock = await deps.provisioning.stackLock(tenants(), request.params.stack ?? '');
+  return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: lockView(lock, deps.clock.now()) };
+});
+
+/**
+ * The body of unlock. `version` (from GET …/lock) breaks only that version, so a retried request cannot break a
+ * lock another run took after the first. Changing it is a breaking change for operators' scripts.
+ */
+const unlockBody = z.object({ reason: z.string().min(1).max(2000), version: z.number().int().positive().optional() });
+
+/**
+ * An operator breaks a stack's lock (a host that hung holding it, a run stuck mid-apply): recorded with who and
+ * why. The run that held it loses it: an apply stops before its next step and fails with
+ * `PROVISIONING.STACK_LOCK_LOST`. 200 with the broken lock; 404 when nothing holds it; 409 for another version.
+ */
+export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: unlockBody }, async ({ request, context, deps, principal, body }) => {
+  const stack = request.params.stack ?? '';
+  const broken = await deps.provisioning.unlockStack(stack, { by: principal.subject, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
+  context.warn(`the lock of stack ${stack} (run ${broken.lock.holderRun}, version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`);
+  return {
+    status: 200,
+    jsonBody: { broken: lockView(broken.lock, broken.brokenAt), by: broken.by, reason: broken.reason, brokenAt: broken.brokenAt.toISOString() },
+  };
+});
+
+moduleApp('provisioning').http('getStackLock', { route: 'runtime-cloud/stacks/{stack}/lock', methods: ['GET'], authLevel: 'anonymous', handler: getStackLock });
+moduleApp('provisioning').http('unlockStack', { route: 'runtime-cloud/stacks/{stack}/unlock', methods: ['POST'], authLevel: 'anonymous', handler: unlockStack });

@@ -1,0 +1,519 @@
+/**
+ * Provisioning benchmark (`npm run bench -- provisioning`). Prints figures against the targets of issue 8; nothing
+ * here is asserted. Options: `--store sqlite|postgres` (default sqlite), `--promotions N` (default 200),
+ * `--stacks N` (default 50).
+ *
+ * Development promotions of the example project, each to an environment of its own (so none is superseded and
+ * every one is applied), spread round-robin over the stacks, are sent at once to the embedded queue of local hosts
+ * (`runtime-cloud start` in child processes): one host on SQLite, or with `--store postgres` two hosts on one fresh
+ * PostgreSQL schema (created and dropped here, in the database of RUNTIME_CLOUD_TEST_POSTGRES_URL, default
+ * postgres://postgres@127.0.0.1:5432/test). The bench watches the events topic for each promotion's
+ * `ProvisioningApplied`, then reads every run's receipts and splits each run's time:
+ *
+ *   sent → run recorded (queue, intake) → [waiting for earlier runs of its stack] → plan → apply → run finished
+ *        → event published (the outbox relay timer) → seen by the bench
+ *
+ * Engine time is what the receipts record: the plan receipt's startedAt..finishedAt (which also covers reading the
+ * commit from Git: the receipt has no separate preview time) plus the apply result's startedAt..finishedAt (the
+ * engine's own). Orchestration overhead is the rest of recorded → finished, less the wait for earlier runs of the
+ * stack (a run can only start once the one before it has finished: that is the stack's serialization, not overhead).
+ * Host CPU per run is the hosts' user + system time over the load (from /proc, Linux only) divided by the runs: when
+ * it is near one core, the host's event loop is what limits runs per second. Before the load, a few promotions run
+ * one at a time on the example's own stack: the same split, unloaded.
+ */
+import { randomBytes } from 'node:crypto';
+import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
+import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, type ExampleRepository } from '../../local/example-repository';
+import { parseConfig } from '../../shared/platform/config/config';
+import { createSqlStore } from '../../shared/platform/sql/database';
+import { migrateToLatest } from '../../shared/platform/sql/migrations';
+import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { allMigrations } from '../../shared/migrations';
+import { startChildHost, type RunningChild } from '../support/child-process';
+import { aStackPromotion, writeExampleReferences } from '../support/provisioning';
+
+const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test';
+const QUEUE = 'runtime-cloud-promotions';
+const TERMINAL = ['ProvisioningApplied', 'ProvisioningFailed'];
+/** Promotions run one at a time before the load, for the unloaded split. */
+const UNLOADED_RUNS = 10;
+
+interface Row {
+  readonly name: string;
+  readonly value: string;
+  readonly note?: string;
+}
+
+interface RunDetail {
+  runId: string;
+  promotionId: string;
+  stack: string;
+  state: string;
+  error?: { code: string; message: string };
+  createdAt: string;
+  finishedAt?: string;
+  planReceipt?: { startedAt: string; finishedAt: string };
+  applyReceipt?: { result: { startedAt: string; finishedAt: string } };
+}
+
+interface TopicMessage {
+  sequenceNumber: number;
+  enqueuedTimeUtc: string;
+  body: { type: string; data: { promotionId?: string } };
+}
+
+/** One run's moments, epoch ms: the bench's own (sent, seen) and those the host recorded. */
+interface Timeline {
+  readonly runId: string;
+  readonly stack: string;
+  readonly sent: number;
+  readonly created: number;
+  readonly planStart: number;
+  readonly planEnd: number;
+  readonly applyStart: number;
+  readonly applyEnd: number;
+  readonly finished: number;
+  readonly published: number;
+  readonly seen: number;
+}
+
+/** A run's time split (ms). */
+interface Split {
+  readonly latency: number;
+  readonly intake: number;
+  readonly engine: number;
+  readonly stackWait: number;
+  readonly overhead: number;
+  /** The overhead's parts: recorded → plan start (less the stack wait), plan end → apply start, apply end → finished. */
+  readonly toPlan: number;
+  readonly betweenSteps: number;
+  readonly toFinished: number;
+  /** For a run that waited for an earlier run of its stack: that run finished → this one started planning. */
+  readonly afterStackFreed?: number;
+  readonly publish: number;
+}
+
+export async function run(args: string[]): Promise<void> {
+  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' } } });
+  const store = values.store ?? 'sqlite';
+  if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--store ${store}: expected sqlite or postgres`);
+  const promotions = Number(values.promotions ?? '200');
+  const stacks = Number(values.stacks ?? '50');
+  const work = mkdtempSync(join(tmpdir(), 'rch-bench-provisioning-'));
+  const rows: Row[] = [];
+  const print = (row: Row) => {
+    rows.push(row);
+    process.stderr.write(`  ${row.name}: ${row.value}${row.note ? ` (${row.note})` : ''}\n`);
+  };
+  try {
+    process.stderr.write(`provisioning benchmark (${store}): ${promotions} development promotions over ${stacks} stacks, work dir ${work}\n`);
+    const stateDir = join(work, 'state');
+    // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
+    const keys = await ensureLocalKeys(stateDir);
+    const repository = await benchRepository(work, stateDir, stacks);
+    writeExampleReferences(stateDir);
+    const config = parseConfig({});
+    const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
+    const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
+    await withHosts(store, stateDir, async (hosts) => {
+      const client = new BenchClient(hosts, tokens);
+      const unloaded = await runOneAtATime(client, repository, UNLOADED_RUNS);
+      const load = Array.from({ length: promotions }, (_, i) =>
+        aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
+      );
+      const loaded = await runAtOnce(client, load);
+      report(store, hosts.length, loaded, unloaded, client, print);
+      const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /\[(warning|error|critical)\]/.test(line)));
+      print({ name: 'host warnings and errors', value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
+    });
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  const width = Math.max(...rows.map((r) => r.name.length));
+  process.stdout.write(`\n${'row'.padEnd(width)} | value\n${'-'.repeat(width)}-|-${'-'.repeat(40)}\n`);
+  for (const row of rows) process.stdout.write(`${row.name.padEnd(width)} | ${row.value}${row.note ? `  (${row.note})` : ''}\n`);
+}
+
+/**
+ * The example project with `development-1` … `development-<stacks>` beside its own stacks, committed to the example
+ * repository in the state dir. Only development copies: every run reads the whole project folder, so copies no run
+ * uses would only add reads.
+ */
+async function benchRepository(work: string, stateDir: string, stacks: number): Promise<ExampleRepository> {
+  const source = join(work, 'source');
+  cpSync(EXAMPLES_DIR, source, { recursive: true });
+  const project = join(source, EXAMPLE_PROJECT_PATH);
+  for (let i = 1; i <= stacks; i++) copyFileSync(join(project, 'Pulumi.development.yaml'), join(project, `Pulumi.development-${i}.yaml`));
+  return ensureExampleRepository(stateDir, { source });
+}
+
+// ---- hosts -----------------------------------------------------------------------------------------------------------
+
+/** One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema with one Azurite; stopped after. */
+async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, work: (hosts: RunningChild[]) => Promise<void>): Promise<void> {
+  if (store === 'sqlite') {
+    const host = await startChildHost(stateDir);
+    try {
+      await work([host]);
+    } finally {
+      await host.stop();
+    }
+    return;
+  }
+  const url = process.env.RUNTIME_CLOUD_TEST_POSTGRES_URL ?? DEFAULT_POSTGRES_URL;
+  const schema = `bench_${randomBytes(6).toString('hex')}`;
+  await adminQuery(url, `create schema ${schema}`);
+  let tables: RunningTableServer | undefined;
+  const hosts: RunningChild[] = [];
+  try {
+    // Migrated once here, so the two hosts do not race to create the schema's tables.
+    const sqlStore = createSqlStore({ dialect: 'postgres', connection: url, postgresSchema: schema });
+    try {
+      await migrateToLatest(sqlStore.db, 'postgres', allMigrations);
+    } finally {
+      await sqlStore.close();
+    }
+    tables = await startTableServer();
+    const env = {
+      RuntimeCloud__Store__Dialect: 'postgres',
+      RuntimeCloud__Store__Connection: `${url}${url.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`,
+      RuntimeCloud__Tables__Connection: tables.connectionString,
+    };
+    hosts.push(...(await Promise.all([startChildHost(stateDir, env), startChildHost(stateDir, env)])));
+    await work(hosts);
+  } finally {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await tables?.close();
+    await adminQuery(url, `drop schema if exists ${schema} cascade`);
+  }
+}
+
+async function adminQuery(url: string, text: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(text);
+  } finally {
+    await client.end();
+  }
+}
+
+/** HTTP to the hosts (round-robin), counting answers that are not 2xx. */
+class BenchClient {
+  #next = 0;
+  readonly failures: string[] = [];
+
+  constructor(
+    readonly hosts: readonly RunningChild[],
+    private readonly tokens: { readonly admin: string; readonly operator: string },
+  ) {}
+
+  async send(promotion: PromotionApproved): Promise<void> {
+    await this.call(`/runtime-cloud/local/queues/${QUEUE}/messages`, this.tokens.admin, { body: promotion, messageId: promotion.promotionId });
+  }
+
+  /** Topic messages after `after`, from the first host (the topic is shared). */
+  async topic(after: number): Promise<TopicMessage[]> {
+    const page = (await this.call(`/runtime-cloud/local/topics/runtime-cloud-events/messages?after=${after}&limit=1000`, this.tokens.admin, undefined, 0)) as {
+      items: TopicMessage[];
+    };
+    return page.items;
+  }
+
+  async runDetail(runId: string): Promise<RunDetail> {
+    return (await this.call(`/runtime-cloud/runs/${runId}`, this.tokens.operator)) as RunDetail;
+  }
+
+  async runs(): Promise<RunDetail[]> {
+    const all: RunDetail[] = [];
+    for (let cursor: string | undefined; ; ) {
+      const page = (await this.call(`/runtime-cloud/runs?limit=1000${cursor ? `&cursor=${cursor}` : ''}`, this.tokens.operator)) as { items: RunDetail[]; nextCursor?: string };
+      all.push(...page.items);
+      if (!page.nextCursor) return all;
+      cursor = page.nextCursor;
+    }
+  }
+
+  private async call(path: string, bearer: string, body?: unknown, hostIndex?: number): Promise<unknown> {
+    const host = this.hosts[hostIndex ?? this.#next++ % this.hosts.length] as RunningChild;
+    const response = await fetch(new URL(path, host.url), {
+      method: body === undefined ? 'GET' : 'POST',
+      headers: { authorization: `Bearer ${bearer}` },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    if (response.status >= 300) {
+      this.failures.push(`${response.status} ${path}`);
+      throw new Error(`${path} answered ${response.status}: ${text.slice(0, 300)}`);
+    }
+    return JSON.parse(text) as unknown;
+  }
+}
+
+// ---- the runs --------------------------------------------------------------------------------------------------------
+
+/** Watches the topic from where it stands and notes when each promotion's terminal event is first seen. */
+class TerminalWatcher {
+  readonly seen = new Map<string, { at: number; type: string }>();
+  readonly published = new Map<string, number>();
+  #after = 0;
+  #stopped = false;
+  #loop: Promise<void> | undefined;
+
+  constructor(private readonly client: BenchClient) {}
+
+  async start(): Promise<void> {
+    for (let page = await this.client.topic(0); page.length > 0; page = await this.client.topic(this.#after)) {
+      this.#after = page[page.length - 1]?.sequenceNumber ?? this.#after;
+    }
+    this.#loop = this.#watch();
+  }
+
+  async until(promotionIds: readonly string[], timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!promotionIds.every((id) => this.seen.has(id))) {
+      if (Date.now() > deadline) throw new Error(`${promotionIds.filter((id) => !this.seen.has(id)).length} promotions did not end within ${timeoutMs} ms`);
+      await sleep(20);
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#loop;
+  }
+
+  async #watch(): Promise<void> {
+    while (!this.#stopped) {
+      const page = await this.client.topic(this.#after);
+      const at = Date.now();
+      for (const message of page) {
+        this.#after = message.sequenceNumber;
+        const promotionId = message.body.data.promotionId;
+        if (!promotionId || !TERMINAL.includes(message.body.type) || this.seen.has(promotionId)) continue;
+        this.seen.set(promotionId, { at, type: message.body.type });
+        this.published.set(promotionId, Date.parse(message.enqueuedTimeUtc));
+      }
+      if (page.length < 1000) await sleep(25);
+    }
+  }
+}
+
+interface Measured {
+  readonly timelines: readonly Timeline[];
+  /** Sent first → last seen, and → last run finished, ms. */
+  readonly wallToSeen: number;
+  readonly wallToFinished: number;
+  readonly notApplied: readonly string[];
+  /** CPU time the hosts spent from the first promotion sent to the last event seen (Linux: /proc), ms. */
+  readonly cpuMs?: number;
+}
+
+/** Sends the promotions at once and waits for every terminal event. */
+async function runAtOnce(client: BenchClient, promotions: readonly PromotionApproved[]): Promise<Measured> {
+  const watcher = new TerminalWatcher(client);
+  await watcher.start();
+  const sent = new Map<string, number>();
+  const cpuBefore = hostsCpuMs(client.hosts);
+  let cpuMs: number | undefined;
+  try {
+    await Promise.all(
+      promotions.map(async (promotion) => {
+        sent.set(promotion.promotionId, Date.now());
+        await client.send(promotion);
+      }),
+    );
+    await watcher.until(promotions.map((p) => p.promotionId), 300_000);
+    const cpuAfter = hostsCpuMs(client.hosts);
+    if (cpuBefore !== undefined && cpuAfter !== undefined) cpuMs = cpuAfter - cpuBefore;
+  } finally {
+    await watcher.stop();
+  }
+  return { ...(await measure(client, promotions, sent, watcher)), ...(cpuMs !== undefined ? { cpuMs } : {}) };
+}
+
+/** User + system CPU time of the host processes so far (ms), from /proc; undefined where there is none. */
+function hostsCpuMs(hosts: readonly RunningChild[]): number | undefined {
+  let total = 0;
+  for (const host of hosts) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${host.child.pid}/stat`, 'utf8');
+    } catch {
+      return undefined;
+    }
+    // Fields after the command name (in parentheses, which may hold spaces): utime and stime are the 12th and 13th.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    total += Number(fields[11]) + Number(fields[12]);
+  }
+  // Clock ticks: 100 per second on Linux.
+  return total * 10;
+}
+
+/** Sends `count` promotions to the example's own stack, each once the one before has been seen ending. */
+async function runOneAtATime(client: BenchClient, repository: ExampleRepository, count: number): Promise<Measured> {
+  const watcher = new TerminalWatcher(client);
+  await watcher.start();
+  const sent = new Map<string, number>();
+  const promotions: PromotionApproved[] = [];
+  try {
+    // One more than measured: the first run of a host loads code lazily (Git, the engine), which later runs do not pay.
+    for (let i = 0; i <= count; i++) {
+      const promotion = aStackPromotion(repository, 'development', { environmentId: `env-bench-unloaded-${i}` });
+      if (i > 0) promotions.push(promotion);
+      sent.set(promotion.promotionId, Date.now());
+      await client.send(promotion);
+      await watcher.until([promotion.promotionId], 60_000);
+    }
+  } finally {
+    await watcher.stop();
+  }
+  return measure(client, promotions, sent, watcher);
+}
+
+async function measure(client: BenchClient, promotions: readonly PromotionApproved[], sent: ReadonlyMap<string, number>, watcher: TerminalWatcher): Promise<Measured> {
+  const wanted = new Set(promotions.map((p) => p.promotionId));
+  const runs = (await client.runs()).filter((r) => wanted.has(r.promotionId));
+  const notApplied = runs.filter((r) => r.state !== 'applied').map((r) => `${r.runId} ${r.state} ${r.error?.code ?? ''}`);
+  const details = await mapLimit(
+    runs.filter((r) => r.state === 'applied'),
+    8,
+    (r) => client.runDetail(r.runId),
+  );
+  const time = (iso: string | undefined) => (iso === undefined ? NaN : Date.parse(iso));
+  const timelines = details.map((d): Timeline => ({
+    runId: d.runId,
+    stack: d.stack,
+    sent: sent.get(d.promotionId) ?? NaN,
+    created: time(d.createdAt),
+    planStart: time(d.planReceipt?.startedAt),
+    planEnd: time(d.planReceipt?.finishedAt),
+    applyStart: time(d.applyReceipt?.result.startedAt),
+    applyEnd: time(d.applyReceipt?.result.finishedAt),
+    finished: time(d.finishedAt),
+    published: watcher.published.get(d.promotionId) ?? NaN,
+    seen: watcher.seen.get(d.promotionId)?.at ?? NaN,
+  }));
+  const firstSent = Math.min(...promotions.map((p) => sent.get(p.promotionId) ?? NaN));
+  return {
+    timelines,
+    wallToSeen: Math.max(...timelines.map((t) => t.seen)) - firstSent,
+    wallToFinished: Math.max(...timelines.map((t) => t.finished)) - firstSent,
+    notApplied,
+  };
+}
+
+/**
+ * Each run's split. The wait for earlier runs of its stack: from when it was recorded until the run before it on the
+ * stack (by plan start) finished, when that was later.
+ */
+function splits(timelines: readonly Timeline[]): Split[] {
+  const byStack = new Map<string, Timeline[]>();
+  for (const t of timelines) byStack.set(t.stack, [...(byStack.get(t.stack) ?? []), t]);
+  const previous = new Map<string, Timeline>();
+  for (const runs of byStack.values()) {
+    runs.sort((a, b) => a.planStart - b.planStart);
+    for (let i = 1; i < runs.length; i++) previous.set((runs[i] as Timeline).runId, runs[i - 1] as Timeline);
+  }
+  return timelines.map((t) => {
+    const engine = t.planEnd - t.planStart + (t.applyEnd - t.applyStart);
+    const before = previous.get(t.runId);
+    const stackWait = before ? Math.max(0, before.finished - t.created) : 0;
+    return {
+      ...(stackWait > 0 && before ? { afterStackFreed: t.planStart - before.finished } : {}),
+      latency: t.seen - t.sent,
+      intake: t.created - t.sent,
+      engine,
+      stackWait,
+      overhead: t.finished - t.created - engine - stackWait,
+      toPlan: t.planStart - t.created - stackWait,
+      betweenSteps: t.applyStart - t.planEnd,
+      toFinished: t.finished - t.applyEnd,
+      publish: t.published - t.finished,
+    };
+  });
+}
+
+// ---- the table -------------------------------------------------------------------------------------------------------
+
+function report(store: string, hostCount: number, loaded: Measured, unloaded: Measured, client: BenchClient, print: (row: Row) => void): void {
+  const load = splits(loaded.timelines);
+  const single = splits(unloaded.timelines);
+  const count = loaded.timelines.length;
+  const stacks = new Set(loaded.timelines.map((t) => t.stack)).size;
+  const on = `${store}, ${hostCount} host${hostCount === 1 ? '' : 's'}`;
+  const share = load.map((s) => 1 - s.engine / s.latency);
+  print({ name: `runs applied (${on})`, value: `${count}`, note: `${stacks} stacks, sent at once; not applied: ${loaded.notApplied.length}${loaded.notApplied[0] ? `, first: ${loaded.notApplied[0]}` : ''}` });
+  print({
+    name: `runs/s, sent → last ProvisioningApplied seen${store === 'sqlite' ? ' (target ≥ 20)' : ''}`,
+    value: (count / (loaded.wallToSeen / 1000)).toFixed(1),
+    note: `${(loaded.wallToSeen / 1000).toFixed(2)} s; to the last run finished: ${(count / (loaded.wallToFinished / 1000)).toFixed(1)} runs/s`,
+  });
+  print({ name: 'sent → ProvisioningApplied seen', value: percentiles(load.map((s) => s.latency)) });
+  print({ name: '  sent → run recorded (queue, intake)', value: percentiles(load.map((s) => s.intake)) });
+  print({ name: '  waiting for earlier runs of its stack', value: percentiles(load.map((s) => s.stackWait)) });
+  print({ name: '  IaC engine (plan + apply receipts)', value: percentiles(load.map((s) => s.engine)), note: 'plan receipt times include reading the commit from Git' });
+  print({
+    name: `  orchestration overhead${store === 'sqlite' ? ' (target ≤ 50 ms p50)' : ''}`,
+    value: percentiles(load.map((s) => s.overhead)),
+    note: 'recorded → finished, less engine and stack wait',
+  });
+  print({
+    name: '    of which: stack freed → next run planning',
+    value: percentiles(load.flatMap((s) => (s.afterStackFreed === undefined ? [] : [s.afterStackFreed]))),
+    note: 'a waiting run asks for its stack again every second (a durable timer)',
+  });
+  print({
+    name: '  host CPU per run (all hosts, user + system)',
+    value: loaded.cpuMs === undefined ? 'n/a' : `${(loaded.cpuMs / count).toFixed(1)} ms`,
+    ...(loaded.cpuMs === undefined ? { note: 'no /proc here' } : { note: `${((loaded.cpuMs / loaded.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
+  });
+  print({ name: '  run finished → event published (relay)', value: percentiles(load.map((s) => s.publish)), note: 'the outboxRelay timer runs every 2 s' });
+  print({ name: 'share of sent → seen outside the engine', value: `p50 ${pct(quantile(share, 0.5))}, p95 ${pct(quantile(share, 0.95))}` });
+  print({ name: `unloaded (${unloaded.timelines.length} runs one at a time): sent → seen`, value: percentiles(single.map((s) => s.latency)) });
+  print({ name: '  unloaded: IaC engine', value: percentiles(single.map((s) => s.engine)) });
+  print({ name: '  unloaded: orchestration overhead', value: percentiles(single.map((s) => s.overhead)) });
+  print({
+    name: '    recorded → plan | plan → apply | apply → finished',
+    value: [single.map((s) => s.toPlan), single.map((s) => s.betweenSteps), single.map((s) => s.toFinished)].map((v) => `${quantile(v, 0.5).toFixed(0)} ms`).join(' | '),
+    note: 'p50 each',
+  });
+  print({ name: 'non-2xx answers to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
+}
+
+function quantile(values: readonly number[], q: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+}
+
+function percentiles(values: readonly number[]): string {
+  return `p50 ${quantile(values, 0.5).toFixed(0)} ms, p95 ${quantile(values, 0.95).toFixed(0)} ms`;
+}
+
+function pct(fraction: number): string {
+  return `${(fraction * 100).toFixed(1)} %`;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** `work` over `items`, at most `limit` at a time, results in order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array<R>(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const index = next++;
+        results[index] = await work(items[index] as T);
+      }
+    }),
+  );
+  return results;
+}

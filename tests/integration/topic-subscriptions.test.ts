@@ -1,0 +1,48 @@
+import type { Kysely } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BusTables } from '../../shared/platform/bus/bus.tables';
+import { listActive } from '../../shared/platform/bus/queue.repository';
+import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
+import { ManualClock } from '../../shared/platform/time/clock';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+
+/** Subscriptions of the embedded topic: each is a queue of its own that gets a copy of every message published after it exists. */
+for (const dialect of DIALECTS) {
+  describe.skipIf(skipDialect(dialect))(`embedded topic subscriptions on ${dialect}`, () => {
+    let database: TestDatabase;
+    let db: Kysely<BusTables>;
+    const clock = new ManualClock('2026-12-01T08:00:00Z');
+    const now = () => clock.now().getTime();
+    const message = (id: string) => ({ messageId: id, body: JSON.stringify({ id }), contentType: 'application/json', applicationProperties: { type: 'PoolResizeRequested' } });
+    const bodiesIn = async (entity: string) => (await listActive(db, entity, { limit: 100 })).map((m) => m.messageId);
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      db = database.store.db as Kysely<BusTables>;
+    });
+    afterAll(async () => {
+      await database?.drop();
+    });
+
+    it('when messages are published, then every subscription of the topic gets each new one once, from its creation on', async () => {
+      // Arrange
+      await appendToTopic(db, 'events', [message('before')], now());
+      await ensureSubscription(db, 'events', 'provisioning', now());
+      await ensureSubscription(db, 'events', 'provisioning', now());
+      await ensureSubscription(db, 'events', 'audit', now());
+      await ensureSubscription(db, 'other-topic', 'provisioning', now());
+
+      // Act
+      const added = await appendToTopic(db, 'events', [message('m1'), message('m2')], now());
+      const republished = await appendToTopic(db, 'events', [message('m2')], now());
+
+      // Assert
+      expect(added).toBe(2);
+      expect(republished).toBe(0);
+      expect(await bodiesIn(subscriptionEntity('events', 'provisioning'))).toEqual(['m1', 'm2']);
+      expect(await bodiesIn(subscriptionEntity('events', 'audit'))).toEqual(['m1', 'm2']);
+      expect(await bodiesIn(subscriptionEntity('other-topic', 'provisioning'))).toEqual([]);
+      expect(subscriptionEntity('events', 'provisioning')).toBe('events/Subscriptions/provisioning');
+    });
+  });
+}

@@ -1,0 +1,193 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
+import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import { durableDb } from '../../local/durable/durable.repository';
+import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { parseConfig } from '../../shared/platform/config/config';
+import { randomIds, systemClock } from '../../shared/platform/time/clock';
+import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { startChildHost, type RunningChild } from '../support/child-process';
+import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
+
+const PROMOTIONS = 20;
+const STACKS = 5;
+/** The states in which a run holds its stack's lock (a development run keeps it from planning through applying). */
+const ACTIVE_STATES = ['planning', 'applying'];
+const skip = skipDialect('postgres');
+if (skip) console.warn(`[provisioning-two-hosts] SKIPPED: ${postgresSkipReason()}`);
+
+interface RunBody {
+  runId: string;
+  promotionId: string;
+  stack: string;
+  state: string;
+  supersededBy?: string;
+  error?: { code: string };
+  planReceipt?: { startedAt: string; finishedAt: string };
+  applyReceipt?: { result: { status: string; startedAt: string; finishedAt: string } };
+}
+interface TopicMessage {
+  messageId: string;
+  correlationId: string | null;
+  body: { type: string; data: { promotionId?: string; runId?: string; state?: string; code?: string } };
+}
+
+/**
+ * Two local hosts (child processes of `runtime-cloud start`) on one PostgreSQL schema, one Azurite and one state dir
+ * (issuer key, example repository, references) take 20 development promotions over 5 stacks, sent to the shared
+ * embedded queue through both. Each stack gets two promotions in each of two environments, so a queued run may be
+ * superseded by the newer promotion of its environment while the newest of each environment always applies: every
+ * stack has at least two runs competing for its lock.
+ */
+describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQL', () => {
+  let database: TestDatabase;
+  let tables: RunningTableServer;
+  let root: string;
+  let hosts: RunningChild[] = [];
+  let promotions: PromotionApproved[];
+  let admin: string;
+  let operator: string;
+  /** Every HTTP status answered to this test, by call. */
+  const statuses: { what: string; status: number }[] = [];
+
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres');
+    tables = await startTableServer();
+    root = fs.mkdtempSync(join(tmpdir(), 'rch-provisioning-two-hosts-'));
+    // One state dir, made before the hosts start: they share the issuer key, the example repository (with the stacks
+    // development-1 … development-5) and the references, and find all three there instead of racing to make them.
+    const stateDir = join(root, 'state');
+    const keys = await ensureLocalKeys(stateDir);
+    const example = await provisioningExample(root, stateDir, STACKS);
+    writeExampleReferences(stateDir);
+    const config = parseConfig({});
+    const token = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ...claims });
+    admin = await token({ roles: ['PlatformAdmin'] });
+    operator = await token({ tenant: 'demo-team', roles: ['Operator'] });
+    promotions = Array.from({ length: PROMOTIONS }, (_, i) => {
+      const stack = `development-${(i % STACKS) + 1}`;
+      return aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-${i % 2 === 0 ? 'a' : 'b'}` });
+    });
+    hosts = await Promise.all(
+      [0, 1].map(() => startChildHost(stateDir, { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString })),
+    );
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await tables?.close();
+    await database?.drop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  async function call(host: RunningChild, path: string, bearer: string, body?: unknown): Promise<unknown> {
+    const response = await fetch(new URL(path, host.url), {
+      method: body === undefined ? 'GET' : 'POST',
+      headers: { authorization: `Bearer ${bearer}` },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    statuses.push({ what: `${body === undefined ? 'GET' : 'POST'} ${path}`, status: response.status });
+    if (response.status >= 500) throw new Error(`${path} answered ${response.status}: ${await response.text()}`);
+    return response.json();
+  }
+  const host = (i: number) => hosts[i % hosts.length] as RunningChild;
+  const listRuns = async (i: number) => ((await call(host(i), '/runtime-cloud/runs?limit=1000', operator)) as { items: RunBody[] }).items;
+
+  it('when 20 promotions over 5 stacks reach two hosts at once, then one run per stack is active at a time, each promotion ends with one terminal event and each run applies at most once', async () => {
+    // Arrange: sample the runs from both hosts while they work; at most one active run per stack in any sample.
+    let sending = true;
+    const samples: Record<string, number>[] = [];
+    const sampler = (async () => {
+      for (let i = 0; sending; i++) {
+        const active: Record<string, number> = {};
+        for (const run of await listRuns(i)) if (ACTIVE_STATES.includes(run.state)) active[run.stack] = (active[run.stack] ?? 0) + 1;
+        samples.push(active);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    })();
+
+    // Act: every promotion sent at once, alternately through each host, messageId = promotionId as DeliveryHost does.
+    await Promise.all(
+      promotions.map((promotion, i) =>
+        call(host(i), '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { body: promotion, messageId: promotion.promotionId }),
+      ),
+    );
+    const terminalTypes = ['ProvisioningApplied', 'ProvisioningFailed'];
+    let topic: TopicMessage[] = [];
+    try {
+      topic = await vi.waitFor(
+        async () => {
+          const items = ((await call(host(0), '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin)) as { items: TopicMessage[] }).items;
+          const ended = new Set(items.filter((m) => terminalTypes.includes(m.body.type)).map((m) => m.body.data.promotionId));
+          if (!promotions.every((p) => ended.has(p.promotionId))) throw new Error(`${ended.size} of ${PROMOTIONS} promotions ended`);
+          return items;
+        },
+        { timeout: 45_000, interval: 200 },
+      );
+    } finally {
+      sending = false;
+      await sampler;
+    }
+
+    // Assert: one active run per stack in every sample, and the sampler saw runs at work.
+    expect(samples.filter((s) => Object.values(s).some((n) => n > 1))).toEqual([]);
+    expect(samples.some((s) => Object.keys(s).length > 0)).toBe(true);
+
+    // Assert: one run per promotion; each applied, or superseded by a newer run of its environment.
+    const runs = await listRuns(1);
+    expect(runs.map((r) => r.promotionId).sort()).toEqual(promotions.map((p) => p.promotionId).sort());
+    for (const run of runs) {
+      if (run.state === 'superseded') expect(runs.map((r) => r.runId), run.runId).toContain(run.supersededBy);
+      else expect(run, run.runId).toMatchObject({ state: 'applied' });
+    }
+
+    // Assert: exactly one terminal event per promotion (one event id), of the run's outcome; no event published twice.
+    expect(new Set(topic.map((m) => m.messageId)).size).toBe(topic.length);
+    for (const run of runs) {
+      const terminal = topic.filter((m) => terminalTypes.includes(m.body.type) && m.body.data.promotionId === run.promotionId);
+      expect(terminal.map((m) => [m.body.type, m.correlationId, m.body.data.state]), run.promotionId).toEqual([
+        [run.state === 'applied' ? 'ProvisioningApplied' : 'ProvisioningFailed', run.runId, run.state],
+      ]);
+    }
+
+    // Assert, from the receipts' times: per stack, plan-to-apply windows never overlap (the lock is held through both).
+    const details = await Promise.all(runs.filter((r) => r.state === 'applied').map((r, i) => call(host(i), `/runtime-cloud/runs/${r.runId}`, operator) as Promise<RunBody>));
+    const cloud = createLocalCloud({ store: database.store, clock: systemClock, ids: randomIds });
+    for (let s = 1; s <= STACKS; s++) {
+      const stack = `development-${s}`;
+      const applied = details
+        .filter((d) => d.stack === stack)
+        .map((d) => ({
+          runId: d.runId,
+          start: Date.parse(d.planReceipt?.startedAt ?? ''),
+          end: Date.parse(d.applyReceipt?.result.finishedAt ?? ''),
+          applyStart: Date.parse(d.applyReceipt?.result.startedAt ?? ''),
+        }))
+        .sort((a, b) => a.start - b.start);
+      expect(applied.length, stack).toBeGreaterThanOrEqual(2);
+      for (const [i, window] of applied.entries()) {
+        expect(window.end, window.runId).toBeGreaterThanOrEqual(window.start);
+        if (i > 0) expect(window.start, `${window.runId} started before ${applied[i - 1]?.runId} ended`).toBeGreaterThanOrEqual(applied[i - 1]?.end ?? 0);
+      }
+
+      // Assert, from the local cloud's apply log: one apply per applied run of the stack, inside that run's apply.
+      const applies = await cloud.applies('local', stack);
+      const owners = applies.map((a) => {
+        const at = Date.parse(a.appliedAt);
+        return applied.filter((w) => w.applyStart <= at && at <= w.end).map((w) => w.runId);
+      });
+      expect(owners.map((o) => o.length), stack).toEqual(applied.map(() => 1));
+      expect(owners.flat().sort(), stack).toEqual(applied.map((w) => w.runId).sort());
+    }
+
+    // Assert: both hosts ran orchestrations; every answer was 2xx (so no 5xx); nothing went wrong in either host's output.
+    const workers = await durableDb(database.store.db).selectFrom('durable_history').select('recorded_by').distinct().execute();
+    expect(workers).toHaveLength(2);
+    expect(statuses.filter((s) => s.status >= 300)).toEqual([]);
+    for (const child of hosts) expect(child.output()).not.toMatch(/\[(error|critical|warning)\]/);
+  }, 90_000);
+});
