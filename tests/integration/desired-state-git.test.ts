@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
 import {
   DesiredStateErrors,
+  desiredStateMemory,
   loadDesiredState,
   remoteCacheDir,
   repositoryLocation,
@@ -83,6 +84,23 @@ describe('loadDesiredState from a local repository', () => {
     // Assert
     expect(state.project).toBe(PROJECT_V2);
     expect(Object.keys(state.stacks).sort()).toEqual(['development', 'staging']);
+  });
+
+  it('when a project was read with a memory, then reading it again needs no repository, and another commit is read anew', async () => {
+    // Arrange: a repository of its own, so it can be taken away after the first read.
+    const own = await TestRepository.init(join(root, 'remembered'));
+    const commit = await own.commit({ 'Pulumi.yaml': PROJECT_V1, 'Pulumi.dev.yaml': 'config: {}\n' });
+    const memory = desiredStateMemory();
+    const first = await loadDesiredState({ repository: own.dir, commit, path: '.' }, { memory });
+    fs.rmSync(own.dir, { recursive: true, force: true });
+
+    // Act
+    const again = await loadDesiredState({ repository: own.dir, commit, path: './' }, { memory });
+
+    // Assert
+    expect(again).toBe(first);
+    expect(Object.isFrozen(again)).toBe(true);
+    await expect(loadDesiredState({ repository: own.dir, commit, path: '.' })).rejects.toMatchObject({ code: DesiredStateErrors.repositoryNotFound });
   });
 
   it('when the repository is a file:// URL and the path has ./ and a trailing slash, then the same project is read', async () => {

@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as git from 'isomorphic-git';
 import nodeHttp from 'isomorphic-git/http/node';
+import { LRUCache } from 'lru-cache';
 import { AppError, ensureError } from '../errors/app-error';
 
 /**
@@ -64,6 +65,21 @@ export interface LoadDesiredStateOptions {
   readonly idleTimeoutMs?: number;
   /** Most bytes of file content read from the folder (default 5 MiB): a promotion naming a huge folder is refused. */
   readonly maxBytes?: number;
+  /**
+   * Projects already read, kept by repository, commit and path: a commit never changes, and a run reads its commit
+   * at intake, plan and apply. One per host. Example: `desiredStateMemory()`.
+   */
+  readonly memory?: DesiredStateMemory;
+}
+
+export type DesiredStateMemory = LRUCache<string, DesiredState>;
+
+/** A bounded memory of read projects, by the bytes of their files (default 64 MiB). */
+export function desiredStateMemory(maxBytes = 64 * 1024 * 1024): DesiredStateMemory {
+  return new LRUCache<string, DesiredState>({
+    maxSize: maxBytes,
+    sizeCalculation: (state) => Math.max(1, Object.values(state.files).reduce((sum, text) => sum + text.length, 0)),
+  });
 }
 
 const DEFAULT_MAX_BYTES = 5 * 1024 * 1024;
@@ -78,6 +94,15 @@ const FULL_SHA = /^[0-9a-f]{40}$/;
  * outage and is thrown as it is.
  */
 export async function loadDesiredState(ref: DesiredStateRef, options: LoadDesiredStateOptions = {}): Promise<DesiredState> {
+  const key = JSON.stringify([ref.repository, ref.commit, normalizePath(ref.path), options.maxBytes ?? DEFAULT_MAX_BYTES]);
+  const known = options.memory?.get(key);
+  if (known) return known;
+  const read = Object.freeze(await readDesiredState(ref, options));
+  options.memory?.set(key, read);
+  return read;
+}
+
+async function readDesiredState(ref: DesiredStateRef, options: LoadDesiredStateOptions): Promise<DesiredState> {
   if (!FULL_SHA.test(ref.commit)) {
     throw new AppError(DesiredStateErrors.commitNotFound, 'validation', 'the commit must be a full 40-character hex sha', { commit: ref.commit });
   }
