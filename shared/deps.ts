@@ -10,12 +10,14 @@ import type { Config } from './platform/config/config';
 import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
-import { localReferenceResolver } from './platform/secrets/local-references';
+import { desiredStateMemory } from './platform/git/desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
+import { unwiredExternalServices } from './provisioning/external-services.client';
+import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from './provisioning/provisioning.service';
 import { allMigrations } from './migrations';
 
@@ -79,12 +81,15 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     clock,
     ids,
     engine,
-    // The local stand-in for the Secret Broker and the Config Platform: <state dir>/references.json.
-    resolveReferences: localReferenceResolver(join(stateDir, 'references.json')),
+    // With the embedded engine, the local stand-ins of GovernanceHost, ControlPlaneApi, KnowledgeHost and the Config
+    // Platform (state dir files and the SQL store). Their Azure adapters are not built: there every call fails as
+    // a service that does not answer, so no run passes a policy, an approval or a receipt unchecked.
+    services: config.iac.runner === 'local' ? createLocalExternalServices({ store, clock, stateDir }) : unwiredExternalServices(),
     // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning only reads them.
     knowsTenant: async (tenant) =>
       (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
-    desiredState: { cacheDir: join(stateDir, 'git-cache') },
+    // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
+    desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory() },
     planExpiry: config.provisioning.planExpiry,
   });
 

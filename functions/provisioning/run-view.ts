@@ -53,6 +53,8 @@ export function runDetailView(detail: RunDetail) {
     ...(detail.planReceipt ? { planReceipt: detail.planReceipt } : {}),
     ...(detail.applyReceipt ? { applyReceipt: detail.applyReceipt } : {}),
     ...(detail.decision ? { decision: decisionView(detail.decision) } : {}),
+    // Ids at the KnowledgeHost (receipts) and the GovernanceHost (the apply's audit evidence).
+    artifacts: detail.artifacts.map((a) => ({ kind: a.kind, id: a.id, recordedAt: a.recordedAt.toISOString() })),
     ...(detail.replacedPlans.length > 0
       ? {
           replacedPlans: detail.replacedPlans.map((p) => ({

@@ -3,7 +3,8 @@ import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrati
 
 /**
  * The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages;
- * the plans of runs that went stale and were replanned.
+ * the plans of runs that went stale and were replanned; the ids of what runs stored at external services, and the
+ * local host's stand-ins for those services.
  */
 export const provisioningMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
@@ -86,7 +87,7 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .execute();
       },
     },
-    '20261201-42-provisioning-stale-plans': {
+    '20261130-42-provisioning-stale-plans': {
       async up(db: Kysely<unknown>) {
         await db.schema.alterTable('provisioning_runs').addColumn('reason', t.key, (c) => c.notNull().defaultTo('promotion')).execute();
         await db.schema.alterTable('provisioning_runs').addColumn('origin', t.text).execute();
@@ -105,6 +106,40 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .addColumn('replanned_at', 'bigint', (c) => c.notNull())
           .execute();
         await db.schema.createIndex('provisioning_replaced_plans_run').on('provisioning_replaced_plans').columns(['run_id', 'replanned_at']).execute();
+      },
+    },
+    // The external services' ports: what a run stored at the KnowledgeHost and the GovernanceHost (ids only), and the
+    // local host's stand-ins for those services (their artifacts, evidence, and the unreachable switch).
+    '20261130-43-provisioning-external-services': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .createTable('provisioning_run_artifacts')
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('kind', t.key, (c) => c.notNull())
+          .addColumn('external_id', t.key, (c) => c.notNull())
+          .addColumn('recorded_at', 'bigint', (c) => c.notNull())
+          .addPrimaryKeyConstraint('provisioning_run_artifacts_pk', ['run_id', 'kind', 'external_id'])
+          .execute();
+        await db.schema
+          .createTable('local_knowledge_artifacts')
+          .addColumn('id', t.key, (c) => c.primaryKey())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('kind', t.key, (c) => c.notNull())
+          .addColumn('content', t.text, (c) => c.notNull())
+          .addColumn('stored_at', 'bigint', (c) => c.notNull())
+          .execute();
+        await db.schema
+          .createTable('local_governance_evidence')
+          .addColumn('id', t.key, (c) => c.primaryKey())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('evidence', t.text, (c) => c.notNull())
+          .addColumn('recorded_at', 'bigint', (c) => c.notNull())
+          .execute();
+        await db.schema
+          .createTable('local_external_services')
+          .addColumn('name', t.key, (c) => c.primaryKey())
+          .addColumn('reachable', 'integer', (c) => c.notNull())
+          .execute();
       },
     },
   };

@@ -1,3 +1,4 @@
+import type { PolicyDecision } from './external-services.client';
 import type { Kysely, Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { BusTables } from '../platform/bus/bus.tables';
@@ -33,6 +34,8 @@ export interface PlanReceipt {
   readonly finishedAt: string;
   /** ISO-8601 UTC: an approval after this is refused as stale (`PROVISIONING.PLAN_STALE`). */
   readonly expiresAt?: string;
+  /** The GovernanceHost's policy decision (an allow: a denied plan is not recorded, the run fails). */
+  readonly policy?: PolicyDecision;
 }
 
 /**
@@ -46,6 +49,26 @@ export interface ApplyReceipt {
   readonly commit: string;
   readonly runner: { readonly name: string; readonly version: string };
   readonly result: ApplyResult;
+  /**
+   * The Config Platform references the apply used a last known value for, because the platform did not answer:
+   * the reference, why, and when that value was current (ISO-8601 UTC). Absent when none.
+   */
+  readonly degraded?: readonly DegradedReference[];
+}
+
+/** BREAKING-CHANGE SHAPE: part of the apply receipt. */
+export interface DegradedReference {
+  readonly ref: string;
+  readonly reason: string;
+  readonly lastKnownAt: string;
+}
+
+/** What a run stored at an external service, by the service's id. */
+export interface RunArtifact {
+  /** `plan-receipt` and `apply-receipt` at the KnowledgeHost; `audit-evidence` at the GovernanceHost. */
+  readonly kind: 'plan-receipt' | 'apply-receipt' | 'audit-evidence';
+  readonly id: string;
+  readonly recordedAt: Date;
 }
 
 export interface Decision {
@@ -74,6 +97,8 @@ export interface RunDetail {
   readonly decision?: Decision;
   /** Earlier plans of the run, oldest first (a run has them only when it was replanned). */
   readonly replacedPlans: readonly ReplacedPlan[];
+  /** Its receipts' artifact ids and its apply's evidence id, oldest first. */
+  readonly artifacts: readonly RunArtifact[];
 }
 
 export interface Rejection {
@@ -232,7 +257,9 @@ export async function findRunDetail(db: Executor, id: string, tenants: TenantFil
   if (!row) return undefined;
   const decision = await db.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', id).executeTakeFirst();
   const replaced = await db.selectFrom('provisioning_replaced_plans').selectAll().where('run_id', '=', id).orderBy('replanned_at').orderBy('id').execute();
+  const artifacts = await listArtifacts(db, id);
   return {
+    artifacts,
     run: runRowToRun(row),
     ...(row.plan_receipt !== null ? { planReceipt: JSON.parse(row.plan_receipt) as PlanReceipt } : {}),
     ...(row.apply_receipt !== null ? { applyReceipt: JSON.parse(row.apply_receipt) as ApplyReceipt } : {}),
@@ -577,4 +604,22 @@ export function inboxOf(db: Executor): Kysely<BusTables> {
 export function isUniqueViolation(thrown: unknown): boolean {
   const { code, number } = thrown as { code?: unknown; number?: unknown };
   return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2627 || number === 2601;
+}
+
+/** Records what a run stored at an external service; recording the same id again changes nothing. */
+export async function insertArtifact(trx: Executor, runId: string, artifact: RunArtifact): Promise<void> {
+  const known = await trx
+    .selectFrom('provisioning_run_artifacts')
+    .select('external_id')
+    .where('run_id', '=', runId)
+    .where('kind', '=', artifact.kind)
+    .where('external_id', '=', artifact.id)
+    .executeTakeFirst();
+  if (known) return;
+  await trx.insertInto('provisioning_run_artifacts').values({ run_id: runId, kind: artifact.kind, external_id: artifact.id, recorded_at: artifact.recordedAt.getTime() }).execute();
+}
+
+export async function listArtifacts(db: Executor, runId: string): Promise<RunArtifact[]> {
+  const rows = await db.selectFrom('provisioning_run_artifacts').selectAll().where('run_id', '=', runId).orderBy('recorded_at').orderBy('kind').execute();
+  return rows.map((r) => ({ kind: r.kind as RunArtifact['kind'], id: r.external_id, recordedAt: new Date(Number(r.recorded_at)) }));
 }

@@ -6,7 +6,9 @@ import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
 import type { ConfigOverrides, IacEngine } from '../platform/iac/iac-runner';
+import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
 import type { Plan, ResolveReferences } from '../platform/iac/plan';
+import { ExternalErrors, serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
@@ -20,6 +22,7 @@ import {
   findRunByPromotion,
   findRunDetail,
   inboxOf,
+  insertArtifact,
   insertDecision,
   insertRejection,
   insertRun,
@@ -36,6 +39,7 @@ import {
   transitionRun,
   earlierWaitingRun,
   type ApplyReceipt,
+  type DegradedReference,
   type NewRun,
   type PlanReceipt,
   type Rejection,
@@ -164,8 +168,12 @@ export interface ProvisioningServiceOptions {
   readonly ids: Ids;
   /** The engine that plans and applies; undefined when the configured runner cannot (runs then fail saying so). */
   readonly engine: IacEngine | undefined;
-  /** Resolves secret and config references, inside apply only. Example: `localReferenceResolver(file)`. */
-  readonly resolveReferences: ResolveReferences;
+  /**
+   * The GovernanceHost (policy, secrets, audit evidence), ControlPlaneApi (environments, approvers), KnowledgeHost
+   * (receipts as artifacts) and Config Platform (config references, degrading to last known values).
+   * Example: `createLocalExternalServices({ store, clock, stateDir })`.
+   */
+  readonly services: ExternalServices;
   /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
   /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache' }`. */
@@ -191,7 +199,7 @@ class MessageIdReused extends Error {}
 type Failure = { readonly code: string; readonly message: string };
 
 export function createProvisioningService(options: ProvisioningServiceOptions): ProvisioningService {
-  const { store, clock, ids, engine, resolveReferences, knowsTenant } = options;
+  const { store, clock, ids, engine, services, knowsTenant } = options;
   const db = provisioningDb(store.db);
   const dialect = store.dialect;
   const timings: RunTimings = { ...DEFAULT_TIMINGS, ...options.timings };
@@ -295,6 +303,11 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   async function checkPromotion(promotion: PromotionApproved): Promise<Failure | undefined> {
     if (!(await knowsTenant(promotion.tenantId))) {
       return { code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` };
+    }
+    // Fail-fast: a ControlPlaneApi that does not answer throws, and the message is delivered again.
+    const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => services.controlPlane.environment(promotion.tenantId, promotion.environment.id));
+    if (!environment) {
+      return { code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` };
     }
     try {
       await loadDesiredState(promotion.desiredState, options.desiredState);
@@ -519,6 +532,19 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     } catch (thrown) {
       return fail(run, expectedFailure(thrown));
     }
+    // Fail-fast: a GovernanceHost that does not answer throws (the activity retries; the run keeps its stack meanwhile),
+    // and when the retries run out the run fails with PROVISIONING.GOVERNANCE_UNAVAILABLE. Never an allow by default.
+    const policy = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () =>
+      services.governance.decide({
+        runId,
+        tenant: run.tenant,
+        environment: run.environment,
+        stack: run.stack,
+        planDigest: planned.digest,
+        steps: planned.steps.map((s) => ({ urn: s.urn, type: s.type, op: s.op })),
+      }),
+    );
+    if (policy.decision === 'deny') return fail(run, { code: ExternalErrors.policyDenied, message: `policy ${policy.policy} denied the plan: ${policy.reason}` });
     const decision = approvalRequired(run.environment.tier, planned.counts);
     const receipt: PlanReceipt = {
       runId,
@@ -533,11 +559,15 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       startedAt: startedAt.toISOString(),
       finishedAt: clock.now().toISOString(),
       expiresAt: new Date(now() + planExpiryMs(planExpiry, run.environment)).toISOString(),
+      policy,
     };
+    // The receipt is stored at the KnowledgeHost before it is recorded here, so a recorded plan always has its artifact.
+    const planArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => services.knowledge.putReceipt({ runId, kind: 'plan-receipt', content: receipt }));
     const to = decision.required ? 'awaiting-approval' : 'applying';
     const waitingFor: WaitingFor | null = decision.required ? { kind: 'approval', planDigest: planned.digest } : null;
     await inTransaction(db, async (trx) => {
       await recordPlan(trx, runId, receipt, to, waitingFor, now());
+      await insertArtifact(trx, runId, { kind: 'plan-receipt', id: planArtifact, recordedAt: new Date(now()) });
       const resources = planned.steps.map((s) => ({ urn: s.urn, type: s.type, name: s.name, op: s.op }));
       await outbox(trx, [specificationDeclared(run, receipt.repository, { digest: planned.digest, counts: planned.counts, resources })]);
     });
@@ -578,7 +608,11 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
 
   async function apply(runId: string): Promise<RunStep> {
     const run = await existing(runId);
-    if (run.state !== 'applying') return stepOf(run);
+    if (run.state !== 'applying') {
+      // A retry of an apply whose result is recorded but whose receipt or evidence did not reach its service.
+      if (run.state === 'applied' || run.state === 'failed') await archiveApply(run);
+      return stepOf(run);
+    }
     const stack = await takeStack(run);
     if (!stack.taken) return stack.step;
     if (run.waitingFor) await retryingContention(() => setWaiting(db, runId, 'applying', null, now()));
@@ -607,14 +641,24 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     }
     // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
     // approved) one; references are resolved inside it, and only there.
+    // References are resolved here, inside the apply activity and before the first change: a GovernanceHost that does
+    // not answer throws (retried, nothing applied); a Config Platform that does not answer degrades.
+    const references = await resolveForApply(receipt.plan);
     const keeper = keepStackLock(run, stack.lock);
     let result;
     try {
-      result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, resolveReferences, { beforeStep: keeper.beforeStep });
+      result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, references.resolve, { beforeStep: keeper.beforeStep });
     } finally {
       await keeper.stop();
     }
-    const applyReceipt: ApplyReceipt = { runId, stack: run.stack, commit: run.desiredState.commit, runner: { name: engine.name, version: await engine.version() }, result };
+    const applyReceipt: ApplyReceipt = {
+      runId,
+      stack: run.stack,
+      commit: run.desiredState.commit,
+      runner: { name: engine.name, version: await engine.version() },
+      result,
+      ...(references.degraded.length > 0 ? { degraded: references.degraded } : {}),
+    };
     const to = result.status === 'applied' ? 'applied' : 'failed';
     const error = result.error ? { code: result.error.code, message: result.error.message } : undefined;
     await inTransaction(db, async (trx) => {
@@ -636,7 +680,98 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       await outbox(trx, events);
     });
     await giveBackStack(run);
+    await archiveApply(await existing(runId));
     return { outcome: 'ended', state: to };
+  }
+
+  /**
+   * Each reference of the plan, resolved once: secrets at the GovernanceHost (fail-fast: a service that does not
+   * answer throws), config at the Config Platform (degrade: its last known value, noted for the receipt; without one,
+   * `PROVISIONING.CONFIG_UNAVAILABLE`). A reference that cannot be resolved makes the engine refuse the apply before
+   * its first change. Values stay in memory, for the engine only.
+   */
+  async function resolveForApply(plan: Plan): Promise<{ resolve: ResolveReferences; degraded: DegradedReference[] }> {
+    const values = new Map<string, { value: JsonValue } | { error: AppError }>();
+    const degraded: DegradedReference[] = [];
+    for (const reference of plan.references) {
+      if ('secretRef' in reference) {
+        try {
+          values.set(referenceKey(reference), { value: await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => services.governance.resolveSecret(reference.secretRef)) });
+        } catch (thrown) {
+          const error = ensureError(thrown);
+          if (!(error instanceof AppError) || error.kind === 'unavailable') throw error;
+          values.set(referenceKey(reference), { error });
+        }
+      } else {
+        values.set(referenceKey(reference), await resolveConfig(reference.configRef, degraded));
+      }
+    }
+    const resolve: ResolveReferences = (reference) => {
+      const entry = values.get(referenceKey(reference));
+      if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} is not in the approved plan`));
+      return 'error' in entry ? Promise.reject(entry.error) : Promise.resolve(entry.value);
+    };
+    return { resolve, degraded };
+  }
+
+  async function resolveConfig(reference: string, degraded: DegradedReference[]): Promise<{ value: JsonValue } | { error: AppError }> {
+    let answer: JsonValue;
+    try {
+      answer = await services.configPlatform.resolve(reference);
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      // The platform answered that it has no such reference: no last known value stands in for that.
+      if (error instanceof AppError && error.kind === 'not-found') return { error };
+      const last = await services.lastKnownConfig.get(reference);
+      if (!last) {
+        return {
+          error: new AppError(ExternalErrors.configUnavailable, 'unavailable', `the Config Platform did not answer for ${reference} and there is no last known value of it; nothing was applied`, {
+            reference,
+          }),
+        };
+      }
+      degraded.push({ ref: reference, reason: `the Config Platform did not answer (${error instanceof AppError ? error.code : 'error'})`, lastKnownAt: last.at.toISOString() });
+      return { value: last.value };
+    }
+    await services.lastKnownConfig.put(reference, answer, clock.now());
+    return { value: answer };
+  }
+
+  /**
+   * Stores an ended apply's receipt at the KnowledgeHost and its evidence at the GovernanceHost, each once (both
+   * answer the same id for the same content). Fail-fast: a service that does not answer throws, and the activity's
+   * retry comes back here; the run's detail shows which of the two it has.
+   */
+  async function archiveApply(run: Run): Promise<void> {
+    const detail = await retryingContention(() => findRunDetail(db, run.id, { kind: 'all' }));
+    if (!detail?.applyReceipt) return;
+    const has = (kind: string) => detail.artifacts.find((a) => a.kind === kind)?.id;
+    let receiptArtifact = has('apply-receipt');
+    if (!receiptArtifact) {
+      const content = detail.applyReceipt;
+      receiptArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => services.knowledge.putReceipt({ runId: run.id, kind: 'apply-receipt', content }));
+      const id = receiptArtifact;
+      await retryingContention(() => insertArtifact(db, run.id, { kind: 'apply-receipt', id, recordedAt: clock.now() }));
+    }
+    if (has('audit-evidence')) return;
+    const applyArtifact = receiptArtifact;
+    const result = detail.applyReceipt.result;
+    const approvedBy = detail.decision?.decision === 'approved' ? detail.decision.by : undefined;
+    const evidence = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () =>
+      services.governance.recordEvidence({
+        runId: run.id,
+        tenant: run.tenant,
+        environment: run.environment.id,
+        stack: run.stack,
+        planDigest: result.planDigest,
+        ...(approvedBy !== undefined ? { approvedBy } : {}),
+        result: result.status,
+        ...(result.error ? { errorCode: result.error.code } : {}),
+        applyReceiptArtifact: applyArtifact,
+        at: (run.finishedAt ?? clock.now()).toISOString(),
+      }),
+    );
+    await retryingContention(() => insertArtifact(db, run.id, { kind: 'audit-evidence', id: evidence, recordedAt: clock.now() }));
   }
 
   /** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */
@@ -655,7 +790,8 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   async function failRun(runId: string, reason: string): Promise<RunStep> {
     const run = await existing(runId);
     if (isTerminal(run.state)) return stepOf(run);
-    return fail(run, { code: RunErrors.internal, message: reason });
+    // A step that gave up because a fail-fast service did not answer ends the run with that service's code.
+    return fail(run, { code: unavailableCodeIn(reason) ?? RunErrors.internal, message: reason });
   }
 
   // ---- operators --------------------------------------------------------------------------------------------------
@@ -678,6 +814,18 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     });
 
   async function approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run> {
+    // Who may approve is the ControlPlaneApi's to say (fail-fast: when it does not answer, nobody approves).
+    const target = await retryingContention(() => findRun(db, runId, tenants));
+    if (target) {
+      const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => services.controlPlane.environment(target.tenant, target.environment.id));
+      if (!environment || (environment.approvers !== undefined && !environment.approvers.includes(approval.by))) {
+        throw new AppError(ExternalErrors.approverNotAllowed, 'forbidden', `${approval.by} may not approve plans of environment ${target.environment.id}`, {
+          runId,
+          environment: target.environment.id,
+          by: approval.by,
+        });
+      }
+    }
     const outcome = await inTransaction(db, async (trx): Promise<{ approved: Run } | { stale: Run; reason: Failure }> => {
       const run = await visible(trx, tenants, runId);
       if (run.state === 'stale') return { stale: run, reason: run.error ?? { code: RunErrors.planStale, message: 'the plan is stale' } };
@@ -852,6 +1000,21 @@ function expectedFailure(thrown: unknown): Failure {
   const error = ensureError(thrown);
   if (error instanceof AppError && error.kind !== 'unavailable' && error.kind !== 'internal') return { code: error.code, message: error.message };
   throw error;
+}
+
+/**
+ * Calls a fail-fast service: its own expected answers (an AppError that is not `unavailable`, such as an unknown
+ * reference) pass; anything else, a service that did not answer, becomes `code` (kind `unavailable`), which the
+ * caller throws on so the step is retried and, when the retries run out, the run fails with that code.
+ */
+async function failFast<T>(code: string, service: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    if (error instanceof AppError && (error.code === code || (error.kind !== 'unavailable' && error.kind !== 'internal'))) throw error;
+    throw serviceUnavailable(code, service, error);
+  }
 }
 
 /** The ids a malformed message may still carry, for its rejection record and event. */

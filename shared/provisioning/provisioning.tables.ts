@@ -122,7 +122,19 @@ export interface ProvisioningRejectionTable {
   received_at: number;
 }
 
+/**
+ * What a run stored at an external service, by the id the service gave: its receipts at the KnowledgeHost
+ * (`plan-receipt`, `apply-receipt`) and its apply's evidence at the GovernanceHost (`audit-evidence`).
+ */
+export interface ProvisioningRunArtifactTable {
+  run_id: string;
+  kind: string;
+  external_id: string;
+  recorded_at: number;
+}
+
 export interface ProvisioningTables extends OutboxTables {
+  provisioning_run_artifacts: ProvisioningRunArtifactTable;
   provisioning_stack_locks: ProvisioningStackLockTable;
   provisioning_lock_breaks: ProvisioningLockBreakTable;
   provisioning_runs: ProvisioningRunTable;

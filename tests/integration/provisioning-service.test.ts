@@ -7,8 +7,8 @@ import type { CloudEvent } from '../../shared/platform/bus/events';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
-import { localReferenceResolver } from '../../shared/platform/secrets/local-references';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
@@ -50,7 +50,7 @@ for (const dialect of DIALECTS) {
         clock,
         ids: randomIds,
         engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
-        resolveReferences: localReferenceResolver(join(root, 'state', 'references.json')),
+        services: createLocalExternalServices({ store, clock, stateDir: join(root, 'state') }),
         knowsTenant: (tenant) => Promise.resolve(TENANTS.has(tenant)),
         desiredState: { cacheDir: join(root, 'git-cache') },
         hostId: 'test-host',

@@ -1,0 +1,237 @@
+import { createHash } from 'node:crypto';
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Kysely } from 'kysely';
+import { z } from 'zod';
+import { AppError, ensureError } from '../platform/errors/app-error';
+import { canonicalJson, type JsonValue } from '../platform/iac/iac-values';
+import { localReferenceResolver } from '../platform/secrets/local-references';
+import type { SqlStore } from '../platform/sql/database';
+import { retryingContention } from '../platform/sql/transaction';
+import type { Clock } from '../platform/time/clock';
+import {
+  ExternalErrors,
+  serviceUnavailable,
+  type ApplyEvidence,
+  type ConfigPlatform,
+  type ControlPlaneApi,
+  type ExternalServices,
+  type GovernanceHost,
+  type KnowledgeHost,
+  type LastKnownConfig,
+  type PolicyDecision,
+  type PolicyInput,
+} from './external-services.client';
+
+/**
+ * The local host's stand-ins for the external services of provisioning: small, real and deterministic.
+ *
+ * - GovernanceHost: policies from `<state dir>/governance.json` (none: everything is allowed), secrets from the
+ *   `secrets` of `<state dir>/references.json`, audit evidence in the SQL store (`local_governance_evidence`).
+ * - ControlPlaneApi: environments, their approvers and editions from `<state dir>/control-plane.json` (none: every
+ *   environment is known and any operator may approve).
+ * - KnowledgeHost: receipts in the SQL store (`local_knowledge_artifacts`), content-addressed ids.
+ * - Config Platform: the `config` of `<state dir>/references.json`; last known values in
+ *   `<state dir>/config-last-known.json` (the client's cache, never the run's store).
+ *
+ * Each can be switched unreachable (`local_external_services`, shared by every host on the store), as the local
+ * cloud's targets can: its calls then fail as the real service's would when it does not answer.
+ */
+export const LOCAL_SERVICES = ['governance', 'control-plane', 'knowledge', 'config-platform'] as const;
+export type LocalServiceName = (typeof LOCAL_SERVICES)[number];
+
+interface LocalExternalTables {
+  local_knowledge_artifacts: { id: string; run_id: string; kind: string; content: string; stored_at: number };
+  local_governance_evidence: { id: string; run_id: string; evidence: string; recorded_at: number };
+  local_external_services: { name: string; reachable: number };
+}
+
+export interface LocalExternalServices extends ExternalServices {
+  /** The operator's switch: an unreachable service fails every call as the real one would when it does not answer. */
+  setReachable(name: LocalServiceName, reachable: boolean): Promise<void>;
+  /** The evidence the local GovernanceHost recorded for a run (bookkeeping: works while unreachable). */
+  evidenceOf(runId: string): Promise<readonly ApplyEvidence[]>;
+  /** An artifact the local KnowledgeHost stores (bookkeeping: works while unreachable). */
+  artifact(id: string): Promise<{ readonly runId: string; readonly kind: string; readonly content: unknown } | undefined>;
+}
+
+/**
+ * `<state dir>/governance.json`. Example:
+ * `{"policies": [{"id": "no-production-deletes", "tiers": ["production"], "denyOps": ["delete"], "reason": "production data is not deleted by a promotion"}]}`
+ * A policy applies to the environments (id or name) and tiers it lists (all when it lists none) and denies a plan
+ * with a step whose op is in `denyOps` or whose resource type is in `denyTypes` (a `same` step never counts).
+ */
+const governanceFile = z.object({
+  policies: z
+    .array(
+      z.object({
+        id: z.string().min(1),
+        environments: z.array(z.string()).optional(),
+        tiers: z.array(z.string()).optional(),
+        denyOps: z.array(z.string()).optional(),
+        denyTypes: z.array(z.string()).optional(),
+        reason: z.string().min(1),
+      }),
+    )
+    .default([]),
+});
+
+/**
+ * `<state dir>/control-plane.json`. Example:
+ * `{"environments": [{"id": "env-prod", "name": "production", "tier": "production", "approvers": ["alice"]}], "editions": [{"id": "pro", "name": "Pro"}]}`
+ * With `environments` listed, a promotion to another environment is refused; `tenant`, when given, limits an entry to one tenant.
+ */
+const controlPlaneFile = z.object({
+  environments: z
+    .array(
+      z.object({
+        id: z.string().min(1),
+        tenant: z.string().optional(),
+        name: z.string().optional(),
+        tier: z.enum(['development', 'staging', 'production']).optional(),
+        approvers: z.array(z.string()).optional(),
+      }),
+    )
+    .optional(),
+  editions: z.array(z.object({ id: z.string(), name: z.string() })).default([]),
+});
+
+const lastKnownFile = z.record(z.string(), z.object({ value: z.json(), at: z.string() }));
+
+export function createLocalExternalServices(options: { readonly store: SqlStore; readonly clock: Clock; readonly stateDir: string }): LocalExternalServices {
+  const { store, clock, stateDir } = options;
+  const db = store.db as unknown as Kysely<LocalExternalTables>;
+  const references = localReferenceResolver(join(stateDir, 'references.json'));
+  const names: Record<LocalServiceName, { code: string; service: string }> = {
+    governance: { code: ExternalErrors.governanceUnavailable, service: 'the GovernanceHost' },
+    'control-plane': { code: ExternalErrors.controlPlaneUnavailable, service: 'the ControlPlaneApi' },
+    knowledge: { code: ExternalErrors.knowledgeUnavailable, service: 'the KnowledgeHost' },
+    'config-platform': { code: ExternalErrors.configUnavailable, service: 'the Config Platform' },
+  };
+
+  /** Runs `call` as the service would answer it: not at all while it is switched unreachable. */
+  async function reachable<T>(name: LocalServiceName, call: () => Promise<T>): Promise<T> {
+    const row = await retryingContention(() => db.selectFrom('local_external_services').select('reachable').where('name', '=', name).executeTakeFirst());
+    if (row && Number(row.reachable) === 0) throw serviceUnavailable(names[name].code, names[name].service, new Error(`${name} is switched unreachable on this host`));
+    return call();
+  }
+
+  const governance: GovernanceHost = {
+    decide: (input) => reachable('governance', async () => decide((await readJson(join(stateDir, 'governance.json'), governanceFile)) ?? { policies: [] }, input)),
+    resolveSecret: (reference) => reachable('governance', () => references({ secretRef: reference })),
+    recordEvidence: (evidence) =>
+      reachable('governance', async () => {
+        const id = `evd-${sha(`${evidence.runId}\n${evidence.planDigest}`)}`;
+        await retryingContention(async () => {
+          const known = await db.selectFrom('local_governance_evidence').select('id').where('id', '=', id).executeTakeFirst();
+          if (!known) await db.insertInto('local_governance_evidence').values({ id, run_id: evidence.runId, evidence: JSON.stringify(evidence), recorded_at: clock.now().getTime() }).execute();
+        });
+        return id;
+      }),
+  };
+
+  const controlPlane: ControlPlaneApi = {
+    environment: (tenant, environmentId) =>
+      reachable('control-plane', async () => {
+        const file = await readJson(join(stateDir, 'control-plane.json'), controlPlaneFile);
+        if (!file?.environments) return { id: environmentId };
+        const entry = file.environments.find((e) => e.id === environmentId && (e.tenant === undefined || e.tenant === tenant));
+        if (!entry) return undefined;
+        return { id: entry.id, ...(entry.name ? { name: entry.name } : {}), ...(entry.tier ? { tier: entry.tier } : {}), ...(entry.approvers ? { approvers: entry.approvers } : {}) };
+      }),
+    editions: () => reachable('control-plane', async () => (await readJson(join(stateDir, 'control-plane.json'), controlPlaneFile))?.editions ?? []),
+  };
+
+  const knowledge: KnowledgeHost = {
+    putReceipt: (receipt) =>
+      reachable('knowledge', async () => {
+        const content = canonicalJson(receipt.content as JsonValue);
+        const id = `art-${sha(`${receipt.kind}\n${receipt.runId}\n${content}`)}`;
+        await retryingContention(async () => {
+          const known = await db.selectFrom('local_knowledge_artifacts').select('id').where('id', '=', id).executeTakeFirst();
+          if (!known) await db.insertInto('local_knowledge_artifacts').values({ id, run_id: receipt.runId, kind: receipt.kind, content, stored_at: clock.now().getTime() }).execute();
+        });
+        return id;
+      }),
+  };
+
+  const configPlatform: ConfigPlatform = {
+    resolve: (reference) => reachable('config-platform', () => references({ configRef: reference })),
+  };
+
+  const lastKnownPath = join(stateDir, 'config-last-known.json');
+  const lastKnownConfig: LastKnownConfig = {
+    async get(reference) {
+      const entry = (await readJson(lastKnownPath, lastKnownFile))?.[reference];
+      return entry ? { value: entry.value as JsonValue, at: new Date(entry.at) } : undefined;
+    },
+    async put(reference, value, at) {
+      const all = (await readJson(lastKnownPath, lastKnownFile)) ?? {};
+      all[reference] = { value: value as z.infer<typeof lastKnownFile>[string]['value'], at: at.toISOString() };
+      // Written whole and renamed into place, readable by this user only: the values are configuration, not secrets,
+      // but they stay out of logs and other users' reach all the same.
+      const temporary = `${lastKnownPath}.${process.pid}.tmp`;
+      await writeFile(temporary, JSON.stringify(all), { mode: 0o600 });
+      await rename(temporary, lastKnownPath);
+    },
+  };
+
+  return {
+    governance,
+    controlPlane,
+    knowledge,
+    configPlatform,
+    lastKnownConfig,
+    async setReachable(name, isReachable) {
+      await retryingContention(async () => {
+        await db.deleteFrom('local_external_services').where('name', '=', name).execute();
+        await db.insertInto('local_external_services').values({ name, reachable: isReachable ? 1 : 0 }).execute();
+      });
+    },
+    async evidenceOf(runId) {
+      const rows = await db.selectFrom('local_governance_evidence').select('evidence').where('run_id', '=', runId).orderBy('recorded_at').execute();
+      return rows.map((r) => JSON.parse(r.evidence) as ApplyEvidence);
+    },
+    async artifact(id) {
+      const row = await db.selectFrom('local_knowledge_artifacts').selectAll().where('id', '=', id).executeTakeFirst();
+      return row ? { runId: row.run_id, kind: row.kind, content: JSON.parse(row.content) as unknown } : undefined;
+    },
+  };
+}
+
+/** The first policy that denies the plan, else allow naming the policies that applied. Pure. */
+export function decide(file: z.infer<typeof governanceFile>, input: PolicyInput): PolicyDecision {
+  const applied: string[] = [];
+  for (const policy of file.policies) {
+    if (policy.environments && !policy.environments.includes(input.environment.id) && !policy.environments.includes(input.environment.name)) continue;
+    if (policy.tiers && !policy.tiers.includes(input.environment.tier)) continue;
+    applied.push(policy.id);
+    const offending = input.steps.find((s) => s.op !== 'same' && ((policy.denyOps ?? []).includes(s.op) || (policy.denyTypes ?? []).includes(s.type)));
+    if (offending) return { decision: 'deny', policy: policy.id, reason: `${policy.reason} (policy ${policy.id}: ${offending.op} ${offending.urn})` };
+  }
+  return { decision: 'allow', policies: applied };
+}
+
+function sha(text: string): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, 32);
+}
+
+/** A JSON file of the state dir, parsed with `schema`; undefined when there is no file. */
+async function readJson<T extends z.ZodType>(file: string, schema: T): Promise<z.infer<T> | undefined> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (thrown) {
+    if ((ensureError(thrown) as { code?: unknown }).code === 'ENOENT') return undefined;
+    throw thrown;
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text) as unknown;
+  } catch {
+    throw new AppError('PROVISIONING.LOCAL_SERVICE_FILE_INVALID', 'internal', `${file} is not valid JSON`);
+  }
+  const result = schema.safeParse(parsed);
+  if (!result.success) throw new AppError('PROVISIONING.LOCAL_SERVICE_FILE_INVALID', 'internal', `${file} is not the documented shape`);
+  return result.data;
+}
