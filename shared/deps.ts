@@ -18,7 +18,7 @@ import { randomIds, systemClock, type Clock, type Ids } from './platform/time/cl
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
 import { unwiredExternalServices } from './provisioning/external-services.client';
 import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
-import { createProvisioningService, type ProvisioningService } from './provisioning/provisioning.service';
+import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { allMigrations } from './migrations';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
@@ -50,6 +50,8 @@ export interface DepsOverrides {
   readonly baseDir?: string;
   /** PostgreSQL schema to use (tests). */
   readonly postgresSchema?: string;
+  /** Durations of provisioning runs (tests). Example: `{ lockRetryMs: 60_000 }`. */
+  readonly provisioningTimings?: Partial<RunTimings>;
 }
 
 /** The composition root: builds the stores and adapters from config and brings the SQL schema up to date. */
@@ -91,6 +93,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
     desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory() },
     planExpiry: config.provisioning.planExpiry,
+    approval: config.provisioning.approval,
+    ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
   });
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);

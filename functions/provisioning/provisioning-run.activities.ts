@@ -1,8 +1,10 @@
 import * as df from 'durable-functions';
+import type { InvocationContext } from '@azure/functions';
 import type { OrchestrationContext, Task } from 'durable-functions';
 import type { RunStep } from '../../shared/provisioning/provisioning.service';
 import { getDeps } from '../runtime';
 import { moduleEnabled } from '../app';
+import { wakeNextOnStack } from './stack-free';
 
 /**
  * The activities of the provisioning run orchestration (provisioning-run.orchestrator.ts). Each is one use case of
@@ -61,25 +63,39 @@ export function at(iso: string): Date {
   return new Date(iso);
 }
 
-export async function planActivity(input: RunRef): Promise<RunStep> {
-  return (await getDeps()).provisioning.plan(input.runId);
+export async function planActivity(input: RunRef, context: InvocationContext): Promise<RunStep> {
+  const { provisioning } = await getDeps();
+  return handOver(context, input.runId, await provisioning.plan(input.runId));
 }
 
 export async function afterApprovalActivity(input: RunRef & { timedOut: boolean }): Promise<RunStep> {
   return (await getDeps()).provisioning.afterApproval(input.runId, input.timedOut);
 }
 
-export async function applyActivity(input: RunRef): Promise<RunStep> {
-  return (await getDeps()).provisioning.apply(input.runId);
+export async function applyActivity(input: RunRef, context: InvocationContext): Promise<RunStep> {
+  const { provisioning } = await getDeps();
+  return handOver(context, input.runId, await provisioning.apply(input.runId));
 }
 
-export async function failActivity(input: RunRef & { reason: string }): Promise<RunStep> {
-  return (await getDeps()).provisioning.failRun(input.runId, input.reason);
+export async function failActivity(input: RunRef & { reason: string }, context: InvocationContext): Promise<RunStep> {
+  const { provisioning } = await getDeps();
+  return handOver(context, input.runId, await provisioning.failRun(input.runId, input.reason));
+}
+
+/**
+ * After a step that may have released the run's stack (a plan that now waits for approval, an apply or a run that
+ * ended, a plan gone stale), wakes the next run waiting for that stack. A run that is still waiting released nothing.
+ */
+async function handOver(context: InvocationContext, runId: string, step: RunStep): Promise<RunStep> {
+  if (step.outcome !== 'waiting') await wakeNextOnStack(context, (await getDeps()).provisioning, { runId });
+  return step;
 }
 
 if (moduleEnabled('provisioning')) {
-  df.app.activity(ProvisioningActivities.plan, { handler: planActivity });
+  // The activities that can release a stack wake the next run waiting for it through the durable client.
+  const durableClient = [df.input.durableClient()];
+  df.app.activity(ProvisioningActivities.plan, { handler: planActivity, extraInputs: durableClient });
   df.app.activity(ProvisioningActivities.afterApproval, { handler: afterApprovalActivity });
-  df.app.activity(ProvisioningActivities.apply, { handler: applyActivity });
-  df.app.activity(ProvisioningActivities.fail, { handler: failActivity });
+  df.app.activity(ProvisioningActivities.apply, { handler: applyActivity, extraInputs: durableClient });
+  df.app.activity(ProvisioningActivities.fail, { handler: failActivity, extraInputs: durableClient });
 }

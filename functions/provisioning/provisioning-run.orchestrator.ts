@@ -3,9 +3,11 @@ import type { OrchestrationContext, OrchestrationHandler, Task, TimerTask } from
 import type { RunStep, RunTimings } from '../../shared/provisioning/provisioning.service';
 import { moduleEnabled } from '../app';
 import { at, callActivity, later, ProvisioningActivities } from './provisioning-run.activities';
+import { STACK_FREE_EVENT } from './stack-free';
 
 /**
- * One provisioning run as a Durable orchestration, its instance id the run id: plan (once the stack is free) →
+ * One provisioning run as a Durable orchestration, its instance id the run id: plan (once the stack is free; the run
+ * that releases it wakes the next with the stack-free event) →
  * wait for the approval, racing a timer, when the plan needs one → apply (once the stack is free again) → done.
  * A plan that goes stale (it expired before its approval, or the stack's state moved before its apply) waits for an
  * operator to replan it (→ plan again, and a fresh approval where one is needed) or to reject it, racing a timer too.
@@ -91,13 +93,20 @@ function expiryOf(step: Extract<RunStep, { outcome: 'awaiting-approval' }>, dead
   return expiresAt < deadline ? expiresAt : undefined;
 }
 
-/** Repeats a step while it answers `waiting` (the stack is busy), sleeping on a durable timer between tries. */
+/**
+ * Repeats a step while it answers `waiting` (the stack is busy). Between tries the run sleeps until the run that
+ * releases the stack wakes it (the stack-free event), or at the latest for `lockRetryMs` on a durable timer: the
+ * fallback for a holder whose lease lapsed, or a wake-up that was lost.
+ */
 function* untilNotWaiting(context: OrchestrationContext, timings: RunTimings, step: () => Generator<Task, RunStep, unknown>): Generator<Task, RunStep, unknown> {
   for (;;) {
     const result = yield* step();
     if (result.outcome !== 'waiting') return result;
     context.df.setCustomStatus({ waitingFor: result.waitingFor });
-    yield context.df.createTimer(later(context.df.currentUtcDateTime, timings.lockRetryMs));
+    const freed = context.df.waitForExternalEvent(STACK_FREE_EVENT);
+    const retry = context.df.createTimer(later(context.df.currentUtcDateTime, timings.lockRetryMs));
+    const winner: unknown = yield context.df.Task.any([freed, retry]);
+    if (winner !== retry) retry.cancel();
   }
 }
 

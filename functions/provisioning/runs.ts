@@ -7,6 +7,7 @@ import { endpoint, parseQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
 import { runDetailView, runView } from './run-view';
+import { wakeNextOnStack, raiseStackFree } from './stack-free';
 
 const listQuery = z.object({
   environment: z.string().min(1).max(200).optional(),
@@ -79,9 +80,16 @@ export const replanRun = endpoint({ scope: 'factory.provisioning.operate' }, asy
 });
 
 /** Cancels a queued run: 200 with the run; 409 `PROVISIONING.RUN_NOT_CANCELABLE` once it has started planning. */
-export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, principal, tenants }) => {
+export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
   const run = await deps.provisioning.cancel(tenants(), request.params.id ?? '', principal.subject);
-  // Its orchestration finds the run canceled the next time it asks for the stack, and ends.
+  // Its orchestration finds the run canceled when it next asks for the stack, and ends: woken now rather than at its
+  // retry timer. Runs that queued behind it may go first now.
+  try {
+    await raiseStackFree(context, run.id);
+  } catch (thrown) {
+    context.warn(`run ${run.id}: canceled, but its orchestration could not be woken: ${ensureError(thrown).message}`);
+  }
+  await wakeNextOnStack(context, deps.provisioning, { stack: run.stack });
   return { status: 200, jsonBody: runView(run) };
 });
 
@@ -103,4 +111,4 @@ moduleApp('provisioning').http('getRun', { route: 'runtime-cloud/runs/{id}', met
 moduleApp('provisioning').http('approveRun', { route: 'runtime-cloud/runs/{id}/approve', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: approveRun });
 moduleApp('provisioning').http('rejectRun', { route: 'runtime-cloud/runs/{id}/reject', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: rejectRun });
 moduleApp('provisioning').http('replanRun', { route: 'runtime-cloud/runs/{id}/replan', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: replanRun });
-moduleApp('provisioning').http('cancelRun', { route: 'runtime-cloud/runs/{id}/cancel', methods: ['POST'], authLevel: 'anonymous', handler: cancelRun });
+moduleApp('provisioning').http('cancelRun', { route: 'runtime-cloud/runs/{id}/cancel', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: cancelRun });

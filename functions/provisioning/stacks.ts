@@ -1,7 +1,9 @@
+import * as df from 'durable-functions';
 import { z } from 'zod';
 import type { StackLock } from '../../shared/provisioning/stack-lock.repository';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
+import { wakeNextOnStack } from './stack-free';
 
 /**
  * A stack lock as the HTTP API shows it (operators). Changing this shape is a breaking change for its clients.
@@ -40,6 +42,8 @@ export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOn
   const stack = request.params.stack ?? '';
   const broken = await deps.provisioning.unlockStack(stack, { by: principal.subject, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
   context.warn(`the lock of stack ${stack} (run ${broken.lock.holderRun}, version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`);
+  // The first run waiting for the stack takes it now rather than at its retry timer.
+  await wakeNextOnStack(context, deps.provisioning, { stack });
   return {
     status: 200,
     jsonBody: { broken: lockView(broken.lock, broken.brokenAt), by: broken.by, reason: broken.reason, brokenAt: broken.brokenAt.toISOString() },
@@ -47,4 +51,4 @@ export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOn
 });
 
 moduleApp('provisioning').http('getStackLock', { route: 'runtime-cloud/stacks/{stack}/lock', methods: ['GET'], authLevel: 'anonymous', handler: getStackLock });
-moduleApp('provisioning').http('unlockStack', { route: 'runtime-cloud/stacks/{stack}/unlock', methods: ['POST'], authLevel: 'anonymous', handler: unlockStack });
+moduleApp('provisioning').http('unlockStack', { route: 'runtime-cloud/stacks/{stack}/unlock', methods: ['POST'], authLevel: 'anonymous', extraInputs: [df.input.durableClient()], handler: unlockStack });

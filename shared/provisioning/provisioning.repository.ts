@@ -382,6 +382,24 @@ export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: 
 }
 
 /**
+ * The first run of the stack in its FIFO order that waits to take the stack: one still queued, or one that tried
+ * to take it and found it busy (approved and waiting to apply, or replanned and waiting to plan).
+ */
+export async function firstWaitingRun(db: Executor, dialect: SqlDialect, stack: string): Promise<string | undefined> {
+  const row = await firstRows(
+    db
+      .selectFrom('provisioning_runs')
+      .select('id')
+      .where('stack', '=', stack)
+      .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', 'in', ['planning', 'applying']), eb('waiting_kind', '=', 'stack-lock')])]))
+      .orderBy('seq'),
+    dialect,
+    1,
+  ).executeTakeFirst();
+  return row?.id;
+}
+
+/**
  * Queued runs of the same tenant, environment, stack and reason that came before `run`: a newer promotion replaces
  * older promotions, a newer pool size older resizes. A promotion never replaces a resize (nor the reverse): each
  * carries a change the other does not.

@@ -38,6 +38,7 @@ import {
   setWaiting,
   transitionRun,
   earlierWaitingRun,
+  firstWaitingRun,
   type ApplyReceipt,
   type DegradedReference,
   type NewRun,
@@ -50,12 +51,14 @@ import { provisioningFailed, provisioningApplied, poolResizeRejected, promotionR
 import {
   approvalRequired,
   decodeRunCursor,
+  DEFAULT_APPROVAL_POLICY,
   DEFAULT_PLAN_EXPIRY_MS,
   encodeRunCursor,
   isTerminal,
   planExpiryMs,
   POOL_SIZE_CONFIG_KEY,
   RunErrors,
+  type ApprovalPolicy,
   type PlanExpiryPolicy,
   type Run,
   type RunState,
@@ -156,6 +159,12 @@ export interface ProvisioningService {
   stackLock(tenants: TenantFilter, stack: string): Promise<StackLock>;
   /** An operator breaks a stack's lock (recorded with who and why); `version` breaks only that version. */
   unlockStack(stack: string, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock>;
+  /**
+   * The run to wake after a stack may have been released (by `run`'s step, by a cancel, by an operator): the first
+   * run waiting for the stack, FIFO, while nothing holds its lock (or its lease lapsed); undefined while a run holds
+   * it or none waits. Only a hint: the woken run takes the stack through the store like any other try.
+   */
+  nextWaitingRun(of: { readonly runId: string } | { readonly stack: string }): Promise<string | undefined>;
   getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
   listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
   /** A rejected message, by its messageId. */
@@ -184,6 +193,11 @@ export interface ProvisioningServiceOptions {
   readonly stackLockRenewEveryMs?: number;
   /** How long a plan may wait for approval. Example: `{ defaultMs: 86_400_000, byEnvironment: { production: 14_400_000 } }`. */
   readonly planExpiry?: PlanExpiryPolicy;
+  /**
+   * When a plan needs approval. Default: production plans and plans with a delete or replace step.
+   * Example: `{ tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'env-dev-1': { always: true } } }`.
+   */
+  readonly approval?: ApprovalPolicy;
   /** This host's name in stack locks. Example: `host-a`. */
   readonly hostId?: string;
   /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000 }`. */
@@ -206,6 +220,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   const lockTtlMs = options.stackLockTtlMs ?? DEFAULT_STACK_LOCK_TTL_MS;
   const renewEveryMs = options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(lockTtlMs / 3));
   const planExpiry: PlanExpiryPolicy = options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} };
+  const approvalPolicy: ApprovalPolicy = options.approval ?? DEFAULT_APPROVAL_POLICY;
   const hostId = options.hostId ?? ids.next('host');
   const now = () => clock.now().getTime();
   const outbox = (trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]) => appendToOutbox(trx, events, clock, ids);
@@ -545,7 +560,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       }),
     );
     if (policy.decision === 'deny') return fail(run, { code: ExternalErrors.policyDenied, message: `policy ${policy.policy} denied the plan: ${policy.reason}` });
-    const decision = approvalRequired(run.environment.tier, planned.counts);
+    const decision = approvalRequired(run.environment, planned.counts, approvalPolicy);
     const receipt: PlanReceipt = {
       runId,
       stack: run.stack,
@@ -925,6 +940,14 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     throw notLocked(stack);
   }
 
+  async function nextWaitingRun(of: { readonly runId: string } | { readonly stack: string }): Promise<string | undefined> {
+    const stack = 'stack' in of ? of.stack : (await read(of.runId))?.stack;
+    if (stack === undefined) return undefined;
+    const lock = await retryingContention(() => getStackLock(db, stack));
+    if (lock && lock.expiresAt.getTime() > now()) return undefined;
+    return retryingContention(() => firstWaitingRun(db, dialect, stack));
+  }
+
   async function getRun(tenants: TenantFilter, runId: string): Promise<RunDetail> {
     const detail = await retryingContention(() => findRunDetail(db, runId, tenants));
     if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
@@ -960,6 +983,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     cancel,
     stackLock,
     unlockStack,
+    nextWaitingRun,
     getRun,
     listRuns: list,
     getRejection: (messageId) => retryingContention(() => findRejection(db, messageId)),

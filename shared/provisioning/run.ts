@@ -89,14 +89,40 @@ export interface ApprovalDecision {
 }
 
 /**
- * Approval is required for the production tier, and for any plan that destroys something (a delete or a replace),
- * whatever the tier: destroyed data does not come back.
+ * When a plan needs a person's approval, per environment. The default rule asks it for every plan of some tiers and
+ * for any plan that destroys something (a delete or a replace): destroyed data does not come back. An environment
+ * (by id, else by name) may say otherwise: `always` asks it for every plan of that environment (or, false, for none
+ * by its tier), `onDeleteOrReplace` overrides the destroy rule.
  */
-export function approvalRequired(tier: EnvironmentTier, counts: PlanCounts): ApprovalDecision {
+export interface ApprovalPolicy {
+  /** Tiers whose every plan needs approval. Example: `['production']`. */
+  readonly tiers: readonly EnvironmentTier[];
+  readonly onDeleteOrReplace: boolean;
+  /** By environment id or name. Example: `{ 'env-dev-1': { always: true }, sandbox: { onDeleteOrReplace: false } }`. */
+  readonly byEnvironment: Readonly<Record<string, EnvironmentApprovalRule>>;
+}
+
+export interface EnvironmentApprovalRule {
+  readonly always?: boolean;
+  readonly onDeleteOrReplace?: boolean;
+}
+
+/** Production plans, and plans that delete or replace anything, in every environment. */
+export const DEFAULT_APPROVAL_POLICY: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: {} };
+
+export function approvalRequired(
+  environment: { readonly id: string; readonly name: string; readonly tier: EnvironmentTier },
+  counts: PlanCounts,
+  policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY,
+): ApprovalDecision {
+  const rule: EnvironmentApprovalRule = policy.byEnvironment[environment.id] ?? policy.byEnvironment[environment.name] ?? {};
   const reasons: string[] = [];
-  if (tier === 'production') reasons.push('production tier');
-  if (counts.delete > 0) reasons.push(`${counts.delete} delete step${counts.delete === 1 ? '' : 's'}`);
-  if (counts.replace > 0) reasons.push(`${counts.replace} replace step${counts.replace === 1 ? '' : 's'}`);
+  if (rule.always === true) reasons.push(`required for environment ${environment.name}`);
+  else if (rule.always === undefined && policy.tiers.includes(environment.tier)) reasons.push(`${environment.tier} tier`);
+  if (rule.onDeleteOrReplace ?? policy.onDeleteOrReplace) {
+    if (counts.delete > 0) reasons.push(`${counts.delete} delete step${counts.delete === 1 ? '' : 's'}`);
+    if (counts.replace > 0) reasons.push(`${counts.replace} replace step${counts.replace === 1 ? '' : 's'}`);
+  }
   return { required: reasons.length > 0, reasons };
 }
 

@@ -40,7 +40,12 @@ for (const dialect of DIALECTS) {
       cloud = createLocalCloud({ store, clock, ids: randomIds });
       service = createProvisioningService(serviceOptions());
       expiringService = createProvisioningService({ ...serviceOptions(), planExpiry: { defaultMs: 24 * 3600_000, byEnvironment: shortExpiry } });
+      approvingService = createProvisioningService({ ...serviceOptions(), approval: { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: approvalRules } });
     });
+    /** Environments with their own approval rule, by id; every other environment keeps the default rule. */
+    const approvalRules = { 'env-always-approved': { always: true }, 'env-destroys-freely': { onDeleteOrReplace: false } };
+    /** The same store, with the approval rules above. */
+    let approvingService: ProvisioningService;
     /** Environments whose plans expire after a minute; the policy matches them by id. */
     const shortExpiry = { 'env-short-expiry': 60_000, 'env-short-woken': 60_000, 'env-short-forgotten': 60_000 };
     function serviceOptions(): ProvisioningServiceOptions {
@@ -562,6 +567,60 @@ for (const dialect of DIALECTS) {
       expect(detail.planReceipt?.approvalReasons).toEqual(['1 delete step']);
     });
 
+    it('when an environment is set to always require approval, then even its development plan that only creates waits; others do not', async () => {
+      // Arrange
+      const always = await accepted(aStackPromotion(example.repository, 'development', { stack: freshStack('development'), environmentId: 'env-always-approved' }));
+      const other = await accepted(aStackPromotion(example.repository, 'development', { stack: freshStack('development') }));
+
+      // Act
+      const planned = await approvingService.plan(always.id);
+      const otherPlanned = await approvingService.plan(other.id);
+
+      // Assert
+      expect(planned.outcome).toBe('awaiting-approval');
+      const detail = await approvingService.getRun(ALL, always.id);
+      expect(detail.run).toMatchObject({ state: 'awaiting-approval', approvalRequired: true, waitingFor: { kind: 'approval', planDigest: detail.run.planDigest } });
+      expect(detail.planReceipt?.plan.counts).toMatchObject({ create: 3, delete: 0, replace: 0 });
+      expect(detail.planReceipt?.approvalReasons).toEqual([`required for environment ${always.environment.name}`]);
+      expect(otherPlanned).toEqual({ outcome: 'applying' });
+    });
+
+    it('when an environment is set not to require approval on delete or replace, then its deleting plan applies without one; by default it waits', async () => {
+      // Arrange: two stacks hold the example; the next commit drops the endpoint.
+      const freely = freshStack('development');
+      const guarded = freshStack('development');
+      const firsts = [
+        await accepted(aStackPromotion(example.repository, 'development', { stack: freely, environmentId: 'env-destroys-freely' })),
+        await accepted(aStackPromotion(example.repository, 'development', { stack: guarded })),
+      ];
+      for (const first of firsts) {
+        await approvingService.plan(first.id);
+        await approvingService.apply(first.id);
+      }
+      const pulumiYaml = join(example.source, 'app', 'Pulumi.yaml');
+      const original = fs.readFileSync(pulumiYaml, 'utf8');
+      fs.writeFileSync(pulumiYaml, original.replace(/\n {2}endpoint:\n[\s\S]*?(?=\noutputs:)/, '\n').replace(/ {2}url: .*\n/, ''));
+      const changed = await example.commit();
+      fs.writeFileSync(pulumiYaml, original);
+      await example.commit();
+      const deleting = await accepted(aStackPromotion(changed, 'development', { stack: freely, environmentId: 'env-destroys-freely' }));
+      const deletingByDefault = await accepted(aStackPromotion(changed, 'development', { stack: guarded }));
+
+      // Act
+      const planned = await approvingService.plan(deleting.id);
+      const applied = await approvingService.apply(deleting.id);
+      const plannedByDefault = await approvingService.plan(deletingByDefault.id);
+
+      // Assert
+      expect(planned).toEqual({ outcome: 'applying' });
+      expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
+      const detail = await approvingService.getRun(ALL, deleting.id);
+      expect(detail.planReceipt).toMatchObject({ approvalRequired: false, approvalReasons: [], plan: { counts: { delete: 1, same: 2 } } });
+      expect((await resourcesOf(freely)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service']);
+      expect(plannedByDefault.outcome).toBe('awaiting-approval');
+      expect((await approvingService.getRun(ALL, deletingByDefault.id)).planReceipt?.approvalReasons).toEqual(['1 delete step']);
+    });
+
     it('when a plan is rejected, then the run ends rejected with the reason and one ProvisioningFailed', async () => {
       // Arrange
       const stack = freshStack('production');
@@ -616,6 +675,35 @@ for (const dialect of DIALECTS) {
       expect((await service.getRun(ALL, run.id)).run.waitingFor).toBeUndefined();
       expect((await getStackLock(db(), stack))?.holderRun).toBe(run.id);
       await service.apply(run.id);
+    });
+
+    it('when a stack is released, then the run to wake is the first one waiting for it; none while a run holds it or nobody waits', async () => {
+      // Arrange: two environments deploying to one stack, both behind a lock held elsewhere.
+      const stack = freshStack('development');
+      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      const first = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-a` }));
+      const second = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-b` }));
+      await service.plan(second.id);
+      await service.plan(first.id);
+
+      // Act
+      const whileHeld = await service.nextWaitingRun({ stack });
+      await releaseStackLock(db(), stack, 'run-elsewhere');
+      const afterRelease = await service.nextWaitingRun({ runId: second.id });
+      await service.plan(first.id);
+      const whileFirstHoldsIt = await service.nextWaitingRun({ runId: first.id });
+      await service.apply(first.id);
+      const afterFirst = await service.nextWaitingRun({ runId: first.id });
+      await service.plan(second.id);
+      await service.apply(second.id);
+      const afterBoth = await service.nextWaitingRun({ stack });
+
+      // Assert
+      expect(whileHeld).toBeUndefined();
+      expect(afterRelease).toBe(first.id);
+      expect(whileFirstHoldsIt).toBeUndefined();
+      expect(afterFirst).toBe(second.id);
+      expect(afterBoth).toBeUndefined();
     });
 
     it('when runs of one stack wait for it, then the earlier one takes it first even if the later one asks first', async () => {
@@ -771,13 +859,13 @@ for (const dialect of DIALECTS) {
       if (!before?.planReceipt || !before.applyReceipt) throw new Error(`no receipts: ${JSON.stringify(before?.run)}`);
       const now = clock.now().getTime();
 
-      // Act
-      const rewritePlan = recordPlan(db(), run.id, { ...before.planReceipt, approvalRequired: true }, 'applying', null, now);
-      const rewriteApply = recordApply(db(), run.id, { ...before.applyReceipt, stack: 'elsewhere' }, 'applied', undefined, now);
+      // Act (one at a time: a rejection must have its handler before the next one can happen)
+      const rewritePlan = await recordPlan(db(), run.id, { ...before.planReceipt, approvalRequired: true }, 'applying', null, now).catch((e: unknown) => e);
+      const rewriteApply = await recordApply(db(), run.id, { ...before.applyReceipt, stack: 'elsewhere' }, 'applied', undefined, now).catch((e: unknown) => e);
 
       // Assert
-      await expect(rewritePlan).rejects.toMatchObject({ code: 'PROVISIONING.RECEIPT_IMMUTABLE' });
-      await expect(rewriteApply).rejects.toMatchObject({ code: 'PROVISIONING.RECEIPT_IMMUTABLE' });
+      expect(rewritePlan).toMatchObject({ code: 'PROVISIONING.RECEIPT_IMMUTABLE' });
+      expect(rewriteApply).toMatchObject({ code: 'PROVISIONING.RECEIPT_IMMUTABLE' });
       expect(await findRunDetail(db(), run.id, ALL)).toEqual(before);
     });
 

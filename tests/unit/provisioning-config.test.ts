@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../../shared/platform/config/config';
-import { planExpiryMs } from '../../shared/provisioning/run';
+import { approvalRequired, DEFAULT_APPROVAL_POLICY, planExpiryMs } from '../../shared/provisioning/run';
 
 describe('provisioning configuration', () => {
   it('when no plan expiry is set, then plans expire after 24 hours in every environment', () => {
@@ -18,5 +18,34 @@ describe('provisioning configuration', () => {
   it.each(['{"production":0}', '{"production":"1h"}', 'not json'])('when plan expiry is %s, then parsing fails naming the key', (value) => {
     expect(() => parseConfig({ RuntimeCloud__Provisioning__PlanExpirySeconds: value })).toThrow(ConfigError);
     expect(() => parseConfig({ RuntimeCloud__Provisioning__PlanExpirySeconds: value })).toThrow(/RuntimeCloud__Provisioning__PlanExpirySeconds/);
+  });
+
+  it('when no approval rule is set, then production plans and plans that delete or replace need approval, as before', () => {
+    const { approval } = parseConfig({}).provisioning;
+    expect(approval).toEqual(DEFAULT_APPROVAL_POLICY);
+  });
+
+  it('when approval names a default and environments, then each environment gets its override over the default', () => {
+    const { approval } = parseConfig({
+      RuntimeCloud__Provisioning__Approval: '{"default":{"tiers":["production","staging"],"onDeleteOrReplace":true},"env-dev-1":{"always":true},"sandbox":{"onDeleteOrReplace":false}}',
+    }).provisioning;
+    const creates = { create: 1, update: 0, replace: 0, delete: 0, same: 0 };
+    const deletes = { ...creates, delete: 1 };
+    expect(approvalRequired({ id: 'env-dev-1', name: 'development', tier: 'development' }, creates, approval).required).toBe(true);
+    expect(approvalRequired({ id: 'env-stg-1', name: 'staging', tier: 'staging' }, creates, approval).required).toBe(true);
+    expect(approvalRequired({ id: 'env-sb', name: 'sandbox', tier: 'development' }, deletes, approval).required).toBe(false);
+    expect(approvalRequired({ id: 'env-dev-2', name: 'development', tier: 'development' }, deletes, approval).required).toBe(true);
+  });
+
+  it.each([
+    'not json',
+    '{"default":{"tiers":["prod"]}}',
+    '{"default":{"always":true}}',
+    '{"env-1":{"tiers":["production"]}}',
+    '{"env-1":{"always":"yes"}}',
+    '{"env-1":true}',
+  ])('when approval is %s, then parsing fails naming the key', (value) => {
+    expect(() => parseConfig({ RuntimeCloud__Provisioning__Approval: value })).toThrow(ConfigError);
+    expect(() => parseConfig({ RuntimeCloud__Provisioning__Approval: value })).toThrow(/RuntimeCloud__Provisioning__Approval/);
   });
 });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { EnvironmentTier } from '../../shared/provisioning/promotion';
 import {
   approvalRequired,
   canTransition,
@@ -9,10 +10,12 @@ import {
   RUN_STATES,
   statesBefore,
   TERMINAL_RUN_STATES,
+  type ApprovalPolicy,
   type PlanCounts,
   type RunState,
 } from '../../shared/provisioning/run';
 
+const env = (tier: EnvironmentTier, id = `env-${tier}`, name: string = tier) => ({ id, name, tier });
 const counts = (overrides: Partial<PlanCounts> = {}): PlanCounts => ({ create: 0, update: 0, replace: 0, delete: 0, same: 0, ...overrides });
 
 describe('provisioning run model', () => {
@@ -76,18 +79,36 @@ describe('provisioning run model', () => {
   });
 
   it('when the tier is production, then approval is required even for a plan that only creates', () => {
-    expect(approvalRequired('production', counts({ create: 3 }))).toEqual({ required: true, reasons: ['production tier'] });
+    expect(approvalRequired(env('production'), counts({ create: 3 }))).toEqual({ required: true, reasons: ['production tier'] });
   });
 
   it('when a development or staging plan deletes or replaces anything, then approval is required and says why', () => {
-    expect(approvalRequired('development', counts({ delete: 1 }))).toEqual({ required: true, reasons: ['1 delete step'] });
-    expect(approvalRequired('staging', counts({ replace: 2, update: 1 }))).toEqual({ required: true, reasons: ['2 replace steps'] });
-    expect(approvalRequired('production', counts({ delete: 2, replace: 1 })).reasons).toEqual(['production tier', '2 delete steps', '1 replace step']);
+    expect(approvalRequired(env('development'), counts({ delete: 1 }))).toEqual({ required: true, reasons: ['1 delete step'] });
+    expect(approvalRequired(env('staging'), counts({ replace: 2, update: 1 }))).toEqual({ required: true, reasons: ['2 replace steps'] });
+    expect(approvalRequired(env('production'), counts({ delete: 2, replace: 1 })).reasons).toEqual(['production tier', '2 delete steps', '1 replace step']);
   });
 
   it('when a development plan only creates, updates or keeps resources, then no approval is required', () => {
-    expect(approvalRequired('development', counts({ create: 2, update: 1, same: 4 }))).toEqual({ required: false, reasons: [] });
-    expect(approvalRequired('staging', counts())).toEqual({ required: false, reasons: [] });
+    expect(approvalRequired(env('development'), counts({ create: 2, update: 1, same: 4 }))).toEqual({ required: false, reasons: [] });
+    expect(approvalRequired(env('staging'), counts())).toEqual({ required: false, reasons: [] });
+  });
+
+  it('when an environment is set to always require approval, then even its plans that only create need it', () => {
+    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'env-dev-1': { always: true } } };
+    expect(approvalRequired(env('development', 'env-dev-1', 'dev'), counts({ create: 1 }), policy)).toEqual({ required: true, reasons: ['required for environment dev'] });
+    expect(approvalRequired(env('development', 'env-dev-2', 'dev2'), counts({ create: 1 }), policy).required).toBe(false);
+  });
+
+  it('when an environment turns off approval by tier and on delete or replace, then its destroying plans need none', () => {
+    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'prod-sandbox': { always: false, onDeleteOrReplace: false } } };
+    expect(approvalRequired(env('production', 'env-p-9', 'prod-sandbox'), counts({ delete: 2, replace: 1 }), policy)).toEqual({ required: false, reasons: [] });
+    expect(approvalRequired(env('production', 'env-p-1', 'production'), counts({ create: 1 }), policy).required).toBe(true);
+  });
+
+  it('when an environment is named by id and by name, then the id rule wins', () => {
+    const policy: ApprovalPolicy = { tiers: [], onDeleteOrReplace: false, byEnvironment: { 'env-s-1': { always: true }, staging: { always: false } } };
+    expect(approvalRequired(env('staging', 'env-s-1', 'staging'), counts(), policy).required).toBe(true);
+    expect(approvalRequired(env('staging', 'env-s-2', 'staging'), counts({ delete: 1 }), policy).required).toBe(false);
   });
 
   it('when a cursor is made from a run id, then it reads back as that id; text that is not a cursor reads as none', () => {

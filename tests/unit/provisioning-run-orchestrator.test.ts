@@ -28,9 +28,9 @@ describe('provisioning run orchestrator', () => {
   const timerCreated = (id: number, s: number) => ev({ EventType: HistoryEventType.TimerCreated, EventId: id, Timestamp: at(s) });
   const timerFired = (id: number, s: number) => ev({ EventType: HistoryEventType.TimerFired, TimerId: id, Timestamp: at(s) });
 
-  async function run(history: HistoryEvent[]) {
+  async function run(history: HistoryEvent[], runInput: RunOrchestrationInput = input) {
     const last = history.map((e) => e.EventType).lastIndexOf(HistoryEventType.OrchestratorStarted);
-    const payload = orchestrationPayload({ history: history.map((e, i) => ({ ...e, IsPlayed: i < last })), input, instanceId: input.runId, isReplaying: last > 0 });
+    const payload = orchestrationPayload({ history: history.map((e, i) => ({ ...e, IsPlayed: i < last })), input: runInput, instanceId: runInput.runId, isReplaying: last > 0 });
     const state = await orchestrator(payload, new df.DummyOrchestrationContext());
     return { ...state, flat: flattenActions(state.actions) };
   }
@@ -48,12 +48,28 @@ describe('provisioning run orchestrator', () => {
     expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
   });
 
-  it('when the stack is busy, then the orchestrator sleeps on a durable timer of lockRetryMs and asks again', async () => {
+  it('when the stack is busy, then the orchestrator waits for the stack-free event racing a timer of lockRetryMs; when the timer fires it asks again', async () => {
     const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } }, 1)];
-    expect(describeAction((await run(history)).flat[1])).toBe(`timer ${at(2)}`);
+    expect((await run(history)).flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(2)}`]);
 
     history.push(timerCreated(1, 1), started(2), timerFired(1, 2));
-    expect(describeAction((await run(history)).flat[2])).toBe(`${ProvisioningActivities.plan} {"runId":"run_1"}`);
+    expect(describeAction((await run(history)).flat[3])).toBe(`${ProvisioningActivities.plan} {"runId":"run_1"}`);
+  });
+
+  it('when the stack-free event comes before the retry timer, then the timer is canceled and the run asks for the stack at once', async () => {
+    const input60: RunOrchestrationInput = { ...input, timings: { ...input.timings, lockRetryMs: 60_000 } };
+    const history = [
+      started(0),
+      ev({ EventType: HistoryEventType.ExecutionStarted, Timestamp: at(0), Input: JSON.stringify(input60) }),
+      scheduled(0, ProvisioningActivities.plan, 0),
+      started(1),
+      completed(0, { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } }, 1),
+      timerCreated(1, 1),
+      started(3),
+      ev({ EventType: HistoryEventType.EventRaised, Name: 'stack-free', Input: '{}', Timestamp: at(3) }),
+    ];
+    const woken = await run(history, input60);
+    expect(woken.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(61)} canceled`, `${ProvisioningActivities.plan} {"runId":"run_1"}`]);
   });
 
   it('when approval is required and none comes, then the timeout of approvalTimeoutMs wins and the run is told it timed out', async () => {

@@ -40,6 +40,13 @@ const jsonOf = <T extends z.ZodType>(schema: T, fallback: string) =>
     })
     .pipe(schema);
 
+const TIERS = ['development', 'staging', 'production'] as const;
+
+/** `RuntimeCloud__Provisioning__Approval`: `default` says which tiers and whether destroys; environments override. */
+const approvalSchema = z
+  .object({ default: z.strictObject({ tiers: z.array(z.enum(TIERS)).optional(), onDeleteOrReplace: z.boolean().optional() }).optional() })
+  .catchall(z.strictObject({ always: z.boolean().optional(), onDeleteOrReplace: z.boolean().optional() }));
+
 /** Documented settings: key → schema with its default. Descriptions are shown by `runtime-cloud --help`. */
 export const settings = {
   /** Modules composed into this host (seed: RuntimeCloud:Host:EnabledModules). Example: `capacity,inventory`. */
@@ -85,6 +92,14 @@ export const settings = {
    * Example: `{"default":86400,"production":14400}`.
    */
   RuntimeCloud__Provisioning__PlanExpirySeconds: jsonOf(z.record(z.string().min(1), z.number().int().positive()), '{}'),
+  /**
+   * When a provisioning plan needs approval, as JSON: `default` with `tiers` (every plan of these tiers) and
+   * `onDeleteOrReplace` (any plan with a delete or replace step), other keys an environment's id or name with
+   * `always` (true: every plan there; false: none by its tier) and `onDeleteOrReplace`. Empty: production plans and
+   * plans that delete or replace, everywhere.
+   * Example: `{"default":{"tiers":["production"],"onDeleteOrReplace":true},"env-dev-1":{"always":true},"sandbox":{"onDeleteOrReplace":false}}`.
+   */
+  RuntimeCloud__Provisioning__Approval: jsonOf(approvalSchema, '{}'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -115,6 +130,12 @@ export interface Config {
   readonly provisioning: {
     /** Plan expiry in ms: `defaultMs`, and by environment id or name. */
     readonly planExpiry: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
+    /** When a plan needs approval: `tiers` and `onDeleteOrReplace` by default, overridden by environment id or name. */
+    readonly approval: {
+      readonly tiers: readonly (typeof TIERS)[number][];
+      readonly onDeleteOrReplace: boolean;
+      readonly byEnvironment: Readonly<Record<string, { readonly always?: boolean; readonly onDeleteOrReplace?: boolean }>>;
+    };
   };
 }
 
@@ -152,7 +173,7 @@ function toConfig(s: Settings): Config {
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
-    provisioning: { planExpiry: planExpiry(s.RuntimeCloud__Provisioning__PlanExpirySeconds) },
+    provisioning: { planExpiry: planExpiry(s.RuntimeCloud__Provisioning__PlanExpirySeconds), approval: approval(s.RuntimeCloud__Provisioning__Approval) },
   };
 }
 
@@ -163,6 +184,20 @@ function planExpiry(seconds: Readonly<Record<string, number>>): Config['provisio
   return {
     defaultMs: (fallback ?? DEFAULT_PLAN_EXPIRY_SECONDS) * 1000,
     byEnvironment: Object.fromEntries(Object.entries(byEnvironment).map(([environment, s]) => [environment, s * 1000])),
+  };
+}
+
+function approval(rules: Settings['RuntimeCloud__Provisioning__Approval']): Config['provisioning']['approval'] {
+  const { default: fallback, ...byEnvironment } = rules;
+  return {
+    tiers: fallback?.tiers ?? ['production'],
+    onDeleteOrReplace: fallback?.onDeleteOrReplace ?? true,
+    byEnvironment: Object.fromEntries(
+      Object.entries(byEnvironment).map(([environment, rule]) => [
+        environment,
+        { ...(rule.always !== undefined ? { always: rule.always } : {}), ...(rule.onDeleteOrReplace !== undefined ? { onDeleteOrReplace: rule.onDeleteOrReplace } : {}) },
+      ]),
+    ),
   };
 }
 
