@@ -25,6 +25,7 @@ import { createSqlStore, type SqlStore } from '../../shared/platform/sql/databas
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import { allMigrations } from '../../shared/migrations';
+import { adminQuery } from '../support/postgres-admin';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -309,16 +310,6 @@ async function benchPostgres(stateDir: string, seconds: number, clients: number,
     print({ name: 'ratio ours / floor (target ≥ 3.0)', value: ratio(ours.perSecond, floor.result.perSecond) });
   } finally {
     await adminQuery(url, `drop schema if exists ${schema} cascade`);
-  }
-}
-
-async function adminQuery(url: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
   }
 }
 

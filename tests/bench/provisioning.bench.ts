@@ -26,7 +26,6 @@ import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, type ExampleRepository } from '../../local/example-repository';
@@ -35,6 +34,7 @@ import { createSqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { allMigrations } from '../../shared/migrations';
+import { adminQuery } from '../support/postgres-admin';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { aStackPromotion, writeExampleReferences } from '../support/provisioning';
 
@@ -191,16 +191,6 @@ async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, work: (
     await Promise.all(hosts.map((h) => h.stop()));
     await tables?.close();
     await adminQuery(url, `drop schema if exists ${schema} cascade`);
-  }
-}
-
-async function adminQuery(url: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
   }
 }
 

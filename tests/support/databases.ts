@@ -2,11 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { inject } from 'vitest';
 import { createSqlStore, type SqlDialect, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { allMigrations } from '../../shared/migrations';
+import { adminQuery } from './postgres-admin';
 
 /**
  * The dialects every store test runs against, as Kysely's own tests loop over theirs. PostgreSQL is included
@@ -64,18 +64,10 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
   const url = postgresUrl();
   if (!url) throw new Error(`PostgreSQL tests must be skipped: ${postgresSkipReason()}`);
   const schema = `t_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  await admin.query(`create schema ${schema}`);
-  await admin.end();
+  await adminQuery(url, `create schema ${schema}`);
   const open = () => createSqlStore({ dialect, connection: url, postgresSchema: schema });
   const store = open();
-  const dropSchema = async () => {
-    const cleanup = new pg.Client({ connectionString: url });
-    await cleanup.connect();
-    await cleanup.query(`drop schema if exists ${schema} cascade`);
-    await cleanup.end();
-  };
+  const dropSchema = () => adminQuery(url, `drop schema if exists ${schema} cascade`);
   if (options.migrate !== false) {
     try {
       await migrateToLatest(store.db, dialect, allMigrations);
@@ -99,3 +91,4 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
     },
   };
 }
+

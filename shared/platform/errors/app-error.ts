@@ -37,3 +37,15 @@ export function ensureError(value: unknown): Error {
   }
   return new Error(`Non-Error thrown: ${text}`);
 }
+
+/**
+ * An expected failure as an AppError: an AppError as it is; anything else is rethrown (a fault, such as a store
+ * outage, that the caller's retry handles), unless `fallbackCode` says what it means (for example a resolver that
+ * failed without a code).
+ */
+export function expectedAppError(thrown: unknown, fallbackCode?: string): AppError {
+  const error = ensureError(thrown);
+  if (error instanceof AppError) return error;
+  if (fallbackCode) return new AppError(fallbackCode, 'unavailable', error.message);
+  throw error;
+}

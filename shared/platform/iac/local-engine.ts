@@ -1,5 +1,5 @@
 import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
-import { AppError, ensureError } from '../errors/app-error';
+import { AppError, ensureError, expectedAppError } from '../errors/app-error';
 import type { SqlStore } from '../sql/database';
 import { retryingContention } from '../sql/transaction';
 import type { Clock, Ids } from '../time/clock';
@@ -8,6 +8,8 @@ import {
   keepIgnored,
   planSchema,
   planStack,
+  refusedApply,
+  skippedStep,
   type ApplyError,
   type ApplyResult,
   type Plan,
@@ -90,7 +92,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
         state = await retryingContention(() => readStackState(db, stack));
         plan = planStack({ stack, program, state });
       } catch (thrown) {
-        return finish(refused(approvedPlan, state?.serial ?? 0, expectedError(thrown)));
+        return finish(refusedApply(approvedPlan, state?.serial ?? 0, expectedAppError(thrown)));
       }
       if (plan.digest !== approvedPlan.digest) {
         // The world or the program moved since approval: doing anything now would do what nobody approved.
@@ -98,19 +100,19 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
           approvedDigest: approvedPlan.digest,
           currentDigest: plan.digest,
         });
-        return finish(refused(approvedPlan, plan.baseSerial, error));
+        return finish(refusedApply(approvedPlan, plan.baseSerial, error));
       }
       let resolved: ReadonlyMap<string, JsonValue>;
       try {
         // All references are resolved before the first change, so a missing secret cannot leave a half-applied stack.
         resolved = await resolveAll(plan, resolveReferences);
       } catch (thrown) {
-        return finish(refused(plan, plan.baseSerial, expectedError(thrown, 'PROVISIONING.REFERENCE_UNRESOLVED')));
+        return finish(refusedApply(plan, plan.baseSerial, expectedAppError(thrown, 'PROVISIONING.REFERENCE_UNRESOLVED')));
       }
       try {
         await cloud.recordApply(targetOf(stack), { stack, planDigest: plan.digest });
       } catch (thrown) {
-        return finish(refused(plan, plan.baseSerial, expectedError(thrown)));
+        return finish(refusedApply(plan, plan.baseSerial, expectedAppError(thrown)));
       }
       const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved, beforeStep: options.beforeStep });
       return finish(await run.all(plan));
@@ -118,32 +120,6 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
   };
 }
 
-/**
- * An AppError as it is. Anything else is rethrown (a store fault: the caller retries), unless `fallbackCode`
- * says what it means (a resolver that failed without a code).
- */
-function expectedError(thrown: unknown, fallbackCode?: string): AppError {
-  const error = ensureError(thrown);
-  if (error instanceof AppError) return error;
-  if (fallbackCode) return new AppError(fallbackCode, 'unavailable', error.message);
-  throw error;
-}
-
-function refused(plan: Plan, serial: number, error: AppError): Omit<ApplyResult, 'startedAt' | 'finishedAt'> {
-  return {
-    status: 'failed',
-    stack: plan.stack,
-    planDigest: plan.digest,
-    serial,
-    resources: plan.steps.map((s) => skipped(s)),
-    outputs: {},
-    error: { code: error.code, message: error.message },
-  };
-}
-
-function skipped(step: PlanStep): ResourceResult {
-  return { urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'skipped', ...(step.id ? { id: step.id } : {}) };
-}
 
 async function resolveAll(plan: Plan, resolve: ResolveReferences): Promise<ReadonlyMap<string, JsonValue>> {
   const values = new Map<string, JsonValue>();
@@ -185,7 +161,7 @@ class StepRunner {
     for (const [index, step] of plan.steps.entries()) {
       const stop = await this.mayGoOn();
       if (stop) {
-        results.push(...plan.steps.slice(index).map((s) => skipped(s)));
+        results.push(...plan.steps.slice(index).map((s) => skippedStep(s)));
         return { status: 'failed', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs: {}, error: stop };
       }
       try {
@@ -195,7 +171,7 @@ class StepRunner {
         const failure: ApplyError = { code: error instanceof AppError ? error.code : 'PROVISIONING.APPLY_FAILED', message: error.message };
         const id = this.#resources.find((r) => r.name === step.name)?.id;
         results.push({ urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'failed', ...(id ? { id } : {}), error: failure });
-        results.push(...plan.steps.slice(index + 1).map((s) => skipped(s)));
+        results.push(...plan.steps.slice(index + 1).map((s) => skippedStep(s)));
         return { status: 'failed', stack: plan.stack, planDigest: plan.digest, serial: this.#serial, resources: results, outputs: {}, error: failure };
       }
     }
@@ -209,7 +185,7 @@ class StepRunner {
       await this.context.beforeStep?.();
       return undefined;
     } catch (thrown) {
-      const error = expectedError(thrown);
+      const error = expectedAppError(thrown);
       return { code: error.code, message: error.message };
     }
   }

@@ -310,3 +310,21 @@ export interface ApplyResult {
   readonly startedAt: string;
   readonly finishedAt: string;
 }
+
+/** The result of an apply refused before (or stopped at) its first change: every step skipped. */
+export function refusedApply(plan: Plan, serial: number, error: AppError): Omit<ApplyResult, 'startedAt' | 'finishedAt'> {
+  return {
+    status: 'failed',
+    stack: plan.stack,
+    planDigest: plan.digest,
+    serial,
+    resources: plan.steps.map(skippedStep),
+    outputs: {},
+    error: { code: error.code, message: error.message },
+  };
+}
+
+/** A step the apply did not carry out. */
+export function skippedStep(step: PlanStep): ResourceResult {
+  return { urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'skipped', ...(step.id ? { id: step.id } : {}) };
+}

@@ -5,11 +5,11 @@ import { dirname, isAbsolute, join, normalize, sep } from 'node:path';
 import { promisify } from 'node:util';
 import type { ConfigMap, EngineEvent, OutputMap, UpdateSummary } from '@pulumi/pulumi/automation';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { AppError, ensureError } from '../errors/app-error';
+import { AppError, expectedAppError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
 import { asValueReference, collectReferences, isPlainObject, referenceKey, type JsonValue, type ValueReference } from './iac-values';
 import type { ApplyOptions, ConfigOverrides } from './local-engine';
-import { planSchema, type ApplyResult, type Plan, type ResolveReferences } from './plan';
+import { planSchema, refusedApply, type ApplyResult, type Plan, type ResolveReferences } from './plan';
 import {
   pulumiAutomationApi,
   pulumiCliPath,
@@ -105,7 +105,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         try {
           project = await writeProject(work, files, stack, config);
         } catch (thrown) {
-          return finish(refused(approvedPlan, approvedPlan.baseSerial, expected(thrown)));
+          return finish(refusedApply(approvedPlan, approvedPlan.baseSerial, expectedAppError(thrown)));
         }
         const resolved = new Map<string, JsonValue>();
         try {
@@ -114,7 +114,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
             if (!resolved.has(key)) resolved.set(key, await resolveReferences(reference));
           }
         } catch (thrown) {
-          return finish(refused(approvedPlan, approvedPlan.baseSerial, expected(thrown, 'PROVISIONING.REFERENCE_UNRESOLVED')));
+          return finish(refusedApply(approvedPlan, approvedPlan.baseSerial, expectedAppError(thrown, 'PROVISIONING.REFERENCE_UNRESOLVED')));
         }
         for (const value of resolved.values()) secrets.push(configText(value));
         let fresh: Plan;
@@ -122,18 +122,18 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
           handle = await openStack(automation, stack, work, project, (reference) => configText(resolved.get(referenceKey(reference)) ?? null), secrets);
           fresh = await previewPlan(handle, work, stack, project, secrets);
         } catch (thrown) {
-          return finish(refused(approvedPlan, approvedPlan.baseSerial, expected(thrown)));
+          return finish(refusedApply(approvedPlan, approvedPlan.baseSerial, expectedAppError(thrown)));
         }
         const coverage = planCovers(approvedPlan, fresh);
         if (!coverage.covered) {
           const error = new AppError('PROVISIONING.PLAN_CHANGED', 'conflict', `the plan changed since it was approved; nothing was applied: ${coverage.reason}`);
-          return finish(refused(approvedPlan, fresh.baseSerial, error));
+          return finish(refusedApply(approvedPlan, fresh.baseSerial, error));
         }
 
         // The caller's last word before anything changes; then again as Pulumi starts each resource, where a
         // refusal cancels the update (Pulumi finishes the operations in flight and starts no other).
         const stopBefore = await mayGoOn(applyOptions.beforeStep);
-        if (stopBefore) return finish(refused(fresh, fresh.baseSerial, stopBefore));
+        if (stopBefore) return finish(refusedApply(fresh, fresh.baseSerial, stopBefore));
         const events: EngineEvent[] = [];
         const cancel = new AbortController();
         let stopped: AppError | undefined;
@@ -386,26 +386,7 @@ async function mayGoOn(beforeStep: (() => Promise<void>) | undefined): Promise<A
     await beforeStep?.();
     return undefined;
   } catch (thrown) {
-    return expected(thrown);
+    return expectedAppError(thrown);
   }
 }
 
-/** An AppError as it is; anything else is rethrown (a fault), unless `fallbackCode` says what it means. */
-function expected(thrown: unknown, fallbackCode?: string): AppError {
-  const error = ensureError(thrown);
-  if (error instanceof AppError) return error;
-  if (fallbackCode) return new AppError(fallbackCode, 'unavailable', error.message);
-  throw error;
-}
-
-function refused(plan: Plan, serial: number, error: AppError): Omit<ApplyResult, 'startedAt' | 'finishedAt'> {
-  return {
-    status: 'failed',
-    stack: plan.stack,
-    planDigest: plan.digest,
-    serial,
-    resources: plan.steps.map((s) => ({ urn: s.urn, name: s.name, type: s.type, op: s.op, status: 'skipped' as const, ...(s.id ? { id: s.id } : {}) })),
-    outputs: {},
-    error: { code: error.code, message: error.message },
-  };
-}
