@@ -4,10 +4,12 @@
  */
 import { readdirSync } from 'node:fs';
 import * as capacityBench from './capacity.bench';
+import * as driftBench from './drift.bench';
 import * as provisioningBench from './provisioning.bench';
 
 const BENCHES: Record<string, () => Promise<{ run(args: string[]): Promise<void> }>> = {
   capacity: () => Promise.resolve(capacityBench),
+  drift: () => Promise.resolve(driftBench),
   provisioning: () => Promise.resolve(provisioningBench),
 };
 

@@ -1,6 +1,7 @@
 import type { CapacitySeed } from '../../shared/capacity/capacity.seed';
 import type { Lease, LeaseRequest } from '../../shared/capacity/lease';
 import type { Edition, KindLimit, Pool, PoolSpec } from '../../shared/capacity/pool';
+import type { IgnoreRule, ResourceState } from '../../shared/inventory/drift';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 
 /** Test data builders: sensible defaults, override what the test is about. */
@@ -80,6 +81,34 @@ export function aPromotion(overrides: Partial<PromotionApproved> = {}): Promotio
     },
     requestedBy: 'delivery-host',
     approvedAt: '2026-03-01T09:30:00.000Z',
+    ...overrides,
+  };
+}
+
+/** A web app as an applied plan would desire it: a few nested properties, an array of settings. */
+export function aResource(overrides: Partial<ResourceState> = {}): ResourceState {
+  return {
+    type: 'azure-native:web:WebApp',
+    properties: {
+      name: 'app-1',
+      location: 'westeurope',
+      sku: { name: 'P1v3', tier: 'PremiumV3', capacity: 2 },
+      tags: { env: 'dev', owner: 'team-a' },
+      siteConfig: { alwaysOn: true, appSettings: [{ name: 'MODE', value: 'a' }, { name: 'LEVEL', value: '1' }] },
+    },
+    ...overrides,
+  };
+}
+
+export function anIgnoreRule(overrides: Partial<IgnoreRule> = {}): IgnoreRule {
+  return {
+    id: 'ir_1',
+    scope: { type: 'azure-native:web:WebApp' },
+    path: 'tags.*',
+    reason: 'tags are set by the cost tool',
+    owner: 'platform-team',
+    expiresAt: '2026-02-01T00:00:00.000Z',
+    holdsOnApply: false,
     ...overrides,
   };
 }
