@@ -11,7 +11,7 @@ import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { startTestHost, type TestHost } from '../support/local-host';
-import { addPoolProject, aPoolPromotion, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Provisioning end to end on a local host started in this process with its full set of components: a promotion
@@ -63,15 +63,7 @@ describe('provisioning on the local host', () => {
     fs.rmSync(root, { recursive: true, force: true });
   });
 
-  const send = async (body: unknown, messageId: string) => {
-    const response = await host.fetch(`/runtime-cloud/local/queues/${QUEUE}/messages`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ body, messageId }),
-      claims: admin,
-    });
-    expect([200, 201]).toContain(response.status);
-  };
+  const send = (body: unknown, messageId: string) => sendToPromotions(host, body, messageId);
   const getJson = async <T>(path: string, claims: object = operator): Promise<T> => {
     const response = await host.fetch(path, { claims });
     expect(response.status, path).toBe(200);

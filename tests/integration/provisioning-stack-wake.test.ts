@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { acquireStackLock, getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { startTestHost, type TestHost } from '../support/local-host';
-import { aStackPromotion, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Runs waiting for a stack are woken when it is released, on a local host whose runs would otherwise ask again only
@@ -12,7 +12,6 @@ import { aStackPromotion, provisioningExample, writeExampleReferences, type Prov
  * the next one, so both finish within seconds.
  */
 
-const QUEUE = 'runtime-cloud-promotions';
 const admin = { roles: ['PlatformAdmin'], subject: 'admin-1' };
 const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator-1' };
 const STACK = 'development-1';
@@ -40,15 +39,7 @@ describe('provisioning runs woken when their stack is released', () => {
     fs.rmSync(root, { recursive: true, force: true });
   });
 
-  const send = async (body: unknown, messageId: string) => {
-    const response = await host.fetch(`/runtime-cloud/local/queues/${QUEUE}/messages`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ body, messageId }),
-      claims: admin,
-    });
-    expect([200, 201]).toContain(response.status);
-  };
+  const send = (body: unknown, messageId: string) => sendToPromotions(host, body, messageId);
   const runsOf = async (): Promise<RunBody[]> => {
     const response = await host.fetch('/runtime-cloud/runs?limit=1000', { claims: operator });
     expect(response.status).toBe(200);

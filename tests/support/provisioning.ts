@@ -2,6 +2,8 @@ import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { expect } from 'vitest';
+import type { TestHost } from './local-host';
 
 /**
  * The example desired state for provisioning tests: the example project, plus copies of its development and
@@ -129,4 +131,18 @@ export function aPoolResizeEvent(resize: { id: string; pool: string; iacStack: s
     correlationid: resize.pool,
     data: { pool: resize.pool, kind: 'build', target: 'local', iacStack: resize.iacStack, fromCapacity: resize.fromCapacity, toCapacity: resize.toCapacity, used: 0 },
   };
+}
+
+/** The queue promotions arrive on. */
+export const PROMOTIONS_QUEUE = 'runtime-cloud-promotions';
+
+/** Puts a message on the host's promotions queue through the local-only endpoint (a PlatformAdmin token). */
+export async function sendToPromotions(host: TestHost, body: unknown, messageId: string): Promise<void> {
+  const response = await host.fetch(`/runtime-cloud/local/queues/${PROMOTIONS_QUEUE}/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ body, messageId }),
+    claims: { roles: ['PlatformAdmin'] },
+  });
+  expect([200, 201]).toContain(response.status);
 }
