@@ -173,10 +173,22 @@ function apply(model: Model, c: Command, lease: ModelLease | undefined, result: 
   }
 }
 
-/** Where the store disagrees with the model: use equals the model's sums, capacities match, no quota is passed. */
-async function invariantProblems(capacity: CapacityService, model: Model): Promise<string[]> {
+/**
+ * Where the store disagrees with the model: use equals the model's sums, capacities match, no quota is passed, and
+ * every lease has the model's state and expiry (two renewals of one lease in a pair are explained only by the order
+ * whose last expiry the store kept).
+ */
+async function invariantProblems(capacity: CapacityService, store: SqlStore, model: Model): Promise<string[]> {
   const summary = await capacity.summary({ kind: 'all' });
   const problems: string[] = [];
+  const rows = await store.db.selectFrom('capacity_leases').select(['id', 'state', 'expires_at']).execute();
+  const stored = new Map(rows.map((r) => [String(r.id), { state: String(r.state), expiresAt: Number(r.expires_at) }]));
+  for (const lease of model.leases) {
+    const row = stored.get(lease.id);
+    if (row?.state !== lease.state || row.expiresAt !== lease.expiresAt) {
+      problems.push(`lease ${lease.id} is ${row ? `${row.state} until ${row.expiresAt}` : 'missing'}, model ${lease.state} until ${lease.expiresAt}`);
+    }
+  }
   for (const pool of summary.pools) {
     const id = pool.id as PoolId;
     if (pool.used !== held(model, (l) => l.pool === id)) problems.push(`${id} used ${pool.used}, model ${held(model, (l) => l.pool === id)}`);
@@ -191,8 +203,8 @@ async function invariantProblems(capacity: CapacityService, model: Model): Promi
   return problems;
 }
 
-async function checkInvariants(capacity: CapacityService, model: Model): Promise<void> {
-  expect(await invariantProblems(capacity, model)).toEqual([]);
+async function checkInvariants(capacity: CapacityService, store: SqlStore, model: Model): Promise<void> {
+  expect(await invariantProblems(capacity, store, model)).toEqual([]);
 }
 
 async function seed(capacity: CapacityService): Promise<void> {
@@ -221,7 +233,7 @@ describe('capacity against a reference model', () => {
             const lease = 'pick' in c ? pickLease(model, c) : undefined;
             const problem = apply(model, c, lease, await run(capacity, c, lease, clock), now);
             expect(problem, `${JSON.stringify(c)}`).toBeUndefined();
-            await checkInvariants(capacity, model);
+            await checkInvariants(capacity, database.store, model);
           }
         } finally {
           await database.drop();
@@ -261,7 +273,7 @@ describe('capacity against a reference model', () => {
               // expire each due lease once.
               const expired = [resultA, resultB].reduce((sum, r) => sum + (r && 'ok' in r ? (r.ok as { expired: number }).expired : 0), 0);
               expect(apply(model, a, undefined, { ok: { expired } }, now), `round ${round}: two sweeps`).toBeUndefined();
-              await checkInvariants(hostA, model);
+              await checkInvariants(hostA, database.store, model);
               clock.advance(advanceMs);
               continue;
             }
@@ -281,7 +293,7 @@ describe('capacity against a reference model', () => {
             for (const order of orders) {
               const candidate = cloneModel(model);
               const problems = order.map(([c, lease, result]) => apply(candidate, c, lease, result, now)).filter((p) => p !== undefined);
-              problems.push(...(problems.length === 0 ? await invariantProblems(hostA, candidate) : []));
+              problems.push(...(problems.length === 0 ? await invariantProblems(hostA, database.store, candidate) : []));
               if (problems.length === 0) {
                 explained = candidate;
                 break;
