@@ -16,6 +16,13 @@ import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
+import { createLocalCloud } from './platform/cloud/local-cloud';
+import { createInventoryService, type InventoryService } from './inventory/inventory.service';
+import { createArmObserver } from './inventory/arm-observer.adapter';
+import { createKubernetesObserver } from './inventory/kubernetes-observer.adapter';
+import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
+import { createObservedInventory } from './inventory/observed-inventory.repository';
+import type { Observer } from './inventory/observer';
 import { unwiredExternalServices } from './provisioning/external-services.client';
 import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
@@ -37,6 +44,8 @@ export interface Deps {
   readonly capacity: CapacityService;
   /** Promotions, runs, approvals, receipts. */
   readonly provisioning: ProvisioningService;
+  /** Desired and observed state, drift scans, ignore rules, reconciliation proposals. */
+  readonly inventory: InventoryService;
   close(): Promise<void>;
 }
 
@@ -99,6 +108,29 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
 
+  const inventory = createInventoryService({
+    store,
+    tables: createObservedInventory(tables),
+    observer: observerFor(config, () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) })),
+    clock,
+    ids,
+    scanInterval: config.inventory.scanInterval,
+    scanConcurrency: config.inventory.scanConcurrency,
+    observeTimeoutMs: config.inventory.observeTimeoutMs,
+    // The local engine applies every stack to the local cloud target `local` (local-engine.ts).
+    scopeOf: (environment) => ({ environmentId: environment.id, stack: environment.stack, target: 'local', ...config.inventory.scopes[environment.id] }),
+    // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
+    applyingRun: async (stack) =>
+      (
+        await (store.db as Kysely<{ provisioning_runs: { id: string; stack: string; state: string } }>)
+          .selectFrom('provisioning_runs')
+          .select('id')
+          .where('stack', '=', stack)
+          .where('state', '=', 'applying')
+          .executeTakeFirst()
+      )?.id,
+  });
+
   const healthChecks: HealthCheck[] = [
     {
       name: 'runtime-cloud-store',
@@ -132,10 +164,23 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     healthChecks,
     capacity: createCapacityService({ store, clock, ids }),
     provisioning,
+    inventory,
     events,
     async close() {
       await events.close();
       await store.close();
     },
   };
+}
+
+/** The configured observer. The Azure and Kubernetes adapters load their SDKs on first use, never at start. */
+function observerFor(config: Config, localCloud: () => Observer): Observer {
+  switch (config.inventory.observer) {
+    case 'local-cloud':
+      return localCloud();
+    case 'azure-resource-manager':
+      return createArmObserver();
+    case 'kubernetes':
+      return createKubernetesObserver();
+  }
 }

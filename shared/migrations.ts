@@ -1,4 +1,5 @@
 import { capacityMigrations } from './capacity/capacity.migrations';
+import { inventoryMigrations } from './inventory/inventory.migrations';
 import { busMigrations } from './platform/bus/bus.migrations';
 import { outboxMigrations } from './platform/bus/outbox';
 import { localCloudMigrations } from './platform/cloud/local-cloud.migrations';
@@ -8,4 +9,4 @@ import type { MigrationSource } from './platform/sql/migrations';
 import { provisioningMigrations } from './provisioning/provisioning.migrations';
 
 /** Every migration source of the product, platform first. A module adds its source here. */
-export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations];
+export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations, inventoryMigrations];

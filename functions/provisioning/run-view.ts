@@ -10,9 +10,11 @@ export function runView(run: Run) {
   return {
     runId: run.id,
     reason: run.reason,
-    // A pool-resize run has no promotion; `poolResize` names the event it came from.
+    // Only a promotion's run has a promotionId: `poolResize` names the event a pool-resize run came from,
+    // `reconciliation` the proposal (and its ignore rules) a reconciliation run carries out.
     ...(run.reason === 'promotion' ? { promotionId: run.promotionId } : {}),
     ...(run.poolResize ? { poolResize: { ...run.poolResize } } : {}),
+    ...(run.reconciliation ? { reconciliation: { proposalId: run.reconciliation.proposalId, ignore: run.reconciliation.ignore.map((r) => ({ scope: { ...r.scope }, path: r.path })) } } : {}),
     tenant: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },

@@ -4,7 +4,7 @@ import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrati
 /**
  * The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages;
  * the plans of runs that went stale and were replanned; the ids of what runs stored at external services, and the
- * local host's stand-ins for those services.
+ * local host's stand-ins for those services; what a reconciliation run carries out.
  */
 export const provisioningMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
@@ -140,6 +140,14 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .addColumn('name', t.key, (c) => c.primaryKey())
           .addColumn('reachable', 'integer', (c) => c.notNull())
           .execute();
+      },
+    },
+    // Reconciliation runs: the proposal a run carries out and the ignore rules it plans with (JSON of the run
+    // model's `Reconciliation`); null for every other run. A nullable column added alone, so runs recorded before
+    // it read as they did.
+    '20261130-44-provisioning-reconciliation-runs': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_runs').addColumn('reconciliation', t.text).execute();
       },
     },
   };

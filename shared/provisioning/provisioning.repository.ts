@@ -5,6 +5,7 @@ import type { BusTables } from '../platform/bus/bus.tables';
 import { AppError } from '../platform/errors/app-error';
 import type { ApplyResult, Plan } from '../platform/iac/plan';
 import { firstRows, type SqlDialect } from '../platform/sql/dialect';
+import type { Reconciliation } from './reconciliation';
 import { statesBefore, type PoolResize, type Run, type RunReason, type RunState, type WaitingFor } from './run';
 import type { ProvisioningApprovalTable, ProvisioningRunTable, ProvisioningTables } from './provisioning.tables';
 import type { ProvisioningDb } from './stack-lock.repository';
@@ -128,6 +129,7 @@ const RUN_COLUMNS = [
   'requested_by',
   'reason',
   'origin',
+  'reconciliation',
   'config',
   'state',
   'waiting_kind',
@@ -158,6 +160,7 @@ export function runRowToRun(row: RunRow): Run {
     requestedBy: row.requested_by,
     reason: row.reason as RunReason,
     ...(row.origin !== null ? { poolResize: JSON.parse(row.origin) as PoolResize } : {}),
+    ...(row.reconciliation !== null ? { reconciliation: JSON.parse(row.reconciliation) as Reconciliation } : {}),
     ...(row.config !== null ? { config: JSON.parse(row.config) as NonNullable<Run['config']> } : {}),
     state: row.state as RunState,
     ...(row.waiting_for !== null ? { waitingFor: JSON.parse(row.waiting_for) as WaitingFor } : {}),
@@ -177,11 +180,12 @@ function byTenant<Q extends { where: (...args: never[]) => Q }>(query: Q, filter
   return (query.where as unknown as (c: string, op: string, v: string) => Q)('tenant_id', '=', filter.tenant);
 }
 
-/** A run to record: from a promotion, or from a pool resize (then `key` is the event's, see the service). */
+/** A run to record: from a promotion, a pool resize or a reconciliation (then `key` is theirs, see the service). */
 export interface NewRun {
   readonly id: string;
   /**
-   * The business key, one run per key: the promotionId, or `pool-resize:<event id>`. Stored as `promotion_id`,
+   * The business key, one run per key: the promotionId, `pool-resize:<event id>` or
+   * `reconciliation:<proposal id>`. Stored as `promotion_id`,
    * whose unique constraint makes a second run of one key fail.
    */
   readonly key: string;
@@ -193,6 +197,7 @@ export interface NewRun {
   readonly requestedBy: string;
   readonly reason: RunReason;
   readonly poolResize?: PoolResize;
+  readonly reconciliation?: Reconciliation;
   readonly config?: Run['config'];
   readonly state: Extract<RunState, 'queued' | 'rejected'>;
   readonly error?: { readonly code: string; readonly message: string };
@@ -220,6 +225,7 @@ export async function insertRun(trx: Executor, run: NewRun): Promise<Run> {
       requested_by: run.requestedBy,
       reason: run.reason,
       origin: run.poolResize ? JSON.stringify(run.poolResize) : null,
+      reconciliation: run.reconciliation ? JSON.stringify(run.reconciliation) : null,
       config: run.config ? JSON.stringify(run.config) : null,
       state: run.state,
       waiting_kind: null,
@@ -401,8 +407,11 @@ export async function firstWaitingRun(db: Executor, dialect: SqlDialect, stack: 
 
 /**
  * Queued runs of the same tenant, environment, stack and reason that came before `run`: a newer promotion replaces
- * older promotions, a newer pool size older resizes. A promotion never replaces a resize (nor the reverse): each
- * carries a change the other does not.
+ * older promotions, a newer pool size older resizes, a newer accepted reconciliation older ones (each applies the
+ * stack's latest desired state again against what the target holds then, so the newest proposal's ignore rules
+ * are the operator's last word). Runs of different reasons never replace each other: each carries a change the
+ * other does not (a promotion plans against the recorded state, so it would not undo drift a reconciliation was
+ * accepted for).
  */
 export async function queuedRunsBefore(trx: Executor, run: Run): Promise<string[]> {
   const rows = await trx
@@ -539,12 +548,25 @@ export async function latestAppliedRun(db: Executor, dialect: SqlDialect, stack:
 
 /**
  * Points a planning pool-resize run at the desired state its stack runs now (the latest applied run's), so the
- * resize changes the size and nothing else: a promotion applied while the resize waited is not undone.
+ * resize changes the size and nothing else: a promotion applied while the resize waited is not undone. A
+ * reconciliation run takes that run's release and config too (`also`): it applies again what the stack runs.
  */
-export async function rebaseRun(db: Executor, id: string, desiredState: Run['desiredState'], now: number): Promise<boolean> {
+export async function rebaseRun(
+  db: Executor,
+  id: string,
+  desiredState: Run['desiredState'],
+  now: number,
+  also?: { readonly release: Run['release']; readonly config: Run['config'] },
+): Promise<boolean> {
   const result = await db
     .updateTable('provisioning_runs')
-    .set({ repository: desiredState.repository, commit_sha: desiredState.commit, project_path: desiredState.path, updated_at: now })
+    .set({
+      repository: desiredState.repository,
+      commit_sha: desiredState.commit,
+      project_path: desiredState.path,
+      ...(also ? { release_name: also.release.name, release_version: also.release.version, config: also.config ? JSON.stringify(also.config) : null } : {}),
+      updated_at: now,
+    })
     .where('id', '=', id)
     .where('state', '=', 'planning')
     .where('plan_receipt', 'is', null)

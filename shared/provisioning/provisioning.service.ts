@@ -5,9 +5,9 @@ import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repos
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
-import type { ConfigOverrides, IacEngine } from '../platform/iac/iac-runner';
-import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
-import type { Plan, ResolveReferences } from '../platform/iac/plan';
+import type { ConfigOverrides, IacEngine, PlanOptions } from '../platform/iac/iac-runner';
+import { jsonEqual, referenceKey, type JsonValue } from '../platform/iac/iac-values';
+import { heldIgnoreProblem, type Plan, type ResolveReferences } from '../platform/iac/plan';
 import { ExternalErrors, serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -15,6 +15,7 @@ import type { Clock, Ids } from '../platform/time/clock';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { parsePoolResize, poolResizeKey, type PoolResizeRequested } from './pool-resize';
 import { parsePromotion, type PromotionApproved } from './promotion';
+import { parseReconcileRequest, reconciliationKey, type ReconcileRequest } from './reconciliation';
 import {
   findDecision,
   findRejection,
@@ -89,6 +90,12 @@ export type PoolResizeResult =
   /** Another event of the topic, not for provisioning. */
   | { readonly outcome: 'ignored'; readonly reason: string };
 
+export type ReconcileResult =
+  /** A new reconciliation run, queued: start its orchestration (`startRun`, functions/provisioning). */
+  | { readonly outcome: 'accepted'; readonly run: Run }
+  /** The proposal has a run already (asked again): start its orchestration if it has not ended and is not running. */
+  | { readonly outcome: 'duplicate'; readonly run: Run };
+
 /**
  * Where a run's orchestration stands after a step; the orchestrator decides what to wait for from it.
  *
@@ -134,6 +141,13 @@ export interface ProvisioningService {
   intake(message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult>;
   /** Takes a message of the events topic: a `PoolResizeRequested` becomes a run on the pool's stack. */
   poolResize(message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult>;
+  /**
+   * An accepted reconciliation proposal becomes a queued run on its stack, one per proposal: the stack's latest
+   * applied desired state, planned and applied with refresh and the request's ignore rules, approved as any run of
+   * its environment. Throws `PROVISIONING.INVALID_RECONCILIATION` (validation) for a malformed request and
+   * `PROVISIONING.UNKNOWN_STACK` (not-found) when no run applied the stack for that tenant and environment.
+   */
+  reconcile(request: ReconcileRequest): Promise<ReconcileResult>;
   /** Takes the stack, plans, records the plan receipt and `SpecificationDeclared`; then approval or apply. */
   plan(runId: string): Promise<RunStep>;
   /**
@@ -435,6 +449,75 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     return { outcome: 'rejected', code: refusal.code, reason: refusal.reason };
   }
 
+  // ---- reconciliations --------------------------------------------------------------------------------------------
+
+  /**
+   * An operator accepted an inventory reconciliation proposal: a run that applies the stack's latest applied desired
+   * state (repository, commit, path, release, config; tenant and environment) again, planned against what the
+   * target holds. Like a pool resize, a stack no run has applied is refused: nothing says where its project is.
+   */
+  async function reconcile(request: ReconcileRequest): Promise<ReconcileResult> {
+    const parsed = parseReconcileRequest(request);
+    const problems =
+      parsed.outcome === 'invalid'
+        ? parsed.problems
+        : parsed.request.ignore.flatMap((rule, i) => {
+            const problem = heldIgnoreProblem(rule.path);
+            return problem ? [{ field: `ignore.${i}.path`, message: problem }] : [];
+          });
+    if (parsed.outcome === 'invalid' || problems.length > 0) {
+      throw new AppError(RunErrors.invalidReconciliation, 'validation', `the reconciliation request is not valid: ${describeFieldProblems(problems)}`, { errors: problems });
+    }
+    const valid = parsed.request;
+    const key = reconciliationKey(valid.proposalId);
+    const known = await retryingContention(() => findRunByPromotion(db, key));
+    if (known) return { outcome: 'duplicate', run: known };
+    const base = await retryingContention(() => latestAppliedRun(db, dialect, valid.stack));
+    // Another tenant's stack reads as unknown, so a request cannot learn that it exists.
+    if (!base || base.tenant !== valid.tenant || base.environment.id !== valid.environmentId) {
+      throw new AppError(
+        RunErrors.unknownStack,
+        'not-found',
+        `no run has applied stack ${valid.stack} for environment ${valid.environmentId} of tenant ${valid.tenant}: there is no desired state to reconcile it to`,
+        { stack: valid.stack, environmentId: valid.environmentId, proposalId: valid.proposalId },
+      );
+    }
+    try {
+      return await inTransaction(db, (trx) => recordReconciliation(trx, valid, base));
+    } catch (thrown) {
+      // The same proposal accepted twice at the same moment: the run that got in is the one.
+      if (isUniqueViolation(thrown)) {
+        const winner = await retryingContention(() => findRunByPromotion(db, key));
+        if (winner) return { outcome: 'duplicate', run: winner };
+      }
+      throw thrown;
+    }
+  }
+
+  /** One transaction in the lock order (run rows, then the outbox): the run, the older reconciliations it replaces. */
+  async function recordReconciliation(trx: Transaction<ProvisioningTables>, request: ReconcileRequest, base: Run): Promise<ReconcileResult> {
+    const at = now();
+    const run = await insertRun(trx, {
+      id: ids.next('run'),
+      key: reconciliationKey(request.proposalId),
+      tenant: base.tenant,
+      environment: base.environment,
+      release: base.release,
+      stack: request.stack,
+      desiredState: base.desiredState,
+      requestedBy: request.requestedBy,
+      reason: 'reconciliation',
+      reconciliation: { proposalId: request.proposalId, ignore: request.ignore.map((r) => ({ scope: { ...r.scope }, path: r.path })) },
+      ...(base.config ? { config: base.config } : {}),
+      state: 'queued',
+      now: at,
+    });
+    // See queuedRunsBefore: only an older reconciliation of the stack still queued is replaced.
+    const events = await supersedeQueued(trx, run, `reconciliation proposal ${request.proposalId}`, at);
+    await outbox(trx, events);
+    return { outcome: 'accepted', run };
+  }
+
   // ---- the stack --------------------------------------------------------------------------------------------------
 
   /**
@@ -532,7 +615,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       // A replanned run that waited for the stack.
       await retryingContention(() => setWaiting(db, runId, 'planning', null, now()));
     }
-    if (run.reason === 'pool-resize') run = await rebase(run);
+    if (run.reason === 'pool-resize' || run.reason === 'reconciliation') run = await rebase(run);
     const startedAt = clock.now();
     if (!engine) return fail(run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
     let desired: DesiredState;
@@ -543,9 +626,12 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     }
     let planned: Plan;
     try {
-      planned = await engine.preview(run.stack, desired.files, configOf(run));
+      planned = await engine.preview(run.stack, desired.files, configOf(run), planOptionsOf(run));
     } catch (thrown) {
-      return fail(run, expectedFailure(thrown));
+      // A refresh reads the target: one that cannot be reached fails the run as it fails an apply, with its code.
+      const error = ensureError(thrown);
+      if (error instanceof AppError && error.code === RunErrors.targetUnreachable) return fail(run, { code: error.code, message: error.message });
+      return fail(run, expectedFailure(error));
     }
     // Fail-fast: a GovernanceHost that does not answer throws (the activity retries; the run keeps its stack meanwhile),
     // and when the retries run out the run fails with PROVISIONING.GOVERNANCE_UNAVAILABLE. Never an allow by default.
@@ -597,14 +683,23 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
 
   /**
    * A pool resize changes the size of what the stack runs now: when another run applied the stack since the resize
-   * was taken in, it plans that run's desired state instead of the one it was given.
+   * was taken in, it plans that run's desired state instead of the one it was given. A reconciliation applies again
+   * what the stack runs now: that run's desired state, release and config (a promotion or a resize applied while it
+   * waited is not undone).
    */
   async function rebase(run: Run): Promise<Run> {
     const current = await retryingContention(() => latestAppliedRun(db, dialect, run.stack));
     if (!current) return run;
     const { repository, commit, path } = current.desiredState;
-    if (repository === run.desiredState.repository && commit === run.desiredState.commit && path === run.desiredState.path) return run;
-    await retryingContention(() => rebaseRun(db, run.id, current.desiredState, now()));
+    const sameState = repository === run.desiredState.repository && commit === run.desiredState.commit && path === run.desiredState.path;
+    if (run.reason !== 'reconciliation') {
+      if (sameState) return run;
+      await retryingContention(() => rebaseRun(db, run.id, current.desiredState, now()));
+      return existing(run.id);
+    }
+    const sameRest = jsonEqual(current.release, run.release) && jsonEqual(current.config ?? null, run.config ?? null);
+    if (sameState && sameRest) return run;
+    await retryingContention(() => rebaseRun(db, run.id, current.desiredState, now(), { release: current.release, config: current.config }));
     return existing(run.id);
   }
 
@@ -642,7 +737,9 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       return fail(run, permanentFailure(thrown));
     }
     try {
-      current = await engine.preview(run.stack, desired.files, configOf(run));
+      // Only the state's serial is read here: no refresh (the apply refreshes, and a target that cannot be read
+      // fails the apply with its receipt, as for any run).
+      current = await engine.preview(run.stack, desired.files, configOf(run), { ...planOptionsOf(run), refresh: false });
     } catch (thrown) {
       return fail(run, expectedFailure(thrown));
     }
@@ -662,7 +759,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     const keeper = keepStackLock(run, stack.lock);
     let result;
     try {
-      result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, references.resolve, { beforeStep: keeper.beforeStep });
+      result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, references.resolve, { ...planOptionsOf(run), beforeStep: keeper.beforeStep });
     } finally {
       await keeper.stop();
     }
@@ -686,7 +783,17 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
           ? [
               specificationApplied(ended, repository, {
                 planDigest: result.planDigest,
-                resources: result.resources.map((r) => ({ urn: r.urn, type: r.type, name: r.name, op: r.op, ...(r.id ? { id: r.id } : {}) })),
+                resources: result.resources.map((r) => ({
+                  urn: r.urn,
+                  type: r.type,
+                  name: r.name,
+                  op: r.op,
+                  ...(r.id ? { id: r.id } : {}),
+                  // What the resource should hold, for inventory: the inputs the state records (references unresolved).
+                  ...(r.inputs && r.op !== 'delete' ? { properties: r.inputs } : {}),
+                  // Paths the project itself leaves alone: inventory lists drift there as ignored, never as a finding.
+                  ...(r.ignoreChanges && r.op !== 'delete' ? { ignoreChanges: r.ignoreChanges } : {}),
+                })),
                 outputs: result.outputs,
               }),
               provisioningApplied(ended, repository, { planDigest: result.planDigest, counts: receipt.plan.counts, finishedAt: new Date(at) }),
@@ -973,6 +1080,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     timings,
     intake,
     poolResize,
+    reconcile,
     plan,
     afterApproval,
     apply,
@@ -993,6 +1101,15 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
 /** A run's stack config: what the run sets over the stack file (a pool resize's `poolSize`). */
 function configOf(run: Run): ConfigOverrides {
   return run.config ?? {};
+}
+
+/**
+ * How a run plans, the same for its plan and its apply (the apply re-plans, and the digests must agree): a
+ * reconciliation against what the target holds, with its proposal's ignore rules; every other run against the
+ * recorded state.
+ */
+function planOptionsOf(run: Run): PlanOptions {
+  return run.reconciliation ? { refresh: true, ignore: run.reconciliation.ignore } : {};
 }
 
 /** The run a promotion makes: its fields as the message gives them. */

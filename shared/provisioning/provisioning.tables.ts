@@ -51,10 +51,12 @@ export interface ProvisioningRunTable {
   commit_sha: string;
   project_path: string;
   requested_by: string;
-  /** `promotion` or `pool-resize`. */
+  /** `promotion`, `pool-resize` or `reconciliation`. */
   reason: string;
-  /** JSON of the run model's `PoolResize` for a pool-resize run; null for a promotion. */
+  /** JSON of the run model's `PoolResize` for a pool-resize run; null for other runs. */
   origin: string | null;
+  /** JSON of the run model's `Reconciliation` for a reconciliation run; null for other runs. */
+  reconciliation: string | null;
   /** JSON of the config set over the stack file's values; null when none. */
   config: string | null;
   state: string;

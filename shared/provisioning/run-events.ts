@@ -8,6 +8,9 @@ import type { PlanCounts, Run } from './run';
  * BREAKING-CHANGE SHAPES: consumers (DeliveryHost, Studio, inventory) read these `data` members; removing or
  * renaming one, or changing its meaning, is a breaking change. Adding a member is not. Values are references and
  * ids only: never a secret, never a resolved configuration value. The repository URL is given without credentials.
+ *
+ * Additions (non-breaking): `SpecificationApplied` resources carry `properties`; runs of trigger `reconciliation`
+ * carry `proposalId` (a trigger value consumers may not know yet: they must read an unknown one as "other").
  */
 
 /** A resource as a plan or an apply names it. */
@@ -18,15 +21,38 @@ export interface EventResource {
   readonly op: string;
   /** The id in the target after the apply (SpecificationApplied only; absent once deleted). */
   readonly id?: string;
+  /**
+   * SpecificationApplied only, for every resource the apply left in the target (absent for a deleted one): its
+   * inputs as the stack state records them, what inventory takes as the resource's desired properties.
+   * References stay references (`{ "secretRef": … }`, `{ "configRef": … }`), never the value; a value computed
+   * during the apply is the known output, or the `{ "fn::computed": … }` marker where the runner cannot say it.
+   * The `pulumi` runner gives a secret-valued input as `"[secret]"` instead (pulumi-mapping.ts).
+   */
+  readonly properties?: Readonly<Record<string, unknown>>;
+  /** SpecificationApplied only: the project's `ignoreChanges` paths of the resource, when it has any. */
+  readonly ignoreChanges?: readonly string[];
+}
+
+/** What made the run, beside `trigger`: a promotion's id, a pool resize's event, a reconciliation's proposal. */
+function origin(run: Run) {
+  switch (run.reason) {
+    case 'promotion':
+      return { promotionId: run.promotionId };
+    case 'pool-resize':
+      return { poolResize: run.poolResize };
+    case 'reconciliation':
+      return { proposalId: run.reconciliation?.proposalId };
+  }
 }
 
 function runSummary(run: Run, repository: string) {
   return {
     runId: run.id,
-    // What made the run (`promotion`, `pool-resize`); named `trigger` since `reason` says why a run failed.
+    // What made the run (`promotion`, `pool-resize`, `reconciliation`); named `trigger` since `reason` says why a
+    // run failed.
     trigger: run.reason,
-    // A pool-resize run has no promotion: `poolResize` names the event it came from instead.
-    ...(run.reason === 'promotion' ? { promotionId: run.promotionId } : { poolResize: run.poolResize }),
+    // Only a promotion's run has a promotionId: the others name what they came from instead.
+    ...origin(run),
     tenantId: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },

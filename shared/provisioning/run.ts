@@ -1,4 +1,5 @@
 import type { EnvironmentTier } from './promotion';
+import type { Reconciliation } from './reconciliation';
 
 /**
  * Provisioning runs: the pure model (no I/O). A run is one promotion on one stack, from intake to a final state.
@@ -138,10 +139,12 @@ export interface Run {
   readonly stack: string;
   readonly desiredState: { readonly repository: string; readonly commit: string; readonly path: string };
   readonly requestedBy: string;
-  /** What made the run: a promotion, or a pool resize of the capacity module. */
+  /** What made the run: a promotion, a pool resize of the capacity module, or an accepted reconciliation proposal. */
   readonly reason: RunReason;
   /** Set only for a pool-resize run: the event it came from. */
   readonly poolResize?: PoolResize;
+  /** Set only for a reconciliation run: the proposal it carries out, and the ignore rules it plans with. */
+  readonly reconciliation?: Reconciliation;
   /**
    * Config set over the stack file's values (`poolSize` of a pool resize). Values or references only as the
    * promotion or event gave them; never a resolved secret.
@@ -163,7 +166,11 @@ export interface Run {
   readonly finishedAt?: Date;
 }
 
-export const RUN_REASONS = ['promotion', 'pool-resize'] as const;
+/**
+ * `reconciliation`: an operator accepted an inventory reconciliation proposal; the run applies the stack's latest
+ * applied desired state again, planned against what the target holds (refresh), with the proposal's ignore rules.
+ */
+export const RUN_REASONS = ['promotion', 'pool-resize', 'reconciliation'] as const;
 export type RunReason = (typeof RUN_REASONS)[number];
 
 /**
@@ -201,8 +208,15 @@ export function planExpiryMs(policy: PlanExpiryPolicy, environment: { readonly i
 export const RunErrors = {
   invalidPromotion: 'PROVISIONING.INVALID_PROMOTION',
   invalidPoolResize: 'PROVISIONING.INVALID_POOL_RESIZE',
-  /** A pool names a stack no run has applied: where its project lives is not known. */
+  /**
+   * A pool (or a reconciliation) names a stack no run has applied (for that tenant and environment): where its
+   * project lives is not known.
+   */
   unknownStack: 'PROVISIONING.UNKNOWN_STACK',
+  /** A reconciliation request that is malformed, or whose ignore rule paths cannot be read. */
+  invalidReconciliation: 'PROVISIONING.INVALID_RECONCILIATION',
+  /** The target did not answer: an apply to it, or the refresh of a reconciliation's plan. */
+  targetUnreachable: 'PROVISIONING.TARGET_UNREACHABLE',
   unknownTenant: 'PROVISIONING.UNKNOWN_TENANT',
   superseded: 'PROVISIONING.SUPERSEDED',
   canceled: 'PROVISIONING.CANCELED',

@@ -1,7 +1,8 @@
 /**
  * Drift diff benchmark (`npm run bench -- drift`). Prints figures against the targets of issue 9; nothing here is
  * asserted. Options: `--sizes 1000,10000,100000` (default), `--runs N` timed runs per size (default 5; the median
- * is printed).
+ * is printed); the fleet scan (drift-scan.ts): `--environments N` (default 200; 0 skips it), `--resources N` per
+ * environment (default 500), `--store sqlite|postgres` (default sqlite).
  *
  * Synthetic environments: web apps, storage accounts and container apps with a few nested properties each (sku,
  * tags, settings arrays). Observed is a deep copy of desired (distinct objects, as an observer would hand them over)
@@ -20,6 +21,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { parseArgs } from 'node:util';
 import microdiff from 'microdiff';
+import { runScanBench } from './drift-scan';
 import { diffResources, type IgnoreRule, type Resources, type ResourceState } from '../../shared/inventory/drift';
 
 interface Row {
@@ -37,7 +39,10 @@ const MiB = 1024 * 1024;
 const NOW = new Date('2026-06-01T00:00:00.000Z');
 
 export async function run(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { sizes: { type: 'string' }, runs: { type: 'string' } } });
+  const { values } = parseArgs({
+    args,
+    options: { sizes: { type: 'string' }, runs: { type: 'string' }, environments: { type: 'string' }, resources: { type: 'string' }, store: { type: 'string' } },
+  });
   const sizes = (values.sizes ?? '1000,10000,100000').split(',').map(Number);
   const runs = Number(values.runs ?? '5');
   setFlagsFromString('--expose-gc');
@@ -71,6 +76,14 @@ export async function run(args: string[]): Promise<void> {
   if (small && large) {
     print({ name: 'growth 10k → 100k, time (target ≤ 12×)', value: ratio(large.ms, small.ms) });
     print({ name: 'peak heap growth at 100k (target < 50 MiB)', value: `${large.heapMiB.toFixed(1)} MiB` });
+  }
+
+  const environments = Number(values.environments ?? '200');
+  const store = values.store ?? 'sqlite';
+  if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--store ${store}: expected sqlite or postgres`);
+  if (environments > 0) {
+    process.stderr.write(`drift scan: ${environments} environments × ${values.resources ?? '500'} resources on ${store}\n`);
+    await runScanBench(print, { environments, resources: Number(values.resources ?? '500'), store, postgresUrl: process.env.RUNTIME_CLOUD_BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test' });
   }
 
   const width = Math.max(...rows.map((r) => r.name.length));

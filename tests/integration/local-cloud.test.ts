@@ -1,8 +1,36 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { localCloudMigrations } from '../../shared/platform/cloud/local-cloud.migrations';
+import { listStackResources, localCloudDb } from '../../shared/platform/cloud/local-cloud.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { refusal } from '../support/refusal';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { recordingMssql } from '../support/recording-mssql';
+
+const TABLES = '20261130-30-local-cloud-tables';
+const BY_URN = '20261130-32-local-cloud-resources-by-urn';
+
+/**
+ * Urns of stacks that a sloppy prefix filter confuses with `dev` (as a prefix, by case, by LIKE wildcards, by
+ * collations that ignore punctuation), and urns of `dev` with characters beyond ASCII after the prefix.
+ */
+const STACK_URNS: readonly (readonly [stack: string, urn: string])[] = [
+  ['dev', 'urn:pulumi:dev::app::local:web:App::api'],
+  ['dev-2', 'urn:pulumi:dev-2::app::local:web:App::api'],
+  ['DEV', 'urn:pulumi:DEV::app::local:web:App::api'],
+  ['d_v', 'urn:pulumi:d_v::app::local:web:App::api'],
+  ['dxv', 'urn:pulumi:dxv::app::local:web:App::api'],
+  ['de%', 'urn:pulumi:de%::app::local:web:App::api'],
+  ['dev', 'urn:pulumi:dev::app::local:sql:Database::db-ü-名前-𝒳'],
+  // A character beyond U+FFFF right after the prefix: a `prefix + '\uffff'` bound would miss it where urns are UTF-8.
+  ['dev', 'urn:pulumi:dev::𝒳pp::local:web:App::api'],
+  ['devx', 'urn:pulumi:devx::app::local:web:App::api'],
+  // Not urns of any stack named here: one colon, and the first string past the range.
+  ['-', 'urn:pulumi:dev:x'],
+  ['-', 'urn:pulumi:dev:;'],
+  ['dev', 'urn:pulumi:dev::'],
+];
 
 
 for (const dialect of DIALECTS) {
@@ -62,6 +90,7 @@ for (const dialect of DIALECTS) {
         () => cloud.delete(target, a.id),
         () => cloud.get(target, a.id),
         () => cloud.list(target),
+        () => cloud.listStack(target, 'dev'),
         () => cloud.recordApply(target, { stack: 's', planDigest: 'sha256:x' }),
       ];
       for (const call of calls) {
@@ -75,6 +104,71 @@ for (const dialect of DIALECTS) {
       expect((await cloud.list(target)).map((r) => ({ id: r.id, properties: r.properties }))).toEqual([{ id: a.id, properties: {} }]);
     });
 
+    it('when stacks share a target, then listStack returns exactly the urns that start with urn:pulumi:<stack>::, in creation order', async () => {
+      for (const [, urn] of STACK_URNS) {
+        await cloud.create(target, { urn, type: 'local:web:App', properties: { urn } });
+        clock.advance(1);
+      }
+      await cloud.create(`${target}-other`, { urn: 'urn:pulumi:dev::app::local:web:App::elsewhere', type: 'local:web:App', properties: {} });
+
+      const urnsOf = async (stack: string) => (await cloud.listStack(target, stack)).map((r) => r.urn);
+      for (const stack of ['dev', 'dev-2', 'DEV', 'd_v', 'dxv', 'de%', 'devx', 'de', 'd']) {
+        expect(await urnsOf(stack), stack).toEqual(STACK_URNS.filter(([s]) => s === stack).map(([, urn]) => urn));
+      }
+      const [api] = await cloud.listStack(target, 'dev');
+      expect(api).toEqual({ ...(await cloud.get(target, api!.id)), properties: { urn: 'urn:pulumi:dev::app::local:web:App::api' } });
+      expect(await cloud.listStack(`${target}-none`, 'dev')).toEqual([]);
+    });
+
+    it('when a store made before the urn index holds resources, then the migration keeps them and listStack reads them', async () => {
+      const old = await createTestDatabase(dialect, { migrate: false });
+      try {
+        const db = old.store.db;
+        const migrations = localCloudMigrations(dialect);
+        await migrations[TABLES]!.up(db);
+        const row = { target: 'local', urn: 'urn:pulumi:dev::app::local:web:App::api', type: 'local:web:App', properties: '{"size":1}', created_at: 1, updated_at: 1 };
+        await db.insertInto('local_cloud_resources').values([{ ...row, id: 'lcr_1' }, { ...row, id: 'lcr_2', urn: 'urn:pulumi:dev-2::app::local:web:App::api' }]).execute();
+
+        await migrations[BY_URN]!.up(db);
+
+        expect(await listStackResources(localCloudDb(db), 'local', 'dev')).toEqual([
+          { target: 'local', id: 'lcr_1', urn: row.urn, type: row.type, properties: { size: 1 }, createdAt: 1, updatedAt: 1 },
+        ]);
+      } finally {
+        await old.drop();
+      }
+    });
+
+    it('when one stack of many is listed, then the store seeks the (target, urn) index, and urns compare code point by code point', async () => {
+      // 40 stacks of 50 resources, with statistics, so the planner weighs a real table rather than an empty one.
+      const db = database.store.db;
+      const rows = Array.from({ length: 2000 }, (_, i) => ({
+        target,
+        id: `lcr_${String(i).padStart(5, '0')}`,
+        urn: `urn:pulumi:stack-${i % 40}::app::local:web:App::r${i}`,
+        type: 'local:web:App',
+        properties: '{}',
+        created_at: i,
+        updated_at: i,
+      }));
+      for (let i = 0; i < rows.length; i += 200) await db.insertInto('local_cloud_resources').values(rows.slice(i, i + 200)).execute();
+      await sql`analyze`.execute(db);
+      const from = 'urn:pulumi:stack-7::';
+      const to = 'urn:pulumi:stack-7:;';
+
+      expect(await cloud.listStack(target, 'stack-7')).toHaveLength(50);
+      if (dialect === 'sqlite') {
+        const plan = await sql<{ detail: string }>`explain query plan select * from local_cloud_resources where target = ${target} and urn >= ${from} and urn < ${to} order by id`.execute(db);
+        expect(plan.rows.map((r) => r.detail).join('\n')).toMatch(/SEARCH local_cloud_resources USING INDEX local_cloud_resources_urn \(target=\? AND urn>\? AND urn<\?\)/);
+      } else {
+        const plan = await sql<{ 'QUERY PLAN': string }>`explain select * from local_cloud_resources where target = ${target} and urn >= ${from} and urn < ${to} order by id`.execute(db);
+        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/local_cloud_resources_urn[\s\S]*Index Cond: .*target.*urn >= .*urn < /);
+        // The test server's database collation may well be C already; the column must be C whatever the database's is.
+        const column = await sql<{ collation_name: string | null }>`select collation_name from information_schema.columns where table_schema = current_schema() and table_name = 'local_cloud_resources' and column_name = 'urn'`.execute(db);
+        expect(column.rows).toEqual([{ collation_name: 'C' }]);
+      }
+    });
+
     it('when applies are recorded, then they are counted per target and stack, oldest first', async () => {
       await cloud.recordApply(target, { stack: 'dev', planDigest: 'sha256:1' });
       clock.advance(5);
@@ -86,3 +180,25 @@ for (const dialect of DIALECTS) {
     });
   });
 }
+
+describe('local cloud on Azure SQL (compiled T-SQL)', () => {
+  it('when the urn index is created, then the column becomes indexable with a binary collation and keeps NOT NULL', async () => {
+    const { db, queries } = recordingMssql();
+    await localCloudMigrations('mssql')[BY_URN]!.up(db);
+    expect(queries.map((q) => q.sql)).toEqual([
+      'alter table local_cloud_resources alter column urn nvarchar(450) collate Latin1_General_100_BIN2 not null',
+      'create index "local_cloud_resources_urn" on "local_cloud_resources" ("target", "urn")',
+    ]);
+  });
+
+  it('when one stack is listed, then it is a range on (target, urn) with no LIKE to escape', async () => {
+    const { db, queries } = recordingMssql(() => ({ rows: [] }));
+    await listStackResources(localCloudDb(db), 'local', 'a%_b');
+    expect(queries).toEqual([
+      {
+        sql: 'select * from "local_cloud_resources" where "target" = @1 and "urn" >= @2 and "urn" < @3 order by "id"',
+        parameters: ['local', 'urn:pulumi:a%_b::', 'urn:pulumi:a%_b:;'],
+      },
+    ]);
+  });
+});

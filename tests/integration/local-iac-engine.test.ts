@@ -2,10 +2,10 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { localIacRunner, type IacEngine } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner, type HeldIgnoreRule, type IacEngine } from '../../shared/platform/iac/iac-runner';
 import type { ValueReference } from '../../shared/platform/iac/iac-values';
 import { LOCAL_ENGINE_VERSION } from '../../shared/platform/iac/local-engine';
-import type { ResolveReferences, StackState } from '../../shared/platform/iac/plan';
+import type { Plan, ResolveReferences, StackState } from '../../shared/platform/iac/plan';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
@@ -294,6 +294,167 @@ for (const dialect of DIALECTS) {
       expect(await cloud.get(target, oldNet!.id)).toBeUndefined();
       expect(resources.find((r) => r.urn.endsWith('::db'))?.properties.network).toBe(net?.id);
       expect((await engine.preview(stack, retyped, {})).counts).toEqual({ create: 0, update: 0, replace: 0, delete: 0, same: 4 });
+    });
+
+    /** A resource of this test's target by its name in the project. */
+    async function inTarget(name: string) {
+      const found = (await cloud.list(target)).find((r) => r.urn.endsWith(`::${name}`));
+      if (!found) throw new Error(`${name} is not in the target`);
+      return found;
+    }
+    const REFRESH = { refresh: true } as const;
+    const stepsOf = (plan: Plan) => plan.steps.map((s) => [s.name, s.op, s.changedPaths]);
+
+    it('when an apply succeeds, then each result carries the inputs the state records: references unresolved, ids known; a deleted resource none', async () => {
+      const { result } = await applyFresh();
+      const net = await inTarget('net');
+      expect(result.resources.find((r) => r.name === 'db')?.inputs).toEqual({ name: 'shop-dev-db', network: net.id, sku: 'basic', password: { secretRef: 'kv://shop/db-password' } });
+      expect(result.resources.find((r) => r.name === 'net')?.inputs).toEqual({ cidr: '10.0.0.0/16', tags: { env: 'dev' } });
+
+      const plan = await engine.preview(stack, files({ withCache: false }), {});
+      const removed = await engine.apply(stack, files({ withCache: false }), {}, plan, resolveSecrets);
+      expect(removed.resources.map((r) => [r.name, r.status, r.inputs !== undefined])).toEqual([
+        ['net', 'unchanged', true],
+        ['db', 'unchanged', true],
+        ['pool', 'unchanged', true],
+        ['cache', 'succeeded', false],
+      ]);
+      expect(JSON.stringify(removed)).not.toContain(SECRET);
+    });
+
+    it('when a property is changed out of band, then a refresh plan updates exactly that path and its apply restores it; without refresh all is same', async () => {
+      const { result: first } = await applyFresh();
+      const pool = await inTarget('pool');
+      await cloud.update(target, pool.id, { ...pool.properties, size: 9 });
+
+      const unrefreshed = await engine.preview(stack, files(), {});
+      const plan = await engine.preview(stack, files(), {}, REFRESH);
+
+      expect(unrefreshed.counts).toEqual({ create: 0, update: 0, replace: 0, delete: 0, same: 4 });
+      // db's password is a reference in the state and the secret in the target: not compared, and not in the plan.
+      expect(stepsOf(plan)).toEqual([
+        ['net', 'same', []],
+        ['db', 'same', []],
+        ['pool', 'update', ['size']],
+        ['cache', 'same', []],
+      ]);
+      expect(plan.baseSerial).toBe(first.serial);
+      expect(JSON.stringify(plan)).not.toContain(SECRET);
+
+      const result = await engine.apply(stack, files(), {}, plan, resolveSecrets, REFRESH);
+      expect(result.status).toBe('applied');
+      expect(result.resources.map((r) => r.status)).toEqual(['unchanged', 'unchanged', 'succeeded', 'unchanged']);
+      expect((await cloud.get(target, pool.id))?.properties).toEqual({ ...pool.properties, size: 2 });
+      expect((await engine.preview(stack, files(), {}, REFRESH)).counts.same).toBe(4);
+      expect((await stateRow())?.resources ?? '').not.toContain(SECRET);
+    });
+
+    it('when a resource is deleted out of band, then a refresh plan creates it again and updates what read its id; without refresh all is same', async () => {
+      await applyFresh();
+      const net = await inTarget('net');
+      await cloud.delete(target, net.id);
+
+      expect((await engine.preview(stack, files(), {})).counts.same).toBe(4);
+      const plan = await engine.preview(stack, files(), {}, REFRESH);
+      expect(stepsOf(plan)).toEqual([
+        ['net', 'create', []],
+        ['db', 'update', ['network']],
+        ['pool', 'update', ['network']],
+        ['cache', 'same', []],
+      ]);
+
+      const result = await engine.apply(stack, files(), {}, plan, resolveSecrets, REFRESH);
+      expect(result.status).toBe('applied');
+      const recreated = await inTarget('net');
+      expect(recreated.id).not.toBe(net.id);
+      expect((await inTarget('db')).properties).toMatchObject({ network: recreated.id, password: SECRET });
+      expect((await engine.preview(stack, files(), {}, REFRESH)).counts.same).toBe(4);
+    });
+
+    it("when a resource's type is changed out of band, then a refresh plan replaces it", async () => {
+      await applyFresh();
+      const cache = await inTarget('cache');
+      await sql`update local_cloud_resources set type = ${'local:cache:Memcached'} where target = ${target} and id = ${cache.id}`.execute(database.store.db);
+
+      const plan = await engine.preview(stack, files(), {}, REFRESH);
+      expect(plan.steps.find((s) => s.name === 'cache')).toMatchObject({ op: 'replace', oldType: 'local:cache:Memcached', id: cache.id });
+      expect((await engine.apply(stack, files(), {}, plan, resolveSecrets, REFRESH)).status).toBe('applied');
+      expect(await cloud.get(target, cache.id)).toBeUndefined();
+      expect((await inTarget('cache')).type).toBe('local:cache:Redis');
+    });
+
+    it('when the target changes again after a refresh plan, then its apply is PLAN_CHANGED and nothing is applied', async () => {
+      await applyFresh();
+      const pool = await inTarget('pool');
+      await cloud.update(target, pool.id, { ...pool.properties, size: 9 });
+      const plan = await engine.preview(stack, files(), {}, REFRESH);
+      await cloud.update(target, pool.id, { ...pool.properties, size: 9, note: 'edited' });
+
+      const result = await engine.apply(stack, files(), {}, plan, resolveSecrets, REFRESH);
+      expect(result.error?.code).toBe('PROVISIONING.PLAN_CHANGED');
+      expect((await cloud.get(target, pool.id))?.properties).toMatchObject({ size: 9, note: 'edited' });
+      // Without refresh, the same approved plan does not match either: the digest binds the refresh.
+      expect((await engine.apply(stack, files(), {}, plan, resolveSecrets)).error?.code).toBe('PROVISIONING.PLAN_CHANGED');
+    });
+
+    it('when the target is unreachable, then a refresh preview fails with TARGET_UNREACHABLE, a refresh apply fails with it and every step skipped', async () => {
+      await applyFresh();
+      const plan = await engine.preview(stack, files(), {}, REFRESH);
+      const serial = (await stateRow())?.serial;
+      await cloud.setReachable(target, false);
+
+      await expect(engine.preview(stack, files(), {}, REFRESH)).rejects.toMatchObject({ code: 'PROVISIONING.TARGET_UNREACHABLE', kind: 'unavailable' });
+      expect((await engine.preview(stack, files(), {})).counts.same).toBe(4);
+      const result = await engine.apply(stack, files(), {}, plan, resolveSecrets, REFRESH);
+      expect(result).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.TARGET_UNREACHABLE' } });
+      expect(result.resources.every((r) => r.status === 'skipped')).toBe(true);
+      expect((await stateRow())?.serial).toBe(serial);
+    });
+
+    it('when operator ignore rules hold, then the paths they match keep what the resource has, with refresh and without, in plan and apply', async () => {
+      await applyFresh();
+      const net = await inTarget('net');
+      const db = await inTarget('db');
+      await cloud.update(target, net.id, { cidr: '10.9.0.0/16', tags: { env: 'dev', owner: 'ops' } });
+      const tags: HeldIgnoreRule = { scope: { type: 'local:network:VirtualNetwork' }, path: 'tags.*' };
+      const sku: HeldIgnoreRule = { scope: { urn: db.urn }, path: 'sku' };
+      const everything: HeldIgnoreRule = { scope: { type: 'local:compute:WorkerPool' }, path: '*' };
+      const elsewhere: HeldIgnoreRule = { scope: { urn: `${db.urn}-other` }, path: 'sku' };
+      const options = { refresh: true, ignore: [tags, sku, everything, elsewhere] };
+
+      // The program changes db's sku and the pool's size; the target changed net's cidr and tags.
+      const program = files({ sku: 'premium' });
+      const held = await engine.preview(stack, program, { poolSize: 5 }, options);
+      const unheld = await engine.preview(stack, program, { poolSize: 5 }, REFRESH);
+      expect(stepsOf(unheld).slice(0, 3)).toEqual([
+        ['net', 'update', ['cidr', 'tags.owner']],
+        ['db', 'update', ['sku']],
+        ['pool', 'update', ['size']],
+      ]);
+      expect(stepsOf(held)).toEqual([
+        ['net', 'update', ['cidr']],
+        ['db', 'same', []],
+        ['pool', 'same', []],
+        ['cache', 'same', []],
+      ]);
+      // Without refresh the rules hold against the state: what the last apply left.
+      expect((await engine.preview(stack, program, { poolSize: 5 }, { ignore: [sku, everything] })).steps.map((s) => s.op)).toEqual(['same', 'same', 'same', 'same']);
+
+      // An apply re-plans with the rules it is given: others than the preview's are another plan.
+      expect((await engine.apply(stack, program, { poolSize: 5 }, held, resolveSecrets, REFRESH)).error?.code).toBe('PROVISIONING.PLAN_CHANGED');
+      const result = await engine.apply(stack, program, { poolSize: 5 }, held, resolveSecrets, options);
+      expect(result.status).toBe('applied');
+      expect((await cloud.get(target, net.id))?.properties).toEqual({ cidr: '10.0.0.0/16', tags: { env: 'dev', owner: 'ops' } });
+      expect((await cloud.get(target, db.id))?.properties).toMatchObject({ sku: 'basic' });
+      expect((await inTarget('pool')).properties).toMatchObject({ size: 2 });
+    });
+
+    it('when an ignore rule path cannot be read, then preview refuses it with INVALID_IGNORE_RULE and apply with a receipt', async () => {
+      const plan = await engine.preview(stack, files(), {});
+      const bad: HeldIgnoreRule = { scope: { type: 'local:sql:Database' }, path: 'tags.*.env' };
+      await expect(engine.preview(stack, files(), {}, { ignore: [bad] })).rejects.toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
+      expect((await engine.apply(stack, files(), {}, plan, resolveSecrets, { ignore: [bad] })).error?.code).toBe('IAC.INVALID_IGNORE_RULE');
+      expect(await cloud.list(target)).toEqual([]);
     });
 
     it('when two writers write the same next serial of a stack state, then the second fails with STATE_CONFLICT', async () => {

@@ -10,6 +10,7 @@ import { readStackState, stackStateDb, writeStackState } from '../../shared/plat
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
+import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
@@ -157,9 +158,31 @@ for (const dialect of DIALECTS) {
       ]);
       expect(detail.applyReceipt?.result).toMatchObject({ status: 'applied', planDigest: detail.run.planDigest });
       expect(detail.applyReceipt?.result.resources.map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
-      expect(types(await eventsOf(run.id))).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
+      const events = await eventsOf(run.id);
+      expect(types(events)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
       expect((await resourcesOf(stack)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service', 'local:network:Endpoint']);
       expect(await getStackLock(db(), stack)).toBeUndefined();
+      // What inventory takes as the desired properties: the state's inputs, with the secret still a reference.
+      const specified = (events[1]?.data as { resources: EventResource[] }).resources;
+      expect(specified.map((r) => [r.name, r.properties])).toEqual([
+        ['assets', { name: 'demo-app-development-assets', versioning: true }],
+        [
+          'api',
+          {
+            name: 'demo-app-development-api',
+            image: 'registry.local/demo-app:1.0.0',
+            size: 'small',
+            replicas: 1,
+            environment: {
+              ASSETS_BUCKET: 'demo-app-development-assets',
+              DB_PASSWORD: { secretRef: 'broker://runtime-cloud/app-db-password-development' },
+              FEATURE_FLAGS: '{"newCheckout":true}',
+            },
+          },
+        ],
+        ['endpoint', { hostname: 'demo-app-development.local', target: 'demo-app-development-api', port: 443 }],
+      ]);
+      expect(JSON.stringify(events)).not.toContain(EXAMPLE_SECRETS.development);
     });
 
     it('when a production promotion is planned, then it waits for approval of its digest; another digest is refused, the right one applies', async () => {
@@ -617,6 +640,13 @@ for (const dialect of DIALECTS) {
       const detail = await approvingService.getRun(ALL, deleting.id);
       expect(detail.planReceipt).toMatchObject({ approvalRequired: false, approvalReasons: [], plan: { counts: { delete: 1, same: 2 } } });
       expect((await resourcesOf(freely)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service']);
+      // A deleted resource is named with its op, but has no properties: it is not desired any more.
+      const specified = ((await eventsOf(deleting.id)).find((e) => e.type === 'SpecificationApplied')?.data as { resources: EventResource[] }).resources;
+      expect(specified.map((r) => [r.name, r.op, r.properties !== undefined])).toEqual([
+        ['assets', 'same', true],
+        ['api', 'same', true],
+        ['endpoint', 'delete', false],
+      ]);
       expect(plannedByDefault.outcome).toBe('awaiting-approval');
       expect((await approvingService.getRun(ALL, deletingByDefault.id)).planReceipt?.approvalReasons).toEqual(['1 delete step']);
     });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
-import { changedPaths, planSchema, planStack, resourceUrn, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { changedPaths, planSchema, planStack, refreshedInputs, resourceUrn, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
 import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
 
 const STACK = 'dev';
@@ -191,5 +191,65 @@ describe('changed property paths', () => {
     ['another reference', { pw: { secretRef: 'a' } }, { pw: { secretRef: 'b' } }, ['pw']],
   ])('when comparing %s, then the paths are exact', (_what, before, after, expected) => {
     expect(changedPaths(before, after)).toEqual(expected);
+  });
+});
+
+describe('refreshed inputs', () => {
+  it('when the target differs from the recorded inputs, then its values win, except where the state holds a reference or a computed marker', () => {
+    const recorded: JsonObject = {
+      size: 2,
+      password: { secretRef: 'kv://db' },
+      network: { 'fn::computed': '${net.id}' },
+      tags: { env: 'dev', team: 'core' },
+      rules: [{ port: 80 }, { port: 443, token: { configRef: 'cfg://token' } }],
+      gone: true,
+    };
+    const observed: JsonObject = {
+      size: 9,
+      password: 'the-secret-value',
+      network: 'net-7',
+      tags: { env: 'dev', owner: 'ops' },
+      rules: [{ port: 80 }, { port: 8443, token: 'resolved-token' }, { port: 22 }],
+      added: 'by hand',
+    };
+    expect(refreshedInputs(recorded, observed)).toEqual({
+      size: 9,
+      password: { secretRef: 'kv://db' },
+      network: { 'fn::computed': '${net.id}' },
+      tags: { env: 'dev', owner: 'ops' },
+      rules: [{ port: 80 }, { port: 8443, token: { configRef: 'cfg://token' } }, { port: 22 }],
+      added: 'by hand',
+    });
+  });
+});
+
+describe('held ignore rules', () => {
+  const p = program(NETWORK.replace('tags: { env: dev, team: core }', 'tags: { env: dev, team: core }\n      rules: [{ port: 80 }, { port: 443 }]'));
+  const state = applied(p);
+  const net = state.resources[0]!;
+  const target = { ...net, inputs: { ...net.inputs, cidr: '10.9.0.0/16', tags: { env: 'prod' }, rules: [{ port: 80 }, { port: 8443 }], subnets: ['10.0.1.0/24'] } };
+  const drifted: StackState = { ...state, resources: [target] };
+  const plan = (ignore: HeldIgnoreRule[]) => planStack({ stack: STACK, program: p, state: drifted, ignore });
+
+  it('when rules match by type or urn, then exact, subtree and index paths keep what the resource has; rules of other resources do nothing', () => {
+    expect(plan([]).steps[0]?.changedPaths).toEqual(['cidr', 'rules[1].port', 'subnets[1]', 'tags.env', 'tags.team']);
+    const held = plan([
+      { scope: { type: 'local:network:VirtualNetwork' }, path: 'tags.*' },
+      { scope: { urn: net.urn }, path: 'rules.1.port' },
+      { scope: { urn: net.urn }, path: 'subnets' },
+      { scope: { type: 'local:sql:Database' }, path: 'cidr' },
+    ]);
+    expect(held.steps[0]?.changedPaths).toEqual(['cidr']);
+    expect(held.steps[0]?.inputs).toMatchObject({ cidr: '10.0.0.0/16', tags: { env: 'prod' }, rules: [{ port: 80 }, { port: 8443 }], subnets: ['10.0.1.0/24'] });
+  });
+
+  it('when a rule is `*`, then the resource keeps everything: same', () => {
+    expect(plan([{ scope: { urn: net.urn }, path: '*' }]).steps[0]?.op).toBe('same');
+  });
+
+  it('when a rule path is not dot-separated names with * last only, then IAC.INVALID_IGNORE_RULE', () => {
+    for (const path of ['tags..env', '*.env', 'a.*.b', '.tags']) {
+      expect(refusal(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
+    }
   });
 });

@@ -420,6 +420,21 @@ describe('an up as an apply result', () => {
     expect(JSON.stringify(result)).not.toContain(SECRET_VALUE);
   });
 
+  it("when up succeeds, then each resource's inputs are those its events show after the step (secrets masked), else the plan's; a deleted one has none", () => {
+    const up = { outputs: {}, summary: { kind: 'update' as const, startTime: new Date(), endTime: new Date(), message: '', environment: {}, config: {}, result: 'succeeded' as const, version: 7 } };
+    const withEvents = applyResultFromUp({ plan: plan(), approvedDigest: plan().digest, events: applyEvents(), result: up, serial: 7, secrets: [SECRET_VALUE], ...times });
+    const inputsOf = (result: ReturnType<typeof applyResultFromUp>, name: string) => result.resources.find((r) => r.name === name)?.inputs;
+    expect(inputsOf(withEvents, 'net')).toEqual(netInputs('staging'));
+    expect(inputsOf(withEvents, 'db')).toEqual({ network: 'net-1', sku: 'premium', password: '[secret]' });
+    expect(inputsOf(withEvents, 'cache')).toBeUndefined();
+
+    const steps = plan().steps.map((st) => (st.name === 'db' ? { ...st, inputs: { ...st.inputs, network: computed(PULUMI_UNKNOWN_EXPRESSION) } } : st));
+    const planned = { ...plan(), steps };
+    const withoutDb = applyEvents().filter((e) => (e.resOutputsEvent?.metadata.urn ?? e.resourcePreEvent?.metadata.urn) !== DB_URN);
+    const fallback = applyResultFromUp({ plan: planned, approvedDigest: planned.digest, events: withoutDb, result: up, serial: 7, secrets: [], ...times });
+    expect(inputsOf(fallback, 'db')).toEqual({ network: computed(PULUMI_UNKNOWN_EXPRESSION), sku: 'premium', password: '[secret]' });
+  });
+
   it('when a resource operation fails, then it is failed with the diagnostic (secrets redacted), the rest not reached skipped', () => {
     const events = applyEvents().filter((e) => {
       const urn = e.resOutputsEvent?.metadata.urn ?? e.resourcePreEvent?.metadata.urn;

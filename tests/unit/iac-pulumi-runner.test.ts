@@ -14,8 +14,9 @@ import {
   type PulumiStackHandle,
 } from '../../shared/platform/iac/pulumi-automation';
 import { PULUMI_SECRET_SIG, PULUMI_SIG_KEY, PULUMI_UNKNOWN } from '../../shared/platform/iac/pulumi-mapping';
-import { createPulumiRunner } from '../../shared/platform/iac/pulumi-runner';
+import { createPulumiRunner, pulumiIgnorePath } from '../../shared/platform/iac/pulumi-runner';
 import { ManualClock } from '../../shared/platform/time/clock';
+import { parse as parseYaml } from 'yaml';
 import { refusal } from '../support/refusal';
 
 /*
@@ -110,6 +111,8 @@ class RecordedAutomation implements PulumiAutomation {
   /** The work directory's files when the stack was selected, by relative name. */
   readonly workDirs: Record<string, string>[] = [];
   readonly planFiles: string[] = [];
+  /** `refresh` of each preview and up, as `preview:true`, `up:false`. */
+  readonly refreshes: string[] = [];
   upPlanFile: string | undefined;
   upSignal: AbortSignal | undefined;
   selectFails: Error | undefined;
@@ -131,8 +134,9 @@ class RecordedAutomation implements PulumiAutomation {
         this.configs.push(config);
       },
       info: async () => (this.version === undefined ? undefined : summaryOf(this.version)),
-      preview: async ({ plan, onEvent }): Promise<PreviewResult> => {
+      preview: async ({ plan, onEvent, refresh }): Promise<PreviewResult> => {
         this.calls.push('preview');
+        this.refreshes.push(`preview:${refresh === true}`);
         const script = recorded.shift();
         if (!script) throw new Error('no recorded preview left');
         for (const e of script.events) onEvent(e);
@@ -141,8 +145,9 @@ class RecordedAutomation implements PulumiAutomation {
         this.planFiles.push(plan);
         return { stdout: '', stderr: '', changeSummary: script.changeSummary };
       },
-      up: async ({ plan, onEvent, signal }): Promise<UpResult> => {
+      up: async ({ plan, onEvent, signal, refresh }): Promise<UpResult> => {
         this.calls.push('up');
+        this.refreshes.push(`up:${refresh === true}`);
         this.upPlanFile = await readFile(plan, 'utf8');
         this.upSignal = signal;
         for (const e of this.update.events) {
@@ -381,5 +386,62 @@ describe('apply through the Automation API port', () => {
   it('when the approved plan is not a plan, then apply refuses with IAC.INVALID_PLAN', async () => {
     const error = await refusal(runner(new RecordedAutomation([])).apply('dev', FILES, {}, { digest: 'x' } as unknown as Plan, resolve));
     expect(error.code).toBe('IAC.INVALID_PLAN');
+  });
+});
+
+describe('plan options through the Automation API port', () => {
+  const HELD = [
+    { scope: { type: 'local:network:VirtualNetwork' }, path: 'tags.*' },
+    { scope: { urn: DB_URN }, path: 'rules.0.port' },
+    { scope: { urn: 'urn:pulumi:prod::shop::local:sql:Database::db' }, path: 'sku' },
+  ];
+
+  it('when refresh is asked, then preview and up run with refresh; without it, neither does', async () => {
+    const plan = await runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview('dev', FILES, {}, { refresh: true });
+    const refreshing = new RecordedAutomation([previewRecording(), previewRecording()], { events: upEvents(), version: 5 }, 4);
+    await runner(refreshing).preview('dev', FILES, {}, { refresh: true });
+    const result = await runner(refreshing).apply('dev', FILES, {}, plan, resolve, { refresh: true });
+    expect(result.status).toBe('applied');
+    expect(refreshing.refreshes).toEqual(['preview:true', 'preview:true', 'up:true']);
+
+    const plain = new RecordedAutomation([previewRecording()], { events: upEvents(), version: 5 }, 4);
+    await runner(plain).apply('dev', FILES, {}, plan, resolve);
+    expect(plain.refreshes).toEqual(['preview:false', 'up:false']);
+  });
+
+  it('when ignore rules are given, then the project is written with them in the ignoreChanges of the resources they match, in preview and apply', async () => {
+    const files = { ...FILES, 'Pulumi.yaml': FILES['Pulumi.yaml'] + '    options:\n      ignoreChanges: [size]\n' };
+    const automation = new RecordedAutomation([previewRecording(), previewRecording()], { events: upEvents(), version: 5 }, 4);
+    const plan = await runner(automation).preview('dev', files, {}, { ignore: HELD });
+    await runner(automation).apply('dev', files, {}, plan, resolve, { ignore: HELD });
+
+    for (const written of automation.workDirs) {
+      const project = parseYaml(written['Pulumi.yaml']!) as { resources: Record<string, { options?: { ignoreChanges?: string[] } }> };
+      expect(project.resources.net?.options?.ignoreChanges).toEqual(['tags']);
+      // The rule for the same name in another stack matches nothing here; the project's own entries stay.
+      expect(project.resources.db?.options?.ignoreChanges).toEqual(['size', 'rules[0].port']);
+    }
+    // Without rules the project file is written as it is.
+    const plain = new RecordedAutomation([previewRecording()], undefined, 4);
+    await runner(plain).preview('dev', files, {}, { ignore: [] });
+    expect(plain.workDirs[0]?.['Pulumi.yaml']).toBe(files['Pulumi.yaml']);
+  });
+
+  it('when an ignore rule path cannot be read, then nothing runs and preview fails with IAC.INVALID_IGNORE_RULE', async () => {
+    const automation = new RecordedAutomation([previewRecording()]);
+    const error = await refusal(runner(automation).preview('dev', FILES, {}, { ignore: [{ scope: { urn: DB_URN }, path: '*.port' }] }));
+    expect(error).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
+    expect(automation.calls).toEqual([]);
+  });
+
+  it.each([
+    ['sku.capacity', 'sku.capacity'],
+    ['tags.*', 'tags'],
+    ['*', '*'],
+    ['rules.1.port', 'rules[1].port'],
+    ['labels.app-name', 'labels.app-name'],
+    ['labels.a:b', 'labels["a:b"]'],
+  ])('when the held path is %s, then Pulumi is given %s', (path, expected) => {
+    expect(pulumiIgnorePath(path)).toBe(expected);
   });
 });

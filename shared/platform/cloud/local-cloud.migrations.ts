@@ -1,4 +1,4 @@
-import type { Kysely, Migration } from 'kysely';
+import { sql, type Kysely, type Migration } from 'kysely';
 import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
 
 /** The local cloud: the resources of each target, whether a target answers, and a log of the applies it took. */
@@ -16,7 +16,7 @@ export const localCloudMigrations: MigrationSource = (dialect) => {
         .addColumn('properties', t.text, (c) => c.notNull())
         .addColumn('created_at', 'bigint', (c) => c.notNull())
         .addColumn('updated_at', 'bigint', (c) => c.notNull())
-        // Lists by target read the key in order; no other index is needed.
+        // Lists by target read the key in order; lists by stack use the (target, urn) index of a later migration.
         .addPrimaryKeyConstraint('local_cloud_resources_pk', ['target', 'id'])
         .execute();
       await db.schema
@@ -36,5 +36,25 @@ export const localCloudMigrations: MigrationSource = (dialect) => {
       await db.schema.createIndex('local_cloud_applies_stack').on('local_cloud_applies').columns(['target', 'stack']).execute();
     },
   };
-  return { '20261130-30-local-cloud-tables': tables };
+  /**
+   * Lets one stack's resources be read by urn prefix (`listStack`), which the local cloud observer does for every
+   * environment of a scan. A prefix is a range `[prefix, end)` only where urns compare code point by code point:
+   * SQLite's default (BINARY) does; PostgreSQL's database collation may not (a linguistic collation can ignore the
+   * `:` and `-` that tell stack `dev` from `dev-2`), so the column is given the C collation; Azure SQL's default is
+   * case-insensitive (stack `DEV` would match `dev`) and cannot index NVARCHAR(MAX), so the column becomes
+   * NVARCHAR(450) with a binary collation: with the 200-character target and id of the clustered key, the index key
+   * stays within Azure SQL's 1,700 bytes.
+   */
+  const byUrn: Migration = {
+    async up(db: Kysely<unknown>) {
+      if (dialect === 'postgres') {
+        await db.schema.alterTable('local_cloud_resources').alterColumn('urn', (c) => c.setDataType(sql`text collate "C"`)).execute();
+      } else if (dialect === 'mssql') {
+        // ALTER COLUMN restates nullability in T-SQL; without `not null` the column would become nullable.
+        await sql`alter table local_cloud_resources alter column urn nvarchar(450) collate Latin1_General_100_BIN2 not null`.execute(db);
+      }
+      await db.schema.createIndex('local_cloud_resources_urn').on('local_cloud_resources').columns(['target', 'urn']).execute();
+    },
+  };
+  return { '20261130-30-local-cloud-tables': tables, '20261130-32-local-cloud-resources-by-urn': byUrn };
 };

@@ -81,6 +81,31 @@ export async function listResources(db: LocalCloudDb, target: string): Promise<R
   return rows.map(resourceRowToRecord);
 }
 
+/**
+ * The target's resources whose urn belongs to the stack (`urn:pulumi:<stack>::…`), in id order. The prefix is read
+ * as the range `[urn:pulumi:<stack>::, urn:pulumi:<stack>:;)` (`;` is the character after `:`), which holds exactly
+ * the urns that start with the prefix when urns compare code point by code point, as the `urn` column does on every
+ * dialect (see the migration `local-cloud-resources-by-urn`). Unlike LIKE, a range needs no escaping of `%` and `_`
+ * in stack names, and every dialect seeks the (target, urn) index with it.
+ */
+export async function listStackResources(db: LocalCloudDb, target: string, stack: string): Promise<ResourceRecord[]> {
+  const { from, to } = stackUrnRange(stack);
+  const rows = await db
+    .selectFrom('local_cloud_resources')
+    .selectAll()
+    .where('target', '=', target)
+    .where('urn', '>=', from)
+    .where('urn', '<', to)
+    .orderBy('id')
+    .execute();
+  return rows.map(resourceRowToRecord);
+}
+
+/** The urns of one stack: `from` ≤ urn < `to`. */
+function stackUrnRange(stack: string): { from: string; to: string } {
+  return { from: `urn:pulumi:${stack}::`, to: `urn:pulumi:${stack}:;` };
+}
+
 /** Undefined when the target has no row (it was never switched): callers read that as reachable. */
 export async function readReachable(db: LocalCloudDb, target: string): Promise<boolean | undefined> {
   const row = await db.selectFrom('local_cloud_targets').select('reachable').where('target', '=', target).executeTakeFirst();

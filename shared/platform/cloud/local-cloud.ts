@@ -9,6 +9,7 @@ import {
   insertResource,
   listApplies,
   listResources,
+  listStackResources,
   localCloudDb,
   readReachable,
   updateResourceProperties,
@@ -34,6 +35,11 @@ export interface LocalCloud {
   get(target: string, id: string): Promise<CloudResource | undefined>;
   /** Every resource of the target, in creation order. */
   list(target: string): Promise<CloudResource[]>;
+  /**
+   * The target's resources whose urn belongs to the stack (`urn:pulumi:<stack>::…`; stack `dev` is not `dev-2`), in
+   * creation order. Filtered in the store, by index, so one stack's read costs the same however many share the target.
+   */
+  listStack(target: string, stack: string): Promise<CloudResource[]>;
   /** The operator's switch (a local-only endpoint); works while the target is unreachable. */
   setReachable(target: string, reachable: boolean): Promise<void>;
   isReachable(target: string): Promise<boolean>;
@@ -115,6 +121,10 @@ export function createLocalCloud({ store, clock, ids }: LocalCloudOptions): Loca
     async list(target) {
       await assertReachable(target);
       return (await retryingContention(() => listResources(db, target))).map(toResource);
+    },
+    async listStack(target, stack) {
+      await assertReachable(target);
+      return (await retryingContention(() => listStackResources(db, target, stack))).map(toResource);
     },
     async setReachable(target, value) {
       await retryingContention(() => writeReachable(db, target, value, now()));

@@ -26,6 +26,12 @@ const targetSchema = z.object({
 });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 
+/** Where an environment's resources live for the Azure and Kubernetes observers. */
+const observationScopeSchema = z.object({
+  azure: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1), tags: z.record(z.string(), z.string()).optional() }).optional(),
+  kubernetes: z.object({ namespaces: z.array(z.string().min(1)).min(1) }).optional(),
+});
+
 const jsonOf = <T extends z.ZodType>(schema: T, fallback: string) =>
   z
     .string()
@@ -100,6 +106,25 @@ export const settings = {
    * Example: `{"default":{"tiers":["production"],"onDeleteOrReplace":true},"env-dev-1":{"always":true},"sandbox":{"onDeleteOrReplace":false}}`.
    */
   RuntimeCloud__Provisioning__Approval: jsonOf(approvalSchema, '{}'),
+  /**
+   * What inventory observes: `local-cloud` (the embedded default), `azure-resource-manager` or `kubernetes`.
+   */
+  RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).default('local-cloud'),
+  /**
+   * How often each environment is scanned for drift, in seconds, as JSON: `default` for every environment, other
+   * keys an environment's id or name. Empty: every 5 minutes. An environment not scanned within twice its interval
+   * shows drift status unknown. Example: `{"default":300,"production":60}`.
+   */
+  RuntimeCloud__Inventory__ScanIntervalSeconds: jsonOf(z.record(z.string().min(1), z.number().int().positive()), '{}'),
+  /** How many environments one host observes at once (targets' rate limits). Example: `8`. */
+  RuntimeCloud__Inventory__ScanConcurrency: z.coerce.number().int().min(1).max(256).default(8),
+  /** How long one observation may take before it counts as failed (the observation goes stale). */
+  RuntimeCloud__Inventory__ObserveTimeoutSeconds: z.coerce.number().int().min(1).max(3600).default(30),
+  /**
+   * Where each environment's resources live for the Azure and Kubernetes observers, as JSON by environment id.
+   * Example: `{"env-prod-1":{"azure":{"subscriptionId":"…","resourceGroup":"rg-app-prod"},"kubernetes":{"namespaces":["app"]}}}`.
+   */
+  RuntimeCloud__Inventory__Scopes: jsonOf(z.record(z.string().min(1), observationScopeSchema), '{}'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -127,6 +152,15 @@ export interface Config {
   readonly local: { readonly stateDir: string; readonly port: number };
   readonly serviceBus: { readonly connection: string };
   readonly capacity: { readonly seedFile: string };
+  readonly inventory: {
+    readonly observer: 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
+    /** Scan interval in ms: `defaultMs`, and by environment id or name. */
+    readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
+    readonly scanConcurrency: number;
+    readonly observeTimeoutMs: number;
+    /** Azure and Kubernetes scopes by environment id. */
+    readonly scopes: Readonly<Record<string, z.infer<typeof observationScopeSchema>>>;
+  };
   readonly provisioning: {
     /** Plan expiry in ms: `defaultMs`, and by environment id or name. */
     readonly planExpiry: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
@@ -173,16 +207,28 @@ function toConfig(s: Settings): Config {
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
-    provisioning: { planExpiry: planExpiry(s.RuntimeCloud__Provisioning__PlanExpirySeconds), approval: approval(s.RuntimeCloud__Provisioning__Approval) },
+    inventory: {
+      observer: s.RuntimeCloud__Inventory__Observer,
+      scanInterval: secondsByEnvironment(s.RuntimeCloud__Inventory__ScanIntervalSeconds, DEFAULT_SCAN_INTERVAL_SECONDS),
+      scanConcurrency: s.RuntimeCloud__Inventory__ScanConcurrency,
+      observeTimeoutMs: s.RuntimeCloud__Inventory__ObserveTimeoutSeconds * 1000,
+      scopes: s.RuntimeCloud__Inventory__Scopes,
+    },
+    provisioning: {
+      planExpiry: secondsByEnvironment(s.RuntimeCloud__Provisioning__PlanExpirySeconds, DEFAULT_PLAN_EXPIRY_SECONDS),
+      approval: approval(s.RuntimeCloud__Provisioning__Approval),
+    },
   };
 }
 
 const DEFAULT_PLAN_EXPIRY_SECONDS = 24 * 60 * 60;
+const DEFAULT_SCAN_INTERVAL_SECONDS = 5 * 60;
 
-function planExpiry(seconds: Readonly<Record<string, number>>): Config['provisioning']['planExpiry'] {
+/** `{"default":s,"<environment>":s}` in seconds → milliseconds, the default filled in. */
+function secondsByEnvironment(seconds: Readonly<Record<string, number>>, defaultSeconds: number): { defaultMs: number; byEnvironment: Record<string, number> } {
   const { default: fallback, ...byEnvironment } = seconds;
   return {
-    defaultMs: (fallback ?? DEFAULT_PLAN_EXPIRY_SECONDS) * 1000,
+    defaultMs: (fallback ?? defaultSeconds) * 1000,
     byEnvironment: Object.fromEntries(Object.entries(byEnvironment).map(([environment, s]) => [environment, s * 1000])),
   };
 }

@@ -1,9 +1,9 @@
-import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions } from './local-engine';
-import type { ApplyResult, Plan, ResolveReferences } from './plan';
+import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions, type PlanOptions } from './local-engine';
+import type { ApplyResult, HeldIgnoreRule, Plan, ResolveReferences } from './plan';
 import { createPulumiRunner, type PulumiRunnerOptions } from './pulumi-runner';
 import type { ProjectFiles } from './pulumi-yaml';
 
-export type { ApplyOptions, ConfigOverrides, LocalEngineOptions };
+export type { ApplyOptions, ConfigOverrides, HeldIgnoreRule, LocalEngineOptions, PlanOptions };
 
 /** The IaC runner port, as far as health and target metadata need it. */
 export interface IacRunner {
@@ -15,16 +15,18 @@ export interface IacRunner {
  * The IaC runner port of ARCHITECTURE.md: a runner that plans and applies.
  *
  * - `preview` plans the project in `files` (`Pulumi.yaml`, `Pulumi.<stack>.yaml`) with `config` over the stack
- *   file's values, against the stack's current state. Plan errors are AppErrors with `IAC.*` codes.
+ *   file's values, against the stack's current state (with `options.refresh`, against what the target holds;
+ *   `options.ignore` adds operator ignore rules that hold on apply). Plan errors are AppErrors with `IAC.*` codes.
  * - `apply` re-plans against the current state and carries the plan out only if its digest is the approved one
- *   (else `PROVISIONING.PLAN_CHANGED`, nothing applied). References are resolved here, through
+ *   (else `PROVISIONING.PLAN_CHANGED`, nothing applied); it re-plans with the `refresh` and `ignore` it is given,
+ *   which must be the preview's for the digests to agree. References are resolved here, through
  *   `resolveReferences`, and nowhere else. Expected failures (plan changed, target unreachable, a step refused)
  *   are a result with status `failed` and each resource's status; a store fault is thrown. `options.beforeStep`
  *   is awaited before each step; when it throws an AppError the apply stops there (that step and the rest
  *   skipped) and fails with the error's code: how a caller that lost its right to apply stops a long apply.
  */
 export interface IacEngine extends IacRunner {
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
+  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
   apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 

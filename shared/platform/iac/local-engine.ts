@@ -5,12 +5,16 @@ import { retryingContention } from '../sql/transaction';
 import type { Clock, Ids } from '../time/clock';
 import { asValueReference, isComputed, isPlainObject, jsonEqual, referenceKey, type JsonObject, type JsonValue } from './iac-values';
 import {
+  heldRulesOf,
+  keepHeld,
   keepIgnored,
   planSchema,
   planStack,
+  refreshedInputs,
   refusedApply,
   skippedStep,
   type ApplyError,
+  type HeldIgnoreRule,
   type ApplyResult,
   type Plan,
   type PlanStep,
@@ -28,8 +32,27 @@ export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
 /** Config set by the caller over the stack file's values, by key (`poolSize` or `project:poolSize`). */
 export type ConfigOverrides = Readonly<Record<string, JsonValue>>;
 
-/** How a caller takes part in an apply. */
-export interface ApplyOptions {
+/** How a preview plans (an apply re-plans the same way, so pass it the same options). */
+export interface PlanOptions {
+  /**
+   * Plan against what the target really holds rather than what the state recorded: each resource of the state is
+   * read from the target first. One gone from the target is created again; one whose type changed is replaced;
+   * one whose properties differ from its recorded inputs is updated at the differing paths (ignoreChanges and
+   * `ignore` still hold; where the state holds a reference or a computed marker the target is not compared).
+   * A target that cannot be read fails as an apply to it does (`PROVISIONING.TARGET_UNREACHABLE`). Default false:
+   * plan against the state. Example: `{ refresh: true }` for a reconciliation run.
+   */
+  readonly refresh?: boolean;
+  /**
+   * Operator ignore rules that hold on apply, over the project's own `ignoreChanges`: a matched path keeps what
+   * the resource has (plan.ts `HeldIgnoreRule`). A path that cannot be read is `IAC.INVALID_IGNORE_RULE`.
+   * Example: `[{ scope: { type: 'local:compute:Service' }, path: 'tags.*' }]`.
+   */
+  readonly ignore?: readonly HeldIgnoreRule[];
+}
+
+/** How a caller takes part in an apply: the plan options the preview had, and a say before each step. */
+export interface ApplyOptions extends PlanOptions {
   /**
    * Awaited before each step. An AppError thrown here stops the apply before that step: it and the rest are
    * skipped and the result fails with the error's code. Example: renew the stack lock, throw when it was lost.
@@ -42,7 +65,7 @@ export interface LocalEngine {
   readonly name: 'local';
   /** The engine's version, after checking that its state store answers (the `iac-runner` health probe). */
   version(): Promise<string>;
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
+  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
   apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
@@ -65,16 +88,36 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
   const cloud = options.cloud ?? createLocalCloud(options);
   const targetOf = options.targetOf ?? (() => 'local');
 
+  /** The state as a refresh reads it from the target (see `PlanOptions.refresh`); the state itself is unchanged. */
+  async function refreshed(stack: string, state: StackState | undefined): Promise<StackState | undefined> {
+    if (!state) return state;
+    const resources: StateResource[] = [];
+    for (const resource of state.resources) {
+      const found = await cloud.get(targetOf(stack), resource.id);
+      // Gone from the target: planned as a create, like a resource the state never had.
+      if (!found) continue;
+      const inputs = refreshedInputs(resource.inputs, found.properties as JsonObject);
+      resources.push({ ...resource, type: found.type, inputs, outputs: { ...inputs, id: resource.id } });
+    }
+    return { ...state, resources };
+  }
+
+  /** The state to plan against: as stored, or as the target holds it. */
+  async function planningState(stack: string, refresh: boolean | undefined): Promise<StackState | undefined> {
+    const state = await retryingContention(() => readStackState(db, stack));
+    return refresh ? refreshed(stack, state) : state;
+  }
+
   return {
     name: 'local',
     async version() {
       await probeStackStates(db, store.dialect);
       return LOCAL_ENGINE_VERSION;
     },
-    async preview(stack, files, config = {}) {
+    async preview(stack, files, config = {}, planOptions = {}) {
       const program = loadProgram(files, stack, config);
-      const state = await retryingContention(() => readStackState(db, stack));
-      return planStack({ stack, program, state });
+      const state = await planningState(stack, planOptions.refresh);
+      return planStack({ stack, program, state, ...(planOptions.ignore ? { ignore: planOptions.ignore } : {}) });
     },
     async apply(stack, files, config, approvedPlan, resolveReferences, options = {}) {
       if (!planSchema.safeParse(approvedPlan).success) {
@@ -89,8 +132,9 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       let plan: Plan;
       try {
         program = loadProgram(files, stack, config);
-        state = await retryingContention(() => readStackState(db, stack));
-        plan = planStack({ stack, program, state });
+        // With refresh, the same reading of the target as the preview's: what changed there since moves the digest.
+        state = await planningState(stack, options.refresh);
+        plan = planStack({ stack, program, state, ...(options.ignore ? { ignore: options.ignore } : {}) });
       } catch (thrown) {
         return finish(refusedApply(approvedPlan, state?.serial ?? 0, expectedAppError(thrown)));
       }
@@ -114,7 +158,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       } catch (thrown) {
         return finish(refusedApply(plan, plan.baseSerial, expectedAppError(thrown)));
       }
-      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved, beforeStep: options.beforeStep });
+      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved, ignore: options.ignore ?? [], beforeStep: options.beforeStep });
       return finish(await run.all(plan));
     },
   };
@@ -134,7 +178,13 @@ interface StepRunnerContext {
   readonly target: string;
   readonly stack: string;
   readonly program: LoadedProgram;
+  /**
+   * The state the plan was made against: with refresh, as read from the target, so the checkpoints record what
+   * the target holds (references still as recorded).
+   */
   readonly state: StackState | undefined;
+  /** The held ignore rules the plan was made with. */
+  readonly ignore: readonly HeldIgnoreRule[];
   /** Resolved reference values by `referenceKey`. */
   readonly resolved: ReadonlyMap<string, JsonValue>;
   readonly beforeStep: (() => Promise<void>) | undefined;
@@ -192,14 +242,20 @@ class StepRunner {
 
   private async step(step: PlanStep): Promise<ResourceResult> {
     const { cloud, target } = this.context;
-    const done = (status: ResourceResult['status'], id?: string): ResourceResult => ({
-      urn: step.urn,
-      name: step.name,
-      type: step.type,
-      op: step.op,
-      status,
-      ...(id ? { id } : {}),
-    });
+    const done = (status: ResourceResult['status'], id?: string): ResourceResult => {
+      const inputs = step.op === 'delete' ? undefined : this.#resources.find((r) => r.name === step.name)?.inputs;
+      const ignoreChanges = step.op === 'delete' ? [] : (this.#declarations.get(step.name)?.ignoreChanges ?? []);
+      return {
+        urn: step.urn,
+        name: step.name,
+        type: step.type,
+        op: step.op,
+        status,
+        ...(id ? { id } : {}),
+        ...(inputs ? { inputs } : {}),
+        ...(ignoreChanges.length > 0 ? { ignoreChanges } : {}),
+      };
+    };
     const old = this.#resources.find((r) => r.name === step.name);
     switch (step.op) {
       case 'same': {
@@ -252,7 +308,8 @@ class StepRunner {
   private inputsOf(step: PlanStep, old?: StateResource): JsonObject {
     const declaration = this.#declarations.get(step.name) as ResourceDeclaration;
     const evaluated = new ProgramEvaluator(this.context.program.project, this.context.program.config, (name) => this.outputsOf(name)).resourceInputs(declaration);
-    return old && step.op === 'update' ? keepIgnored(evaluated, old.inputs, declaration.ignoreChanges) : evaluated;
+    if (!old || step.op !== 'update') return evaluated;
+    return keepHeld(keepIgnored(evaluated, old.inputs, declaration.ignoreChanges), old.inputs, heldRulesOf(this.context.ignore, step.urn, declaration.type));
   }
 
   private outputsOf(name: string): JsonObject {

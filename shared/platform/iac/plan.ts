@@ -140,14 +140,36 @@ export interface PlanInput {
   readonly program: LoadedProgram;
   /** Undefined when the stack has no state yet. */
   readonly state: StackState | undefined;
+  /** Operator ignore rules that hold on apply, over the program's own `ignoreChanges` (see `keepHeld`). */
+  readonly ignore?: readonly HeldIgnoreRule[];
+}
+
+/**
+ * An operator's ignore rule that holds on apply (inventory's `IgnoreRule` with `holdsOnApply`, as far as planning
+ * needs it): at the matched path the resource keeps what it has, like `ignoreChanges`. `path` is inventory's
+ * syntax (shared/inventory/drift.ts): dot-separated (`sku.capacity`, `rules.0.port`; an all-digit segment is an
+ * array index where the resource holds an array there), a trailing `.*` for the subtree (`tags.*`), `*` alone for
+ * every property.
+ *
+ * BREAKING-CHANGE SHAPE: stored with reconciliation runs, which plan and apply with the same rules.
+ *
+ * @example { scope: { type: 'local:compute:Service' }, path: 'tags.*' }
+ */
+export interface HeldIgnoreRule {
+  readonly scope: { readonly type: string } | { readonly urn: string };
+  readonly path: string;
 }
 
 /**
  * Plans `program` against `state`. Throws the project's plan errors (see pulumi-yaml.ts) and `IAC.PROTECTED`
  * when a protected resource would be deleted or replaced.
  */
-export function planStack({ stack, program, state }: PlanInput): Plan {
+export function planStack({ stack, program, state, ignore = [] }: PlanInput): Plan {
   const { project, config } = program;
+  for (const rule of ignore) {
+    const problem = heldIgnoreProblem(rule.path);
+    if (problem) throw invalidIgnoreRule(rule, problem);
+  }
   const graph = projectGraph(project, config);
   const current = new Map((state?.resources ?? []).map((r) => [r.name, r]));
   const declarations = new Map(project.resources.map((r) => [r.name, r]));
@@ -175,7 +197,7 @@ export function planStack({ stack, program, state }: PlanInput): Plan {
       if (old.protect || declaration.protect) throw protectedResource(old, 'replace');
       step = { ...common, op: 'replace', id: old.id, oldType: old.type, changedPaths: changedPaths(old.inputs, desired), inputs: desired };
     } else {
-      const inputs = keepIgnored(desired, old.inputs, declaration.ignoreChanges);
+      const inputs = keepHeld(keepIgnored(desired, old.inputs, declaration.ignoreChanges), old.inputs, heldRulesOf(ignore, urn, declaration.type));
       const changed = changedPaths(old.inputs, inputs);
       step = { ...common, op: changed.length > 0 ? 'update' : 'same', id: old.id, changedPaths: changed, inputs };
     }
@@ -256,6 +278,83 @@ export function keepIgnored(desired: JsonObject, old: JsonObject, ignoreChanges:
   return result as JsonObject;
 }
 
+/** The held rules whose scope is the resource: its urn, or its type. */
+export function heldRulesOf(rules: readonly HeldIgnoreRule[], urn: string, type: string): HeldIgnoreRule[] {
+  return rules.filter((rule) => ('urn' in rule.scope ? rule.scope.urn === urn : rule.scope.type === type));
+}
+
+/** Why `path` is not a held-rule path (inventory's `ignoreRuleProblems` refuses the same), or undefined. */
+export function heldIgnoreProblem(path: string): string | undefined {
+  const segments = path.split('.');
+  if (segments.some((s) => s === '')) return 'path must be dot-separated property names';
+  if (segments.slice(0, -1).includes('*')) return 'path may use * only as its last segment';
+  return undefined;
+}
+
+/**
+ * `desired` with `old`'s value at every path the held rules name (or without the path, where `old` has none), as
+ * `keepIgnored` does for `ignoreChanges`; `*` keeps all of `old`. A subtree rule (`tags.*`) and an exact one
+ * (`tags`) keep the same thing: the value at that path, all of it. Like `ignoreChanges`, the rules apply to
+ * updates only: a resource that is missing is still created, one whose type changed still replaced.
+ */
+export function keepHeld(desired: JsonObject, old: JsonObject, rules: readonly HeldIgnoreRule[]): JsonObject {
+  let result: JsonValue = desired;
+  for (const rule of rules) {
+    const names = rule.path.split('.');
+    if (names[names.length - 1] === '*') names.pop();
+    if (names.length === 0) return old;
+    const segments = heldSegments(names, old, result);
+    result = writePath(result, segments, readPath(old, segments));
+  }
+  return result as JsonObject;
+}
+
+/** Inventory's dot path as property path segments: an all-digit name is an index where either side has an array. */
+function heldSegments(names: readonly string[], old: JsonValue, desired: JsonValue): PathSegment[] {
+  const segments: PathSegment[] = [];
+  let left: JsonValue | undefined = old;
+  let right: JsonValue | undefined = desired;
+  for (const name of names) {
+    const segment: PathSegment = /^\d+$/.test(name) && (Array.isArray(left) || Array.isArray(right)) ? Number(name) : name;
+    segments.push(segment);
+    left = left === undefined ? undefined : readPath(left, [segment]);
+    right = right === undefined ? undefined : readPath(right, [segment]);
+  }
+  return segments;
+}
+
+function invalidIgnoreRule(rule: HeldIgnoreRule, problem: string): AppError {
+  return new AppError('IAC.INVALID_IGNORE_RULE', 'validation', `the ignore rule for ${rule.path} cannot be read: ${problem}`, { path: rule.path, scope: rule.scope });
+}
+
+/**
+ * The inputs a resource has in the target as a refresh reads them: `observed` (the target's properties), except
+ * where `recorded` (the state's inputs) holds a reference or a computed marker: the target holds the resolved
+ * value there, which must not enter a plan or a state, so that value is not compared and the recorded one kept.
+ * Objects are merged key by key, arrays index by index (an array's length is the target's).
+ */
+export function refreshedInputs(recorded: JsonObject, observed: JsonObject): JsonObject {
+  return (refreshedValue(recorded, observed) ?? {}) as JsonObject;
+}
+
+function refreshedValue(recorded: JsonValue | undefined, observed: JsonValue | undefined): JsonValue | undefined {
+  if (recorded !== undefined && isOpaque(recorded)) return recorded;
+  if (observed === undefined) return undefined;
+  if (Array.isArray(recorded) && Array.isArray(observed)) {
+    const left = recorded as readonly JsonValue[];
+    return (observed as readonly JsonValue[]).map((item, i) => refreshedValue(left[i], item) ?? null);
+  }
+  if (isPlainObject(recorded) && isPlainObject(observed) && !isOpaque(observed)) {
+    const merged: Record<string, JsonValue> = {};
+    for (const key of new Set([...Object.keys(recorded), ...Object.keys(observed)])) {
+      const value = refreshedValue(recorded[key], observed[key]);
+      if (value !== undefined) merged[key] = value;
+    }
+    return merged;
+  }
+  return observed;
+}
+
 function protectedResource(resource: StateResource, op: 'delete' | 'replace'): AppError {
   return new AppError('IAC.PROTECTED', 'unprocessable', `${resource.name} is protected: the plan would ${op} it`, { urn: resource.urn, op, path: `resources.${resource.name}` });
 }
@@ -286,6 +385,15 @@ export interface ResourceResult {
   readonly status: ResourceStatus;
   /** The resource's id after the step (absent once deleted, or when never created). */
   readonly id?: string;
+  /**
+   * What the resource holds after a step that succeeded or left it unchanged (absent for deletes, failed and
+   * skipped steps, and in receipts from before it): its inputs as the stack state records them, references
+   * unresolved (never a value), computed values replaced by what the apply learnt. The `pulumi` runner gives
+   * what its engine events show instead (see pulumi-mapping.ts).
+   */
+  readonly inputs?: JsonObject;
+  /** The project's `ignoreChanges` of the resource, when it has any: drift there is not the apply's to undo. */
+  readonly ignoreChanges?: readonly string[];
   readonly error?: ApplyError;
 }
 

@@ -19,13 +19,14 @@ export interface PulumiStackHandle {
   setAllConfig(config: ConfigMap): Promise<void>;
   /** `Stack.info(showSecrets)`: the last update, or undefined for a stack never updated. */
   info(showSecrets?: boolean): Promise<UpdateSummary | undefined>;
-  /** `Stack.preview({ plan })`: `pulumi preview --save-plan <plan>`. */
-  preview(options: { plan: string; onEvent: (event: EngineEvent) => void }): Promise<PreviewResult>;
+  /** `Stack.preview({ plan, refresh })`: `pulumi preview --save-plan <plan> [--refresh]`. */
+  preview(options: { plan: string; onEvent: (event: EngineEvent) => void; refresh?: boolean }): Promise<PreviewResult>;
   /**
    * `Stack.up({ plan })`: `pulumi up --plan <plan>`, which refuses any operation beyond the plan; `showSecrets:
-   * false` keeps the summary it reads afterwards free of secret config; aborting `signal` cancels the update.
+   * false` keeps the summary it reads afterwards free of secret config; aborting `signal` cancels the update;
+   * `refresh` reads each resource from its provider first (`--refresh`).
    */
-  up(options: { plan: string; onEvent: (event: EngineEvent) => void; showSecrets: false; signal: AbortSignal }): Promise<UpResult>;
+  up(options: { plan: string; onEvent: (event: EngineEvent) => void; showSecrets: false; signal: AbortSignal; refresh?: boolean }): Promise<UpResult>;
 }
 
 export interface PulumiAutomation {

@@ -35,6 +35,10 @@ import { planDigest, STEP_OPS, type ApplyError, type ApplyResult, type Plan, typ
  * When one URN has several ops the strongest wins: replace > create > delete > update > same. An op this
  * table does not know (a newer Pulumi) is a plan error, `IAC.UNSUPPORTED_STEP`: guessing could hide a change.
  *
+ * Apply results carry each resource's inputs after the step as the `up`'s events show them (`ResourceResult.inputs`,
+ * masked like everything else): unlike the local engine, whose state keeps the `{ secretRef }` / `{ configRef }`
+ * references, Pulumi has resolved them to secret values by then, so they read `[secret]`.
+ *
  * Values: a secret (Pulumi's secret signature object, whatever it carries: `ciphertext` — which engine events
  * blind to `[secret]` — or `plaintext`) becomes the string `[secret]`; a value unknown during preview (Pulumi's
  * unknown sentinel) becomes a computed marker `{ "fn::computed": "pulumi:unknown" }`; stack outputs marked
@@ -516,7 +520,13 @@ export function applyResultFromUp(observation: UpObservation): ApplyResult {
       const keptId = step.op === 'create' ? after?.id || undefined : step.id;
       return { ...common, status: 'failed', ...(keptId ? { id: keptId } : {}), error: { code: 'PROVISIONING.APPLY_FAILED', message } };
     }
-    if (done || succeeded) return { ...common, status: step.op === 'same' ? 'unchanged' : 'succeeded', ...(id ? { id } : {}) };
+    if (done || succeeded) {
+      // Pulumi's inputs as its engine events show them after the step (else the preview's): it cannot tell which
+      // reference a secret came from, so a secret-valued input is `[secret]`, not the `{ secretRef }` it was
+      // given; a value still unknown stays a computed marker.
+      const inputs = step.op === 'delete' ? undefined : after?.inputs ? maskObject(after.inputs) : step.inputs;
+      return { ...common, status: step.op === 'same' ? 'unchanged' : 'succeeded', ...(id ? { id } : {}), ...(inputs ? { inputs } : {}) };
+    }
     return { ...common, status: 'skipped', ...(step.id ? { id: step.id } : {}) };
   });
 

@@ -7,9 +7,9 @@ import type { ConfigMap, EngineEvent, OutputMap, UpdateSummary } from '@pulumi/p
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { AppError, expectedAppError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
-import { asValueReference, collectReferences, isPlainObject, referenceKey, type JsonValue, type ValueReference } from './iac-values';
-import type { ApplyOptions, ConfigOverrides } from './local-engine';
-import { planSchema, refusedApply, type ApplyResult, type Plan, type ResolveReferences } from './plan';
+import { asValueReference, collectReferences, formatPath, isPlainObject, referenceKey, type JsonValue, type PathSegment, type ValueReference } from './iac-values';
+import type { ApplyOptions, ConfigOverrides, PlanOptions } from './local-engine';
+import { heldIgnoreProblem, planSchema, refusedApply, resourceUrn, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
 import {
   pulumiAutomationApi,
   pulumiCliPath,
@@ -37,6 +37,11 @@ import type { ProjectFiles } from './pulumi-yaml';
  *   preview never sees.
  * - `version` runs `pulumi version`; without the CLI it fails with `PROVISIONING.RUNNER_UNAVAILABLE`.
  *
+ * Plan options: `refresh` is Pulumi's own (`preview --refresh`, `up --refresh`: the engine reads each resource
+ * from its provider first). `ignore` rules are written into the project as `ignoreChanges` of the resources they
+ * match (by type, or by URN), in Pulumi's path syntax (`tags.*` → `tags`, `*` → `*`, an all-digit segment → an
+ * index `[n]`), so Pulumi keeps what the resource has there, in preview and up alike.
+ *
  * References (`{ secretRef }`, `{ configRef }`) are accepted as whole config values (in `Pulumi.<stack>.yaml` or
  * in the overrides). Preview gives Pulumi a placeholder secret for each (`unresolved:secretRef:<name>`); apply
  * the resolved value, as a secret, so it never shows in engine events, and is redacted from every message.
@@ -47,8 +52,9 @@ export interface PulumiEngine {
   readonly name: 'pulumi';
   /** `pulumi version`; `PROVISIONING.RUNNER_UNAVAILABLE` without the CLI (the `iac-runner` health probe). */
   version(): Promise<string>;
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides): Promise<Plan>;
+  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, planOptions?: PlanOptions): Promise<Plan>;
   /**
+   * `applyOptions.refresh` and `applyOptions.ignore` as for `preview` (for the preview made again and for `up`).
    * `applyOptions.beforeStep` is awaited before `up` starts, and again (one call at a time) as Pulumi starts a
    * resource: an AppError thrown there cancels the update, which fails with the error's code.
    */
@@ -82,11 +88,11 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
       }
     },
 
-    async preview(stack, files, config = {}) {
+    async preview(stack, files, config = {}, planOptions = {}) {
       return withWorkDir(options.workRoot, async (work) => {
-        const project = await writeProject(work, files, stack, config);
+        const project = await writeProject(work, files, stack, config, planOptions.ignore ?? []);
         const handle = await openStack(automation, stack, work, project, (reference) => `${PULUMI_PLACEHOLDER_PREFIX}${referenceKey(reference)}`);
-        return previewPlan(handle, work, stack, project, []);
+        return previewPlan(handle, work, stack, project, [], planOptions.refresh === true);
       });
     },
 
@@ -103,7 +109,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         let handle: PulumiStackHandle;
         const secrets: string[] = [];
         try {
-          project = await writeProject(work, files, stack, config);
+          project = await writeProject(work, files, stack, config, applyOptions.ignore ?? []);
         } catch (thrown) {
           return finish(refusedApply(approvedPlan, approvedPlan.baseSerial, expectedAppError(thrown)));
         }
@@ -120,7 +126,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         let fresh: Plan;
         try {
           handle = await openStack(automation, stack, work, project, (reference) => configText(resolved.get(referenceKey(reference)) ?? null), secrets);
-          fresh = await previewPlan(handle, work, stack, project, secrets);
+          fresh = await previewPlan(handle, work, stack, project, secrets, applyOptions.refresh === true);
         } catch (thrown) {
           return finish(refusedApply(approvedPlan, approvedPlan.baseSerial, expectedAppError(thrown)));
         }
@@ -152,7 +158,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         let result: { outputs: OutputMap; summary?: UpdateSummary } | undefined;
         let failure: string | undefined;
         try {
-          const up = await handle.up({ plan: work.planFile, onEvent, showSecrets: false, signal: cancel.signal });
+          const up = await handle.up({ plan: work.planFile, onEvent, showSecrets: false, signal: cancel.signal, ...(applyOptions.refresh ? { refresh: true } : {}) });
           result = { outputs: up.outputs, summary: up.summary };
         } catch (thrown) {
           failure = failureMessage(translateAutomationError(thrown), secrets);
@@ -209,19 +215,23 @@ interface WrittenProject {
 /**
  * Writes `files` into the project directory, with `Pulumi.<stack>.yaml`'s config rewritten: keys namespaced
  * (`poolSize` → `<project>:poolSize`), `overrides` merged over the file's values, and reference values taken out
- * (they are set as secrets through the workspace).
+ * (they are set as secrets through the workspace); and with the `ignore` rules added to the `ignoreChanges` of
+ * the resources they match.
  */
-async function writeProject(work: WorkDir, files: ProjectFiles, stack: string, overrides: ConfigOverrides): Promise<WrittenProject> {
-  const projectText = files['Pulumi.yaml'] ?? files['Pulumi.yml'];
+async function writeProject(work: WorkDir, files: ProjectFiles, stack: string, overrides: ConfigOverrides, ignore: readonly HeldIgnoreRule[]): Promise<WrittenProject> {
+  const projectFile = files['Pulumi.yaml'] !== undefined ? 'Pulumi.yaml' : 'Pulumi.yml';
+  const projectText = files[projectFile];
   if (projectText === undefined) throw invalidProject('the project has no Pulumi.yaml');
-  let projectName: unknown;
+  let projectDocument: unknown;
   try {
-    projectName = (parseYaml(projectText) as { name?: unknown } | null)?.name;
+    projectDocument = parseYaml(projectText) as unknown;
   } catch {
     throw invalidProject('Pulumi.yaml is not valid YAML');
   }
+  const projectName = isPlainObject(projectDocument) ? projectDocument.name : undefined;
   if (typeof projectName !== 'string' || projectName.length === 0) throw invalidProject('Pulumi.yaml has no project name');
   const name = projectName;
+  const held = withHeldIgnores(projectDocument as Record<string, unknown>, stack, name, ignore);
 
   const stackFile = `Pulumi.${stack}.yaml`;
   let stackDocument: Record<string, unknown> = {};
@@ -255,11 +265,56 @@ async function writeProject(work: WorkDir, files: ProjectFiles, stack: string, o
 
   for (const [file, text] of Object.entries(files)) {
     if (file === stackFile) continue;
-    await writeFile(await projectPath(work.project, file), text);
+    await writeFile(await projectPath(work.project, file), file === projectFile && held ? stringifyYaml(held) : text);
   }
   const rewritten = { ...stackDocument, config: plain };
   await writeFile(join(work.project, stackFile), stringifyYaml(rewritten));
   return { name, references };
+}
+
+/**
+ * The project document with each held ignore rule added to the `options.ignoreChanges` of the resources it matches
+ * (by type, or by the URN the resource has in `stack`), or undefined when no rule matches a resource (the project
+ * file is then written as it is). A rule whose path cannot be read is `IAC.INVALID_IGNORE_RULE`, as in the local
+ * engine: a rule silently dropped would let the apply change what the operator said holds.
+ */
+function withHeldIgnores(document: Record<string, unknown>, stack: string, project: string, ignore: readonly HeldIgnoreRule[]): Record<string, unknown> | undefined {
+  if (ignore.length === 0) return undefined;
+  for (const rule of ignore) {
+    const problem = heldIgnoreProblem(rule.path);
+    if (problem) throw new AppError('IAC.INVALID_IGNORE_RULE', 'validation', `the ignore rule for ${rule.path} cannot be read: ${problem}`, { path: rule.path, scope: rule.scope });
+  }
+  const resources = document.resources;
+  if (!isPlainObject(resources)) return undefined;
+  let matched = false;
+  const rewritten: Record<string, unknown> = {};
+  for (const [resourceName, declaration] of Object.entries(resources)) {
+    const type = isPlainObject(declaration) ? declaration.type : undefined;
+    const rules =
+      typeof type === 'string' ? ignore.filter((r) => ('urn' in r.scope ? r.scope.urn === resourceUrn(stack, project, type, resourceName) : r.scope.type === type)) : [];
+    if (rules.length === 0 || !isPlainObject(declaration)) {
+      rewritten[resourceName] = declaration;
+      continue;
+    }
+    matched = true;
+    const options = isPlainObject(declaration.options) ? declaration.options : {};
+    const existing = Array.isArray(options.ignoreChanges) ? (options.ignoreChanges as readonly unknown[]) : [];
+    const added = rules.map((r) => pulumiIgnorePath(r.path)).filter((p) => !existing.includes(p));
+    rewritten[resourceName] = { ...declaration, options: { ...options, ignoreChanges: [...existing, ...new Set(added)] } };
+  }
+  return matched ? { ...document, resources: rewritten } : undefined;
+}
+
+/**
+ * A held rule's path (inventory's dot syntax) in Pulumi's `ignoreChanges` syntax. Pulumi reads `[n]` as an array
+ * index only, so an all-digit segment is taken as one: an object key made of digits cannot be held this way.
+ */
+export function pulumiIgnorePath(path: string): string {
+  const names = path.split('.');
+  if (names[names.length - 1] === '*') names.pop();
+  if (names.length === 0) return '*';
+  const segments: PathSegment[] = names.map((n) => (/^\d+$/.test(n) ? Number(n) : n));
+  return formatPath(segments);
 }
 
 async function projectPath(root: string, file: string): Promise<string> {
@@ -319,12 +374,12 @@ async function openStack(
 // ---------------------------------------------------------------------------------------------------------------
 // Preview
 
-async function previewPlan(handle: PulumiStackHandle, work: WorkDir, stack: string, project: WrittenProject, secrets: readonly string[]): Promise<Plan> {
+async function previewPlan(handle: PulumiStackHandle, work: WorkDir, stack: string, project: WrittenProject, secrets: readonly string[], refresh: boolean): Promise<Plan> {
   const baseSerial = (await lastVersion(handle, true)) ?? 0;
   const events: EngineEvent[] = [];
   let changeSummary;
   try {
-    ({ changeSummary } = await handle.preview({ plan: work.planFile, onEvent: (event) => events.push(event) }));
+    ({ changeSummary } = await handle.preview({ plan: work.planFile, onEvent: (event) => events.push(event), ...(refresh ? { refresh: true } : {}) }));
   } catch (thrown) {
     const error = translateAutomationError(thrown);
     if (!(error instanceof PulumiCommandFailure)) throw error;

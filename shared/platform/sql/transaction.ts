@@ -6,7 +6,8 @@ import { AppError, ensureError } from '../errors/app-error';
  * them in this order, so no two of them can wait for each other (a deadlock):
  *
  *   1. definitions: capacity pools, editions, tenants (administration only; pool rows by id)
- *   2. provisioning stacks and runs (stack lock rows by stack name, then run rows)
+ *   2. provisioning stacks and runs (stack lock rows by stack name, then run rows); inventory environments (one
+ *      environment row, then its proposals): no transaction holds rows of both modules
  *   3. capacity leases (one lease, or a sweep batch in expiry order)
  *   4. capacity slots, in (scope, slot) order; grants claim them with SKIP LOCKED / READPAST and never wait
  *   5. the outbox and the inbox (inserts only)

@@ -1,0 +1,85 @@
+import { z } from 'zod';
+import { endpoint, parseQuery } from '../http/endpoint';
+import { moduleApp } from '../app';
+
+/** The caller's tenant's environments: desired release, last run, drift status (unknown when stale or overdue). */
+export const listEnvironments = endpoint({ scope: 'factory.runtime.read' }, async ({ deps, tenants }) => {
+  return { status: 200, jsonBody: { items: await deps.inventory.listEnvironments(tenants()) } };
+});
+
+export const getEnvironment = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  return { status: 200, jsonBody: await deps.inventory.getEnvironment(tenants(), request.params.id ?? '') };
+});
+
+/** The observed inventory (Table storage) of an environment, with the environment's drift status and times. */
+export const getInventory = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  return { status: 200, jsonBody: await deps.inventory.inventory(tenants(), request.params.id ?? '') };
+});
+
+/** The last observation's findings grouped by resource, the ignored ones with their rules, and the newest scans. */
+export const getDrift = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  return { status: 200, jsonBody: await deps.inventory.drift(tenants(), request.params.id ?? '') };
+});
+
+/** Scans the environment now: 200 with the scan record (completed, failed or skipped, with why). */
+export const scanEnvironment = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, tenants, principal }) => {
+  const environment = await deps.inventory.getEnvironment(tenants(), request.params.id ?? '');
+  return { status: 200, jsonBody: await deps.inventory.scan(environment.id, { kind: 'manual', by: principal.subject }) };
+});
+
+/**
+ * Pauses or resumes the environment's scheduled scans, recorded with who and why. A paused environment's timer
+ * scans are recorded as skipped with that reason, and its drift status turns unknown once it is overdue.
+ * Changing this body is a breaking change for operators' scripts.
+ */
+const scanningBody = z.object({ enabled: z.boolean(), reason: z.string().min(1).max(2000) });
+
+export const setScanning = endpoint({ scope: 'factory.provisioning.operate', body: scanningBody }, async ({ request, deps, tenants, principal, body }) => {
+  return { status: 200, jsonBody: await deps.inventory.setScanning(tenants(), request.params.id ?? '', { enabled: body.enabled, by: principal.subject, reason: body.reason }) };
+});
+
+const rulesQuery = z.object({ includeDeleted: z.enum(['true', 'false']).default('false'), tenant: z.string().optional() });
+
+export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  const q = parseQuery(request, rulesQuery);
+  return { status: 200, jsonBody: { items: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', q.includeDeleted === 'true') } };
+});
+
+/**
+ * A recorded ignore rule (drift.ts `IgnoreRule`): a scope (a resource type or one urn), a property path, why, whose,
+ * until when, and whether it also holds on apply. Changing this body is a breaking change.
+ */
+const ignoreRuleBody = z
+  .object({
+    scope: z.union([z.object({ type: z.string().min(1).max(200) }).strict(), z.object({ urn: z.string().min(1).max(1000) }).strict()]),
+    path: z.string().min(1).max(500),
+    reason: z.string().min(1).max(2000),
+    owner: z.string().min(1).max(200),
+    expiresAt: z.iso.datetime({ offset: true }),
+    holdsOnApply: z.boolean(),
+  })
+  .strict();
+
+export const addIgnoreRule = endpoint({ scope: 'factory.provisioning.operate', body: ignoreRuleBody }, async ({ request, deps, tenants, principal, body }) => {
+  const rule = await deps.inventory.addIgnoreRule(tenants(), request.params.id ?? '', { ...body, expiresAt: new Date(body.expiresAt).toISOString() }, principal.subject);
+  return { status: 201, headers: { location: `/runtime-cloud/environments/${encodeURIComponent(request.params.id ?? '')}/ignore-rules/${rule.id}` }, jsonBody: rule };
+});
+
+/** Deletes a rule: it stops applying; it stays listed with `?includeDeleted=true`, with who deleted it. */
+export const deleteIgnoreRule = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, tenants, principal }) => {
+  await deps.inventory.deleteIgnoreRule(tenants(), request.params.id ?? '', request.params.ruleId ?? '', principal.subject);
+  return { status: 204 };
+});
+
+const app = moduleApp('inventory');
+const route = (name: string, path: string, methods: ('GET' | 'POST' | 'PUT' | 'DELETE')[], handler: ReturnType<typeof endpoint>) =>
+  app.http(name, { route: `runtime-cloud/environments${path}`, methods, authLevel: 'anonymous', handler });
+route('listEnvironments', '', ['GET'], listEnvironments);
+route('getEnvironment', '/{id}', ['GET'], getEnvironment);
+route('getInventory', '/{id}/inventory', ['GET'], getInventory);
+route('getDrift', '/{id}/drift', ['GET'], getDrift);
+route('scanEnvironment', '/{id}/scan', ['POST'], scanEnvironment);
+route('setScanning', '/{id}/scanning', ['PUT'], setScanning);
+route('listIgnoreRules', '/{id}/ignore-rules', ['GET'], listIgnoreRules);
+route('addIgnoreRule', '/{id}/ignore-rules', ['POST'], addIgnoreRule);
+route('deleteIgnoreRule', '/{id}/ignore-rules/{ruleId}', ['DELETE'], deleteIgnoreRule);

@@ -1,0 +1,68 @@
+import type { InvocationContext } from '@azure/functions';
+import { cloudEventSchema, EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import { ensureError } from '../../shared/platform/errors/app-error';
+import { getDeps } from '../runtime';
+import { moduleApp } from '../app';
+
+/**
+ * Inventory's subscription to the events topic. In Azure it carries a rule that lets only `SpecificationApplied`,
+ * `ProvisioningApplied` and `ProvisioningFailed` through; the local host's embedded subscription takes every event,
+ * so the handler reads the type and ignores the others.
+ */
+export const INVENTORY_SUBSCRIPTION = 'inventory';
+
+/**
+ * `SpecificationApplied` records the environment's desired state and scans it at once (so an apply shows in sync
+ * or drifted without waiting for the timer); a run's terminal event records the environment's last run. A message
+ * that is not a CloudEvent, or a `SpecificationApplied` without a readable desired state, is logged with the reason
+ * and completed: delivering it again could not make it readable. A store fault throws, so the message is delivered
+ * again and dead-lettered after the max delivery count.
+ */
+export async function inventoryIntake(message: unknown, context: InvocationContext): Promise<void> {
+  const deps = await getDeps();
+  let body = message;
+  if (typeof body === 'string' || body instanceof Uint8Array) {
+    try {
+      body = JSON.parse(typeof body === 'string' ? body : new TextDecoder().decode(body)) as unknown;
+    } catch {
+      context.warn('inventory: a message of the events topic is not JSON; ignored');
+      return;
+    }
+  }
+  const event = cloudEventSchema.safeParse(body);
+  if (!event.success) {
+    context.warn(`inventory: a message of the events topic is not a CloudEvent (${event.error.issues[0]?.message ?? ''}); ignored`);
+    return;
+  }
+  switch (event.data.type) {
+    case 'SpecificationApplied': {
+      const recorded = await deps.inventory.recordSpecification(event.data);
+      if (recorded.outcome === 'invalid') {
+        context.warn(`inventory: SpecificationApplied ${event.data.id} has no readable desired state: ${recorded.reason}`);
+        return;
+      }
+      if (recorded.outcome === 'outdated') return;
+      try {
+        const scan = await deps.inventory.scan(recorded.environmentId, { kind: 'applied' });
+        context.log(`inventory: environment ${recorded.environmentId} scanned after its apply: ${scan.outcome}${scan.driftStatus ? ` (${scan.driftStatus})` : ''}`);
+      } catch (thrown) {
+        // The desired state is recorded and the environment is due: the timer scans it.
+        context.warn(`inventory: environment ${recorded.environmentId} could not be scanned after its apply: ${ensureError(thrown).message}`);
+      }
+      return;
+    }
+    case 'ProvisioningApplied':
+    case 'ProvisioningFailed':
+      await deps.inventory.recordRunOutcome(event.data.data);
+      return;
+    default:
+      return;
+  }
+}
+
+moduleApp('inventory').serviceBusTopic('inventoryIntake', {
+  topicName: EVENTS_TOPIC,
+  subscriptionName: INVENTORY_SUBSCRIPTION,
+  connection: 'ServiceBusConnection',
+  handler: inventoryIntake,
+});

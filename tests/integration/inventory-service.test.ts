@@ -1,0 +1,185 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import { ManualClock } from '../../shared/platform/time/clock';
+import type { InventoryService } from '../../shared/inventory/inventory.service';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { applyToCloud, inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
+
+const ALL = { kind: 'all' } as const;
+const RESOURCES: readonly TestResource[] = [
+  { name: 'assets', type: 'local:storage:Bucket', properties: { name: 'demo-assets', versioning: true } },
+  { name: 'api', type: 'local:compute:Service', properties: { name: 'demo-api', size: 'small', env: { DB_PASSWORD: { secretRef: 'broker://demo/db' } } } },
+];
+// What the apply put in the cloud: the secret reference resolved to its value.
+const SECRET = 's3cr3t-value-never-stored';
+const resolved = (r: TestResource) => (r.name === 'api' ? { ...r.properties, env: { DB_PASSWORD: SECRET } } : r.properties);
+
+describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
+  let server: RunningTableServer;
+  let database: TestDatabase;
+  let clock: ManualClock;
+  let inventory: InventoryService;
+  let cloud: LocalCloud;
+  let environmentCount = 0;
+
+  beforeAll(async () => {
+    if (skipDialect(dialect)) return;
+    server = await startTableServer();
+    database = await createTestDatabase(dialect);
+    clock = new ManualClock('2026-06-01T00:00:00Z');
+    ({ inventory, cloud } = inventoryOver(database.store, server.connectionString, clock));
+  });
+  afterAll(async () => {
+    await database?.drop();
+    await server?.close();
+  });
+
+  /** A fresh environment with the resources applied and its desired state recorded. */
+  async function appliedEnvironment(): Promise<{ id: string; stack: string }> {
+    const id = `env-${dialect}-${++environmentCount}`;
+    const stack = `stack-${id}`;
+    await applyToCloud(cloud, stack, RESOURCES, resolved);
+    const recorded = await inventory.recordSpecification({ id: `event-${id}`, time: clock.now().toISOString(), data: specificationApplied({ id, stack }, RESOURCES) });
+    expect(recorded).toEqual({ outcome: 'recorded', environmentId: id });
+    return { id, stack };
+  }
+
+  const resourceId = async (stack: string, name: string) => (await cloud.listStack('local', stack)).find((r) => r.urn.endsWith(`::${name}`))!.id;
+
+  it.skipIf(skipDialect(dialect))('when an applied environment is scanned, then it is in sync and its inventory holds its resources without the secret', async () => {
+    const { id } = await appliedEnvironment();
+    expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
+    const scan = await inventory.scan(id, { kind: 'manual', by: 'op-1' });
+    expect(scan).toMatchObject({ outcome: 'completed', resources: 2, findings: 0, driftStatus: 'in-sync', written: 2, deleted: 0 });
+    const view = await inventory.inventory(ALL, id);
+    expect(view.environment.drift).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
+    expect(view.resources.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:storage:Bucket']);
+    const api = view.resources.find((r) => r.type === 'local:compute:Service')!;
+    expect(api.properties).toEqual({ name: 'demo-api', size: 'small', env: { DB_PASSWORD: { secretRef: 'broker://demo/db' } } });
+    expect(JSON.stringify(view)).not.toContain(SECRET);
+    // An unchanged observation writes no rows.
+    expect(await inventory.scan(id, { kind: 'timer' })).toMatchObject({ outcome: 'completed', written: 0, deleted: 0 });
+  });
+
+  it.skipIf(skipDialect(dialect))('when a property is tampered with, then the environment is drifted with one proposal that a rescan keeps, and drift gone resolves it', async () => {
+    const { id, stack } = await appliedEnvironment();
+    await inventory.scan(id, { kind: 'timer' });
+    await cloud.update('local', await resourceId(stack, 'assets'), { name: 'demo-assets', versioning: false });
+
+    const first = await inventory.scan(id, { kind: 'timer' });
+    expect(first).toMatchObject({ outcome: 'completed', findings: 1, driftStatus: 'drifted' });
+    const drift = await inventory.drift(ALL, id);
+    expect(drift.environment.drift.status).toBe('drifted');
+    expect(drift.findings).toEqual([
+      {
+        urn: urnOf(stack, RESOURCES[0]!),
+        type: 'local:storage:Bucket',
+        severity: 'medium',
+        findings: [{ kind: 'modified', severity: 'medium', urn: urnOf(stack, RESOURCES[0]!), type: 'local:storage:Bucket', path: ['versioning'], desired: true, observed: false }],
+      },
+    ]);
+    const [proposal] = await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 });
+    expect(proposal).toMatchObject({ status: 'open', plan: { steps: [{ urn: urnOf(stack, RESOURCES[0]!), op: 'update', paths: ['versioning'] }], leftAlone: [] } });
+    expect(drift.openProposalId).toBe(proposal!.id);
+
+    clock.advance(60_000);
+    await inventory.scan(id, { kind: 'manual', by: 'op-1' });
+    const proposals = await inventory.listProposals(ALL, { environment: id, limit: 10 });
+    expect(proposals).toHaveLength(1);
+    expect(proposals[0]).toMatchObject({ id: proposal!.id, status: 'open', lastSeenAt: clock.now().toISOString(), createdAt: proposal!.createdAt });
+
+    // Different findings supersede the open proposal with a pointer to the new one.
+    await cloud.delete('local', await resourceId(stack, 'api'));
+    await inventory.scan(id, { kind: 'timer' });
+    const after = await inventory.listProposals(ALL, { environment: id, limit: 10 });
+    const open = after.find((p) => p.status === 'open')!;
+    expect(after.find((p) => p.id === proposal!.id)).toMatchObject({ status: 'superseded', supersededBy: open.id });
+    expect(open.findings.map((g) => [g.severity, g.findings.map((f) => f.kind)])).toEqual([
+      ['high', ['missing']],
+      ['medium', ['modified']],
+    ]);
+
+    // Drift gone: resolved on its own, and the environment is in sync.
+    await cloud.update('local', await resourceId(stack, 'assets'), { name: 'demo-assets', versioning: true });
+    await applyToCloud(cloud, stack, [RESOURCES[1]!], resolved);
+    expect(await inventory.scan(id, { kind: 'timer' })).toMatchObject({ driftStatus: 'in-sync' });
+    expect((await inventory.getProposal(ALL, open.id)).status).toBe('resolved');
+    expect(await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 })).toEqual([]);
+  });
+
+  it.skipIf(skipDialect(dialect))('when the target is unreachable, then the status is unknown and stale with its times, and in sync again once it answers', async () => {
+    const { id } = await appliedEnvironment();
+    await inventory.scan(id, { kind: 'timer' });
+    const observedAt = clock.now().toISOString();
+    clock.advance(60_000);
+    await cloud.setReachable('local', false);
+    try {
+      const failed = await inventory.scan(id, { kind: 'timer' });
+      expect(failed).toMatchObject({ outcome: 'failed' });
+      expect(failed.reason).toContain('INVENTORY.TARGET_UNREACHABLE');
+      const staleSince = clock.now().toISOString();
+      clock.advance(60_000);
+      await inventory.scan(id, { kind: 'timer' });
+      expect((await inventory.getEnvironment(ALL, id)).drift).toMatchObject({ status: 'unknown', stale: true, lastObservedAt: observedAt, staleSince });
+    } finally {
+      await cloud.setReachable('local', true);
+    }
+    clock.advance(1_000);
+    await inventory.scan(id, { kind: 'timer' });
+    const drift = (await inventory.getEnvironment(ALL, id)).drift;
+    expect(drift).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
+    expect(drift.staleSince).toBeUndefined();
+    const scans = (await inventory.drift(ALL, id)).scans;
+    expect(scans.map((s) => s.outcome)).toEqual(['completed', 'failed', 'failed', 'completed']);
+  });
+
+  it.skipIf(skipDialect(dialect))('when an unmanaged resource appears and an ignore rule covers a change, then the resource is found and the change is listed as ignored by the rule', async () => {
+    const { id, stack } = await appliedEnvironment();
+    await cloud.create('local', { urn: `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`, type: 'local:compute:Service', properties: { name: 'debug' } });
+    await cloud.update('local', await resourceId(stack, 'api'), { name: 'demo-api', size: 'large', env: { DB_PASSWORD: SECRET } });
+    const rule = await inventory.addIgnoreRule(ALL, id, { scope: { type: 'local:compute:Service' }, path: 'size', reason: 'autoscaler', owner: 'platform', expiresAt: '2026-07-01T00:00:00.000Z', holdsOnApply: true }, 'op-1');
+    expect(rule).toMatchObject({ createdBy: 'op-1', holdsOnApply: true });
+
+    await inventory.scan(id, { kind: 'timer' });
+    const drift = await inventory.drift(ALL, id);
+    expect(drift.findings.flatMap((g) => g.findings.map((f) => [f.kind, f.urn]))).toEqual([['unmanaged', `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`]]);
+    expect(drift.ignored).toEqual([expect.objectContaining({ kind: 'modified', path: ['size'], desired: 'small', observed: 'large', ignoredBy: [rule.id], holdsOnApply: true })]);
+    const [proposal] = await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 1 });
+    expect(proposal!.plan).toMatchObject({ steps: [], leftAlone: [`urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`], keptByRules: [{ path: 'size', ruleIds: [rule.id] }] });
+
+    // Past its expiry the rule applies to nothing: the change is a finding again, and the rule is named as expired.
+    clock.set('2026-07-02T00:00:00Z');
+    await inventory.scan(id, { kind: 'timer' });
+    const later = await inventory.drift(ALL, id);
+    expect(later.expiredRules).toEqual([rule.id]);
+    expect(later.findings.flatMap((g) => g.findings.map((f) => f.kind)).sort()).toEqual(['modified', 'unmanaged']);
+    clock.set('2026-06-01T00:00:00Z');
+  });
+
+  it.skipIf(skipDialect(dialect))('when scans are paused or the stack is applying, then the skip is recorded with why, and an environment not scanned for twice its interval is unknown', async () => {
+    const { id } = await appliedEnvironment();
+    await inventory.scan(id, { kind: 'timer' });
+    await inventory.setScanning(ALL, id, { enabled: false, by: 'op-2', reason: 'maintenance window' });
+    const skipped = await inventory.scan(id, { kind: 'timer' });
+    expect(skipped).toMatchObject({ outcome: 'skipped', reason: 'scans are paused by op-2: maintenance window' });
+
+    clock.advance(2 * 300_000 + 1);
+    const view = await inventory.getEnvironment(ALL, id);
+    expect(view.drift.status).toBe('unknown');
+    expect(view.drift.reason).toContain('scans are paused by op-2');
+    expect(view.scanning.paused).toMatchObject({ by: 'op-2', reason: 'maintenance window' });
+    await inventory.setScanning(ALL, id, { enabled: true, by: 'op-2', reason: 'done' });
+
+    const busy = inventoryOver(database.store, server.connectionString, clock, { applyingRun: async () => 'run-42' }).inventory;
+    expect(await busy.scan(id, { kind: 'timer' })).toMatchObject({ outcome: 'skipped', reason: 'the environment is busy applying (run run-42)' });
+    expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
+  });
+
+  it.skipIf(skipDialect(dialect))('when a tenant reads, then only its environments and proposals are shown', async () => {
+    const { id } = await appliedEnvironment();
+    expect((await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-a' })).map((e) => e.id)).toContain(id);
+    expect(await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-b' })).toEqual([]);
+    await expect(inventory.getEnvironment({ kind: 'one', tenant: 'tenant-b' }, id)).rejects.toMatchObject({ code: 'INVENTORY.ENVIRONMENT_NOT_FOUND' });
+  });
+});

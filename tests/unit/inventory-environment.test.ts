@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import { diffResources } from '../../shared/inventory/drift';
+import { desiredStateOf, driftStatusAt, observedForInventory, reconciliationPlan } from '../../shared/inventory/environment';
+
+const base = {
+  runId: 'run-1',
+  tenantId: 'tenant-a',
+  environment: { id: 'env-1', name: 'development', tier: 'development' },
+  release: { name: 'app', version: '1.0.0' },
+  stack: 'dev',
+};
+
+describe('inventory environment model', () => {
+  it('when a SpecificationApplied is read, then deleted resources are left out and the project ignoreChanges become rules', () => {
+    const read = desiredStateOf({
+      ...base,
+      resources: [
+        { urn: 'u:a', type: 't:A', op: 'create', properties: { size: 1 }, ignoreChanges: ['replicas', 'rules[0].port'] },
+        { urn: 'u:b', type: 't:B', op: 'delete' },
+      ],
+    });
+    if (!('ok' in read)) throw new Error(read.problems.join());
+    expect(read.ok.resources).toEqual({ 'u:a': { type: 't:A', properties: { size: 1 } } });
+    expect(read.ok.projectRules.map((r) => [r.id, r.path, r.holdsOnApply])).toEqual([
+      ['project:u:a:replicas', 'replicas', true],
+      ['project:u:a:rules[0].port', 'rules.0.port', true],
+    ]);
+    expect(desiredStateOf({ ...base, environment: { id: 'e' } })).toEqual({ problems: expect.arrayContaining([expect.stringContaining('environment.name')]) });
+  });
+
+  it('when the desired value is a secret reference, then the observed value is replaced by it and not compared', () => {
+    const desired = { 'u:a': { type: 't', properties: { env: { PASSWORD: { secretRef: 'broker://x' }, MODE: 'a' } } } };
+    const observed = observedForInventory(desired, [{ urn: 'u:a', type: 't', id: '1', properties: { env: { PASSWORD: 'hunter2', MODE: 'b' } } }]);
+    expect(JSON.stringify(observed)).not.toContain('hunter2');
+    const report = diffResources(desired, observed, [], new Date());
+    expect(report.findings.map((f) => (f.kind === 'modified' ? f.path : f.kind))).toEqual([['env', 'MODE']]);
+  });
+
+  it('when checks are stale, overdue, never made or older than the desired state, then the status is unknown with the reason', () => {
+    const fresh = { intervalMs: 60_000, desiredAt: 1_000, lastObservedAt: 2_000, lastScanAt: 2_000, observedStatus: 'in-sync' as const };
+    expect(driftStatusAt(fresh, 2_000 + 120_000).status).toBe('in-sync');
+    expect(driftStatusAt(fresh, 2_000 + 120_001)).toMatchObject({ status: 'unknown', stale: false, reason: expect.stringContaining('twice the scan interval') });
+    expect(driftStatusAt({ ...fresh, staleSince: 3_000, staleReason: 'down' }, 4_000)).toMatchObject({ status: 'unknown', stale: true, staleSince: new Date(3_000).toISOString() });
+    expect(driftStatusAt({ ...fresh, desiredAt: 5_000 }, 6_000)).toMatchObject({ status: 'unknown', reason: expect.stringContaining('desired state changed') });
+    expect(driftStatusAt({ intervalMs: 60_000, desiredAt: 1_000 }, 2_000)).toMatchObject({ status: 'unknown', reason: 'not observed yet' });
+  });
+
+  it('when findings are planned, then missing is created, replaced replaced, modified updated at its paths and unmanaged left alone', () => {
+    const desired = {
+      'u:gone': { type: 't', properties: {} },
+      'u:retyped': { type: 't', properties: {} },
+      'u:changed': { type: 't', properties: { a: 1, b: 2 } },
+    };
+    const observed = { 'u:retyped': { type: 'other', properties: {} }, 'u:changed': { type: 't', properties: { a: 9, b: 8 } }, 'u:extra': { type: 't', properties: {} } };
+    const rules = [{ id: 'r1', scope: { urn: 'u:changed' }, path: 'b', reason: 'x', owner: 'o', expiresAt: '2099-01-01T00:00:00Z', holdsOnApply: true }];
+    const plan = reconciliationPlan(diffResources(desired, observed, rules, new Date('2026-01-01T00:00:00Z')));
+    expect(plan).toEqual({
+      steps: [
+        { urn: 'u:gone', type: 't', op: 'create' },
+        { urn: 'u:retyped', type: 't', op: 'replace' },
+        { urn: 'u:changed', type: 't', op: 'update', paths: ['a'] },
+      ],
+      leftAlone: ['u:extra'],
+      keptByRules: [{ urn: 'u:changed', path: 'b', ruleIds: ['r1'] }],
+    });
+  });
+});

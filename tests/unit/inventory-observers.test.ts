@@ -1,0 +1,513 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { ResourceManagementClient } from '@azure/arm-resources';
+import { createHttpHeaders, RestError, type HttpClient, type PipelineRequest, type PipelineResponse } from '@azure/core-rest-pipeline';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { armResourceToObserved, createArmObserver, resourceCarriesTags, type ArmGenericResource } from '../../shared/inventory/arm-observer.adapter';
+import {
+  createKubernetesObserver,
+  kubernetesObjectToObserved,
+  type KubernetesKind,
+  type KubernetesObject,
+  type KubernetesSdk,
+} from '../../shared/inventory/kubernetes-observer.adapter';
+import type { ObservationScope, Observer } from '../../shared/inventory/observer';
+import { refusal } from '../support/refusal';
+
+/**
+ * The Azure and Kubernetes observers on RECORDED responses: Azure and a cluster cannot be reached from a test run.
+ * The SDKs themselves run (paging, deserialization, their errors); only the transport is replaced: ARM's HTTP client
+ * answers from tests/fixtures/arm, a local HTTP server plays the Kubernetes API from tests/fixtures/kubernetes.
+ */
+
+const FIXTURES = join(__dirname, '..', 'fixtures');
+function fixture<T = unknown>(path: string): T {
+  return JSON.parse(readFileSync(join(FIXTURES, path), 'utf8')) as T;
+}
+
+interface ArmPage {
+  readonly value: ArmGenericResource[];
+  readonly nextLink?: string;
+}
+interface RecordedError {
+  readonly headers: Record<string, string>;
+  readonly body: unknown;
+}
+
+const SUBSCRIPTION = '6f1c2b7e-3d4a-4e8b-9a1f-2c5d7e9b0a13';
+const RESOURCE_GROUP = 'rg-rch-dev';
+const RG_ID = `/subscriptions/${SUBSCRIPTION}/resourceGroups/${RESOURCE_GROUP}/providers`;
+const ARM_PAGE_1 = fixture<ArmPage>('arm/list-by-resource-group.page-1.json');
+const ARM_PAGE_2 = fixture<ArmPage>('arm/list-by-resource-group.page-2.json');
+const ARM_ERRORS = fixture<Record<string, RecordedError>>('arm/list-by-resource-group.errors.json');
+
+function armScope(tags?: Record<string, string>): ObservationScope {
+  return { environmentId: 'env-dev', stack: 'dev', target: 'local', azure: { subscriptionId: SUBSCRIPTION, resourceGroup: RESOURCE_GROUP, ...(tags ? { tags } : {}) } };
+}
+
+const live = () => ({ signal: new AbortController().signal });
+
+describe('ARM observer: mapping a listed resource', () => {
+  it('when a resource carries the urn tag, then its urn is the tag, its type the ARM type, and location, sku, kind and tags are its properties', () => {
+    const functionApp = ARM_PAGE_1.value[1]!;
+    expect(armResourceToObserved(functionApp)).toEqual({
+      urn: 'urn:pulumi:dev::rch-app::azure-native:web:WebApp::functions',
+      type: 'Microsoft.Web/sites',
+      id: `${RG_ID}/Microsoft.Web/sites/func-rch-dev`,
+      // Not identity, name, createdTime, changedTime or provisioningState: they are not in the mapped set.
+      properties: {
+        location: 'westeurope',
+        kind: 'functionapp,linux',
+        tags: { 'runtime-cloud-environment': 'dev', 'runtime-cloud-urn': 'urn:pulumi:dev::rch-app::azure-native:web:WebApp::functions' },
+      },
+    });
+    expect(armResourceToObserved(ARM_PAGE_1.value[0]!).properties.sku).toEqual({ name: 'Y1', tier: 'Dynamic', size: 'Y1', family: 'Y', capacity: 0 });
+  });
+
+  it('when a resource has no urn tag, then its urn is arm: and its id lower-cased, and an absent tags member stays absent', () => {
+    const alertRule = ARM_PAGE_2.value[0]!;
+    const observed = armResourceToObserved(alertRule);
+    expect(observed.urn).toBe(`arm:${RG_ID.toLowerCase()}/microsoft.alertsmanagement/smartdetectoralertrules/failure anomalies - appi-rch-dev`);
+    expect(observed.id).toBe(alertRule.id);
+    expect(observed.type).toBe('microsoft.alertsmanagement/smartDetectorAlertRules');
+    expect(observed.properties).toEqual({ location: 'global' });
+  });
+
+  it('when the SDK gives dates and undefined members, then properties hold JSON only: ISO strings, undefined dropped', () => {
+    const resource = {
+      id: `${RG_ID}/Microsoft.Web/sites/x`,
+      type: 'Microsoft.Web/sites',
+      location: 'westeurope',
+      kind: undefined,
+      properties: { enabled: true, lastModifiedTimeUtc: new Date('2026-03-02T16:40:11.008Z'), hostNames: ['x.azurewebsites.net'], outboundVnetRouting: undefined },
+    };
+    expect(armResourceToObserved(resource).properties).toEqual({
+      location: 'westeurope',
+      properties: { enabled: true, lastModifiedTimeUtc: '2026-03-02T16:40:11.008Z', hostNames: ['x.azurewebsites.net'] },
+    });
+  });
+
+  it('when the urn tag name is cased differently, then it is still the urn (ARM tag names are case-insensitive)', () => {
+    expect(armResourceToObserved({ id: '/s/x', type: 'T/x', tags: { 'Runtime-Cloud-Urn': 'urn:pulumi:dev::p::t::x' } }).urn).toBe('urn:pulumi:dev::p::t::x');
+  });
+
+  it('when tags are required, then a resource needs every one with its exact value, the names compared case-insensitively', () => {
+    const tags = { 'runtime-cloud-environment': 'dev', team: 'platform' };
+    expect(resourceCarriesTags({ tags: { 'Runtime-Cloud-Environment': 'dev', TEAM: 'platform', other: 'x' } }, tags)).toBe(true);
+    expect(resourceCarriesTags({ tags: { 'runtime-cloud-environment': 'dev' } }, tags)).toBe(false);
+    expect(resourceCarriesTags({ tags: { 'runtime-cloud-environment': 'Dev', team: 'platform' } }, tags)).toBe(false);
+    expect(resourceCarriesTags({}, tags)).toBe(false);
+    expect(resourceCarriesTags({}, {})).toBe(true);
+  });
+});
+
+/** An ARM transport that answers from recorded responses and records what was asked. */
+function recordedArm(answer: (url: URL, request: PipelineRequest) => PipelineResponse | Promise<PipelineResponse>) {
+  const requests: URL[] = [];
+  const httpClient: HttpClient = {
+    async sendRequest(request) {
+      const url = new URL(request.url);
+      requests.push(url);
+      return answer(url, request);
+    },
+  };
+  return { httpClient, requests };
+}
+
+function respond(request: PipelineRequest, status: number, body: unknown, headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' }): PipelineResponse {
+  return { request, status, headers: createHttpHeaders(headers), bodyAsText: JSON.stringify(body) };
+}
+
+/** Page 1 for the first request, page 2 for the nextLink (it carries a $skiptoken), or `page2` when given. */
+function pages(page2?: (request: PipelineRequest) => PipelineResponse) {
+  return (url: URL, request: PipelineRequest) =>
+    url.searchParams.has('$skiptoken') ? (page2 ?? ((r) => respond(r, 200, ARM_PAGE_2)))(request) : respond(request, 200, ARM_PAGE_1);
+}
+
+function armObserver(transport: HttpClient, credential = { getToken: async () => ({ token: 'recorded', expiresOnTimestamp: Date.now() + 3_600_000 }) }): Observer {
+  // No retries: a recorded 429 or 503 is answered as the last attempt would be.
+  return createArmObserver({ client: (subscriptionId) => new ResourceManagementClient(credential, subscriptionId, { httpClient: transport, retryOptions: { maxRetries: 0 } }) });
+}
+
+describe('ARM observer: listing a resource group (the SDK on recorded responses)', () => {
+  it('when the listing has two pages, then both are read, the second by its nextLink, with createdTime, changedTime and provisioningState expanded', async () => {
+    const { httpClient, requests } = recordedArm(pages());
+    const observed = await armObserver(httpClient).observe(armScope(), live());
+
+    expect(observed.map((r) => r.id.split('/').pop())).toEqual([
+      'asp-rch-dev',
+      'func-rch-dev',
+      'strchdev01',
+      'appi-rch-dev',
+      'Failure Anomalies - appi-rch-dev',
+      'sb-rch-dev',
+      'id-rch-staging',
+    ]);
+    expect(observed).toEqual([...ARM_PAGE_1.value, ...ARM_PAGE_2.value].map(armResourceToObserved));
+    expect(requests).toHaveLength(2);
+    expect(requests[0]!.pathname).toBe(`/subscriptions/${SUBSCRIPTION}/resourceGroups/${RESOURCE_GROUP}/resources`);
+    expect(requests[0]!.searchParams.get('$expand')).toBe('createdTime,changedTime,provisioningState');
+    expect(requests[0]!.searchParams.has('$filter')).toBe(false);
+    expect(requests[1]!.href).toBe(ARM_PAGE_1.nextLink);
+  });
+
+  it('when the scope names tags, then only resources carrying all of them are observed, on every page', async () => {
+    const { httpClient } = recordedArm(pages());
+    const observed = await armObserver(httpClient).observe(armScope({ 'runtime-cloud-environment': 'dev' }), live());
+    // Not the untagged alert rule, nor the identity tagged for staging; the Service Bus namespace's tag name is cased differently.
+    expect(observed.map((r) => r.urn)).toEqual([
+      'urn:pulumi:dev::rch-app::azure-native:web:AppServicePlan::plan',
+      'urn:pulumi:dev::rch-app::azure-native:web:WebApp::functions',
+      'urn:pulumi:dev::rch-app::azure-native:storage:StorageAccount::state',
+      `arm:${RG_ID.toLowerCase()}/microsoft.insights/components/appi-rch-dev`,
+      'urn:pulumi:dev::rch-app::azure-native:servicebus:Namespace::bus',
+    ]);
+  });
+
+  for (const status of ['401', '403', '404', '429', '500', '503']) {
+    it(`when ARM answers ${status}, then INVENTORY.TARGET_UNREACHABLE (unavailable) with the status and ARM's error code`, async () => {
+      const recorded = ARM_ERRORS[status]!;
+      const { httpClient } = recordedArm((_url, request) => respond(request, Number(status), recorded.body, recorded.headers));
+      const error = await refusal(armObserver(httpClient).observe(armScope(), live()));
+      expect(error).toMatchObject({
+        code: 'INVENTORY.TARGET_UNREACHABLE',
+        kind: 'unavailable',
+        details: {
+          observer: 'azure-resource-manager',
+          environmentId: 'env-dev',
+          subscriptionId: SUBSCRIPTION,
+          resourceGroup: RESOURCE_GROUP,
+          status: Number(status),
+          code: (recorded.body as { error: { code: string } }).error.code,
+        },
+      });
+      expect(error.message).toContain(RESOURCE_GROUP);
+    });
+  }
+
+  it('when the second page fails, then the observation fails: the first page is never returned alone', async () => {
+    const { httpClient, requests } = recordedArm(pages((request) => respond(request, 503, ARM_ERRORS['503']!.body, ARM_ERRORS['503']!.headers)));
+    expect(await refusal(armObserver(httpClient).observe(armScope(), live()))).toMatchObject({ code: 'INVENTORY.TARGET_UNREACHABLE', details: { status: 503 } });
+    expect(requests).toHaveLength(2);
+  });
+
+  it('when the network fails, then INVENTORY.TARGET_UNREACHABLE with the pipeline error code and no status', async () => {
+    const { httpClient } = recordedArm((_url, request) => {
+      // What the SDK's own HTTP client throws when the connection is refused.
+      throw new RestError('connect ECONNREFUSED 20.38.149.132:443', { code: RestError.REQUEST_SEND_ERROR, request });
+    });
+    const error = await refusal(armObserver(httpClient).observe(armScope(), live()));
+    expect(error).toMatchObject({ code: 'INVENTORY.TARGET_UNREACHABLE', kind: 'unavailable', details: { code: 'REQUEST_SEND_ERROR' } });
+    expect(error.details).not.toHaveProperty('status');
+  });
+
+  it('when no credential can sign in, then INVENTORY.TARGET_UNREACHABLE, and nothing is sent', async () => {
+    const { httpClient, requests } = recordedArm(pages());
+    const unavailable = Object.assign(new Error('DefaultAzureCredential failed to retrieve a token from the included credentials.'), { name: 'CredentialUnavailableError' });
+    const observer = armObserver(httpClient, { getToken: () => Promise.reject(unavailable) });
+    expect(await refusal(observer.observe(armScope(), live()))).toMatchObject({ code: 'INVENTORY.TARGET_UNREACHABLE', details: { error: 'CredentialUnavailableError' } });
+    expect(requests).toEqual([]);
+  });
+
+  it('when the signal aborts during a request, then the request is cancelled and the observation fails with INVENTORY.OBSERVE_TIMEOUT', async () => {
+    const controller = new AbortController();
+    let cancelled = false;
+    const { httpClient } = recordedArm(
+      (_url, request) =>
+        new Promise<PipelineResponse>((_resolve, reject) => {
+          request.abortSignal?.addEventListener('abort', () => {
+            cancelled = true;
+            reject(new Error('The operation was aborted.'));
+          });
+          controller.abort();
+        }),
+    );
+    expect(await refusal(armObserver(httpClient).observe(armScope(), { signal: controller.signal }))).toMatchObject({
+      code: 'INVENTORY.OBSERVE_TIMEOUT',
+      kind: 'unavailable',
+      details: { observer: 'azure-resource-manager', resourceGroup: RESOURCE_GROUP },
+    });
+    expect(cancelled).toBe(true);
+  });
+
+  it('when the signal has already aborted, then INVENTORY.OBSERVE_TIMEOUT and nothing is sent', async () => {
+    const { httpClient, requests } = recordedArm(pages());
+    expect(await refusal(armObserver(httpClient).observe(armScope(), { signal: AbortSignal.abort() }))).toMatchObject({ code: 'INVENTORY.OBSERVE_TIMEOUT' });
+    expect(requests).toEqual([]);
+  });
+
+  it('when the scope names no resource group, then a validation error, not an empty observation', async () => {
+    const { httpClient } = recordedArm(pages());
+    expect(await refusal(armObserver(httpClient).observe({ environmentId: 'env-dev', stack: 'dev', target: 'local' }, live()))).toMatchObject({
+      code: 'INVENTORY.SCOPE_INCOMPLETE',
+      kind: 'validation',
+    });
+  });
+
+  it('when one subscription is observed twice, then its client is made once', async () => {
+    const { httpClient } = recordedArm(pages());
+    const made: string[] = [];
+    const observer = createArmObserver({
+      client: (subscriptionId) => {
+        made.push(subscriptionId);
+        return new ResourceManagementClient({ getToken: async () => ({ token: 't', expiresOnTimestamp: Date.now() + 3_600_000 }) }, subscriptionId, { httpClient });
+      },
+    });
+    await observer.observe(armScope(), live());
+    await observer.observe(armScope(), live());
+    expect(made).toEqual([SUBSCRIPTION]);
+  });
+});
+
+interface KubernetesListFixture {
+  readonly items: KubernetesObject[];
+  readonly metadata: { readonly continue?: string };
+}
+
+const NAMESPACE = 'rch-dev';
+const DEPLOYMENTS_1 = fixture<KubernetesListFixture>('kubernetes/deployments.page-1.json');
+const DEPLOYMENTS_2 = fixture<KubernetesListFixture>('kubernetes/deployments.page-2.json');
+const STATEFULSETS = fixture<KubernetesListFixture>('kubernetes/statefulsets.json');
+const DAEMONSETS = fixture<KubernetesListFixture>('kubernetes/daemonsets.json');
+const SERVICES = fixture<KubernetesListFixture>('kubernetes/services.json');
+const FORBIDDEN = fixture('kubernetes/status-403-forbidden.json');
+
+describe('Kubernetes observer: mapping a listed object', () => {
+  it('when a Deployment carries the urn annotation, then its urn is the annotation and its properties are metadata (name, namespace, labels) and the spec', () => {
+    const api = DEPLOYMENTS_1.items[0]!;
+    const observed = kubernetesObjectToObserved('Deployment', api);
+    expect(observed.urn).toBe('urn:pulumi:dev::rch-k8s::kubernetes:apps/v1:Deployment::api');
+    expect(observed.type).toBe('kubernetes:apps/v1:Deployment');
+    expect(observed.id).toBe('rch-dev/api');
+    expect(observed.properties).toEqual({
+      metadata: { name: 'api', namespace: NAMESPACE, labels: { 'app.kubernetes.io/name': 'rch-api', 'app.kubernetes.io/part-of': 'rch', 'app.kubernetes.io/managed-by': 'pulumi' } },
+      spec: {
+        replicas: 2,
+        selector: { matchLabels: { 'app.kubernetes.io/name': 'rch-api' } },
+        template: {
+          // The server's `creationTimestamp: null` is gone; the labels stay.
+          metadata: { labels: { 'app.kubernetes.io/name': 'rch-api', 'app.kubernetes.io/part-of': 'rch' } },
+          spec: {
+            containers: [
+              {
+                name: 'rch-api',
+                image: 'crrchdev.azurecr.io/rch/api:1.14.2',
+                ports: [{ name: 'http', containerPort: 8080, protocol: 'TCP' }],
+                env: [{ name: 'ASPNETCORE_URLS', value: 'http://+:8080' }],
+                resources: { limits: { cpu: '250m', memory: '256Mi' }, requests: { cpu: '250m', memory: '256Mi' } },
+                terminationMessagePath: '/dev/termination-log',
+                terminationMessagePolicy: 'File',
+                imagePullPolicy: 'IfNotPresent',
+              },
+            ],
+            restartPolicy: 'Always',
+            terminationGracePeriodSeconds: 30,
+            dnsPolicy: 'ClusterFirst',
+            securityContext: {},
+            schedulerName: 'default-scheduler',
+          },
+        },
+        strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: '25%', maxSurge: '25%' } },
+        revisionHistoryLimit: 10,
+        progressDeadlineSeconds: 600,
+      },
+    });
+  });
+
+  it('when an object has no urn annotation, then its urn is k8s:<namespace>/<kind>/<name>', () => {
+    expect(kubernetesObjectToObserved('Deployment', DEPLOYMENTS_2.items[0]!).urn).toBe('k8s:rch-dev/Deployment/debug-shell');
+    expect(kubernetesObjectToObserved('Service', SERVICES.items[1]!)).toMatchObject({ urn: 'k8s:rch-dev/Service/redis', type: 'kubernetes:core/v1:Service', id: 'rch-dev/redis' });
+  });
+
+  it('when a StatefulSet embeds volume claim templates, then their status and the server metadata are dropped, and no status or bookkeeping is left anywhere', () => {
+    const observed = kubernetesObjectToObserved('StatefulSet', STATEFULSETS.items[0]!);
+    const spec = observed.properties.spec as { volumeClaimTemplates: unknown[]; serviceName: string };
+    expect(spec.serviceName).toBe('redis');
+    expect(spec.volumeClaimTemplates).toEqual([
+      {
+        kind: 'PersistentVolumeClaim',
+        apiVersion: 'v1',
+        metadata: { name: 'data' },
+        spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } }, storageClassName: 'managed-csi', volumeMode: 'Filesystem' },
+      },
+    ]);
+    const text = JSON.stringify(observed.properties);
+    for (const noise of ['"status"', 'managedFields', 'resourceVersion', '"uid"', 'creationTimestamp', '"generation"', 'annotations']) expect(text).not.toContain(noise);
+  });
+
+  it('when an item lacks its namespace, then the listed namespace is used', () => {
+    expect(kubernetesObjectToObserved('Service', { metadata: { name: 'x' }, spec: {} }, 'ns-1')).toMatchObject({ id: 'ns-1/x', urn: 'k8s:ns-1/Service/x' });
+  });
+});
+
+/** A stand-in for the Kubernetes API server that answers list requests from the recorded responses. */
+interface PlayedRequest {
+  readonly path: string;
+  readonly limit: string | null;
+  readonly continue: string | null;
+}
+
+describe('Kubernetes observer: listing namespaces (the SDK against a server playing recorded responses)', () => {
+  let server: Server;
+  let port: number;
+  let requests: PlayedRequest[];
+  /** Overrides the answer for a path (without query); undefined answers from the fixtures. */
+  let override: (req: IncomingMessage, res: ServerResponse, path: string) => boolean;
+
+  const LISTS: Record<string, KubernetesListFixture | undefined> = {
+    [`/apis/apps/v1/namespaces/${NAMESPACE}/statefulsets`]: STATEFULSETS,
+    [`/apis/apps/v1/namespaces/${NAMESPACE}/daemonsets`]: DAEMONSETS,
+    [`/api/v1/namespaces/${NAMESPACE}/services`]: SERVICES,
+  };
+
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      const url = new URL(req.url ?? '/', 'http://localhost');
+      requests.push({ path: url.pathname, limit: url.searchParams.get('limit'), continue: url.searchParams.get('continue') });
+      if (override(req, res, url.pathname)) return;
+      let body: unknown;
+      if (url.pathname === `/apis/apps/v1/namespaces/${NAMESPACE}/deployments`) {
+        body = url.searchParams.get('continue') === DEPLOYMENTS_1.metadata.continue ? DEPLOYMENTS_2 : DEPLOYMENTS_1;
+      } else {
+        // Another namespace: nothing of that kind there.
+        body = LISTS[url.pathname] ?? { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: '918273' }, items: [] };
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  beforeEach(() => {
+    requests = [];
+    override = () => false;
+  });
+
+  const kubeConfigFor = (serverPort: number) => (sdk: KubernetesSdk) => {
+    const config = new sdk.KubeConfig();
+    config.loadFromOptions({
+      clusters: [{ name: 'recorded', server: `http://127.0.0.1:${serverPort}`, skipTLSVerify: true }],
+      users: [{ name: 'observer', token: 'recorded' }],
+      contexts: [{ name: 'recorded', cluster: 'recorded', user: 'observer' }],
+      currentContext: 'recorded',
+    });
+    return config;
+  };
+  const scope = (namespaces: string[] = [NAMESPACE]): ObservationScope => ({ environmentId: 'env-dev', stack: 'dev', target: 'local', kubernetes: { namespaces } });
+
+  it('when a namespace is observed, then its Deployments (both pages), StatefulSets, DaemonSets and Services are mapped as the recorded items are', async () => {
+    const observed = await createKubernetesObserver({ kubeConfig: kubeConfigFor(port), pageSize: 2 }).observe(scope(), live());
+
+    const expected = (kind: KubernetesKind, list: KubernetesListFixture) => list.items.map((item) => kubernetesObjectToObserved(kind, item));
+    // The SDK's typed objects map exactly as the API server's JSON does.
+    expect(observed).toEqual([
+      ...expected('Deployment', DEPLOYMENTS_1),
+      ...expected('Deployment', DEPLOYMENTS_2),
+      ...expected('StatefulSet', STATEFULSETS),
+      ...expected('Service', SERVICES),
+    ]);
+    expect(observed.map((r) => r.id)).toEqual(['rch-dev/api', 'rch-dev/worker', 'rch-dev/debug-shell', 'rch-dev/redis', 'rch-dev/api', 'rch-dev/redis']);
+    const deployments = requests.filter((r) => r.path.endsWith('/deployments'));
+    expect(deployments).toEqual([
+      { path: `/apis/apps/v1/namespaces/${NAMESPACE}/deployments`, limit: '2', continue: null },
+      { path: `/apis/apps/v1/namespaces/${NAMESPACE}/deployments`, limit: '2', continue: DEPLOYMENTS_1.metadata.continue },
+    ]);
+  });
+
+  it('when two namespaces are observed, then every kind is listed in each', async () => {
+    await createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe(scope([NAMESPACE, 'rch-dev-jobs']), live());
+    expect(requests.map((r) => r.path).sort()).toEqual(
+      [NAMESPACE, 'rch-dev-jobs']
+        .flatMap((ns) => [`/apis/apps/v1/namespaces/${ns}/deployments`, `/apis/apps/v1/namespaces/${ns}/statefulsets`, `/apis/apps/v1/namespaces/${ns}/daemonsets`, `/api/v1/namespaces/${ns}/services`])
+        .concat(`/apis/apps/v1/namespaces/${NAMESPACE}/deployments`)
+        .sort(),
+    );
+  });
+
+  it('when the API server refuses a list (403), then INVENTORY.TARGET_UNREACHABLE with the status and the reason', async () => {
+    override = (_req, res, path) => {
+      if (!path.endsWith('/statefulsets')) return false;
+      res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify(FORBIDDEN));
+      return true;
+    };
+    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe(scope(), live()))).toMatchObject({
+      code: 'INVENTORY.TARGET_UNREACHABLE',
+      kind: 'unavailable',
+      details: { observer: 'kubernetes', environmentId: 'env-dev', namespaces: [NAMESPACE], status: 403, reason: 'Forbidden' },
+    });
+  });
+
+  it('when a continued page has expired (410), then the observation fails: the first page is never returned alone', async () => {
+    override = (_req, res, path) => {
+      if (!path.endsWith('/deployments') || requests.filter((r) => r.path.endsWith('/deployments')).length < 2) return false;
+      res.writeHead(410, { 'content-type': 'application/json' }).end(
+        JSON.stringify({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'The provided continue parameter is too old to display a consistent list result.', reason: 'Expired', code: 410 }),
+      );
+      return true;
+    };
+    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port), pageSize: 2 }).observe(scope(), live()))).toMatchObject({
+      code: 'INVENTORY.TARGET_UNREACHABLE',
+      details: { status: 410, reason: 'Expired' },
+    });
+  });
+
+  it('when the API server cannot be reached, then INVENTORY.TARGET_UNREACHABLE with the system error code', async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const closedPort = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+
+    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(closedPort) }).observe(scope(), live()))).toMatchObject({
+      code: 'INVENTORY.TARGET_UNREACHABLE',
+      kind: 'unavailable',
+      details: { code: 'ECONNREFUSED' },
+    });
+  });
+
+  it('when the signal aborts while requests are pending, then they are cancelled and the observation fails with INVENTORY.OBSERVE_TIMEOUT', async () => {
+    const controller = new AbortController();
+    const closedByClient: string[] = [];
+    override = (req, _res, path) => {
+      // Never answers; the client closing the connection shows the request was cancelled.
+      req.socket.once('close', () => closedByClient.push(path));
+      if (requests.length === 4) controller.abort();
+      return true;
+    };
+    const error = await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe(scope(), { signal: controller.signal }));
+    expect(error).toMatchObject({ code: 'INVENTORY.OBSERVE_TIMEOUT', kind: 'unavailable', details: { observer: 'kubernetes', namespaces: [NAMESPACE] } });
+    await expect.poll(() => closedByClient.length).toBe(4);
+  });
+
+  it('when the scope names no namespaces, then a validation error, and nothing is sent', async () => {
+    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe({ environmentId: 'env-dev', stack: 'dev', target: 'local' }, live()))).toMatchObject({
+      code: 'INVENTORY.SCOPE_INCOMPLETE',
+      kind: 'validation',
+    });
+    expect(requests).toEqual([]);
+  });
+});
+
+describe('observer adapters: start-up cost', () => {
+  it('when the adapter modules are loaded, then neither SDK is: a host observing the local cloud never pays for them', () => {
+    // A fresh process, because this one has loaded both SDKs for the tests above.
+    const adapters = ['arm-observer.adapter', 'kubernetes-observer.adapter', 'local-cloud-observer.adapter'].map((name) => join(__dirname, '../../shared/inventory', `${name}.ts`));
+    const script = `
+      for (const adapter of ${JSON.stringify(adapters)}) require(adapter);
+      // A dot stands for either path separator.
+      const sdks = () => Object.keys(require.cache).filter((k) => /node_modules.(@azure.(arm-resources|identity)|@kubernetes.client-node)./.test(k)).length;
+      const before = sdks();
+      require('@azure/arm-resources');
+      console.log(JSON.stringify({ before, after: sdks() }));`;
+    const output = execFileSync(process.execPath, ['--import', 'tsx', '-e', script], { cwd: join(__dirname, '../..'), encoding: 'utf8' });
+    const { before, after } = JSON.parse(output) as { before: number; after: number };
+    expect(before).toBe(0);
+    // The check sees an SDK once something loads it.
+    expect(after).toBeGreaterThan(0);
+  });
+});
