@@ -2,11 +2,9 @@ import { z } from 'zod';
 import { LEASE_STATES } from '../../shared/capacity/lease';
 import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { endpoint, parseQuery } from '../http/endpoint';
+import { endpoint, idempotencyKey, idempotencyKeyOf, parseQuery } from '../http/endpoint';
 import { leaseView, singleTenant } from './lease-view';
 import { moduleApp } from '../app';
-
-const idempotencyKey = z.string().min(1).max(200);
 
 /** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
 const acquireBody = z
@@ -23,14 +21,7 @@ const acquireBody = z
 
 /** Grants a capacity lease: 201 when new, 200 when the idempotency key names one already granted. */
 export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: acquireBody }, async ({ request, deps, tenants, body }) => {
-  const headerKey = request.headers.get('idempotency-key') ?? undefined;
-  if (headerKey !== undefined && body.idempotencyKey !== undefined && headerKey !== body.idempotencyKey) {
-    throw new AppError('REQUEST.IDEMPOTENCY_KEY_MISMATCH', 'validation', 'the Idempotency-Key header and body field differ');
-  }
-  const key = body.idempotencyKey ?? headerKey;
-  if (key !== undefined && !idempotencyKey.safeParse(key).success) {
-    throw new AppError('REQUEST.INVALID', 'validation', 'the Idempotency-Key must be 1 to 200 characters');
-  }
+  const key = idempotencyKeyOf(request, body.idempotencyKey);
   const result = await deps.capacity.acquire({
     tenant: singleTenant(tenants()),
     kind: body.kind,

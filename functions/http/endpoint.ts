@@ -1,6 +1,6 @@
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
-import type { z } from 'zod';
+import { z } from 'zod';
 import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal, type Scope, type TenantFilter } from '../../shared/platform/auth/auth';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { errorProblem, internalProblem } from '../../shared/platform/http/problem';
@@ -80,6 +80,37 @@ function tooLarge(): AppError {
 }
 
 /** Validates query parameters; failures are 400 listing the fields. */
+/** `?limit=&cursor=` of every list (default 100, at most 1000), and `?tenant=` that names the tenant acted on. */
+export const pageQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  cursor: z.string().min(1).optional(),
+  tenant: z.string().optional(),
+});
+
+/** An `Idempotency-Key` (header, or the body field `idempotencyKey`): 1 to 200 characters. */
+export const idempotencyKey = z.string().min(1).max(200);
+
+/**
+ * The request's idempotency key, from the `Idempotency-Key` header or the body's field; both given must agree.
+ * Undefined when the request has none.
+ */
+export function idempotencyKeyOf(request: HttpRequest, bodyKey: string | undefined): string | undefined {
+  const headerKey = request.headers.get('idempotency-key') ?? undefined;
+  if (headerKey !== undefined && bodyKey !== undefined && headerKey !== bodyKey) {
+    throw new AppError('REQUEST.IDEMPOTENCY_KEY_MISMATCH', 'validation', 'the Idempotency-Key header and body field differ');
+  }
+  const key = bodyKey ?? headerKey;
+  if (key !== undefined && !idempotencyKey.safeParse(key).success) {
+    throw new AppError('REQUEST.INVALID', 'validation', 'the Idempotency-Key must be 1 to 200 characters');
+  }
+  return key;
+}
+
+/** The page request of a parsed `pageQuery`. */
+export function pageOf(query: { limit: number; cursor?: string | undefined }): { limit: number; cursor?: string } {
+  return { limit: query.limit, ...(query.cursor !== undefined ? { cursor: query.cursor } : {}) };
+}
+
 export function parseQuery<Q>(request: HttpRequest, schema: z.ZodType<Q>): Q {
   return parseQueryParams(request.query.entries(), schema);
 }

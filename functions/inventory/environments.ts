@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { endpoint, parseQuery } from '../http/endpoint';
+import { endpoint, idempotencyKey, idempotencyKeyOf, pageOf, pageQuery, parseQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 
 /** The caller's tenant's environments: desired release, last run, drift status (unknown when stale or overdue). */
-export const listEnvironments = endpoint({ scope: 'factory.runtime.read' }, async ({ deps, tenants }) => {
-  return { status: 200, jsonBody: { items: await deps.inventory.listEnvironments(tenants()) } };
+export const listEnvironments = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+  return { status: 200, jsonBody: await deps.inventory.listEnvironments(tenants(), pageOf(parseQuery(request, pageQuery))) };
 });
 
 export const getEnvironment = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
@@ -13,7 +13,7 @@ export const getEnvironment = endpoint({ scope: 'factory.runtime.read' }, async 
 
 /** The observed inventory (Table storage) of an environment, with the environment's drift status and times. */
 export const getInventory = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  return { status: 200, jsonBody: await deps.inventory.inventory(tenants(), request.params.id ?? '') };
+  return { status: 200, jsonBody: await deps.inventory.inventory(tenants(), request.params.id ?? '', pageOf(parseQuery(request, pageQuery))) };
 });
 
 /** The last observation's findings grouped by resource, the ignored ones with their rules, and the newest scans. */
@@ -38,11 +38,11 @@ export const setScanning = endpoint({ scope: 'factory.provisioning.operate', bod
   return { status: 200, jsonBody: await deps.inventory.setScanning(tenants(), request.params.id ?? '', { enabled: body.enabled, by: principal.subject, reason: body.reason }) };
 });
 
-const rulesQuery = z.object({ includeDeleted: z.enum(['true', 'false']).default('false'), tenant: z.string().optional() });
+const rulesQuery = pageQuery.extend({ includeDeleted: z.enum(['true', 'false']).default('false') });
 
 export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
   const q = parseQuery(request, rulesQuery);
-  return { status: 200, jsonBody: { items: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', q.includeDeleted === 'true') } };
+  return { status: 200, jsonBody: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', { ...pageOf(q), includeDeleted: q.includeDeleted === 'true' }) };
 });
 
 /**
@@ -57,12 +57,20 @@ const ignoreRuleBody = z
     owner: z.string().min(1).max(200),
     expiresAt: z.iso.datetime({ offset: true }),
     holdsOnApply: z.boolean(),
+    idempotencyKey: idempotencyKey.optional(),
   })
   .strict();
 
+/** 201 with the rule; 200 with the same rule when its Idempotency-Key (header or body) made it before. */
 export const addIgnoreRule = endpoint({ scope: 'factory.provisioning.operate', body: ignoreRuleBody }, async ({ request, deps, tenants, principal, body }) => {
-  const rule = await deps.inventory.addIgnoreRule(tenants(), request.params.id ?? '', { ...body, expiresAt: new Date(body.expiresAt).toISOString() }, principal.subject);
-  return { status: 201, headers: { location: `/runtime-cloud/environments/${encodeURIComponent(request.params.id ?? '')}/ignore-rules/${rule.id}` }, jsonBody: rule };
+  const key = idempotencyKeyOf(request, body.idempotencyKey);
+  const { idempotencyKey: _key, ...rule } = body;
+  const { rule: recorded, created } = await deps.inventory.addIgnoreRule(tenants(), request.params.id ?? '', { ...rule, expiresAt: new Date(rule.expiresAt).toISOString() }, {
+    by: principal.subject,
+    ...(key !== undefined ? { idempotencyKey: key } : {}),
+  });
+  const location = `/runtime-cloud/environments/${encodeURIComponent(request.params.id ?? '')}/ignore-rules/${recorded.id}`;
+  return { status: created ? 201 : 200, headers: { location }, jsonBody: recorded };
 });
 
 /** Deletes a rule: it stops applying; it stays listed with `?includeDeleted=true`, with who deleted it. */

@@ -2,26 +2,21 @@ import * as df from 'durable-functions';
 import { z } from 'zod';
 import { PROPOSAL_STATUSES } from '../../shared/inventory/environment';
 import { isTerminal } from '../../shared/provisioning/run';
-import { endpoint, parseQuery } from '../http/endpoint';
+import { endpoint, pageOf, pageQuery, parseQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { startRun } from '../provisioning/promotion-intake';
 
-const listQuery = z.object({
-  status: z.enum(PROPOSAL_STATUSES).optional(),
-  environment: z.string().min(1).max(200).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
-  tenant: z.string().optional(),
-});
+const listQuery = pageQuery.extend({ status: z.enum(PROPOSAL_STATUSES).optional(), environment: z.string().min(1).max(200).optional() });
 
 /** The caller's tenant's reconciliation proposals, newest first, filtered by status and environment. */
 export const listProposals = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
   const q = parseQuery(request, listQuery);
-  const items = await deps.inventory.listProposals(tenants(), {
-    limit: q.limit,
+  const page = await deps.inventory.listProposals(tenants(), {
+    ...pageOf(q),
     ...(q.status !== undefined ? { status: q.status } : {}),
     ...(q.environment !== undefined ? { environment: q.environment } : {}),
   });
-  return { status: 200, jsonBody: { items } };
+  return { status: 200, jsonBody: page };
 });
 
 export const getProposal = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {

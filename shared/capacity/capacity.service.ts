@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import { appendToOutbox } from '../platform/bus/outbox';
 import type { NewEvent } from '../platform/bus/events';
+import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -26,9 +27,7 @@ import type { ScopeOwner } from './capacity-ledger.repository';
 import { findLeaseByIdempotencyKey, getLease, listLeases, renewActiveLease, soonestExpiry, type EndedLease } from './lease.repository';
 import type { CapacityTables } from './capacity.tables';
 import {
-  decodeCursor,
   effectiveState,
-  encodeCursor,
   fencingMatches,
   leaseRequestDigest,
   retryAfterSeconds,

@@ -69,16 +69,6 @@ export function fencingMatches(lease: Pick<Lease, 'fencingToken'>, presented: nu
   return lease.fencingToken === presented;
 }
 
-/** Opaque list cursor: the last id seen. */
-export function encodeCursor(lastId: string): string {
-  return Buffer.from(lastId, 'utf8').toString('base64url');
-}
-
-export function decodeCursor(cursor: string): string | undefined {
-  const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  return text.length > 0 && encodeCursor(text) === cursor ? text : undefined;
-}
-
 /**
  * What a lease request asks for, as a digest: an idempotency key is bound to it, and the same key presented with a
  * different request is refused instead of answered with another request's lease (as payment APIs do).

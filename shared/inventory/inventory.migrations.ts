@@ -56,8 +56,18 @@ export const inventoryMigrations: MigrationSource = (dialect) => {
           .addColumn('created_at', 'bigint', (c) => c.notNull())
           .addColumn('deleted_by', t.key)
           .addColumn('deleted_at', 'bigint')
+          .addColumn('idempotency_key', t.key)
+          .addColumn('request_digest', t.key)
           .execute();
-        await db.schema.createIndex('inventory_ignore_rules_environment').on('inventory_ignore_rules').columns(['environment_id', 'created_at']).execute();
+        // A retried POST with its Idempotency-Key finds the rule it made instead of recording a second one.
+        await db.schema
+          .createIndex('inventory_ignore_rules_idempotency')
+          .on('inventory_ignore_rules')
+          .columns(['environment_id', 'idempotency_key'])
+          .unique()
+          .where(sql.ref('idempotency_key'), 'is not', null)
+          .execute();
+        await db.schema.createIndex('inventory_ignore_rules_environment').on('inventory_ignore_rules').columns(['environment_id', 'id']).execute();
 
         await db.schema
           .createTable('inventory_proposals')
@@ -84,8 +94,8 @@ export const inventoryMigrations: MigrationSource = (dialect) => {
           .unique()
           .where(sql.ref('status'), '=', 'open')
           .execute();
-        await db.schema.createIndex('inventory_proposals_environment').on('inventory_proposals').columns(['environment_id', 'created_at']).execute();
-        await db.schema.createIndex('inventory_proposals_tenant_status').on('inventory_proposals').columns(['tenant_id', 'status', 'created_at']).execute();
+        await db.schema.createIndex('inventory_proposals_environment').on('inventory_proposals').columns(['environment_id', 'id']).execute();
+        await db.schema.createIndex('inventory_proposals_tenant_status').on('inventory_proposals').columns(['tenant_id', 'status', 'id']).execute();
       },
     },
   };

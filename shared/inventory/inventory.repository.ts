@@ -1,7 +1,7 @@
 import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { AnyDb, SqlDialect } from '../platform/sql/database';
-import { LOCK_ALIAS, lockingRows } from '../platform/sql/dialect';
+import { firstRows, LOCK_ALIAS, lockingRows } from '../platform/sql/dialect';
 import type { IgnoreRule } from './drift';
 import type { InventoryEnvironmentTable, InventoryProposalTable, InventoryTables } from './inventory.tables';
 
@@ -28,8 +28,11 @@ export async function lockEnvironment(trx: Transaction<InventoryTables>, dialect
   return lockingRows(query, dialect, 'wait').executeTakeFirst();
 }
 
-export async function listEnvironments(db: InventoryDb, tenants: TenantFilter): Promise<EnvironmentRow[]> {
-  return tenantRows(db.selectFrom('inventory_environments').selectAll(), tenants).orderBy('environment_id').execute();
+/** A page of environments in id order, after the id `after`. */
+export async function listEnvironments(db: InventoryDb, dialect: SqlDialect, tenants: TenantFilter, page: { after?: string; limit: number }): Promise<EnvironmentRow[]> {
+  let query = tenantRows(db.selectFrom('inventory_environments').selectAll(), tenants);
+  if (page.after !== undefined) query = query.where('environment_id', '>', page.after);
+  return firstRows(query.orderBy('environment_id'), dialect, page.limit).execute();
 }
 
 export async function insertEnvironment(db: InventoryDb, row: EnvironmentRow): Promise<void> {
@@ -66,7 +69,13 @@ export async function claimScan(db: InventoryDb, environmentId: string, seenNext
   return Number(result.numUpdatedRows) === 1;
 }
 
-export async function insertIgnoreRule(db: InventoryDb, environmentId: string, tenant: string, rule: IgnoreRule, by: string, at: number): Promise<void> {
+export async function insertIgnoreRule(
+  db: InventoryDb,
+  environmentId: string,
+  tenant: string,
+  rule: IgnoreRule,
+  made: { by: string; at: number; idempotencyKey?: string; requestDigest: string },
+): Promise<void> {
   await db
     .insertInto('inventory_ignore_rules')
     .values({
@@ -80,10 +89,12 @@ export async function insertIgnoreRule(db: InventoryDb, environmentId: string, t
       owner: rule.owner,
       expires_at: Date.parse(rule.expiresAt),
       holds_on_apply: rule.holdsOnApply ? 1 : 0,
-      created_by: by,
-      created_at: at,
+      created_by: made.by,
+      created_at: made.at,
       deleted_by: null,
       deleted_at: null,
+      idempotency_key: made.idempotencyKey ?? null,
+      request_digest: made.requestDigest,
     })
     .execute();
 }
@@ -96,10 +107,19 @@ export interface RecordedIgnoreRule extends IgnoreRule {
   readonly deletedAt?: string;
 }
 
-export async function listIgnoreRules(db: InventoryDb, environmentId: string, options: { includeDeleted: boolean }): Promise<RecordedIgnoreRule[]> {
+/** The environment's rules in the order they were made; a page of them when `page` is given (after a rule id). */
+export async function listIgnoreRules(
+  db: InventoryDb,
+  dialect: SqlDialect,
+  environmentId: string,
+  options: { includeDeleted: boolean; page?: { after?: string; limit: number } },
+): Promise<RecordedIgnoreRule[]> {
   let query = db.selectFrom('inventory_ignore_rules').selectAll().where('environment_id', '=', environmentId);
   if (!options.includeDeleted) query = query.where('deleted_at', 'is', null);
-  const rows = await query.orderBy('created_at').orderBy('id').execute();
+  // Rule ids are time-ordered (uuid v7), so id order is the order they were made in.
+  if (options.page?.after !== undefined) query = query.where('id', '>', options.page.after);
+  query = query.orderBy('id');
+  const rows = await (options.page ? firstRows(query, dialect, options.page.limit) : query).execute();
   return rows.map((r) => ({
     id: r.id,
     scope: r.scope_kind === 'urn' ? { urn: r.scope_value } : { type: r.scope_value },
@@ -113,6 +133,17 @@ export async function listIgnoreRules(db: InventoryDb, environmentId: string, op
     ...(r.deleted_by !== null ? { deletedBy: r.deleted_by } : {}),
     ...(r.deleted_at !== null ? { deletedAt: new Date(Number(r.deleted_at)).toISOString() } : {}),
   }));
+}
+
+/** The rule an earlier POST with this Idempotency-Key made, with the digest of what it asked for. */
+export async function findIgnoreRuleByKey(db: InventoryDb, environmentId: string, key: string): Promise<{ id: string; requestDigest: string | null } | undefined> {
+  const row = await db
+    .selectFrom('inventory_ignore_rules')
+    .select(['id', 'request_digest'])
+    .where('environment_id', '=', environmentId)
+    .where('idempotency_key', '=', key)
+    .executeTakeFirst();
+  return row ? { id: row.id, requestDigest: row.request_digest } : undefined;
 }
 
 export async function deleteIgnoreRule(db: InventoryDb, environmentId: string, ruleId: string, by: string, at: number): Promise<boolean> {
@@ -165,10 +196,16 @@ export async function findProposalByRun(db: InventoryDb, runId: string): Promise
   return db.selectFrom('inventory_proposals').selectAll().where('run_id', '=', runId).executeTakeFirst();
 }
 
-export async function listProposals(db: InventoryDb, tenants: TenantFilter, query: { status?: string; environment?: string; limit: number }): Promise<ProposalRow[]> {
+/** A page of proposals, newest first (proposal ids are time-ordered), before the id `before`. */
+export async function listProposals(
+  db: InventoryDb,
+  dialect: SqlDialect,
+  tenants: TenantFilter,
+  query: { status?: string; environment?: string; before?: string; limit: number },
+): Promise<ProposalRow[]> {
   let q = tenantRows(db.selectFrom('inventory_proposals').selectAll(), tenants);
   if (query.status !== undefined) q = q.where('status', '=', query.status);
   if (query.environment !== undefined) q = q.where('environment_id', '=', query.environment);
-  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').execute();
-  return rows.slice(0, query.limit);
+  if (query.before !== undefined) q = q.where('id', '<', query.before);
+  return firstRows(q.orderBy('id', 'desc'), dialect, query.limit).execute();
 }

@@ -4,11 +4,12 @@ import type { TenantFilter } from '../platform/auth/auth';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
+import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
-import { canonicalJson, diffResources, ignoreRuleProblems, type DriftReport, type IgnoreRule, type Resources } from './drift';
+import { canonicalJson, diffResources, ignoreRuleProblems, type DriftReport, type IgnoreRule, type JsonValue, type Resources } from './drift';
 import {
   desiredStateOf,
   driftStatusAt,
@@ -26,6 +27,7 @@ import {
   claimScan,
   deleteIgnoreRule,
   dueEnvironments,
+  findIgnoreRuleByKey,
   findEnvironment,
   findProposal,
   findProposalByRun,
@@ -49,6 +51,18 @@ import {
 import type { InventoryTables } from './inventory.tables';
 import type { ObservedInventory, ScanRecord, StoredResource } from './observed-inventory.repository';
 import type { ObservationScope, Observer } from './observer';
+
+/** `?limit=&cursor=` of a list. */
+export interface PageRequest {
+  readonly limit: number;
+  readonly cursor?: string;
+}
+
+/** A page of a list: `nextCursor` when there is more. */
+export interface Page<T> {
+  readonly items: T[];
+  readonly nextCursor?: string;
+}
 
 export type ScanTrigger = { readonly kind: 'timer' } | { readonly kind: 'applied' } | { readonly kind: 'manual'; readonly by: string };
 
@@ -111,14 +125,19 @@ export interface InventoryService {
   /** Scans the environments that are due, at most `scanConcurrency` at once; returns the records of this round. */
   scanDue(): Promise<ScanRecord[]>;
   setScanning(tenants: TenantFilter, environmentId: string, request: { enabled: boolean; by: string; reason: string }): Promise<EnvironmentView>;
-  listEnvironments(tenants: TenantFilter): Promise<EnvironmentView[]>;
+  listEnvironments(tenants: TenantFilter, page: PageRequest): Promise<Page<EnvironmentView>>;
   getEnvironment(tenants: TenantFilter, environmentId: string): Promise<EnvironmentView>;
-  inventory(tenants: TenantFilter, environmentId: string): Promise<{ environment: EnvironmentView; resources: StoredResource[] }>;
+  /** The environment and a page of its observed resources in urn order. */
+  inventory(tenants: TenantFilter, environmentId: string, page: PageRequest): Promise<{ environment: EnvironmentView; items: StoredResource[]; nextCursor?: string }>;
   drift(tenants: TenantFilter, environmentId: string): Promise<DriftView>;
-  listIgnoreRules(tenants: TenantFilter, environmentId: string, includeDeleted: boolean): Promise<RecordedIgnoreRule[]>;
-  addIgnoreRule(tenants: TenantFilter, environmentId: string, rule: Omit<IgnoreRule, 'id'>, by: string): Promise<RecordedIgnoreRule>;
+  listIgnoreRules(tenants: TenantFilter, environmentId: string, query: PageRequest & { includeDeleted: boolean }): Promise<Page<RecordedIgnoreRule>>;
+  /**
+   * Records a rule; `created` false when the Idempotency-Key made one before (that rule is returned). The key used
+   * for a different rule is refused with 422 `REQUEST.IDEMPOTENCY_KEY_REUSED`.
+   */
+  addIgnoreRule(tenants: TenantFilter, environmentId: string, rule: Omit<IgnoreRule, 'id'>, made: { by: string; idempotencyKey?: string }): Promise<{ rule: RecordedIgnoreRule; created: boolean }>;
   deleteIgnoreRule(tenants: TenantFilter, environmentId: string, ruleId: string, by: string): Promise<void>;
-  listProposals(tenants: TenantFilter, query: { status?: ProposalStatus; environment?: string; limit: number }): Promise<ProposalView[]>;
+  listProposals(tenants: TenantFilter, query: PageRequest & { status?: ProposalStatus; environment?: string }): Promise<Page<ProposalView>>;
   getProposal(tenants: TenantFilter, proposalId: string): Promise<ProposalView>;
   /** The run request for accepting an open proposal; `acceptedAs` then records the run. */
   reconciliationFor(tenants: TenantFilter, proposalId: string, by: string): Promise<ReconciliationRequest>;
@@ -336,7 +355,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
       return finish({ ...base, outcome: 'failed', reason, finishedAt: new Date(now()).toISOString() });
     }
 
-    const recorded = await retryingContention(() => listIgnoreRules(db, environmentId, { includeDeleted: false }));
+    const recorded = await retryingContention(() => listIgnoreRules(db, store.dialect, environmentId, { includeDeleted: false }));
     const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
     const report = diffResources(desired, observed, rules, new Date(startedAt));
     const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
@@ -485,17 +504,22 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
       return environmentView(await existingEnvironment(tenants, environmentId));
     },
 
-    async listEnvironments(tenants) {
-      return (await retryingContention(() => listEnvironments(db, tenants))).map(environmentView);
+    async listEnvironments(tenants, page) {
+      const after = cursorKey(page.cursor);
+      const rows = await retryingContention(() => listEnvironments(db, store.dialect, tenants, { ...(after !== undefined ? { after } : {}), limit: page.limit + 1 }));
+      return pageOf(rows, page.limit, (r) => r.environment_id, environmentView);
     },
 
     async getEnvironment(tenants, environmentId) {
       return environmentView(await existingEnvironment(tenants, environmentId));
     },
 
-    async inventory(tenants, environmentId) {
+    async inventory(tenants, environmentId, page) {
+      const after = cursorKey(page.cursor);
       const row = await existingEnvironment(tenants, environmentId);
-      return { environment: environmentView(row), resources: await tables.list(environmentId) };
+      // An environment's rows are read whole (one partition, a few thousand at most) and paged here in urn order.
+      const rows = (await tables.list(environmentId)).filter((r) => after === undefined || r.urn > after);
+      return { environment: environmentView(row), ...pageOf(rows.slice(0, page.limit + 1), page.limit, (r) => r.urn, (r) => r) };
     },
 
     async drift(tenants, environmentId) {
@@ -513,20 +537,40 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
       };
     },
 
-    async listIgnoreRules(tenants, environmentId, includeDeleted) {
+    async listIgnoreRules(tenants, environmentId, query) {
+      const after = cursorKey(query.cursor);
       await existingEnvironment(tenants, environmentId);
-      return retryingContention(() => listIgnoreRules(db, environmentId, { includeDeleted }));
+      const rows = await retryingContention(() =>
+        listIgnoreRules(db, store.dialect, environmentId, { includeDeleted: query.includeDeleted, page: { ...(after !== undefined ? { after } : {}), limit: query.limit + 1 } }),
+      );
+      return pageOf(rows, query.limit, (r) => r.id, (r) => r);
     },
 
-    async addIgnoreRule(tenants, environmentId, rule, by) {
+    async addIgnoreRule(tenants, environmentId, rule, made) {
       const env = await existingEnvironment(tenants, environmentId);
       const recorded: IgnoreRule = { ...rule, id: ids.next('ign') };
       const problems = ignoreRuleProblems(recorded);
       if (problems.length > 0) throw new AppError('INVENTORY.INVALID_IGNORE_RULE', 'validation', `the ignore rule is not valid: ${problems.join('; ')}`, { problems });
+      const requestDigest = createHash('sha256').update(canonicalJson(rule as unknown as JsonValue)).digest('hex');
+      const earlier = async () => {
+        const found = made.idempotencyKey === undefined ? undefined : await retryingContention(() => findIgnoreRuleByKey(db, environmentId, made.idempotencyKey!));
+        if (found && found.requestDigest !== requestDigest) throw new AppError('REQUEST.IDEMPOTENCY_KEY_REUSED', 'unprocessable', 'this Idempotency-Key was used for a different ignore rule');
+        return found && { rule: await ruleById(environmentId, found.id), created: false };
+      };
+      const before = await earlier();
+      if (before) return before;
       if (Date.parse(rule.expiresAt) <= now()) throw new AppError('INVENTORY.INVALID_IGNORE_RULE', 'validation', 'expiresAt must be in the future', { expiresAt: rule.expiresAt });
-      await retryingContention(() => insertIgnoreRule(db, environmentId, env.tenant_id, recorded, by, now()));
-      const rules = await retryingContention(() => listIgnoreRules(db, environmentId, { includeDeleted: false }));
-      return rules.find((r) => r.id === recorded.id)!;
+      try {
+        await retryingContention(() =>
+          insertIgnoreRule(db, environmentId, env.tenant_id, recorded, { by: made.by, at: now(), requestDigest, ...(made.idempotencyKey !== undefined ? { idempotencyKey: made.idempotencyKey } : {}) }),
+        );
+      } catch (thrown) {
+        // The same key sent twice at once: the other request recorded the rule.
+        const raced = isUniqueViolation(thrown) ? await earlier() : undefined;
+        if (raced) return raced;
+        throw thrown;
+      }
+      return { rule: await ruleById(environmentId, recorded.id), created: true };
     },
 
     async deleteIgnoreRule(tenants, environmentId, ruleId, by) {
@@ -537,7 +581,16 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
     },
 
     async listProposals(tenants, query) {
-      return (await retryingContention(() => listProposals(db, tenants, query))).map(proposalView);
+      const before = cursorKey(query.cursor);
+      const rows = await retryingContention(() =>
+        listProposals(db, store.dialect, tenants, {
+          ...(query.status !== undefined ? { status: query.status } : {}),
+          ...(query.environment !== undefined ? { environment: query.environment } : {}),
+          ...(before !== undefined ? { before } : {}),
+          limit: query.limit + 1,
+        }),
+      );
+      return pageOf(rows, query.limit, (r) => r.id, proposalView);
     },
 
     async getProposal(tenants, proposalId) {
@@ -551,7 +604,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
         throw new AppError('INVENTORY.PROPOSAL_NOT_OPEN', 'conflict', `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
       }
       const env = await existingEnvironment({ kind: 'all' }, proposal.environment_id);
-      const rules = await retryingContention(() => listIgnoreRules(db, env.environment_id, { includeDeleted: false }));
+      const rules = await retryingContention(() => listIgnoreRules(db, store.dialect, env.environment_id, { includeDeleted: false }));
       const at = now();
       const ignore = rules.filter((r) => r.holdsOnApply && Date.parse(r.expiresAt) > at).map((r) => ({ scope: r.scope, path: r.path }));
       return { proposalId, tenant: env.tenant_id, environmentId: env.environment_id, stack: env.stack, requestedBy: by, ignore };
@@ -578,6 +631,11 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
     },
   };
 
+  async function ruleById(environmentId: string, ruleId: string): Promise<RecordedIgnoreRule> {
+    const rules = await retryingContention(() => listIgnoreRules(db, store.dialect, environmentId, { includeDeleted: true }));
+    return rules.find((r) => r.id === ruleId)!;
+  }
+
   async function existingProposal(tenants: TenantFilter, proposalId: string): Promise<ProposalRow> {
     const row = await retryingContention(() => findProposal(db, proposalId, tenants));
     if (!row) throw new AppError('INVENTORY.PROPOSAL_NOT_FOUND', 'not-found', `no proposal ${proposalId}`, { proposalId });
@@ -596,6 +654,21 @@ async function againOnUniqueViolation<T>(work: () => Promise<T>): Promise<T> {
     if (!isUniqueViolation(thrown)) throw thrown;
     return work();
   }
+}
+
+/** The key in a list cursor; a cursor this API did not make is refused with 400. */
+function cursorKey(cursor: string | undefined): string | undefined {
+  if (cursor === undefined) return undefined;
+  const key = decodeCursor(cursor);
+  if (key === undefined) throw new AppError('REQUEST.INVALID_CURSOR', 'validation', 'the cursor is not one this API returned');
+  return key;
+}
+
+/** A page from `limit + 1` rows: the first `limit` as items, and a cursor after the last when there was one more. */
+function pageOf<R, T>(rows: readonly R[], limit: number, keyOf: (row: R) => string, view: (row: R) => T): Page<T> {
+  const shown = rows.slice(0, limit);
+  const last = shown[shown.length - 1];
+  return { items: shown.map(view), ...(rows.length > limit && last !== undefined ? { nextCursor: encodeCursor(keyOf(last)) } : {}) };
 }
 
 function emptyChecks() {

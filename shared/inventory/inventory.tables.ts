@@ -67,6 +67,9 @@ export interface InventoryIgnoreRuleTable {
   created_at: number;
   deleted_by: string | null;
   deleted_at: number | null;
+  /** The POST's Idempotency-Key, and a sha-256 of what it asked for: the key used for another rule is refused. */
+  idempotency_key: string | null;
+  request_digest: string | null;
 }
 
 /**

@@ -90,8 +90,8 @@ describe('inventory on the local host', () => {
     await sendToPromotions(host, promotion, `inventory-${promotion.promotionId}`);
     const applied = await statusBecomes('in-sync');
     expect(applied.lastRun?.state).toBe('applied');
-    const inventory = await call<{ resources: { urn: string; type: string; properties?: Record<string, unknown> }[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/inventory`);
-    expect(inventory.resources.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:network:Endpoint', 'local:storage:Bucket']);
+    const inventory = await call<{ items: { urn: string; type: string; properties?: Record<string, unknown> }[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/inventory`);
+    expect(inventory.items.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:network:Endpoint', 'local:storage:Bucket']);
     for (const secret of Object.values(EXAMPLE_SECRETS)) expect(JSON.stringify(inventory)).not.toContain(secret);
 
     // A tampered property → drifted with one proposal; a rescan keeps that one.
@@ -168,5 +168,20 @@ describe('inventory on the local host', () => {
     await call(`/runtime-cloud/environments/${ENVIRONMENT}`, { claims: { tenant: 'other-team', roles: ['Operator'] } }, 404);
     await call(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, { method: 'POST', body: { scope: { type: 'x' }, path: 'a..b', reason: 'r', owner: 'o', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: false } }, 400);
     await call('/runtime-cloud/proposals?status=nonsense', {}, 400);
+    await call('/runtime-cloud/environments?cursor=nonsense', {}, 400);
+  });
+
+  it('when an ignore rule is posted twice with one Idempotency-Key, then one rule is recorded and the second answer is 200 with it', async () => {
+    const body = { scope: { type: 'local:network:Endpoint' }, path: 'tags.*', reason: 'tags are set by the cost tool', owner: 'finops', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: false };
+    const post = () => host.fetch(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, { method: 'POST', claims: operator, headers: { 'content-type': 'application/json', 'idempotency-key': 'finops-tags' }, body: JSON.stringify(body) });
+    const first = await post();
+    const second = await post();
+    expect([first.status, second.status]).toEqual([201, 200]);
+    const rule = (await first.json()) as { id: string };
+    expect(((await second.json()) as { id: string }).id).toBe(rule.id);
+    const page = await call<{ items: { id: string }[]; nextCursor?: string }>(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules?limit=1`);
+    expect(page.items).toHaveLength(1);
+    const rest = await call<{ items: { id: string }[]; nextCursor?: string }>(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules?limit=10&cursor=${page.nextCursor ?? ''}`);
+    expect([...page.items, ...rest.items].filter((r) => r.id === rule.id)).toHaveLength(1);
   });
 });

@@ -52,10 +52,10 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
     const scan = await inventory.scan(id, { kind: 'manual', by: 'op-1' });
     expect(scan).toMatchObject({ outcome: 'completed', resources: 2, findings: 0, driftStatus: 'in-sync', written: 2, deleted: 0 });
-    const view = await inventory.inventory(ALL, id);
+    const view = await inventory.inventory(ALL, id, { limit: 1000 });
     expect(view.environment.drift).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
-    expect(view.resources.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:storage:Bucket']);
-    const api = view.resources.find((r) => r.type === 'local:compute:Service')!;
+    expect(view.items.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:storage:Bucket']);
+    const api = view.items.find((r) => r.type === 'local:compute:Service')!;
     expect(api.properties).toEqual({ name: 'demo-api', size: 'small', env: { DB_PASSWORD: { secretRef: 'broker://demo/db' } } });
     expect(JSON.stringify(view)).not.toContain(SECRET);
     // An unchanged observation writes no rows.
@@ -79,20 +79,20 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
         findings: [{ kind: 'modified', severity: 'medium', urn: urnOf(stack, RESOURCES[0]!), type: 'local:storage:Bucket', path: ['versioning'], desired: true, observed: false }],
       },
     ]);
-    const [proposal] = await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 });
+    const [proposal] = (await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 })).items;
     expect(proposal).toMatchObject({ status: 'open', plan: { steps: [{ urn: urnOf(stack, RESOURCES[0]!), op: 'update', paths: ['versioning'] }], leftAlone: [] } });
     expect(drift.openProposalId).toBe(proposal!.id);
 
     clock.advance(60_000);
     await inventory.scan(id, { kind: 'manual', by: 'op-1' });
-    const proposals = await inventory.listProposals(ALL, { environment: id, limit: 10 });
+    const proposals = (await inventory.listProposals(ALL, { environment: id, limit: 10 })).items;
     expect(proposals).toHaveLength(1);
     expect(proposals[0]).toMatchObject({ id: proposal!.id, status: 'open', lastSeenAt: clock.now().toISOString(), createdAt: proposal!.createdAt });
 
     // Different findings supersede the open proposal with a pointer to the new one.
     await cloud.delete('local', await resourceId(stack, 'api'));
     await inventory.scan(id, { kind: 'timer' });
-    const after = await inventory.listProposals(ALL, { environment: id, limit: 10 });
+    const after = (await inventory.listProposals(ALL, { environment: id, limit: 10 })).items;
     const open = after.find((p) => p.status === 'open')!;
     expect(after.find((p) => p.id === proposal!.id)).toMatchObject({ status: 'superseded', supersededBy: open.id });
     expect(open.findings.map((g) => [g.severity, g.findings.map((f) => f.kind)])).toEqual([
@@ -105,7 +105,7 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     await applyToCloud(cloud, stack, [RESOURCES[1]!], resolved);
     expect(await inventory.scan(id, { kind: 'timer' })).toMatchObject({ driftStatus: 'in-sync' });
     expect((await inventory.getProposal(ALL, open.id)).status).toBe('resolved');
-    expect(await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 })).toEqual([]);
+    expect((await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 })).items).toEqual([]);
   });
 
   it.skipIf(skipDialect(dialect))('when the target is unreachable, then the status is unknown and stale with its times, and in sync again once it answers', async () => {
@@ -138,14 +138,20 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     const { id, stack } = await appliedEnvironment();
     await cloud.create('local', { urn: `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`, type: 'local:compute:Service', properties: { name: 'debug' } });
     await cloud.update('local', await resourceId(stack, 'api'), { name: 'demo-api', size: 'large', env: { DB_PASSWORD: SECRET } });
-    const rule = await inventory.addIgnoreRule(ALL, id, { scope: { type: 'local:compute:Service' }, path: 'size', reason: 'autoscaler', owner: 'platform', expiresAt: '2026-07-01T00:00:00.000Z', holdsOnApply: true }, 'op-1');
+    const asked = { scope: { type: 'local:compute:Service' }, path: 'size', reason: 'autoscaler', owner: 'platform', expiresAt: '2026-07-01T00:00:00.000Z', holdsOnApply: true };
+    const { rule, created } = await inventory.addIgnoreRule(ALL, id, asked, { by: 'op-1', idempotencyKey: 'rule-1' });
+    expect(created).toBe(true);
     expect(rule).toMatchObject({ createdBy: 'op-1', holdsOnApply: true });
+    // The same key again: the same rule, not a second one; the key for another rule is refused.
+    expect(await inventory.addIgnoreRule(ALL, id, asked, { by: 'op-1', idempotencyKey: 'rule-1' })).toEqual({ rule, created: false });
+    await expect(inventory.addIgnoreRule(ALL, id, { ...asked, path: 'name' }, { by: 'op-1', idempotencyKey: 'rule-1' })).rejects.toMatchObject({ code: 'REQUEST.IDEMPOTENCY_KEY_REUSED' });
+    expect((await inventory.listIgnoreRules(ALL, id, { limit: 10, includeDeleted: false })).items.map((r) => r.id)).toEqual([rule.id]);
 
     await inventory.scan(id, { kind: 'timer' });
     const drift = await inventory.drift(ALL, id);
     expect(drift.findings.flatMap((g) => g.findings.map((f) => [f.kind, f.urn]))).toEqual([['unmanaged', `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`]]);
     expect(drift.ignored).toEqual([expect.objectContaining({ kind: 'modified', path: ['size'], desired: 'small', observed: 'large', ignoredBy: [rule.id], holdsOnApply: true })]);
-    const [proposal] = await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 1 });
+    const [proposal] = (await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 1 })).items;
     expect(proposal!.plan).toMatchObject({ steps: [], leftAlone: [`urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`], keptByRules: [{ path: 'size', ruleIds: [rule.id] }] });
 
     // Past its expiry the rule applies to nothing: the change is a finding again, and the rule is named as expired.
@@ -178,8 +184,20 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
 
   it.skipIf(skipDialect(dialect))('when a tenant reads, then only its environments and proposals are shown', async () => {
     const { id } = await appliedEnvironment();
-    expect((await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-a' })).map((e) => e.id)).toContain(id);
-    expect(await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-b' })).toEqual([]);
+    const all: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-a' }, { limit: 2, ...(cursor !== undefined ? { cursor } : {}) });
+      expect(page.items.length).toBeLessThanOrEqual(2);
+      all.push(...page.items.map((e) => e.id));
+      cursor = page.nextCursor;
+    } while (cursor !== undefined);
+    // Paged in id order, each environment once, the tenant's only.
+    expect(all).toEqual([...new Set(all)].sort());
+    expect(all).toContain(id);
+    expect(all.length).toBe(environmentCount);
+    expect((await inventory.listEnvironments({ kind: 'one', tenant: 'tenant-b' }, { limit: 10 })).items).toEqual([]);
+    await expect(inventory.listEnvironments(ALL, { limit: 10, cursor: 'not-a-cursor!' })).rejects.toMatchObject({ code: 'REQUEST.INVALID_CURSOR' });
     await expect(inventory.getEnvironment({ kind: 'one', tenant: 'tenant-b' }, id)).rejects.toMatchObject({ code: 'INVENTORY.ENVIRONMENT_NOT_FOUND' });
   });
 });

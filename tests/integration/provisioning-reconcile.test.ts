@@ -2,18 +2,15 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CloudEvent } from '../../shared/platform/bus/events';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import type { ReconcileRequest } from '../../shared/provisioning/reconciliation';
 import type { Run } from '../../shared/provisioning/run';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
 
 const ALL = { kind: 'all' } as const;
 
@@ -36,16 +33,7 @@ for (const dialect of DIALECTS) {
       writeExampleReferences(join(root, 'state'));
       const { store } = database;
       cloud = createLocalCloud({ store, clock, ids: randomIds });
-      service = createProvisioningService({
-        store,
-        clock,
-        ids: randomIds,
-        engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
-        services: createLocalExternalServices({ store, clock, stateDir: join(root, 'state') }),
-        knowsTenant: (tenant) => Promise.resolve(tenant === 'demo-team'),
-        desiredState: { cacheDir: join(root, 'git-cache') },
-        hostId: 'test-host',
-      });
+      service = createProvisioningService(testServiceOptions(store, clock, cloud, root));
     });
     afterAll(async () => {
       await database?.drop();
@@ -53,8 +41,7 @@ for (const dialect of DIALECTS) {
     });
 
     const db = () => provisioningDb(database.store.db);
-    const eventsOf = async (runId: string): Promise<CloudEvent[]> =>
-      (await db().selectFrom('outbox').select('payload').where('correlation_id', '=', runId).orderBy('seq').execute()).map((r) => JSON.parse(r.payload) as CloudEvent);
+    const eventsOf = (runId: string) => outboxEvents(database.store, runId);
     const resourcesOf = async (stack: string) => (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
     async function resourceOf(stack: string, name: string) {
       const found = (await resourcesOf(stack)).find((r) => r.urn.endsWith(`::${name}`));

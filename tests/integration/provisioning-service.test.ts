@@ -8,17 +8,15 @@ import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/l
 import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
 import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
 
 const ALL = { kind: 'all' } as const;
-const TENANTS = new Set(['demo-team']);
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`provisioning runs on ${dialect}`, () => {
@@ -49,19 +47,7 @@ for (const dialect of DIALECTS) {
     let approvingService: ProvisioningService;
     /** Environments whose plans expire after a minute; the policy matches them by id. */
     const shortExpiry = { 'env-short-expiry': 60_000, 'env-short-woken': 60_000, 'env-short-forgotten': 60_000 };
-    function serviceOptions(): ProvisioningServiceOptions {
-      const { store } = database;
-      return {
-        store,
-        clock,
-        ids: randomIds,
-        engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
-        services: createLocalExternalServices({ store, clock, stateDir: join(root, 'state') }),
-        knowsTenant: (tenant) => Promise.resolve(TENANTS.has(tenant)),
-        desiredState: { cacheDir: join(root, 'git-cache') },
-        hostId: 'test-host',
-      };
-    }
+    const serviceOptions = (): ProvisioningServiceOptions => testServiceOptions(database.store, clock, cloud, root);
     afterAll(async () => {
       await database?.drop();
       fs.rmSync(root, { recursive: true, force: true });
@@ -102,8 +88,7 @@ for (const dialect of DIALECTS) {
       return { service: gated, entered: reached, open: () => open() };
     }
     /** The events a run (or a promotion or message, by correlation id) put in the outbox, in order. */
-    const eventsOf = async (correlationId: string): Promise<CloudEvent[]> =>
-      (await db().selectFrom('outbox').select('payload').where('correlation_id', '=', correlationId).orderBy('seq').execute()).map((r) => JSON.parse(r.payload) as CloudEvent);
+    const eventsOf = (correlationId: string) => outboxEvents(database.store, correlationId);
     const types = (events: readonly CloudEvent[]) => events.map((e) => e.type);
     const resourcesOf = async (stack: string) => (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
     let messages = 0;

@@ -69,12 +69,12 @@ describe.skipIf(skip)('inventory scans from two hosts on PostgreSQL', () => {
       expect(timer.map((r) => r.outcome)).toEqual(['completed']);
       expect(manual.outcome).toBe('completed');
 
-      const open = await hostA.inventory.listProposals({ kind: 'all' }, { environment: 'env-two-hosts', status: 'open', limit: 10 });
+      const open = (await hostA.inventory.listProposals({ kind: 'all' }, { environment: 'env-two-hosts', status: 'open', limit: 10 })).items;
       expect(open, `round ${round}`).toHaveLength(1);
       fingerprints.add(open[0]!.fingerprint);
     }
 
-    const all = await hostA.inventory.listProposals({ kind: 'all' }, { environment: 'env-two-hosts', limit: 1000 });
+    const all = (await hostA.inventory.listProposals({ kind: 'all' }, { environment: 'env-two-hosts', limit: 1000 })).items;
     expect(all).toHaveLength(fingerprints.size);
     expect(all.filter((p) => p.status === 'superseded')).toHaveLength(fingerprints.size - 1);
     const proposed = await database.store.db.selectFrom('outbox').select('payload').where('payload', 'like', '%"type":"ReconciliationProposed"%').execute();

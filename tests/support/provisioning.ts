@@ -1,7 +1,14 @@
 import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
+import type { CloudEvent } from '../../shared/platform/bus/events';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { localIacRunner } from '../../shared/platform/iac/iac-runner';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import { randomIds, type Clock } from '../../shared/platform/time/clock';
+import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import type { ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import type { TestHost } from './local-host';
 
 /**
@@ -145,4 +152,27 @@ export async function sendToPromotions(host: TestHost, body: unknown, messageId:
   });
   // Thrown rather than expect(): the benchmarks use this file too, outside vitest.
   if (response.status !== 200 && response.status !== 201) throw new Error(`sending to ${PROMOTIONS_QUEUE} answered ${response.status}: ${await response.text()}`);
+}
+
+/**
+ * The options of a provisioning service as the integration tests build it: the local engine over `cloud`, the
+ * local external services and a Git cache under `root`, the tenant `demo-team` only.
+ */
+export function testServiceOptions(store: SqlStore, clock: Clock, cloud: LocalCloud, root: string): ProvisioningServiceOptions {
+  return {
+    store,
+    clock,
+    ids: randomIds,
+    engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
+    services: createLocalExternalServices({ store, clock, stateDir: join(root, 'state') }),
+    knowsTenant: (tenant) => Promise.resolve(tenant === 'demo-team'),
+    desiredState: { cacheDir: join(root, 'git-cache') },
+    hostId: 'test-host',
+  };
+}
+
+/** The events with this correlation id (a run, a promotion, a message) in the outbox, in order. */
+export async function outboxEvents(store: SqlStore, correlationId: string): Promise<CloudEvent[]> {
+  const rows = await store.db.selectFrom('outbox').select('payload').where('correlation_id', '=', correlationId).orderBy('seq').execute();
+  return rows.map((r) => JSON.parse(String(r.payload)) as CloudEvent);
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decodeCursor, effectiveState, encodeCursor, fencingMatches, leaseRequestDigest, retryAfterSeconds, ttlProblem } from '../../shared/capacity/lease';
+import { decodeCursor, encodeCursor } from '../../shared/platform/http/cursor';
+import { effectiveState, fencingMatches, leaseRequestDigest, retryAfterSeconds, ttlProblem } from '../../shared/capacity/lease';
 import { planSlotLayout, poolScope, quotaScope, type SlotRow } from '../../shared/capacity/slots';
 import { freeUnits, needsResizeRequest, poolMatchesLabels, poolSpecProblems } from '../../shared/capacity/pool';
 import { aKindLimit, aLease, aPool, aPoolSpec } from '../support/builders';
