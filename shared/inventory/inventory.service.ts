@@ -9,7 +9,7 @@ import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
-import { canonicalJson, diffResources, ignoreRuleProblems, type DriftReport, type IgnoreRule, type JsonValue, type Resources } from './drift';
+import { canonicalJson, diffResources, ignoreRuleProblems, type DriftReport, type IgnoreRule, type Resources } from './drift';
 import {
   desiredStateOf,
   driftStatusAt,
@@ -329,15 +329,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
     let observed: Resources;
     let written = { written: 0, deleted: 0 };
     let digest: string;
-    try {
-      const resources = await observeWithTimeout(row);
-      observed = observedForInventory(desired, resources);
-      const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
-      digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
-      if (digest !== row.observed_digest) written = await tables.replace(environmentId, stored, new Date(startedAt));
-    } catch (thrown) {
-      const error = ensureError(thrown);
-      const reason = error instanceof AppError ? `${error.code}: ${error.message}` : `the observation failed: ${error.message}`;
+    const failed = async (reason: string) => {
       await retryingContention(() =>
         db
           .updateTable('inventory_environments')
@@ -353,32 +345,50 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
           .execute(),
       );
       return finish({ ...base, outcome: 'failed', reason, finishedAt: new Date(now()).toISOString() });
+    };
+    try {
+      const resources = await observeWithTimeout(row);
+      observed = observedForInventory(desired, resources);
+      const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
+      digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
+      try {
+        if (digest !== row.observed_digest) written = await tables.replace(environmentId, stored, new Date(startedAt));
+      } catch (thrown) {
+        // Observed but not stored: what the inventory shows would not be this observation, so it is stale too.
+        return await failed(`the observed inventory could not be stored: ${ensureError(thrown).message}`);
+      }
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      return failed(error instanceof AppError ? `${error.code}: ${error.message}` : `the observation failed: ${error.message}`);
     }
 
     const recorded = await retryingContention(() => listIgnoreRules(db, store.dialect, environmentId, { includeDeleted: false }));
     const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
     const report = diffResources(desired, observed, rules, new Date(startedAt));
     const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
-    await againOnUniqueViolation(() =>
+    const current = await againOnUniqueViolation(() =>
       inTransaction(db, async (trx) => {
-      const current = await lockEnvironment(trx, store.dialect, environmentId);
-      // A newer desired state arrived while this scan observed: its findings would be against the old one.
-      if (!current || Number(current.desired_at) !== Number(row.desired_at)) return;
-      await updateEnvironment(trx, environmentId, {
-        last_scan_at: startedAt,
-        last_scan_outcome: 'completed',
-        last_scan_reason: null,
-        last_observed_at: startedAt,
-        stale_since: null,
-        stale_reason: null,
-        drift_status: status,
-        report: JSON.stringify(report),
-        observed_digest: digest,
-        next_scan_at: Math.max(Number(current.next_scan_at), startedAt + interval),
-      });
-      await outbox(trx, await recordProposal(trx, current, report, { scanId, at: startedAt }));
-    }),
+        const locked = await lockEnvironment(trx, store.dialect, environmentId);
+        if (!locked || Number(locked.desired_at) !== Number(row.desired_at)) return false;
+        await updateEnvironment(trx, environmentId, {
+          last_scan_at: startedAt,
+          last_scan_outcome: 'completed',
+          last_scan_reason: null,
+          last_observed_at: startedAt,
+          stale_since: null,
+          stale_reason: null,
+          drift_status: status,
+          report: JSON.stringify(report),
+          observed_digest: digest,
+          next_scan_at: Math.max(Number(locked.next_scan_at), startedAt + interval),
+        });
+        await outbox(trx, await recordProposal(trx, locked, report, { scanId, at: startedAt }));
+        return true;
+      }),
     );
+    // A newer desired state arrived while this scan observed: its findings are against the old one. The next scan
+    // (due at once) compares with the new one.
+    if (!current) return finish({ ...base, outcome: 'skipped', reason: 'the desired state changed during the scan', finishedAt: new Date(now()).toISOString() });
     return finish({
       ...base,
       outcome: 'completed',
@@ -551,7 +561,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
       const recorded: IgnoreRule = { ...rule, id: ids.next('ign') };
       const problems = ignoreRuleProblems(recorded);
       if (problems.length > 0) throw new AppError('INVENTORY.INVALID_IGNORE_RULE', 'validation', `the ignore rule is not valid: ${problems.join('; ')}`, { problems });
-      const requestDigest = createHash('sha256').update(canonicalJson(rule as unknown as JsonValue)).digest('hex');
+      const requestDigest = createHash('sha256').update(canonicalJson(rule)).digest('hex');
       const earlier = async () => {
         const found = made.idempotencyKey === undefined ? undefined : await retryingContention(() => findIgnoreRuleByKey(db, environmentId, made.idempotencyKey!));
         if (found && found.requestDigest !== requestDigest) throw new AppError('REQUEST.IDEMPOTENCY_KEY_REUSED', 'unprocessable', 'this Idempotency-Key was used for a different ignore rule');

@@ -3,6 +3,8 @@ import { startTableServer, type RunningTableServer } from '../../local/azurite/t
 import { ManualClock } from '../../shared/platform/time/clock';
 import type { InventoryService } from '../../shared/inventory/inventory.service';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createTableStore } from '../../shared/platform/tables/tables';
+import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { applyToCloud, inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
 
@@ -132,6 +134,17 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     expect(drift.staleSince).toBeUndefined();
     const scans = (await inventory.drift(ALL, id)).scans;
     expect(scans.map((s) => s.outcome)).toEqual(['completed', 'failed', 'failed', 'completed']);
+  });
+
+  it.skipIf(skipDialect(dialect))('when the observed inventory cannot be stored, then the scan fails and the environment is stale, never in sync', async () => {
+    const { id } = await appliedEnvironment();
+    const tables = createObservedInventory(createTableStore(server.connectionString));
+    const broken = inventoryOver(database.store, server.connectionString, clock, {
+      tables: { ...tables, replace: () => Promise.reject(new Error('table service unavailable')) },
+    }).inventory;
+    const scan = await broken.scan(id, { kind: 'timer' });
+    expect(scan).toMatchObject({ outcome: 'failed', reason: 'the observed inventory could not be stored: table service unavailable' });
+    expect((await inventory.getEnvironment(ALL, id)).drift).toMatchObject({ status: 'unknown', stale: true });
   });
 
   it.skipIf(skipDialect(dialect))('when an unmanaged resource appears and an ignore rule covers a change, then the resource is found and the change is listed as ignored by the rule', async () => {
