@@ -5,6 +5,7 @@
  */
 import './host/health';
 import './host/targets';
+import './host/openapi';
 import './host/outbox-relay';
 import './capacity';
 import './provisioning';

@@ -16,6 +16,8 @@ Usage:
   runtime-cloud example promotion <development|production> [--state-dir DIR]
       Prints a PromotionApproved message (JSON, a fresh promotionId each time) for the example desired state
       (infra/examples/desired-state), committed to the Git repository <state dir>/desired-state.git when new or changed.
+  runtime-cloud openapi
+      Prints the OpenAPI 3.1 document of the HTTP API (every module enabled); the repository keeps it as openapi.json.
   runtime-cloud <command> --help
 
 Settings (environment variables, Azure app-settings form):
@@ -52,8 +54,20 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'start') return start(rest);
   if (command === 'token') return token(rest);
   if (command === 'example') return example(rest);
+  if (command === 'openapi') return openapi();
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
   return 2;
+}
+
+/** Registers the functions as a host would (without starting one) and prints the document of their HTTP routes. */
+async function openapi(): Promise<number> {
+  const { installFunctionsCore } = await import('./functions-core/install.js');
+  installFunctionsCore();
+  await import('../functions/index.js');
+  const { registeredHttpRoutes } = await import('../functions/app.js');
+  const { openApiDocument, API_VERSION } = await import('../functions/http/openapi.js');
+  process.stdout.write(`${JSON.stringify(openApiDocument(registeredHttpRoutes(), API_VERSION), null, 2)}\n`);
+  return 0;
 }
 
 async function start(args: string[]): Promise<number> {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { LEASE_STATES } from '../../shared/capacity/lease';
 import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { endpoint, idempotencyKey, idempotencyKeyOf, parseQuery } from '../http/endpoint';
+import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
 import { leaseView, singleTenant } from './lease-view';
 import { moduleApp } from '../app';
 
@@ -85,8 +85,7 @@ const listQuery = z.object({
 });
 
 /** The caller's tenant's leases, by id, paginated with `?limit=&cursor=`. */
-export const listLeases = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  const q = parseQuery(request, listQuery);
+export const listLeases = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
   const page = await deps.capacity.listLeases(tenants(), {
     limit: q.limit,
     ...(q.holder !== undefined ? { holder: q.holder } : {}),

@@ -1,6 +1,8 @@
-import { app, type HttpRequest, type HttpResponseInit, type InvocationContext } from '@azure/functions';
+import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
+import { hostApp } from '../app';
 import { runHealthChecks } from '../../shared/platform/health/health';
-import { endpoint } from '../http/endpoint';
+import { z } from 'zod';
+import { describeHandler, endpoint } from '../http/endpoint';
 
 /** Every dependency checked; 503 when the host is unhealthy. Dependency details are for holders of the scope. */
 const fullHealth = endpoint({ scope: 'factory.health.read' }, async ({ deps }) => {
@@ -23,4 +25,9 @@ export async function runtimeCloudHealth(request: HttpRequest, context: Invocati
   return fullHealth(request, context);
 }
 
-app.http('RuntimeCloudHealth', { route: 'runtime-cloud/health', methods: ['GET'], authLevel: 'anonymous', handler: runtimeCloudHealth });
+describeHandler(runtimeCloudHealth, {
+  scope: 'factory.health.read',
+  summary: 'Dependency health; with ?probe=live, liveness without a token',
+  query: z.object({ probe: z.enum(['live']).optional() }),
+});
+hostApp.http('RuntimeCloudHealth', { route: 'runtime-cloud/health', methods: ['GET'], authLevel: 'anonymous', handler: runtimeCloudHealth });

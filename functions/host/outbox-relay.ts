@@ -1,4 +1,5 @@
-import { app, type InvocationContext, type Timer } from '@azure/functions';
+import type { InvocationContext, Timer } from '@azure/functions';
+import { hostApp } from '../app';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { getDeps } from '../runtime';
@@ -23,4 +24,4 @@ export async function outboxRelay(_timer: Timer, context: InvocationContext): Pr
 /** Every two seconds: events reach consumers within a few seconds of the change that caused them. */
 export const OUTBOX_RELAY_SCHEDULE = '*/2 * * * * *';
 
-app.timer('outboxRelay', { schedule: OUTBOX_RELAY_SCHEDULE, handler: outboxRelay });
+hostApp.timer('outboxRelay', { schedule: OUTBOX_RELAY_SCHEDULE, handler: outboxRelay });

@@ -1,4 +1,4 @@
-import { app } from '@azure/functions';
+import { hostApp } from '../app';
 import { endpoint } from '../http/endpoint';
 
 /** Provisioning targets configured for this installation and the IaC runner's name and version. */
@@ -19,7 +19,7 @@ export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, asyn
   };
 });
 
-app.http('RuntimeCloudTargets', {
+hostApp.http('RuntimeCloudTargets', {
   route: 'runtime-cloud/meta/targets',
   methods: ['GET'],
   authLevel: 'anonymous',

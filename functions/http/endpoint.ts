@@ -11,7 +11,7 @@ import { getDeps } from '../runtime';
 /** Request bodies larger than this are refused with 413. */
 export const MAX_BODY_BYTES = 256 * 1024;
 
-export interface EndpointInput<B> {
+export interface EndpointInput<B, Q = undefined> {
   readonly request: HttpRequest;
   readonly context: InvocationContext;
   readonly deps: Deps;
@@ -19,13 +19,19 @@ export interface EndpointInput<B> {
   /** The tenants this request acts on (from the token, or named with `X-Tenant-Id` / `?tenant=`). */
   readonly tenants: () => TenantFilter;
   readonly body: B;
+  /** The query string parsed by `spec.query`. */
+  readonly query: Q;
 }
 
-export interface EndpointSpec<B> {
+export interface EndpointSpec<B, Q = undefined> {
+  /** One line for the OpenAPI document. Example: `'Grants a capacity lease'`. */
+  readonly summary?: string;
   /** The scope the caller must hold. */
   readonly scope: Scope;
   /** Schema of the JSON body; omit for requests without one. */
   readonly body?: z.ZodType<B>;
+  /** Schema of the query string (values arrive as strings: coerce); omit for requests without one. */
+  readonly query?: z.ZodType<Q>;
   /**
    * Platform administration, across tenants: a token bound to a tenant is refused (403) even when it holds the
    * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. Example: `true`.
@@ -37,24 +43,42 @@ export interface EndpointSpec<B> {
  * Wraps a use case as an HTTP handler: bearer auth and scope, JSON body validation, and the mapping of every
  * failure to problem+json (RFC 9457). Unexpected errors become a 500 carrying a correlation id that is logged.
  */
-export function endpoint<B = undefined>(
-  spec: EndpointSpec<B>,
-  run: (input: EndpointInput<B>) => Promise<HttpResponseInit>,
+export function endpoint<B = undefined, Q = undefined>(
+  spec: EndpointSpec<B, Q>,
+  run: (input: EndpointInput<B, Q>) => Promise<HttpResponseInit>,
 ): (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit> {
-  return async (request, context) => {
+  const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
       const deps = await getDeps();
       const principal = await deps.auth.authenticate(request.headers.get('authorization'));
       requireScope(principal, spec.scope);
       if (spec.platformOnly) requirePlatformPrincipal(principal);
       const body = spec.body ? await readJson(request, spec.body) : (undefined as B);
+      const query = spec.query ? parseQuery(request, spec.query) : (undefined as Q);
       const requestedTenant = request.headers.get('x-tenant-id') ?? request.query.get('tenant') ?? undefined;
       const tenants = () => resolveTenant(principal, spec.scope, requestedTenant);
-      return await run({ request, context, deps, principal, tenants, body });
+      return await run({ request, context, deps, principal, tenants, body, query });
     } catch (error) {
       return errorResponse(error, context);
     }
   };
+  specs.set(handler, spec);
+  return handler;
+}
+
+const specs = new WeakMap<object, EndpointSpec<unknown, unknown>>();
+
+/**
+ * Describes a handler that is not an `endpoint` (it answers some requests without a token) for the OpenAPI
+ * document, with the spec of the requests that need one.
+ */
+export function describeHandler<B, Q>(handler: object, spec: EndpointSpec<B, Q>): void {
+  specs.set(handler, spec);
+}
+
+/** The spec an `endpoint` handler was made from (the OpenAPI document is built from these); undefined for others. */
+export function endpointSpec(handler: object): EndpointSpec<unknown, unknown> | undefined {
+  return specs.get(handler);
 }
 
 export function errorResponse(thrown: unknown, context: InvocationContext): HttpResponseInit {

@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { endpoint, idempotencyKey, idempotencyKeyOf, pageOf, pageQuery, parseQuery } from '../http/endpoint';
+import { endpoint, idempotencyKey, idempotencyKeyOf, pageOf, pageQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 
 /** The caller's tenant's environments: desired release, last run, drift status (unknown when stale or overdue). */
-export const listEnvironments = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  return { status: 200, jsonBody: await deps.inventory.listEnvironments(tenants(), pageOf(parseQuery(request, pageQuery))) };
+export const listEnvironments = endpoint({ scope: 'factory.runtime.read', query: pageQuery }, async ({ deps, tenants, query }) => {
+  return { status: 200, jsonBody: await deps.inventory.listEnvironments(tenants(), pageOf(query)) };
 });
 
 export const getEnvironment = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
@@ -12,8 +12,8 @@ export const getEnvironment = endpoint({ scope: 'factory.runtime.read' }, async 
 });
 
 /** The observed inventory (Table storage) of an environment, with the environment's drift status and times. */
-export const getInventory = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  return { status: 200, jsonBody: await deps.inventory.inventory(tenants(), request.params.id ?? '', pageOf(parseQuery(request, pageQuery))) };
+export const getInventory = endpoint({ scope: 'factory.runtime.read', query: pageQuery }, async ({ request, deps, tenants, query }) => {
+  return { status: 200, jsonBody: await deps.inventory.inventory(tenants(), request.params.id ?? '', pageOf(query)) };
 });
 
 /** The last observation's findings grouped by resource, the ignored ones with their rules, and the newest scans. */
@@ -40,8 +40,7 @@ export const setScanning = endpoint({ scope: 'factory.provisioning.operate', bod
 
 const rulesQuery = pageQuery.extend({ includeDeleted: z.enum(['true', 'false']).default('false') });
 
-export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  const q = parseQuery(request, rulesQuery);
+export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read', query: rulesQuery }, async ({ request, deps, tenants, query: q }) => {
   return { status: 200, jsonBody: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', { ...pageOf(q), includeDeleted: q.includeDeleted === 'true' }) };
 });
 

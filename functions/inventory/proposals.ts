@@ -2,15 +2,14 @@ import * as df from 'durable-functions';
 import { z } from 'zod';
 import { PROPOSAL_STATUSES } from '../../shared/inventory/environment';
 import { isTerminal } from '../../shared/provisioning/run';
-import { endpoint, pageOf, pageQuery, parseQuery } from '../http/endpoint';
+import { endpoint, pageOf, pageQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { startRun } from '../provisioning/promotion-intake';
 
 const listQuery = pageQuery.extend({ status: z.enum(PROPOSAL_STATUSES).optional(), environment: z.string().min(1).max(200).optional() });
 
 /** The caller's tenant's reconciliation proposals, newest first, filtered by status and environment. */
-export const listProposals = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  const q = parseQuery(request, listQuery);
+export const listProposals = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
   const page = await deps.inventory.listProposals(tenants(), {
     ...pageOf(q),
     ...(q.status !== undefined ? { status: q.status } : {}),

@@ -14,6 +14,7 @@ import { wakeNextOnStack } from './stack-free';
 export const ProvisioningActivities = {
   plan: 'provisioningRunPlan',
   afterApproval: 'provisioningRunAfterApproval',
+  checkPolicy: 'provisioningRunCheckPolicy',
   apply: 'provisioningRunApply',
   fail: 'provisioningRunFail',
 } as const;
@@ -30,6 +31,7 @@ export interface RunRef {
 interface ActivitySignatures {
   [ProvisioningActivities.plan]: { input: RunRef; output: RunStep };
   [ProvisioningActivities.afterApproval]: { input: RunRef & { readonly timedOut: boolean }; output: RunStep };
+  [ProvisioningActivities.checkPolicy]: { input: RunRef & { readonly timedOut: boolean }; output: RunStep };
   [ProvisioningActivities.apply]: { input: RunRef; output: RunStep };
   [ProvisioningActivities.fail]: { input: RunRef & { readonly reason: string }; output: RunStep };
 }
@@ -72,6 +74,11 @@ export async function afterApprovalActivity(input: RunRef & { timedOut: boolean 
   return (await getDeps()).provisioning.afterApproval(input.runId, input.timedOut);
 }
 
+/** A run waiting for a policy check holds no stack, so its answer releases none: nobody is woken. */
+export async function checkPolicyActivity(input: RunRef & { timedOut: boolean }): Promise<RunStep> {
+  return (await getDeps()).provisioning.checkPolicy(input.runId, input.timedOut);
+}
+
 export async function applyActivity(input: RunRef, context: InvocationContext): Promise<RunStep> {
   const { provisioning } = await getDeps();
   return handOver(context, input.runId, await provisioning.apply(input.runId));
@@ -96,6 +103,7 @@ if (moduleEnabled('provisioning')) {
   const durableClient = [df.input.durableClient()];
   df.app.activity(ProvisioningActivities.plan, { handler: planActivity, extraInputs: durableClient });
   df.app.activity(ProvisioningActivities.afterApproval, { handler: afterApprovalActivity });
+  df.app.activity(ProvisioningActivities.checkPolicy, { handler: checkPolicyActivity });
   df.app.activity(ProvisioningActivities.apply, { handler: applyActivity, extraInputs: durableClient });
   df.app.activity(ProvisioningActivities.fail, { handler: failActivity, extraInputs: durableClient });
 }

@@ -1,6 +1,7 @@
 import * as df from 'durable-functions';
 import type { OrchestrationContext, OrchestrationHandler, Task, TimerTask } from 'durable-functions';
 import type { RunStep, RunTimings } from '../../shared/provisioning/provisioning.service';
+import { DEFAULT_POLICY_POLL_MS, DEFAULT_POLICY_TIMEOUT_MS } from '../../shared/provisioning/run';
 import { moduleEnabled } from '../app';
 import { at, callActivity, later, ProvisioningActivities } from './provisioning-run.activities';
 import { STACK_FREE_EVENT } from './stack-free';
@@ -11,6 +12,8 @@ import { STACK_FREE_EVENT } from './stack-free';
  * wait for the approval, racing a timer, when the plan needs one → apply (once the stack is free again) → done.
  * A plan that goes stale (it expired before its approval, or the stack's state moved before its apply) waits for an
  * operator to replan it (→ plan again, and a fresh approval where one is needed) or to reject it, racing a timer too.
+ * A plan the GovernanceHost decides later (a pending policy check) is asked about on a durable timer until the check
+ * is decided (→ approval or apply, as after a plan; a deny fails the run), the run is rejected, or the wait times out.
  * The run's state lives in the store; the activities move it and this function only decides what to wait for.
  * Deterministic: time comes from `context.df.currentUtcDateTime`, durations from the input.
  */
@@ -18,7 +21,7 @@ export const ProvisioningOrchestrations = { run: 'provisioningRun' } as const;
 
 /**
  * The event the approve, reject and replan endpoints raise on a run's instance; the decision itself is in the
- * store, the event only wakes the run.
+ * store, the event only wakes the run (also a run whose plan waits for its policy check, when it is rejected).
  */
 export const APPROVAL_EVENT = 'approval';
 
@@ -29,18 +32,47 @@ export const APPROVAL_EVENT = 'approval';
  */
 export interface RunOrchestrationInput {
   readonly runId: string;
-  readonly timings: RunTimings;
+  readonly timings: OrchestrationTimings;
+  /**
+   * Set when the orchestration continued as new in a policy wait: the check it waits for and the wait's deadline
+   * (ISO-8601), so the deadline stays where it was.
+   */
+  readonly policyWait?: PolicyWait;
 }
 
+/** The policy wait's timings are absent in the input of instances started before it was built. */
+type OrchestrationTimings = Omit<RunTimings, 'policyPollMs' | 'policyTimeoutMs'> & Partial<Pick<RunTimings, 'policyPollMs' | 'policyTimeoutMs'>>;
+
+interface PolicyWait {
+  readonly checkId: string;
+  readonly deadline: string;
+}
+
+/**
+ * Polls of a policy check in one execution; then the orchestration continues as new, so the history it replays
+ * stays short over a long review (a day of polls every 5 s would be 17 280 activities and timers).
+ */
+export const POLICY_POLLS_PER_EXECUTION = 100;
+
 type PersonStep = Extract<RunStep, { outcome: 'awaiting-approval' | 'stale' }>;
+type PolicyStep = Extract<RunStep, { outcome: 'awaiting-policy' }>;
 
 export const provisioningRunOrchestrator: OrchestrationHandler = function* (context: OrchestrationContext) {
-  const { runId, timings } = context.df.getInput<RunOrchestrationInput>();
+  const input = context.df.getInput<RunOrchestrationInput>();
+  const { runId, timings } = input;
   try {
     let step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
     for (;;) {
       if (step.outcome === 'awaiting-approval' || step.outcome === 'stale') step = yield* waitForPerson(context, runId, timings, step);
-      else if (step.outcome === 'planning') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
+      else if (step.outcome === 'awaiting-policy') {
+        const waited = yield* waitForPolicy(context, input, step);
+        if ('continueAsNew' in waited) {
+          // The new execution's first step (plan) finds the run still waiting for the check and waits on.
+          context.df.continueAsNew({ ...input, policyWait: waited.continueAsNew } satisfies RunOrchestrationInput);
+          return step;
+        }
+        step = waited.step;
+      } else if (step.outcome === 'planning') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
       else if (step.outcome === 'applying') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.apply, { runId }));
       else break;
     }
@@ -60,7 +92,7 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
  * wake-up (the decision event; the plan's expiry, once) asks the store where the run stands. The deadline is set
  * once per wait, so wake-ups that decide nothing do not push it back; when it fires the run is told it timed out.
  */
-function* waitForPerson(context: OrchestrationContext, runId: string, timings: RunTimings, first: PersonStep): Generator<Task, RunStep, unknown> {
+function* waitForPerson(context: OrchestrationContext, runId: string, timings: OrchestrationTimings, first: PersonStep): Generator<Task, RunStep, unknown> {
   const deadline = later(context.df.currentUtcDateTime, timings.approvalTimeoutMs);
   let expiryFired = false;
   let step: RunStep = first;
@@ -78,6 +110,35 @@ function* waitForPerson(context: OrchestrationContext, runId: string, timings: R
     step = yield* callActivity(context, ProvisioningActivities.afterApproval, { runId, timedOut: winner === timeout });
   }
   return step;
+}
+
+/**
+ * Waits while the plan's policy check is pending: asks the GovernanceHost every `policyPollMs` on a durable timer,
+ * or at once when the approval event comes (a rejection ends the run meanwhile). The deadline is set once per wait
+ * (and carried over a continue-as-new); the ask at the deadline is told it timed out.
+ */
+function* waitForPolicy(
+  context: OrchestrationContext,
+  input: RunOrchestrationInput,
+  first: PolicyStep,
+): Generator<Task, { readonly step: RunStep } | { readonly continueAsNew: PolicyWait }, unknown> {
+  const { runId, timings } = input;
+  const pollMs = timings.policyPollMs ?? DEFAULT_POLICY_POLL_MS;
+  const carried = input.policyWait?.checkId === first.checkId ? input.policyWait : undefined;
+  const deadline = carried ? at(carried.deadline) : later(context.df.currentUtcDateTime, timings.policyTimeoutMs ?? DEFAULT_POLICY_TIMEOUT_MS);
+  let step: RunStep = first;
+  for (let polls = 0; step.outcome === 'awaiting-policy' && step.checkId === first.checkId; polls++) {
+    if (polls === POLICY_POLLS_PER_EXECUTION) return { continueAsNew: { checkId: first.checkId, deadline: deadline.toISOString() } };
+    context.df.setCustomStatus({ runId, waitingFor: 'policy', checkId: first.checkId, planDigest: first.planDigest });
+    const next = later(context.df.currentUtcDateTime, pollMs);
+    const last = next.getTime() >= deadline.getTime();
+    const woken = context.df.waitForExternalEvent(APPROVAL_EVENT);
+    const poll = context.df.createTimer(last ? deadline : next);
+    const winner: unknown = yield context.df.Task.any([woken, poll]);
+    if (winner !== poll) poll.cancel();
+    step = yield* callActivity(context, ProvisioningActivities.checkPolicy, { runId, timedOut: winner === poll && last });
+  }
+  return { step };
 }
 
 /** Whether `step` is still the wait `first` began: the same plan awaiting approval, or still stale. */
@@ -98,7 +159,7 @@ function expiryOf(step: Extract<RunStep, { outcome: 'awaiting-approval' }>, dead
  * releases the stack wakes it (the stack-free event), or at the latest for `lockRetryMs` on a durable timer: the
  * fallback for a holder whose lease lapsed, or a wake-up that was lost.
  */
-function* untilNotWaiting(context: OrchestrationContext, timings: RunTimings, step: () => Generator<Task, RunStep, unknown>): Generator<Task, RunStep, unknown> {
+function* untilNotWaiting(context: OrchestrationContext, timings: OrchestrationTimings, step: () => Generator<Task, RunStep, unknown>): Generator<Task, RunStep, unknown> {
   for (;;) {
     const result = yield* step();
     if (result.outcome !== 'waiting') return result;

@@ -3,7 +3,7 @@ import * as df from 'durable-functions';
 import { z } from 'zod';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { RUN_STATES, RunErrors } from '../../shared/provisioning/run';
-import { endpoint, parseQuery } from '../http/endpoint';
+import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
 import { runDetailView, runView } from './run-view';
@@ -18,8 +18,7 @@ const listQuery = z.object({
 });
 
 /** The caller's tenant's runs in the order they were taken in, filtered by environment (id or name) and status. */
-export const listRuns = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  const q = parseQuery(request, listQuery);
+export const listRuns = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
   const page = await deps.provisioning.listRuns(tenants(), {
     limit: q.limit,
     ...(q.environment !== undefined ? { environment: q.environment } : {}),
@@ -62,7 +61,10 @@ export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body
   return { status: 200, jsonBody: runView(run) };
 });
 
-/** Rejects a run awaiting approval, or a stale one: 200 with the run (rejected, ProvisioningFailed published). */
+/**
+ * Rejects a run awaiting approval, a stale one, or one whose plan waits for its policy check: 200 with the run
+ * (rejected, ProvisioningFailed published). The event wakes its orchestration, which then ends.
+ */
 export const rejectRun = endpoint({ scope: 'factory.provisioning.operate', body: rejectBody }, async ({ request, context, deps, principal, tenants, body }) => {
   const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.subject });
   await wakeRun(context, run.id, 'rejected');

@@ -22,6 +22,8 @@ export const ExternalErrors = {
   configUnavailable: 'PROVISIONING.CONFIG_UNAVAILABLE',
   /** A GovernanceHost policy denied the plan. */
   policyDenied: 'PROVISIONING.POLICY_DENIED',
+  /** The GovernanceHost does not know a policy check it answered `pending` with (it lost it): the run fails. */
+  policyCheckUnknown: 'PROVISIONING.POLICY_CHECK_UNKNOWN',
   /** The ControlPlaneApi does not know the promotion's environment. */
   unknownEnvironment: 'PROVISIONING.UNKNOWN_ENVIRONMENT',
   /** The approver is not one the ControlPlaneApi allows for the run's environment. */
@@ -60,6 +62,14 @@ export type PolicyDecision =
   | { readonly decision: 'allow'; readonly policies: readonly string[] }
   | { readonly decision: 'deny'; readonly policy: string; readonly reason: string };
 
+/**
+ * The GovernanceHost's answer on a plan: a decision, or `pending` when it took the plan in and decides later (a
+ * person reviews it); the run then asks again with `checkId` until the check is decided.
+ *
+ * BREAKING-CHANGE SHAPE: the GovernanceHost's API.
+ */
+export type PolicyAnswer = PolicyDecision | { readonly decision: 'pending'; readonly checkId: string };
+
 /** The evidence of one apply, for the audit trail. BREAKING-CHANGE SHAPE: sent to the GovernanceHost. */
 export interface ApplyEvidence {
   readonly runId: string;
@@ -79,8 +89,16 @@ export interface ApplyEvidence {
 
 /** GovernanceHost (fail-fast): deployment-domain policy, secret references, audit evidence of applies. */
 export interface GovernanceHost {
-  /** Decides on a plan before it is recorded; a deny fails the run with `PROVISIONING.POLICY_DENIED`. */
-  decide(input: PolicyInput): Promise<PolicyDecision>;
+  /**
+   * Decides on a plan before it is recorded; a deny fails the run with `PROVISIONING.POLICY_DENIED`. `pending`: the
+   * plan waits (its run without its stack) for the check's decision, which `policyCheck` answers.
+   */
+  decide(input: PolicyInput): Promise<PolicyAnswer>;
+  /**
+   * Where a check `decide` answered `pending` for stands: still pending, or decided. A check the service does not
+   * know throws `PROVISIONING.POLICY_CHECK_UNKNOWN` (kind not-found).
+   */
+  policyCheck(checkId: string): Promise<PolicyAnswer>;
   /**
    * The value behind a `secretRef`, inside apply only. An unknown reference throws `PROVISIONING.REFERENCE_UNRESOLVED`
    * (kind not-found); a service that does not answer throws `PROVISIONING.GOVERNANCE_UNAVAILABLE`.
@@ -149,6 +167,7 @@ export function unwiredExternalServices(): ExternalServices {
   return {
     governance: {
       decide: down(ExternalErrors.governanceUnavailable, 'the GovernanceHost'),
+      policyCheck: down(ExternalErrors.governanceUnavailable, 'the GovernanceHost'),
       resolveSecret: down(ExternalErrors.governanceUnavailable, 'the GovernanceHost'),
       recordEvidence: down(ExternalErrors.governanceUnavailable, 'the GovernanceHost'),
     },

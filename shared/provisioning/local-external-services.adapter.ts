@@ -19,6 +19,7 @@ import {
   type GovernanceHost,
   type KnowledgeHost,
   type LastKnownConfig,
+  type PolicyAnswer,
   type PolicyDecision,
   type PolicyInput,
 } from './external-services.client';
@@ -28,6 +29,8 @@ import {
  *
  * - GovernanceHost: policies from `<state dir>/governance.json` (none: everything is allowed), secrets from the
  *   `secrets` of `<state dir>/references.json`, audit evidence in the SQL store (`local_governance_evidence`).
+ *   A policy with `review: true` answers `pending`: the check waits in the SQL store (`local_governance_checks`)
+ *   until `reviewCheck` records a reviewer's decision (tests call it; there is no endpoint for it).
  * - ControlPlaneApi: environments, their approvers and editions from `<state dir>/control-plane.json` (none: every
  *   environment is known and any operator may approve).
  * - KnowledgeHost: receipts in the SQL store (`local_knowledge_artifacts`), content-addressed ids.
@@ -44,7 +47,21 @@ interface LocalExternalTables {
   local_knowledge_artifacts: { id: string; run_id: string; kind: string; content: string; stored_at: number };
   local_governance_evidence: { id: string; run_id: string; evidence: string; recorded_at: number };
   local_external_services: { name: string; reachable: number };
+  /** `policies`, `review`: JSON arrays of policy ids; `decision`: JSON of a `Review`, null while pending. */
+  local_governance_checks: {
+    id: string;
+    run_id: string;
+    plan_digest: string;
+    policies: string;
+    review: string;
+    requested_at: number;
+    decision: string | null;
+    decided_at: number | null;
+  };
 }
+
+/** A reviewer's decision on a pending policy check of the local GovernanceHost. */
+export type Review = { readonly decision: 'allow'; readonly by: string } | { readonly decision: 'deny'; readonly by: string; readonly reason: string };
 
 export interface LocalExternalServices extends ExternalServices {
   /** The operator's switch: an unreachable service fails every call as the real one would when it does not answer. */
@@ -53,13 +70,22 @@ export interface LocalExternalServices extends ExternalServices {
   evidenceOf(runId: string): Promise<readonly ApplyEvidence[]>;
   /** An artifact the local KnowledgeHost stores (bookkeeping: works while unreachable). */
   artifact(id: string): Promise<{ readonly runId: string; readonly kind: string; readonly content: unknown } | undefined>;
+  /**
+   * A reviewer decides a pending policy check (the reviewer's side of the GovernanceHost: works while it is
+   * unreachable). The first decision stands: deciding a decided check throws `PROVISIONING.POLICY_CHECK_DECIDED`
+   * (conflict); an unknown check throws `PROVISIONING.POLICY_CHECK_UNKNOWN` (not-found).
+   */
+  reviewCheck(checkId: string, review: Review): Promise<void>;
 }
 
 /**
  * `<state dir>/governance.json`. Example:
- * `{"policies": [{"id": "no-production-deletes", "tiers": ["production"], "denyOps": ["delete"], "reason": "production data is not deleted by a promotion"}]}`
- * A policy applies to the environments (id or name) and tiers it lists (all when it lists none) and denies a plan
- * with a step whose op is in `denyOps` or whose resource type is in `denyTypes` (a `same` step never counts).
+ * `{"policies": [{"id": "no-production-deletes", "tiers": ["production"], "denyOps": ["delete"], "reason": "production data is not deleted by a promotion"},
+ *   {"id": "payments-review", "environments": ["env-payments"], "stacks": ["payments"], "review": true, "reason": "payments changes are reviewed"}]}`
+ * A policy applies to the environments (id or name), tiers and stacks it lists (all when it lists none) and denies a
+ * plan with a step whose op is in `denyOps` or whose resource type is in `denyTypes` (a `same` step never counts).
+ * A policy with `review: true` that applies sends a plan no policy denies to review: `decide` answers `pending` with
+ * a check (one per run and plan digest) that `reviewCheck` decides.
  */
 const governanceFile = z.object({
   policies: z
@@ -68,6 +94,8 @@ const governanceFile = z.object({
         id: z.string().min(1),
         environments: z.array(z.string()).optional(),
         tiers: z.array(z.string()).optional(),
+        stacks: z.array(z.string()).optional(),
+        review: z.boolean().optional(),
         denyOps: z.array(z.string()).optional(),
         denyTypes: z.array(z.string()).optional(),
         reason: z.string().min(1),
@@ -116,8 +144,43 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     return call();
   }
 
+  /** The check of a run's plan that review policies apply to, taken in once; answers where it stands. */
+  async function takeCheck(input: PolicyInput, policies: readonly string[], review: readonly string[]): Promise<PolicyAnswer> {
+    const id = `chk-${sha(`${input.runId}\n${input.planDigest}`)}`;
+    await retryingContention(async () => {
+      const known = await db.selectFrom('local_governance_checks').select('id').where('id', '=', id).executeTakeFirst();
+      if (!known) {
+        await db
+          .insertInto('local_governance_checks')
+          .values({ id, run_id: input.runId, plan_digest: input.planDigest, policies: JSON.stringify(policies), review: JSON.stringify(review), requested_at: clock.now().getTime(), decision: null, decided_at: null })
+          .execute();
+      }
+    });
+    return checkAnswer(id);
+  }
+
+  async function checkRow(checkId: string) {
+    const row = await retryingContention(() => db.selectFrom('local_governance_checks').selectAll().where('id', '=', checkId).executeTakeFirst());
+    if (!row) throw new AppError(ExternalErrors.policyCheckUnknown, 'not-found', `the GovernanceHost has no policy check ${checkId}`, { checkId });
+    return row;
+  }
+
+  async function checkAnswer(checkId: string): Promise<PolicyAnswer> {
+    const row = await checkRow(checkId);
+    if (row.decision === null) return { decision: 'pending', checkId };
+    const review = JSON.parse(row.decision) as Review;
+    if (review.decision === 'allow') return { decision: 'allow', policies: JSON.parse(row.policies) as string[] };
+    const policy = (JSON.parse(row.review) as string[])[0] ?? 'review';
+    return { decision: 'deny', policy, reason: `denied in review by ${review.by}: ${review.reason} (check ${checkId})` };
+  }
+
   const governance: GovernanceHost = {
-    decide: (input) => reachable('governance', async () => decide((await readJson(join(stateDir, 'governance.json'), governanceFile)) ?? { policies: [] }, input)),
+    decide: (input) =>
+      reachable('governance', async () => {
+        const decision = decide((await readJson(join(stateDir, 'governance.json'), governanceFile)) ?? { policies: [] }, input);
+        return decision.decision === 'review' ? takeCheck(input, decision.policies, decision.review) : decision;
+      }),
+    policyCheck: (checkId) => reachable('governance', () => checkAnswer(checkId)),
     resolveSecret: (reference) => reachable('governance', () => references({ secretRef: reference })),
     recordEvidence: (evidence) =>
       reachable('governance', async () => {
@@ -196,20 +259,36 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
       const row = await db.selectFrom('local_knowledge_artifacts').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? { runId: row.run_id, kind: row.kind, content: JSON.parse(row.content) as unknown } : undefined;
     },
+    async reviewCheck(checkId, review) {
+      await checkRow(checkId);
+      const decided = await retryingContention(() =>
+        db.updateTable('local_governance_checks').set({ decision: JSON.stringify(review), decided_at: clock.now().getTime() }).where('id', '=', checkId).where('decision', 'is', null).executeTakeFirst(),
+      );
+      if (Number(decided.numUpdatedRows) !== 1) throw new AppError('PROVISIONING.POLICY_CHECK_DECIDED', 'conflict', `policy check ${checkId} is decided already`, { checkId });
+    },
   };
 }
 
-/** The first policy that denies the plan, else allow naming the policies that applied. Pure. */
-export function decide(file: z.infer<typeof governanceFile>, input: PolicyInput): PolicyDecision {
+/**
+ * The first policy that denies the plan; else, when review policies apply, a review by them; else allow naming the
+ * policies that applied. A rule that denies outright goes first: a plan it denies needs no reviewer. Pure.
+ */
+export function decide(
+  file: z.infer<typeof governanceFile>,
+  input: PolicyInput,
+): PolicyDecision | { readonly decision: 'review'; readonly policies: readonly string[]; readonly review: readonly string[] } {
   const applied: string[] = [];
+  const review: string[] = [];
   for (const policy of file.policies) {
     if (policy.environments && !policy.environments.includes(input.environment.id) && !policy.environments.includes(input.environment.name)) continue;
     if (policy.tiers && !policy.tiers.includes(input.environment.tier)) continue;
+    if (policy.stacks && !policy.stacks.includes(input.stack)) continue;
     applied.push(policy.id);
+    if (policy.review === true) review.push(policy.id);
     const offending = input.steps.find((s) => s.op !== 'same' && ((policy.denyOps ?? []).includes(s.op) || (policy.denyTypes ?? []).includes(s.type)));
     if (offending) return { decision: 'deny', policy: policy.id, reason: `${policy.reason} (policy ${policy.id}: ${offending.op} ${offending.urn})` };
   }
-  return { decision: 'allow', policies: applied };
+  return review.length > 0 ? { decision: 'review', policies: applied, review } : { decision: 'allow', policies: applied };
 }
 
 function sha(text: string): string {

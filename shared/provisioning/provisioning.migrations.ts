@@ -4,7 +4,7 @@ import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrati
 /**
  * The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages;
  * the plans of runs that went stale and were replanned; the ids of what runs stored at external services, and the
- * local host's stand-ins for those services; what a reconciliation run carries out.
+ * local host's stand-ins for those services; what a reconciliation run carries out; plans waiting for a policy check.
  */
 export const provisioningMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
@@ -148,6 +148,31 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
     '20261130-44-provisioning-reconciliation-runs': {
       async up(db: Kysely<unknown>) {
         await db.schema.alterTable('provisioning_runs').addColumn('reconciliation', t.text).execute();
+      },
+    },
+    // Policy checks the GovernanceHost decides later: the plan a run made, kept until the check is decided (at most
+    // one per run); and the local GovernanceHost's own record of the checks it took in and their decisions.
+    '20261130-45-provisioning-policy-checks': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .createTable('provisioning_policy_checks')
+          .addColumn('run_id', t.key, (c) => c.primaryKey())
+          .addColumn('check_id', t.key, (c) => c.notNull())
+          .addColumn('plan_digest', t.key, (c) => c.notNull())
+          .addColumn('plan_receipt', t.text, (c) => c.notNull())
+          .addColumn('requested_at', 'bigint', (c) => c.notNull())
+          .execute();
+        await db.schema
+          .createTable('local_governance_checks')
+          .addColumn('id', t.key, (c) => c.primaryKey())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('plan_digest', t.key, (c) => c.notNull())
+          .addColumn('policies', t.text, (c) => c.notNull())
+          .addColumn('review', t.text, (c) => c.notNull())
+          .addColumn('requested_at', 'bigint', (c) => c.notNull())
+          .addColumn('decision', t.text)
+          .addColumn('decided_at', 'bigint')
+          .execute();
       },
     },
   };

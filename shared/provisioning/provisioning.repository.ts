@@ -37,6 +37,21 @@ export interface PlanReceipt {
   readonly expiresAt?: string;
   /** The GovernanceHost's policy decision (an allow: a denied plan is not recorded, the run fails). */
   readonly policy?: PolicyDecision;
+  /**
+   * Set when the GovernanceHost decided later (it answered `pending`): its check id, when the run asked for the
+   * decision and when it found it made (ISO-8601 UTC). The plan was made at `finishedAt`, before the check.
+   */
+  readonly policyCheck?: { readonly checkId: string; readonly requestedAt: string; readonly decidedAt: string };
+}
+
+/** A plan receipt before the GovernanceHost's decision: what a run waiting for a policy check keeps. */
+export type UndecidedPlanReceipt = Omit<PlanReceipt, 'policy' | 'policyCheck'>;
+
+/** A run's plan waiting for the GovernanceHost to decide its policy check. */
+export interface PolicyWait {
+  readonly checkId: string;
+  readonly receipt: UndecidedPlanReceipt;
+  readonly requestedAt: Date;
 }
 
 /**
@@ -326,14 +341,20 @@ export interface RunChange {
   readonly finished?: boolean;
 }
 
+/** Narrows which runs a transition moves: only from these states, only while the run waits for this kind. */
+export interface RunGuard {
+  readonly from?: readonly RunState[];
+  readonly waitingKind?: WaitingFor['kind'];
+}
+
 /**
- * Moves a run to `to` when it is in a state that may move there (the transition table), and applies `change`.
- * False when the run was not in such a state: another writer (a cancel, a supersede, a retried step) got there
- * first, and the caller reads the run again.
+ * Moves a run to `to` when it is in a state that may move there (the transition table, narrowed by `guard`), and
+ * applies `change`. False when the run was not in such a state: another writer (a cancel, a supersede, a retried
+ * step) got there first, and the caller reads the run again.
  */
-export async function transitionRun(trx: Executor, id: string, to: RunState, now: number, change: RunChange = {}): Promise<boolean> {
-  const from = statesBefore(to);
-  if (from.length === 0) throw new Error(`no run state moves to ${to}; a run is created in it`);
+export async function transitionRun(trx: Executor, id: string, to: RunState, now: number, change: RunChange = {}, guard: RunGuard = {}): Promise<boolean> {
+  const from = statesBefore(to).filter((state) => guard.from === undefined || guard.from.includes(state));
+  if (from.length === 0) throw new Error(`no run state moves to ${to}${guard.from ? ` from ${guard.from.join(', ')}` : ''}`);
   const result = await trx
     .updateTable('provisioning_runs')
     .set({
@@ -347,6 +368,7 @@ export async function transitionRun(trx: Executor, id: string, to: RunState, now
     })
     .where('id', '=', id)
     .where('state', 'in', from)
+    .$if(guard.waitingKind !== undefined, (q) => q.where('waiting_kind', '=', guard.waitingKind ?? ''))
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
@@ -572,6 +594,25 @@ export async function rebaseRun(
     .where('plan_receipt', 'is', null)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
+}
+
+/** Keeps a run's plan while its policy check is undecided, replacing the one of an earlier check of the run. */
+export async function savePolicyWait(trx: Executor, runId: string, wait: PolicyWait): Promise<void> {
+  await trx.deleteFrom('provisioning_policy_checks').where('run_id', '=', runId).execute();
+  await trx
+    .insertInto('provisioning_policy_checks')
+    .values({ run_id: runId, check_id: wait.checkId, plan_digest: wait.receipt.plan.digest, plan_receipt: JSON.stringify(wait.receipt), requested_at: wait.requestedAt.getTime() })
+    .execute();
+}
+
+export async function findPolicyWait(db: Executor, runId: string): Promise<PolicyWait | undefined> {
+  const row = await db.selectFrom('provisioning_policy_checks').selectAll().where('run_id', '=', runId).executeTakeFirst();
+  return row ? { checkId: row.check_id, receipt: JSON.parse(row.plan_receipt) as UndecidedPlanReceipt, requestedAt: new Date(Number(row.requested_at)) } : undefined;
+}
+
+/** Drops a run's waiting plan: it was recorded, or the run ended without it. */
+export async function deletePolicyWait(trx: Executor, runId: string): Promise<void> {
+  await trx.deleteFrom('provisioning_policy_checks').where('run_id', '=', runId).execute();
 }
 
 /** The plan receipt of a run, for its apply. */

@@ -3,12 +3,13 @@ import type { TenantFilter } from '../platform/auth/auth';
 import type { NewEvent } from '../platform/bus/events';
 import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
 import { appendToOutbox } from '../platform/bus/outbox';
+import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
 import type { ConfigOverrides, IacEngine, PlanOptions } from '../platform/iac/iac-runner';
 import { jsonEqual, referenceKey, type JsonValue } from '../platform/iac/iac-values';
 import { heldIgnoreProblem, type Plan, type ResolveReferences } from '../platform/iac/plan';
-import { ExternalErrors, serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
+import { ExternalErrors, serviceUnavailable, unavailableCodeIn, type ExternalServices, type PolicyDecision } from './external-services.client';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
@@ -33,6 +34,9 @@ import {
   queuedRunsBefore,
   readPlanReceipt,
   rebaseRun,
+  deletePolicyWait,
+  findPolicyWait,
+  savePolicyWait,
   recordApply,
   recordPlan,
   replacePlan,
@@ -46,15 +50,16 @@ import {
   type PlanReceipt,
   type Rejection,
   type RunDetail,
+  type UndecidedPlanReceipt,
 } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { provisioningFailed, provisioningApplied, poolResizeRejected, promotionRejected, specificationApplied, specificationDeclared } from './run-events';
 import {
   approvalRequired,
-  decodeRunCursor,
   DEFAULT_APPROVAL_POLICY,
   DEFAULT_PLAN_EXPIRY_MS,
-  encodeRunCursor,
+  DEFAULT_POLICY_POLL_MS,
+  DEFAULT_POLICY_TIMEOUT_MS,
   isTerminal,
   planExpiryMs,
   POOL_SIZE_CONFIG_KEY,
@@ -108,6 +113,11 @@ export type RunStep =
   | { readonly outcome: 'planning' }
   /** `planExpiresAt` (ISO-8601): when the plan goes stale unless approved; absent in histories from before it. */
   | { readonly outcome: 'awaiting-approval'; readonly planDigest: string; readonly planExpiresAt?: string }
+  /**
+   * The plan waits, without the stack, for the GovernanceHost to decide its policy check: ask again
+   * (`checkPolicy`) until it is decided. `since` (ISO-8601): when the check was asked for.
+   */
+  | { readonly outcome: 'awaiting-policy'; readonly checkId: string; readonly planDigest: string; readonly since: string }
   | { readonly outcome: 'applying' }
   /** The plan went stale: the run waits for an operator to replan or reject it. */
   | { readonly outcome: 'stale'; readonly reason: string }
@@ -124,6 +134,10 @@ export interface RunTimings {
   readonly approvalTimeoutMs: number;
   /** How long a run waiting for its stack sleeps before it asks again. */
   readonly lockRetryMs: number;
+  /** How often a run whose plan waits for a policy check asks the GovernanceHost for the decision. */
+  readonly policyPollMs: number;
+  /** How long a run waits for a policy check before it fails with `PROVISIONING.POLICY_TIMEOUT`. */
+  readonly policyTimeoutMs: number;
 }
 
 /** A stack lock an operator broke, and the record of it. */
@@ -156,6 +170,12 @@ export interface ProvisioningService {
    */
   afterApproval(runId: string, timedOut: boolean): Promise<RunStep>;
   /**
+   * Asks the GovernanceHost where the policy check of a waiting plan stands: an allow records the plan (then
+   * approval or apply, as after a plan), a deny fails the run, a check still pending waits on, or fails the run with
+   * `PROVISIONING.POLICY_TIMEOUT` when the wait `timedOut`. A run no longer waiting says where it is.
+   */
+  checkPolicy(runId: string, timedOut: boolean): Promise<RunStep>;
+  /**
    * Takes the stack, checks the stack's state is the one the plan was made against (else the run goes stale),
    * applies exactly the recorded plan while renewing the stack lock, records the apply receipt and the final state.
    */
@@ -163,7 +183,7 @@ export interface ProvisioningService {
   /** The orchestration gave up on a step: the run fails (if it has not ended) and gives its stack back. */
   failRun(runId: string, reason: string): Promise<RunStep>;
   approve(tenants: TenantFilter, runId: string, approval: { planDigest: string; by: string; comment?: string }): Promise<Run>;
-  /** Rejects a run awaiting approval or a stale one. */
+  /** Rejects a run awaiting approval, a stale one, or one whose plan waits for a policy check. */
   reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run>;
   /** A stale run goes back to planning: a fresh plan, which needs its own approval. */
   replan(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
@@ -214,11 +234,16 @@ export interface ProvisioningServiceOptions {
   readonly approval?: ApprovalPolicy;
   /** This host's name in stack locks. Example: `host-a`. */
   readonly hostId?: string;
-  /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000 }`. */
+  /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 86_400_000 }`. */
   readonly timings?: Partial<RunTimings>;
 }
 
-const DEFAULT_TIMINGS: RunTimings = { approvalTimeoutMs: 24 * 60 * 60 * 1000, lockRetryMs: 1000 };
+const DEFAULT_TIMINGS: RunTimings = {
+  approvalTimeoutMs: 24 * 60 * 60 * 1000,
+  lockRetryMs: 1000,
+  policyPollMs: DEFAULT_POLICY_POLL_MS,
+  policyTimeoutMs: DEFAULT_POLICY_TIMEOUT_MS,
+};
 const DEFAULT_STACK_LOCK_TTL_MS = 10 * 60 * 1000;
 
 /** Thrown inside an intake transaction to roll it back when its messageId was already used for another message. */
@@ -255,6 +280,10 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     }
     if (run.state === 'applying') return { outcome: 'applying' };
     if (run.state === 'stale') return { outcome: 'stale', reason: run.error?.message ?? 'the plan is stale' };
+    if (run.state === 'planning' && run.waitingFor?.kind === 'policy') {
+      const { checkId, planDigest, since } = run.waitingFor;
+      return { outcome: 'awaiting-policy', checkId, planDigest, since };
+    }
     if (run.state === 'planning') return { outcome: 'planning' };
     return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: run.stack } };
   }
@@ -601,7 +630,8 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
 
   async function plan(runId: string): Promise<RunStep> {
     let run = await existing(runId);
-    if (run.state !== 'queued' && run.state !== 'planning') return stepOf(run);
+    // A plan waiting for its policy check is made: the wait goes on (a retried or replayed step, a new execution).
+    if ((run.state !== 'queued' && run.state !== 'planning') || run.waitingFor?.kind === 'policy') return stepOf(run);
     const stack = await takeStack(run);
     if (!stack.taken) return stack.step;
     if (run.state === 'queued') {
@@ -633,6 +663,22 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       if (error instanceof AppError && error.code === RunErrors.targetUnreachable) return fail(run, { code: error.code, message: error.message });
       return fail(run, expectedFailure(error));
     }
+    const decision = approvalRequired(run.environment, planned.counts, approvalPolicy);
+    const receipt: UndecidedPlanReceipt = {
+      runId,
+      stack: run.stack,
+      repository: repositoryOf(run),
+      commit: run.desiredState.commit,
+      path: desired.path,
+      runner: { name: engine.name, version: await engine.version() },
+      approvalRequired: decision.required,
+      approvalReasons: decision.reasons,
+      plan: planned,
+      startedAt: startedAt.toISOString(),
+      finishedAt: clock.now().toISOString(),
+      // Counted from the plan, also when a policy check holds it up: the plan's age is what makes it stale.
+      expiresAt: new Date(now() + planExpiryMs(planExpiry, run.environment)).toISOString(),
+    };
     // Fail-fast: a GovernanceHost that does not answer throws (the activity retries; the run keeps its stack meanwhile),
     // and when the retries run out the run fails with PROVISIONING.GOVERNANCE_UNAVAILABLE. Never an allow by default.
     const policy = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () =>
@@ -645,40 +691,94 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
         steps: planned.steps.map((s) => ({ urn: s.urn, type: s.type, op: s.op })),
       }),
     );
-    if (policy.decision === 'deny') return fail(run, { code: ExternalErrors.policyDenied, message: `policy ${policy.policy} denied the plan: ${policy.reason}` });
-    const decision = approvalRequired(run.environment, planned.counts, approvalPolicy);
-    const receipt: PlanReceipt = {
-      runId,
-      stack: run.stack,
-      repository: repositoryOf(run),
-      commit: run.desiredState.commit,
-      path: desired.path,
-      runner: { name: engine.name, version: await engine.version() },
-      approvalRequired: decision.required,
-      approvalReasons: decision.reasons,
-      plan: planned,
-      startedAt: startedAt.toISOString(),
-      finishedAt: clock.now().toISOString(),
-      expiresAt: new Date(now() + planExpiryMs(planExpiry, run.environment)).toISOString(),
-      policy,
-    };
+    if (policy.decision === 'pending') return awaitPolicy(run, receipt, policy.checkId);
+    if (policy.decision === 'deny') return fail(run, policyDenied(policy));
+    return recordPlanned(run, { ...receipt, policy });
+  }
+
+  const policyDenied = (policy: Extract<PolicyDecision, { decision: 'deny' }>): Failure => ({
+    code: ExternalErrors.policyDenied,
+    message: `policy ${policy.policy} denied the plan: ${policy.reason}`,
+  });
+
+  /**
+   * Records a plan the GovernanceHost allowed (its receipt, artifact and `SpecificationDeclared`) and moves the run
+   * on to its approval or its apply. A run that ended meanwhile (rejected while its policy check was pending) stays
+   * as it is.
+   */
+  async function recordPlanned(run: Run, receipt: PlanReceipt): Promise<RunStep> {
+    const runId = run.id;
+    const planned = receipt.plan;
     // The receipt is stored at the KnowledgeHost before it is recorded here, so a recorded plan always has its artifact.
     const planArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => services.knowledge.putReceipt({ runId, kind: 'plan-receipt', content: receipt }));
-    const to = decision.required ? 'awaiting-approval' : 'applying';
-    const waitingFor: WaitingFor | null = decision.required ? { kind: 'approval', planDigest: planned.digest } : null;
-    await inTransaction(db, async (trx) => {
-      await recordPlan(trx, runId, receipt, to, waitingFor, now());
-      await insertArtifact(trx, runId, { kind: 'plan-receipt', id: planArtifact, recordedAt: new Date(now()) });
-      const resources = planned.steps.map((s) => ({ urn: s.urn, type: s.type, name: s.name, op: s.op }));
-      await outbox(trx, [specificationDeclared(run, receipt.repository, { digest: planned.digest, counts: planned.counts, resources })]);
-    });
+    const to = receipt.approvalRequired ? 'awaiting-approval' : 'applying';
+    const waitingFor: WaitingFor | null = receipt.approvalRequired ? { kind: 'approval', planDigest: planned.digest } : null;
+    try {
+      await inTransaction(db, async (trx) => {
+        await recordPlan(trx, runId, receipt, to, waitingFor, now());
+        await insertArtifact(trx, runId, { kind: 'plan-receipt', id: planArtifact, recordedAt: new Date(now()) });
+        await deletePolicyWait(trx, runId);
+        const resources = planned.steps.map((s) => ({ urn: s.urn, type: s.type, name: s.name, op: s.op }));
+        await outbox(trx, [specificationDeclared(run, receipt.repository, { digest: planned.digest, counts: planned.counts, resources })]);
+      });
+    } catch (thrown) {
+      const current = await existing(runId);
+      if (current.state !== 'planning') return stepOf(current);
+      throw thrown;
+    }
     // A run that waits for a person gives its stack back meanwhile: others may plan and apply, and the digest check
     // at apply refuses this plan if they changed what it was made against.
-    if (decision.required) {
+    if (receipt.approvalRequired) {
       await giveBackStack(run);
       return { outcome: 'awaiting-approval', planDigest: planned.digest, ...(receipt.expiresAt !== undefined ? { planExpiresAt: receipt.expiresAt } : {}) };
     }
     return { outcome: 'applying' };
+  }
+
+  /**
+   * The GovernanceHost decides the plan later: the run keeps the plan and what it waits for, and gives its stack back
+   * meanwhile, as a run waiting for its approval does (a review may take hours; the check at apply refuses the plan
+   * if others changed the stack meanwhile).
+   */
+  async function awaitPolicy(run: Run, receipt: UndecidedPlanReceipt, checkId: string): Promise<RunStep> {
+    const since = clock.now();
+    const waitingFor = { kind: 'policy', checkId, planDigest: receipt.plan.digest, since: since.toISOString() } as const;
+    const waits = await inTransaction(db, async (trx) => {
+      if (!(await setWaiting(trx, run.id, 'planning', waitingFor, since.getTime()))) return false;
+      await savePolicyWait(trx, run.id, { checkId, receipt, requestedAt: since });
+      return true;
+    });
+    await giveBackStack(run);
+    if (!waits) return stepOf(await existing(run.id));
+    return { outcome: 'awaiting-policy', checkId, planDigest: waitingFor.planDigest, since: waitingFor.since };
+  }
+
+  async function checkPolicy(runId: string, timedOut: boolean): Promise<RunStep> {
+    const run = await existing(runId);
+    const waiting = run.waitingFor;
+    if (run.state !== 'planning' || waiting?.kind !== 'policy') return stepOf(run);
+    const wait = await retryingContention(() => findPolicyWait(db, runId));
+    if (!wait || wait.checkId !== waiting.checkId) return fail(run, { code: RunErrors.internal, message: `the plan waiting for policy check ${waiting.checkId} is not stored` });
+    let answer;
+    try {
+      // Fail-fast as at plan: a GovernanceHost that does not answer throws, and the activity retries.
+      answer = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => services.governance.policyCheck(wait.checkId));
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      // A check the service lost will never be decided: waiting out the timeout would only hide that.
+      if (error instanceof AppError && error.code === ExternalErrors.policyCheckUnknown) return fail(run, { code: error.code, message: error.message });
+      throw error;
+    }
+    if (answer.decision === 'pending') {
+      if (!timedOut) return stepOf(run);
+      return fail(run, { code: RunErrors.policyTimeout, message: `the GovernanceHost did not decide policy check ${wait.checkId} of plan ${waiting.planDigest} within ${timings.policyTimeoutMs} ms` });
+    }
+    if (answer.decision === 'deny') return fail(run, policyDenied(answer));
+    return recordPlanned(run, {
+      ...wait.receipt,
+      policy: answer,
+      policyCheck: { checkId: wait.checkId, requestedAt: wait.requestedAt.toISOString(), decidedAt: clock.now().toISOString() },
+    });
   }
 
   /**
@@ -901,6 +1001,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     const ended = await inTransaction(db, async (trx) => {
       const at = now();
       if (!(await transitionRun(trx, run.id, 'failed', at, { error: failure, waitingFor: null, finished: true }))) return false;
+      await deletePolicyWait(trx, run.id);
       const failed: Run = { ...run, state: 'failed', error: failure, finishedAt: new Date(at) };
       await outbox(trx, [provisioningFailed(failed, repositoryOf(run), { code: failure.code, reason: failure.message, finishedAt: new Date(at) })]);
       return true;
@@ -980,14 +1081,20 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   async function reject(tenants: TenantFilter, runId: string, rejection: { reason: string; by: string }): Promise<Run> {
     return inTransaction(db, async (trx) => {
       const run = await visible(trx, tenants, runId);
-      if (run.state !== 'awaiting-approval' && run.state !== 'stale') throw notAwaitingApproval(run);
+      // A plan waiting for its policy check is a plan an operator may decide against without waiting for the check.
+      const policyWait = run.state === 'planning' && run.waitingFor?.kind === 'policy' ? run.waitingFor : undefined;
+      if (run.state !== 'awaiting-approval' && run.state !== 'stale' && !policyWait) throw notAwaitingApproval(run);
       const at = now();
       const error = { code: RunErrors.rejected, message: `rejected by ${rejection.by}: ${rejection.reason}` };
-      if (!(await transitionRun(trx, runId, 'rejected', at, { error, waitingFor: null, finished: true }))) throw notAwaitingApproval(await visible(trx, tenants, runId));
+      // Only from the state it was read in: a run planning for another reason (replanned, holding its stack) is not rejected.
+      const guard = { from: [run.state], ...(policyWait ? { waitingKind: 'policy' as const } : {}) };
+      if (!(await transitionRun(trx, runId, 'rejected', at, { error, waitingFor: null, finished: true }, guard))) throw notAwaitingApproval(await visible(trx, tenants, runId));
+      if (policyWait) await deletePolicyWait(trx, runId);
       // A plan that was approved and went stale at its apply keeps that approval as its decision; the rejection of
       // the run is then its error and its ProvisioningFailed.
       if (!(await findDecision(trx, runId))) {
-        await insertDecision(trx, runId, { decision: 'rejected', planDigest: run.planDigest ?? '', by: rejection.by, comment: rejection.reason, at: new Date(at) });
+        const planDigest = policyWait?.planDigest ?? run.planDigest ?? '';
+        await insertDecision(trx, runId, { decision: 'rejected', planDigest, by: rejection.by, comment: rejection.reason, at: new Date(at) });
       }
       const rejected = await visible(trx, tenants, runId);
       await outbox(trx, [provisioningFailed(rejected, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
@@ -1062,7 +1169,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
   }
 
   async function list(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage> {
-    const after = query.cursor === undefined ? undefined : decodeRunCursor(query.cursor);
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     if (query.cursor !== undefined && after === undefined) throw new AppError('REQUEST.INVALID_CURSOR', 'validation', 'the cursor is not one this API gave out');
     const items = await retryingContention(() =>
       listRuns(db, dialect, tenants, {
@@ -1073,7 +1180,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       }),
     );
     const last = items[items.length - 1];
-    return { items, ...(items.length === query.limit && last ? { nextCursor: encodeRunCursor(last.id) } : {}) };
+    return { items, ...(items.length === query.limit && last ? { nextCursor: encodeCursor(last.id) } : {}) };
   }
 
   return {
@@ -1083,6 +1190,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     reconcile,
     plan,
     afterApproval,
+    checkPolicy,
     apply,
     failRun,
     approve,

@@ -60,7 +60,7 @@ export interface ProvisioningRunTable {
   /** JSON of the config set over the stack file's values; null when none. */
   config: string | null;
   state: string;
-  /** `stack-lock` or `approval` while the run waits for one; null otherwise. */
+  /** `stack-lock`, `approval`, `replan` or `policy` while the run waits for one; null otherwise. */
   waiting_kind: string | null;
   /** JSON of the run model's `WaitingFor`. */
   waiting_for: string | null;
@@ -135,7 +135,22 @@ export interface ProvisioningRunArtifactTable {
   recorded_at: number;
 }
 
+/**
+ * A plan waiting for the GovernanceHost to decide its policy check: the plan receipt as it will be recorded (without
+ * the decision) once the check allows it. One per run; gone once the run records its plan or ends.
+ */
+export interface ProvisioningPolicyCheckTable {
+  run_id: string;
+  /** The check's id at the GovernanceHost. */
+  check_id: string;
+  plan_digest: string;
+  /** JSON of the plan receipt without `policy`. */
+  plan_receipt: string;
+  requested_at: number;
+}
+
 export interface ProvisioningTables extends OutboxTables {
+  provisioning_policy_checks: ProvisioningPolicyCheckTable;
   provisioning_run_artifacts: ProvisioningRunArtifactTable;
   provisioning_stack_locks: ProvisioningStackLockTable;
   provisioning_lock_breaks: ProvisioningLockBreakTable;

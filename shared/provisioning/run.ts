@@ -8,9 +8,11 @@ import type { Reconciliation } from './reconciliation';
  *                     ↘─────────────────↗          ↘ failed
  *   queued → superseded | canceled;   awaiting-approval → rejected;   intake of an invalid promotion → rejected
  *   awaiting-approval | applying → stale → planning (replan) | rejected | failed
+ *   planning (waiting for a policy check) → rejected
  *
  * A queued run waits for its stack (the lock is taken to plan); a run that needs approval gives the stack up while
- * it waits for the decision and takes it again to apply. A plan goes stale when it expired before its approval, or
+ * it waits for the decision and takes it again to apply. A plan the GovernanceHost decides on later (a policy
+ * check, e.g. a person's review) keeps the run planning, without its stack, until the check is decided. A plan goes stale when it expired before its approval, or
  * when the stack's state moved on before its apply: a stale run waits for an operator to replan (a fresh plan that
  * needs its own approval) or to reject it.
  */
@@ -26,8 +28,9 @@ export const TERMINAL_RUN_STATES: readonly RunState[] = ['applied', 'failed', 'r
 const TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
   // failed: the run could not start (its orchestration failed before planning).
   queued: ['planning', 'superseded', 'canceled', 'failed'],
-  // failed: the desired state or the program could not be planned.
-  planning: ['awaiting-approval', 'applying', 'failed'],
+  // failed: the desired state or the program could not be planned, or its policy check denied it or took too long.
+  // rejected: an operator rejected a plan that waits for its policy check.
+  planning: ['awaiting-approval', 'applying', 'failed', 'rejected'],
   // failed: the approval did not come in time. stale: the plan expired before it was approved.
   'awaiting-approval': ['applying', 'rejected', 'failed', 'stale'],
   // stale: the stack's state changed after the plan was made (an approved run that waited for the stack while
@@ -57,7 +60,7 @@ export function statesBefore(to: RunState): RunState[] {
 
 /**
  * What a run that is not moving waits for. Shown to operators ("queued behind run X", "the stack lock held by run
- * Y", "an approval of digest D").
+ * Y", "an approval of digest D", "the policy check C of digest D").
  *
  * BREAKING-CHANGE SHAPE: stored as JSON on the run and shown by the HTTP API.
  */
@@ -72,7 +75,12 @@ export type WaitingFor =
     }
   | { readonly kind: 'approval'; readonly planDigest: string }
   /** A stale run: an operator replans it (`POST /runs/{id}/replan`) or rejects it. */
-  | { readonly kind: 'replan'; readonly planDigest: string };
+  | { readonly kind: 'replan'; readonly planDigest: string }
+  /**
+   * A planning run whose plan the GovernanceHost took in and decides on later (`checkId` is its id there); the plan
+   * is recorded once the check allows it. `since`: when the check was asked for (ISO-8601 UTC).
+   */
+  | { readonly kind: 'policy'; readonly checkId: string; readonly planDigest: string; readonly since: string };
 
 /** The step counts approval policy looks at; a plan's `counts` has them. */
 export interface PlanCounts {
@@ -204,6 +212,14 @@ export function planExpiryMs(policy: PlanExpiryPolicy, environment: { readonly i
   return policy.byEnvironment[environment.id] ?? policy.byEnvironment[environment.name] ?? policy.defaultMs;
 }
 
+/** How often a run waiting for a policy check asks the GovernanceHost for its decision, by default. */
+export const DEFAULT_POLICY_POLL_MS = 5_000;
+
+/**
+ * How long a run waits for a policy check by default: a check may be a person's review, so as long as an approval.
+ */
+export const DEFAULT_POLICY_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+
 /** Error codes a run ends with that are not the engine's or the desired state's own. */
 export const RunErrors = {
   invalidPromotion: 'PROVISIONING.INVALID_PROMOTION',
@@ -222,6 +238,8 @@ export const RunErrors = {
   canceled: 'PROVISIONING.CANCELED',
   rejected: 'PROVISIONING.REJECTED',
   approvalTimeout: 'PROVISIONING.APPROVAL_TIMEOUT',
+  /** The GovernanceHost did not decide a policy check of the plan in time (`RunTimings.policyTimeoutMs`). */
+  policyTimeout: 'PROVISIONING.POLICY_TIMEOUT',
   /** The plan expired before its approval, or the stack's state changed between plan and apply. */
   planStale: 'PROVISIONING.PLAN_STALE',
   /** The run lost its stack lock during the apply (its lease lapsed or an operator broke it); the apply stopped. */
@@ -230,14 +248,3 @@ export const RunErrors = {
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',
 } as const;
-
-/** Opaque list cursor: the last run id of a page. */
-export function encodeRunCursor(lastId: string): string {
-  return Buffer.from(lastId, 'utf8').toString('base64url');
-}
-
-/** The run id in a cursor, or undefined when the text is not a cursor this API made. */
-export function decodeRunCursor(cursor: string): string | undefined {
-  const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  return text.length > 0 && encodeRunCursor(text) === cursor ? text : undefined;
-}

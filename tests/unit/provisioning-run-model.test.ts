@@ -3,8 +3,6 @@ import type { EnvironmentTier } from '../../shared/provisioning/promotion';
 import {
   approvalRequired,
   canTransition,
-  decodeRunCursor,
-  encodeRunCursor,
   isTerminal,
   planExpiryMs,
   RUN_STATES,
@@ -31,6 +29,9 @@ describe('provisioning run model', () => {
       ['queued', 'planning', 'awaiting-approval', 'applying', 'stale', 'planning', 'applying', 'applied'],
       ['queued', 'planning', 'awaiting-approval', 'stale', 'rejected'],
       ['queued', 'planning', 'applying', 'stale', 'failed'],
+      // A plan waiting for its policy check is rejected by an operator, or fails (denied, timed out).
+      ['queued', 'planning', 'rejected'],
+      ['queued', 'planning', 'failed'],
     ];
     for (const path of paths) {
       for (let i = 1; i < path.length; i++) expect(canTransition(path[i - 1]!, path[i]!), `${path[i - 1]} → ${path[i]}`).toBe(true);
@@ -52,7 +53,7 @@ describe('provisioning run model', () => {
   it('when asked which states may move to one, then the answer is exactly the sources of the table', () => {
     expect(statesBefore('canceled')).toEqual(['queued']);
     expect(statesBefore('applying')).toEqual(['planning', 'awaiting-approval']);
-    expect(statesBefore('rejected')).toEqual(['awaiting-approval', 'stale']);
+    expect(statesBefore('rejected')).toEqual(['planning', 'awaiting-approval', 'stale']);
     expect(statesBefore('failed')).toEqual(['queued', 'planning', 'awaiting-approval', 'applying', 'stale']);
     expect(statesBefore('stale')).toEqual(['awaiting-approval', 'applying']);
     expect(statesBefore('planning')).toEqual(['queued', 'stale']);
@@ -109,12 +110,5 @@ describe('provisioning run model', () => {
     const policy: ApprovalPolicy = { tiers: [], onDeleteOrReplace: false, byEnvironment: { 'env-s-1': { always: true }, staging: { always: false } } };
     expect(approvalRequired(env('staging', 'env-s-1', 'staging'), counts(), policy).required).toBe(true);
     expect(approvalRequired(env('staging', 'env-s-2', 'staging'), counts({ delete: 1 }), policy).required).toBe(false);
-  });
-
-  it('when a cursor is made from a run id, then it reads back as that id; text that is not a cursor reads as none', () => {
-    const cursor = encodeRunCursor('run_0197a3c4-5b6d-7e8f');
-    expect(decodeRunCursor(cursor)).toBe('run_0197a3c4-5b6d-7e8f');
-    expect(decodeRunCursor('not a cursor!')).toBeUndefined();
-    expect(decodeRunCursor('')).toBeUndefined();
   });
 });

@@ -3,10 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { HistoryEventType, orchestrationPayload, flattenActions, type Action, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { functionsWithTrigger } from '../../local/functions-core/registry';
 import { ProvisioningActivities } from '../../functions/provisioning/provisioning-run.activities';
-import { ProvisioningOrchestrations, type RunOrchestrationInput } from '../../functions/provisioning/provisioning-run.orchestrator';
+import { POLICY_POLLS_PER_EXECUTION, ProvisioningOrchestrations, type RunOrchestrationInput } from '../../functions/provisioning/provisioning-run.orchestrator';
 import type { RunStep } from '../../shared/provisioning/provisioning.service';
 
-type Callback = (payload: unknown, context: df.DummyOrchestrationContext) => Promise<{ isDone: boolean; actions: unknown[][]; output?: unknown }>;
+type Callback = (payload: unknown, context: df.DummyOrchestrationContext) => Promise<{ isDone: boolean; actions: unknown[][]; output?: unknown; customStatus?: unknown }>;
 
 /**
  * The provisioning run orchestrator under the SDK's DummyOrchestrationContext with histories written by hand: what it
@@ -15,7 +15,7 @@ type Callback = (payload: unknown, context: df.DummyOrchestrationContext) => Pro
 describe('provisioning run orchestrator', () => {
   const registration = functionsWithTrigger('orchestrationTrigger').find((r) => r.metadata.name === ProvisioningOrchestrations.run);
   const orchestrator = registration?.callback as unknown as Callback;
-  const input: RunOrchestrationInput = { runId: 'run_1', timings: { approvalTimeoutMs: 3_600_000, lockRetryMs: 1000 } };
+  const input: RunOrchestrationInput = { runId: 'run_1', timings: { approvalTimeoutMs: 3_600_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 600_000 } };
   const t0 = Date.parse('2026-01-01T00:00:00Z');
   const at = (seconds: number) => new Date(t0 + seconds * 1000).toISOString();
   const ev = (e: Omit<HistoryEvent, 'IsPlayed' | 'EventId'> & { EventId?: number }): HistoryEvent => ({ EventId: -1, IsPlayed: false, ...e });
@@ -148,6 +148,119 @@ describe('provisioning run orchestrator', () => {
 
     history.push(timerCreated(2, 2), started(3602), timerFired(2, 3602));
     expect(describeAction((await run(history)).flat[4])).toBe(`${ProvisioningActivities.afterApproval} {"runId":"run_1","timedOut":true}`);
+  });
+
+  describe('a plan waiting for its policy check', () => {
+    const pending: RunStep = { outcome: 'awaiting-policy', checkId: 'chk-1', planDigest: 'sha256:d', since: at(1) };
+    /** The input with a policy wait of `timeoutS` seconds polled every 5 s, and its history up to the plan's answer at 1 s. */
+    const policyRun = (timeoutS: number, extra: Partial<RunOrchestrationInput> = {}) => {
+      const policyInput: RunOrchestrationInput = { ...input, timings: { ...input.timings, policyPollMs: 5000, policyTimeoutMs: timeoutS * 1000 }, ...extra };
+      const history = [
+        started(0),
+        ev({ EventType: HistoryEventType.ExecutionStarted, Timestamp: at(0), Input: JSON.stringify(policyInput) }),
+        scheduled(0, ProvisioningActivities.plan, 0),
+        started(1),
+        completed(0, pending, 1),
+      ];
+      return { policyInput, history };
+    };
+    /** One poll whose timer (id `id`) fires at `s` and whose ask (id `id + 1`) answers `answer` a second later. */
+    const poll = (id: number, created: number, s: number, answer: RunStep = pending) => [
+      timerCreated(id, created),
+      started(s),
+      timerFired(id, s),
+      scheduled(id + 1, ProvisioningActivities.checkPolicy, s),
+      started(s + 1),
+      completed(id + 1, answer, s + 1),
+    ];
+
+    it('when the plan awaits a policy check, then the orchestrator asks again on a timer of policyPollMs, and once the check allows it, it applies', async () => {
+      // Arrange
+      const { policyInput, history } = policyRun(600);
+
+      // Act
+      const waiting = await run(history, policyInput);
+      history.push(timerCreated(1, 1), started(6), timerFired(1, 6));
+      const polled = await run(history, policyInput);
+      history.push(scheduled(2, ProvisioningActivities.checkPolicy, 6), started(7), completed(2, { outcome: 'applying' }, 7));
+      const allowed = await run(history, policyInput);
+
+      // Assert
+      expect(waiting.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(6)}`]);
+      expect(waiting.customStatus).toEqual({ runId: 'run_1', waitingFor: 'policy', checkId: 'chk-1', planDigest: 'sha256:d' });
+      expect(describeAction(polled.flat[3])).toBe(`${ProvisioningActivities.checkPolicy} {"runId":"run_1","timedOut":false}`);
+      expect(describeAction(allowed.flat[4])).toBe(`${ProvisioningActivities.apply} {"runId":"run_1"}`);
+    });
+
+    it('when the check stays pending, then the last poll fires at the deadline and the ask is told it timed out; the run ends with its answer', async () => {
+      // Arrange: the wait began at 1 s with a deadline 12 s later; polls at 6 s and 11 s find the check pending.
+      const { policyInput, history } = policyRun(12);
+      history.push(...poll(1, 1, 6), ...poll(3, 7, 11));
+
+      // Act
+      const last = await run(history, policyInput);
+      history.push(timerCreated(5, 12), started(13), timerFired(5, 13));
+      const timedOut = await run(history, policyInput);
+      history.push(scheduled(6, ProvisioningActivities.checkPolicy, 13), started(14), completed(6, { outcome: 'ended', state: 'failed' }, 14));
+      const ended = await run(history, policyInput);
+
+      // Assert
+      expect(describeAction(last.flat.at(-1))).toBe(`timer ${at(13)}`);
+      expect(describeAction(timedOut.flat.at(-1))).toBe(`${ProvisioningActivities.checkPolicy} {"runId":"run_1","timedOut":true}`);
+      expect(ended).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'failed' } });
+    });
+
+    it('when the run is rejected meanwhile, then the approval event cancels the poll timer, the run is asked at once, and the orchestration ends', async () => {
+      // Arrange
+      const { policyInput, history } = policyRun(600);
+      history.push(timerCreated(1, 1), started(3), ev({ EventType: HistoryEventType.EventRaised, Name: 'approval', Input: JSON.stringify({ decision: 'rejected' }), Timestamp: at(3) }));
+
+      // Act
+      const woken = await run(history, policyInput);
+      history.push(scheduled(2, ProvisioningActivities.checkPolicy, 3), started(4), completed(2, { outcome: 'ended', state: 'rejected' }, 4));
+      const ended = await run(history, policyInput);
+
+      // Assert
+      expect(woken.flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(6)} canceled`, `${ProvisioningActivities.checkPolicy} {"runId":"run_1","timedOut":false}`]);
+      expect(ended).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'rejected' } });
+    });
+
+    it(`when ${POLICY_POLLS_PER_EXECUTION} polls found the check pending, then the orchestration continues as new with the check and its deadline, which the new execution keeps`, async () => {
+      // Arrange: a day-long wait polled every 5 s.
+      const { policyInput, history } = policyRun(86_400);
+      let s = 1;
+      for (let i = 0; i < POLICY_POLLS_PER_EXECUTION; i++, s += 6) history.push(...poll(1 + 2 * i, s, s + 5));
+
+      // Act
+      const continued = await run(history, policyInput);
+      const carried: RunOrchestrationInput = { ...policyInput, policyWait: { checkId: 'chk-1', deadline: at(86_401) } };
+      const next = [
+        started(s),
+        ev({ EventType: HistoryEventType.ExecutionStarted, Timestamp: at(s), Input: JSON.stringify(carried) }),
+        scheduled(0, ProvisioningActivities.plan, s),
+        started(s + 1),
+        completed(0, pending, s + 1),
+      ];
+      const resumed = await run(next, carried);
+      const nearDeadline = { ...carried, policyWait: { checkId: 'chk-1', deadline: at(s + 3) } };
+      const withInput = (history: HistoryEvent[]) => history.map((e) => (e.EventType === HistoryEventType.ExecutionStarted ? { ...e, Input: JSON.stringify(nearDeadline) } : e));
+      const late = await run(withInput(next), nearDeadline);
+      const otherCheck = await run(
+        withInput(next).map((e) => (e.EventType === HistoryEventType.TaskCompleted ? { ...e, Result: JSON.stringify({ ...pending, checkId: 'chk-2' }) } : e)),
+        nearDeadline,
+      );
+
+      // Assert
+      const action = continued.flat.at(-1);
+      expect(continued.isDone).toBe(true);
+      expect(action?.kind).toBe('continue-as-new');
+      expect(action?.kind === 'continue-as-new' && JSON.parse(action.input ?? '{}')).toEqual(carried);
+      // The new execution polls as before; a carried deadline nearer than the next poll is its last timer, but only
+      // for the check it was carried for.
+      expect(describeAction(resumed.flat.at(-1))).toBe(`timer ${at(s + 6)}`);
+      expect(describeAction(late.flat.at(-1))).toBe(`timer ${at(s + 3)}`);
+      expect(describeAction(otherCheck.flat.at(-1))).toBe(`timer ${at(s + 6)}`);
+    });
   });
 
   it('when a step fails after all its retries, then the orchestrator fails the run through the fail activity', async () => {

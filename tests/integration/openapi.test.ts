@@ -1,0 +1,61 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registeredHttpRoutes } from '../../functions/app';
+import { API_VERSION, openApiDocument } from '../../functions/http/openapi';
+import { registeredFunctions, triggerOf } from '../../local/functions-core/registry';
+import { startTestHost, type TestHost } from '../support/local-host';
+
+type Document = { paths: Record<string, Record<string, { operationId: string; requestBody?: unknown; parameters?: { name: string; in: string }[] }>> };
+
+/**
+ * The OpenAPI document: generated from the handlers' own zod schemas, checked into the repository as openapi.json,
+ * valid OpenAPI 3.1, and complete (every registered HTTP function is in it). This file owns a host with every module.
+ */
+describe('the OpenAPI document', () => {
+  let host: TestHost;
+  const checkedIn = JSON.parse(readFileSync(join(__dirname, '../../openapi.json'), 'utf8')) as Document;
+
+  beforeAll(async () => {
+    host = await startTestHost();
+  });
+  afterAll(async () => {
+    await host?.stop();
+  });
+
+  it('when the document is generated from the registered handlers, then it equals the checked-in openapi.json (regenerate with npm run -s openapi > openapi.json)', () => {
+    expect(openApiDocument(registeredHttpRoutes(), API_VERSION)).toEqual(checkedIn);
+  });
+
+  it('when the host registers an HTTP function, then its route and methods are in the document', () => {
+    const http = registeredFunctions().filter((r) => triggerOf(r).type === 'httpTrigger');
+    expect(http.length).toBeGreaterThan(25);
+    const missing = http.flatMap((r) => {
+      const trigger = triggerOf(r) as { route?: string; methods?: string[] };
+      const operations = checkedIn.paths[`/${trigger.route ?? r.metadata.name}`] ?? {};
+      return (trigger.methods ?? []).filter((m) => operations[m.toLowerCase()] === undefined).map((m) => `${m} ${trigger.route ?? ''}`);
+    });
+    expect(missing).toEqual([]);
+  });
+
+  it('when the document is validated, then it is valid OpenAPI 3.1', async () => {
+    const result = await new Validator().validate(checkedIn as unknown as object);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+  });
+
+  it('when a handler validates a body or a query, then the document carries that schema', () => {
+    const acquire = checkedIn.paths['/runtime-cloud/leases']!.post!;
+    expect(acquire.requestBody).toMatchObject({ content: { 'application/json': { schema: { properties: { kind: { enum: ['attempt', 'sandbox', 'build', 'browser-session'] } }, required: expect.arrayContaining(['kind', 'ttlSeconds', 'holder']) } } } });
+    expect(checkedIn.paths['/runtime-cloud/proposals']!.get!.parameters!.map((p) => `${p.in}:${p.name}`)).toEqual(expect.arrayContaining(['query:status', 'query:limit', 'query:cursor']));
+    expect(checkedIn.paths['/runtime-cloud/runs/{id}/approve']!.post!.parameters).toEqual([expect.objectContaining({ name: 'id', in: 'path' })]);
+  });
+
+  it('when the document is asked for over HTTP with factory.meta.read, then the host serves the same document', async () => {
+    const response = await host.fetch('/runtime-cloud/openapi.json', { claims: { scopes: ['factory.meta.read'] } });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual(checkedIn);
+    expect((await host.fetch('/runtime-cloud/openapi.json')).status).toBe(401);
+  });
+});
