@@ -1,6 +1,6 @@
 import { app } from '@azure/functions';
 import type { ModuleName } from '../shared/platform/config/config';
-import { getConfig } from './runtime';
+import { enabledModules } from './runtime';
 
 type App = typeof app;
 
@@ -47,5 +47,5 @@ export const hostApp: Pick<App, 'http' | 'timer' | 'serviceBusQueue' | 'serviceB
  * orchestrations and activities (`df.app.*`). Example: `if (moduleEnabled('provisioning')) df.app.activity(…)`.
  */
 export function moduleEnabled(module: ModuleName): boolean {
-  return getConfig().host.enabledModules.includes(module);
+  return enabledModules().includes(module);
 }

@@ -1,5 +1,5 @@
-import { configFromEnvironment, type Config } from '../shared/platform/config/config';
-import { createDeps, type Deps } from '../shared/deps';
+import { configFromEnvironment, enabledModulesFromEnvironment, type Config, type ModuleName } from '../shared/platform/config/config';
+import type { Deps } from '../shared/deps';
 
 /**
  * The host's configuration and dependencies, shared by every function of this worker. In Azure they are built
@@ -13,13 +13,20 @@ export function provideRuntime(provided: { config: Config; deps: Deps | Promise<
   deps = Promise.resolve(provided.deps);
 }
 
+/** The modules whose functions register here: from the provided config, else that one setting alone. */
+export function enabledModules(): readonly ModuleName[] {
+  return config?.host.enabledModules ?? enabledModulesFromEnvironment();
+}
+
 export function getConfig(): Config {
   return (config ??= configFromEnvironment());
 }
 
 export function getDeps(): Promise<Deps> {
   if (!deps) {
-    const created = createDeps(getConfig());
+    // The composition root (stores, drivers, SDKs) is loaded on the first invocation, not when the host loads the
+    // functions: registering them must stay as cheap as loading @azure/functions itself (issue 10, cold start).
+    const created = import('../shared/deps.js').then(({ createDeps }) => createDeps(getConfig()));
     // A failed start (store unreachable) is retried by the next invocation rather than cached forever.
     created.catch(() => {
       if (deps === created) deps = undefined;

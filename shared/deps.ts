@@ -1,7 +1,7 @@
 import type { JSONWebKeySet } from 'jose';
 import { sql, type Kysely } from 'kysely';
 import { join, resolve } from 'node:path';
-import { createTokenValidator, type TokenValidator } from './platform/auth/auth';
+import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks } from './platform/bus/bus.health';
 import type { EventPublisher } from './platform/bus/event-publisher';

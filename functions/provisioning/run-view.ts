@@ -1,4 +1,4 @@
-import { redactUrl } from '../../shared/platform/git/desired-state';
+import { redactUrl } from '../../shared/platform/git/repository-url';
 import type { Decision, RunDetail } from '../../shared/provisioning/provisioning.repository';
 import type { Run } from '../../shared/provisioning/run';
 

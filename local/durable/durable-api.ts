@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { TokenValidator } from '../../shared/platform/auth/auth';
+import type { TokenValidator } from '../../shared/platform/auth/token-validator';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { errorProblem } from '../../shared/platform/http/problem';
 import { parseJsonText } from '../../shared/platform/validation/validation';

@@ -1,4 +1,5 @@
-import { requirePlatformPrincipal, requireScope, type TokenValidator } from '../../shared/platform/auth/auth';
+import { requirePlatformPrincipal, requireScope } from '../../shared/platform/auth/auth';
+import type { TokenValidator } from '../../shared/platform/auth/token-validator';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { errorProblem } from '../../shared/platform/http/problem';
 import type { RawRequest, RawResponse } from './http-binding';

@@ -5,7 +5,8 @@ import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repos
 import { appendToOutbox } from '../platform/bus/outbox';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { AppError, ensureError } from '../platform/errors/app-error';
-import { loadDesiredState, redactUrl, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
+import { loadDesiredState, type DesiredState, type LoadDesiredStateOptions } from '../platform/git/desired-state';
+import { redactUrl } from '../platform/git/repository-url';
 import type { ConfigOverrides, IacEngine, PlanOptions } from '../platform/iac/iac-runner';
 import { jsonEqual, referenceKey, type JsonValue } from '../platform/iac/iac-values';
 import { heldIgnoreProblem, type Plan, type ResolveReferences } from '../platform/iac/plan';

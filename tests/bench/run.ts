@@ -4,11 +4,13 @@
  */
 import { readdirSync } from 'node:fs';
 import * as capacityBench from './capacity.bench';
+import * as coldstartBench from './coldstart.bench';
 import * as driftBench from './drift.bench';
 import * as provisioningBench from './provisioning.bench';
 
 const BENCHES: Record<string, () => Promise<{ run(args: string[]): Promise<void> }>> = {
   capacity: () => Promise.resolve(capacityBench),
+  coldstart: () => Promise.resolve(coldstartBench),
   drift: () => Promise.resolve(driftBench),
   provisioning: () => Promise.resolve(provisioningBench),
 };

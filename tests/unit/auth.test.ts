@@ -3,14 +3,8 @@ import { createHmac } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  createTokenValidator,
-  requirePlatformPrincipal,
-  requireScope,
-  resolveTenant,
-  type Principal,
-  type TokenValidator,
-} from '../../shared/platform/auth/auth';
+import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal } from '../../shared/platform/auth/auth';
+import { createTokenValidator, type TokenValidator } from '../../shared/platform/auth/token-validator';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { ManualClock } from '../../shared/platform/time/clock';
 

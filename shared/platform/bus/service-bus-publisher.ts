@@ -1,5 +1,5 @@
-import { DefaultAzureCredential } from '@azure/identity';
-import { RetryMode, ServiceBusClient, type RetryOptions, type ServiceBusMessage, type ServiceBusMessageBatch, type ServiceBusSender } from '@azure/service-bus';
+import type { TokenCredential } from '@azure/identity';
+import type { RetryOptions, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSender } from '@azure/service-bus';
 import { AppError } from '../errors/app-error';
 import type { EventPublisher } from './event-publisher';
 import type { OutgoingMessage } from './queue';
@@ -14,8 +14,7 @@ export interface ServiceBusPublisherOptions {
   readonly retryOptions?: RetryOptions;
 }
 
-const DEFAULT_RETRY: RetryOptions = {
-  mode: RetryMode.Exponential,
+const DEFAULT_RETRY: Omit<RetryOptions, 'mode'> = {
   maxRetries: 3,
   retryDelayInMs: 800,
   maxRetryDelayInMs: 60_000,
@@ -28,11 +27,15 @@ const DEFAULT_RETRY: RetryOptions = {
  * application properties (the event `type`) for subscription filters.
  */
 export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventPublisher {
+  // The SDK is loaded when a publisher is created, i.e. only on a host configured for Service Bus, never when this
+  // module is imported (publishers.ts imports it on every host).
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { RetryMode, ServiceBusClient } = require('@azure/service-bus') as typeof import('@azure/service-bus');
   // The SDK's own default waits 30 s between retries, which would stall a relay tick for minutes.
-  const clientOptions = { retryOptions: options.retryOptions ?? DEFAULT_RETRY };
+  const clientOptions = { retryOptions: options.retryOptions ?? { mode: RetryMode.Exponential, ...DEFAULT_RETRY } };
   const client = options.connection.includes('Endpoint=')
     ? new ServiceBusClient(options.connection, clientOptions)
-    : new ServiceBusClient(options.connection, new DefaultAzureCredential(), clientOptions);
+    : new ServiceBusClient(options.connection, azureCredential(), clientOptions);
   const senders = new Map<string, ServiceBusSender>();
   const senderFor = (topic: string) => {
     let sender = senders.get(topic);
@@ -73,6 +76,13 @@ export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventP
       await client.close();
     },
   };
+}
+
+/** The host's managed identity (Entra), for a namespace given by name; @azure/identity is loaded only here. */
+function azureCredential(): TokenCredential {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { DefaultAzureCredential } = require('@azure/identity') as typeof import('@azure/identity');
+  return new DefaultAzureCredential();
 }
 
 export function toServiceBusMessage(message: OutgoingMessage): ServiceBusMessage {

@@ -256,7 +256,18 @@ function deepFreeze<T>(value: T): T {
 }
 
 /**
- * The process environment's configuration; the only read of `process.env` in the product.
+ * Only `RuntimeCloud__Host__EnabledModules` of the process environment: what registering the functions needs,
+ * without parsing (and failing on) the rest before the first invocation.
+ */
+export function enabledModulesFromEnvironment(): readonly ModuleName[] {
+  const value = process.env.RuntimeCloud__Host__EnabledModules;
+  const parsed = settings.RuntimeCloud__Host__EnabledModules.safeParse(value === '' ? undefined : value);
+  if (!parsed.success) throw new ConfigError(fieldProblems(parsed.error, 'RuntimeCloud__Host__EnabledModules'));
+  return [...new Set(parsed.data)];
+}
+
+/**
+ * The process environment's configuration; with `enabledModulesFromEnvironment`, the only reads of `process.env` in the product.
  * Precedence: `overrides` (command-line flags) over the environment over `defaults` (a host's embedded defaults).
  */
 export function configFromEnvironment(

@@ -3,10 +3,10 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as git from 'isomorphic-git';
-import nodeHttp from 'isomorphic-git/http/node';
+import type { HttpClient } from 'isomorphic-git';
 import { LRUCache } from 'lru-cache';
 import { AppError, ensureError } from '../errors/app-error';
+import { redactUrl } from './repository-url';
 
 /**
  * Desired state from Git: the files of a Pulumi YAML project at exactly one commit, from a local repository or an
@@ -60,7 +60,7 @@ export interface LoadDesiredStateOptions {
    */
   readonly cacheDir?: string;
   /** The HTTP client for remotes. Default: isomorphic-git's Node client with `idleTimeoutMs`. */
-  readonly http?: git.HttpClient;
+  readonly http?: HttpClient;
   /** A remote connection silent this long fails as unreachable (default 30 000), so a hung remote cannot hang a run. */
   readonly idleTimeoutMs?: number;
   /** Most bytes of file content read from the folder (default 5 MiB): a promotion naming a huge folder is refused. */
@@ -87,6 +87,21 @@ const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
 const PROJECT_FILE = /^Pulumi\.ya?ml$/;
 const STACK_FILE = /^Pulumi\.([A-Za-z0-9_.-]+)\.ya?ml$/;
 const FULL_SHA = /^[0-9a-f]{40}$/;
+
+type IsomorphicGit = typeof import('isomorphic-git');
+let loadedGit: IsomorphicGit | undefined;
+
+/** isomorphic-git, loaded on the first read rather than with this module: a host that never reads Git never loads it. */
+function isomorphicGit(): IsomorphicGit {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (loadedGit ??= require('isomorphic-git') as IsomorphicGit);
+}
+
+/** isomorphic-git's Node HTTP client, loaded with the first remote read. */
+function nodeHttpClient(): HttpClient {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (require('isomorphic-git/http/node') as typeof import('isomorphic-git/http/node')).default;
+}
 
 /**
  * Reads the Pulumi project at `ref.path` in `ref.repository` at exactly `ref.commit`. Every expected failure is an
@@ -149,16 +164,6 @@ export function remoteCacheDir(cacheDir: string, url: string): string {
   return join(cacheDir, createHash('sha256').update(url).digest('hex').slice(0, 32));
 }
 
-/** The URL without user name and password, for messages and logs. */
-export function redactUrl(repository: string): string {
-  if (!URL.canParse(repository)) return repository;
-  const url = new URL(repository);
-  if (!url.username && !url.password) return repository;
-  url.username = '';
-  url.password = '';
-  return url.href;
-}
-
 function normalizePath(path: string): string {
   return path
     .split('/')
@@ -175,6 +180,7 @@ async function localGitdir(dir: string): Promise<string> {
 }
 
 async function readProject(gitdir: string, commit: string, path: string, maxBytes: number): Promise<Pick<DesiredState, 'files' | 'project' | 'stacks'>> {
+  const git = isomorphicGit();
   const cache = {};
   try {
     await git.readCommit({ fs, gitdir, oid: commit, cache });
@@ -234,7 +240,7 @@ async function readProject(gitdir: string, commit: string, path: string, maxByte
 /** Reads from the cache of `url`, fetching into it first when the commit is not there yet. */
 async function fromRemote<T>(url: string, commit: string, options: LoadDesiredStateOptions, read: (gitdir: string) => Promise<T>): Promise<T> {
   const gitdir = remoteCacheDir(options.cacheDir ?? join(tmpdir(), 'runtime-cloud-git-cache'), url);
-  const http = options.http ?? withIdleTimeout(nodeHttp, options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS);
+  const http = options.http ?? withIdleTimeout(nodeHttpClient(), options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS);
   // One fetch or read at a time per cache folder in this process: a read must not see a half-written pack.
   return exclusive(gitdir, async () => {
     await initCache(gitdir, url);
@@ -248,7 +254,8 @@ async function fromRemote<T>(url: string, commit: string, options: LoadDesiredSt
  * commit's objects); if the server refuses that, every branch and tag with full history, which finds any commit
  * a branch or tag reaches. A commit neither brings is left missing: `readProject` then reports it not found.
  */
-async function fetchCommit(gitdir: string, url: string, commit: string, http: git.HttpClient): Promise<void> {
+async function fetchCommit(gitdir: string, url: string, commit: string, http: HttpClient): Promise<void> {
+  const git = isomorphicGit();
   try {
     await git.fetch({ fs, http, gitdir, url, ref: commit, singleBranch: true, depth: 1, tags: false });
     if (await hasCommit(gitdir, commit)) return;
@@ -275,11 +282,13 @@ async function fetchCommit(gitdir: string, url: string, commit: string, http: gi
  * The URL is stored without credentials: every fetch passes the full URL itself, and no token lands on disk.
  */
 async function initCache(gitdir: string, url: string): Promise<void> {
+  const git = isomorphicGit();
   await git.init({ fs, dir: gitdir, bare: true });
   await git.addRemote({ fs, gitdir, remote: 'origin', url: redactUrl(url), force: true });
 }
 
 function remoteFailure(url: string, error: Error): AppError {
+  const git = isomorphicGit();
   const repository = redactUrl(url);
   const status = error instanceof git.Errors.HttpError ? error.data.statusCode : undefined;
   if (status === 404) {
@@ -298,6 +307,7 @@ function redactMessage(message: string, url: string): string {
 }
 
 async function hasCommit(gitdir: string, commit: string): Promise<boolean> {
+  const git = isomorphicGit();
   try {
     await git.readCommit({ fs, gitdir, oid: commit });
     return true;
@@ -307,7 +317,7 @@ async function hasCommit(gitdir: string, commit: string): Promise<boolean> {
 }
 
 /** The Node client with a socket idle timeout (simple-get aborts the request when the socket is silent that long). */
-function withIdleTimeout(http: git.HttpClient, timeout: number): git.HttpClient {
+function withIdleTimeout(http: HttpClient, timeout: number): HttpClient {
   return { request: (request) => http.request({ ...request, fetchOptions: { timeout, ...(request.fetchOptions as object | undefined) } }) };
 }
 

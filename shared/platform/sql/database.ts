@@ -1,5 +1,4 @@
-import { DefaultAzureCredential } from '@azure/identity';
-import BetterSqlite3 from 'better-sqlite3';
+import type BetterSqlite3 from 'better-sqlite3';
 import {
   CompiledQuery,
   Kysely,
@@ -14,9 +13,7 @@ import {
 } from 'kysely';
 import { mkdirSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
-import pg from 'pg';
-import * as tarn from 'tarn';
-import * as tedious from 'tedious';
+import type pg from 'pg';
 import { RuntimeCloudMssqlQueryCompiler, type SqlDialect } from './dialect';
 import { startCheckpointer } from './sqlite-checkpointer';
 
@@ -47,6 +44,10 @@ export interface SqlStoreOptions {
   readonly postgresSchema?: string;
 }
 
+/**
+ * Each dialect's driver is required when a store of that dialect is created, never at module load: a host loads
+ * only the driver it is configured for (tedious alone takes about 0.2 s to load).
+ */
 export function createSqlStore(options: SqlStoreOptions): SqlStore {
   switch (options.dialect) {
     case 'sqlite':
@@ -64,7 +65,9 @@ function sqliteStore(options: SqlStoreOptions): SqlStore {
       ? options.connection
       : join(options.baseDir ?? '.', options.connection);
   if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
-  const database = new BetterSqlite3(file);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const Sqlite = require('better-sqlite3') as typeof BetterSqlite3;
+  const database = new Sqlite(file);
   database.pragma('journal_mode = WAL');
   database.pragma('busy_timeout = 10000');
   database.pragma('synchronous = NORMAL');
@@ -132,18 +135,21 @@ function withStatementCache(database: BetterSqlite3.Database): BetterSqlite3.Dat
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
 
-const numericBigints = ((oid: number, format?: 'text' | 'binary'): unknown =>
-  oid === INT8_OID || oid === NUMERIC_OID
-    ? (value: string) => Number(value)
-    : (pg.types.getTypeParser as (oid: number, format: 'text' | 'binary') => unknown)(oid, format ?? 'text')) as typeof pg.types.getTypeParser;
+const numericBigints = (driver: typeof pg): typeof pg.types.getTypeParser =>
+  ((oid: number, format?: 'text' | 'binary'): unknown =>
+    oid === INT8_OID || oid === NUMERIC_OID
+      ? (value: string) => Number(value)
+      : (driver.types.getTypeParser as (oid: number, format: 'text' | 'binary') => unknown)(oid, format ?? 'text')) as typeof pg.types.getTypeParser;
 
 function postgresStore(options: SqlStoreOptions): SqlStore {
-  const pool = new pg.Pool({
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const driver = require('pg') as typeof pg;
+  const pool = new driver.Pool({
     connectionString: options.connection,
     max: options.poolSize ?? 10,
     ...(options.postgresSchema ? { options: `-c search_path=${options.postgresSchema}` } : {}),
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
-    types: { getTypeParser: numericBigints },
+    types: { getTypeParser: numericBigints(driver) },
   });
   const db = new Kysely({ dialect: new PostgresDialect({ pool }) });
   return { db, dialect: 'postgres', close: () => db.destroy() };
@@ -174,6 +180,11 @@ class HintingMssqlDialect extends MssqlDialect {
 
 function mssqlStore(options: SqlStoreOptions): SqlStore {
   const { server, port, database } = parseMssqlConnection(options.connection);
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const tarn = require('tarn') as typeof import('tarn');
+  const tedious = require('tedious') as typeof import('tedious');
+  const { DefaultAzureCredential } = require('@azure/identity') as typeof import('@azure/identity');
+  /* eslint-enable @typescript-eslint/no-require-imports */
   const credential = new DefaultAzureCredential();
   const db = new Kysely({
     dialect: new HintingMssqlDialect({

@@ -1,5 +1,4 @@
-import { TableClient, TableServiceClient } from '@azure/data-tables';
-import { DefaultAzureCredential } from '@azure/identity';
+import type { TableClient, TableServiceClient } from '@azure/data-tables';
 
 /** Table storage (observed inventory, scan records). */
 export interface TableStore {
@@ -12,25 +11,21 @@ export interface TableStore {
 /**
  * `connection` is either a connection string (Azurite, or an account key in development) or an account URL
  * (`https://acct.table.core.windows.net`), which is used with the host's managed identity.
+ *
+ * The SDK is loaded on the first `table()` or `ping()`, not here: only inventory and health use Table storage, and
+ * a host that starts (or serves only capacity) does not pay for it.
  */
 export function createTableStore(connection: string): TableStore {
   if (!connection) throw new Error('RuntimeCloud__Tables__Connection is empty');
-  const isUrl = /^https?:\/\//i.test(connection);
-  const insecure = /http:\/\//i.test(connection) || /DefaultEndpointsProtocol=http;/i.test(connection);
-  const options = { allowInsecureConnection: insecure };
-  const credential = isUrl ? new DefaultAzureCredential() : undefined;
-  const service = credential
-    ? new TableServiceClient(connection, credential, options)
-    : TableServiceClient.fromConnectionString(connection, options);
+  let clients: TableClients | undefined;
+  const sdk = () => (clients ??= tableClients(connection));
   const created = new Map<string, Promise<TableClient>>();
   return {
     table(name) {
       let client = created.get(name);
       if (!client) {
         client = (async () => {
-          const table = credential
-            ? new TableClient(connection, name, credential, options)
-            : TableClient.fromConnectionString(connection, name, options);
+          const table = sdk().table(name);
           await table.createTable();
           return table;
         })();
@@ -40,7 +35,30 @@ export function createTableStore(connection: string): TableStore {
       return client;
     },
     async ping() {
-      await service.getProperties();
+      await sdk().service.getProperties();
     },
   };
+}
+
+interface TableClients {
+  readonly service: TableServiceClient;
+  table(name: string): TableClient;
+}
+
+/** The SDK's clients for `connection`: @azure/data-tables, and @azure/identity for an account URL, load here. */
+function tableClients(connection: string): TableClients {
+  const insecure = /http:\/\//i.test(connection) || /DefaultEndpointsProtocol=http;/i.test(connection);
+  const options = { allowInsecureConnection: insecure };
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { TableClient, TableServiceClient } = require('@azure/data-tables') as typeof import('@azure/data-tables');
+  if (!/^https?:\/\//i.test(connection)) {
+    return {
+      service: TableServiceClient.fromConnectionString(connection, options),
+      table: (name) => TableClient.fromConnectionString(connection, name, options),
+    };
+  }
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { DefaultAzureCredential } = require('@azure/identity') as typeof import('@azure/identity');
+  const credential = new DefaultAzureCredential();
+  return { service: new TableServiceClient(connection, credential, options), table: (name) => new TableClient(connection, name, credential, options) };
 }
