@@ -1,0 +1,58 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import { createTableStore } from '../../shared/platform/tables/tables';
+import { createObservedInventory, tableKey, type ObservedInventory } from '../../shared/inventory/observed-inventory.repository';
+
+/** The observed inventory on a real Table server (Azurite in this process): Table limits, keys, rewrites. */
+describe('observed inventory in Table storage', () => {
+  let server: RunningTableServer;
+  let inventory: ObservedInventory;
+  const at = new Date('2026-06-01T00:00:00Z');
+
+  beforeAll(async () => {
+    server = await startTableServer();
+    inventory = createObservedInventory(createTableStore(server.connectionString));
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('when a property bag is larger than one Table string property, then it is split and read back whole; past the entity limit it is summarised', async () => {
+    const large = { blob: 'x'.repeat(100_000), nested: { a: [1, 2, 3] } };
+    const huge = { blob: 'y'.repeat(600_000), other: true };
+    await inventory.replace('env-large', [
+      { urn: 'urn:a', type: 't', id: 'a', properties: large },
+      { urn: 'urn:b', type: 't', id: 'b', properties: huge },
+    ], at);
+
+    const [a, b] = await inventory.list('env-large');
+    expect(a).toEqual({ urn: 'urn:a', type: 't', id: 'a', properties: large, changedAt: at.toISOString() });
+    expect(b!.properties).toBeUndefined();
+    expect(b!.summary).toMatchObject({ bytes: JSON.stringify(huge).length, keys: ['blob', 'other'], sha256: expect.stringMatching(/^[0-9a-f]{64}$/) });
+  });
+
+  it('when urns hold characters Table keys forbid, then they are encoded and read back, and long ones are hashed', () => {
+    expect(tableKey('urn:pulumi:dev::app::azure-native:web:WebApp::a/b#c?d\\e%f')).toBe('urn:pulumi:dev::app::azure-native:web:WebApp::a%2fb%23c%3fd%5ce%25f');
+    expect(tableKey('u'.repeat(600))).toMatch(/^sha256-[0-9a-f]{64}$/);
+  });
+
+  it('when an environment is observed again, then only changed rows are written and vanished ones deleted', async () => {
+    const r = (urn: string, size: string) => ({ urn, type: 't', id: urn, properties: { size } });
+    expect(await inventory.replace('env-rewrite', [r('urn:1/x', 's'), r('urn:2', 's'), r('urn:3', 's')], at)).toEqual({ written: 3, deleted: 0 });
+    const later = new Date('2026-06-02T00:00:00Z');
+    expect(await inventory.replace('env-rewrite', [r('urn:1/x', 's'), r('urn:2', 'l')], later)).toEqual({ written: 1, deleted: 1 });
+    const rows = await inventory.list('env-rewrite');
+    expect(rows.map((row) => [row.urn, row.properties, row.changedAt])).toEqual([
+      ['urn:1/x', { size: 's' }, at.toISOString()],
+      ['urn:2', { size: 'l' }, later.toISOString()],
+    ]);
+  });
+
+  it('when scans are recorded, then they are listed newest first, as many as asked', async () => {
+    for (let i = 0; i < 5; i++) {
+      const startedAt = new Date(Date.UTC(2026, 5, 1, 0, i)).toISOString();
+      await inventory.recordScan({ scanId: `scan-${i}`, environmentId: 'env-scans', trigger: 'timer', outcome: 'completed', startedAt, finishedAt: startedAt });
+    }
+    expect((await inventory.scans('env-scans', 3)).map((s) => s.scanId)).toEqual(['scan-4', 'scan-3', 'scan-2']);
+  });
+});
