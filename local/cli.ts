@@ -86,13 +86,14 @@ async function start(args: string[]): Promise<number> {
   });
   // Loaded here, not at the top: `token` and `--help` should not pay for loading the whole host.
   // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { LocalHost } = require('./host') as typeof import('./host');
+  const { LocalHost, jsonLineLog } = require('./host') as typeof import('./host');
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { localComponents } = require('./components') as typeof import('./components');
   const host = new LocalHost(
     {
       ...(values.port !== undefined ? { port: Number(values.port) } : {}),
       ...(values['state-dir'] !== undefined ? { stateDir: values['state-dir'] } : {}),
+      log: jsonLineLog('information'),
     },
     localComponents(),
   );

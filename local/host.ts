@@ -8,6 +8,8 @@ import { startTableServer, type RunningTableServer } from './azurite/table-serve
 import { installFunctionsCore } from './functions-core/install';
 import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
+import { inspect } from 'node:util';
+import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 
 export interface LocalHostOptions {
@@ -54,9 +56,33 @@ const LOCAL_DEFAULTS: Readonly<Record<string, string>> = {
   RuntimeCloud__Store__Dialect: 'sqlite',
 };
 
-const defaultLog: LogHandler = (level, category, ...args) => {
-  if (level === 'error' || level === 'critical' || level === 'warning') console.error(`[${level}] ${category}:`, ...args);
-};
+const LEVELS = ['trace', 'debug', 'information', 'warning', 'error', 'critical'] as const;
+
+/**
+ * A log handler that writes one JSON line per entry at `minLevel` and above (warnings and errors to stderr): a
+ * function's structured line as it wrote it (functions/log.ts), anything else (the host's own messages, a library's)
+ * wrapped as one with the function's name. Credentials are masked either way.
+ */
+export function jsonLineLog(minLevel: (typeof LEVELS)[number]): LogHandler {
+  const min = LEVELS.indexOf(minLevel);
+  return (level, category, ...args) => {
+    const rank = LEVELS.indexOf(level as (typeof LEVELS)[number]);
+    if (rank < min) return;
+    const structured = args.length === 1 && typeof args[0] === 'string' ? parseLogLine(args[0]) : undefined;
+    const line = structured
+      ? logLine(structured, new Date(structured.time))
+      : logLine({ level: LEVELS[rank] ?? 'information', function: category, message: args.map(describe).join(' ') }, new Date());
+    if (rank >= LEVELS.indexOf('warning')) process.stderr.write(`${line}\n`);
+    else process.stdout.write(`${line}\n`);
+  };
+}
+
+function describe(value: unknown): string {
+  if (value instanceof Error) return value.stack ?? value.message;
+  return typeof value === 'string' ? value : inspect(value, { depth: 4, breakLength: Infinity });
+}
+
+const defaultLog: LogHandler = jsonLineLog('warning');
 
 /**
  * The local Functions host: provides `@azure/functions-core`, loads the function app, and binds every

@@ -3,6 +3,7 @@ import { hostApp } from '../app';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { getDeps } from '../runtime';
+import { logOf } from '../log';
 
 /**
  * Publishes the outbox: every event written with a state change goes to the `runtime-cloud-events` topic (Service
@@ -15,9 +16,9 @@ export async function outboxRelay(_timer: Timer, context: InvocationContext): Pr
   const result = await relayOutbox(busDb(deps.sql.db), deps.events, { dialect: deps.sql.dialect, clock: deps.clock, ids: deps.ids });
   if (result.failed) {
     // Left pending: the next tick retries after the back-off; the error is kept on the rows (outbox.last_error).
-    context.warn(`outbox relay: ${result.failed.events} event(s) not published via ${deps.events.name}: ${result.failed.error}`);
+    logOf(context).warn(`${result.failed.events} event(s) not published via ${deps.events.name}: ${result.failed.error}`);
   } else if (result.published > 0) {
-    context.log(`outbox relay: published ${result.published} event(s) via ${deps.events.name}`);
+    logOf(context).info(`published ${result.published} event(s) via ${deps.events.name}`);
   }
 }
 

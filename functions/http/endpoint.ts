@@ -7,6 +7,7 @@ import { errorProblem, internalProblem } from '../../shared/platform/http/proble
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { getDeps } from '../runtime';
+import { logOf } from '../log';
 
 /** Request bodies larger than this are refused with 413. */
 export const MAX_BODY_BYTES = 256 * 1024;
@@ -85,7 +86,7 @@ export function errorResponse(thrown: unknown, context: InvocationContext): Http
   const error = ensureError(thrown);
   if (error instanceof AppError) return errorProblem(error);
   const correlationId = randomUUID();
-  context.error(`unhandled error [${correlationId}]`, error);
+  logOf(context).error(`unhandled error [${correlationId}]: ${error.stack ?? error.message}`, {}, error);
   return internalProblem(correlationId);
 }
 

@@ -1,8 +1,8 @@
 import type { InvocationContext } from '@azure/functions';
 import { cloudEventSchema, EVENTS_TOPIC } from '../../shared/platform/bus/events';
-import { ensureError } from '../../shared/platform/errors/app-error';
 import { getDeps } from '../runtime';
 import { moduleApp } from '../app';
+import { logOf } from '../log';
 
 /**
  * Inventory's subscription to the events topic. In Azure it carries a rule that lets only `SpecificationApplied`,
@@ -20,34 +20,35 @@ export const INVENTORY_SUBSCRIPTION = 'inventory';
  */
 export async function inventoryIntake(message: unknown, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
+  const log = logOf(context);
   let body = message;
   if (typeof body === 'string' || body instanceof Uint8Array) {
     try {
       body = JSON.parse(typeof body === 'string' ? body : new TextDecoder().decode(body)) as unknown;
     } catch {
-      context.warn('inventory: a message of the events topic is not JSON; ignored');
+      log.warn('a message of the events topic is not JSON; ignored');
       return;
     }
   }
   const event = cloudEventSchema.safeParse(body);
   if (!event.success) {
-    context.warn(`inventory: a message of the events topic is not a CloudEvent (${event.error.issues[0]?.message ?? ''}); ignored`);
+    log.warn(`a message of the events topic is not a CloudEvent (${event.error.issues[0]?.message ?? ''}); ignored`);
     return;
   }
   switch (event.data.type) {
     case 'SpecificationApplied': {
       const recorded = await deps.inventory.recordSpecification(event.data);
       if (recorded.outcome === 'invalid') {
-        context.warn(`inventory: SpecificationApplied ${event.data.id} has no readable desired state: ${recorded.reason}`);
+        log.warn(`SpecificationApplied has no readable desired state: ${recorded.reason}`, { eventId: event.data.id });
         return;
       }
       if (recorded.outcome === 'outdated') return;
       try {
         const scan = await deps.inventory.scan(recorded.environmentId, { kind: 'applied' });
-        context.log(`inventory: environment ${recorded.environmentId} scanned after its apply: ${scan.outcome}${scan.driftStatus ? ` (${scan.driftStatus})` : ''}`);
+        log.info(`scanned after its apply: ${scan.outcome}${scan.driftStatus ? ` (${scan.driftStatus})` : ''}`, { environmentId: recorded.environmentId, scanId: scan.scanId, eventId: event.data.id });
       } catch (thrown) {
         // The desired state is recorded and the environment is due: the timer scans it.
-        context.warn(`inventory: environment ${recorded.environmentId} could not be scanned after its apply: ${ensureError(thrown).message}`);
+        log.warn('could not be scanned after its apply; the timer scans it', { environmentId: recorded.environmentId, eventId: event.data.id }, thrown);
       }
       return;
     }

@@ -5,6 +5,7 @@ import { isTerminal } from '../../shared/provisioning/run';
 import { getDeps } from '../runtime';
 import { moduleApp } from '../app';
 import { startRun } from './promotion-intake';
+import { logOf } from '../log';
 
 /**
  * Provisioning's subscription to the events topic. In Azure it carries a rule that lets only `PoolResizeRequested`
@@ -25,13 +26,13 @@ export async function poolResizeIntake(message: unknown, context: InvocationCont
   switch (result.outcome) {
     case 'accepted':
       await startRun(df.getClient(context), result.run, deps.provisioning.timings);
-      context.log(`pool resize ${result.run.poolResize?.pool ?? ''} queued as run ${result.run.id} on stack ${result.run.stack}`);
+      logOf(context, { messageId }).info(`pool resize of ${result.run.poolResize?.pool ?? ''} queued as a run`, { runId: result.run.id, stack: result.run.stack });
       return;
     case 'duplicate':
       if (!isTerminal(result.run.state)) await startRun(df.getClient(context), result.run, deps.provisioning.timings, { onlyIfAbsent: true });
       return;
     case 'rejected':
-      context.warn(`message ${messageId} rejected (${result.code}): ${result.reason}`);
+      logOf(context, { messageId }).warn(`message rejected (${result.code}): ${result.reason}`);
       return;
     case 'ignored':
       return;

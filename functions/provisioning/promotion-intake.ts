@@ -6,6 +6,7 @@ import type { RunTimings } from '../../shared/provisioning/provisioning.service'
 import { getDeps } from '../runtime';
 import { moduleApp } from '../app';
 import { ProvisioningOrchestrations, type RunOrchestrationInput } from './provisioning-run.orchestrator';
+import { logOf } from '../log';
 
 /** The queue DeliveryHost sends `PromotionApproved` to. */
 export const PROMOTIONS_QUEUE = 'runtime-cloud-promotions';
@@ -19,22 +20,23 @@ export const PROMOTIONS_QUEUE = 'runtime-cloud-promotions';
 export async function promotionIntake(message: unknown, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
   const messageId = messageIdOf(context);
+  const log = logOf(context, { messageId });
   const result = await deps.provisioning.intake({ messageId, body: message });
   switch (result.outcome) {
     case 'accepted':
       await startRun(df.getClient(context), result.run, deps.provisioning.timings);
-      context.log(`promotion ${result.run.promotionId} queued as run ${result.run.id} on stack ${result.run.stack}`);
+      log.info('promotion queued as a run', { promotionId: result.run.promotionId, runId: result.run.id, stack: result.run.stack });
       return;
     case 'duplicate':
       // An earlier delivery may have recorded the run and failed before its orchestration started.
       if (!isTerminal(result.run.state)) await startRun(df.getClient(context), result.run, deps.provisioning.timings, { onlyIfAbsent: true });
-      context.log(`message ${messageId} repeats promotion ${result.run.promotionId} (run ${result.run.id}); no second run`);
+      log.info('the message repeats a promotion; no second run', { promotionId: result.run.promotionId, runId: result.run.id });
       return;
     case 'rejected':
-      context.warn(`message ${messageId} rejected (${result.code})${result.run ? ` as run ${result.run.id}` : ''}: ${result.reason}`);
+      log.warn(`message rejected (${result.code}): ${result.reason}`, result.run ? { runId: result.run.id, promotionId: result.run.promotionId } : {});
       return;
     case 'ignored':
-      context.warn(`message ${messageId} ignored: ${result.reason}`);
+      log.warn(`message ignored: ${result.reason}`);
       return;
   }
 }
@@ -43,7 +45,7 @@ export async function promotionIntake(message: unknown, context: InvocationConte
 function messageIdOf(context: InvocationContext): string {
   const id = context.triggerMetadata?.messageId;
   if (typeof id === 'string' && id.length > 0) return id;
-  context.warn('the message has no messageId; duplicates are recognised by promotionId only');
+  logOf(context).warn('the message has no messageId; duplicates are recognised by promotionId only');
   return `invocation:${context.invocationId}`;
 }
 

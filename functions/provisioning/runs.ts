@@ -1,13 +1,14 @@
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { z } from 'zod';
-import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import { AppError } from '../../shared/platform/errors/app-error';
 import { RUN_STATES, RunErrors } from '../../shared/provisioning/run';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
 import { runDetailView, runView } from './run-view';
 import { wakeNextOnStack, raiseStackFree } from './stack-free';
+import { logOf } from '../log';
 
 const listQuery = z.object({
   environment: z.string().min(1).max(200).optional(),
@@ -89,7 +90,7 @@ export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, asy
   try {
     await raiseStackFree(context, run.id);
   } catch (thrown) {
-    context.warn(`run ${run.id}: canceled, but its orchestration could not be woken: ${ensureError(thrown).message}`);
+    logOf(context).warn('the run is canceled, but its orchestration could not be woken', { runId: run.id }, thrown);
   }
   await wakeNextOnStack(context, deps.provisioning, { stack: run.stack });
   return { status: 200, jsonBody: runView(run) };
@@ -103,7 +104,7 @@ async function wakeRun(context: InvocationContext, runId: string, decision: stri
   try {
     await df.getClient(context).raiseEvent(runId, APPROVAL_EVENT, { decision });
   } catch (thrown) {
-    context.warn(`run ${runId}: the ${decision} decision is recorded but its orchestration could not be woken: ${ensureError(thrown).message}`);
+    logOf(context).warn(`the ${decision} decision is recorded but the run's orchestration could not be woken`, { runId }, thrown);
   }
 }
 

@@ -2,6 +2,7 @@ import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { ensureError } from '../../shared/platform/errors/app-error';
 import type { ProvisioningService } from '../../shared/provisioning/provisioning.service';
+import { logOf } from '../log';
 
 /**
  * The event a run waiting for its stack gets when the stack may be free: it tries to take the stack again at once
@@ -24,7 +25,7 @@ export async function wakeNextOnStack(
     next = await provisioning.nextWaitingRun(of);
     if (next !== undefined) await raiseStackFree(context, next);
   } catch (thrown) {
-    context.warn(`the next run waiting for the stack (${next ?? 'unknown'}) could not be woken; its retry timer will: ${ensureError(thrown).message}`);
+    logOf(context).warn('the next run waiting for the stack could not be woken; its retry timer will', next !== undefined ? { runId: next } : {}, thrown);
   }
 }
 

@@ -4,6 +4,7 @@ import type { StackLock } from '../../shared/provisioning/stack-lock.repository'
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { wakeNextOnStack } from './stack-free';
+import { logOf } from '../log';
 
 /**
  * A stack lock as the HTTP API shows it (operators). Changing this shape is a breaking change for its clients.
@@ -41,7 +42,7 @@ const unlockBody = z.object({ reason: z.string().min(1).max(2000), version: z.nu
 export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: unlockBody }, async ({ request, context, deps, principal, body }) => {
   const stack = request.params.stack ?? '';
   const broken = await deps.provisioning.unlockStack(stack, { by: principal.subject, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
-  context.warn(`the lock of stack ${stack} (run ${broken.lock.holderRun}, version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`);
+  logOf(context).warn(`the stack lock (version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`, { stack, runId: broken.lock.holderRun });
   // The first run waiting for the stack takes it now rather than at its retry timer.
   await wakeNextOnStack(context, deps.provisioning, { stack });
   return {

@@ -129,7 +129,7 @@ export async function run(args: string[]): Promise<void> {
       );
       const loaded = await runAtOnce(client, load);
       report(store, hosts.length, loaded, unloaded, client, print);
-      const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /\[(warning|error|critical)\]/.test(line)));
+      const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
       print({ name: 'host warnings and errors', value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
     });
   } finally {

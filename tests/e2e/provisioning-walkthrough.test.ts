@@ -175,7 +175,23 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     expect(values.length).toBeGreaterThan(0);
     const everything = [...answers, host.output()].join('\n');
     for (const value of values) expect(everything).not.toContain(value);
-    expect(host.output()).not.toMatch(/\[(error|critical)\]/);
+    expect(host.output()).not.toMatch(/"level":"(error|critical)"/);
+  });
+
+  it('when the walk-through has run, then every host log line is JSON with its correlation ids, and no line holds a token the host was sent', async () => {
+    // A refused token is a request the host must not log either.
+    const forged = `${admin.split('.').slice(0, 2).join('.')}.AAAA`;
+    expect((await call('/runtime-cloud/runs', forged)).status).toBe(401);
+
+    const lines = host.output().split('\n').filter((line) => line.trim() !== '');
+    const own = lines.filter((line) => !line.startsWith('{'));
+    expect(own.every((line) => /^runtime-cloud listening on /.test(line)), own.join('\n')).toBe(true);
+    const entries = lines.filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, string>);
+    expect(entries.every((e) => typeof e.time === 'string' && typeof e.level === 'string' && typeof e.message === 'string')).toBe(true);
+    const queued = entries.filter((e) => e.function === 'promotionIntake' && e.message === 'promotion queued as a run');
+    expect(queued.length).toBeGreaterThanOrEqual(2);
+    for (const e of queued) expect(e).toMatchObject({ invocationId: expect.any(String), messageId: expect.any(String), promotionId: expect.any(String), runId: expect.any(String), stack: expect.any(String) });
+    for (const token of [admin, operator, forged]) expect(host.output()).not.toContain(token.split('.')[2]);
   });
 
   it('when the host starts again on a state dir whose repository a developer changed, then the repository and references.json stay as they are', async () => {

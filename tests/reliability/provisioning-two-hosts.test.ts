@@ -188,6 +188,6 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
     const workers = await durableDb(database.store.db).selectFrom('durable_history').select('recorded_by').distinct().execute();
     expect(workers).toHaveLength(2);
     expect(statuses.filter((s) => s.status >= 300)).toEqual([]);
-    for (const child of hosts) expect(child.output()).not.toMatch(/\[(error|critical|warning)\]/);
+    for (const child of hosts) expect(child.output()).not.toMatch(/"level":"(error|critical|warning)"/);
   }, 90_000);
 });
