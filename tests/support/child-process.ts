@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { assertHostStoreMatchesContract } from './event-contracts';
 
 /** The `runtime-cloud` command as package.json `bin` installs it. */
 export const CLI = join(__dirname, '../../bin/runtime-cloud.js');
@@ -8,7 +9,11 @@ export interface RunningChild {
   readonly child: ChildProcess;
   readonly url: URL;
   output(): string;
-  /** Sends a signal and resolves with the exit code. */
+  /**
+   * Sends a signal and resolves with the exit code. Then every event in the outbox of the child's own SQLite store
+   * (in its state dir) is checked against asyncapi.json; it rejects when one breaks it. A store given by `env` (a
+   * test database) is checked when that database is dropped.
+   */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
@@ -50,7 +55,13 @@ export async function startChildHost(
     output: () => output,
     async stop(signal = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
+      const code = await exited;
+      const store = {
+        dialect: env.RuntimeCloud__Store__Dialect ?? process.env.RuntimeCloud__Store__Dialect ?? 'sqlite',
+        connection: env.RuntimeCloud__Store__Connection ?? process.env.RuntimeCloud__Store__Connection ?? 'runtime-cloud.sqlite',
+      };
+      await assertHostStoreMatchesContract(store, resolve(stateDir), 'the child host');
+      return code;
     },
   };
 }

@@ -2,10 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Kysely } from 'kysely';
 import { inject } from 'vitest';
+import type { OutboxTables } from '../../shared/platform/bus/outbox';
 import { createSqlStore, type SqlDialect, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { allMigrations } from '../../shared/migrations';
+import { assertOutboxMatchesContract } from './event-contracts';
 import { adminQuery } from './postgres-admin';
 
 /**
@@ -35,6 +38,10 @@ export interface TestDatabase {
   readonly overrides: { postgresSchema?: string; baseDir?: string };
   /** Opens another connection pool to the same database (a second host). */
   connectAgain(): SqlStore;
+  /**
+   * Removes the database. Before that, every event in its `outbox` is checked against asyncapi.json
+   * (tests/support/event-contracts.ts): drop() throws when one breaks it, after removing the database all the same.
+   */
   drop(): Promise<void>;
 }
 
@@ -56,7 +63,11 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
       connectAgain: open,
       async drop() {
         await store.close();
-        rmSync(dir, { recursive: true, force: true });
+        try {
+          await checkEvents(open, `the SQLite store ${file}`);
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
       },
     };
   }
@@ -87,8 +98,22 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
     connectAgain: open,
     async drop() {
       await store.close();
-      await dropSchema();
+      try {
+        await checkEvents(open, `the PostgreSQL schema ${schema}`);
+      } finally {
+        await dropSchema();
+      }
     },
   };
 }
 
+
+/** Checks the outbox through a connection of its own: the test may have closed its store already. */
+async function checkEvents(open: () => SqlStore, where: string): Promise<void> {
+  const reader = open();
+  try {
+    await assertOutboxMatchesContract(reader.db as Kysely<OutboxTables>, where);
+  } finally {
+    await reader.close();
+  }
+}

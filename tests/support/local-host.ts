@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { ensureLocalKeys, issueLocalToken, type TokenRequest } from '../../local/auth/local-issuer';
 import { localComponents } from '../../local/components';
 import { LocalHost, type HostComponent, type LocalHostOptions } from '../../local/host';
+import { assertHostStoreMatchesContract } from './event-contracts';
 
 export interface TestHost {
   readonly host: LocalHost;
@@ -13,6 +14,11 @@ export interface TestHost {
   token(request?: Omit<TokenRequest, 'issuer' | 'audience'>): Promise<string>;
   /** fetch against the host with a token for the given claims (omit claims for no Authorization header). */
   fetch(path: string, init?: RequestInit & { claims?: Omit<TokenRequest, 'issuer' | 'audience'> }): Promise<Response>;
+  /**
+   * Stops the host and removes its state dir. Before removing it, every event in the outbox of the host's own SQLite
+   * store is checked against asyncapi.json (a store from createTestDatabase is checked by its drop()); stop() throws
+   * when one breaks it.
+   */
   stop(): Promise<void>;
 }
 
@@ -44,8 +50,14 @@ export async function startTestHost(
       return fetch(new URL(path, url), { ...rest, headers });
     },
     async stop() {
+      const store = host.config.store;
+      const baseDir = options.depsOverrides?.baseDir ?? stateDir;
       await host.stop();
-      rmSync(stateDir, { recursive: true, force: true });
+      try {
+        await assertHostStoreMatchesContract(store, baseDir, 'the local host');
+      } finally {
+        rmSync(stateDir, { recursive: true, force: true });
+      }
     },
   };
 }
