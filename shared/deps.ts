@@ -3,7 +3,8 @@ import { sql, type Kysely } from 'kysely';
 import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
-import { inboxLagChecks } from './platform/bus/bus.health';
+import { inboxLagChecks, MODULE_QUEUES } from './platform/bus/bus.health';
+import { inboxLag } from './platform/bus/inbox.repository';
 import type { EventPublisher } from './platform/bus/event-publisher';
 import { createEventPublisher } from './platform/bus/publishers';
 import type { Config } from './platform/config/config';
@@ -14,6 +15,8 @@ import { desiredStateMemory } from './platform/git/desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
+import { registerInboxLagGauge } from './platform/telemetry/metrics';
+import { startTelemetry } from './platform/telemetry/telemetry';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
 import { createLocalCloud } from './platform/cloud/local-cloud';
@@ -67,6 +70,8 @@ export interface DepsOverrides {
 export async function createDeps(config: Config, overrides: DepsOverrides = {}): Promise<Deps> {
   const clock = overrides.clock ?? systemClock;
   const ids = overrides.ids ?? randomIds;
+  // Metrics to Azure Monitor when APPLICATIONINSIGHTS_CONNECTION_STRING is set; served at GET /runtime-cloud/metrics.
+  await startTelemetry(config.telemetry);
   const store = createSqlStore({
     dialect: config.store.dialect,
     connection: config.store.connection,
@@ -152,6 +157,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     configPlatformCheck(config.configPlatform.endpoint),
     ...inboxLagChecks(busDb(store.db), config.host.enabledModules, clock),
   ];
+  const stopInboxLagGauge = registerInboxLagGauge(() => inboxLag(busDb(store.db), config.host.enabledModules, MODULE_QUEUES, clock.now().getTime()));
 
   return {
     config,
@@ -167,6 +173,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     inventory,
     events,
     async close() {
+      stopInboxLagGauge();
       await events.close();
       await store.close();
     },

@@ -6,6 +6,7 @@ import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordLeaseGrant, recordLeaseRefusal, recordSweep } from '../platform/telemetry/metrics';
 import type { Clock, Ids } from '../platform/time/clock';
 import type { CapacitySeed } from './capacity.seed';
 import {
@@ -271,7 +272,10 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       try {
         for (let round = 1; ; round++) {
           const result = await retryingContention(() => grantOnce(request, digest));
-          if ('lease' in result) return result;
+          if ('lease' in result) {
+            recordLeaseGrant(result.lease.kind, result.lease.pool);
+            return result;
+          }
           // Free rows were there but held by grants in flight, which may yet roll back: look again shortly. A scope
           // that stays saturated (every free row taken by another grant each time) is refused as full.
           if (!result.inFlight || round >= IN_FLIGHT_ROUNDS) throw result.refusal;
@@ -285,6 +289,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
           if (earlier) return repeated(earlier, digest);
         }
+        if (error instanceof AppError) recordLeaseRefusal(error.code, request.kind);
         throw error;
       }
     },
@@ -433,7 +438,10 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         });
         if (ended.length > 0) batches++;
         expired += ended.length;
-        if (ended.length < batchSize) return { expired, batches };
+        if (ended.length < batchSize) {
+          recordSweep(expired);
+          return { expired, batches };
+        }
       }
     },
 

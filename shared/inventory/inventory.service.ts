@@ -8,6 +8,7 @@ import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordDriftFindings } from '../platform/telemetry/metrics';
 import type { Clock, Ids } from '../platform/time/clock';
 import { canonicalJson, diffResources, ignoreRuleProblems, type DriftReport, type IgnoreRule, type Resources } from './drift';
 import {
@@ -389,6 +390,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
     // A newer desired state arrived while this scan observed: its findings are against the old one. The next scan
     // (due at once) compares with the new one.
     if (!current) return finish({ ...base, outcome: 'skipped', reason: 'the desired state changed during the scan', finishedAt: new Date(now()).toISOString() });
+    recordDriftFindings(report.findings);
     return finish({
       ...base,
       outcome: 'completed',

@@ -13,6 +13,7 @@ import { heldIgnoreProblem, type Plan, type ResolveReferences } from '../platfor
 import { ExternalErrors, serviceUnavailable, unavailableCodeIn, type ExternalServices, type PolicyDecision } from './external-services.client';
 import type { SqlStore } from '../platform/sql/database';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordRunEnded } from '../platform/telemetry/metrics';
 import type { Clock, Ids } from '../platform/time/clock';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { parsePoolResize, poolResizeKey, type PoolResizeRequested } from './pool-resize';
@@ -902,6 +903,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
           : [provisioningFailed(ended, repository, { code: error?.code ?? RunErrors.internal, reason: error?.message ?? 'the apply failed', finishedAt: new Date(at) })];
       await outbox(trx, events);
     });
+    recordRunEnded(to, now() - run.createdAt.getTime());
     await giveBackStack(run);
     await archiveApply(await existing(runId));
     return { outcome: 'ended', state: to };
@@ -997,6 +999,12 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     await retryingContention(() => insertArtifact(db, run.id, { kind: 'audit-evidence', id: evidence, recordedAt: clock.now() }));
   }
 
+  /** Counts a run that an operator ended, once its transaction committed. */
+  function counted(run: Run): Run {
+    recordRunEnded(run.state, (run.finishedAt ?? clock.now()).getTime() - run.createdAt.getTime());
+    return run;
+  }
+
   /** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */
   async function fail(run: Run, failure: Failure): Promise<RunStep> {
     const ended = await inTransaction(db, async (trx) => {
@@ -1007,6 +1015,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       await outbox(trx, [provisioningFailed(failed, repositoryOf(run), { code: failure.code, reason: failure.message, finishedAt: new Date(at) })]);
       return true;
     });
+    if (ended) recordRunEnded('failed', now() - run.createdAt.getTime());
     await giveBackStack(run);
     return ended ? { outcome: 'ended', state: 'failed' } : stepOf(await existing(run.id));
   }
@@ -1100,7 +1109,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       const rejected = await visible(trx, tenants, runId);
       await outbox(trx, [provisioningFailed(rejected, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
       return rejected;
-    });
+    }).then(counted);
   }
 
   async function replan(tenants: TenantFilter, runId: string, by: string): Promise<Run> {
@@ -1125,7 +1134,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       const canceled = await visible(trx, tenants, runId);
       await outbox(trx, [provisioningFailed(canceled, repositoryOf(run), { code: error.code, reason: error.message, finishedAt: new Date(at) })]);
       return canceled;
-    });
+    }).then(counted);
   }
 
   const notLocked = (stack: string) => new AppError('PROVISIONING.STACK_NOT_LOCKED', 'not-found', `nothing holds the lock of stack ${stack}`, { stack });

@@ -16,7 +16,22 @@ const stateDir = mkdtempSync(join(tmpdir(), 'runtime-cloud-cold-start-'));
 afterAll(() => rmSync(stateDir, { recursive: true, force: true }));
 
 /** Packages that take tens to hundreds of milliseconds to load, none of which registering a function needs. */
-const HEAVY = ['tedious', 'pg', '@pulumi/pulumi', '@azure/service-bus', '@azure/identity', '@azure/data-tables', 'isomorphic-git', 'kysely', 'better-sqlite3', 'yaml', 'jose'];
+const HEAVY = [
+  'tedious',
+  'pg',
+  '@pulumi/pulumi',
+  '@azure/service-bus',
+  '@azure/identity',
+  '@azure/data-tables',
+  'isomorphic-git',
+  'kysely',
+  'better-sqlite3',
+  'yaml',
+  'jose',
+  // Telemetry starts with the composition root; only the tiny @opentelemetry/api may load with the functions.
+  'applicationinsights',
+  '@opentelemetry/sdk-metrics',
+];
 
 interface Loaded {
   /** After loading functions/index (every function registered, in test mode outside a Functions host). */

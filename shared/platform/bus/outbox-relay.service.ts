@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import { ensureError } from '../errors/app-error';
 import type { SqlDialect } from '../sql/database';
+import { recordOutboxPublishLag } from '../telemetry/metrics';
 import type { Clock, Ids } from '../time/clock';
 import type { CloudEvent } from './events';
 import type { EventPublisher } from './event-publisher';
@@ -47,7 +48,10 @@ export async function relayOutbox(db: Kysely<OutboxTables>, publisher: EventPubl
       await releaseClaim(db, claimToken, error.message, options.clock.now().getTime(), options.retryAfterMs ?? 5_000);
       return { published, failed: { error: error.message, events: events.length } };
     }
-    await markPublished(db, claimToken, events.map((e) => e.seq), options.clock.now().getTime());
+    const publishedAt = options.clock.now().getTime();
+    await markPublished(db, claimToken, events.map((e) => e.seq), publishedAt);
+    // The CloudEvent's time is when it was written to the outbox (outbox.ts: one clock for both).
+    for (const e of events) recordOutboxPublishLag(e.topic, (publishedAt - Date.parse((JSON.parse(e.payload) as CloudEvent).time)) / 1000);
     published += events.length;
     if (events.length < batchSize) break;
   }

@@ -131,6 +131,11 @@ export const settings = {
   ServiceBusConnection__fullyQualifiedNamespace: z.string().default(''),
   /** Functions host storage (Durable task hub, timers); Azure only. */
   AzureWebJobsStorage: z.string().default(''),
+  /**
+   * Application Insights connection string: when set, metrics go to Azure Monitor (applicationinsights v3 over
+   * OpenTelemetry); empty, nothing is sent and metrics are only served at GET /runtime-cloud/metrics.
+   */
+  APPLICATIONINSIGHTS_CONNECTION_STRING: z.string().default(''),
   /** Functions language worker; always `node`. */
   FUNCTIONS_WORKER_RUNTIME: z.literal('node').default('node'),
 } as const;
@@ -151,6 +156,7 @@ export interface Config {
   readonly configPlatform: { readonly endpoint: string };
   readonly local: { readonly stateDir: string; readonly port: number };
   readonly serviceBus: { readonly connection: string };
+  readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
     readonly observer: 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
@@ -206,6 +212,7 @@ function toConfig(s: Settings): Config {
     configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint },
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
+    telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {
       observer: s.RuntimeCloud__Inventory__Observer,

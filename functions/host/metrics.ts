@@ -1,0 +1,20 @@
+import { hostApp } from '../app';
+import { endpoint } from '../http/endpoint';
+
+/** Prometheus text exposition format 0.0.4. */
+const PROMETHEUS_TEXT = 'text/plain; version=0.0.4; charset=utf-8';
+
+/**
+ * This host's OpenTelemetry metrics in Prometheus text format: lease grants and refusals, lease sweeps, run
+ * durations, drift findings, outbox publish lag and the inbox lag per module (shared/platform/telemetry/metrics.ts).
+ */
+export const runtimeCloudMetrics = endpoint(
+  { scope: 'factory.health.read', summary: 'Metrics of this host, in Prometheus text format (text/plain; version=0.0.4)' },
+  async () => {
+    // The serializer comes with the OpenTelemetry SDK: loaded on the first scrape, never when the functions register.
+    const { prometheusText } = await import('../../shared/platform/telemetry/telemetry.js');
+    return { status: 200, headers: { 'content-type': PROMETHEUS_TEXT, 'cache-control': 'no-store' }, body: await prometheusText() };
+  },
+);
+
+hostApp.http('RuntimeCloudMetrics', { route: 'runtime-cloud/metrics', methods: ['GET'], authLevel: 'anonymous', handler: runtimeCloudMetrics });
