@@ -1,89 +1,168 @@
 /**
- * RuntimeCloudHost on Azure: a Function App (Node 20, Functions v4) with a system-assigned identity, and what it
- * runs on: Service Bus (promotions queue, events topic, both with duplicate detection), Azure SQL (Entra-only
- * authentication, the app's identity as a database user), a storage account (Table storage for observed inventory,
- * AzureWebJobsStorage for timers and the Durable task hub) and Application Insights.
+ * RuntimeCloudHost on Azure: a Linux Function App (Functions v4, Node 22, system-assigned identity) and what it runs
+ * on — a storage account (host storage, Durable task hub, observed inventory in Tables), Service Bus (the promotions
+ * queue, the events topic and its two filtered subscriptions), Azure SQL with Entra-only authentication, Application
+ * Insights over Log Analytics, and a Key Vault holding the seed's secrets with their rotation periods.
  *
- * App settings are exactly the keys of shared/platform/config/config.ts. Secrets are not settings: the app reaches
- * SQL, Storage and Service Bus with its managed identity (role assignments below).
+ * What always holds:
+ * - No secret is a plain app setting. The app reaches Storage, Service Bus, SQL and Application Insights with its
+ *   managed identity; the one secret it reads (the IaC runner's credential) is a Key Vault reference.
+ * - Every role assignment names the Function App's identity, a data-plane role and the narrowest scope that works.
+ * - Entity names are the app's own (shared/platform/bus, functions/*): tests/infra/deployment.test.ts checks them
+ *   against the app's registrations under Pulumi's mocks.
  */
 import * as pulumi from '@pulumi/pulumi';
 import * as insights from '@pulumi/azure-native/applicationinsights';
 import * as authorization from '@pulumi/azure-native/authorization';
+import * as keyvault from '@pulumi/azure-native/keyvault';
+import * as monitor from '@pulumi/azure-native/monitor';
+import * as operationalinsights from '@pulumi/azure-native/operationalinsights';
 import * as resources from '@pulumi/azure-native/resources';
 import * as servicebus from '@pulumi/azure-native/servicebus';
 import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
 
+/**
+ * The seed's secrets (design page, Security) and their rotation periods. `configKey` is the Pulumi config secret
+ * holding the value; `readByApp` says whether the Function App reads it (and so gets Key Vault Secrets User on it).
+ * In this topology SQL and Service Bus are reached with the managed identity: SQL accepts only Entra tokens and the
+ * namespace has local (SAS) auth disabled, so `runtime-cloud-sql` and `messaging-transport` are held for the seed's
+ * other topologies (hybrid, on-prem) and nothing in Azure is granted to read them.
+ */
+const SEED_SECRETS = [
+  { name: 'runtime-cloud-sql', rotationDays: 90, configKey: 'runtimeCloudSql', readByApp: false },
+  { name: 'iac-runner-identity', rotationDays: 30, configKey: 'iacRunnerIdentity', readByApp: true },
+  { name: 'messaging-transport', rotationDays: 90, configKey: 'messagingTransport', readByApp: false },
+] as const;
+
+/** The seed's replicas (2–6) as the plan's instance count and autoscale bounds. */
+const REPLICAS = { minimum: 2, maximum: 6 };
+
+/** Names the app uses: shared/platform/bus/queue.ts, shared/platform/bus/events.ts, functions/*-intake.ts. */
+const PROMOTIONS_QUEUE = 'runtime-cloud-promotions';
+const EVENTS_TOPIC = 'runtime-cloud-events';
+/**
+ * Each subscription of the events topic and the event types it takes, by the `type` application property that the
+ * outbox relay sets on every message (shared/platform/bus/outbox-relay.service.ts).
+ */
+const TOPIC_SUBSCRIPTIONS = [
+  { name: 'provisioning', sqlExpression: "user.type = 'PoolResizeRequested'" },
+  { name: 'inventory', sqlExpression: "user.type IN ('SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed')" },
+] as const;
+
+/** Built-in role definition ids (the same in every tenant). */
+const ROLES = {
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe',
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88',
+  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3',
+  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
+  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
+  keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6',
+  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
+} as const;
+
+/** Built-in policy definitions (Key Vault, data plane) assigned on the vault with effect Deny. */
+const POLICIES = {
+  secretsMustExpire: '98728c90-32c7-4049-8429-847dc0f4fe37',
+  secretsMaximumValidity: '342e8053-e12e-4c44-be01-c3c2f318400f',
+} as const;
+
 const config = new pulumi.Config();
 const prefix = config.get('prefix') ?? 'rch';
-/** Entra group (object id) that administers the SQL server; the app itself never holds a SQL password. */
+/** Entra group (object id) that administers the SQL server; nobody holds a SQL password. */
 const sqlAdminGroupId = config.require('sqlAdminGroupObjectId');
 const sqlAdminGroupName = config.get('sqlAdminGroupName') ?? 'runtime-cloud-sql-admins';
 const issuer = config.require('authIssuer');
 const audience = config.require('authAudience');
 const jwksUrl = config.require('authJwksUrl');
-const targets = config.getObject<unknown[]>('targets') ?? [];
+const targets = config.requireObject<unknown[]>('targets');
 const enabledModules = config.get('enabledModules') ?? 'provisioning,inventory,capacity';
+const inventoryObserver = config.get('inventoryObserver') ?? 'azure-resource-manager';
+const inventoryScopes = config.getObject<Record<string, unknown>>('inventoryScopes') ?? {};
+const configPlatformEndpoint = config.get('configPlatformEndpoint');
+/** Client id of the Entra application the IaC runner signs in as; its secret is `iac-runner-identity`. */
+const iacRunnerClientId = config.require('iacRunnerClientId');
+/** The day each seed secret's current value was set (YYYY-MM-DD): its expiry is that day plus its rotation period. */
+const secretsRotatedOn = config.requireObject<Record<string, string>>('secretsRotatedOn');
 
 const client = authorization.getClientConfigOutput();
 const group = new resources.ResourceGroup(`${prefix}-runtime-cloud`);
 
+// Storage: host storage (AzureWebJobsStorage: timers, Durable task hub) and the observed inventory (Tables). Shared
+// keys are off: every client uses Entra. That is also why the plan is Dedicated, not Elastic Premium: Elastic Premium
+// needs an Azure Files content share, which only takes an account-key connection string.
 const account = new storage.StorageAccount(`${prefix}store`, {
   resourceGroupName: group.name,
   sku: { name: storage.SkuName.Standard_ZRS },
   kind: storage.Kind.StorageV2,
   minimumTlsVersion: storage.MinimumTlsVersion.TLS1_2,
+  enableHttpsTrafficOnly: true,
   allowBlobPublicAccess: false,
+  allowSharedKeyAccess: false,
+  defaultToOAuthAuthentication: true,
 });
 
+// Service Bus: Standard (topics), Entra only.
 const bus = new servicebus.Namespace(`${prefix}-bus`, {
   resourceGroupName: group.name,
   sku: { name: servicebus.SkuName.Standard, tier: servicebus.SkuTier.Standard },
+  minimumTlsVersion: servicebus.TlsVersion.TlsVersion_1_2,
   disableLocalAuth: true,
 });
-new servicebus.Queue('runtime-cloud-promotions', {
-  queueName: 'runtime-cloud-promotions',
+// PromotionApproved from DeliveryHost: messageId-based duplicate detection, a bounded number of deliveries, and
+// expired or undeliverable messages kept in the dead-letter queue rather than dropped.
+const promotions = new servicebus.Queue(PROMOTIONS_QUEUE, {
+  queueName: PROMOTIONS_QUEUE,
   resourceGroupName: group.name,
   namespaceName: bus.name,
   requiresDuplicateDetection: true,
   duplicateDetectionHistoryTimeWindow: 'P1D',
   maxDeliveryCount: 10,
   lockDuration: 'PT1M',
+  defaultMessageTimeToLive: 'P14D',
   deadLetteringOnMessageExpiration: true,
 });
-const events = new servicebus.Topic('runtime-cloud-events', {
-  topicName: 'runtime-cloud-events',
+// Outbound events: messageId = event id, so a republish by the relay is dropped by duplicate detection.
+const events = new servicebus.Topic(EVENTS_TOPIC, {
+  topicName: EVENTS_TOPIC,
   resourceGroupName: group.name,
   namespaceName: bus.name,
   requiresDuplicateDetection: true,
   duplicateDetectionHistoryTimeWindow: 'P1D',
+  defaultMessageTimeToLive: 'P14D',
   supportOrdering: true,
 });
-// The provisioning module's own subscription (function poolResizeIntake): pool resizes become provisioning runs.
-const provisioningSubscription = new servicebus.Subscription('runtime-cloud-events-provisioning', {
-  subscriptionName: 'provisioning',
-  resourceGroupName: group.name,
-  namespaceName: bus.name,
-  topicName: events.name,
-  maxDeliveryCount: 10,
-  lockDuration: 'PT1M',
-  deadLetteringOnMessageExpiration: true,
-});
-// Replaces the subscription's default rule (every message): only PoolResizeRequested, by the relay's `type` property.
-new servicebus.Rule('runtime-cloud-events-provisioning-filter', {
-  ruleName: '$Default',
-  resourceGroupName: group.name,
-  namespaceName: bus.name,
-  topicName: events.name,
-  subscriptionName: provisioningSubscription.name,
-  filterType: servicebus.FilterType.CorrelationFilter,
-  correlationFilter: { properties: { type: 'PoolResizeRequested' } },
+const subscriptions = TOPIC_SUBSCRIPTIONS.map(({ name, sqlExpression }) => {
+  const subscription = new servicebus.Subscription(`${EVENTS_TOPIC}-${name}`, {
+    subscriptionName: name,
+    resourceGroupName: group.name,
+    namespaceName: bus.name,
+    topicName: events.name,
+    maxDeliveryCount: 10,
+    lockDuration: 'PT1M',
+    defaultMessageTimeToLive: 'P14D',
+    deadLetteringOnMessageExpiration: true,
+    deadLetteringOnFilterEvaluationExceptions: true,
+  });
+  // The `$Default` rule Azure creates with every subscription passes every message; this replaces its filter
+  // rather than adding a rule beside it (rules are OR-ed, so an added rule would filter nothing).
+  new servicebus.DefaultRule(`${EVENTS_TOPIC}-${name}-filter`, {
+    resourceGroupName: group.name,
+    namespaceName: bus.name,
+    topicName: events.name,
+    subscriptionName: subscription.name,
+    filterType: servicebus.FilterType.SqlFilter,
+    sqlFilter: { sqlExpression },
+  });
+  return { name, subscription };
 });
 
+// Azure SQL: Entra-only authentication, an Entra group as administrator; the app is a contained database user
+// (see `sqlUserToCreate`).
 const sqlServer = new sql.Server(`${prefix}-sql`, {
   resourceGroupName: group.name,
+  version: '12.0',
   minimalTlsVersion: '1.2',
   administrators: {
     administratorType: sql.AdministratorType.ActiveDirectory,
@@ -94,84 +173,224 @@ const sqlServer = new sql.Server(`${prefix}-sql`, {
     principalType: sql.PrincipalType.Group,
   },
 });
+// 0.0.0.0–0.0.0.0 is Azure's "allow Azure services": the Function App has no virtual network here, so its outbound
+// addresses are not fixed. Authentication stays Entra-only.
+new sql.FirewallRule('allow-azure-services', {
+  firewallRuleName: 'AllowAllWindowsAzureIps',
+  resourceGroupName: group.name,
+  serverName: sqlServer.name,
+  startIpAddress: '0.0.0.0',
+  endIpAddress: '0.0.0.0',
+});
 const database = new sql.Database('runtimecloud', {
   databaseName: 'runtimecloud',
   resourceGroupName: group.name,
   serverName: sqlServer.name,
   sku: { name: 'GP_S_Gen5_2', tier: 'GeneralPurpose' },
   autoPauseDelay: -1,
+  minCapacity: 0.5,
   requestedBackupStorageRedundancy: sql.BackupStorageRedundancy.Zone,
 });
 
+// Application Insights on a Log Analytics workspace; local (instrumentation key) auth is off, the app sends with
+// its identity (APPLICATIONINSIGHTS_AUTHENTICATION_STRING).
+const logs = new operationalinsights.Workspace(`${prefix}-logs`, {
+  resourceGroupName: group.name,
+  sku: { name: operationalinsights.WorkspaceSkuNameEnum.PerGB2018 },
+  retentionInDays: 30,
+});
 const telemetry = new insights.Component(`${prefix}-insights`, {
   resourceGroupName: group.name,
   kind: 'web',
   applicationType: insights.ApplicationType.Web,
+  workspaceResourceId: logs.id,
+  ingestionMode: insights.IngestionMode.LogAnalytics,
+  disableLocalAuth: true,
 });
 
+// Key Vault: RBAC (no access policies), soft delete and purge protection.
+const vault = new keyvault.Vault(`${prefix}-kv`, {
+  resourceGroupName: group.name,
+  properties: {
+    tenantId: client.tenantId,
+    sku: { family: keyvault.SkuFamily.A, name: keyvault.SkuName.Standard },
+    enableRbacAuthorization: true,
+    enableSoftDelete: true,
+    softDeleteRetentionInDays: 90,
+    enablePurgeProtection: true,
+    publicNetworkAccess: 'Enabled',
+  },
+});
+const secrets = Object.fromEntries(
+  SEED_SECRETS.map((seed) => {
+    const { notBefore, expires, rotatedOn } = validityOf(seed.name, seed.rotationDays);
+    const secret = new keyvault.Secret(seed.name, {
+      secretName: seed.name,
+      resourceGroupName: group.name,
+      vaultName: vault.name,
+      properties: { value: config.requireSecret(seed.configKey), attributes: { enabled: true, notBefore, expires } },
+      tags: { 'rotation-period': `P${seed.rotationDays}D`, 'rotated-on': rotatedOn },
+    });
+    return [seed.name, secret];
+  }),
+) as Record<(typeof SEED_SECRETS)[number]['name'], keyvault.Secret>;
+// Enforced on the data plane: every secret version written to this vault must expire, within the longest rotation
+// period of the seed. A rotation by hand (`az keyvault secret set` without --expires) is refused.
+const longestRotation = Math.max(...SEED_SECRETS.map((s) => s.rotationDays));
+new authorization.PolicyAssignment('kv-secrets-must-expire', {
+  scope: vault.id,
+  displayName: 'RuntimeCloudHost secrets must have an expiration date',
+  policyDefinitionId: `/providers/Microsoft.Authorization/policyDefinitions/${POLICIES.secretsMustExpire}`,
+  parameters: { effect: { value: 'Deny' } },
+});
+new authorization.PolicyAssignment('kv-secrets-max-validity', {
+  scope: vault.id,
+  displayName: `RuntimeCloudHost secrets are valid at most ${longestRotation} days`,
+  policyDefinitionId: `/providers/Microsoft.Authorization/policyDefinitions/${POLICIES.secretsMaximumValidity}`,
+  parameters: { maximumValidityInDays: { value: longestRotation }, effect: { value: 'Deny' } },
+});
+
+// The Function App: a Dedicated Linux plan at the seed's replica count, autoscaled within the seed's range.
 const plan = new web.AppServicePlan(`${prefix}-plan`, {
   resourceGroupName: group.name,
-  kind: 'elastic',
+  kind: 'linux',
   reserved: true,
-  sku: { name: 'EP1', tier: 'ElasticPremium' },
-  maximumElasticWorkerCount: 6,
+  sku: { name: 'P1v3', tier: 'PremiumV3', capacity: REPLICAS.minimum },
+});
+const cpuRule = (direction: 'Increase' | 'Decrease', operator: 'GreaterThan' | 'LessThan', threshold: number) => ({
+  metricTrigger: {
+    metricName: 'CpuPercentage',
+    metricNamespace: 'microsoft.web/serverfarms',
+    metricResourceUri: plan.id,
+    timeGrain: 'PT1M',
+    statistic: monitor.MetricStatisticType.Average,
+    timeWindow: 'PT10M',
+    timeAggregation: monitor.TimeAggregationType.Average,
+    operator,
+    threshold,
+  },
+  scaleAction: { direction, type: monitor.ScaleType.ChangeCount, value: '1', cooldown: 'PT5M' },
+});
+new monitor.AutoscaleSetting(`${prefix}-plan-autoscale`, {
+  resourceGroupName: group.name,
+  targetResourceUri: plan.id,
+  enabled: true,
+  profiles: [
+    {
+      name: 'seed-replicas',
+      capacity: { minimum: String(REPLICAS.minimum), maximum: String(REPLICAS.maximum), default: String(REPLICAS.minimum) },
+      rules: [cpuRule('Increase', 'GreaterThan', 70), cpuRule('Decrease', 'LessThan', 30)],
+    },
+  ],
 });
 
 const app = new web.WebApp(`${prefix}-runtime-cloud`, {
   resourceGroupName: group.name,
   serverFarmId: plan.id,
   kind: 'functionapp,linux',
+  reserved: true,
   httpsOnly: true,
   identity: { type: web.ManagedServiceIdentityType.SystemAssigned },
+  keyVaultReferenceIdentity: 'SystemAssigned',
   siteConfig: {
-    linuxFxVersion: 'Node|20',
-    minimumElasticInstanceCount: 2,
+    // Node 20 left support in April 2026; the code stays runnable on 20 (the development machines).
+    linuxFxVersion: 'Node|22',
+    alwaysOn: true,
+    http20Enabled: true,
+    minTlsVersion: web.SupportedTlsVersions.SupportedTlsVersions_1_2,
     ftpsState: web.FtpsState.Disabled,
-    appSettings: [
-      { name: 'FUNCTIONS_EXTENSION_VERSION', value: '~4' },
-      { name: 'FUNCTIONS_WORKER_RUNTIME', value: 'node' },
-      { name: 'AzureWebJobsStorage__accountName', value: account.name },
-      { name: 'ServiceBusConnection__fullyQualifiedNamespace', value: pulumi.interpolate`${bus.name}.servicebus.windows.net` },
-      { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: telemetry.connectionString },
-      { name: 'RuntimeCloud__Host__EnabledModules', value: enabledModules },
-      { name: 'RuntimeCloud__IaC__Runner', value: 'pulumi' },
-      { name: 'OrleansMessaging__ServiceName', value: 'runtime-cloud' },
-      { name: 'RuntimeCloud__Store__Dialect', value: 'mssql' },
-      {
-        name: 'RuntimeCloud__Store__Connection',
-        value: pulumi.interpolate`Server=tcp:${sqlServer.fullyQualifiedDomainName},1433;Database=${database.name}`,
-      },
-      { name: 'RuntimeCloud__Tables__Connection', value: pulumi.interpolate`https://${account.name}.table.core.windows.net` },
-      { name: 'RuntimeCloud__Auth__Issuer', value: issuer },
-      { name: 'RuntimeCloud__Auth__Audience', value: audience },
-      { name: 'RuntimeCloud__Auth__JwksUrl', value: jwksUrl },
-      { name: 'RuntimeCloud__Targets', value: JSON.stringify(targets) },
-    ],
   },
 });
 
-/** Built-in role definition ids (documented by Azure, stable across tenants). */
-const ROLES = {
-  storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b',
-  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3',
-  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88',
-  serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419',
-};
-const principalId = app.identity.apply((identity) => identity?.principalId ?? '');
-const grant = (name: string, scope: pulumi.Input<string>, role: string) =>
+// Role assignments of the app's identity: data-plane roles only, each at the narrowest scope that works.
+const principalId = app.identity.apply((identity) => {
+  if (!identity?.principalId) throw new Error('the Function App has no system-assigned identity');
+  return identity.principalId;
+});
+const grant = (name: string, scope: pulumi.Input<string>, role: string, description: string) =>
   new authorization.RoleAssignment(name, {
     scope,
     principalId,
     principalType: authorization.PrincipalType.ServicePrincipal,
     roleDefinitionId: pulumi.interpolate`/subscriptions/${client.subscriptionId}/providers/Microsoft.Authorization/roleDefinitions/${role}`,
+    description,
   });
-grant('app-blob', account.id, ROLES.storageBlobDataOwner);
-grant('app-tables', account.id, ROLES.storageTableDataContributor);
-grant('app-queues', account.id, ROLES.storageQueueDataContributor);
-grant('app-bus', bus.id, ROLES.serviceBusDataOwner);
+const grants = [
+  // Host storage and the Durable task hub create their containers, queues and tables at run time, and inventory
+  // creates its tables on first use: the account is the narrowest scope that covers names not known here.
+  grant('app-storage-blobs', account.id, ROLES.storageBlobDataContributor, 'Functions host storage and Durable task hub: blobs'),
+  grant('app-storage-queues', account.id, ROLES.storageQueueDataContributor, 'Durable task hub: control and work-item queues'),
+  grant('app-storage-tables', account.id, ROLES.storageTableDataContributor, 'Durable task hub history; observed inventory'),
+  grant('app-bus-promotions', promotions.id, ROLES.serviceBusDataReceiver, 'promotionIntake: receives PromotionApproved'),
+  grant('app-bus-events', events.id, ROLES.serviceBusDataSender, 'outbox relay: publishes the events topic'),
+  ...subscriptions.map(({ name, subscription }) =>
+    grant(`app-bus-${name}`, subscription.id, ROLES.serviceBusDataReceiver, `the ${name} subscription's trigger`),
+  ),
+  ...SEED_SECRETS.filter((s) => s.readByApp).map((s) =>
+    grant(`app-kv-${s.name}`, secrets[s.name].id, ROLES.keyVaultSecretsUser, `Key Vault reference to ${s.name}`),
+  ),
+  grant('app-telemetry', telemetry.id, ROLES.monitoringMetricsPublisher, 'Application Insights ingestion with Entra'),
+];
 
+/** A Key Vault reference, versionless so that a rotated value is picked up without redeploying. */
+const keyVaultReference = (secretName: string) => pulumi.interpolate`@Microsoft.KeyVault(VaultName=${vault.name};SecretName=${secretName})`;
+
+// App settings: the keys of shared/platform/config/config.ts the app needs in Azure, the Functions host's own, and
+// the IaC runner's Azure credentials (read by the `pulumi` CLI the runner starts, which inherits the environment).
+// Written after the role assignments, so that the identity-based connections and the Key Vault reference resolve
+// on the first start.
+new web.WebAppApplicationSettings(
+  `${prefix}-runtime-cloud-settings`,
+  {
+    name: app.name,
+    resourceGroupName: group.name,
+    properties: {
+      FUNCTIONS_EXTENSION_VERSION: '~4',
+      FUNCTIONS_WORKER_RUNTIME: 'node',
+      AzureWebJobsStorage__accountName: account.name,
+      ServiceBusConnection__fullyQualifiedNamespace: pulumi.interpolate`${bus.name}.servicebus.windows.net`,
+      APPLICATIONINSIGHTS_CONNECTION_STRING: telemetry.connectionString,
+      APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD',
+      RuntimeCloud__Host__EnabledModules: enabledModules,
+      RuntimeCloud__IaC__Runner: 'pulumi',
+      OrleansMessaging__ServiceName: 'runtime-cloud',
+      RuntimeCloud__Store__Dialect: 'mssql',
+      RuntimeCloud__Store__Connection: pulumi.interpolate`Server=tcp:${sqlServer.fullyQualifiedDomainName},1433;Database=${database.name}`,
+      RuntimeCloud__Tables__Connection: pulumi.interpolate`https://${account.name}.table.core.windows.net`,
+      RuntimeCloud__Auth__Issuer: issuer,
+      RuntimeCloud__Auth__Audience: audience,
+      RuntimeCloud__Auth__JwksUrl: jwksUrl,
+      RuntimeCloud__Targets: JSON.stringify(targets),
+      ...(configPlatformEndpoint ? { RuntimeCloud__ConfigPlatform__Endpoint: configPlatformEndpoint } : {}),
+      RuntimeCloud__Inventory__Observer: inventoryObserver,
+      RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
+      ARM_CLIENT_ID: iacRunnerClientId,
+      ARM_TENANT_ID: client.tenantId,
+      ARM_CLIENT_SECRET: keyVaultReference('iac-runner-identity'),
+    },
+  },
+  { dependsOn: grants },
+);
+
+/** Seconds since the epoch of a seed secret's rotation day, and of that day plus its rotation period. */
+function validityOf(name: string, rotationDays: number): { notBefore: number; expires: number; rotatedOn: string } {
+  const rotatedOn = secretsRotatedOn[name];
+  const day = /^(\d{4})-(\d{2})-(\d{2})$/.exec(rotatedOn ?? '');
+  const start = day ? Date.UTC(Number(day[1]), Number(day[2]) - 1, Number(day[3])) : Number.NaN;
+  if (!day || !rotatedOn || new Date(start).toISOString().slice(0, 10) !== rotatedOn) {
+    throw new Error(`config secretsRotatedOn.${name} must be the day its value was set, as YYYY-MM-DD (got ${JSON.stringify(rotatedOn)})`);
+  }
+  const notBefore = start / 1000;
+  return { notBefore, expires: notBefore + rotationDays * 24 * 60 * 60, rotatedOn };
+}
+
+export const resourceGroupName = group.name;
 export const functionAppName = app.name;
 export const functionAppUrl = pulumi.interpolate`https://${app.defaultHostName}/runtime-cloud/health`;
+export const keyVaultName = vault.name;
 export const sqlServerName = sqlServer.fullyQualifiedDomainName;
-/** Run once as the SQL admin group: CREATE USER [<functionAppName>] FROM EXTERNAL PROVIDER; ALTER ROLE db_owner ADD MEMBER […]. */
-export const sqlUserToCreate = app.name;
+/**
+ * Run once as a member of the SQL admin group, in the database: the app's identity becomes a contained user with what
+ * the app needs (it migrates its schema on start, hence DDL). ARM cannot create database users.
+ */
+export const sqlUserToCreate = pulumi.interpolate`CREATE USER [${app.name}] FROM EXTERNAL PROVIDER; ALTER ROLE db_datareader ADD MEMBER [${app.name}]; ALTER ROLE db_datawriter ADD MEMBER [${app.name}]; ALTER ROLE db_ddladmin ADD MEMBER [${app.name}];`;
