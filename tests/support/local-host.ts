@@ -3,7 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureLocalKeys, issueLocalToken, type TokenRequest } from '../../local/auth/local-issuer';
 import { localComponents } from '../../local/components';
-import { LocalHost, type HostComponent, type LocalHostOptions } from '../../local/host';
+import { inspect } from 'node:util';
+import type { LogHandler } from '../../local/http/http-binding';
+import { jsonLineLog, LocalHost, type HostComponent, type LocalHostOptions } from '../../local/host';
 import { assertHostStoreMatchesContract } from './event-contracts';
 
 export interface TestHost {
@@ -16,8 +18,9 @@ export interface TestHost {
   fetch(path: string, init?: RequestInit & { claims?: Omit<TokenRequest, 'issuer' | 'audience'> }): Promise<Response>;
   /**
    * Stops the host and removes its state dir. Before removing it, every event in the outbox of the host's own SQLite
-   * store is checked against asyncapi.json (a store from createTestDatabase is checked by its drop()); stop() throws
-   * when one breaks it.
+   * store is checked against asyncapi.json (a store from createTestDatabase is checked by its drop()), and everything
+   * the host logged, at every level, is searched for the tokens this host was sent; stop() throws when an event
+   * breaks the contract or a token was logged.
    */
   stop(): Promise<void>;
 }
@@ -30,14 +33,25 @@ export async function startTestHost(
   options: { settings?: Record<string, string>; components?: readonly HostComponent[] } & Partial<LocalHostOptions> = {},
 ): Promise<TestHost> {
   const stateDir = mkdtempSync(join(tmpdir(), 'rch-host-'));
+  // Every log entry of the host, whatever its level, kept to be searched for the tokens it was sent.
+  const logged: string[] = [];
+  const shown = options.log ?? jsonLineLog('warning');
+  const log: LogHandler = (level, category, ...args) => {
+    logged.push(args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? `${a.message} ${a.stack ?? ''}` : inspect(a, { depth: 6 }))).join(' '));
+    shown(level, category, ...args);
+  };
   const host = new LocalHost(
-    { stateDir, port: 0, inMemoryTables: true, ...options, settings: options.settings ?? {} },
+    { stateDir, port: 0, inMemoryTables: true, ...options, log, settings: options.settings ?? {} },
     options.components ?? localComponents(),
   );
   const url = await host.start();
   const keys = await ensureLocalKeys(stateDir);
-  const token = (request: Omit<TokenRequest, 'issuer' | 'audience'> = {}) =>
-    issueLocalToken(keys, { issuer: host.config.auth.issuer, audience: host.config.auth.audience, ...request });
+  const issued = new Set<string>();
+  const token = async (request: Omit<TokenRequest, 'issuer' | 'audience'> = {}) => {
+    const jwt = await issueLocalToken(keys, { issuer: host.config.auth.issuer, audience: host.config.auth.audience, ...request });
+    issued.add(jwt);
+    return jwt;
+  };
   return {
     host,
     url,
@@ -55,6 +69,9 @@ export async function startTestHost(
       await host.stop();
       try {
         await assertHostStoreMatchesContract(store, baseDir, 'the local host');
+        // A token's signature is what makes it usable: finding it in a log line means the token leaked.
+        const leaked = [...issued].filter((jwt) => logged.some((line) => line.includes(jwt.split('.')[2]!)));
+        if (leaked.length > 0) throw new Error(`the host logged ${leaked.length} of the ${issued.size} tokens it was sent`);
       } finally {
         rmSync(stateDir, { recursive: true, force: true });
       }
