@@ -8,6 +8,12 @@
  * - No secret is a plain app setting. The app reaches Storage, Service Bus, SQL and Application Insights with its
  *   managed identity; the one secret it reads (the IaC runner's credential) is a Key Vault reference.
  * - Every role assignment names the Function App's identity, a data-plane role and the narrowest scope that works.
+ * - Everything that lets a TLS version be set takes 1.2 at least; nothing accepts a shared key or local auth where
+ *   Azure offers Entra instead.
+ * - Public network access is on, deliberately: the app has no virtual network, so it reaches Storage, Service Bus,
+ *   SQL, Key Vault and Application Insights over their public endpoints (infra/README.md, "Left for later").
+ * - The Function App, the Service Bus namespace, the SQL database, the Key Vault and the storage account (with its
+ *   blob, queue and table services) send their logs and metrics to the Log Analytics workspace.
  * - Entity names are the app's own (shared/platform/bus, functions/*): tests/infra/deployment.test.ts checks them
  *   against the app's registrations under Pulumi's mocks.
  */
@@ -97,10 +103,13 @@ const account = new storage.StorageAccount(`${prefix}store`, {
   sku: { name: storage.SkuName.Standard_ZRS },
   kind: storage.Kind.StorageV2,
   minimumTlsVersion: storage.MinimumTlsVersion.TLS1_2,
+  // ARM's `supportsHttpsTrafficOnly`.
   enableHttpsTrafficOnly: true,
   allowBlobPublicAccess: false,
   allowSharedKeyAccess: false,
   defaultToOAuthAuthentication: true,
+  // No virtual network: the Functions host reaches its storage over the public endpoint, with Entra.
+  publicNetworkAccess: storage.PublicNetworkAccess.Enabled,
 });
 
 // Service Bus: Standard (topics), Entra only.
@@ -109,6 +118,8 @@ const bus = new servicebus.Namespace(`${prefix}-bus`, {
   sku: { name: servicebus.SkuName.Standard, tier: servicebus.SkuTier.Standard },
   minimumTlsVersion: servicebus.TlsVersion.TlsVersion_1_2,
   disableLocalAuth: true,
+  // No virtual network (and private endpoints need Premium): reached over the public endpoint, with Entra.
+  publicNetworkAccess: servicebus.PublicNetworkAccess.Enabled,
 });
 // PromotionApproved from DeliveryHost: messageId-based duplicate detection, a bounded number of deliveries, and
 // expired or undeliverable messages kept in the dead-letter queue rather than dropped.
@@ -164,6 +175,8 @@ const sqlServer = new sql.Server(`${prefix}-sql`, {
   resourceGroupName: group.name,
   version: '12.0',
   minimalTlsVersion: '1.2',
+  // No virtual network: the public endpoint stays on, and the firewall below lets in Azure services only.
+  publicNetworkAccess: sql.ServerPublicNetworkAccessFlag.Enabled,
   administrators: {
     administratorType: sql.AdministratorType.ActiveDirectory,
     azureADOnlyAuthentication: true,
@@ -193,11 +206,13 @@ const database = new sql.Database('runtimecloud', {
 });
 
 // Application Insights on a Log Analytics workspace; local (instrumentation key) auth is off, the app sends with
-// its identity (APPLICATIONINSIGHTS_AUTHENTICATION_STRING).
+// its identity (APPLICATIONINSIGHTS_AUTHENTICATION_STRING). Nothing writes to the workspace with its shared keys
+// either: Application Insights and the diagnostic settings below go through Azure Monitor.
 const logs = new operationalinsights.Workspace(`${prefix}-logs`, {
   resourceGroupName: group.name,
   sku: { name: operationalinsights.WorkspaceSkuNameEnum.PerGB2018 },
   retentionInDays: 30,
+  features: { disableLocalAuth: true },
 });
 const telemetry = new insights.Component(`${prefix}-insights`, {
   resourceGroupName: group.name,
@@ -206,9 +221,14 @@ const telemetry = new insights.Component(`${prefix}-insights`, {
   workspaceResourceId: logs.id,
   ingestionMode: insights.IngestionMode.LogAnalytics,
   disableLocalAuth: true,
+  // No virtual network: the app sends telemetry to the public ingestion endpoint.
+  publicNetworkAccessForIngestion: insights.PublicNetworkAccessType.Enabled,
+  publicNetworkAccessForQuery: insights.PublicNetworkAccessType.Enabled,
 });
 
-// Key Vault: RBAC (no access policies), soft delete and purge protection.
+// Key Vault: RBAC (no access policies), soft delete and purge protection. It has no TLS setting: the platform accepts
+// TLS 1.2 and later only. Public network access stays on because App Service resolves the Key Vault reference over
+// the public endpoint (no virtual network here); RBAC decides who reads what.
 const vault = new keyvault.Vault(`${prefix}-kv`, {
   resourceGroupName: group.name,
   properties: {
@@ -298,8 +318,11 @@ const app = new web.WebApp(`${prefix}-runtime-cloud`, {
     alwaysOn: true,
     http20Enabled: true,
     minTlsVersion: web.SupportedTlsVersions.SupportedTlsVersions_1_2,
+    scmMinTlsVersion: web.SupportedTlsVersions.SupportedTlsVersions_1_2,
     ftpsState: web.FtpsState.Disabled,
   },
+  // It serves the public HTTP API.
+  publicNetworkAccess: 'Enabled',
 });
 
 // Role assignments of the app's identity: data-plane roles only, each at the narrowest scope that works.
@@ -371,6 +394,28 @@ new web.WebAppApplicationSettings(
   },
   { dependsOn: grants },
 );
+
+// Diagnostic settings: the resource logs and platform metrics of everything that serves, holds or moves the app's
+// data go to the workspace beside Application Insights. Logs by the `allLogs` category group, so that categories a
+// service adds later are included. Metric categories differ by resource type: a SQL database names its own, storage
+// has `Transaction`, the others `AllMetrics`. A storage account has no resource logs of its own, only its services
+// do (blob, queue, table; Azure Files is not used).
+const toWorkspace = (name: string, resourceUri: pulumi.Input<string>, { logs: withLogs, metrics }: { logs: boolean; metrics: readonly string[] }) =>
+  new monitor.DiagnosticSetting(`${name}-diagnostics`, {
+    name: 'to-log-analytics',
+    resourceUri,
+    workspaceId: logs.id,
+    ...(withLogs ? { logs: [{ categoryGroup: 'allLogs', enabled: true }] } : {}),
+    metrics: metrics.map((category) => ({ category, enabled: true })),
+  });
+toWorkspace('app', app.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('bus', bus.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('sql-runtimecloud', database.id, { logs: true, metrics: ['Basic', 'InstanceAndAppAdvanced'] });
+toWorkspace('kv', vault.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('store', account.id, { logs: false, metrics: ['Transaction'] });
+for (const service of ['blobServices', 'queueServices', 'tableServices']) {
+  toWorkspace(`store-${service}`, pulumi.interpolate`${account.id}/${service}/default`, { logs: true, metrics: ['Transaction'] });
+}
 
 /** Seconds since the epoch of a seed secret's rotation day, and of that day plus its rotation period. */
 function validityOf(name: string, rotationDays: number): { notBefore: number; expires: number; rotatedOn: string } {

@@ -53,10 +53,12 @@ describe('infra under Pulumi mocks', () => {
       'servicebus:DefaultRule',
       'sql:Server',
       'sql:Database',
+      'sql:FirewallRule',
       'web:AppServicePlan',
       'web:WebApp',
       'web:WebAppApplicationSettings',
       'monitor:AutoscaleSetting',
+      'monitor:DiagnosticSetting',
       'operationalinsights:Workspace',
       'applicationinsights:Component',
       'keyvault:Vault',
@@ -146,6 +148,7 @@ describe('infra under Pulumi mocks', () => {
     const topic = one('servicebus:Topic');
     expect(topic.name).toBe(EVENTS_TOPIC);
     expect(field(topic, 'requiresDuplicateDetection')).toBe(true);
+    expect(field(topic, 'duplicateDetectionHistoryTimeWindow')).toMatch(/^P/);
     expect(field(one('servicebus:Namespace'), 'disableLocalAuth')).toBe(true);
   });
 
@@ -228,6 +231,77 @@ describe('infra under Pulumi mocks', () => {
         `monitoringMetricsPublisher @ applicationinsights:Component/${telemetry}`,
       ].sort(),
     );
+  });
+
+  it('when anything that takes a TLS version is declared, then it accepts TLS 1.2 at least, over HTTPS only', () => {
+    expect(one('storage:StorageAccount').inputs).toMatchObject({ minimumTlsVersion: 'TLS1_2', enableHttpsTrafficOnly: true });
+    expect(field(one('servicebus:Namespace'), 'minimumTlsVersion')).toBe('1.2');
+    expect(field(one('sql:Server'), 'minimalTlsVersion')).toBe('1.2');
+    const app = one('web:WebApp');
+    expect(field(app, 'httpsOnly')).toBe(true);
+    expect(field(app, 'siteConfig')).toMatchObject({ minTlsVersion: '1.2', scmMinTlsVersion: '1.2', ftpsState: 'Disabled' });
+  });
+
+  it('when the stores and telemetry are declared, then none accepts a shared key or local auth, only Entra', () => {
+    expect(one('storage:StorageAccount').inputs).toMatchObject({ allowSharedKeyAccess: false, defaultToOAuthAuthentication: true, allowBlobPublicAccess: false });
+    // Consistent with the account: the host reaches its storage by identity, never by a connection string.
+    expect(appSettings()).toHaveProperty('AzureWebJobsStorage__accountName');
+    expect(field(one('servicebus:Namespace'), 'disableLocalAuth')).toBe(true);
+    expect(field(one('sql:Server'), 'administrators.azureADOnlyAuthentication')).toBe(true);
+    expect(field(one('applicationinsights:Component'), 'disableLocalAuth')).toBe(true);
+    expect(field(one('operationalinsights:Workspace'), 'features.disableLocalAuth')).toBe(true);
+    expect(field(one('keyvault:Vault'), 'properties.enableRbacAuthorization')).toBe(true);
+    expect(field(one('keyvault:Vault'), 'properties')).not.toHaveProperty('accessPolicies');
+  });
+
+  it('when network access is declared, then public endpoints are on only as a VNet-less app needs them, and SQL lets in Azure services only', () => {
+    // Deliberate, not defaults: without a virtual network the app reaches each of these over its public endpoint.
+    expect(field(one('storage:StorageAccount'), 'publicNetworkAccess')).toBe('Enabled');
+    expect(field(one('servicebus:Namespace'), 'publicNetworkAccess')).toBe('Enabled');
+    expect(field(one('sql:Server'), 'publicNetworkAccess')).toBe('Enabled');
+    expect(field(one('keyvault:Vault'), 'properties.publicNetworkAccess')).toBe('Enabled');
+    expect(field(one('web:WebApp'), 'publicNetworkAccess')).toBe('Enabled');
+    expect(one('applicationinsights:Component').inputs).toMatchObject({ publicNetworkAccessForIngestion: 'Enabled', publicNetworkAccessForQuery: 'Enabled' });
+    // Anonymous reads of blobs stay off whatever the network allows.
+    expect(field(one('storage:StorageAccount'), 'allowBlobPublicAccess')).toBe(false);
+
+    const rules = all('sql:FirewallRule');
+    expect(rules.map((r) => [r.name, field(r, 'serverName'), field(r, 'startIpAddress'), field(r, 'endIpAddress')])).toEqual([
+      ['AllowAllWindowsAzureIps', one('sql:Server').name, '0.0.0.0', '0.0.0.0'],
+    ]);
+  });
+
+  it('when the deployment is declared, then each service, database, vault and storage service sends its logs and metrics to the workspace, once', () => {
+    const workspace = one('operationalinsights:Workspace');
+    const account = one('storage:StorageAccount');
+    const withLogs = [
+      one('web:WebApp').id,
+      one('servicebus:Namespace').id,
+      one('sql:Database').id,
+      one('keyvault:Vault').id,
+      ...['blobServices', 'queueServices', 'tableServices'].map((service) => `${account.id}/${service}/default`),
+    ];
+    const settings = all('monitor:DiagnosticSetting');
+    for (const setting of settings) {
+      expect(field(setting, 'workspaceId'), setting.name).toBe(workspace.id);
+      const metrics = field(setting, 'metrics') as { enabled?: boolean }[];
+      expect(metrics.length, setting.name).toBeGreaterThan(0);
+      expect(metrics.every((m) => m.enabled === true), setting.name).toBe(true);
+    }
+    expect(settings.map((s) => field(s, 'resourceUri')).sort()).toEqual([...withLogs, account.id].sort());
+
+    for (const target of withLogs) {
+      const setting = one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === target);
+      expect(field(setting, 'logs'), target).toEqual([{ categoryGroup: 'allLogs', enabled: true }]);
+    }
+    // The account itself has metrics only: Azure keeps a storage account's resource logs on its services.
+    const accountSetting = one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === account.id);
+    expect(field(accountSetting, 'metrics')).toEqual([{ category: 'Transaction', enabled: true }]);
+    // Metric categories are per resource type; `AllMetrics` does not exist for SQL databases or storage.
+    const metricsOf = (id: string) => (field(one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === id), 'metrics') as { category?: string }[]).map((m) => m.category);
+    expect(metricsOf(one('sql:Database').id)).toEqual(['Basic', 'InstanceAndAppAdvanced']);
+    expect(metricsOf(`${account.id}/blobServices/default`)).toEqual(['Transaction']);
+    expect(metricsOf(one('keyvault:Vault').id)).toEqual(['AllMetrics']);
   });
 
   it('when the app registers its Service Bus triggers, then each one has its entity, its identity connection and a receive role', async () => {
