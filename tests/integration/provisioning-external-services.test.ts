@@ -4,14 +4,12 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { LOCAL_SERVICES, createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
-import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { aStackPromotion, provisioningExample, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
 
 const ALL = { kind: 'all' } as const;
 
@@ -51,16 +49,7 @@ for (const dialect of DIALECTS) {
       const { store } = database;
       const services = createLocalExternalServices({ store, clock, stateDir });
       current = services;
-      const service: ProvisioningService = createProvisioningService({
-        store,
-        clock,
-        ids: randomIds,
-        engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
-        services,
-        knowsTenant: () => Promise.resolve(true),
-        desiredState: { cacheDir: join(root, 'git-cache') },
-        hostId: 'test-host',
-      });
+      const service: ProvisioningService = createProvisioningService({ ...testServiceOptions(store, clock, cloud, root), services, knowsTenant: () => Promise.resolve(true) });
       return { service, services, stateDir };
     }
 
@@ -73,8 +62,7 @@ for (const dialect of DIALECTS) {
       if (result.outcome !== 'accepted') throw new Error(`not accepted: ${JSON.stringify(result)}`);
       return result.run;
     }
-    const eventsOf = async (runId: string): Promise<CloudEvent[]> =>
-      (await provisioningDb(database.store.db).selectFrom('outbox').select('payload').where('correlation_id', '=', runId).orderBy('seq').execute()).map((r) => JSON.parse(r.payload) as CloudEvent);
+    const eventsOf = (runId: string): Promise<CloudEvent[]> => outboxEvents(database.store, runId);
     const resourcesOf = async (stack: string) => (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
 
     /** Plans, approves (as `by`) and applies a production run. */

@@ -5,7 +5,6 @@ import type { Kysely } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { ManualClock, randomIds, systemClock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { transitionRun } from '../../shared/provisioning/provisioning.repository';
@@ -15,7 +14,7 @@ import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lo
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { refusal } from '../support/refusal';
-import { aStackPromotion, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample, testServiceOptions } from '../support/provisioning';
 
 /**
  * Policy checks the GovernanceHost decides later: a plan a `review: true` policy applies to waits (without its
@@ -72,16 +71,7 @@ for (const dialect of DIALECTS) {
       const { store } = database;
       const services = createLocalExternalServices({ store, clock, stateDir });
       current = services;
-      const service: ProvisioningService = createProvisioningService({
-        store,
-        clock,
-        ids: randomIds,
-        engine: localIacRunner({ store, clock, ids: randomIds, cloud }),
-        services,
-        knowsTenant: () => Promise.resolve(true),
-        desiredState: { cacheDir: join(root, 'git-cache') },
-        hostId: 'test-host',
-      });
+      const service: ProvisioningService = createProvisioningService({ ...testServiceOptions(store, clock, cloud, root), services, knowsTenant: () => Promise.resolve(true) });
       return { service, services };
     }
 
