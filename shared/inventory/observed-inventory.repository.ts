@@ -1,5 +1,6 @@
 import { odata, type TableClient, type TransactionAction } from '@azure/data-tables';
 import { createHash } from 'node:crypto';
+import { AppError, ensureError } from '../platform/errors/app-error';
 import type { TableStore } from '../platform/tables/tables';
 import { canonicalJson, type JsonValue } from './drift';
 
@@ -97,12 +98,14 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
     },
 
     async list(environmentId) {
-      const table = await tables.table(INVENTORY_TABLE);
-      const out: StoredResource[] = [];
-      for await (const row of table.listEntities<Record<string, unknown>>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } })) {
-        out.push(fromEntity(row));
-      }
-      return out.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
+      return readable(async () => {
+        const table = await tables.table(INVENTORY_TABLE);
+        const out: StoredResource[] = [];
+        for await (const row of table.listEntities<Record<string, unknown>>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } })) {
+          out.push(fromEntity(row));
+        }
+        return out.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
+      });
     },
 
     async recordScan(record) {
@@ -113,18 +116,29 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
     },
 
     async scans(environmentId, limit) {
-      const table = await tables.table(SCANS_TABLE);
-      const out: ScanRecord[] = [];
-      const pages = table.listEntities<{ record: string }>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } }).byPage({ maxPageSize: limit });
-      for await (const page of pages) {
-        for (const row of page) {
-          if (out.length < limit) out.push(JSON.parse(row.record) as ScanRecord);
+      return readable(async () => {
+        const table = await tables.table(SCANS_TABLE);
+        const out: ScanRecord[] = [];
+        const pages = table.listEntities<{ record: string }>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } }).byPage({ maxPageSize: limit });
+        for await (const page of pages) {
+          for (const row of page) {
+            if (out.length < limit) out.push(JSON.parse(row.record) as ScanRecord);
+          }
+          if (out.length >= limit) break;
         }
-        if (out.length >= limit) break;
-      }
-      return out;
+        return out;
+      });
     },
   };
+}
+
+/** A read of Table storage; a service that does not answer is a 503 for the views, not an unexpected error. */
+async function readable<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (thrown) {
+    throw new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${ensureError(thrown).message}`, { retryAfterSeconds: 5 });
+  }
 }
 
 /** A Table key for any text: forbidden characters percent-encoded, overlong keys hashed. */

@@ -130,13 +130,14 @@ export function promotionRejected(message: {
       messageId: message.messageId,
       ...(message.promotionId !== undefined ? { promotionId: message.promotionId } : {}),
       ...(message.tenantId !== undefined ? { tenantId: message.tenantId } : {}),
-      state: 'rejected',
-      code: message.code,
-      reason: message.reason,
-      problems: message.problems.map((p) => ({ ...p })),
-      finishedAt: message.at.toISOString(),
+      ...rejection(message),
     },
   };
+}
+
+/** The members every rejected message's `ProvisioningFailed` ends with. */
+function rejection(message: { code: string; reason: string; problems: readonly { field: string; message: string }[]; at: Date }) {
+  return { state: 'rejected', code: message.code, reason: message.reason, problems: message.problems.map((p) => ({ ...p })), finishedAt: message.at.toISOString() };
 }
 
 /**
@@ -163,11 +164,7 @@ export function poolResizeRejected(message: {
       ...(message.eventId !== undefined ? { eventId: message.eventId } : {}),
       ...(message.pool !== undefined ? { pool: message.pool } : {}),
       ...(message.stack !== undefined ? { stack: message.stack } : {}),
-      state: 'rejected',
-      code: message.code,
-      reason: message.reason,
-      problems: message.problems.map((p) => ({ ...p })),
-      finishedAt: message.at.toISOString(),
+      ...rejection(message),
     },
   };
 }

@@ -48,6 +48,11 @@ describe('observed inventory in Table storage', () => {
     ]);
   });
 
+  it('when Table storage does not answer, then reading the inventory fails as unavailable (a 503), not as an unexpected error', async () => {
+    const unreachable = createObservedInventory(createTableStore(server.connectionString.replace(/TableEndpoint=http:\/\/127\.0\.0\.1:\d+/, 'TableEndpoint=http://127.0.0.1:9')));
+    await expect(unreachable.list('env-any')).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE', kind: 'unavailable' });
+  }, 30_000);
+
   it('when scans are recorded, then they are listed newest first, as many as asked', async () => {
     for (let i = 0; i < 5; i++) {
       const startedAt = new Date(Date.UTC(2026, 5, 1, 0, i)).toISOString();
