@@ -98,7 +98,7 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
     },
 
     async list(environmentId) {
-      return readable(async () => {
+      return tableCall(async () => {
         const table = await tables.table(INVENTORY_TABLE);
         const out: StoredResource[] = [];
         for await (const row of table.listEntities<Record<string, unknown>>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } })) {
@@ -109,14 +109,16 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
     },
 
     async recordScan(record) {
-      const table = await tables.table(SCANS_TABLE);
       // Newest first in RowKey order: the inverted start time, then the scan id to keep keys unique.
       const inverted = String(8_640_000_000_000_000 - Date.parse(record.startedAt)).padStart(16, '0');
-      await table.createEntity({ partitionKey: tableKey(record.environmentId), rowKey: `${inverted}-${tableKey(record.scanId)}`, record: JSON.stringify(record) });
+      await tableCall(async () => {
+        const table = await tables.table(SCANS_TABLE);
+        await table.createEntity({ partitionKey: tableKey(record.environmentId), rowKey: `${inverted}-${tableKey(record.scanId)}`, record: JSON.stringify(record) });
+      });
     },
 
     async scans(environmentId, limit) {
-      return readable(async () => {
+      return tableCall(async () => {
         const table = await tables.table(SCANS_TABLE);
         const out: ScanRecord[] = [];
         const pages = table.listEntities<{ record: string }>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } }).byPage({ maxPageSize: limit });
@@ -132,8 +134,8 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
   };
 }
 
-/** A read of Table storage; a service that does not answer is a 503 for the views, not an unexpected error. */
-async function readable<T>(read: () => Promise<T>): Promise<T> {
+/** A call to Table storage; a service that does not answer is a 503 for the API, not an unexpected error. */
+async function tableCall<T>(read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (thrown) {
