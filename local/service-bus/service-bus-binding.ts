@@ -14,6 +14,7 @@ import type { Clock } from '../../shared/platform/time/clock';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import type { HostComponent, HostContext } from '../host';
 import type { LogHandler } from '../http/http-binding';
+import { ConcurrencyLevel, EventLoopHealth, type DynamicConcurrencyOptions } from './dynamic-concurrency';
 
 export interface ServiceBusBindingOptions {
   /** Deliveries before a message is dead-lettered (`MaxDeliveryCountExceeded`). Example: `10` (the default). */
@@ -24,6 +25,11 @@ export interface ServiceBusBindingOptions {
   readonly pollIntervalMs?: number;
   /** Handlers running at once per function; default host.json `extensions.serviceBus.maxConcurrentCalls` or 16. */
   readonly maxConcurrentCalls?: number;
+  /**
+   * Dynamic concurrency (see dynamic-concurrency.ts), up to `maxConcurrentCalls`: on by default when host.json sets
+   * `concurrency.dynamicConcurrencyEnabled`; `false` turns it off, an object sets its thresholds.
+   */
+  readonly dynamicConcurrency?: boolean | DynamicConcurrencyOptions;
 }
 
 /**
@@ -47,14 +53,17 @@ export class ServiceBusBinding implements HostComponent {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
       lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
-      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJsonMaxConcurrentCalls() ?? 16,
+      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJson().maxConcurrentCalls ?? 16,
     };
+    const dynamic = this.#options.dynamicConcurrency ?? hostJson().dynamicConcurrencyEnabled;
+    const health = dynamic ? new EventLoopHealth(typeof dynamic === 'object' ? dynamic : {}) : undefined;
     const db = busDb(context.deps.sql.db);
     for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
       const entity = entityOf(registration);
       // A topic trigger reads its subscription, which exists from now on: messages published before are not in it.
       if (entity.subscription) await ensureSubscription(db, entity.subscription.topic, entity.subscription.name, context.deps.clock.now().getTime());
-      const receiver = new QueueReceiver(registration, entity.path, db, context.deps.clock, settings, context.log, context.invocations);
+      const level = health ? new ConcurrencyLevel(health, settings.maxConcurrentCalls) : undefined;
+      const receiver = new QueueReceiver(registration, entity.path, db, context.deps.clock, { ...settings, level }, context.log, context.invocations);
       this.#receivers.push(receiver);
       receiver.start();
     }
@@ -72,6 +81,8 @@ interface ReceiverSettings {
   readonly lockDurationMs: number;
   readonly pollIntervalMs: number;
   readonly maxConcurrentCalls: number;
+  /** The function's dynamic concurrency level; absent: always up to `maxConcurrentCalls`. */
+  readonly level?: ConcurrencyLevel;
 }
 
 type QueueHandler = (message: unknown, context: InvocationContext) => unknown;
@@ -124,7 +135,8 @@ class QueueReceiver {
 
   async #run(): Promise<void> {
     while (!this.#stopped) {
-      const free = this.#settings.maxConcurrentCalls - this.#inFlight.size;
+      const { level } = this.#settings;
+      const free = level ? level.fetchCount(this.#inFlight.size) : this.#settings.maxConcurrentCalls - this.#inFlight.size;
       let received: ReceivedMessage[] = [];
       if (free > 0) {
         try {
@@ -138,6 +150,7 @@ class QueueReceiver {
         } catch (thrown) {
           this.#log('error', this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
         }
+        level?.fetched(received.length, this.#inFlight.size);
       }
       for (const message of received) {
         if (this.#stopped) {
@@ -152,18 +165,19 @@ class QueueReceiver {
         });
       }
       // A full batch means more may be waiting: look again at once (as long as a handler slot is free).
-      if (received.length === 0 || received.length >= free) await this.#sleep();
+      if (free === 0 && level) await this.#sleep(level.retryMs);
+      else if (received.length === 0 || received.length >= free) await this.#sleep();
     }
   }
 
-  #sleep(): Promise<void> {
+  #sleep(ms = this.#settings.pollIntervalMs): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
         this.#wake = undefined;
         resolve();
       };
-      const timer = setTimeout(done, this.#settings.pollIntervalMs);
+      const timer = setTimeout(done, ms);
       this.#wake = done;
     });
   }
@@ -255,14 +269,19 @@ export function triggerMetadataOf(message: ReceivedMessage): Record<string, unkn
   };
 }
 
-function hostJsonMaxConcurrentCalls(): number | undefined {
+/** The settings of host.json that the binding honours (the Service Bus extension's and the host's concurrency). */
+function hostJson(): { readonly maxConcurrentCalls?: number; readonly dynamicConcurrencyEnabled?: boolean } {
   try {
-    const hostJson = JSON.parse(readFileSync(join(__dirname, '..', '..', 'host.json'), 'utf8')) as {
+    const file = JSON.parse(readFileSync(join(__dirname, '..', '..', 'host.json'), 'utf8')) as {
       extensions?: { serviceBus?: { maxConcurrentCalls?: unknown } };
+      concurrency?: { dynamicConcurrencyEnabled?: unknown };
     };
-    const value = hostJson.extensions?.serviceBus?.maxConcurrentCalls;
-    return typeof value === 'number' && value > 0 ? value : undefined;
+    const calls = file.extensions?.serviceBus?.maxConcurrentCalls;
+    return {
+      ...(typeof calls === 'number' && calls > 0 ? { maxConcurrentCalls: calls } : {}),
+      ...(file.concurrency?.dynamicConcurrencyEnabled === true ? { dynamicConcurrencyEnabled: true } : {}),
+    };
   } catch {
-    return undefined;
+    return {};
   }
 }

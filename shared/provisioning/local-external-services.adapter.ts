@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { canonicalJson, type JsonValue } from '../platform/iac/iac-values';
+import { deepFreeze } from '../platform/values/deep-freeze';
 import { localReferenceResolver } from '../platform/secrets/local-references';
 import type { SqlStore } from '../platform/sql/database';
 import { retryingContention } from '../platform/sql/transaction';
@@ -229,7 +230,7 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
       return entry ? { value: entry.value as JsonValue, at: new Date(entry.at) } : undefined;
     },
     async put(reference, value, at) {
-      const all = (await readJson(lastKnownPath, lastKnownFile)) ?? {};
+      const all = { ...(await readJson(lastKnownPath, lastKnownFile)) };
       all[reference] = { value: value as z.infer<typeof lastKnownFile>[string]['value'], at: at.toISOString() };
       // Written whole and renamed into place, readable by this user only: the values are configuration, not secrets,
       // but they stay out of logs and other users' reach all the same.
@@ -295,10 +296,22 @@ function sha(text: string): string {
   return createHash('sha256').update(text).digest('hex').slice(0, 32);
 }
 
-/** A JSON file of the state dir, parsed with `schema`; undefined when there is no file. */
+/** Files read by `readJson`, with the identity of the version read: runs read them at every step, edits are rare. */
+const readFiles = new Map<string, { readonly version: string; readonly value: unknown }>();
+
+/**
+ * A JSON file of the state dir, parsed with `schema`; undefined when there is no file. Read again only when its
+ * inode, size or modification time changed (an edit in place or a write renamed into place). The value is shared:
+ * callers copy before changing it.
+ */
 async function readJson<T extends z.ZodType>(file: string, schema: T): Promise<z.infer<T> | undefined> {
   let text: string;
+  let version: string;
   try {
+    const stats = await stat(file, { bigint: true });
+    version = `${stats.ino}:${stats.size}:${stats.mtimeNs}`;
+    const known = readFiles.get(file);
+    if (known?.version === version) return known.value as z.infer<T>;
     text = await readFile(file, 'utf8');
   } catch (thrown) {
     if ((ensureError(thrown) as { code?: unknown }).code === 'ENOENT') return undefined;
@@ -312,5 +325,6 @@ async function readJson<T extends z.ZodType>(file: string, schema: T): Promise<z
   }
   const result = schema.safeParse(parsed);
   if (!result.success) throw new AppError('PROVISIONING.LOCAL_SERVICE_FILE_INVALID', 'internal', `${file} is not the documented shape`);
+  readFiles.set(file, { version, value: deepFreeze(result.data) });
   return result.data;
 }

@@ -454,9 +454,14 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     note: 'recorded → finished, less engine and stack wait',
   });
   print({
+    name: '    recorded → plan | plan → apply | apply → finished',
+    value: [load.map((s) => s.toPlan), load.map((s) => s.betweenSteps), load.map((s) => s.toFinished)].map((v) => `${quantile(v, 0.5).toFixed(0)} ms`).join(' | '),
+    note: 'p50 each; recorded → plan less the stack wait',
+  });
+  print({
     name: '    of which: stack freed → next run planning',
     value: percentiles(load.flatMap((s) => (s.afterStackFreed === undefined ? [] : [s.afterStackFreed]))),
-    note: 'a waiting run asks for its stack again every second (a durable timer)',
+    note: 'the run that frees the stack wakes the next (stack-free event; a 1 s durable timer is the fallback)',
   });
   print({
     name: '  host CPU per run (all hosts, user + system)',
@@ -482,6 +487,7 @@ function quantile(values: readonly number[], q: number): number {
 }
 
 function percentiles(values: readonly number[]): string {
+  if (values.length === 0) return 'none';
   return `p50 ${quantile(values, 0.5).toFixed(0)} ms, p95 ${quantile(values, 0.95).toFixed(0)} ms`;
 }
 

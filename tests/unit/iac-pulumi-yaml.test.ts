@@ -63,6 +63,18 @@ resources:
     expect(evaluateAll(program).pool).toEqual({ size: 3, region: 'northeurope', tags: { team: 'core' }, enabled: true, location: 'local' });
   });
 
+  it('when the same files are loaded again (parsed once, then shared), then one load\'s overrides never reach another', () => {
+    const files = project(body, 'config:\n  enabled: true\n  azure:location: local\n');
+    const first = loadProgram(files, 'dev', { region: 'northeurope', tags: { team: 'ops' } });
+    const second = loadProgram(files, 'dev');
+    expect(second.project).toEqual(first.project);
+    expect(second.config.get('shop:region')).toBe('westeurope');
+    expect(second.config.get('shop:tags')).toEqual({ team: 'core' });
+    expect(first.config.get('shop:tags')).toEqual({ team: 'ops' });
+    // What is shared between loads is frozen: a caller that tried to change it would fail, not change the next run.
+    expect(Object.isFrozen(second.project.resources[0]?.properties)).toBe(true);
+  });
+
   it('when a declared key without a default has no value, then MISSING_CONFIG names the key', () => {
     const error = thrown(() => loadProgram(project(body, 'config:\n  azure:location: local\n'), 'dev'));
     expect(error).toMatchObject({ code: 'IAC.MISSING_CONFIG', details: { key: 'shop:enabled' } });

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { describeFieldProblems, fieldProblems, type FieldProblem } from '../validation/validation';
+import { deepFreeze } from '../values/deep-freeze';
 
 /**
  * Every setting of RuntimeCloudHost, in Azure app-settings form (`Section__Sub__Key`), so the same names work
@@ -252,14 +253,6 @@ function approval(rules: Settings['RuntimeCloud__Provisioning__Approval']): Conf
       ]),
     ),
   };
-}
-
-function deepFreeze<T>(value: T): T {
-  if (value && typeof value === 'object') {
-    for (const inner of Object.values(value)) deepFreeze(inner);
-    Object.freeze(value);
-  }
-  return value;
 }
 
 /**

@@ -1,4 +1,6 @@
+import { LRUCache } from 'lru-cache';
 import { parseDocument } from 'yaml';
+import { deepFreeze } from '../values/deep-freeze';
 import { AppError } from '../errors/app-error';
 import {
   asValueReference,
@@ -97,12 +99,21 @@ const RESOURCE_KEYS = new Set(['type', 'properties', 'options']);
 const OPTION_KEYS = new Set(['dependsOn', 'protect', 'ignoreChanges']);
 const DECLARATION_KEYS = new Set(['type', 'default', 'secret', 'description', 'items']);
 
-function parseYaml(text: string, file: string): unknown {
+/**
+ * Parsed YAML by its text: every run of a stack reads the same few files at each commit, and parsing them was a
+ * tenth of a loaded host's CPU. Values are frozen, since callers share them. Bounded by count and by text length.
+ */
+const parsedYaml = new LRUCache<string, { readonly value: JsonValue }>({ max: 256, maxSize: 8 * 1024 * 1024, sizeCalculation: (_, text) => Math.max(1, text.length) });
+
+function parseYaml(text: string, file: string): JsonValue {
+  const cached = parsedYaml.get(text);
+  if (cached) return cached.value;
   const document = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const [first] = document.errors;
   if (first) throw invalidProject(`${file} is not valid YAML: ${first.message.split('\n')[0]}`, { path: file, yamlCode: first.code });
   const value: unknown = document.toJS({ maxAliasCount: 100 });
   assertJson(value, file);
+  parsedYaml.set(text, { value: deepFreeze(value) });
   return value;
 }
 
