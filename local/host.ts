@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { configFromEnvironment, type Config } from '../shared/platform/config/config';
 import { provideRuntime } from '../functions/runtime';
@@ -6,6 +5,7 @@ import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, type LocalKeys } from './auth/local-issuer';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
+import { hostJsonSetting } from './host-json';
 import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
 import { inspect } from 'node:util';
@@ -190,8 +190,6 @@ async function loadFunctionApp(): Promise<void> {
 
 /** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */
 function readRoutePrefix(): string {
-  const hostJson = JSON.parse(readFileSync(join(__dirname, '..', 'host.json'), 'utf8')) as {
-    extensions?: { http?: { routePrefix?: string } };
-  };
-  return hostJson.extensions?.http?.routePrefix ?? 'api';
+  const prefix = hostJsonSetting('extensions', 'http', 'routePrefix');
+  return typeof prefix === 'string' ? prefix : 'api';
 }

@@ -2,8 +2,6 @@ import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shared/platform/bus/queue';
@@ -13,6 +11,7 @@ import { ensureError } from '../../shared/platform/errors/app-error';
 import type { Clock } from '../../shared/platform/time/clock';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import type { HostComponent, HostContext } from '../host';
+import { hostJsonSetting } from '../host-json';
 import type { LogHandler } from '../http/http-binding';
 import { ConcurrencyLevel, EventLoopHealth, type DynamicConcurrencyOptions } from './dynamic-concurrency';
 
@@ -53,9 +52,9 @@ export class ServiceBusBinding implements HostComponent {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
       lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
-      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJson().maxConcurrentCalls ?? 16,
+      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? positive(hostJsonSetting('extensions', 'serviceBus', 'maxConcurrentCalls')) ?? 16,
     };
-    const dynamic = this.#options.dynamicConcurrency ?? hostJson().dynamicConcurrencyEnabled;
+    const dynamic = this.#options.dynamicConcurrency ?? hostJsonSetting('concurrency', 'dynamicConcurrencyEnabled') === true;
     const health = dynamic ? new EventLoopHealth(typeof dynamic === 'object' ? dynamic : {}) : undefined;
     const db = busDb(context.deps.sql.db);
     for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
@@ -269,19 +268,6 @@ export function triggerMetadataOf(message: ReceivedMessage): Record<string, unkn
   };
 }
 
-/** The settings of host.json that the binding honours (the Service Bus extension's and the host's concurrency). */
-function hostJson(): { readonly maxConcurrentCalls?: number; readonly dynamicConcurrencyEnabled?: boolean } {
-  try {
-    const file = JSON.parse(readFileSync(join(__dirname, '..', '..', 'host.json'), 'utf8')) as {
-      extensions?: { serviceBus?: { maxConcurrentCalls?: unknown } };
-      concurrency?: { dynamicConcurrencyEnabled?: unknown };
-    };
-    const calls = file.extensions?.serviceBus?.maxConcurrentCalls;
-    return {
-      ...(typeof calls === 'number' && calls > 0 ? { maxConcurrentCalls: calls } : {}),
-      ...(file.concurrency?.dynamicConcurrencyEnabled === true ? { dynamicConcurrencyEnabled: true } : {}),
-    };
-  } catch {
-    return {};
-  }
+function positive(value: unknown): number | undefined {
+  return typeof value === 'number' && value > 0 ? value : undefined;
 }

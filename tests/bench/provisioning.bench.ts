@@ -20,6 +20,11 @@
  * Host CPU per run is the hosts' user + system time over the load (from /proc, Linux only) divided by the runs: when
  * it is near one core, the host's event loop is what limits runs per second. Before the load, a few promotions run
  * one at a time on the example's own stack: the same split, unloaded.
+ *
+ * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
+ * burst's backlog waits in the queue (sent → run recorded) rather than inside the host. The baseline, measured in the
+ * same run on fresh hosts with it turned off (`AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled=false`),
+ * shows what that changes.
  */
 import { randomBytes } from 'node:crypto';
 import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -107,31 +112,42 @@ export async function run(args: string[]): Promise<void> {
   const stacks = Number(values.stacks ?? '50');
   const work = mkdtempSync(join(tmpdir(), 'rch-bench-provisioning-'));
   const rows: Row[] = [];
+  /** The loaded measurement with dynamic concurrency on, compared with the baseline's. */
+  let baseline: Measured | undefined;
   const print = (row: Row) => {
     rows.push(row);
     process.stderr.write(`  ${row.name}: ${row.value}${row.note ? ` (${row.note})` : ''}\n`);
   };
   try {
     process.stderr.write(`provisioning benchmark (${store}): ${promotions} development promotions over ${stacks} stacks, work dir ${work}\n`);
-    const stateDir = join(work, 'state');
-    // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
-    const keys = await ensureLocalKeys(stateDir);
-    const repository = await benchRepository(work, stateDir, stacks);
-    writeExampleReferences(stateDir);
-    const config = parseConfig({});
-    const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
-    const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
-    await withHosts(store, stateDir, async (hosts) => {
-      const client = new BenchClient(hosts, tokens);
-      const unloaded = await runOneAtATime(client, repository, UNLOADED_RUNS);
-      const load = Array.from({ length: promotions }, (_, i) =>
-        aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
-      );
-      const loaded = await runAtOnce(client, load);
-      report(store, hosts.length, loaded, unloaded, client, print);
-      const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
-      print({ name: 'host warnings and errors', value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
-    });
+    for (const dynamic of [true, false]) {
+      // The baseline: the same load on fresh hosts that take in every message they can (dynamic concurrency off).
+      const stateDir = join(work, dynamic ? 'state' : 'state-baseline');
+      // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
+      const keys = await ensureLocalKeys(stateDir);
+      const repository = await benchRepository(join(work, dynamic ? 'source' : 'source-baseline'), stateDir, stacks);
+      writeExampleReferences(stateDir);
+      const config = parseConfig({});
+      const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
+      const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
+      const env: Record<string, string> = dynamic ? {} : { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' };
+      await withHosts(store, stateDir, env, async (hosts) => {
+        const client = new BenchClient(hosts, tokens);
+        const unloaded = dynamic ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
+        const load = Array.from({ length: promotions }, (_, i) =>
+          aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
+        );
+        const loaded = await runAtOnce(client, load);
+        if (unloaded) {
+          report(store, hosts.length, loaded, unloaded, client, print);
+          baseline = loaded;
+        } else if (baseline) {
+          reportBaseline(baseline, loaded, client, print);
+        }
+        const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
+        print({ name: `host warnings and errors${dynamic ? '' : ' (baseline)'}`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
+      });
+    }
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -145,8 +161,7 @@ export async function run(args: string[]): Promise<void> {
  * repository in the state dir. Only development copies: every run reads the whole project folder, so copies no run
  * uses would only add reads.
  */
-async function benchRepository(work: string, stateDir: string, stacks: number): Promise<ExampleRepository> {
-  const source = join(work, 'source');
+async function benchRepository(source: string, stateDir: string, stacks: number): Promise<ExampleRepository> {
   cpSync(EXAMPLES_DIR, source, { recursive: true });
   const project = join(source, EXAMPLE_PROJECT_PATH);
   for (let i = 1; i <= stacks; i++) copyFileSync(join(project, 'Pulumi.development.yaml'), join(project, `Pulumi.development-${i}.yaml`));
@@ -156,9 +171,9 @@ async function benchRepository(work: string, stateDir: string, stacks: number): 
 // ---- hosts -----------------------------------------------------------------------------------------------------------
 
 /** One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema with one Azurite; stopped after. */
-async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, work: (hosts: RunningChild[]) => Promise<void>): Promise<void> {
+async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, settings: Record<string, string>, work: (hosts: RunningChild[]) => Promise<void>): Promise<void> {
   if (store === 'sqlite') {
-    const host = await startChildHost(stateDir);
+    const host = await startChildHost(stateDir, settings);
     try {
       await work([host]);
     } finally {
@@ -181,6 +196,7 @@ async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, work: (
     }
     tables = await startTableServer();
     const env = {
+      ...settings,
       RuntimeCloud__Store__Dialect: 'postgres',
       RuntimeCloud__Store__Connection: `${url}${url.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`,
       RuntimeCloud__Tables__Connection: tables.connectionString,
@@ -479,6 +495,36 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     note: 'p50 each',
   });
   print({ name: 'non-2xx answers to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
+}
+
+/** The same load with dynamic concurrency off, in the same run: the rows that it changes, and ratios. */
+function reportBaseline(dynamic: Measured, baseline: Measured, client: BenchClient, print: (row: Row) => void): void {
+  const on = splits(dynamic.timelines);
+  const off = splits(baseline.timelines);
+  const count = baseline.timelines.length;
+  const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
+  print({
+    name: 'baseline, dynamic concurrency off: runs/s to the last run finished',
+    value: (count / (baseline.wallToFinished / 1000)).toFixed(1),
+    note: `dynamic concurrency on: ${ratio(dynamic.timelines.length / dynamic.wallToFinished, count / baseline.wallToFinished)} of it; not applied: ${baseline.notApplied.length}`,
+  });
+  print({
+    name: '  baseline: sent → ProvisioningApplied seen',
+    value: percentiles(off.map((s) => s.latency)),
+    note: `on / off p50: ${ratio(quantile(on.map((s) => s.latency), 0.5), quantile(off.map((s) => s.latency), 0.5))}`,
+  });
+  print({ name: '  baseline: sent → run recorded (queue, intake)', value: percentiles(off.map((s) => s.intake)) });
+  print({
+    name: '  baseline: orchestration overhead',
+    value: percentiles(off.map((s) => s.overhead)),
+    note: `on / off p50: ${ratio(quantile(on.map((s) => s.overhead), 0.5), quantile(off.map((s) => s.overhead), 0.5))}`,
+  });
+  print({
+    name: '  baseline: host CPU per run',
+    value: baseline.cpuMs === undefined ? 'n/a' : `${(baseline.cpuMs / count).toFixed(1)} ms`,
+    ...(baseline.cpuMs === undefined ? {} : { note: `${((baseline.cpuMs / baseline.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
+  });
+  print({ name: '  baseline: non-2xx answers to the bench', value: String(client.failures.length) });
 }
 
 function quantile(values: readonly number[], q: number): number {

@@ -1,0 +1,28 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * A setting of host.json, as the Functions host reads it: an app setting `AzureFunctionsJobHost__<path, by __>`
+ * overrides the file (for example `AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled=false`). Values of
+ * app settings are strings; `true`, `false` and numbers are read as such. Undefined when neither has it.
+ */
+export function hostJsonSetting(...path: readonly string[]): unknown {
+  const override = process.env[['AzureFunctionsJobHost', ...path].join('__')];
+  if (override !== undefined) return parseSetting(override);
+  let value: unknown = hostJsonFile();
+  for (const key of path) value = value && typeof value === 'object' ? (value as Record<string, unknown>)[key] : undefined;
+  return value;
+}
+
+let file: unknown;
+
+function hostJsonFile(): unknown {
+  file ??= JSON.parse(readFileSync(join(__dirname, '..', 'host.json'), 'utf8')) as unknown;
+  return file;
+}
+
+function parseSetting(text: string): unknown {
+  if (text === 'true' || text === 'false') return text === 'true';
+  const number = Number(text);
+  return text.trim() !== '' && Number.isFinite(number) ? number : text;
+}
