@@ -4,6 +4,7 @@ import { exampleDesiredStateComponent } from './example-repository';
 import type { HostComponent } from './host';
 import { BusEndpoints } from './local-endpoints/bus-endpoints';
 import { LocalCloudEndpoints } from './local-endpoints/cloud-endpoints';
+import { LocalExternalServicesEndpoints } from './local-endpoints/external-services-endpoints';
 import { ServiceBusBinding } from './service-bus/service-bus-binding';
 import { TimerBinding } from './timers/timer-binding';
 
@@ -11,5 +12,5 @@ import { TimerBinding } from './timers/timer-binding';
 export function localComponents(): HostComponent[] {
   // The Durable runner first: it provides the durable client input that functions of any trigger may declare.
   // The seeds before the queue and timer bindings, so the first promotion taken finds tenants and the example.
-  return [localDurable(), capacitySeedComponent(), exampleDesiredStateComponent(), new BusEndpoints(), new LocalCloudEndpoints(), new ServiceBusBinding(), new TimerBinding()];
+  return [localDurable(), capacitySeedComponent(), exampleDesiredStateComponent(), new BusEndpoints(), new LocalCloudEndpoints(), new LocalExternalServicesEndpoints(), new ServiceBusBinding(), new TimerBinding()];
 }

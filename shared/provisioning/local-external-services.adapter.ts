@@ -31,7 +31,7 @@ import {
  * - GovernanceHost: policies from `<state dir>/governance.json` (none: everything is allowed), secrets from the
  *   `secrets` of `<state dir>/references.json`, audit evidence in the SQL store (`local_governance_evidence`).
  *   A policy with `review: true` answers `pending`: the check waits in the SQL store (`local_governance_checks`)
- *   until `reviewCheck` records a reviewer's decision (tests call it; there is no endpoint for it).
+ *   until `reviewCheck` records a reviewer's decision (the local endpoint POST .../external-services/governance/checks/{id}/review).
  * - ControlPlaneApi: environments, their approvers and editions from `<state dir>/control-plane.json` (none: every
  *   environment is known and any operator may approve).
  * - KnowledgeHost: receipts in the SQL store (`local_knowledge_artifacts`), content-addressed ids.
