@@ -14,6 +14,12 @@ export function hostJsonSetting(...path: readonly string[]): unknown {
   return value;
 }
 
+/** A count setting (a positive integer), or undefined when it is absent or not one. */
+export function hostJsonCount(...path: readonly string[]): number | undefined {
+  const value = hostJsonSetting(...path);
+  return typeof value === 'number' && Number.isInteger(value) && value > 0 ? value : undefined;
+}
+
 let file: unknown;
 
 function hostJsonFile(): unknown {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { HostComponent, HostContext } from '../host';
+import { hostJsonCount } from '../host-json';
 import { addDurableRoutes } from './durable-api';
 import { durableClientData } from './durable-protocol';
 import { DurableRunner, type DurableRunnerOptions } from './durable-runner';
@@ -34,7 +35,7 @@ export class LocalDurableComponent implements HostComponent {
         registrations: context.functionsWithTrigger,
         invocationContext: (registration, init) => context.invocations.create(registration, init),
       },
-      this.#options,
+      { ...hostJsonLimits(), ...this.#options },
     );
     this.#runner = runner;
     context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
@@ -57,7 +58,14 @@ export class LocalDurableComponent implements HostComponent {
   }
 }
 
-/** The Durable component with its defaults (15 s leases, 100 ms polling). */
+/** The concurrency limits of host.json (or its AzureFunctionsJobHost__ overrides), as the Durable extension reads them. */
+function hostJsonLimits(): DurableRunnerOptions {
+  const orchestrations = hostJsonCount('extensions', 'durableTask', 'maxConcurrentOrchestratorFunctions');
+  const activities = hostJsonCount('extensions', 'durableTask', 'maxConcurrentActivityFunctions');
+  return { ...(orchestrations ? { maxConcurrentOrchestrations: orchestrations } : {}), ...(activities ? { maxConcurrentActivities: activities } : {}) };
+}
+
+/** The Durable component with its defaults (15 s leases, 100 ms polling, host.json's concurrency limits). */
 export function localDurable(options: DurableRunnerOptions = {}): LocalDurableComponent {
   return new LocalDurableComponent(options);
 }

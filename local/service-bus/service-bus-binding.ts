@@ -11,7 +11,7 @@ import { ensureError } from '../../shared/platform/errors/app-error';
 import type { Clock } from '../../shared/platform/time/clock';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import type { HostComponent, HostContext } from '../host';
-import { hostJsonSetting } from '../host-json';
+import { hostJsonCount, hostJsonSetting } from '../host-json';
 import type { LogHandler } from '../http/http-binding';
 import { ConcurrencyLevel, EventLoopHealth, type DynamicConcurrencyOptions } from './dynamic-concurrency';
 
@@ -52,7 +52,7 @@ export class ServiceBusBinding implements HostComponent {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
       lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
-      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? positive(hostJsonSetting('extensions', 'serviceBus', 'maxConcurrentCalls')) ?? 16,
+      maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJsonCount('extensions', 'serviceBus', 'maxConcurrentCalls') ?? 16,
     };
     const dynamic = this.#options.dynamicConcurrency ?? hostJsonSetting('concurrency', 'dynamicConcurrencyEnabled') === true;
     const health = dynamic ? new EventLoopHealth(typeof dynamic === 'object' ? dynamic : {}) : undefined;
@@ -266,8 +266,4 @@ export function triggerMetadataOf(message: ReceivedMessage): Record<string, unkn
     applicationProperties: { ...message.applicationProperties },
     userProperties: { ...message.applicationProperties },
   };
-}
-
-function positive(value: unknown): number | undefined {
-  return typeof value === 'number' && value > 0 ? value : undefined;
 }

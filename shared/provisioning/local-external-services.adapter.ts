@@ -253,11 +253,11 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
       });
     },
     async evidenceOf(runId) {
-      const rows = await db.selectFrom('local_governance_evidence').select('evidence').where('run_id', '=', runId).orderBy('recorded_at').execute();
+      const rows = await retryingContention(() => db.selectFrom('local_governance_evidence').select('evidence').where('run_id', '=', runId).orderBy('recorded_at').execute());
       return rows.map((r) => JSON.parse(r.evidence) as ApplyEvidence);
     },
     async artifact(id) {
-      const row = await db.selectFrom('local_knowledge_artifacts').selectAll().where('id', '=', id).executeTakeFirst();
+      const row = await retryingContention(() => db.selectFrom('local_knowledge_artifacts').selectAll().where('id', '=', id).executeTakeFirst());
       return row ? { runId: row.run_id, kind: row.kind, content: JSON.parse(row.content) as unknown } : undefined;
     },
     async reviewCheck(checkId, review) {
