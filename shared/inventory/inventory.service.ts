@@ -128,7 +128,11 @@ export interface InventoryService {
   setScanning(tenants: TenantFilter, environmentId: string, request: { enabled: boolean; by: string; reason: string }): Promise<EnvironmentView>;
   listEnvironments(tenants: TenantFilter, page: PageRequest): Promise<Page<EnvironmentView>>;
   getEnvironment(tenants: TenantFilter, environmentId: string): Promise<EnvironmentView>;
-  /** The environment and a page of its observed resources in urn order. */
+  /**
+   * The environment and a page of its observed resources, in the order Table storage keeps them: by row key (the
+   * urn percent-encoded, or its sha-256 past 512 characters), which is not urn order. The cursor holds the last
+   * row's key.
+   */
   inventory(tenants: TenantFilter, environmentId: string, page: PageRequest): Promise<{ environment: EnvironmentView; items: StoredResource[]; nextCursor?: string }>;
   drift(tenants: TenantFilter, environmentId: string): Promise<DriftView>;
   listIgnoreRules(tenants: TenantFilter, environmentId: string, query: PageRequest & { includeDeleted: boolean }): Promise<Page<RecordedIgnoreRule>>;
@@ -529,9 +533,10 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
     async inventory(tenants, environmentId, page) {
       const after = cursorKey(page.cursor);
       const row = await existingEnvironment(tenants, environmentId);
-      // An environment's rows are read whole (one partition, a few thousand at most) and paged here in urn order.
-      const rows = (await tables.list(environmentId)).filter((r) => after === undefined || r.urn > after);
-      return { environment: environmentView(row), ...pageOf(rows.slice(0, page.limit + 1), page.limit, (r) => r.urn, (r) => r) };
+      // Paged in Table storage, in its key order: a page reads about `limit` rows, never the whole partition (an
+      // environment may hold 100,000 resources).
+      const rows = await tables.listPage(environmentId, { ...(after !== undefined ? { after } : {}), limit: page.limit + 1 });
+      return { environment: environmentView(row), ...pageOf(rows, page.limit, (r) => r.key, (r) => r.resource) };
     },
 
     async drift(tenants, environmentId) {

@@ -28,6 +28,8 @@ const MAX_PARTS = 15;
 /** Table transactions take at most 100 operations of one partition and 4 MiB; stay well under the latter. */
 const BATCH_OPERATIONS = 100;
 const BATCH_CHARS = 1_000_000;
+/** Table storage answers a query with at most 1,000 entities, and refuses a larger `$top`. */
+const QUERY_PAGE_MAX = 1_000;
 
 /** A resource as inventory stores and shows it. Serialized shape (HTTP API): changing it is a breaking change. */
 export interface StoredResource {
@@ -61,10 +63,25 @@ export interface ScanRecord {
   readonly deleted?: number;
 }
 
+/** A stored resource and where it stands in its environment's key order. */
+export interface KeyedResource {
+  /**
+   * Opaque: the row's key (the urn percent-encoded, or its sha-256 past 512 characters). A page after it starts
+   * with the next row; the urn cannot stand in for it, since a hashed key does not map back to its urn.
+   */
+  readonly key: string;
+  readonly resource: StoredResource;
+}
+
 export interface ObservedInventory {
   /** Makes the environment's partition hold exactly `resources`; returns the rows written and deleted. */
   replace(environmentId: string, resources: readonly { urn: string; type: string; id: string; properties: { readonly [key: string]: JsonValue } }[], at: Date): Promise<{ written: number; deleted: number }>;
-  list(environmentId: string): Promise<StoredResource[]>;
+  /**
+   * At most `limit` (1 or more) resources of the environment whose key comes after `after` (from the first without
+   * it), in key order, which is Table storage's own order within a partition and not urn order. Reads about `limit`
+   * rows, however large the partition.
+   */
+  listPage(environmentId: string, page: { readonly after?: string; readonly limit: number }): Promise<KeyedResource[]>;
   recordScan(record: ScanRecord): Promise<void>;
   /** The newest `limit` scans of the environment, newest first. */
   scans(environmentId: string, limit: number): Promise<ScanRecord[]>;
@@ -97,14 +114,22 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
       return { written: actions.length - deleted, deleted };
     },
 
-    async list(environmentId) {
+    async listPage(environmentId, { after, limit }) {
       return tableCall(async () => {
         const table = await tables.table(INVENTORY_TABLE);
-        const out: StoredResource[] = [];
-        for await (const row of table.listEntities<Record<string, unknown>>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } })) {
-          out.push(fromEntity(row));
+        const partitionKey = tableKey(environmentId);
+        const filter = after === undefined ? odata`PartitionKey eq ${partitionKey}` : odata`PartitionKey eq ${partitionKey} and RowKey gt ${after}`;
+        const out: KeyedResource[] = [];
+        // A response may hold fewer rows than asked, with a continuation (Table storage stops a query after five
+        // seconds), so pages are read until there are enough, and no further.
+        const pages = table.listEntities<Record<string, unknown>>({ queryOptions: { filter } }).byPage({ maxPageSize: Math.min(limit, QUERY_PAGE_MAX) });
+        for await (const page of pages) {
+          for (const row of page) {
+            if (out.length < limit) out.push({ key: row.rowKey!, resource: fromEntity(row) });
+          }
+          if (out.length >= limit) break;
         }
-        return out.sort((a, b) => (a.urn < b.urn ? -1 : a.urn > b.urn ? 1 : 0));
+        return out;
       });
     },
 

@@ -3,8 +3,8 @@ import { startTableServer, type RunningTableServer } from '../../local/azurite/t
 import { ManualClock } from '../../shared/platform/time/clock';
 import type { InventoryService } from '../../shared/inventory/inventory.service';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { createTableStore } from '../../shared/platform/tables/tables';
-import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
+import { createTableStore, type TableStore } from '../../shared/platform/tables/tables';
+import { createObservedInventory, tableKey } from '../../shared/inventory/observed-inventory.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { applyToCloud, inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
 
@@ -16,6 +16,50 @@ const RESOURCES: readonly TestResource[] = [
 // What the apply put in the cloud: the secret reference resolved to its value.
 const SECRET = 's3cr3t-value-never-stored';
 const resolved = (r: TestResource) => (r.name === 'api' ? { ...r.properties, env: { DB_PASSWORD: SECRET } } : r.properties);
+
+/**
+ * `count` observed resources of a stack: the first 110 urns are longer than a Table key may be (hashed, `sha256-…`),
+ * the next 100 hold characters a key may not (percent-encoded), the rest are plain. In key order the hashed come
+ * first, so it is not urn order, and with pages of 100 the first page ends on a hashed key and the second on an
+ * encoded one: keys whose urns differ from them.
+ */
+function manyResources(stack: string, count: number) {
+  return Array.from({ length: count }, (_, i) => {
+    const name = i < 110 ? `${'long-'.repeat(120)}${i}` : i < 210 ? `dir/${i}#frag?q\\x%20` : `svc-${String(i).padStart(4, '0')}`;
+    const urn = `urn:pulumi:${stack}::demo::local:compute:Service::${name}`;
+    return { urn, type: 'local:compute:Service', id: `id-${i}`, properties: { index: i } };
+  });
+}
+
+/** A Table store whose clients count the query requests sent and the entities they answered with. */
+function countingTableStore(connection: string): { store: TableStore; read: { requests: number; entities: number } } {
+  const inner = createTableStore(connection);
+  const read = { requests: 0, entities: 0 };
+  const counted = new Set<unknown>();
+  const store: TableStore = {
+    ping: () => inner.ping(),
+    async table(name) {
+      const client = await inner.table(name);
+      if (!counted.has(client)) {
+        counted.add(client);
+        client.pipeline.addPolicy({
+          name: 'countEntitiesRead',
+          async sendRequest(request, next) {
+            const response = await next(request);
+            const body = request.method === 'GET' && response.bodyAsText ? (JSON.parse(response.bodyAsText) as { value?: unknown }) : {};
+            if (Array.isArray(body.value)) {
+              read.requests++;
+              read.entities += body.value.length;
+            }
+            return response;
+          },
+        });
+      }
+      return client;
+    },
+  };
+  return { store, read };
+}
 
 describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
   let server: RunningTableServer;
@@ -194,6 +238,60 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     expect(await busy.scan(id, { kind: 'timer' })).toMatchObject({ outcome: 'skipped', reason: 'the environment is busy applying (run run-42)' });
     expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
   });
+
+  it.skipIf(skipDialect(dialect))('when an inventory is paged with a cursor, then every resource comes once, in stored key order, hashed and encoded urns included', async () => {
+    const { id, stack } = await appliedEnvironment();
+    const resources = manyResources(stack, 250);
+    await createObservedInventory(createTableStore(server.connectionString)).replace(id, resources, clock.now());
+
+    const urns: string[] = [];
+    const pageSizes: number[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await inventory.inventory({ kind: 'one', tenant: 'tenant-a' }, id, { limit: 100, ...(cursor !== undefined ? { cursor } : {}) });
+      expect(page.environment.id).toBe(id);
+      pageSizes.push(page.items.length);
+      urns.push(...page.items.map((r) => r.urn));
+      cursor = page.nextCursor;
+    } while (cursor !== undefined && pageSizes.length < 10);
+
+    expect(pageSizes).toEqual([100, 100, 50]);
+    expect(new Set(urns).size).toBe(urns.length);
+    expect([...urns].sort()).toEqual(resources.map((r) => r.urn).sort());
+    // Stored key order: the hashed keys (`sha256-…`) come before every `urn:…` key, so this is not urn order.
+    const keys = urns.map(tableKey);
+    expect(keys).toEqual([...keys].sort());
+    expect(urns).not.toEqual([...urns].sort());
+
+    await expect(inventory.inventory(ALL, id, { limit: 10, cursor: 'not-a-cursor!' })).rejects.toMatchObject({ code: 'REQUEST.INVALID_CURSOR' });
+    await expect(inventory.inventory({ kind: 'one', tenant: 'tenant-b' }, id, { limit: 10 })).rejects.toMatchObject({ code: 'INVENTORY.ENVIRONMENT_NOT_FOUND' });
+  });
+
+  it.skipIf(skipDialect(dialect))('when a page of a large inventory is asked for, then about one page is read from Table storage, not the whole partition', async () => {
+    const { id, stack } = await appliedEnvironment();
+    await createObservedInventory(createTableStore(server.connectionString)).replace(id, manyResources(stack, 1_000), clock.now());
+    const { store, read } = countingTableStore(server.connectionString);
+    const counted = inventoryOver(database.store, server.connectionString, clock, { tables: createObservedInventory(store) }).inventory;
+
+    const first = await counted.inventory(ALL, id, { limit: 100 });
+    expect(first.items).toHaveLength(100);
+    expect(read.requests).toBe(1);
+    expect(read.entities).toBeLessThanOrEqual(101);
+
+    read.requests = 0;
+    read.entities = 0;
+    const second = await counted.inventory(ALL, id, { limit: 100, cursor: first.nextCursor ?? '' });
+    expect(second.items).toHaveLength(100);
+    expect(read.requests).toBe(1);
+    expect(read.entities).toBeLessThanOrEqual(101);
+  });
+
+  it.skipIf(skipDialect(dialect))('when Table storage does not answer, then the inventory view fails as unavailable (a 503)', async () => {
+    const { id } = await appliedEnvironment();
+    const unreachable = createTableStore(server.connectionString.replace(/TableEndpoint=http:\/\/127\.0\.0\.1:\d+/, 'TableEndpoint=http://127.0.0.1:9'));
+    const broken = inventoryOver(database.store, server.connectionString, clock, { tables: createObservedInventory(unreachable) }).inventory;
+    await expect(broken.inventory(ALL, id, { limit: 10 })).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE', kind: 'unavailable' });
+  }, 30_000);
 
   it.skipIf(skipDialect(dialect))('when a tenant reads, then only its environments and proposals are shown', async () => {
     const { id } = await appliedEnvironment();

@@ -25,7 +25,7 @@ describe('observed inventory in Table storage', () => {
       { urn: 'urn:b', type: 't', id: 'b', properties: huge },
     ], at);
 
-    const [a, b] = await inventory.list('env-large');
+    const [a, b] = (await inventory.listPage('env-large', { limit: 10 })).map((row) => row.resource);
     expect(a).toEqual({ urn: 'urn:a', type: 't', id: 'a', properties: large, changedAt: at.toISOString() });
     expect(b!.properties).toBeUndefined();
     expect(b!.summary).toMatchObject({ bytes: JSON.stringify(huge).length, keys: ['blob', 'other'], sha256: expect.stringMatching(/^[0-9a-f]{64}$/) });
@@ -41,16 +41,37 @@ describe('observed inventory in Table storage', () => {
     expect(await inventory.replace('env-rewrite', [r('urn:1/x', 's'), r('urn:2', 's'), r('urn:3', 's')], at)).toEqual({ written: 3, deleted: 0 });
     const later = new Date('2026-06-02T00:00:00Z');
     expect(await inventory.replace('env-rewrite', [r('urn:1/x', 's'), r('urn:2', 'l')], later)).toEqual({ written: 1, deleted: 1 });
-    const rows = await inventory.list('env-rewrite');
+    const rows = (await inventory.listPage('env-rewrite', { limit: 10 })).map((row) => row.resource);
     expect(rows.map((row) => [row.urn, row.properties, row.changedAt])).toEqual([
       ['urn:1/x', { size: 's' }, at.toISOString()],
       ['urn:2', { size: 'l' }, later.toISOString()],
     ]);
   });
 
+  it('when an environment is read a page at a time, then each page follows on from the last row key, in key order, and every resource carries its row key', async () => {
+    const urns = Array.from({ length: 25 }, (_, i) => (i % 4 === 0 ? `urn:${'u'.repeat(600)}${i}` : i % 4 === 1 ? `urn:a/b#${i}` : `urn:plain-${String(i).padStart(2, '0')}`));
+    await inventory.replace('env-pages', urns.map((urn) => ({ urn, type: 't', id: urn, properties: {} })), at);
+
+    const pages: { key: string; urn: string }[][] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = await inventory.listPage('env-pages', { ...(after !== undefined ? { after } : {}), limit: 10 });
+      pages.push(page.map((row) => ({ key: row.key, urn: row.resource.urn })));
+      if (page.length < 10) break;
+      after = page[page.length - 1]!.key;
+    }
+
+    expect(pages.map((page) => page.length)).toEqual([10, 10, 5]);
+    const rows = pages.flat();
+    expect(rows.map((row) => row.key)).toEqual(urns.map(tableKey).sort());
+    for (const row of rows) expect(row.key).toBe(tableKey(row.urn));
+    expect(rows.filter((row) => row.key.startsWith('sha256-'))).toHaveLength(7);
+    expect(await inventory.listPage('env-pages', { after: rows[rows.length - 1]!.key, limit: 10 })).toEqual([]);
+  });
+
   it('when Table storage does not answer, then reading the inventory fails as unavailable (a 503), not as an unexpected error', async () => {
     const unreachable = createObservedInventory(createTableStore(server.connectionString.replace(/TableEndpoint=http:\/\/127\.0\.0\.1:\d+/, 'TableEndpoint=http://127.0.0.1:9')));
-    await expect(unreachable.list('env-any')).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE', kind: 'unavailable' });
+    await expect(unreachable.listPage('env-any', { limit: 10 })).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE', kind: 'unavailable' });
   }, 30_000);
 
   it('when scans are recorded, then they are listed newest first, as many as asked', async () => {
