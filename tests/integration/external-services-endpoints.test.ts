@@ -7,6 +7,7 @@ import { createLocalExternalServices, LOCAL_SERVICES, type LocalExternalServices
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { refusal } from '../support/refusal';
+import { expectProblem, fieldsOf } from '../support/problems';
 
 /**
  * The local-only endpoints of the external services' stand-ins, on a local host started in this process with its
@@ -24,14 +25,7 @@ const REVIEWED = 'env-reviewed';
 /** Sends plans of the environment `REVIEWED` to review; every other plan is allowed by no policy. */
 const REVIEW_POLICY = { policies: [{ id: 'change-review', environments: [REVIEWED], review: true, reason: 'changes of this environment are reviewed' }] };
 
-interface Problem {
-  code: string;
-  status: number;
-  errors?: { field: string; message: string }[];
-  [member: string]: unknown;
-}
 
-const fieldsOf = (problem: Problem) => (problem.errors ?? []).map((e) => e.field).sort();
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`local external services endpoints on a local host on ${dialect}`, () => {
@@ -61,13 +55,6 @@ for (const dialect of DIALECTS) {
         ...(claims ? { claims } : {}),
         ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
       });
-    const expectProblem = async (response: Response, status: number, code: string): Promise<Problem> => {
-      expect(response.status).toBe(status);
-      expect(response.headers.get('content-type')).toBe('application/problem+json');
-      const problem = (await response.json()) as Problem;
-      expect(problem).toMatchObject({ status, code });
-      return problem;
-    };
     const expectOk = async (response: Response): Promise<unknown> => {
       expect(response.status).toBe(200);
       return response.json();

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocalCloud, type CloudResource, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { expectProblem, fieldsOf } from '../support/problems';
 
 /**
  * The local-only endpoints that change the local cloud out of band, on a local host started in this process with
@@ -12,12 +13,6 @@ const RESOURCES = '/runtime-cloud/local/cloud/resources';
 const OUTAGE = '/runtime-cloud/local/cloud/outage';
 const admin = { roles: ['PlatformAdmin'] };
 
-interface Problem {
-  code: string;
-  status: number;
-  errors?: { field: string; message: string }[];
-  [member: string]: unknown;
-}
 interface Page {
   target: string;
   stack?: string;
@@ -47,13 +42,6 @@ describe('local cloud endpoints on the local host', () => {
         ? {}
         : { headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
     });
-  const expectProblem = async (response: Response, status: number, code: string): Promise<Problem> => {
-    expect(response.status).toBe(status);
-    expect(response.headers.get('content-type')).toBe('application/problem+json');
-    const problem = (await response.json()) as Problem;
-    expect(problem).toMatchObject({ status, code });
-    return problem;
-  };
   const listOf = async (query: string): Promise<Page> => {
     const response = await call('GET', `${RESOURCES}?${query}`);
     expect(response.status).toBe(200);
@@ -234,7 +222,6 @@ describe('local cloud endpoints on the local host', () => {
 
   it('when bodies, queries or the path are invalid, then 400 problem+json names the fields and nothing changes', async () => {
     const resource = await managed('drift-invalid', 'pool', { size: 1 });
-    const fieldsOf = (problem: Problem) => (problem.errors ?? []).map((e) => e.field).sort();
 
     const badCreate = await expectProblem(
       await call('POST', RESOURCES, { stack: 'has space', type: 'Bucket', name: 'a::b', properties: ['not', 'an', 'object'] }),
