@@ -1,6 +1,7 @@
-import { sql } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { Prepared } from '../../shared/platform/sql/prepared';
 import { inTransaction, isContention, retryingContention } from '../../shared/platform/sql/transaction';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 
@@ -85,5 +86,34 @@ describe.skipIf(skip)('transaction retry on PostgreSQL', () => {
       { id: 1, n: 2 },
       { id: 2, n: 2 },
     ]);
+  });
+});
+
+describe.skipIf(skip)('hot-path statements on PostgreSQL', () => {
+  let database: TestDatabase;
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres');
+    await sql`create table named_probe (id int primary key, n int not null)`.execute(database.store.db);
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  it('when a Prepared statement runs, then its connection keeps it prepared under a name, with plans made for the values; other statements stay unnamed', async () => {
+    type Db = { named_probe: { id: number; n: number } };
+    const bump = new Prepared<Db, 'id', never>((db, _dialect, p) => db.insertInto('named_probe').values({ id: p('id'), n: 1 }).onConflict((oc) => oc.column('id').doUpdateSet({ n: sql`named_probe.n + 1` })));
+    const db = database.store.db as unknown as Kysely<Db>;
+    const seen = await db.connection().execute(async (connection) => {
+      await bump.execute(connection, 'postgres', { id: 1 });
+      await bump.execute(connection, 'postgres', { id: 1 });
+      await sql`select n from named_probe`.execute(connection);
+      const statements = await sql<{ name: string; statement: string }>`select name, statement from pg_prepared_statements`.execute(connection);
+      const mode = await sql<{ plan_cache_mode: string }>`show plan_cache_mode`.execute(connection);
+      return { statements: statements.rows, mode: mode.rows[0]?.plan_cache_mode };
+    });
+    expect(seen.statements).toHaveLength(1);
+    expect(seen.statements[0]).toMatchObject({ name: expect.stringMatching(/^rc_[0-9a-f]{24}$/), statement: expect.stringContaining('insert into "named_probe"') });
+    expect(seen.mode).toBe('force_custom_plan');
+    expect((await sql<{ n: number }>`select n from named_probe where id = 1`.execute(database.store.db)).rows[0]?.n).toBe(2);
   });
 });

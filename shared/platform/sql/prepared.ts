@@ -1,5 +1,6 @@
 import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type Transaction } from 'kysely';
 import type { SqlDialect } from './dialect';
+import { nameStatement } from './named-statements';
 
 /**
  * A hot-path statement built and compiled once per dialect with named placeholders; each execution only fills in
@@ -22,6 +23,7 @@ export class Prepared<DB, P extends string, R> {
         ),
       };
       this.#compiled.set(dialect, entry);
+      if (dialect === 'postgres') nameStatement(entry.sql);
     }
     const parameters = entry.slots.map((slot) => ('name' in slot ? values[slot.name] : slot.value));
     return db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
