@@ -1,38 +1,29 @@
 import * as fs from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { LOCAL_SERVICES, createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { aStackPromotion, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { aStackPromotion, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`provisioning with its external services on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-external-', stackCopies: 20, stateDirName: 'example-state' });
+    const { clock, freshStack } = fixture;
     let database: TestDatabase;
     let example: ProvisioningExample;
     let cloud: LocalCloud;
     let root: string;
-    let n = 0;
     let dirs = 0;
-    const clock = new ManualClock('2026-03-01T09:00:00Z');
-    const freshStack = (tier: 'development' | 'production') => `${tier}-${++n}`;
 
-    beforeAll(async () => {
-      database = await createTestDatabase(dialect);
-      root = fs.mkdtempSync(join(tmpdir(), 'rch-external-'));
-      example = await provisioningExample(root, join(root, 'example-state'), 20);
-      cloud = createLocalCloud({ store: database.store, clock, ids: randomIds });
-    });
-    afterAll(async () => {
-      await database?.drop();
-      fs.rmSync(root, { recursive: true, force: true });
+    beforeAll(() => {
+      ({ database, example, cloud, root } = fixture);
     });
 
     let current: LocalExternalServices | undefined;

@@ -4,17 +4,18 @@ import { join } from 'node:path';
 import type { Kysely } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { ManualClock, randomIds, systemClock } from '../../shared/platform/time/clock';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { systemClock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { transitionRun } from '../../shared/provisioning/provisioning.repository';
 import { createProvisioningService, type ProvisioningService, type RunStep } from '../../shared/provisioning/provisioning.service';
 import type { Run } from '../../shared/provisioning/run';
 import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { refusal } from '../support/refusal';
 import { aStackPromotion, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample, testServiceOptions } from '../support/provisioning';
+import { provisioningFixture } from '../support/provisioning-fixture';
 
 /**
  * Policy checks the GovernanceHost decides later: a plan a `review: true` policy applies to waits (without its
@@ -37,25 +38,17 @@ function policyStep(step: RunStep): PolicyStep {
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`provisioning runs waiting for a policy check on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-policy-wait-', stackCopies: 20, stateDirName: 'example-state' });
+    const { clock, freshStack } = fixture;
     let database: TestDatabase;
     let example: ProvisioningExample;
     let cloud: LocalCloud;
     let root: string;
-    let n = 0;
     let dirs = 0;
     let messages = 0;
-    const clock = new ManualClock('2026-03-01T09:00:00Z');
-    const freshStack = (tier: 'development' | 'production') => `${tier}-${++n}`;
 
-    beforeAll(async () => {
-      database = await createTestDatabase(dialect);
-      root = fs.mkdtempSync(join(tmpdir(), 'rch-policy-wait-'));
-      example = await provisioningExample(root, join(root, 'example-state'), 20);
-      cloud = createLocalCloud({ store: database.store, clock, ids: randomIds });
-    });
-    afterAll(async () => {
-      await database?.drop();
-      fs.rmSync(root, { recursive: true, force: true });
+    beforeAll(() => {
+      ({ database, example, cloud, root } = fixture);
     });
 
     let current: LocalExternalServices | undefined;

@@ -1,43 +1,29 @@
-import * as fs from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { randomIds } from '../../shared/platform/time/clock';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import type { ReconcileRequest } from '../../shared/provisioning/reconciliation';
 import type { Run } from '../../shared/provisioning/run';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`reconciliation runs on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-reconcile-', stackCopies: 12, references: true });
+    const { clock, freshStack } = fixture;
     let database: TestDatabase;
     let example: ProvisioningExample;
     let service: ProvisioningService;
     let cloud: LocalCloud;
-    let root: string;
-    let n = 0;
-    const clock = new ManualClock('2026-03-01T09:00:00Z');
-    /** A stack of the example no other test of this file uses. */
-    const freshStack = (tier: 'development' | 'production') => `${tier}-${++n}`;
 
-    beforeAll(async () => {
-      database = await createTestDatabase(dialect);
-      root = fs.mkdtempSync(join(tmpdir(), 'rch-reconcile-'));
-      example = await provisioningExample(root, join(root, 'state'), 12);
-      writeExampleReferences(join(root, 'state'));
-      const { store } = database;
-      cloud = createLocalCloud({ store, clock, ids: randomIds });
-      service = createProvisioningService(testServiceOptions(store, clock, cloud, root));
-    });
-    afterAll(async () => {
-      await database?.drop();
-      fs.rmSync(root, { recursive: true, force: true });
+    beforeAll(() => {
+      ({ database, example, cloud } = fixture);
+      service = createProvisioningService(testServiceOptions(database.store, clock, cloud, fixture.root));
     });
 
     const db = () => provisioningDb(database.store.db);

@@ -1,42 +1,35 @@
 import * as fs from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
-import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { randomIds } from '../../shared/platform/time/clock';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
 import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
 
 for (const dialect of DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`provisioning runs on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-provisioning-', stackCopies: 40, references: true });
+    const { clock, freshStack } = fixture;
     let database: TestDatabase;
     let example: ProvisioningExample;
     let service: ProvisioningService;
     let cloud: LocalCloud;
     let root: string;
-    let n = 0;
-    const clock = new ManualClock('2026-03-01T09:00:00Z');
-    /** A stack of the example no other test of this file uses. */
-    const freshStack = (tier: 'development' | 'production') => `${tier}-${++n}`;
 
-    beforeAll(async () => {
-      database = await createTestDatabase(dialect);
-      root = fs.mkdtempSync(join(tmpdir(), 'rch-provisioning-'));
-      example = await provisioningExample(root, join(root, 'state'), 40);
-      writeExampleReferences(join(root, 'state'));
-      const { store } = database;
-      cloud = createLocalCloud({ store, clock, ids: randomIds });
+    beforeAll(() => {
+      ({ database, example, cloud, root } = fixture);
       service = createProvisioningService(serviceOptions());
       expiringService = createProvisioningService({ ...serviceOptions(), planExpiry: { defaultMs: 24 * 3600_000, byEnvironment: shortExpiry } });
       approvingService = createProvisioningService({ ...serviceOptions(), approval: { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: approvalRules } });
@@ -48,10 +41,6 @@ for (const dialect of DIALECTS) {
     /** Environments whose plans expire after a minute; the policy matches them by id. */
     const shortExpiry = { 'env-short-expiry': 60_000, 'env-short-woken': 60_000, 'env-short-forgotten': 60_000 };
     const serviceOptions = (): ProvisioningServiceOptions => testServiceOptions(database.store, clock, cloud, root);
-    afterAll(async () => {
-      await database?.drop();
-      fs.rmSync(root, { recursive: true, force: true });
-    });
 
     const db = () => provisioningDb(database.store.db);
     /** The same store, but plans of environments named env-short-… expire after one minute. */
