@@ -158,12 +158,10 @@ function postgresStore(options: SqlStoreOptions): SqlStore {
 
 /**
  * Sends the statements marked by `nameStatement` as named statements, which PostgreSQL parses once per connection
- * instead of on every execution; every other statement goes as Kysely sent it.
+ * and, after five executions, plans once (a generic plan, when it costs no more than those made for the values;
+ * `Prepared` writes constants into the text so that it can). Every other statement goes as Kysely sent it.
  */
 function withNamedStatements(pool: pg.Pool): pg.Pool {
-  // A named statement would switch to a generic plan after five runs; for the grant's SKIP LOCKED picks that plan is
-  // far slower than one made for the values (the capacity bench: 550 against 1,200 cycles/s). Parsing once is the gain.
-  pool.on('connect', (client) => void client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined));
   const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
   const patched = new WeakSet<pg.PoolClient>();
   const patchedConnect = async (): Promise<pg.PoolClient> => {

@@ -16,18 +16,43 @@ export class Prepared<DB, P extends string, R> {
     if (!entry) {
       const marker = '\u0000placeholder:';
       const compiled = this.build(db, dialect, (name) => `${marker}${name}` as never).compile();
-      entry = {
-        sql: compiled.sql,
-        slots: compiled.parameters.map((v) =>
-          typeof v === 'string' && v.startsWith(marker) ? { name: v.slice(marker.length) as P } : { value: v },
-        ),
-      };
+      const slots = compiled.parameters.map((v) => (typeof v === 'string' && v.startsWith(marker) ? { name: v.slice(marker.length) as P } : { value: v }));
+      entry = dialect === 'postgres' ? inlineConstants(compiled.sql, slots) : { sql: compiled.sql, slots };
       this.#compiled.set(dialect, entry);
       if (dialect === 'postgres') nameStatement(entry.sql);
     }
     const parameters = entry.slots.map((slot) => ('name' in slot ? values[slot.name] : slot.value));
     return db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
   }
+}
+
+/**
+ * PostgreSQL: writes the constants of a statement (values not filled in per execution) into its text as literals,
+ * and renumbers the remaining placeholders. A named statement runs on a plan made once for all values (a generic
+ * plan), which sees placeholders only: `retiring = $4` cannot use the index made for `retiring = 1`, `lease_id = $2`
+ * is planned as if it could be any lease, and planning each execution afresh instead costs twice the execution.
+ */
+function inlineConstants<P>(text: string, slots: readonly ({ name: P } | { value: unknown })[]): { sql: string; slots: ({ name: P } | { value: unknown })[] } {
+  const kept: ({ name: P } | { value: unknown })[] = [];
+  const renumbered = new Map<number, string>();
+  slots.forEach((slot, index) => {
+    const literal = 'value' in slot ? postgresLiteral(slot.value) : undefined;
+    if (literal === undefined) {
+      kept.push(slot);
+      renumbered.set(index + 1, `$${kept.length}`);
+    } else {
+      renumbered.set(index + 1, literal);
+    }
+  });
+  return { sql: text.replace(/\$(\d+)\b/g, (placeholder, n: string) => renumbered.get(Number(n)) ?? placeholder), slots: kept };
+}
+
+/** A string, integer or boolean as a PostgreSQL literal (standard_conforming_strings: only quotes are doubled); undefined for other values. */
+function postgresLiteral(value: unknown): string | undefined {
+  if (typeof value === 'string') return `'${value.replaceAll("'", "''")}'`;
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return String(value);
+  if (typeof value === 'boolean') return String(value);
+  return undefined;
 }
 
 /** One Prepared statement per value of a number that T-SQL's TOP takes only as a literal (units, batch sizes). */
