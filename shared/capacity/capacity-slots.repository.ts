@@ -1,6 +1,7 @@
 import { sql, type Expression, type ExpressionBuilder, type QueryCreator, type SqlBool, type Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import { firstRows, LOCK_ALIAS, lockingRows, type SqlDialect } from '../platform/sql/dialect';
+import { Batcher } from '../platform/sql/batcher';
 import { affectedRows, Prepared, preparedPer } from '../platform/sql/prepared';
 import type { Lease } from './lease';
 import type { CapacityKind } from './pool';
@@ -23,7 +24,6 @@ import {
   type CapacityExecutor,
   type EndedLease,
   type EndedRow,
-  type LeaseColumn,
 } from './lease.repository';
 
 /**
@@ -128,96 +128,117 @@ async function claimPool(trx: CapacityExecutor, dialect: SqlDialect, request: Cl
   return affectedRows(result) === request.units;
 }
 
+// ---- PostgreSQL: grants in batches -------------------------------------------------------------------------------
+
 /**
- * The whole grant as one PostgreSQL statement, run without an explicit transaction (one round trip instead of
- * five): pick free quota and pool rows (skipping rows other grants hold), and only if both scopes had `units`
- * free rows, claim them and insert the lease with the next fencing token. The statement is atomic: when either
- * scope ran short nothing is claimed and `fencing_token` is null. PostgreSQL can do this because a data-modifying
- * statement may stand in a CTE; Azure SQL cannot, and runs the same steps in a transaction.
+ * PostgreSQL runs a grant as one statement without an explicit transaction (one round trip instead of five), and
+ * concurrent grants of one shape share that statement (see `Batcher`): most of its cost is fixed (the round trip,
+ * executor start, the commit), so a host under load sends fewer, larger statements. One at a time per shape and
+ * host measured best (the capacity bench on PostgreSQL: 1,570–1,770 cycles/s, against 1,460 with two and 1,160–1,360
+ * with four). A data-modifying statement may stand in a CTE on PostgreSQL; Azure SQL cannot, and runs the steps
+ * in a transaction.
  */
-const grantInOneStatementQuery = preparedPer((units) =>
-  new Prepared<CapacityTables, LeaseColumn | 'quota_scope' | 'pool_scope', { quota: number; pool: number; fencing_token: number | null }>((db, dialect, p) =>
-    db
-      .with(
-        (cte) => cte('quota').materialized(),
-        (qb) => pickFreeSlots(qb, dialect, units, p('quota_scope'), quotaAllows(p('tenant_id'), p('kind'), p('ttl_seconds'))),
-      )
-      .with(
-        (cte) => cte('pool').materialized(),
-        (qb) => pickFreeSlots(qb, dialect, units, p('pool_scope'), poolAllows(p('pool_id'), p('kind'))),
-      )
-      .with('ok', (qb) => qb.selectNoFrom(sql<boolean>`(select count(*) from quota) = ${units} and (select count(*) from pool) = ${units}`.as('ok')))
-      .with('claimed_quota', (qb) => claimPicked(qb, 'quota', units, p('quota_scope'), p('id')))
-      .with('claimed_pool', (qb) => claimPicked(qb, 'pool', units, p('pool_scope'), p('id')))
-      .with('granted', (qb) =>
-        qb
-          .insertInto('capacity_leases')
-          .columns([...LEASE_COLUMNS])
-          .expression((eb) =>
-            eb
-              .selectFrom('ok')
-              .select(
-                LEASE_COLUMNS.map((column) =>
-                  column === 'fencing_token' ? nextFencingToken(dialect, null).as(column) : sql`cast(${p(column)} as ${sql.raw(LEASE_COLUMN_TYPES[column])})`.as(column),
-                ),
-              )
-              .where(sql<boolean>`ok`),
-          )
-          .returning('fencing_token'),
-      )
-      .selectNoFrom([
-        sql<number>`(select count(*) from quota)`.as('quota'),
-        sql<number>`(select count(*) from pool)`.as('pool'),
-        sql<number | null>`(select fencing_token from granted)`.as('fencing_token'),
-      ]),
-  ),
+const GRANT_BATCHES = { maxBatch: 32, maxInFlight: 1 } as const;
+
+/** One grant request of a batch; the batch shares tenant, kind, pool, units and TTL (its key). */
+interface GrantItem {
+  readonly db: CapacityDb;
+  readonly lease: Omit<Lease, 'fencingToken'>;
+  readonly ttlSeconds: number;
+  readonly requestDigest: string;
+}
+
+type GrantBatchParam = 'ids' | 'holders' | 'granted_at' | 'expires_at' | 'idempotency_keys' | 'request_digests' | 'limit' | 'quota_scope' | 'pool_scope' | 'tenant' | 'kind' | 'pool' | 'ttl';
+
+/**
+ * Grants a batch of leases of one shape (`units` each), in one statement: pick up to `limit` (= leases × units)
+ * free rows of the quota scope and of the pool scope (skipping rows other grants hold); the first n leases, n as
+ * many as both scopes have rows for, claim their rows and are inserted with the next fencing tokens, in request
+ * order; the others get nothing (the answer says which scope ran short). The statement is atomic.
+ */
+const grantBatchQuery = preparedPer(
+  (units) =>
+    new Prepared<CapacityTables, GrantBatchParam, { n: number; fencing_token: number | null; quota: number; pool: number }>((db, dialect, p) => {
+      const pickQuota = pickFreeSlots(db, dialect, p('limit'), p('quota_scope'), quotaAllows(p('tenant'), p('kind'), p('ttl')));
+      const pickPool = pickFreeSlots(db, dialect, p('limit'), p('pool_scope'), poolAllows(p('pool'), p('kind')));
+      const varchars = (name: GrantBatchParam) => sql`cast(${p(name)} as varchar(200)[])`;
+      const bigints = (name: GrantBatchParam) => sql`cast(${p(name)} as bigint[])`;
+      // Picked row i of a scope goes to lease (i - 1) / units + 1, if that lease is granted.
+      const claims = (picked: string) => sql`
+        select c.slot, g.id from (select slot, (row_number() over () - 1) / ${units} + 1 as n from ${sql.table(picked)}) c join grants g on g.n = c.n`;
+      // Claimed by key, as a grant that finds a row changed since its snapshot must (it then claims the row's latest
+      // version). The range bounds the index walk to the claimed slots: as \`slot = any(…)\` alone, a plan made
+      // without statistics may walk every free row of the scope.
+      const claim = (claimed: string, scope: GrantBatchParam) => sql`
+        update capacity_slots set lease_id = (select c.id from ${sql.table(claimed)} c where c.slot = capacity_slots.slot)
+        where scope = ${p(scope)} and lease_id = ${FREE_SLOT}
+          and slot between (select min(slot) from ${sql.table(claimed)}) and (select max(slot) from ${sql.table(claimed)})
+          and slot = any(array(select slot from ${sql.table(claimed)}))
+        returning slot`;
+      return sql<{ n: number; fencing_token: number | null; quota: number; pool: number }>`
+        with req as (
+          select * from unnest(${varchars('ids')}, ${varchars('holders')}, ${bigints('granted_at')}, ${bigints('expires_at')}, ${varchars('idempotency_keys')}, ${varchars('request_digests')})
+            with ordinality as r(id, holder, granted_at, expires_at, idempotency_key, request_digest, n)
+        ),
+        quota as materialized (${pickQuota}),
+        pool as materialized (${pickPool}),
+        grants as (select * from req where n <= least((select count(*) from quota), (select count(*) from pool)) / ${units}),
+        quota_claims as (${claims('quota')}),
+        pool_claims as (${claims('pool')}),
+        claimed_quota as (${claim('quota_claims', 'quota_scope')}),
+        claimed_pool as (${claim('pool_claims', 'pool_scope')}),
+        granted as (
+          insert into capacity_leases (${sql.join(LEASE_COLUMNS.map((c) => sql.ref(c)))})
+          select id, cast(${p('tenant')} as varchar(200)), cast(${p('kind')} as varchar(200)), cast(${p('pool')} as varchar(200)), ${units}, holder,
+            ${nextFencingToken(dialect, null)}, cast(${p('ttl')} as integer), granted_at, expires_at, cast(null as bigint), cast(null as bigint), ${'active'},
+            idempotency_key, request_digest
+          from grants order by n
+          returning id, fencing_token
+        )
+        select req.n, granted.fencing_token, (select count(*) from quota) as quota, (select count(*) from pool) as pool
+        from req left join granted on granted.id = req.id order by req.n`;
+    }),
 );
 
-/** Claims for a lease the rows a CTE of `grantInOneStatementQuery` picked, only if both scopes had enough. */
-function claimPicked(qb: QueryCreator<CapacityTables>, cte: 'quota' | 'pool', units: number, scope: unknown, lease: unknown) {
-  return qb
-    .updateTable('capacity_slots')
-    .set({ lease_id: lease as string })
-    .where('scope', '=', scope as string)
-    .where('lease_id', '=', FREE_SLOT)
-    .where('slot', '=', pickedSlots(cte, units))
-    .where(sql<boolean>`(select ok from ok)`)
-    .returning('capacity_slots.slot');
+async function grantBatch(items: readonly GrantItem[]): Promise<GrantOutcome[]> {
+  const [first] = items;
+  if (!first) return [];
+  const { lease, ttlSeconds } = first;
+  const { rows } = await grantBatchQuery(lease.units).execute(first.db, 'postgres', {
+    ids: items.map((i) => i.lease.id),
+    holders: items.map((i) => i.lease.holder),
+    granted_at: items.map((i) => i.lease.grantedAt.getTime()),
+    expires_at: items.map((i) => i.lease.expiresAt.getTime()),
+    idempotency_keys: items.map((i) => i.lease.idempotencyKey ?? null),
+    request_digests: items.map((i) => i.requestDigest),
+    limit: items.length * lease.units,
+    quota_scope: quotaScope(lease.tenant, lease.kind),
+    pool_scope: poolScope(lease.pool),
+    tenant: lease.tenant,
+    kind: lease.kind,
+    pool: lease.pool,
+    ttl: ttlSeconds,
+  });
+  return rows.map((row) => {
+    if (row.fencing_token != null) return { fencingToken: Number(row.fencing_token) };
+    // Lease n got nothing: the scope with fewer than n × units rows ran short (the quota is reported first).
+    return { shortOf: Number(row.quota) < Number(row.n) * lease.units ? 'quota' : 'pool' };
+  });
 }
 
 /**
- * The slots a CTE picked, as the right side of `slot =`: a scalar subquery for one unit, `any(array(…))` for more.
- * Either way PostgreSQL computes them first and looks each row up by its whole key; as a join it may walk every
- * free row of the scope instead.
+ * The batch a grant joins: requests of one tenant, kind, pool, units and TTL. A request with an idempotency key
+ * goes alone, since a duplicate key fails its whole statement.
  */
-function pickedSlots(cte: 'quota' | 'pool', units: number) {
-  return units === 1 ? sql<number>`(select slot from ${sql.table(cte)})` : sql<number>`any(array(select slot from ${sql.table(cte)}))`;
+function grantBatchKey({ lease, ttlSeconds }: GrantItem): string {
+  return lease.idempotencyKey === undefined ? JSON.stringify([lease.tenant, lease.kind, lease.pool, lease.units, ttlSeconds]) : `alone:${lease.id}`;
 }
 
-/** PostgreSQL types of the lease columns, for the parameters of `grantInOneStatementQuery` (a SELECT list has none). */
-const LEASE_COLUMN_TYPES: Readonly<Record<(typeof LEASE_COLUMNS)[number], string>> = {
-  id: 'varchar(200)',
-  tenant_id: 'varchar(200)',
-  kind: 'varchar(200)',
-  pool_id: 'varchar(200)',
-  units: 'integer',
-  holder: 'varchar(200)',
-  fencing_token: 'bigint',
-  ttl_seconds: 'integer',
-  granted_at: 'bigint',
-  expires_at: 'bigint',
-  renewed_at: 'bigint',
-  ended_at: 'bigint',
-  state: 'varchar(200)',
-  idempotency_key: 'varchar(200)',
-  request_digest: 'varchar(200)',
-};
-
 /**
- * Claims quota and pool rows for a lease and inserts it: one statement on PostgreSQL, a short transaction of three
- * elsewhere. Nothing is held when a scope ran short (the quota is claimed, and reported, first).
+ * Azure SQL: claims quota and pool rows for a lease and inserts it, in a short transaction of three statements.
+ * Nothing is held when a scope ran short (the quota is claimed, and reported, first).
  */
-async function grantLease(
+async function grantInTransaction(
   db: CapacityDb,
   dialect: SqlDialect,
   lease: Omit<Lease, 'fencingToken'>,
@@ -226,16 +247,6 @@ async function grantLease(
 ): Promise<GrantOutcome> {
   const claim: ClaimRequest = { lease: lease.id, tenant: lease.tenant, kind: lease.kind, units: lease.units, ttlSeconds };
   const row = leaseRow(lease, ttlSeconds, requestDigest);
-  if (dialect === 'postgres') {
-    const { rows } = await grantInOneStatementQuery(lease.units).execute(db, dialect, {
-      ...row,
-      quota_scope: quotaScope(lease.tenant, lease.kind),
-      pool_scope: poolScope(lease.pool),
-    });
-    const result = rows[0];
-    if (result?.fencing_token != null) return { fencingToken: Number(result.fencing_token) };
-    return { shortOf: Number(result?.quota) < lease.units ? 'quota' : 'pool' };
-  }
   try {
     return await db.transaction().execute(async (trx) => {
       if (!(await claimQuota(trx, dialect, claim))) throw new RanShort('quota');
@@ -416,8 +427,13 @@ async function heldPerScope(db: CapacityExecutor, scopes?: readonly string[]): P
 
 /** The slot ledger for a server database (PostgreSQL or Azure SQL). */
 export function slotLedger(dialect: SqlDialect): CapacityLedger {
+  const grants = new Batcher(grantBatch, GRANT_BATCHES);
   return {
-    grant: (db, lease, ttlSeconds, digest) => grantLease(db, dialect, lease, ttlSeconds, digest),
+    grant: (db, lease, ttlSeconds, requestDigest) => {
+      if (dialect !== 'postgres') return grantInTransaction(db, dialect, lease, ttlSeconds, requestDigest);
+      const item = { db, lease, ttlSeconds, requestDigest };
+      return grants.submit(grantBatchKey(item), item);
+    },
     release: (db, id, token, tenants, now) => releaseLease(db, dialect, id, token, tenants, now),
     free: freeLeaseSlots,
     resize: async (trx, scope, capacity) => {

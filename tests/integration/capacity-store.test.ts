@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCapacityService, type CapacityService } from '../../shared/capacity/capacity.service';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
@@ -175,6 +176,28 @@ for (const dialect of DIALECTS) {
       expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(7);
       const tokens = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.lease.fencingToken] : []));
       expect(new Set(tokens).size).toBe(7);
+    });
+
+    it('when concurrent acquires of several units run short of quota together, then each granted lease holds exactly its units, tokens follow request order, and the rest are refused', async () => {
+      // PostgreSQL sends the first acquire alone and the five that arrive meanwhile as one statement.
+      const [pool] = await seed({ limit: 7, pools: { attempt: 10 } });
+      const results = await Promise.allSettled(Array.from({ length: 6 }, () => capacity.acquire(aLeaseRequest({ tenant: ta(), pool, units: 2 }))));
+      const granted = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.lease] : []));
+      expect(granted).toHaveLength(3);
+      for (const r of results) if (r.status === 'rejected') expect(r.reason).toMatchObject({ code: 'CAPACITY.QUOTA_EXCEEDED' });
+      const tokens = granted.map((l) => l.fencingToken);
+      expect(tokens).toEqual([...tokens].sort((a, b) => a - b));
+      expect(new Set(tokens).size).toBe(3);
+      const summary = await capacity.summary(one(ta()));
+      expect(summary.pools.find((p) => p.id === pool)?.used).toBe(6);
+      expect(summary.tenants[0]?.usage.find((u) => u.kind === 'attempt')?.used).toBe(6);
+      if (dialect !== 'sqlite') {
+        const held = await sql<{ lease_id: string; units: number }>`
+          select lease_id, count(*) as units from capacity_slots
+          where scope in (${`pool:${pool}`}, ${`quota:attempt:${ta()}`}) and lease_id <> '' group by lease_id`.execute(database.store.db);
+        // Two units of the pool and two of the quota per lease.
+        expect(new Map(held.rows.map((r) => [r.lease_id, Number(r.units)]))).toEqual(new Map(granted.map((l) => [l.id, 4])));
+      }
     });
 
     it('when leases expire, then the sweep expires them in batches, frees their units and records LeaseExpired', async () => {

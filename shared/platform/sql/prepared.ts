@@ -1,4 +1,4 @@
-import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type Transaction } from 'kysely';
+import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
 import type { SqlDialect } from './dialect';
 import { nameStatement } from './named-statements';
 
@@ -8,15 +8,16 @@ import { nameStatement } from './named-statements';
  * about as much as running it.
  */
 export class Prepared<DB, P extends string, R> {
-  readonly #compiled = new Map<SqlDialect, { sql: string; slots: ({ name: P } | { value: unknown })[] }>();
-  constructor(private readonly build: (db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, p: (name: P) => never) => Compilable<R>) {}
+  readonly #compiled = new Map<SqlDialect, { sql: string; slots: Slot<P>[] }>();
+  constructor(private readonly build: (db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, p: (name: P) => never) => Compilable<R> | RawBuilder<R>) {}
 
   execute(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): Promise<QueryResult<R>> {
     let entry = this.#compiled.get(dialect);
     if (!entry) {
       const marker = '\u0000placeholder:';
-      const compiled = this.build(db, dialect, (name) => `${marker}${name}` as never).compile();
-      const slots = compiled.parameters.map((v) => (typeof v === 'string' && v.startsWith(marker) ? { name: v.slice(marker.length) as P } : { value: v }));
+      const built = this.build(db, dialect, (name) => `${marker}${name}` as never);
+      const compiled = 'isRawBuilder' in built ? built.compile(db) : built.compile();
+      const slots = compiled.parameters.map((v): Slot<P> => (typeof v === 'string' && v.startsWith(marker) ? { name: v.slice(marker.length) as P } : { value: v }));
       entry = dialect === 'postgres' ? inlineConstants(compiled.sql, slots) : { sql: compiled.sql, slots };
       this.#compiled.set(dialect, entry);
       if (dialect === 'postgres') nameStatement(entry.sql);
@@ -26,14 +27,17 @@ export class Prepared<DB, P extends string, R> {
   }
 }
 
+/** A statement parameter: a named placeholder filled in per execution, or a constant of the statement. */
+type Slot<P> = { name: P } | { value: unknown };
+
 /**
  * PostgreSQL: writes the constants of a statement (values not filled in per execution) into its text as literals,
  * and renumbers the remaining placeholders. A named statement runs on a plan made once for all values (a generic
  * plan), which sees placeholders only: `retiring = $4` cannot use the index made for `retiring = 1`, `lease_id = $2`
  * is planned as if it could be any lease, and planning each execution afresh instead costs twice the execution.
  */
-function inlineConstants<P>(text: string, slots: readonly ({ name: P } | { value: unknown })[]): { sql: string; slots: ({ name: P } | { value: unknown })[] } {
-  const kept: ({ name: P } | { value: unknown })[] = [];
+function inlineConstants<P>(text: string, slots: readonly Slot<P>[]): { sql: string; slots: Slot<P>[] } {
+  const kept: Slot<P>[] = [];
   const renumbered = new Map<number, string>();
   slots.forEach((slot, index) => {
     const literal = 'value' in slot ? postgresLiteral(slot.value) : undefined;

@@ -1,0 +1,73 @@
+import { describe, expect, it } from 'vitest';
+import { Batcher } from '../../shared/platform/sql/batcher';
+
+/** A batch runner whose batches finish only when the test says so; it records what each batch held. */
+function heldBatches() {
+  const batches: number[][] = [];
+  const finish: (() => void)[] = [];
+  const run = async (items: readonly number[]) => {
+    batches.push([...items]);
+    await new Promise<void>((resolve) => finish.push(resolve));
+    if (items.includes(-1)) throw new Error('batch failed');
+    return items.map((i) => i * 10);
+  };
+  return { batches, finishNext: () => finish.shift()?.(), run };
+}
+
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('Batcher', () => {
+  it('when a call arrives alone, then it runs at once, alone', async () => {
+    const { batches, finishNext, run } = heldBatches();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 1 });
+    const result = batcher.submit('k', 1);
+    expect(batches).toEqual([[1]]);
+    finishNext();
+    await expect(result).resolves.toBe(10);
+  });
+
+  it('when calls arrive while a batch of their key runs, then they go together next, at most maxBatch at a time, each with its own result', async () => {
+    const { batches, finishNext, run } = heldBatches();
+    const batcher = new Batcher(run, { maxBatch: 3, maxInFlight: 1 });
+    const results = [1, 2, 3, 4, 5].map((i) => batcher.submit('k', i));
+    expect(batches).toEqual([[1]]);
+    finishNext();
+    await settle();
+    expect(batches).toEqual([[1], [2, 3, 4]]);
+    finishNext();
+    await settle();
+    expect(batches).toEqual([[1], [2, 3, 4], [5]]);
+    finishNext();
+    await expect(Promise.all(results)).resolves.toEqual([10, 20, 30, 40, 50]);
+  });
+
+  it('when keys differ or fewer than maxInFlight batches run, then calls do not wait', async () => {
+    const { batches, finishNext, run } = heldBatches();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 2 });
+    const results = [batcher.submit('a', 1), batcher.submit('a', 2), batcher.submit('b', 3), batcher.submit('a', 4)];
+    expect(batches).toEqual([[1], [2], [3]]);
+    for (let i = 0; i < 4; i++) {
+      finishNext();
+      await settle();
+    }
+    expect(batches).toEqual([[1], [2], [3], [4]]);
+    await expect(Promise.all(results)).resolves.toEqual([10, 20, 30, 40]);
+  });
+
+  it('when a batch fails, then every call in it gets the error and the next batch still runs', async () => {
+    const { batches, finishNext, run } = heldBatches();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 1 });
+    const first = batcher.submit('k', 1);
+    const failing = [batcher.submit('k', -1), batcher.submit('k', 2)];
+    finishNext();
+    await settle();
+    const after = batcher.submit('k', 3);
+    finishNext();
+    await expect(first).resolves.toBe(10);
+    for (const call of failing) await expect(call).rejects.toThrow('batch failed');
+    await settle();
+    expect(batches).toEqual([[1], [-1, 2], [3]]);
+    finishNext();
+    await expect(after).resolves.toBe(30);
+  });
+});
