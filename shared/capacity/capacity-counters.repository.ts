@@ -53,7 +53,7 @@ const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db
     .where('scope', '=', p('scope')),
 );
 
-async function grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string): Promise<GrantOutcome> {
+async function grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Promise<GrantOutcome> {
   return db.transaction().execute(async (trx) => {
     const quota = await takeQuotaQuery.execute(trx, DIALECT, {
       scope: quotaScope(lease.tenant, lease.kind),

@@ -17,7 +17,7 @@ import type { CapacityDb, CapacityExecutor, EndedLease } from './lease.repositor
  */
 export interface CapacityLedger {
   /** Takes the lease's units from its tenant's quota and its pool and inserts it, all or nothing. */
-  grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string): Promise<GrantOutcome>;
+  grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Promise<GrantOutcome>;
   /** Ends an active lease presented with its fencing token and gives its units back; undefined when it was not so. */
   release(db: CapacityDb, id: string, fencingToken: number, tenants: TenantFilter, now: number): Promise<EndedLease | undefined>;
   /** Gives back the units of leases the sweep ended, inside its transaction. */

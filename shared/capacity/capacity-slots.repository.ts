@@ -145,7 +145,7 @@ interface GrantItem {
   readonly db: CapacityDb;
   readonly lease: Omit<Lease, 'fencingToken'>;
   readonly ttlSeconds: number;
-  readonly requestDigest: string;
+  readonly requestDigest: string | null;
 }
 
 type GrantBatchParam = 'ids' | 'holders' | 'granted_at' | 'expires_at' | 'idempotency_keys' | 'request_digests' | 'limit' | 'quota_scope' | 'pool_scope' | 'tenant' | 'kind' | 'pool' | 'ttl';
@@ -243,7 +243,7 @@ async function grantInTransaction(
   dialect: SqlDialect,
   lease: Omit<Lease, 'fencingToken'>,
   ttlSeconds: number,
-  requestDigest: string,
+  requestDigest: string | null,
 ): Promise<GrantOutcome> {
   const claim: ClaimRequest = { lease: lease.id, tenant: lease.tenant, kind: lease.kind, units: lease.units, ttlSeconds };
   const row = leaseRow(lease, ttlSeconds, requestDigest);

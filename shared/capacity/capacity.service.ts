@@ -130,7 +130,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
    * and inserts the lease, all or nothing). Refusals are explained from what the rows say, read without locks;
    * free rows that were only held by grants in flight make the refusal worth a second look.
    */
-  async function grantOnce(request: LeaseRequest, digest: string): Promise<AcquireResult | Refusal> {
+  async function grantOnce(request: LeaseRequest, digest: string | null): Promise<AcquireResult | Refusal> {
     const now = clock.now().getTime();
     const id = ids.next('lease');
     const candidates =
@@ -263,9 +263,10 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       if (!Number.isInteger(request.ttlSeconds) || request.ttlSeconds <= 0) {
         throw new AppError('CAPACITY.INVALID_TTL', 'validation', 'ttlSeconds must be a positive integer');
       }
-      const digest = leaseRequestDigest(request);
       const key = request.idempotencyKey;
-      if (key !== undefined) {
+      // What the key is bound to; a request without a key is never compared, so it records none.
+      const digest = key === undefined ? null : leaseRequestDigest(request);
+      if (key !== undefined && digest !== null) {
         const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
         if (earlier) return repeated(earlier, digest);
       }
@@ -285,7 +286,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         const error = ensureError(thrown);
         // Two concurrent requests with one idempotency key: the loser's insert hits the unique index and rolls back
         // whole (its claimed rows included); it answers as a repeat of the winner's request.
-        if (key !== undefined && isUniqueViolation(error)) {
+        if (key !== undefined && digest !== null && isUniqueViolation(error)) {
           const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
           if (earlier) return repeated(earlier, digest);
         }

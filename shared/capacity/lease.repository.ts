@@ -87,7 +87,7 @@ export const insertLeaseQuery = new Prepared<CapacityTables, LeaseColumn | 'fenc
 );
 
 /** The row of a granted lease, without its fencing token (drawn by the ledger). */
-export function leaseRow(lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string): Omit<CapacityLeaseTable, 'fencing_token'> {
+export function leaseRow(lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Omit<CapacityLeaseTable, 'fencing_token'> {
   return {
     id: lease.id,
     tenant_id: lease.tenant,
