@@ -190,7 +190,7 @@ export function endedRowToEndedLease(r: EndedRow): EndedLease {
 }
 
 /** Ends an active, unexpired lease presented with its fencing token (and of the tenant, when one is given). */
-export function endLease(db: CapacityExecutor, p: (name: 'id' | 'now' | 'token' | 'tenant') => never, byTenant: boolean) {
+function endLease(db: CapacityExecutor, p: (name: 'id' | 'now' | 'token' | 'tenant') => never, byTenant: boolean) {
   let query = db
     .updateTable('capacity_leases')
     .set({ state: 'released', ended_at: p('now') })

@@ -200,6 +200,29 @@ for (const dialect of DIALECTS) {
       }
     });
 
+    it('when releases arrive together, then each gets its own answer and only those presented rightly give their units back', async () => {
+      // PostgreSQL sends the first release alone and the ones that arrive meanwhile as one statement.
+      const [pool] = await seed({ pools: { attempt: 10 } });
+      const [l1, l2, l3, l4] = await Promise.all([1, 2, 3, 4].map(async () => (await capacity.acquire(aLeaseRequest({ tenant: ta(), pool }))).lease));
+      const { lease: l5 } = await capacity.acquire(aLeaseRequest({ tenant: tb(), pool }));
+      if (!l1 || !l2 || !l3 || !l4) throw new Error('four leases expected');
+      const outcomes = await Promise.allSettled([
+        capacity.release(one(ta()), l1.id, l1.fencingToken),
+        capacity.release(one(ta()), l2.id, l2.fencingToken + 1000),
+        capacity.release(one(ta()), l5.id, l5.fencingToken),
+        capacity.release(one(ta()), l3.id, l3.fencingToken),
+        capacity.release(one(ta()), l3.id, l3.fencingToken),
+        capacity.release({ kind: 'all' }, l4.id, l4.fencingToken),
+      ]);
+      const answers = outcomes.map((o) => (o.status === 'fulfilled' ? o.value.outcome : (o.reason as { code: string }).code));
+      expect(answers).toEqual(['released', 'CAPACITY.FENCING_MISMATCH', 'CAPACITY.LEASE_NOT_FOUND', 'released', 'already-released', 'released']);
+      const summary = await capacity.summary({ kind: 'all' });
+      expect(summary.pools.find((p) => p.id === pool)?.used).toBe(2);
+      const usage = (tenant: string) => summary.tenants.find((t) => t.tenant === tenant)?.usage.find((u) => u.kind === 'attempt')?.used;
+      expect([usage(ta()), usage(tb())]).toEqual([1, 1]);
+      expect((await capacity.getLease(one(ta()), l2.id)).state).toBe('active');
+    });
+
     it('when leases expire, then the sweep expires them in batches, frees their units and records LeaseExpired', async () => {
       const [pool] = await seed({ pools: { attempt: 10 } });
       for (let i = 0; i < 7; i++) await capacity.acquire(aLeaseRequest({ tenant: ta(), pool, ttlSeconds: 10 }));

@@ -148,6 +148,10 @@ function postgresStore(options: SqlStoreOptions): SqlStore {
   const pool = new driver.Pool({
     connectionString: options.connection,
     max: options.poolSize ?? 10,
+    // A connection is replaced after this many uses, so that the plans PostgreSQL keeps for its named statements
+    // (see withNamedStatements) are made again as tables grow: a plan made while a table was nearly empty may read
+    // it whole. ANALYZE (autovacuum) re-plans them too, where it runs; without it, nothing else would.
+    maxUses: 2000,
     ...(options.postgresSchema ? { options: `-c search_path=${options.postgresSchema}` } : {}),
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
     types: { getTypeParser: numericBigints(driver) },
