@@ -20,7 +20,7 @@ export function capacityDb(db: AnyDb): CapacityDb {
 }
 
 export function ledgerFor(dialect: SqlDialect): CapacityLedger {
-  return dialect === 'sqlite' ? counterLedger : slotLedger(dialect);
+  return dialect === 'sqlite' ? counterLedger() : slotLedger(dialect);
 }
 
 function poolRowToPool(row: CapacityPoolTable, used: number): Pool {

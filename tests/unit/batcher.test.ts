@@ -71,3 +71,51 @@ describe('Batcher', () => {
     await expect(after).resolves.toBe(30);
   });
 });
+
+describe('Batcher that gathers each turn of the event loop', () => {
+  const recording = () => {
+    const batches: number[][] = [];
+    const run = (items: readonly number[]) => {
+      batches.push([...items]);
+      return Promise.resolve(items.map((i) => i * 10));
+    };
+    return { batches, run };
+  };
+
+  it('when calls are made in one turn, then they go as one batch at its end', async () => {
+    const { batches, run } = recording();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 1, gather: { probeEveryMs: 60_000 } });
+    const results = [1, 2, 3].map((i) => batcher.submit('k', i));
+    expect(batches).toEqual([]);
+    await expect(Promise.all(results)).resolves.toEqual([10, 20, 30]);
+    expect(batches).toEqual([[1, 2, 3]]);
+  });
+
+  it('when gathered batches find no company four times in a row, then calls go at once until probeEveryMs has passed', async () => {
+    const { batches, run } = recording();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 1, gather: { probeEveryMs: 60_000 } });
+    /** Whether the call settles before the current turn of the event loop ends. */
+    const withinTurn = async (i: number) => {
+      let turnEnded = false;
+      setImmediate(() => (turnEnded = true));
+      await batcher.submit('k', i);
+      return !turnEnded;
+    };
+    const settled: boolean[] = [];
+    for (let i = 1; i <= 6; i++) settled.push(await withinTurn(i));
+    expect(settled).toEqual([false, false, false, false, true, true]);
+    expect(batches).toEqual([[1], [2], [3], [4], [5], [6]]);
+  });
+
+  it('when a lone call probes after probeEveryMs and finds company, then calls gather again', async () => {
+    const { batches, run } = recording();
+    const batcher = new Batcher(run, { maxBatch: 8, maxInFlight: 1, gather: { probeEveryMs: 1 } });
+    for (let i = 1; i <= 4; i++) await batcher.submit('k', i);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await Promise.all([batcher.submit('k', 5), batcher.submit('k', 6)]);
+    const seventh = batcher.submit('k', 7);
+    expect(batches).toEqual([[1], [2], [3], [4], [5, 6]]);
+    await seventh;
+    expect(batches.at(-1)).toEqual([7]);
+  });
+});

@@ -1,24 +1,68 @@
+export interface BatchLimits {
+  /** The most calls one batch takes. */
+  readonly maxBatch: number;
+  /** The most batches of one key that run at once. */
+  readonly maxInFlight: number;
+  /**
+   * Where a batch finishes within the turn of the event loop it started in (SQLite runs on the calling thread),
+   * calls made by different requests would never meet: with `gather`, a call that finds its key idle may start its
+   * batch only at the end of the turn (setImmediate), so that the calls made by the rest of this turn's work join
+   * it. It does so while such batches find company; after a few in a row that found none, calls go at once again
+   * until `probeEveryMs` has passed, so that one caller at a time waits for a turn only that rarely.
+   */
+  readonly gather?: { readonly probeEveryMs: number };
+}
+
+/** Gathered batches in a row without company after which calls go at once again (a lull in concurrent load). */
+const GATHER_ALONE_LIMIT = 4;
+
 /**
- * Runs concurrent calls that share a key as one batch (one statement for many requests, where the statement's
- * fixed cost, a round trip, executor start and a commit, is most of its cost). A call goes at once while fewer than
- * `maxInFlight` batches of its key run; otherwise it waits, and the calls that waited go together as the next batch
- * (at most `maxBatch`) when one finishes. A lone call therefore never waits for company. Each call gets its own
- * result; when a batch fails, every call in it gets the error.
+ * Runs concurrent calls that share a key as one batch (one statement or transaction for many requests, where its
+ * fixed cost, a round trip, executor start, a commit, is most of its cost). A call goes at once while fewer than
+ * `maxInFlight` batches of its key run (unless `gatherWhile` says to wait for the turn's other calls); otherwise it
+ * waits, and the calls that waited go together as the next batch (at most `maxBatch`) when one finishes. Each call
+ * gets its own result; when a batch fails, every call in it gets the error.
  */
 export class Batcher<I, O> {
   readonly #lanes = new Map<string, Lane<I, O>>();
+  /** Whether batches start at the end of a turn; when not, the time to try again. */
+  #gathering = true;
+  #probeAt = 0;
+  /** Batches in a row that started at the end of a turn and found no company. */
+  #alone = 0;
 
   constructor(
     private readonly run: (items: readonly I[]) => Promise<readonly O[]>,
-    private readonly limits: { readonly maxBatch: number; readonly maxInFlight: number },
+    private readonly limits: BatchLimits,
   ) {}
 
   submit(key: string, item: I): Promise<O> {
     let lane = this.#lanes.get(key);
-    if (!lane) this.#lanes.set(key, (lane = { waiting: [], inFlight: 0 }));
+    if (!lane) this.#lanes.set(key, (lane = { waiting: [], inFlight: 0, gathering: false }));
     const result = new Promise<O>((resolve, reject) => lane.waiting.push({ item, resolve, reject }));
-    if (lane.inFlight < this.limits.maxInFlight) this.#start(key, lane);
+    if (lane.inFlight < this.limits.maxInFlight && !lane.gathering) {
+      if (this.#gatherNow()) this.#startAtEndOfTurn(key, lane);
+      else this.#start(key, lane);
+    }
     return result;
+  }
+
+  #gatherNow(): boolean {
+    return this.limits.gather !== undefined && (this.#gathering || performance.now() >= this.#probeAt);
+  }
+
+  #startAtEndOfTurn(key: string, lane: Lane<I, O>): void {
+    lane.gathering = true;
+    setImmediate(() => {
+      lane.gathering = false;
+      this.#alone = lane.waiting.length > 1 ? 0 : this.#alone + 1;
+      this.#gathering = this.#alone === 0 || (this.#gathering && this.#alone < GATHER_ALONE_LIMIT);
+      if (!this.#gathering) {
+        this.#alone = 0;
+        this.#probeAt = performance.now() + (this.limits.gather?.probeEveryMs ?? 0);
+      }
+      this.#next(key, lane);
+    });
   }
 
   #start(key: string, lane: Lane<I, O>): void {
@@ -26,9 +70,17 @@ export class Batcher<I, O> {
     lane.inFlight++;
     void this.#runBatch(batch).finally(() => {
       lane.inFlight--;
-      if (lane.waiting.length > 0) this.#start(key, lane);
-      else if (lane.inFlight === 0) this.#lanes.delete(key);
+      this.#next(key, lane);
     });
+  }
+
+  /** Starts the calls that waited, if there is room; forgets an idle key. */
+  #next(key: string, lane: Lane<I, O>): void {
+    if (lane.waiting.length > 0) {
+      if (lane.inFlight < this.limits.maxInFlight) this.#start(key, lane);
+    } else if (lane.inFlight === 0 && !lane.gathering) {
+      this.#lanes.delete(key);
+    }
   }
 
   async #runBatch(batch: readonly Waiting<I, O>[]): Promise<void> {
@@ -50,4 +102,6 @@ interface Waiting<I, O> {
 interface Lane<I, O> {
   readonly waiting: Waiting<I, O>[];
   inFlight: number;
+  /** A start is scheduled for the end of this turn of the event loop. */
+  gathering: boolean;
 }
