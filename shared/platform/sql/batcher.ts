@@ -19,7 +19,7 @@ const GATHER_ALONE_LIMIT = 4;
 /**
  * Runs concurrent calls that share a key as one batch (one statement or transaction for many requests, where its
  * fixed cost, a round trip, executor start, a commit, is most of its cost). A call goes at once while fewer than
- * `maxInFlight` batches of its key run (unless `gatherWhile` says to wait for the turn's other calls); otherwise it
+ * `maxInFlight` batches of its key run (with `gather`, possibly at the end of the turn); otherwise it
  * waits, and the calls that waited go together as the next batch (at most `maxBatch`) when one finishes. Each call
  * gets its own result; when a batch fails, every call in it gets the error.
  */
@@ -55,6 +55,8 @@ export class Batcher<I, O> {
     lane.gathering = true;
     setImmediate(() => {
       lane.gathering = false;
+      // Company keeps gathering on (or turns it back on, after a probe); a probe without company, or a run of lone
+      // batches, turns it off until the next probe.
       this.#alone = lane.waiting.length > 1 ? 0 : this.#alone + 1;
       this.#gathering = this.#alone === 0 || (this.#gathering && this.#alone < GATHER_ALONE_LIMIT);
       if (!this.#gathering) {
