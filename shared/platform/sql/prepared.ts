@@ -54,7 +54,8 @@ function inlineConstants<P>(text: string, slots: readonly Slot<P>[]): { sql: str
 /** A string, integer or boolean as a PostgreSQL literal (standard_conforming_strings: only quotes are doubled); undefined for other values. */
 function postgresLiteral(value: unknown): string | undefined {
   if (typeof value === 'string') return `'${value.replaceAll("'", "''")}'`;
-  if (typeof value === 'number' && Number.isSafeInteger(value)) return String(value);
+  // Parenthesized when negative: `a -$1` must not become the comment `a --1`.
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return value < 0 ? `(${value})` : String(value);
   if (typeof value === 'boolean') return String(value);
   return undefined;
 }
