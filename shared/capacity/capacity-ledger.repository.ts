@@ -34,6 +34,31 @@ export interface CapacityLedger {
 
 export type GrantOutcome = { readonly fencingToken: number } | { readonly shortOf: 'quota' | 'pool' };
 
+/** One `grant` call, as the ledgers batch them (see platform/sql/batcher.ts). */
+export interface GrantRequest {
+  readonly db: CapacityDb;
+  readonly lease: Omit<Lease, 'fencingToken'>;
+  readonly ttlSeconds: number;
+  readonly requestDigest: string | null;
+}
+
+/** One `release` call, as the ledgers batch them. */
+export interface ReleaseRequest {
+  readonly db: CapacityDb;
+  readonly id: string;
+  readonly fencingToken: number;
+  readonly tenants: TenantFilter;
+  readonly now: number;
+}
+
+/**
+ * The batch a grant joins: `shape` names the grants that may share one (per ledger). A grant with an idempotency
+ * key goes alone, since a duplicate key fails the whole batch's statement or transaction.
+ */
+export function grantBatchKey(request: GrantRequest, shape: string): string {
+  return request.lease.idempotencyKey === undefined ? shape : `alone:${request.lease.id}`;
+}
+
 /** What a scope's units say: free ones, held ones, and whether it is above its capacity waiting to be re-laid. */
 export interface ScopeUse {
   readonly free: number;

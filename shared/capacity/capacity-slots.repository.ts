@@ -7,7 +7,7 @@ import type { Lease } from './lease';
 import type { CapacityKind } from './pool';
 import { FREE_SLOT, planSlotLayout, poolScope, quotaScope, type SlotLayoutChange } from './slots';
 import type { CapacitySlotTable, CapacityTables } from './capacity.tables';
-import type { CapacityLedger, GrantOutcome, ScopeOwner, ScopeUse } from './capacity-ledger.repository';
+import { grantBatchKey, type CapacityLedger, type GrantOutcome, type GrantRequest, type ReleaseRequest, type ScopeOwner, type ScopeUse } from './capacity-ledger.repository';
 import {
   chunks,
   endActiveLease,
@@ -140,14 +140,6 @@ async function claimPool(trx: CapacityExecutor, dialect: SqlDialect, request: Cl
  */
 const BATCHES = { maxBatch: 32, maxInFlight: 1 } as const;
 
-/** One grant request of a batch; the batch shares tenant, kind, pool, units and TTL (its key). */
-interface GrantItem {
-  readonly db: CapacityDb;
-  readonly lease: Omit<Lease, 'fencingToken'>;
-  readonly ttlSeconds: number;
-  readonly requestDigest: string | null;
-}
-
 type GrantBatchParam = 'ids' | 'holders' | 'granted_at' | 'expires_at' | 'idempotency_keys' | 'request_digests' | 'limit' | 'quota_scope' | 'pool_scope' | 'tenant' | 'kind' | 'pool' | 'ttl';
 
 /**
@@ -200,7 +192,7 @@ const grantBatchQuery = preparedPer(
     }),
 );
 
-async function grantBatch(items: readonly GrantItem[]): Promise<GrantOutcome[]> {
+async function grantBatch(items: readonly GrantRequest[]): Promise<GrantOutcome[]> {
   const [first] = items;
   if (!first) return [];
   const { lease, ttlSeconds } = first;
@@ -224,14 +216,6 @@ async function grantBatch(items: readonly GrantItem[]): Promise<GrantOutcome[]> 
     // Lease n got nothing: the scope with fewer than n × units rows ran short (the quota is reported first).
     return { shortOf: Number(row.quota) < Number(row.n) * lease.units ? 'quota' : 'pool' };
   });
-}
-
-/**
- * The batch a grant joins: requests of one tenant, kind, pool, units and TTL. A request with an idempotency key
- * goes alone, since a duplicate key fails its whole statement.
- */
-function grantBatchKey({ lease, ttlSeconds }: GrantItem): string {
-  return lease.idempotencyKey === undefined ? JSON.stringify([lease.tenant, lease.kind, lease.pool, lease.units, ttlSeconds]) : `alone:${lease.id}`;
 }
 
 /**
@@ -371,15 +355,6 @@ async function releaseInTransaction(
   });
 }
 
-/** One release request of a batch. */
-interface ReleaseItem {
-  readonly db: CapacityDb;
-  readonly id: string;
-  readonly fencingToken: number;
-  readonly tenants: TenantFilter;
-  readonly now: number;
-}
-
 /**
  * PostgreSQL: ends the leases of a batch that are active, unexpired, presented with their tokens and of the tenant
  * each request may act for, then frees the rows they held in their two scopes (named as slots.ts names them), in
@@ -411,7 +386,7 @@ const releaseBatchQuery = new Prepared<CapacityTables, 'ids' | 'tokens' | 'nows'
     select * from ended`;
 });
 
-async function releaseBatch(items: readonly ReleaseItem[]): Promise<(EndedLease | undefined)[]> {
+async function releaseBatch(items: readonly ReleaseRequest[]): Promise<(EndedLease | undefined)[]> {
   const [first] = items;
   if (!first) return [];
   const { rows } = await releaseBatchQuery.execute(first.db, 'postgres', {
@@ -464,8 +439,9 @@ export function slotLedger(dialect: SqlDialect): CapacityLedger {
   return {
     grant: (db, lease, ttlSeconds, requestDigest) => {
       if (dialect !== 'postgres') return grantInTransaction(db, dialect, lease, ttlSeconds, requestDigest);
-      const item = { db, lease, ttlSeconds, requestDigest };
-      return grants.submit(grantBatchKey(item), item);
+      const request = { db, lease, ttlSeconds, requestDigest };
+      // Grants share a statement when of one tenant, kind, pool, units and TTL.
+      return grants.submit(grantBatchKey(request, JSON.stringify([lease.tenant, lease.kind, lease.pool, lease.units, ttlSeconds])), request);
     },
     release: (db, id, fencingToken, tenants, now) => {
       if (dialect !== 'postgres') return releaseInTransaction(db, dialect, id, fencingToken, tenants, now);
