@@ -1,10 +1,11 @@
 import { sql, type Transaction } from 'kysely';
+import type { SqliteTransactions, SyncConnection } from '../platform/sql/database';
 import { Batcher, type BatchLimits } from '../platform/sql/batcher';
 import { affectedRows, Prepared } from '../platform/sql/prepared';
 import { poolScope, quotaScope } from './slots';
 import type { CapacityTables } from './capacity.tables';
 import { grantBatchKey, type CapacityLedger, type GrantOutcome, type GrantRequest, type ReleaseRequest, type ScopeUse } from './capacity-ledger.repository';
-import { endActiveLease, insertLeaseQuery, leaseRow, type CapacityExecutor, type EndedLease } from './lease.repository';
+import { endActiveLeaseSync, insertLeaseQuery, leaseRow, type CapacityExecutor, type EndedLease } from './lease.repository';
 
 /**
  * The counter ledger (see capacity-ledger.repository.ts), for SQLite: a row per scope with its capacity and the
@@ -52,9 +53,9 @@ const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db
     .where('scope', '=', p('scope')),
 );
 
-/** Takes a lease's units from its quota and pool and inserts it, inside the caller's transaction. */
-async function grantIn(trx: CapacityExecutor, { lease, ttlSeconds, requestDigest }: GrantRequest): Promise<GrantOutcome> {
-  const quota = await takeQuotaQuery.execute(trx, DIALECT, {
+/** Takes a lease's units from its quota and pool and inserts it, within the batch's transaction. */
+function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest }: GrantRequest): GrantOutcome {
+  const quota = takeQuotaQuery.executeSync(connection, {
     scope: quotaScope(lease.tenant, lease.kind),
     units: lease.units,
     tenant: lease.tenant,
@@ -62,27 +63,30 @@ async function grantIn(trx: CapacityExecutor, { lease, ttlSeconds, requestDigest
     ttl: ttlSeconds,
   });
   if (affectedRows(quota) !== 1) return { shortOf: 'quota' };
-  const pool = await takePoolQuery.execute(trx, DIALECT, { scope: poolScope(lease.pool), units: lease.units, pool: lease.pool, kind: lease.kind });
+  const pool = takePoolQuery.executeSync(connection, { scope: poolScope(lease.pool), units: lease.units, pool: lease.pool, kind: lease.kind });
   const fencing = pool.rows[0]?.fencing;
   // Short on the pool: undo the quota taken above (one writer at a time, so nobody saw it).
   if (fencing === undefined) {
-    await giveBackQuery.execute(trx, DIALECT, { scope: quotaScope(lease.tenant, lease.kind), units: lease.units });
+    giveBackQuery.executeSync(connection, { scope: quotaScope(lease.tenant, lease.kind), units: lease.units });
     return { shortOf: 'pool' };
   }
-  await insertLeaseQuery.execute(trx, DIALECT, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: fencing });
+  insertLeaseQuery.executeSync(connection, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: fencing });
   return { fencingToken: Number(fencing) };
 }
 
-
-/** Gives back what leases held, one UPDATE per scope, in scope order. */
-async function free(trx: CapacityExecutor, leases: readonly EndedLease[]): Promise<void> {
+/** What leases held, per scope, in scope order. */
+function unitsByScope(leases: readonly EndedLease[]): [scope: string, units: number][] {
   const units = new Map<string, number>();
   for (const lease of leases) {
     for (const scope of [poolScope(lease.pool), quotaScope(lease.tenant, lease.kind)]) units.set(scope, (units.get(scope) ?? 0) + lease.units);
   }
-  for (const [scope, n] of [...units].sort(([a], [b]) => (a < b ? -1 : 1))) await giveBackQuery.execute(trx, DIALECT, { scope, units: n });
+  return [...units].sort(([a], [b]) => (a < b ? -1 : 1));
 }
 
+/** Gives back what leases held, one UPDATE per scope, in scope order (the sweep's, inside its transaction). */
+async function free(trx: CapacityExecutor, leases: readonly EndedLease[]): Promise<void> {
+  for (const [scope, units] of unitsByScope(leases)) await giveBackQuery.execute(trx, DIALECT, { scope, units });
+}
 
 async function resize(trx: Transaction<CapacityTables>, scope: string, capacity: number): Promise<void> {
   await trx
@@ -106,29 +110,20 @@ async function held(db: CapacityExecutor, scopes?: readonly string[]): Promise<M
 }
 
 /** Runs a batch of grants in one transaction, in arrival order. */
-async function grantBatch(items: readonly GrantRequest[]): Promise<GrantOutcome[]> {
-  const [first] = items;
-  if (!first) return [];
-  return first.db.transaction().execute(async (trx) => {
-    const outcomes: GrantOutcome[] = [];
-    for (const item of items) outcomes.push(await grantIn(trx, item));
-    return outcomes;
-  });
+function grantBatch(sqlite: SqliteTransactions) {
+  return (items: readonly GrantRequest[]): Promise<GrantOutcome[]> => sqlite.run((connection) => items.map((item) => grantIn(connection, item)));
 }
 
 /** Runs a batch of releases in one transaction, in arrival order: each ends its lease if active and presented rightly, and frees its units. */
-async function releaseBatch(items: readonly ReleaseRequest[]): Promise<(EndedLease | undefined)[]> {
-  const [first] = items;
-  if (!first) return [];
-  return first.db.transaction().execute(async (trx) => {
-    const ended: (EndedLease | undefined)[] = [];
-    for (const { id, fencingToken, tenants, now } of items) {
-      const lease = await endActiveLease(trx, DIALECT, id, fencingToken, tenants, now);
-      if (lease) await free(trx, [lease]);
-      ended.push(lease);
-    }
-    return ended;
-  });
+function releaseBatch(sqlite: SqliteTransactions) {
+  return (items: readonly ReleaseRequest[]): Promise<(EndedLease | undefined)[]> =>
+    sqlite.run((connection) =>
+      items.map(({ id, fencingToken, tenants, now }) => {
+        const lease = endActiveLeaseSync(connection, id, fencingToken, tenants, now);
+        if (lease) for (const [scope, units] of unitsByScope([lease])) giveBackQuery.executeSync(connection, { scope, units });
+        return lease;
+      }),
+    );
 }
 
 /**
@@ -143,9 +138,9 @@ async function releaseBatch(items: readonly ReleaseRequest[]): Promise<(EndedLea
 const BATCHES: BatchLimits = { maxBatch: 64, maxInFlight: 1, gather: { probeEveryMs: 50 } };
 
 /** The counter ledger for SQLite; a host has one per store. */
-export function counterLedger(): CapacityLedger {
-  const grants = new Batcher(grantBatch, BATCHES);
-  const releases = new Batcher(releaseBatch, BATCHES);
+export function counterLedger(sqlite: SqliteTransactions): CapacityLedger {
+  const grants = new Batcher(grantBatch(sqlite), BATCHES);
+  const releases = new Batcher(releaseBatch(sqlite), BATCHES);
   return {
     grant: (db, lease, ttlSeconds, requestDigest) => {
       const request = { db, lease, ttlSeconds, requestDigest };

@@ -1,6 +1,6 @@
 import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
-import type { AnyDb } from '../platform/sql/database';
+import type { AnyDb, SqlStore } from '../platform/sql/database';
 import { LOCK_ALIAS, lockingRows, type SqlDialect } from '../platform/sql/dialect';
 import { CAPACITY_KINDS, isCapacityKind, type CapacityKind, type Edition, type KindLimit, type Pool, type PoolSpec, type Tenant } from './pool';
 import { poolScope, quotaScope } from './slots';
@@ -19,8 +19,10 @@ export function capacityDb(db: AnyDb): CapacityDb {
   return db as CapacityDb;
 }
 
-export function ledgerFor(dialect: SqlDialect): CapacityLedger {
-  return dialect === 'sqlite' ? counterLedger() : slotLedger(dialect);
+export function ledgerFor(store: SqlStore): CapacityLedger {
+  if (store.dialect !== 'sqlite') return slotLedger(store.dialect);
+  if (!store.sqlite) throw new Error('a SQLite store made by createSqlStore comes with its synchronous transactions');
+  return counterLedger(store.sqlite);
 }
 
 function poolRowToPool(row: CapacityPoolTable, used: number): Pool {

@@ -112,7 +112,7 @@ interface Refusal {
 export function createCapacityService({ store, clock, ids }: CapacityServiceOptions): CapacityService {
   const db = capacityDb(store.db);
   const dialect = store.dialect;
-  const ledger = ledgerFor(dialect);
+  const ledger = ledgerFor(store);
   const outbox = (trx: Transaction<CapacityTables>, events: readonly NewEvent[]) =>
     appendToOutbox(trx, events, clock, ids);
 

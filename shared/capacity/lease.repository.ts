@@ -1,6 +1,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import { firstRows, LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
+import type { SyncConnection } from '../platform/sql/database';
 import { Prepared } from '../platform/sql/prepared';
 import type { Lease, LeaseState } from './lease';
 import type { CapacityKind } from './pool';
@@ -220,9 +221,21 @@ export async function endActiveLease(
   tenants: TenantFilter,
   now: number,
 ): Promise<EndedLease | undefined> {
-  const query = tenants.kind === 'one' ? endOwnLeaseQuery : endAnyLeaseQuery;
-  const { rows } = await query.execute(trx, dialect, { id, now, token: fencingToken, tenant: tenants.kind === 'one' ? tenants.tenant : null });
+  const { query, values } = endActiveLeaseCall(id, fencingToken, tenants, now);
+  const { rows } = await query.execute(trx, dialect, values);
   return rows[0] && endedRowToEndedLease(rows[0]);
+}
+
+/** `endActiveLease` within `SqliteTransactions.run`. */
+export function endActiveLeaseSync(connection: SyncConnection, id: string, fencingToken: number, tenants: TenantFilter, now: number): EndedLease | undefined {
+  const { query, values } = endActiveLeaseCall(id, fencingToken, tenants, now);
+  const { rows } = query.executeSync(connection, values);
+  return rows[0] && endedRowToEndedLease(rows[0]);
+}
+
+function endActiveLeaseCall(id: string, fencingToken: number, tenants: TenantFilter, now: number) {
+  const tenant = tenants.kind === 'one' ? tenants.tenant : null;
+  return { query: tenant === null ? endAnyLeaseQuery : endOwnLeaseQuery, values: { id, now, token: fencingToken, tenant } };
 }
 
 /**

@@ -122,3 +122,69 @@ describe.skipIf(skip)('hot-path statements on PostgreSQL', () => {
     expect((await sql<{ n: number; label: string }>`select n, label from named_probe where id = 1`.execute(database.store.db)).rows[0]).toEqual({ n: 7, label: "it's" });
   });
 });
+
+describe('synchronous transactions on SQLite', () => {
+  type Db = { sync_probe: { id: number; n: number } };
+  let database: TestDatabase;
+  let db: Kysely<Db>;
+  const bump = new Prepared<Db, 'id', { n: number }>((builder, _dialect, p) =>
+    builder
+      .updateTable('sync_probe')
+      .set({ n: sql`n + 1` })
+      .where('id', '=', p('id'))
+      .returning('n'),
+  );
+  const valueOf = async (id: number) => (await db.selectFrom('sync_probe').select('n').where('id', '=', id).executeTakeFirstOrThrow()).n;
+  beforeAll(async () => {
+    database = await createTestDatabase('sqlite', { migrate: false });
+    db = database.store.db;
+    await sql`create table sync_probe (id int primary key, n int not null)`.execute(db);
+    await sql`insert into sync_probe values (1, 0), (2, 0)`.execute(db);
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  it('when the work returns, then its statements are committed and their results are answered as Kysely answers them', async () => {
+    const before = await valueOf(1);
+    const answers = await database.store.sqlite!.run((connection) => [bump.executeSync(connection, { id: 1 }), bump.executeSync(connection, { id: 1 })]);
+    expect(answers.map((a) => a.rows)).toEqual([[{ n: before + 1 }], [{ n: before + 2 }]]);
+    expect(await valueOf(1)).toBe(before + 2);
+  });
+
+  it('when the work throws, then the promise rejects with its error and none of its statements stays', async () => {
+    const before = await valueOf(1);
+    const failure = new Error('the work failed');
+    const outcome = database.store.sqlite!.run((connection) => {
+      bump.executeSync(connection, { id: 1 });
+      throw failure;
+    });
+    await expect(outcome).rejects.toBe(failure);
+    expect(await valueOf(1)).toBe(before);
+  });
+
+  it('when a Kysely transaction is open on the connection, then the work waits for it to end instead of joining it', async () => {
+    const order: string[] = [];
+    let letGo!: () => void;
+    const released = new Promise<void>((resolve) => (letGo = resolve));
+    const kyselyWork = db.transaction().execute(async (trx) => {
+      await trx.updateTable('sync_probe').set({ n: 100 }).where('id', '=', 2).execute();
+      await released;
+      order.push('kysely ends');
+      // Rolled back: had the synchronous work run inside it, its bump would be rolled back too.
+      throw new Error('roll back');
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    const syncWork = database.store.sqlite!.run((connection) => {
+      order.push('sync runs');
+      return bump.executeSync(connection, { id: 2 }).rows[0]?.n;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual([]);
+    letGo();
+    await expect(kyselyWork).rejects.toThrow('roll back');
+    expect(await syncWork).toBe(1);
+    expect(order).toEqual(['kysely ends', 'sync runs']);
+    expect(await valueOf(2)).toBe(1);
+  });
+});

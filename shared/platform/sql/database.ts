@@ -9,6 +9,7 @@ import {
   type DatabaseConnection,
   type Driver,
   type QueryCompiler,
+  type QueryResult,
   type SqliteDialectConfig,
 } from 'kysely';
 import { mkdirSync } from 'node:fs';
@@ -17,6 +18,7 @@ import type pg from 'pg';
 import { statementName } from './named-statements';
 import { RuntimeCloudMssqlQueryCompiler, type SqlDialect } from './dialect';
 import { startCheckpointer } from './sqlite-checkpointer';
+import { ensureError } from '../errors/app-error';
 
 export type { SqlDialect };
 
@@ -30,6 +32,8 @@ export type AnyDb = Kysely<any>;
 export interface SqlStore {
   readonly db: AnyDb;
   readonly dialect: SqlDialect;
+  /** SQLite only: transactions that run synchronously on the store's connection. */
+  readonly sqlite?: SqliteTransactions;
   close(): Promise<void>;
 }
 
@@ -78,10 +82,12 @@ function sqliteStore(options: SqlStoreOptions): SqlStore {
   // checkpoint can never let the WAL start over, and only the writer's own checkpoint can.
   database.pragma('journal_size_limit = 67108864');
   const checkpointer = file === ':memory:' ? undefined : (database.pragma('wal_autocheckpoint = 10000'), startCheckpointer(file));
-  const db = new Kysely({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(database) }) });
+  const cached = withStatementCache(database);
+  const db = new Kysely({ dialect: new ImmediateSqliteDialect({ database: cached }) });
   return {
     db,
     dialect: 'sqlite',
+    sqlite: sqliteTransactions(db, cached),
     async close() {
       await checkpointer?.stop();
       await db.destroy();
@@ -110,6 +116,53 @@ class ImmediateSqliteDriver extends SqliteDriver {
   override async beginTransaction(connection: DatabaseConnection): Promise<void> {
     await connection.executeQuery(CompiledQuery.raw('begin immediate'));
   }
+}
+
+/**
+ * SQLite: a transaction's statements run synchronously, one after another on the calling thread, as better-sqlite3
+ * runs them anyway. Kysely would take several promise hops per statement, plus its BEGIN and COMMIT; for a hot path
+ * of a few statements that is about a sixth of the work (the capacity bench: 15,500 grants/s through Kysely, 17,500
+ * this way).
+ */
+export interface SqliteTransactions {
+  /**
+   * Runs `work` in one IMMEDIATE transaction, once the store's connection is free of Kysely's work: committed when
+   * it returns, rolled back when it throws. `work` must not wait for anything.
+   */
+  run<T>(work: (connection: SyncConnection) => T): Promise<T>;
+}
+
+/** The store's connection inside `SqliteTransactions.run`. */
+export interface SyncConnection {
+  /** The store's Kysely instance, to build statements with (see `Prepared.executeSync`). */
+  readonly db: AnyDb;
+  /** Runs a statement, answering as Kysely's SQLite driver does. */
+  execute<R>(sql: string, parameters: readonly unknown[]): QueryResult<R>;
+}
+
+function sqliteTransactions(db: AnyDb, database: BetterSqlite3.Database): SqliteTransactions {
+  const connection: SyncConnection = {
+    db,
+    execute<R>(sql: string, parameters: readonly unknown[]): QueryResult<R> {
+      const statement = database.prepare(sql);
+      if (statement.reader) return { rows: statement.all(parameters) as R[] };
+      return { rows: [], numAffectedRows: BigInt(statement.run(parameters).changes) };
+    },
+  };
+  const transaction = database.transaction((work: (connection: SyncConnection) => unknown) => work(connection));
+  const runNow = <T>(work: (connection: SyncConnection) => T): Promise<T> => {
+    try {
+      return Promise.resolve(transaction.immediate(work) as T);
+    } catch (error) {
+      return Promise.reject(ensureError(error));
+    }
+  };
+  return {
+    // Work that does not wait cannot interleave with other statements on the connection, only with a transaction
+    // Kysely has open on it (awaiting between its statements): then it waits for Kysely to lend the connection,
+    // which it does to one user at a time, once that transaction has ended.
+    run: (work) => (database.inTransaction ? db.connection().execute(() => runNow(work)) : runNow(work)),
+  };
 }
 
 /** Kysely prepares every statement anew; better-sqlite3 statements are reusable, so keep them by SQL text. */

@@ -1,6 +1,7 @@
 import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
 import type { SqlDialect } from './dialect';
 import { nameStatement } from './named-statements';
+import type { SyncConnection } from './database';
 
 /**
  * A hot-path statement built and compiled once per dialect with named placeholders; each execution only fills in
@@ -12,6 +13,17 @@ export class Prepared<DB, P extends string, R> {
   constructor(private readonly build: (db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, p: (name: P) => never) => Compilable<R> | RawBuilder<R>) {}
 
   execute(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): Promise<QueryResult<R>> {
+    const { sql, parameters } = this.#compile(db, dialect, values);
+    return db.executeQuery<R>(CompiledQuery.raw(sql, parameters));
+  }
+
+  /** SQLite: runs the statement within `SqliteTransactions.run`. */
+  executeSync(connection: SyncConnection, values: Readonly<Record<P, unknown>>): QueryResult<R> {
+    const { sql, parameters } = this.#compile(connection.db as Kysely<DB>, 'sqlite', values);
+    return connection.execute<R>(sql, parameters);
+  }
+
+  #compile(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): { sql: string; parameters: unknown[] } {
     let entry = this.#compiled.get(dialect);
     if (!entry) {
       const marker = '\u0000placeholder:';
@@ -23,7 +35,7 @@ export class Prepared<DB, P extends string, R> {
       if (dialect === 'postgres') nameStatement(entry.sql);
     }
     const parameters = entry.slots.map((slot) => ('name' in slot ? values[slot.name] : slot.value));
-    return db.executeQuery<R>(CompiledQuery.raw(entry.sql, parameters));
+    return { sql: entry.sql, parameters };
   }
 }
 
