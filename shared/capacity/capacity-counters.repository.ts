@@ -118,8 +118,8 @@ function grantBatch(sqlite: SqliteTransactions) {
 function releaseBatch(sqlite: SqliteTransactions) {
   return (items: readonly ReleaseRequest[]): Promise<(EndedLease | undefined)[]> =>
     sqlite.run((connection) =>
-      items.map(({ id, fencingToken, tenants, now }) => {
-        const lease = endActiveLeaseSync(connection, id, fencingToken, tenants, now);
+      items.map(({ tenant, id, fencingToken, now }) => {
+        const lease = endActiveLeaseSync(connection, tenant, id, fencingToken, now);
         if (lease) for (const [scope, units] of unitsByScope([lease])) giveBackQuery.executeSync(connection, { scope, units });
         return lease;
       }),
@@ -146,7 +146,7 @@ export function counterLedger(sqlite: SqliteTransactions): CapacityLedger {
       const request = { db, lease, ttlSeconds, requestDigest };
       return grants.submit(grantBatchKey(request, 'grants'), request);
     },
-    release: (db, id, fencingToken, tenants, now) => releases.submit('releases', { db, id, fencingToken, tenants, now }),
+    release: (db, tenant, id, fencingToken, now) => releases.submit('releases', { db, tenant, id, fencingToken, now }),
     free,
     resize,
     // Counters need no re-laying: a scope above its capacity grants nothing by the same condition that always holds.

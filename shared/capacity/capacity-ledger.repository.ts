@@ -1,5 +1,4 @@
 import type { Transaction } from 'kysely';
-import type { TenantFilter } from '../platform/auth/auth';
 import type { Lease } from './lease';
 import type { CapacityKind } from './pool';
 import type { CapacityTables } from './capacity.tables';
@@ -18,8 +17,8 @@ import type { CapacityDb, CapacityExecutor, EndedLease } from './lease.repositor
 export interface CapacityLedger {
   /** Takes the lease's units from its tenant's quota and its pool and inserts it, all or nothing. */
   grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Promise<GrantOutcome>;
-  /** Ends an active lease presented with its fencing token and gives its units back; undefined when it was not so. */
-  release(db: CapacityDb, id: string, fencingToken: number, tenants: TenantFilter, now: number): Promise<EndedLease | undefined>;
+  /** Ends a tenant's active lease presented with its fencing token and gives its units back; undefined when it was not so. */
+  release(db: CapacityDb, tenant: string, id: string, fencingToken: number, now: number): Promise<EndedLease | undefined>;
   /** Gives back the units of leases the sweep ended, inside its transaction. */
   free(trx: CapacityExecutor, leases: readonly EndedLease[]): Promise<void>;
   /** Creates a scope or sets its capacity; shrinking below use revokes nothing. Runs in the owner's transaction. */
@@ -45,9 +44,9 @@ export interface GrantRequest {
 /** One `release` call, as the ledgers batch them. */
 export interface ReleaseRequest {
   readonly db: CapacityDb;
+  readonly tenant: string;
   readonly id: string;
   readonly fencingToken: number;
-  readonly tenants: TenantFilter;
   readonly now: number;
 }
 

@@ -1,5 +1,4 @@
 import { sql, type Expression, type ExpressionBuilder, type QueryCreator, type SqlBool, type Transaction } from 'kysely';
-import type { TenantFilter } from '../platform/auth/auth';
 import { firstRows, LOCK_ALIAS, lockingRows, type SqlDialect } from '../platform/sql/dialect';
 import { Batcher } from '../platform/sql/batcher';
 import { affectedRows, Prepared, preparedPer } from '../platform/sql/prepared';
@@ -343,13 +342,13 @@ const freeSlotsQuery = new Prepared<CapacityTables, 'lease' | 'pool_scope' | 'qu
 async function releaseInTransaction(
   db: CapacityDb,
   dialect: SqlDialect,
+  tenant: string,
   id: string,
   fencingToken: number,
-  tenants: TenantFilter,
   now: number,
 ): Promise<EndedLease | undefined> {
   return db.transaction().execute(async (trx) => {
-    const lease = await endActiveLease(trx, dialect, id, fencingToken, tenants, now);
+    const lease = await endActiveLease(trx, dialect, tenant, id, fencingToken, now);
     if (lease) await freeSlotsQuery.execute(trx, dialect, { lease: lease.id, pool_scope: poolScope(lease.pool), quota_scope: quotaScope(lease.tenant, lease.kind) });
     return lease;
   });
@@ -357,7 +356,7 @@ async function releaseInTransaction(
 
 /**
  * PostgreSQL: ends the leases of a batch that are active, unexpired, presented with their tokens and of the tenant
- * each request may act for, then frees the rows they held in their two scopes (named as slots.ts names them), in
+ * each request names, then frees the rows they held in their two scopes (named as slots.ts names them), in
  * one statement (the CTE's output orders the two). Leases are found by id and their rows by (scope, lease): no
  * other condition on either table is one an index serves. (Active is "not yet ended": release and the sweep set
  * `ended_at` with the state, and no index holds it, where `state = 'active'` could lead a plan to walk every
@@ -374,7 +373,7 @@ const releaseBatchQuery = new Prepared<CapacityTables, 'ids' | 'tokens' | 'nows'
       update capacity_leases l set state = ${'released'}, ended_at = req.now
       from req
       where l.id = any(${ids}) and l.id = req.id and l.ended_at is null and l.expires_at > req.now and l.fencing_token = req.token
-        and (req.tenant is null or l.tenant_id = req.tenant)
+        and l.tenant_id = req.tenant
       returning ${sql.join(ENDED_COLUMNS.map((c) => sql.ref(`l.${c}`)))}
     ),
     freed as (
@@ -393,7 +392,7 @@ async function releaseBatch(items: readonly ReleaseRequest[]): Promise<(EndedLea
     ids: items.map((i) => i.id),
     tokens: items.map((i) => i.fencingToken),
     nows: items.map((i) => i.now),
-    tenants: items.map((i) => (i.tenants.kind === 'one' ? i.tenants.tenant : null)),
+    tenants: items.map((i) => i.tenant),
   });
   // A lease released twice in one batch ends once: the first of its requests gets it.
   const ended = new Map(rows.map((row) => [row.id, row]));
@@ -443,9 +442,9 @@ export function slotLedger(dialect: SqlDialect): CapacityLedger {
       // Grants share a statement when of one tenant, kind, pool, units and TTL.
       return grants.submit(grantBatchKey(request, JSON.stringify([lease.tenant, lease.kind, lease.pool, lease.units, ttlSeconds])), request);
     },
-    release: (db, id, fencingToken, tenants, now) => {
-      if (dialect !== 'postgres') return releaseInTransaction(db, dialect, id, fencingToken, tenants, now);
-      return releases.submit('releases', { db, id, fencingToken, tenants, now });
+    release: (db, tenant, id, fencingToken, now) => {
+      if (dialect !== 'postgres') return releaseInTransaction(db, dialect, tenant, id, fencingToken, now);
+      return releases.submit('releases', { db, tenant, id, fencingToken, now });
     },
     free: freeLeaseSlots,
     resize: async (trx, scope, capacity) => {

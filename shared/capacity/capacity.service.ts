@@ -25,7 +25,7 @@ import {
   upsertTenant,
 } from './capacity.repository';
 import type { ScopeOwner } from './capacity-ledger.repository';
-import { findLeaseByIdempotencyKey, getLease, listLeases, renewActiveLease, soonestExpiry, type EndedLease } from './lease.repository';
+import { findLeaseByIdempotencyKey, getLease, leaseTenant, listLeases, renewActiveLease, soonestExpiry, type EndedLease } from './lease.repository';
 import type { CapacityTables } from './capacity.tables';
 import {
   effectiveState,
@@ -248,10 +248,22 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     return new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', message, { presented });
   }
 
-  async function notFoundOrGone(tenants: TenantFilter, id: string): Promise<{ lease: Lease; state: LeaseState }> {
-    const lease = await getLease(db, id, tenants);
+  function leaseNotFound(id: string): AppError {
+    return new AppError('CAPACITY.LEASE_NOT_FOUND', 'not-found', `lease ${id} does not exist`);
+  }
+
+  /** The tenant whose lease the caller acts on: its own, or for a caller of all tenants, the lease's. */
+  async function tenantOfLease(tenants: TenantFilter, id: string): Promise<string> {
+    if (tenants.kind === 'one') return tenants.tenant;
+    const tenant = await leaseTenant(db, id);
+    if (tenant === undefined) throw leaseNotFound(id);
+    return tenant;
+  }
+
+  async function notFoundOrGone(tenant: string, id: string): Promise<{ lease: Lease; state: LeaseState }> {
+    const lease = await getLease(db, tenant, id);
     // Another tenant's lease is indistinguishable from a missing one.
-    if (!lease) throw new AppError('CAPACITY.LEASE_NOT_FOUND', 'not-found', `lease ${id} does not exist`);
+    if (!lease) throw leaseNotFound(id);
     return { lease, state: effectiveState(lease, clock.now()) };
   }
 
@@ -297,8 +309,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
 
     async renew(tenants, id, fencingToken, ttlSeconds) {
       const now = clock.now().getTime();
+      const tenant = await tenantOfLease(tenants, id);
       if (ttlSeconds !== undefined) {
-        const { lease } = await notFoundOrGone(tenants, id);
+        const { lease } = await notFoundOrGone(tenant, id);
         const view = await tenantLimit(db, ledger, lease.tenant, lease.kind);
         const problem = ttlProblem(ttlSeconds, view?.limit);
         if (problem) {
@@ -308,9 +321,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           });
         }
       }
-      const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, id, tenants, fencingToken, now, ttlSeconds));
+      const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, tenant, id, fencingToken, now, ttlSeconds));
       if (renewed) return renewed;
-      const { lease, state } = await notFoundOrGone(tenants, id);
+      const { lease, state } = await notFoundOrGone(tenant, id);
       if (state !== 'active') {
         throw new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
       }
@@ -319,9 +332,10 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
 
     async release(tenants, id, fencingToken) {
       const now = clock.now().getTime();
-      const ended = await retryingContention(() => ledger.release(db, id, fencingToken, tenants, now));
+      const tenant = await tenantOfLease(tenants, id);
+      const ended = await retryingContention(() => ledger.release(db, tenant, id, fencingToken, now));
       if (ended) return { outcome: 'released' };
-      const { lease, state } = await notFoundOrGone(tenants, id);
+      const { lease, state } = await notFoundOrGone(tenant, id);
       // Only the holder may learn more: a wrong token is refused whatever state the lease is in.
       if (!fencingMatches(lease, fencingToken)) throw fencingMismatch(lease, fencingToken);
       if (state === 'released') return { outcome: 'already-released' };
@@ -329,7 +343,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     },
 
     async getLease(tenants, id) {
-      return (await notFoundOrGone(tenants, id)).lease;
+      return (await notFoundOrGone(await tenantOfLease(tenants, id), id)).lease;
     },
 
     async listLeases(tenants, query) {

@@ -143,27 +143,24 @@ export function byTenant<Q extends { where: (...args: never[]) => Q }>(query: Q,
 export async function renewActiveLease(
   trx: CapacityExecutor,
   dialect: SqlDialect,
+  tenant: string,
   id: string,
-  tenants: TenantFilter,
   fencingToken: number,
   now: number,
   ttlSeconds: number | undefined,
 ): Promise<Lease | undefined> {
-  const query = byTenant(
-    trx
-      .updateTable('capacity_leases')
-      .set((eb) => ({
-        renewed_at: now,
-        expires_at: ttlSeconds !== undefined ? now + ttlSeconds * 1000 : eb(sql.lit(now), '+', eb('ttl_seconds', '*', 1000)),
-        ...(ttlSeconds !== undefined ? { ttl_seconds: ttlSeconds } : {}),
-      }))
-      .where('id', '=', id)
-      .where('state', '=', 'active')
-      .where('expires_at', '>', now)
-      .where('fencing_token', '=', fencingToken),
-    'tenant_id',
-    tenants,
-  );
+  const query = trx
+    .updateTable('capacity_leases')
+    .set((eb) => ({
+      renewed_at: now,
+      expires_at: ttlSeconds !== undefined ? now + ttlSeconds * 1000 : eb(sql.lit(now), '+', eb('ttl_seconds', '*', 1000)),
+      ...(ttlSeconds !== undefined ? { ttl_seconds: ttlSeconds } : {}),
+    }))
+    .where('id', '=', id)
+    .where('state', '=', 'active')
+    .where('expires_at', '>', now)
+    .where('fencing_token', '=', fencingToken)
+    .where('tenant_id', '=', tenant);
   const rows = await returningColumns<CapacityLeaseTable>(query, dialect, LEASE_COLUMNS).execute();
   return rows[0] === undefined ? undefined : leaseRowToLease(rows[0]);
 }
@@ -190,52 +187,32 @@ export function endedRowToEndedLease(r: EndedRow): EndedLease {
   };
 }
 
-/** Ends an active, unexpired lease presented with its fencing token (and of the tenant, when one is given). */
-function endLease(db: CapacityExecutor, p: (name: 'id' | 'now' | 'token' | 'tenant') => never, byTenant: boolean) {
-  let query = db
-    .updateTable('capacity_leases')
-    .set({ state: 'released', ended_at: p('now') })
-    .where('id', '=', p('id'))
-    .where('state', '=', 'active')
-    .where('expires_at', '>', p('now'))
-    .where('fencing_token', '=', p('token'));
-  if (byTenant) query = query.where('tenant_id', '=', p('tenant'));
-  return query;
-}
-
-/** Ends an active, unexpired lease presented with its fencing token and answers what it held. */
-function endActiveLeaseQuery(byTenant: boolean) {
-  return new Prepared<CapacityTables, 'id' | 'now' | 'token' | 'tenant', EndedRow>((db, dialect, p) =>
-    returningColumns<EndedRow>(endLease(db, p, byTenant), dialect, ENDED_COLUMNS),
-  );
-}
-const endOwnLeaseQuery = endActiveLeaseQuery(true);
-const endAnyLeaseQuery = endActiveLeaseQuery(false);
+/** Ends an active, unexpired lease of the tenant presented with its fencing token and answers what it held. */
+const endActiveLeaseQuery = new Prepared<CapacityTables, 'tenant' | 'id' | 'now' | 'token', EndedRow>((db, dialect, p) =>
+  returningColumns<EndedRow>(
+    db
+      .updateTable('capacity_leases')
+      .set({ state: 'released', ended_at: p('now') })
+      .where('id', '=', p('id'))
+      .where('state', '=', 'active')
+      .where('expires_at', '>', p('now'))
+      .where('fencing_token', '=', p('token'))
+      .where('tenant_id', '=', p('tenant')),
+    dialect,
+    ENDED_COLUMNS,
+  ),
+);
 
 /** Marks a lease released if it is active, unexpired and presented with its token; undefined otherwise. */
-export async function endActiveLease(
-  trx: CapacityExecutor,
-  dialect: SqlDialect,
-  id: string,
-  fencingToken: number,
-  tenants: TenantFilter,
-  now: number,
-): Promise<EndedLease | undefined> {
-  const { query, values } = endActiveLeaseCall(id, fencingToken, tenants, now);
-  const { rows } = await query.execute(trx, dialect, values);
+export async function endActiveLease(trx: CapacityExecutor, dialect: SqlDialect, tenant: string, id: string, fencingToken: number, now: number): Promise<EndedLease | undefined> {
+  const { rows } = await endActiveLeaseQuery.execute(trx, dialect, { tenant, id, now, token: fencingToken });
   return rows[0] && endedRowToEndedLease(rows[0]);
 }
 
 /** `endActiveLease` within `SqliteTransactions.run`. */
-export function endActiveLeaseSync(connection: SyncConnection, id: string, fencingToken: number, tenants: TenantFilter, now: number): EndedLease | undefined {
-  const { query, values } = endActiveLeaseCall(id, fencingToken, tenants, now);
-  const { rows } = query.executeSync(connection, values);
+export function endActiveLeaseSync(connection: SyncConnection, tenant: string, id: string, fencingToken: number, now: number): EndedLease | undefined {
+  const { rows } = endActiveLeaseQuery.executeSync(connection, { tenant, id, now, token: fencingToken });
   return rows[0] && endedRowToEndedLease(rows[0]);
-}
-
-function endActiveLeaseCall(id: string, fencingToken: number, tenants: TenantFilter, now: number) {
-  const tenant = tenants.kind === 'one' ? tenants.tenant : null;
-  return { query: tenant === null ? endAnyLeaseQuery : endOwnLeaseQuery, values: { id, now, token: fencingToken, tenant } };
 }
 
 /**
@@ -245,6 +222,7 @@ function endActiveLeaseCall(id: string, fencingToken: number, tenants: TenantFil
  * disjoint batches. The UPDATE re-checks the state, so a lease ends once.
  */
 export async function expireDue(trx: Transaction<CapacityTables>, dialect: SqlDialect, now: number, limit: number): Promise<EndedLease[]> {
+  if (dialect === 'sqlite') return expireDueOnSqlite(trx, now, limit);
   const due = lockingRows(
     firstRows(
       trx
@@ -270,11 +248,51 @@ export async function expireDue(trx: Transaction<CapacityTables>, dialect: SqlDi
   return (await returningColumns<EndedRow>(query, dialect, ENDED_COLUMNS).execute()).map(endedRowToEndedLease);
 }
 
+/**
+ * SQLite: one statement. One writer at a time, so the due leases it reads are still due when it ends them; it finds
+ * them by (tenant, id), the leases' key on SQLite (a condition on the state here would lead the plan to the
+ * (state, expires_at) index instead).
+ */
+async function expireDueOnSqlite(trx: Transaction<CapacityTables>, now: number, limit: number): Promise<EndedLease[]> {
+  const query = trx
+    .updateTable('capacity_leases')
+    .set({ state: 'expired', ended_at: now })
+    .where((eb) =>
+      eb(
+        eb.refTuple('tenant_id', 'id'),
+        'in',
+        eb
+          .selectFrom('capacity_leases as due')
+          .select(['due.tenant_id', 'due.id'])
+          .where('due.state', '=', 'active')
+          .where('due.expires_at', '<=', now)
+          .orderBy('due.expires_at')
+          .limit(limit)
+          .$asTuple('tenant_id', 'id'),
+      ),
+    );
+  return (await returningColumns<EndedRow>(query, 'sqlite', ENDED_COLUMNS).execute()).map(endedRowToEndedLease);
+}
+
 // ---- reads ------------------------------------------------------------------------------------------------------
 
-export async function getLease(db: CapacityExecutor, id: string, tenants: TenantFilter): Promise<Lease | undefined> {
-  const row = await byTenant(db.selectFrom('capacity_leases').selectAll().where('id', '=', id), 'tenant_id', tenants).executeTakeFirst();
+export async function getLease(db: CapacityExecutor, tenant: string, id: string): Promise<Lease | undefined> {
+  const row = await db.selectFrom('capacity_leases').selectAll().where('tenant_id', '=', tenant).where('id', '=', id).executeTakeFirst();
   return row ? leaseRowToLease(row) : undefined;
+}
+
+/**
+ * The tenant of a lease, for a caller of all tenants: it then acts on the lease as its tenant would. On SQLite
+ * leases are kept by (tenant, id) (see capacity.migrations.ts), so the lease is looked for under each tenant.
+ */
+export async function leaseTenant(db: CapacityExecutor, id: string): Promise<string | undefined> {
+  const row = await db
+    .selectFrom('capacity_leases')
+    .select('tenant_id')
+    .where('tenant_id', 'in', db.selectFrom('capacity_tenants').select('id'))
+    .where('id', '=', id)
+    .executeTakeFirst();
+  return row?.tenant_id;
 }
 
 export interface LeaseListQuery {
