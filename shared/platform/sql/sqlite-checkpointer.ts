@@ -6,6 +6,11 @@ import { Worker } from 'node:worker_threads';
  * it stalls the one event loop that serves every request (a quarter of the host's time under lease load). PASSIVE
  * checkpoints never block the writer; once one has copied everything, the next write starts the WAL over, and the
  * connection's `journal_size_limit` trims the file then.
+ *
+ * Every 50 ms: the WAL then stays small. In-process grants append about 75,000 pages a second; checkpointed every
+ * 200 ms, the WAL grew past the 10,000 pages at which the writer checkpoints inline, and each commit appended to a
+ * file of tens of megabytes. Every 50 ms it stays near 4,000 pages, and grants ran 10 % faster (capacity bench:
+ * 23,800-24,200 against 21,300-21,800 grants/s). On an idle store a checkpoint finds nothing to copy in 5 µs.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
@@ -31,7 +36,7 @@ export interface Checkpointer {
   stop(): Promise<void>;
 }
 
-export function startCheckpointer(file: string, intervalMs = 200): Checkpointer {
+export function startCheckpointer(file: string, intervalMs = 50): Checkpointer {
   const worker = new Worker(WORKER_SOURCE, {
     eval: true,
     workerData: { file, driver: require.resolve('better-sqlite3'), intervalMs },
