@@ -114,16 +114,18 @@ function grantBatch(sqlite: SqliteTransactions) {
   return (items: readonly GrantRequest[]): Promise<GrantOutcome[]> => sqlite.run((connection) => items.map((item) => grantIn(connection, item)));
 }
 
-/** Runs a batch of releases in one transaction, in arrival order: each ends its lease if active and presented rightly, and frees its units. */
+/**
+ * Runs a batch of releases in one transaction, in arrival order: each ends its lease if active and presented
+ * rightly; then what the ended leases held goes back, one UPDATE per scope for the whole batch.
+ */
 function releaseBatch(sqlite: SqliteTransactions) {
   return (items: readonly ReleaseRequest[]): Promise<(EndedLease | undefined)[]> =>
-    sqlite.run((connection) =>
-      items.map(({ tenant, id, fencingToken, now }) => {
-        const lease = endActiveLeaseSync(connection, tenant, id, fencingToken, now);
-        if (lease) for (const [scope, units] of unitsByScope([lease])) giveBackQuery.executeSync(connection, { scope, units });
-        return lease;
-      }),
-    );
+    sqlite.run((connection) => {
+      const ended = items.map(({ tenant, id, fencingToken, now }) => endActiveLeaseSync(connection, tenant, id, fencingToken, now));
+      const freed = ended.filter((lease) => lease !== undefined);
+      for (const [scope, units] of unitsByScope(freed)) giveBackQuery.executeSync(connection, { scope, units });
+      return ended;
+    });
 }
 
 /**
