@@ -65,7 +65,6 @@ describe('capacity statements on SQLite', () => {
           const steps = raw.prepare(`explain query plan ${source}`).all(...parameters) as { detail: string }[];
           return { source, steps: steps.map((s) => s.detail) };
         });
-      if (process.env.SHOW_PLANS) console.log(JSON.stringify(plans, null, 1));
       expect(plans.length).toBeGreaterThanOrEqual(8);
       const scans = plans.filter(({ steps }) => steps.some((step) => /^SCAN (capacity_leases|due)\b/.test(step))).map(({ source }) => source);
       // The one exception, paid by administrators: every tenant's leases listed in id order (see capacity.migrations.ts).
