@@ -33,7 +33,7 @@ module.exports = {
       comment: 'model files (no role suffix) are pure: no database, storage, network, file or process access.',
       from: {
         path: '^shared/(provisioning|inventory|capacity)/[^/]+\\.ts$',
-        pathNot: '\\.(service|repository|tables|migrations|adapter|client|seed)\\.ts$',
+        pathNot: '\\.(service|context|repository|tables|migrations|adapter|client|seed)\\.ts$',
       },
       to: {
         path: [

@@ -248,3 +248,41 @@ export const RunErrors = {
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',
 } as const;
+
+/**
+ * Where a run's orchestration stands after a step; the orchestrator decides what to wait for from it.
+ *
+ * BREAKING-CHANGE SHAPE: activity results are stored in Durable history and replayed.
+ */
+export type RunStep =
+  /** Not ready: the stack is busy (or an earlier run goes first); try the same step again later. */
+  | { readonly outcome: 'waiting'; readonly waitingFor: WaitingFor }
+  /** The run (replanned) needs a fresh plan: plan next. */
+  | { readonly outcome: 'planning' }
+  /** `planExpiresAt` (ISO-8601): when the plan goes stale unless approved; absent in histories from before it. */
+  | { readonly outcome: 'awaiting-approval'; readonly planDigest: string; readonly planExpiresAt?: string }
+  /**
+   * The plan waits, without the stack, for the GovernanceHost to decide its policy check: ask again
+   * (`checkPolicy`) until it is decided. `since` (ISO-8601): when the check was asked for.
+   */
+  | { readonly outcome: 'awaiting-policy'; readonly checkId: string; readonly planDigest: string; readonly since: string }
+  | { readonly outcome: 'applying' }
+  /** The plan went stale: the run waits for an operator to replan or reject it. */
+  | { readonly outcome: 'stale'; readonly reason: string }
+  | { readonly outcome: 'ended'; readonly state: RunState };
+
+/** Where a run stands, for a step that found it already moved on (a retried or replayed step). */
+export function stepOf(run: Run): RunStep {
+  if (isTerminal(run.state)) return { outcome: 'ended', state: run.state };
+  if (run.state === 'awaiting-approval') {
+    return { outcome: 'awaiting-approval', planDigest: run.planDigest ?? '', ...(run.planExpiresAt ? { planExpiresAt: run.planExpiresAt.toISOString() } : {}) };
+  }
+  if (run.state === 'applying') return { outcome: 'applying' };
+  if (run.state === 'stale') return { outcome: 'stale', reason: run.error?.message ?? 'the plan is stale' };
+  if (run.state === 'planning' && run.waitingFor?.kind === 'policy') {
+    const { checkId, planDigest, since } = run.waitingFor;
+    return { outcome: 'awaiting-policy', checkId, planDigest, since };
+  }
+  if (run.state === 'planning') return { outcome: 'planning' };
+  return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: run.stack } };
+}

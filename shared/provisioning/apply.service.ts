@@ -1,0 +1,249 @@
+import { AppError, ensureError } from '../platform/errors/app-error';
+import { loadDesiredState, type DesiredState } from '../platform/git/desired-state';
+import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
+import type { Plan, ResolveReferences } from '../platform/iac/plan';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordRunEnded } from '../platform/telemetry/metrics';
+import { ExternalErrors } from './external-services.client';
+import { configOf, planOptionsOf } from './plan.service';
+import {
+  appendEvents,
+  existingRun,
+  expectedFailure,
+  failFast,
+  failRunWith,
+  giveBackStack,
+  nowOf,
+  permanentFailure,
+  repositoryOf,
+  type Failure,
+  type ProvisioningContext,
+} from './provisioning.context';
+import { findRunDetail, insertArtifact, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference } from './provisioning.repository';
+import { provisioningApplied, provisioningFailed, specificationApplied } from './run-events';
+import { RunErrors, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { keepStackLock, takeStack } from './stack-queue.service';
+
+/**
+ * The apply step of a run, and the wait for a person before it: an approval (or a replan of a stale plan) lets the
+ * run apply exactly the recorded plan, on the stack's state the plan was made against, while it keeps its stack
+ * lock; the apply receipt, the final state and its events are recorded in one transaction, then the receipt and the
+ * evidence are stored at the KnowledgeHost and the GovernanceHost.
+ */
+
+/**
+ * After a wait for a person (an approval, or a replan of a stale run): apply when approved, plan when replanned,
+ * end when decided otherwise; a plan past its expiry goes stale; a wait that timed out fails the run.
+ */
+export async function afterApproval(ctx: ProvisioningContext, runId: string, timedOut: boolean): Promise<RunStep> {
+  const run = await existingRun(ctx, runId);
+  if (run.state === 'awaiting-approval') {
+    if (timedOut) return failRunWith(ctx, run, { code: RunErrors.approvalTimeout, message: `no decision on the plan within ${ctx.timings.approvalTimeoutMs} ms` });
+    const expired = expiredPlan(run, nowOf(ctx));
+    return expired ? goStale(ctx, run, expired) : stepOf(run);
+  }
+  if (run.state === 'stale' && timedOut) {
+    return failRunWith(ctx, run, { code: RunErrors.approvalTimeout, message: `the plan went stale and nobody replanned or rejected the run within ${ctx.timings.approvalTimeoutMs} ms` });
+  }
+  return stepOf(run);
+}
+
+/** Why an approval now would come too late, or undefined while the plan may still be approved. */
+export function expiredPlan(run: Run, at: number): Failure | undefined {
+  if (!run.planExpiresAt || at < run.planExpiresAt.getTime()) return undefined;
+  return { code: RunErrors.planStale, message: `the plan ${run.planDigest ?? ''} expired at ${run.planExpiresAt.toISOString()} before it was approved; replan the run` };
+}
+
+/** Marks the run's plan stale (it waits for a replan or a rejection) and gives its stack back. */
+async function goStale(ctx: ProvisioningContext, run: Run, reason: Failure): Promise<RunStep> {
+  const waitingFor: WaitingFor = { kind: 'replan', planDigest: run.planDigest ?? '' };
+  const moved = await retryingContention(() => transitionRun(ctx.db, run.id, 'stale', nowOf(ctx), { error: reason, waitingFor }));
+  await giveBackStack(ctx, run);
+  return moved ? { outcome: 'stale', reason: reason.message } : stepOf(await existingRun(ctx, run.id));
+}
+
+/**
+ * Takes the stack, checks the stack's state is the one the plan was made against (else the run goes stale),
+ * applies exactly the recorded plan while renewing the stack lock, records the apply receipt and the final state.
+ */
+export async function apply(ctx: ProvisioningContext, runId: string): Promise<RunStep> {
+  const run = await existingRun(ctx, runId);
+  if (run.state !== 'applying') {
+    // A retry of an apply whose result is recorded but whose receipt or evidence did not reach its service.
+    if (run.state === 'applied' || run.state === 'failed') await archiveApply(ctx, run);
+    return stepOf(run);
+  }
+  const stack = await takeStack(ctx, run);
+  if (!stack.taken) return stack.step;
+  if (run.waitingFor) await retryingContention(() => setWaiting(ctx.db, runId, 'applying', null, nowOf(ctx)));
+  const receipt = await retryingContention(() => readPlanReceipt(ctx.db, runId));
+  if (!receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: 'the run has no plan receipt to apply' });
+  const engine = ctx.engine;
+  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
+  let desired: DesiredState;
+  let current: Plan;
+  try {
+    desired = await loadDesiredState(run.desiredState, ctx.desiredState);
+  } catch (thrown) {
+    return failRunWith(ctx, run, permanentFailure(thrown));
+  }
+  try {
+    // Only the state's serial is read here: no refresh (the apply refreshes, and a target that cannot be read
+    // fails the apply with its receipt, as for any run).
+    current = await engine.preview(run.stack, desired.files, configOf(run), { ...planOptionsOf(run), refresh: false });
+  } catch (thrown) {
+    return failRunWith(ctx, run, expectedFailure(thrown));
+  }
+  // A plan is an answer about the state it was made against. Once another run applied the stack, or something was
+  // imported into it, the approver's reading of the plan no longer holds, even where the steps come out the same.
+  if (current.baseSerial !== receipt.plan.baseSerial) {
+    return goStale(ctx, run, {
+      code: RunErrors.planStale,
+      message: `the state of stack ${run.stack} changed since the plan was made (serial ${receipt.plan.baseSerial}, now ${current.baseSerial}); nothing was applied; replan the run`,
+    });
+  }
+  // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
+  // approved) one. References are resolved here, inside the apply activity and before the first change: a
+  // GovernanceHost that does not answer throws (retried, nothing applied); a Config Platform that does not answer
+  // degrades.
+  const references = await resolveForApply(ctx, receipt.plan);
+  const keeper = keepStackLock(ctx, run, stack.lock);
+  let result;
+  try {
+    result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, references.resolve, { ...planOptionsOf(run), beforeStep: keeper.beforeStep });
+  } finally {
+    await keeper.stop();
+  }
+  const applyReceipt: ApplyReceipt = {
+    runId,
+    stack: run.stack,
+    commit: run.desiredState.commit,
+    runner: { name: engine.name, version: await engine.version() },
+    result,
+    ...(references.degraded.length > 0 ? { degraded: references.degraded } : {}),
+  };
+  const to = result.status === 'applied' ? 'applied' : 'failed';
+  const error = result.error ? { code: result.error.code, message: result.error.message } : undefined;
+  await inTransaction(ctx.db, async (trx) => {
+    const at = nowOf(ctx);
+    await recordApply(trx, runId, applyReceipt, to, error, at);
+    const ended: Run = { ...run, state: to, finishedAt: new Date(at), ...(error ? { error } : {}) };
+    const repository = repositoryOf(run);
+    const events =
+      to === 'applied'
+        ? [
+            specificationApplied(ended, repository, {
+              planDigest: result.planDigest,
+              resources: result.resources.map((r) => ({
+                urn: r.urn,
+                type: r.type,
+                name: r.name,
+                op: r.op,
+                ...(r.id ? { id: r.id } : {}),
+                // What the resource should hold, for inventory: the inputs the state records (references unresolved).
+                ...(r.inputs && r.op !== 'delete' ? { properties: r.inputs } : {}),
+                // Paths the project itself leaves alone: inventory lists drift there as ignored, never as a finding.
+                ...(r.ignoreChanges && r.op !== 'delete' ? { ignoreChanges: r.ignoreChanges } : {}),
+              })),
+              outputs: result.outputs,
+            }),
+            provisioningApplied(ended, repository, { planDigest: result.planDigest, counts: receipt.plan.counts, finishedAt: new Date(at) }),
+          ]
+        : [provisioningFailed(ended, repository, { code: error?.code ?? RunErrors.internal, reason: error?.message ?? 'the apply failed', finishedAt: new Date(at) })];
+    await appendEvents(ctx, trx, events);
+  });
+  recordRunEnded(to, nowOf(ctx) - run.createdAt.getTime());
+  await giveBackStack(ctx, run);
+  await archiveApply(ctx, await existingRun(ctx, runId));
+  return { outcome: 'ended', state: to };
+}
+
+/**
+ * Each reference of the plan, resolved once: secrets at the GovernanceHost (fail-fast: a service that does not
+ * answer throws), config at the Config Platform (degrade: its last known value, noted for the receipt; without one,
+ * `PROVISIONING.CONFIG_UNAVAILABLE`). A reference that cannot be resolved makes the engine refuse the apply before
+ * its first change. Values stay in memory, for the engine only.
+ */
+async function resolveForApply(ctx: ProvisioningContext, plan: Plan): Promise<{ resolve: ResolveReferences; degraded: DegradedReference[] }> {
+  const values = new Map<string, { value: JsonValue } | { error: AppError }>();
+  const degraded: DegradedReference[] = [];
+  for (const reference of plan.references) {
+    if ('secretRef' in reference) {
+      try {
+        values.set(referenceKey(reference), { value: await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => ctx.services.governance.resolveSecret(reference.secretRef)) });
+      } catch (thrown) {
+        const error = ensureError(thrown);
+        if (!(error instanceof AppError) || error.kind === 'unavailable') throw error;
+        values.set(referenceKey(reference), { error });
+      }
+    } else {
+      values.set(referenceKey(reference), await resolveConfig(ctx, reference.configRef, degraded));
+    }
+  }
+  const resolve: ResolveReferences = (reference) => {
+    const entry = values.get(referenceKey(reference));
+    if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} is not in the approved plan`));
+    return 'error' in entry ? Promise.reject(entry.error) : Promise.resolve(entry.value);
+  };
+  return { resolve, degraded };
+}
+
+async function resolveConfig(ctx: ProvisioningContext, reference: string, degraded: DegradedReference[]): Promise<{ value: JsonValue } | { error: AppError }> {
+  let answer: JsonValue;
+  try {
+    answer = await ctx.services.configPlatform.resolve(reference);
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    // The platform answered that it has no such reference: no last known value stands in for that.
+    if (error instanceof AppError && error.kind === 'not-found') return { error };
+    const last = await ctx.services.lastKnownConfig.get(reference);
+    if (!last) {
+      return {
+        error: new AppError(ExternalErrors.configUnavailable, 'unavailable', `the Config Platform did not answer for ${reference} and there is no last known value of it; nothing was applied`, {
+          reference,
+        }),
+      };
+    }
+    degraded.push({ ref: reference, reason: `the Config Platform did not answer (${error instanceof AppError ? error.code : 'error'})`, lastKnownAt: last.at.toISOString() });
+    return { value: last.value };
+  }
+  await ctx.services.lastKnownConfig.put(reference, answer, ctx.clock.now());
+  return { value: answer };
+}
+
+/**
+ * Stores an ended apply's receipt at the KnowledgeHost and its evidence at the GovernanceHost, each once (both
+ * answer the same id for the same content). Fail-fast: a service that does not answer throws, and the activity's
+ * retry comes back here; the run's detail shows which of the two it has.
+ */
+async function archiveApply(ctx: ProvisioningContext, run: Run): Promise<void> {
+  const detail = await retryingContention(() => findRunDetail(ctx.db, run.id, { kind: 'all' }));
+  if (!detail?.applyReceipt) return;
+  const has = (kind: string) => detail.artifacts.find((a) => a.kind === kind)?.id;
+  let receiptArtifact = has('apply-receipt');
+  if (!receiptArtifact) {
+    const content = detail.applyReceipt;
+    receiptArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId: run.id, kind: 'apply-receipt', content }));
+    const id = receiptArtifact;
+    await retryingContention(() => insertArtifact(ctx.db, run.id, { kind: 'apply-receipt', id, recordedAt: ctx.clock.now() }));
+  }
+  if (has('audit-evidence')) return;
+  const applyArtifact = receiptArtifact;
+  const result = detail.applyReceipt.result;
+  const approvedBy = detail.decision?.decision === 'approved' ? detail.decision.by : undefined;
+  const evidence = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () =>
+    ctx.services.governance.recordEvidence({
+      runId: run.id,
+      tenant: run.tenant,
+      environment: run.environment.id,
+      stack: run.stack,
+      planDigest: result.planDigest,
+      ...(approvedBy !== undefined ? { approvedBy } : {}),
+      result: result.status,
+      ...(result.error ? { errorCode: result.error.code } : {}),
+      applyReceiptArtifact: applyArtifact,
+      at: (run.finishedAt ?? ctx.clock.now()).toISOString(),
+    }),
+  );
+  await retryingContention(() => insertArtifact(ctx.db, run.id, { kind: 'audit-evidence', id: evidence, recordedAt: ctx.clock.now() }));
+}

@@ -1,0 +1,182 @@
+import type { Transaction } from 'kysely';
+import type { NewEvent } from '../platform/bus/events';
+import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
+import { loadDesiredState } from '../platform/git/desired-state';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
+import { ExternalErrors } from './external-services.client';
+import { parsePromotion, type PromotionApproved } from './promotion';
+import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
+import { findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
+import type { ProvisioningTables } from './provisioning.tables';
+import { promotionRejected, provisioningFailed } from './run-events';
+import { RunErrors, type Run } from './run';
+import { supersedeQueued } from './stack-queue.service';
+
+/** The inbox module name of provisioning messages. */
+export const PROVISIONING_MODULE = 'provisioning';
+
+export type IntakeResult =
+  /** A new run, queued: start its orchestration. */
+  | { readonly outcome: 'accepted'; readonly run: Run }
+  /** The promotion has a run already (a redelivery or a resend): start its orchestration if it is not running. */
+  | { readonly outcome: 'duplicate'; readonly run: Run }
+  /** Not a valid promotion: recorded (a rejected run, or a rejection row when no run can be made) with its reason. */
+  | { readonly outcome: 'rejected'; readonly run?: Run; readonly code: string; readonly reason: string }
+  /** The messageId was used before for another message: nothing was done. */
+  | { readonly outcome: 'ignored'; readonly reason: string };
+
+/** Thrown inside an intake transaction to roll it back when its messageId was already used for another message. */
+export class MessageIdReused extends Error {}
+
+/**
+ * Takes a message from the promotions queue: one run per promotion, or a recorded rejection. The promotion is
+ * checked first (tenant, environment, desired state), outside any transaction; then the run, the runs it
+ * supersedes, the inbox entry and the events are recorded in one.
+ */
+export async function intake(ctx: ProvisioningContext, message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult> {
+  const parsed = parsePromotion(message.body);
+  if (parsed.outcome === 'invalid') return rejectMessage(ctx, message.messageId, message.body, parsed.problems);
+  const promotion = parsed.promotion;
+  const known = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
+  if (known) return duplicate(ctx, known, message.messageId);
+  // Outside the transaction: it reads Git. A transient failure here throws, and the message is delivered again.
+  const refusal = await checkPromotion(ctx, promotion);
+  try {
+    return await inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, refusal));
+  } catch (thrown) {
+    if (thrown instanceof MessageIdReused) {
+      return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
+    }
+    // Another host took the same promotion in at the same moment: its run is the one.
+    if (isUniqueViolation(thrown)) {
+      const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
+      if (winner) return duplicate(ctx, winner, message.messageId);
+    }
+    throw thrown;
+  }
+}
+
+/**
+ * One transaction, in the lock order (run rows, then the inbox and the outbox): the run, the runs it supersedes,
+ * the inbox entry and the events.
+ */
+async function recordRun(
+  ctx: ProvisioningContext,
+  trx: Transaction<ProvisioningTables>,
+  promotion: PromotionApproved,
+  messageId: string,
+  refusal: Failure | undefined,
+): Promise<IntakeResult> {
+  const at = nowOf(ctx);
+  const run = await insertRun(trx, { ...promotionRun(promotion), id: ctx.ids.next('run'), state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
+  const events: NewEvent[] = [];
+  if (refusal) {
+    events.push(provisioningFailed(run, repositoryOf(run), { code: refusal.code, reason: refusal.message, finishedAt: new Date(at) }));
+  } else {
+    // A newer promotion of the same environment replaces what is still queued for it: applying the older one first
+    // would only be undone.
+    events.push(...(await supersedeQueued(trx, run, `promotion ${promotion.promotionId}`, at)));
+  }
+  await recordRunInbound(ctx, trx, { messageId, businessKey: promotion.promotionId, outcome: refusal ? 'rejected' : 'queued' });
+  await appendEvents(ctx, trx, events);
+  return refusal ? { outcome: 'rejected', run, code: refusal.code, reason: refusal.message } : { outcome: 'accepted', run };
+}
+
+async function duplicate(ctx: ProvisioningContext, run: Run, messageId: string): Promise<IntakeResult> {
+  await recordResend(ctx, run, messageId);
+  return { outcome: 'duplicate', run };
+}
+
+/** A message for a run that exists: recorded so the resend is visible in the inbox (a redelivery records nothing new). */
+export async function recordResend(ctx: ProvisioningContext, run: Run, messageId: string): Promise<void> {
+  await retryingContention(() => recordInbound(inboxOf(ctx.db), { module: PROVISIONING_MODULE, messageId, businessKey: run.promotionId }, ctx.clock));
+}
+
+/**
+ * Why a well-formed promotion cannot become a run, or undefined when it can: an unknown tenant, or desired state
+ * that is not there (repository, commit, path). Transient failures (Git remote unreachable) are thrown.
+ */
+async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionApproved): Promise<Failure | undefined> {
+  if (!(await ctx.knowsTenant(promotion.tenantId))) {
+    return { code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` };
+  }
+  // Fail-fast: a ControlPlaneApi that does not answer throws, and the message is delivered again.
+  const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => ctx.services.controlPlane.environment(promotion.tenantId, promotion.environment.id));
+  if (!environment) {
+    return { code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` };
+  }
+  try {
+    await loadDesiredState(promotion.desiredState, ctx.desiredState);
+    return undefined;
+  } catch (thrown) {
+    return permanentFailure(thrown);
+  }
+}
+
+async function rejectMessage(ctx: ProvisioningContext, messageId: string, body: unknown, problems: readonly FieldProblem[]): Promise<IntakeResult> {
+  const code = RunErrors.invalidPromotion;
+  const reason = `the message is not a valid PromotionApproved: ${describeFieldProblems(problems)}`;
+  const readable = readableIds(body);
+  await inTransaction(ctx.db, async (trx) => {
+    const at = ctx.clock.now();
+    const rejection: Rejection = { messageId, ...readable, code, reason, problems, receivedAt: at };
+    // A redelivery of this message: recorded and announced already.
+    if (!(await insertRejection(trx, rejection))) return;
+    await recordRejectedInbound(ctx, trx, messageId);
+    await appendEvents(ctx, trx, [promotionRejected({ messageId, ...readable, code, reason, problems, at })]);
+  });
+  return { outcome: 'rejected', code, reason };
+}
+
+/**
+ * The inbox entry of a message that made a run, keyed by its business key; throws `MessageIdReused` (rolling the
+ * transaction back) when the messageId was used before for another message.
+ */
+export async function recordRunInbound(
+  ctx: ProvisioningContext,
+  trx: Transaction<ProvisioningTables>,
+  entry: { readonly messageId: string; readonly businessKey: string; readonly outcome: 'queued' | 'rejected' },
+): Promise<void> {
+  const inbox = inboxOf(trx);
+  const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId: entry.messageId, businessKey: entry.businessKey }, ctx.clock);
+  if (!inbound.isNew) throw new MessageIdReused();
+  await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId: entry.messageId, outcome: entry.outcome }, ctx.clock);
+}
+
+/** The inbox entry of a message no run was made for, keyed by the message: a malformed one must not shadow a valid one. */
+export async function recordRejectedInbound(ctx: ProvisioningContext, trx: Transaction<ProvisioningTables>, messageId: string): Promise<void> {
+  const inbox = inboxOf(trx);
+  await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId, businessKey: `invalid:${messageId}` }, ctx.clock);
+  await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: 'rejected' }, ctx.clock);
+}
+
+/** The run a promotion makes: its fields as the message gives them. */
+function promotionRun(p: PromotionApproved): Omit<NewRun, 'id' | 'state' | 'error' | 'now'> {
+  return {
+    key: p.promotionId,
+    tenant: p.tenantId,
+    environment: p.environment,
+    release: p.release,
+    stack: p.desiredState.stack,
+    desiredState: { repository: p.desiredState.repository, commit: p.desiredState.commit, path: p.desiredState.path },
+    requestedBy: p.requestedBy,
+    reason: 'promotion',
+  };
+}
+
+/** The ids a malformed message may still carry, for its rejection record and event. */
+function readableIds(body: unknown): { promotionId?: string; tenantId?: string } {
+  let value = body;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value) as unknown;
+    } catch {
+      return {};
+    }
+  }
+  if (typeof value !== 'object' || value === null) return {};
+  const { promotionId, tenantId } = value as { promotionId?: unknown; tenantId?: unknown };
+  const usable = (v: unknown) => typeof v === 'string' && v.length > 0 && v.length <= 200;
+  return { ...(usable(promotionId) ? { promotionId: promotionId as string } : {}), ...(usable(tenantId) ? { tenantId: tenantId as string } : {}) };
+}

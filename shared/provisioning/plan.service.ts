@@ -1,0 +1,239 @@
+import { AppError, ensureError } from '../platform/errors/app-error';
+import { loadDesiredState, type DesiredState } from '../platform/git/desired-state';
+import type { ConfigOverrides, PlanOptions } from '../platform/iac/iac-runner';
+import { jsonEqual } from '../platform/iac/iac-values';
+import type { Plan } from '../platform/iac/plan';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { ExternalErrors, type PolicyDecision } from './external-services.client';
+import {
+  appendEvents,
+  existingRun,
+  expectedFailure,
+  failFast,
+  failRunWith,
+  giveBackStack,
+  nowOf,
+  permanentFailure,
+  repositoryOf,
+  type Failure,
+  type ProvisioningContext,
+} from './provisioning.context';
+import {
+  deletePolicyWait,
+  findPolicyWait,
+  insertArtifact,
+  latestAppliedRun,
+  rebaseRun,
+  recordPlan,
+  savePolicyWait,
+  setWaiting,
+  transitionRun,
+  type PlanReceipt,
+  type UndecidedPlanReceipt,
+} from './provisioning.repository';
+import { specificationDeclared } from './run-events';
+import { approvalRequired, planExpiryMs, RunErrors, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { takeStack } from './stack-queue.service';
+
+/**
+ * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and
+ * `SpecificationDeclared`; then the run waits for its approval or goes on to apply. A policy check the
+ * GovernanceHost decides later keeps the plan waiting, without the stack, until `checkPolicy` finds it decided.
+ */
+export async function plan(ctx: ProvisioningContext, runId: string): Promise<RunStep> {
+  let run = await existingRun(ctx, runId);
+  // A plan waiting for its policy check is made: the wait goes on (a retried or replayed step, a new execution).
+  if ((run.state !== 'queued' && run.state !== 'planning') || run.waitingFor?.kind === 'policy') return stepOf(run);
+  const stack = await takeStack(ctx, run);
+  if (!stack.taken) return stack.step;
+  if (run.state === 'queued') {
+    if (!(await retryingContention(() => transitionRun(ctx.db, runId, 'planning', nowOf(ctx), { waitingFor: null })))) {
+      // Canceled or superseded while it took the stack.
+      await giveBackStack(ctx, run);
+      return stepOf(await existingRun(ctx, runId));
+    }
+    run = await existingRun(ctx, runId);
+  } else if (run.waitingFor) {
+    // A replanned run that waited for the stack.
+    await retryingContention(() => setWaiting(ctx.db, runId, 'planning', null, nowOf(ctx)));
+  }
+  if (run.reason === 'pool-resize' || run.reason === 'reconciliation') run = await rebase(ctx, run);
+  const startedAt = ctx.clock.now();
+  const engine = ctx.engine;
+  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
+  let desired: DesiredState;
+  try {
+    desired = await loadDesiredState(run.desiredState, ctx.desiredState);
+  } catch (thrown) {
+    return failRunWith(ctx, run, permanentFailure(thrown));
+  }
+  let planned: Plan;
+  try {
+    planned = await engine.preview(run.stack, desired.files, configOf(run), planOptionsOf(run));
+  } catch (thrown) {
+    // A refresh reads the target: one that cannot be reached fails the run as it fails an apply, with its code.
+    const error = ensureError(thrown);
+    if (error instanceof AppError && error.code === RunErrors.targetUnreachable) return failRunWith(ctx, run, { code: error.code, message: error.message });
+    return failRunWith(ctx, run, expectedFailure(error));
+  }
+  const decision = approvalRequired(run.environment, planned.counts, ctx.approvalPolicy);
+  const receipt: UndecidedPlanReceipt = {
+    runId,
+    stack: run.stack,
+    repository: repositoryOf(run),
+    commit: run.desiredState.commit,
+    path: desired.path,
+    runner: { name: engine.name, version: await engine.version() },
+    approvalRequired: decision.required,
+    approvalReasons: decision.reasons,
+    plan: planned,
+    startedAt: startedAt.toISOString(),
+    finishedAt: ctx.clock.now().toISOString(),
+    // Counted from the plan, also when a policy check holds it up: the plan's age is what makes it stale.
+    expiresAt: new Date(nowOf(ctx) + planExpiryMs(ctx.planExpiry, run.environment)).toISOString(),
+  };
+  // Fail-fast: a GovernanceHost that does not answer throws (the activity retries; the run keeps its stack meanwhile),
+  // and when the retries run out the run fails with PROVISIONING.GOVERNANCE_UNAVAILABLE. Never an allow by default.
+  const policy = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () =>
+    ctx.services.governance.decide({
+      runId,
+      tenant: run.tenant,
+      environment: run.environment,
+      stack: run.stack,
+      planDigest: planned.digest,
+      steps: planned.steps.map((s) => ({ urn: s.urn, type: s.type, op: s.op })),
+    }),
+  );
+  if (policy.decision === 'pending') return awaitPolicy(ctx, run, receipt, policy.checkId);
+  if (policy.decision === 'deny') return failRunWith(ctx, run, policyDenied(policy));
+  return recordPlanned(ctx, run, { ...receipt, policy });
+}
+
+/**
+ * Asks the GovernanceHost where the policy check of a waiting plan stands: an allow records the plan (then
+ * approval or apply, as after a plan), a deny fails the run, a check still pending waits on, or fails the run with
+ * `PROVISIONING.POLICY_TIMEOUT` when the wait `timedOut`. A run no longer waiting says where it is.
+ */
+export async function checkPolicy(ctx: ProvisioningContext, runId: string, timedOut: boolean): Promise<RunStep> {
+  const run = await existingRun(ctx, runId);
+  const waiting = run.waitingFor;
+  if (run.state !== 'planning' || waiting?.kind !== 'policy') return stepOf(run);
+  const wait = await retryingContention(() => findPolicyWait(ctx.db, runId));
+  if (!wait || wait.checkId !== waiting.checkId) return failRunWith(ctx, run, { code: RunErrors.internal, message: `the plan waiting for policy check ${waiting.checkId} is not stored` });
+  let answer;
+  try {
+    // Fail-fast as at plan: a GovernanceHost that does not answer throws, and the activity retries.
+    answer = await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => ctx.services.governance.policyCheck(wait.checkId));
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    // A check the service lost will never be decided: waiting out the timeout would only hide that.
+    if (error instanceof AppError && error.code === ExternalErrors.policyCheckUnknown) return failRunWith(ctx, run, { code: error.code, message: error.message });
+    throw error;
+  }
+  if (answer.decision === 'pending') {
+    if (!timedOut) return stepOf(run);
+    return failRunWith(ctx, run, {
+      code: RunErrors.policyTimeout,
+      message: `the GovernanceHost did not decide policy check ${wait.checkId} of plan ${waiting.planDigest} within ${ctx.timings.policyTimeoutMs} ms`,
+    });
+  }
+  if (answer.decision === 'deny') return failRunWith(ctx, run, policyDenied(answer));
+  return recordPlanned(ctx, run, {
+    ...wait.receipt,
+    policy: answer,
+    policyCheck: { checkId: wait.checkId, requestedAt: wait.requestedAt.toISOString(), decidedAt: ctx.clock.now().toISOString() },
+  });
+}
+
+const policyDenied = (policy: Extract<PolicyDecision, { decision: 'deny' }>): Failure => ({
+  code: ExternalErrors.policyDenied,
+  message: `policy ${policy.policy} denied the plan: ${policy.reason}`,
+});
+
+/**
+ * Records a plan the GovernanceHost allowed (its receipt, artifact and `SpecificationDeclared`) and moves the run
+ * on to its approval or its apply. A run that ended meanwhile (rejected while its policy check was pending) stays
+ * as it is.
+ */
+async function recordPlanned(ctx: ProvisioningContext, run: Run, receipt: PlanReceipt): Promise<RunStep> {
+  const runId = run.id;
+  const planned = receipt.plan;
+  // The receipt is stored at the KnowledgeHost before it is recorded here, so a recorded plan always has its artifact.
+  const planArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId, kind: 'plan-receipt', content: receipt }));
+  const to = receipt.approvalRequired ? 'awaiting-approval' : 'applying';
+  const waitingFor: WaitingFor | null = receipt.approvalRequired ? { kind: 'approval', planDigest: planned.digest } : null;
+  try {
+    await inTransaction(ctx.db, async (trx) => {
+      await recordPlan(trx, runId, receipt, to, waitingFor, nowOf(ctx));
+      await insertArtifact(trx, runId, { kind: 'plan-receipt', id: planArtifact, recordedAt: new Date(nowOf(ctx)) });
+      await deletePolicyWait(trx, runId);
+      const resources = planned.steps.map((s) => ({ urn: s.urn, type: s.type, name: s.name, op: s.op }));
+      await appendEvents(ctx, trx, [specificationDeclared(run, receipt.repository, { digest: planned.digest, counts: planned.counts, resources })]);
+    });
+  } catch (thrown) {
+    const current = await existingRun(ctx, runId);
+    if (current.state !== 'planning') return stepOf(current);
+    throw thrown;
+  }
+  // A run that waits for a person gives its stack back meanwhile: others may plan and apply, and the digest check
+  // at apply refuses this plan if they changed what it was made against.
+  if (receipt.approvalRequired) {
+    await giveBackStack(ctx, run);
+    return { outcome: 'awaiting-approval', planDigest: planned.digest, ...(receipt.expiresAt !== undefined ? { planExpiresAt: receipt.expiresAt } : {}) };
+  }
+  return { outcome: 'applying' };
+}
+
+/**
+ * The GovernanceHost decides the plan later: the run keeps the plan and what it waits for, and gives its stack back
+ * meanwhile, as a run waiting for its approval does (a review may take hours; the check at apply refuses the plan
+ * if others changed the stack meanwhile).
+ */
+async function awaitPolicy(ctx: ProvisioningContext, run: Run, receipt: UndecidedPlanReceipt, checkId: string): Promise<RunStep> {
+  const since = ctx.clock.now();
+  const waitingFor = { kind: 'policy', checkId, planDigest: receipt.plan.digest, since: since.toISOString() } as const;
+  const waits = await inTransaction(ctx.db, async (trx) => {
+    if (!(await setWaiting(trx, run.id, 'planning', waitingFor, since.getTime()))) return false;
+    await savePolicyWait(trx, run.id, { checkId, receipt, requestedAt: since });
+    return true;
+  });
+  await giveBackStack(ctx, run);
+  if (!waits) return stepOf(await existingRun(ctx, run.id));
+  return { outcome: 'awaiting-policy', checkId, planDigest: waitingFor.planDigest, since: waitingFor.since };
+}
+
+/**
+ * A pool resize changes the size of what the stack runs now: when another run applied the stack since the resize
+ * was taken in, it plans that run's desired state instead of the one it was given. A reconciliation applies again
+ * what the stack runs now: that run's desired state, release and config (a promotion or a resize applied while it
+ * waited is not undone).
+ */
+async function rebase(ctx: ProvisioningContext, run: Run): Promise<Run> {
+  const current = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, run.stack));
+  if (!current) return run;
+  const { repository, commit, path } = current.desiredState;
+  const sameState = repository === run.desiredState.repository && commit === run.desiredState.commit && path === run.desiredState.path;
+  if (run.reason !== 'reconciliation') {
+    if (sameState) return run;
+    await retryingContention(() => rebaseRun(ctx.db, run.id, current.desiredState, nowOf(ctx)));
+    return existingRun(ctx, run.id);
+  }
+  const sameRest = jsonEqual(current.release, run.release) && jsonEqual(current.config ?? null, run.config ?? null);
+  if (sameState && sameRest) return run;
+  await retryingContention(() => rebaseRun(ctx.db, run.id, current.desiredState, nowOf(ctx), { release: current.release, config: current.config }));
+  return existingRun(ctx, run.id);
+}
+
+/** A run's stack config: what the run sets over the stack file (a pool resize's `poolSize`). */
+export function configOf(run: Run): ConfigOverrides {
+  return run.config ?? {};
+}
+
+/**
+ * How a run plans, the same for its plan and its apply (the apply re-plans, and the digests must agree): a
+ * reconciliation against what the target holds, with its proposal's ignore rules; every other run against the
+ * recorded state.
+ */
+export function planOptionsOf(run: Run): PlanOptions {
+  return run.reconciliation ? { refresh: true, ignore: run.reconciliation.ignore } : {};
+}

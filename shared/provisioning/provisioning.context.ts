@@ -1,0 +1,215 @@
+import type { Transaction } from 'kysely';
+import type { NewEvent } from '../platform/bus/events';
+import { appendToOutbox } from '../platform/bus/outbox';
+import { AppError, ensureError } from '../platform/errors/app-error';
+import type { LoadDesiredStateOptions } from '../platform/git/desired-state';
+import { redactUrl } from '../platform/git/repository-url';
+import type { IacEngine } from '../platform/iac/iac-runner';
+import type { SqlStore } from '../platform/sql/database';
+import type { SqlDialect } from '../platform/sql/dialect';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordRunEnded } from '../platform/telemetry/metrics';
+import type { Clock, Ids } from '../platform/time/clock';
+import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
+import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
+import type { ProvisioningTables } from './provisioning.tables';
+import { provisioningFailed } from './run-events';
+import {
+  DEFAULT_APPROVAL_POLICY,
+  DEFAULT_PLAN_EXPIRY_MS,
+  DEFAULT_POLICY_POLL_MS,
+  DEFAULT_POLICY_TIMEOUT_MS,
+  isTerminal,
+  RunErrors,
+  stepOf,
+  type ApprovalPolicy,
+  type PlanExpiryPolicy,
+  type Run,
+  type RunStep,
+} from './run';
+import { provisioningDb, releaseStackLock, type ProvisioningDb } from './stack-lock.repository';
+
+/**
+ * What every provisioning use case works with: the store, the clock and ids, the engine and the external services,
+ * and the policies of this installation. Built once per host by `createProvisioningService`; the use case files
+ * (intake, pool resize, reconciliation, stack queue, plan, apply, operator actions, views) take it first.
+ */
+export interface ProvisioningContext {
+  readonly db: ProvisioningDb;
+  readonly dialect: SqlDialect;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  /** Undefined when the configured runner cannot plan on this host (runs then fail saying so). */
+  readonly engine: IacEngine | undefined;
+  readonly services: ExternalServices;
+  readonly knowsTenant: (tenant: string) => Promise<boolean>;
+  readonly desiredState: LoadDesiredStateOptions | undefined;
+  readonly timings: RunTimings;
+  readonly stackLock: { readonly ttlMs: number; readonly renewEveryMs: number; readonly hostId: string };
+  readonly planExpiry: PlanExpiryPolicy;
+  readonly approvalPolicy: ApprovalPolicy;
+}
+
+/** Durations the run orchestration waits with; they travel in its input, so the orchestrator reads no config. */
+export interface RunTimings {
+  /** How long a run waits for its approval before it fails with `PROVISIONING.APPROVAL_TIMEOUT`. */
+  readonly approvalTimeoutMs: number;
+  /** How long a run waiting for its stack sleeps before it asks again. */
+  readonly lockRetryMs: number;
+  /** How often a run whose plan waits for a policy check asks the GovernanceHost for the decision. */
+  readonly policyPollMs: number;
+  /** How long a run waits for a policy check before it fails with `PROVISIONING.POLICY_TIMEOUT`. */
+  readonly policyTimeoutMs: number;
+}
+
+export interface ProvisioningServiceOptions {
+  readonly store: SqlStore;
+  readonly clock: Clock;
+  readonly ids: Ids;
+  /** The engine that plans and applies; undefined when the configured runner cannot (runs then fail saying so). */
+  readonly engine: IacEngine | undefined;
+  /**
+   * The GovernanceHost (policy, secrets, audit evidence), ControlPlaneApi (environments, approvers), KnowledgeHost
+   * (receipts as artifacts) and Config Platform (config references, degrading to last known values).
+   * Example: `createLocalExternalServices({ store, clock, stateDir })`.
+   */
+  readonly services: ExternalServices;
+  /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
+  readonly knowsTenant: (tenant: string) => Promise<boolean>;
+  /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache' }`. */
+  readonly desiredState?: LoadDesiredStateOptions;
+  /** The stack lock's lease; a host that dies holding it frees the stack after this long. Example: `600_000`. */
+  readonly stackLockTtlMs?: number;
+  /** How often an apply renews its stack lock (it also renews before every step). Default: a third of the TTL. */
+  readonly stackLockRenewEveryMs?: number;
+  /** How long a plan may wait for approval. Example: `{ defaultMs: 86_400_000, byEnvironment: { production: 14_400_000 } }`. */
+  readonly planExpiry?: PlanExpiryPolicy;
+  /**
+   * When a plan needs approval. Default: production plans and plans with a delete or replace step.
+   * Example: `{ tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'env-dev-1': { always: true } } }`.
+   */
+  readonly approval?: ApprovalPolicy;
+  /** This host's name in stack locks. Example: `host-a`. */
+  readonly hostId?: string;
+  /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 86_400_000 }`. */
+  readonly timings?: Partial<RunTimings>;
+}
+
+const DEFAULT_TIMINGS: RunTimings = {
+  approvalTimeoutMs: 24 * 60 * 60 * 1000,
+  lockRetryMs: 1000,
+  policyPollMs: DEFAULT_POLICY_POLL_MS,
+  policyTimeoutMs: DEFAULT_POLICY_TIMEOUT_MS,
+};
+const DEFAULT_STACK_LOCK_TTL_MS = 10 * 60 * 1000;
+
+export function createProvisioningContext(options: ProvisioningServiceOptions): ProvisioningContext {
+  const ttlMs = options.stackLockTtlMs ?? DEFAULT_STACK_LOCK_TTL_MS;
+  return {
+    db: provisioningDb(options.store.db),
+    dialect: options.store.dialect,
+    clock: options.clock,
+    ids: options.ids,
+    engine: options.engine,
+    services: options.services,
+    knowsTenant: options.knowsTenant,
+    desiredState: options.desiredState,
+    timings: { ...DEFAULT_TIMINGS, ...options.timings },
+    stackLock: { ttlMs, renewEveryMs: options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(ttlMs / 3)), hostId: options.hostId ?? options.ids.next('host') },
+    planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },
+    approvalPolicy: options.approval ?? DEFAULT_APPROVAL_POLICY,
+  };
+}
+
+/** Why a run failed, was refused or went stale: a stable code and a message for people. */
+export type Failure = { readonly code: string; readonly message: string };
+
+export function nowOf(ctx: ProvisioningContext): number {
+  return ctx.clock.now().getTime();
+}
+
+/** Writes events to the outbox in the caller's transaction. */
+export async function appendEvents(ctx: ProvisioningContext, trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]): Promise<void> {
+  await appendToOutbox(trx, events, ctx.clock, ctx.ids);
+}
+
+/** The run's repository as views and events show it: without credentials. */
+export function repositoryOf(run: Run): string {
+  return redactUrl(run.desiredState.repository);
+}
+
+export function readRun(ctx: ProvisioningContext, id: string): Promise<Run | undefined> {
+  return retryingContention(() => findRun(ctx.db, id));
+}
+
+export async function existingRun(ctx: ProvisioningContext, id: string): Promise<Run> {
+  const run = await readRun(ctx, id);
+  if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${id}`, { runId: id });
+  return run;
+}
+
+/** Gives the run's stack lock back, if it still holds it. */
+export async function giveBackStack(ctx: ProvisioningContext, run: Run): Promise<void> {
+  await retryingContention(() => releaseStackLock(ctx.db, run.stack, run.id));
+}
+
+/** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */
+export async function failRunWith(ctx: ProvisioningContext, run: Run, failure: Failure): Promise<RunStep> {
+  const ended = await inTransaction(ctx.db, async (trx) => {
+    const at = nowOf(ctx);
+    if (!(await transitionRun(trx, run.id, 'failed', at, { error: failure, waitingFor: null, finished: true }))) return false;
+    await deletePolicyWait(trx, run.id);
+    const failed: Run = { ...run, state: 'failed', error: failure, finishedAt: new Date(at) };
+    await appendEvents(ctx, trx, [provisioningFailed(failed, repositoryOf(run), { code: failure.code, reason: failure.message, finishedAt: new Date(at) })]);
+    return true;
+  });
+  if (ended) recordRunEnded('failed', nowOf(ctx) - run.createdAt.getTime());
+  await giveBackStack(ctx, run);
+  return ended ? { outcome: 'ended', state: 'failed' } : stepOf(await existingRun(ctx, run.id));
+}
+
+/** The orchestration gave up on a step: the run fails (if it has not ended) and gives its stack back. */
+export async function failRun(ctx: ProvisioningContext, runId: string, reason: string): Promise<RunStep> {
+  const run = await existingRun(ctx, runId);
+  if (isTerminal(run.state)) return stepOf(run);
+  // A step that gave up because a fail-fast service did not answer ends the run with that service's code.
+  return failRunWith(ctx, run, { code: unavailableCodeIn(reason) ?? RunErrors.internal, message: reason });
+}
+
+/** Counts a run that an operator ended, once its transaction committed. */
+export function counted(ctx: ProvisioningContext, run: Run): Run {
+  recordRunEnded(run.state, (run.finishedAt ?? ctx.clock.now()).getTime() - run.createdAt.getTime());
+  return run;
+}
+
+/**
+ * An expected failure (an AppError) that retrying cannot cure, as the run's error. Transient ones (`unavailable`:
+ * a Git remote that did not answer) and anything unexpected are thrown, so the step is retried.
+ */
+export function permanentFailure(thrown: unknown): Failure {
+  const error = ensureError(thrown);
+  if (error instanceof AppError && error.kind !== 'unavailable') return { code: error.code, message: error.message };
+  throw error;
+}
+
+/** Plan errors of the engine (`IAC.*`) end the run; anything else is a fault and is thrown. */
+export function expectedFailure(thrown: unknown): Failure {
+  const error = ensureError(thrown);
+  if (error instanceof AppError && error.kind !== 'unavailable' && error.kind !== 'internal') return { code: error.code, message: error.message };
+  throw error;
+}
+
+/**
+ * Calls a fail-fast service: its own expected answers (an AppError that is not `unavailable`, such as an unknown
+ * reference) pass; anything else, a service that did not answer, becomes `code` (kind `unavailable`), which the
+ * caller throws on so the step is retried and, when the retries run out, the run fails with that code.
+ */
+export async function failFast<T>(code: string, service: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    if (error instanceof AppError && (error.code === code || (error.kind !== 'unavailable' && error.kind !== 'internal'))) throw error;
+    throw serviceUnavailable(code, service, error);
+  }
+}

@@ -1,0 +1,40 @@
+import type { TenantFilter } from '../platform/auth/auth';
+import { AppError } from '../platform/errors/app-error';
+import { decodeCursor, encodeCursor } from '../platform/http/cursor';
+import { retryingContention } from '../platform/sql/transaction';
+import type { ProvisioningContext } from './provisioning.context';
+import { findRejection, findRunDetail, listRuns as listRunRows, type Rejection, type RunDetail } from './provisioning.repository';
+import type { Run, RunState } from './run';
+
+/** What operators and services read of runs: one run with its receipts, a page of runs, a rejected message. */
+
+export interface RunPage {
+  readonly items: readonly Run[];
+  readonly nextCursor?: string;
+}
+
+export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, runId: string): Promise<RunDetail> {
+  const detail = await retryingContention(() => findRunDetail(ctx.db, runId, tenants));
+  if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+  return detail;
+}
+
+export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage> {
+  const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+  if (query.cursor !== undefined && after === undefined) throw new AppError('REQUEST.INVALID_CURSOR', 'validation', 'the cursor is not one this API gave out');
+  const items = await retryingContention(() =>
+    listRunRows(ctx.db, ctx.dialect, tenants, {
+      limit: query.limit,
+      ...(query.environment !== undefined ? { environment: query.environment } : {}),
+      ...(query.state !== undefined ? { state: query.state } : {}),
+      ...(after !== undefined ? { after } : {}),
+    }),
+  );
+  const last = items[items.length - 1];
+  return { items, ...(items.length === query.limit && last ? { nextCursor: encodeCursor(last.id) } : {}) };
+}
+
+/** A rejected message, by its messageId. */
+export function getRejection(ctx: ProvisioningContext, messageId: string): Promise<Rejection | undefined> {
+  return retryingContention(() => findRejection(ctx.db, messageId));
+}
