@@ -113,7 +113,10 @@ for (const dialect of DIALECTS) {
       expect(await mismatched.json()).toMatchObject({ code: 'AUTH.TENANT_CLAIM_MISMATCH', clientTenant: 'tenant-a', tokenTenant: 'tenant-b' });
 
       const agreeing = await host.token({ client: CLIENT_A, tenant: 'tenant-a', scopes: SCOPES });
-      expect((await leasesOf(agreeing)).map((l) => l.tenant)).toEqual(['tenant-a']);
+      expect((await call('GET', '/runtime-cloud/leases', agreeing)).status).toBe(200);
+      const other = await call('GET', '/runtime-cloud/leases', agreeing, undefined, { 'x-tenant-id': 'tenant-b' });
+      expect(other.status).toBe(403);
+      expect(await other.json()).toMatchObject({ code: 'AUTH.TENANT_MISMATCH', tokenTenant: 'tenant-a' });
     });
 
     it('when the mapped client holds PlatformAdmin, then platform administration is 403 AUTH.PLATFORM_ONLY', async () => {
