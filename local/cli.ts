@@ -11,7 +11,7 @@ Usage:
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
       secret and config references; see the README walk-through).
-  runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+  runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]
       Prints a PromotionApproved message (JSON, a fresh promotionId each time) for the example desired state
@@ -30,8 +30,10 @@ const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR]
                     the example repository desired-state.git and references.json
 `;
 
-const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
-  --tenant T        bind the token to tenant T
+const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+  --tenant T        bind the token to tenant T (a tenant claim)
+  --client APP_ID   the client application id (azp claim), as Entra issues it; a client listed in
+                    RuntimeCloud__Auth__Clients acts for its tenant only, and with --tenant naming another is refused
   --role R          Observer | Operator | PlatformAdmin (repeatable)
   --scope S         factory.health.read | factory.meta.read | factory.runtime.read | factory.capacity.lease |
                     factory.provisioning.operate | factory.runtime.admin (repeatable)
@@ -110,6 +112,7 @@ async function token(args: string[]): Promise<number> {
     args,
     options: {
       tenant: { type: 'string' },
+      client: { type: 'string' },
       role: { type: 'string', multiple: true },
       scope: { type: 'string', multiple: true },
       subject: { type: 'string' },
@@ -122,6 +125,10 @@ async function token(args: string[]): Promise<number> {
     process.stdout.write(TOKEN_USAGE);
     return 0;
   }
+  if (values.client === '') {
+    process.stderr.write(`--client needs an application id\n\n${TOKEN_USAGE}`);
+    return 2;
+  }
   const config = configFromEnvironment({
     overrides: values['state-dir'] !== undefined ? { RuntimeCloud__Local__StateDir: values['state-dir'] } : {},
   });
@@ -131,6 +138,7 @@ async function token(args: string[]): Promise<number> {
     audience: config.auth.audience,
     ...(values.subject !== undefined ? { subject: values.subject } : {}),
     ...(values.tenant !== undefined ? { tenant: values.tenant } : {}),
+    ...(values.client !== undefined ? { client: values.client } : {}),
     roles: values.role ?? [],
     scopes: values.scope ?? [],
     ...(values.ttl !== undefined ? { ttlSeconds: Number(values.ttl) } : {}),

@@ -87,7 +87,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const tables = createTableStore(config.tables.connection);
   const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
   if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
-  const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clock });
+  const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clients: config.auth.clients, clock });
   // The embedded engine against the local cloud, or the Pulumi Automation API (which needs the pulumi CLI).
   const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
   const iac: IacRunner = engine;

@@ -35,6 +35,11 @@ export interface TokenRequest {
   readonly audience: string;
   readonly subject?: string;
   readonly tenant?: string;
+  /**
+   * The client application id, issued as `azp` (as Entra v2 tokens carry it), so `RuntimeCloud__Auth__Clients` can
+   * be tried locally. Example: `7f3e1c2a-0000-4000-8000-000000000001`.
+   */
+  readonly client?: string;
   readonly roles?: readonly string[];
   readonly scopes?: readonly string[];
   /** Lifetime. Example: `3600`. */
@@ -45,6 +50,7 @@ export async function issueLocalToken(keys: LocalKeys, request: TokenRequest): P
   const key = await importJWK(keys.privateJwk, 'ES256');
   const claims: Record<string, unknown> = {};
   if (request.tenant) claims.tenant = request.tenant;
+  if (request.client) claims.azp = request.client;
   if (request.roles?.length) claims.roles = [...request.roles];
   if (request.scopes?.length) claims.scp = request.scopes.join(' ');
   return new SignJWT(claims)

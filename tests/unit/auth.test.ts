@@ -232,3 +232,89 @@ describe('the validated-token cache', () => {
     }
   });
 });
+
+describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
+  const CLIENT_A = '7f3e1c2a-0000-4000-8000-00000000000a';
+  const CLIENT_UNLISTED = '7f3e1c2a-0000-4000-8000-0000000000ff';
+  const SERVICE = { scp: 'factory.capacity.lease factory.runtime.read' };
+  let bound: TokenValidator;
+
+  beforeAll(() => {
+    // Listed in upper case: Entra writes app ids in lower case, and the match ignores case.
+    bound = createTokenValidator({ issuer: ISSUER, audience: AUDIENCE, keys: { keys: [publicJwk] }, clients: { [CLIENT_A.toUpperCase()]: 'acme' } });
+  });
+
+  const principal = async (claims: Record<string, unknown>): Promise<Principal> =>
+    bound.authenticate(`Bearer ${await aToken({ claims: { ...SERVICE, ...claims } })}`);
+
+  it('when a v2 token names a listed client in azp, then it acts for that tenant only, as a tenant claim does', async () => {
+    const p = await principal({ azp: CLIENT_A });
+    expect(p).toMatchObject({ tenant: 'acme', client: CLIENT_A });
+    expect(resolveTenant(p, 'factory.capacity.lease', undefined)).toEqual({ kind: 'one', tenant: 'acme' });
+    expect(resolveTenant(p, 'factory.capacity.lease', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+    expect(() => resolveTenant(p, 'factory.capacity.lease', 'globex')).toThrow(expect.objectContaining({ kind: 'forbidden', code: 'AUTH.TENANT_MISMATCH' }));
+    const admin = await principal({ azp: CLIENT_A, roles: ['PlatformAdmin'] });
+    expect(() => requirePlatformPrincipal(admin)).toThrow(expect.objectContaining({ code: 'AUTH.PLATFORM_ONLY', details: { tokenTenant: 'acme' } }));
+  });
+
+  it('when a v1 token names a listed client in appid, then it is bound the same way', async () => {
+    const p = await principal({ appid: CLIENT_A, ver: '1.0' });
+    expect(p).toMatchObject({ tenant: 'acme', client: CLIENT_A });
+    expect(() => resolveTenant(p, 'factory.capacity.lease', 'globex')).toThrow(expect.objectContaining({ code: 'AUTH.TENANT_MISMATCH' }));
+  });
+
+  it('when the client is not listed, then the token is unbound as before: a service names its tenant', async () => {
+    for (const claims of [{ azp: CLIENT_UNLISTED }, { appid: CLIENT_UNLISTED }, {}]) {
+      const p = await principal(claims);
+      expect(p.tenant, JSON.stringify(claims)).toBeUndefined();
+      expect(resolveTenant(p, 'factory.capacity.lease', 'globex')).toEqual({ kind: 'one', tenant: 'globex' });
+      expect(() => resolveTenant(p, 'factory.capacity.lease', undefined)).toThrow(expect.objectContaining({ code: 'AUTH.TENANT_REQUIRED' }));
+    }
+    // And a validator configured with no clients binds nobody.
+    const unbound = await validator.authenticate(`Bearer ${await aToken({ claims: { ...SERVICE, azp: CLIENT_A } })}`);
+    expect(unbound.tenant).toBeUndefined();
+  });
+
+  it('when a listed client also claims the same tenant, then it acts for it', async () => {
+    const p = await principal({ azp: CLIENT_A, tenant: 'acme' });
+    expect(p.tenant).toBe('acme');
+  });
+
+  it('when a listed client claims another tenant, then the token is refused as unauthorized, every time it is sent', async () => {
+    const token = await aToken({ claims: { ...SERVICE, azp: CLIENT_A, tenant: 'globex' } });
+    for (let attempt = 0; attempt < 2; attempt++) {
+      expect(await refusal(`Bearer ${token}`, bound)).toMatchObject({
+        kind: 'unauthorized',
+        code: 'AUTH.TENANT_CLAIM_MISMATCH',
+        details: { client: CLIENT_A, clientTenant: 'acme', tokenTenant: 'globex' },
+      });
+    }
+  });
+
+  it('when a listed client token is sent again, then the cached principal keeps the binding', async () => {
+    const token = await aToken({ claims: { ...SERVICE, azp: CLIENT_A } });
+    const first = await bound.authenticate(`Bearer ${token}`);
+    const second = await bound.authenticate(`Bearer ${token}`);
+    expect([first.tenant, second.tenant]).toEqual(['acme', 'acme']);
+  });
+
+  it('when azp and appid name different clients, then the token is refused; the same client, then it is bound', async () => {
+    for (const claims of [{ azp: CLIENT_UNLISTED, appid: CLIENT_A }, { azp: CLIENT_A, appid: CLIENT_UNLISTED }]) {
+      expect(await refusal(`Bearer ${await aToken({ claims: { ...SERVICE, ...claims } })}`, bound)).toMatchObject({
+        kind: 'unauthorized',
+        code: 'AUTH.CLIENT_CLAIM_INVALID',
+      });
+    }
+    expect((await principal({ azp: CLIENT_A, appid: CLIENT_A })).tenant).toBe('acme');
+  });
+
+  it.each([
+    ['azp', ''],
+    ['azp', 42],
+    ['appid', ['x']],
+    ['appid', null],
+  ])('when the %s claim is present but %j, then the token is refused as unauthorized', async (claim, value) => {
+    const token = await aToken({ claims: { ...SERVICE, [claim]: value } });
+    expect(await refusal(`Bearer ${token}`, bound)).toMatchObject({ kind: 'unauthorized', code: 'AUTH.CLIENT_CLAIM_INVALID' });
+  });
+});

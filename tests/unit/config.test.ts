@@ -38,6 +38,33 @@ describe('configuration', () => {
     expect((caught as Error).message).toContain(key);
   });
 
+  it('when Auth__Clients is unset, then no client is bound; set, then its clients map to their tenants', () => {
+    expect(parseConfig({}).auth.clients).toEqual({});
+    const clients = { '7f3e1c2a-0000-4000-8000-000000000001': 'contoso', 'worker.pool_b-2': 'fabrikam' };
+    expect(parseConfig({ RuntimeCloud__Auth__Clients: JSON.stringify(clients) }).auth.clients).toEqual(clients);
+  });
+
+  it.each([
+    ['not JSON', '{"7f3e1c2a": contoso}', 'RuntimeCloud__Auth__Clients'],
+    ['an array', '[["7f3e1c2a","contoso"]]', 'RuntimeCloud__Auth__Clients'],
+    ['a tenant that is a number', '{"7f3e1c2a":42}', 'RuntimeCloud__Auth__Clients.7f3e1c2a'],
+    ['a tenant that is an object', '{"7f3e1c2a":{"tenant":"contoso"}}', 'RuntimeCloud__Auth__Clients.7f3e1c2a'],
+    ['an empty tenant', '{"7f3e1c2a":""}', 'RuntimeCloud__Auth__Clients.7f3e1c2a'],
+    ['a client id with a space', '{"7f3e 1c2a":"contoso"}', 'RuntimeCloud__Auth__Clients.7f3e 1c2a'],
+    ['a __proto__ client id', '{"__proto__":"contoso"}', 'RuntimeCloud__Auth__Clients.__proto__'],
+    ['one client listed twice in different case', '{"7F3E1C2A":"contoso","7f3e1c2a":"fabrikam"}', 'RuntimeCloud__Auth__Clients.7f3e1c2a'],
+  ])('when Auth__Clients has %s, then parsing fails naming the key', (_name, value, field) => {
+    let caught: unknown;
+    try {
+      parseConfig({ RuntimeCloud__Auth__Clients: value });
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).problems.map((p) => p.field)).toContain(field);
+    expect((caught as Error).message).toContain('RuntimeCloud__Auth__Clients');
+  });
+
   it('when local.settings.sample.json is read, then it lists exactly the schema keys', () => {
     const sample = JSON.parse(readFileSync(join(__dirname, '../../local.settings.sample.json'), 'utf8')) as {
       Values: Record<string, string>;

@@ -35,8 +35,13 @@ export const ROLE_SCOPES: Readonly<Record<Role, readonly Scope[]>> = {
 
 export interface Principal {
   readonly subject: string;
-  /** The tenant the token is bound to (`tenant` claim); absent for services and platform administrators. */
+  /**
+   * The tenant the token is bound to: its `tenant` claim (local issuer), or the tenant its client is listed for in
+   * `RuntimeCloud__Auth__Clients` (Entra). Absent for services and platform administrators.
+   */
   readonly tenant?: string;
+  /** The client application the token was issued to (`azp`, v2 tokens; `appid`, v1 tokens), when it names one. */
+  readonly client?: string;
   readonly roles: ReadonlySet<Role>;
   /** Scopes from `scp` plus those granted by roles. */
   readonly scopes: ReadonlySet<Scope>;
@@ -51,7 +56,20 @@ export function unauthorized(code: string, message: string): AppError {
   return new AppError(code, 'unauthorized', message);
 }
 
-export function principalFrom(payload: JWTPayload): Principal {
+/**
+ * Client application ids of callers that act for one tenant, in lower case, → that tenant
+ * (`RuntimeCloud__Auth__Clients`). Entra issues client-credential tokens without a `tenant` claim, so this is how such
+ * a caller is bound. Example: `new Map([['7f3e1c2a-0000-4000-8000-000000000001', 'contoso']])`.
+ */
+export type ClientTenants = ReadonlyMap<string, string>;
+
+const NO_CLIENTS: ClientTenants = new Map();
+
+/**
+ * The principal of a validated token. A token whose client is listed in `clients` acts for that tenant only, as a
+ * `tenant` claim makes it; one that also carries a `tenant` claim naming another tenant is refused (401).
+ */
+export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_CLIENTS): Principal {
   const scp: unknown[] = typeof payload.scp === 'string' ? payload.scp.split(' ') : Array.isArray(payload.scp) ? (payload.scp as unknown[]) : [];
   const rawRoles: unknown[] = Array.isArray(payload.roles) ? (payload.roles as unknown[]) : [];
   const roles = new Set(rawRoles.filter((r): r is Role => ROLES.includes(r as Role)));
@@ -61,8 +79,25 @@ export function principalFrom(payload: JWTPayload): Principal {
   );
   const scopes = new Set<Scope>(direct);
   for (const role of roles) for (const scope of ROLE_SCOPES[role]) scopes.add(scope);
-  const tenant = tenantClaim(payload);
-  return { subject: payload.sub ?? 'unknown', ...(tenant ? { tenant } : {}), roles, scopes, directScopes: direct };
+  const claimed = tenantClaim(payload);
+  const client = clientClaim(payload);
+  const listed = client === undefined ? undefined : clients.get(client.toLowerCase());
+  if (listed !== undefined && claimed !== undefined && claimed !== listed) {
+    throw new AppError('AUTH.TENANT_CLAIM_MISMATCH', 'unauthorized', 'the tenant claim names another tenant than the one this client acts for', {
+      client,
+      clientTenant: listed,
+      tokenTenant: claimed,
+    });
+  }
+  const tenant = listed ?? claimed;
+  return {
+    subject: payload.sub ?? 'unknown',
+    ...(tenant !== undefined ? { tenant } : {}),
+    ...(client !== undefined ? { client } : {}),
+    roles,
+    scopes,
+    directScopes: direct,
+  };
 }
 
 /**
@@ -73,6 +108,27 @@ function tenantClaim(payload: JWTPayload): string | undefined {
   if (!('tenant' in payload)) return undefined;
   if (typeof payload.tenant === 'string' && payload.tenant.length > 0) return payload.tenant;
   throw unauthorized('AUTH.TENANT_CLAIM_INVALID', 'the tenant claim must be a non-empty string');
+}
+
+/**
+ * The client application of the token: `azp` in Entra v2 tokens, `appid` in v1 tokens. A present claim must be a
+ * non-empty string and the two may not disagree: read as absent, a malformed one would leave a listed client's token
+ * unbound, free to name any tenant with a service scope.
+ */
+function clientClaim(payload: JWTPayload): string | undefined {
+  const azp = stringClaim(payload, 'azp');
+  const appid = stringClaim(payload, 'appid');
+  if (azp !== undefined && appid !== undefined && azp !== appid) {
+    throw unauthorized('AUTH.CLIENT_CLAIM_INVALID', 'the azp and appid claims name different clients');
+  }
+  return azp ?? appid;
+}
+
+function stringClaim(payload: JWTPayload, claim: 'azp' | 'appid'): string | undefined {
+  if (!(claim in payload)) return undefined;
+  const value = payload[claim];
+  if (typeof value === 'string' && value.length > 0) return value;
+  throw unauthorized('AUTH.CLIENT_CLAIM_INVALID', `the ${claim} claim must be a non-empty string`);
 }
 
 /** Throws AppError `forbidden` naming the missing scope. */

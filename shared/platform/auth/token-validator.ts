@@ -2,7 +2,7 @@ import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify,
 import { LRUCache } from 'lru-cache';
 import { ensureError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
-import { principalFrom, unauthorized, type Principal } from './auth';
+import { principalFrom, unauthorized, type ClientTenants, type Principal } from './auth';
 
 export interface TokenValidatorOptions {
   readonly issuer: string;
@@ -18,6 +18,11 @@ export interface TokenValidatorOptions {
    * (the default, 10 minutes).
    */
   readonly jwksMaxAgeMs?: number;
+  /**
+   * Client application ids (`azp`/`appid`) of callers that act for one tenant → that tenant
+   * (`RuntimeCloud__Auth__Clients`); matched without regard to case. Example: `{ '7f3e1c2a-0000-4000-8000-000000000001': 'contoso' }`.
+   */
+  readonly clients?: Readonly<Record<string, string>>;
 }
 
 export interface TokenValidator {
@@ -40,6 +45,8 @@ interface ValidatedToken {
 export function createTokenValidator(options: TokenValidatorOptions): TokenValidator {
   const clock = options.clock ?? systemClock;
   const { keySet, remote } = keyResolver(options);
+  // Fixed for the validator's life, so a cached principal carries the same binding a fresh validation would give.
+  const clients: ClientTenants = new Map(Object.entries(options.clients ?? {}).map(([client, tenant]) => [client.toLowerCase(), tenant]));
   // Signature verification dominates a cheap request; a token that verified once stays valid until its `exp`
   // (evicted at that instant on the injected clock, so expiry is judged by jose again, with its tolerance).
   // Least recently used tokens leave first when the bound is reached.
@@ -84,7 +91,8 @@ export function createTokenValidator(options: TokenValidatorOptions): TokenValid
         syncTrustedKids();
       }
       const { payload, protectedHeader } = verified;
-      const principal = principalFrom(payload);
+      // Throws for a token that no tenant binding allows, before anything is cached: it is refused every time.
+      const principal = principalFrom(payload, clients);
       const kid = protectedHeader.kid;
       const ttlMs = typeof payload.exp === 'number' ? payload.exp * 1000 - clock.now().getTime() : 0;
       const stillTrusted = !trustedKids || (kid !== undefined && trustedKids.has(kid));

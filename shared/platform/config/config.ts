@@ -49,6 +49,26 @@ const jsonOf = <T extends z.ZodType>(schema: T, fallback: string) =>
 
 const TIERS = ['development', 'staging', 'production'] as const;
 
+/**
+ * `RuntimeCloud__Auth__Clients`: client application id → the tenant that caller acts for. Ids are letters, digits,
+ * `.`, `_` and `-` (an Entra app id is a GUID), unique without regard to case as tokens are matched; a tenant is a
+ * non-empty string (an empty one would leave the caller unbound).
+ */
+const CLIENT_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
+const clientTenantsSchema = z
+  .unknown()
+  .superRefine((raw, ctx) => {
+    // Checked on the parsed JSON itself: a record schema drops a `__proto__` key without a word.
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return;
+    const seen = new Set<string>();
+    for (const client of Object.keys(raw)) {
+      if (!CLIENT_ID.test(client)) ctx.addIssue({ code: 'custom', path: [client], message: 'a client id is letters, digits, ".", "_" and "-"' });
+      else if (seen.has(client.toLowerCase())) ctx.addIssue({ code: 'custom', path: [client], message: 'listed twice (client ids are matched without regard to case)' });
+      seen.add(client.toLowerCase());
+    }
+  })
+  .pipe(z.record(z.string(), z.string().min(1).max(200)));
+
 /** `RuntimeCloud__Provisioning__Approval`: `default` says which tiers and whether destroys; environments override. */
 const approvalSchema = z
   .object({ default: z.strictObject({ tiers: z.array(z.enum(TIERS)).optional(), onDeleteOrReplace: z.boolean().optional() }).optional() })
@@ -77,6 +97,13 @@ export const settings = {
   RuntimeCloud__Auth__Audience: z.string().min(1).default('api://runtime-cloud'),
   /** JWKS URL of the identity platform; empty on the local host, which trusts the keys in its state dir. */
   RuntimeCloud__Auth__JwksUrl: z.union([z.literal(''), z.url()]).default(''),
+  /**
+   * Callers that act for one tenant, as JSON: client application id (the token's `azp`, or `appid` in v1 tokens) →
+   * tenant. Such a caller's token acts for that tenant only, as a `tenant` claim makes it (Entra issues none); a
+   * token of a listed client whose `tenant` claim names another tenant is refused. Empty: none.
+   * Example: `{"7f3e1c2a-0000-4000-8000-000000000001":"contoso"}`.
+   */
+  RuntimeCloud__Auth__Clients: jsonOf(clientTenantsSchema, '{}'),
   /** Provisioning targets of this installation, as JSON. */
   RuntimeCloud__Targets: jsonOf(
     z.array(targetSchema).min(1),
@@ -152,7 +179,13 @@ export interface Config {
   readonly iac: { readonly runner: 'pulumi' | 'local' };
   readonly store: { readonly dialect: 'sqlite' | 'postgres' | 'mssql'; readonly connection: string };
   readonly tables: { readonly connection: string };
-  readonly auth: { readonly issuer: string; readonly audience: string; readonly jwksUrl: string };
+  readonly auth: {
+    readonly issuer: string;
+    readonly audience: string;
+    readonly jwksUrl: string;
+    /** Client application id → the tenant that caller acts for. */
+    readonly clients: Readonly<Record<string, string>>;
+  };
   readonly targets: readonly ProvisioningTarget[];
   readonly configPlatform: { readonly endpoint: string };
   readonly local: { readonly stateDir: string; readonly port: number };
@@ -208,7 +241,12 @@ function toConfig(s: Settings): Config {
     iac: { runner: s.RuntimeCloud__IaC__Runner },
     store: { dialect: s.RuntimeCloud__Store__Dialect, connection: s.RuntimeCloud__Store__Connection },
     tables: { connection: s.RuntimeCloud__Tables__Connection },
-    auth: { issuer: s.RuntimeCloud__Auth__Issuer, audience: s.RuntimeCloud__Auth__Audience, jwksUrl: s.RuntimeCloud__Auth__JwksUrl },
+    auth: {
+      issuer: s.RuntimeCloud__Auth__Issuer,
+      audience: s.RuntimeCloud__Auth__Audience,
+      jwksUrl: s.RuntimeCloud__Auth__JwksUrl,
+      clients: s.RuntimeCloud__Auth__Clients,
+    },
     targets: s.RuntimeCloud__Targets,
     configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint },
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
