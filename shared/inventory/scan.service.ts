@@ -1,0 +1,227 @@
+import { createHash } from 'node:crypto';
+import type { Transaction } from 'kysely';
+import type { NewEvent } from '../platform/bus/events';
+import { AppError, ensureError } from '../platform/errors/app-error';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { recordDriftFindings } from '../platform/telemetry/metrics';
+import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
+import { groupByResource, observedForInventory, reconciliationPlan } from './environment';
+import { againOnUniqueViolation, appendEvents, existingEnvironment, intervalOf, nowOf, type InventoryContext } from './inventory.context';
+import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
+import {
+  claimScan,
+  dueEnvironments,
+  insertProposal,
+  latestDecidedProposal,
+  listIgnoreRules,
+  lockEnvironment,
+  openProposal,
+  proposalsIn,
+  updateEnvironment,
+  updateProposal,
+  type EnvironmentRow,
+} from './inventory.repository';
+import type { InventoryTables } from './inventory.tables';
+import type { ScanRecord } from './observed-inventory.repository';
+
+/**
+ * Drift scans: observe one environment (never past the scan's timeout), store what was seen in Table storage, diff
+ * it with the desired state under the ignore rules, record the outcome (a skip and a failure too, with why: a
+ * check that did not happen never shows green) and open, keep or resolve the environment's one proposal. The timer
+ * scans the environments that are due, each claimed by one host.
+ */
+
+export type ScanTrigger = { readonly kind: 'timer' } | { readonly kind: 'applied' } | { readonly kind: 'manual'; readonly by: string };
+
+/** A skipped scan of a busy environment is tried again this soon, rather than a whole interval later. */
+const BUSY_RETRY_MS = 30_000;
+
+/** Observes one environment now, diffs it and records the outcome (also a skip or a failure, with why). */
+export async function scan(ctx: InventoryContext, environmentId: string, trigger: ScanTrigger): Promise<ScanRecord> {
+  const row = await existingEnvironment(ctx, { kind: 'all' }, environmentId);
+  const startedAt = nowOf(ctx);
+  const scanId = ctx.ids.next('scan');
+  const interval = intervalOf(ctx, row);
+  const base = { scanId, environmentId, trigger: trigger.kind, startedAt: new Date(startedAt).toISOString() };
+
+  const skip = async (reason: string, retryInMs: number) => {
+    await retryingContention(() =>
+      updateEnvironment(ctx.db, environmentId, { last_scan_at: startedAt, last_scan_outcome: 'skipped', last_scan_reason: reason, next_scan_at: startedAt + retryInMs }),
+    );
+    return finish(ctx, { ...base, outcome: 'skipped', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
+  };
+  if (trigger.kind === 'timer' && row.scan_disabled_by !== null) {
+    return skip(`scans are paused by ${row.scan_disabled_by}: ${row.scan_disabled_reason ?? ''}`, interval);
+  }
+  const applying = await ctx.applyingRun(row.stack);
+  if (applying !== undefined) return skip(`the environment is busy applying (run ${applying})`, Math.min(interval, BUSY_RETRY_MS));
+
+  const desired = JSON.parse(row.desired) as Resources;
+  let observed: Resources;
+  let written = { written: 0, deleted: 0 };
+  let digest: string;
+  const failed = async (reason: string) => {
+    await retryingContention(() =>
+      ctx.db
+        .updateTable('inventory_environments')
+        .set((eb) => ({
+          last_scan_at: startedAt,
+          last_scan_outcome: 'failed',
+          last_scan_reason: reason,
+          stale_since: eb.fn.coalesce('stale_since', eb.val(startedAt)),
+          stale_reason: reason,
+          next_scan_at: startedAt + interval,
+        }))
+        .where('environment_id', '=', environmentId)
+        .execute(),
+    );
+    return finish(ctx, { ...base, outcome: 'failed', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
+  };
+  try {
+    const resources = await observeWithTimeout(ctx, row);
+    observed = observedForInventory(desired, resources);
+    const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
+    digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
+    try {
+      if (digest !== row.observed_digest) written = await ctx.tables.replace(environmentId, stored, new Date(startedAt));
+    } catch (thrown) {
+      // Observed but not stored: what the inventory shows would not be this observation, so it is stale too.
+      return await failed(`the observed inventory could not be stored: ${ensureError(thrown).message}`);
+    }
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    return failed(error instanceof AppError ? `${error.code}: ${error.message}` : `the observation failed: ${error.message}`);
+  }
+
+  const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, environmentId, { includeDeleted: false }));
+  const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
+  const report = diffResources(desired, observed, rules, new Date(startedAt));
+  const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
+  const current = await againOnUniqueViolation(() =>
+    inTransaction(ctx.db, async (trx): Promise<boolean> => {
+      const locked = await lockEnvironment(trx, ctx.dialect, environmentId);
+      if (!locked || Number(locked.desired_at) !== Number(row.desired_at)) return false;
+      await updateEnvironment(trx, environmentId, {
+        last_scan_at: startedAt,
+        last_scan_outcome: 'completed',
+        last_scan_reason: null,
+        last_observed_at: startedAt,
+        stale_since: null,
+        stale_reason: null,
+        drift_status: status,
+        report: JSON.stringify(report),
+        observed_digest: digest,
+        next_scan_at: Math.max(Number(locked.next_scan_at), startedAt + interval),
+      });
+      await appendEvents(ctx, trx, await recordProposal(ctx, trx, locked, report, { scanId, at: startedAt }));
+      return true;
+    }),
+  );
+  // A newer desired state arrived while this scan observed: its findings are against the old one. The next scan
+  // (due at once) compares with the new one.
+  if (!current) return finish(ctx, { ...base, outcome: 'skipped', reason: 'the desired state changed during the scan', finishedAt: new Date(nowOf(ctx)).toISOString() });
+  recordDriftFindings(report.findings);
+  return finish(ctx, {
+    ...base,
+    outcome: 'completed',
+    finishedAt: new Date(nowOf(ctx)).toISOString(),
+    resources: Object.keys(observed).length,
+    findings: report.findings.length,
+    driftStatus: status,
+    ...written,
+  });
+}
+
+async function finish(ctx: InventoryContext, record: ScanRecord): Promise<ScanRecord> {
+  await ctx.tables.recordScan(record);
+  return record;
+}
+
+async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort();
+      reject(new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `the ${ctx.observer.name} observer did not answer within ${ctx.observeTimeoutMs} ms`));
+    }, ctx.observeTimeoutMs);
+  });
+  try {
+    return await Promise.race([ctx.observer.observe(ctx.scopeOf({ id: row.environment_id, stack: row.stack }), { signal: controller.signal }), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The proposal side of a completed scan, under the environment's row lock: one open proposal per environment,
+ * found by its fingerprint. Same findings: seen again. Other findings: a new proposal supersedes the open one.
+ * No findings: open and accepted proposals are resolved. Findings an operator already decided on (accepted, its
+ * run under way, or dismissed) open nothing new. Returns the events to publish.
+ */
+async function recordProposal(ctx: InventoryContext, trx: Transaction<InventoryTables>, env: EnvironmentRow, report: DriftReport, scanInfo: { scanId: string; at: number }): Promise<NewEvent[]> {
+  const at = scanInfo.at;
+  const ref = { environmentId: env.environment_id, name: env.name, tenant: env.tenant_id, stack: env.stack };
+  const open = await openProposal(trx, env.environment_id);
+  if (report.findings.length === 0) {
+    for (const p of await proposalsIn(trx, env.environment_id, ['open', 'accepted'])) {
+      await updateProposal(trx, p.id, [p.status], { status: 'resolved', updated_at: at, note: `drift gone at scan ${scanInfo.scanId}` });
+    }
+    return [];
+  }
+  if (open?.fingerprint === report.fingerprint) {
+    await updateProposal(trx, open.id, ['open'], { last_seen_at: at });
+    return [];
+  }
+  const decided = open ? undefined : await latestDecidedProposal(trx, env.environment_id);
+  if (decided?.fingerprint === report.fingerprint) {
+    await updateProposal(trx, decided.id, [decided.status], { last_seen_at: at });
+    return [];
+  }
+  const id = ctx.ids.next('prop');
+  const plan = reconciliationPlan(report);
+  if (open) await updateProposal(trx, open.id, ['open'], { status: 'superseded', superseded_by: id, updated_at: at, note: `findings changed at scan ${scanInfo.scanId}` });
+  await insertProposal(trx, {
+    id,
+    environment_id: env.environment_id,
+    tenant_id: env.tenant_id,
+    fingerprint: report.fingerprint,
+    status: 'open',
+    findings: JSON.stringify({ findings: groupByResource(report.findings), ignored: report.ignored }),
+    plan: JSON.stringify(plan),
+    created_at: at,
+    last_seen_at: at,
+    updated_at: at,
+    superseded_by: null,
+    run_id: null,
+    decided_by: null,
+    note: null,
+  });
+  return [
+    runtimeDriftDetected(ref, { scanId: scanInfo.scanId, observedAt: new Date(at) }, report, id),
+    reconciliationProposed(ref, { id, fingerprint: report.fingerprint, ...(open ? { supersedes: open.id } : {}) }, report, plan),
+  ];
+}
+
+export async function scanDue(ctx: InventoryContext): Promise<ScanRecord[]> {
+  const at = nowOf(ctx);
+  const due = await retryingContention(() => dueEnvironments(ctx.db, at, 10_000));
+  const records: ScanRecord[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < due.length) {
+      const { environment_id: id, next_scan_at: seen } = due[next++]!;
+      // Another host's timer may have taken this environment in this round: only the claim's winner scans it.
+      if (!(await retryingContention(() => claimScan(ctx.db, id, seen, at + ctx.scanInterval.defaultMs)))) continue;
+      try {
+        records.push(await scan(ctx, id, { kind: 'timer' }));
+      } catch (thrown) {
+        // One environment's store fault must not stop the round; its next scan time is already moved on.
+        records.push({ scanId: '', environmentId: id, trigger: 'timer', outcome: 'failed', reason: ensureError(thrown).message, startedAt: new Date(at).toISOString(), finishedAt: new Date(nowOf(ctx)).toISOString() });
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(ctx.scanConcurrency, due.length) }, worker));
+  return records;
+}
+

@@ -1,0 +1,93 @@
+import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { desiredStateOf } from './environment';
+import { againOnUniqueViolation, nowOf, type InventoryContext } from './inventory.context';
+import { findProposalByRun, insertEnvironment, lockEnvironment, updateEnvironment, updateProposal } from './inventory.repository';
+
+/**
+ * What provisioning tells inventory: an environment's desired state (`SpecificationApplied`), and how its runs
+ * ended (`ProvisioningApplied` / `ProvisioningFailed`).
+ */
+
+export type SpecificationOutcome = { readonly outcome: 'recorded' | 'outdated'; readonly environmentId: string } | { readonly outcome: 'invalid'; readonly reason: string };
+
+/** Records the desired state of a `SpecificationApplied`; an older one arriving late changes nothing. */
+export async function recordSpecification(ctx: InventoryContext, event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<SpecificationOutcome> {
+  const parsed = desiredStateOf(event.data);
+  if ('problems' in parsed) return { outcome: 'invalid' as const, reason: parsed.problems.join('; ') };
+  const desired = parsed.ok;
+  const at = Date.parse(event.time) || nowOf(ctx);
+  const fields = {
+    tenant_id: desired.tenant,
+    name: desired.environment.name,
+    tier: desired.environment.tier,
+    stack: desired.stack,
+    release_name: desired.release.name,
+    release_version: desired.release.version,
+    desired: JSON.stringify(desired.resources),
+    project_rules: JSON.stringify(desired.projectRules),
+    desired_run_id: desired.runId,
+    desired_at: at,
+    // Scanned at the next timer tick at the latest (the intake also scans it at once).
+    next_scan_at: nowOf(ctx),
+  };
+  const environmentId = desired.environment.id;
+  return againOnUniqueViolation(() =>
+    inTransaction(ctx.db, async (trx): Promise<SpecificationOutcome> => {
+      const row = await lockEnvironment(trx, ctx.dialect, environmentId);
+      if (row && Number(row.desired_at) > at) return { outcome: 'outdated' as const, environmentId };
+      if (row) await updateEnvironment(trx, environmentId, fields);
+      else await insertEnvironment(trx, { environment_id: environmentId, ...emptyChecks(), ...fields });
+      return { outcome: 'recorded' as const, environmentId };
+    }),
+  );
+}
+
+export async function recordRunOutcome(ctx: InventoryContext, data: unknown): Promise<void> {
+  const d = data as { runId?: unknown; environment?: { id?: unknown }; state?: unknown; finishedAt?: unknown; code?: unknown; reason?: unknown };
+  if (typeof d.runId !== 'string' || typeof d.environment?.id !== 'string' || typeof d.state !== 'string') return;
+  const at = typeof d.finishedAt === 'string' ? Date.parse(d.finishedAt) || nowOf(ctx) : nowOf(ctx);
+  const runId = d.runId;
+  const environmentId = d.environment.id;
+  await retryingContention(() =>
+    ctx.db
+      .updateTable('inventory_environments')
+      .set({ last_run_id: runId, last_run_state: d.state as string, last_run_at: at })
+      .where('environment_id', '=', environmentId)
+      .where((eb) => eb.or([eb('last_run_at', 'is', null), eb('last_run_at', '<=', at)]))
+      .execute(),
+  );
+  if (d.state === 'applied') return;
+  // A reconciliation run that did not apply gives its proposal back for another decision.
+  const proposal = await retryingContention(() => findProposalByRun(ctx.db, runId));
+  if (proposal?.status !== 'accepted') return;
+  const note = `reconciliation run ${runId} ended ${d.state}${typeof d.code === 'string' ? ` (${d.code})` : ''}; open again`;
+  try {
+    await retryingContention(() => updateProposal(ctx.db, proposal.id, ['accepted'], { status: 'open', updated_at: nowOf(ctx), note }));
+  } catch (thrown) {
+    // A scan opened a newer proposal meanwhile: that one is the environment's open proposal, this one is superseded.
+    if (!isUniqueViolation(thrown)) throw thrown;
+    await retryingContention(() => updateProposal(ctx.db, proposal.id, ['accepted'], { status: 'superseded', updated_at: nowOf(ctx), note: `${note}, but a newer proposal is open` }));
+  }
+}
+
+
+function emptyChecks() {
+  return {
+    last_run_id: null,
+    last_run_state: null,
+    last_run_at: null,
+    scan_disabled_by: null,
+    scan_disabled_reason: null,
+    scan_disabled_at: null,
+    last_scan_at: null,
+    last_scan_outcome: null,
+    last_scan_reason: null,
+    last_observed_at: null,
+    stale_since: null,
+    stale_reason: null,
+    drift_status: null,
+    report: null,
+    observed_digest: null,
+  };
+}
