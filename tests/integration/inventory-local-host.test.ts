@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { expectProblem } from '../support/problems';
 import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -167,6 +168,13 @@ describe('inventory on the local host', () => {
     await call(`/runtime-cloud/environments/${ENVIRONMENT}/scan`, { method: 'POST', claims: { tenant: 'demo-team', roles: ['Observer'] } }, 403);
     await call(`/runtime-cloud/environments/${ENVIRONMENT}`, { claims: { tenant: 'other-team', roles: ['Operator'] } }, 404);
     await call(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, { method: 'POST', body: { scope: { type: 'x' }, path: 'a..b', reason: 'r', owner: 'o', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: false } }, 400);
+    const hugeIndex = await host.fetch(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, {
+      method: 'POST',
+      claims: operator,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ scope: { type: 'local:compute:Service' }, path: 'items.999999999.x', reason: 'r', owner: 'o', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: true }),
+    });
+    expect(await expectProblem(hugeIndex, 400, 'INVENTORY.INVALID_IGNORE_RULE')).toMatchObject({ problems: ['path may name array indexes up to 10000 only, not 999999999'] });
     await call('/runtime-cloud/proposals?status=nonsense', {}, 400);
     await call('/runtime-cloud/environments?cursor=nonsense', {}, 400);
   });
