@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { expectProblem } from '../support/problems';
+import { storedBytes } from '../support/stored-bytes';
 import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -162,6 +163,22 @@ describe('inventory on the local host', () => {
       return types.includes('ReconciliationProposed') && types.includes('RuntimeDriftDetected') ? page.items : undefined;
     });
     expect(published.filter((m) => m.body.type === 'ReconciliationProposed' && m.body.data.proposalId === proposal!.id)).toHaveLength(1);
+
+    // After all of it, the value behind the development stack's secret reference is in no byte the host stored
+    // (SQL, Table storage), serves or published: only in the target.
+    const served = JSON.stringify([
+      await environment(),
+      await call(`/runtime-cloud/environments/${ENVIRONMENT}/inventory`),
+      await call(`/runtime-cloud/environments/${ENVIRONMENT}/drift`),
+      await call(`/runtime-cloud/proposals?environment=${ENVIRONMENT}`),
+      await call(`/runtime-cloud/proposals/${proposal!.id}`),
+    ]);
+    const stored = await storedBytes(host.host.deps.sql, host.host.config.tables.connection, { exceptTables: ['local_cloud_resources'] });
+    for (const [where, bytes] of Object.entries({ served, sql: stored.sql, tables: stored.tables, published: JSON.stringify(published) })) {
+      expect(bytes, where).not.toContain(EXAMPLE_SECRETS.development);
+    }
+    expect(stored.tables).toContain(bucket.urn);
+    expect(JSON.stringify(await cloudResources())).toContain(EXAMPLE_SECRETS.development);
   }, 60_000);
 
   it('when a caller lacks the scope or reads another tenant, then it is refused', async () => {

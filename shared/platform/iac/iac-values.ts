@@ -51,9 +51,27 @@ export function isComputed(value: unknown): value is ComputedValue {
   return isPlainObject(value) && Object.keys(value).length === 1 && typeof value[COMPUTED_KEY] === 'string';
 }
 
-/** References and computed markers stand for one value: diffs and path reads treat them as leaves. */
+/**
+ * What a runner writes in place of a secret value it holds no reference for, as Pulumi prints one: the `pulumi`
+ * runner, whose engine has resolved `{ secretRef }` config into secrets by the time its events show a resource,
+ * gives every secret-valued input and output as this text (pulumi-mapping.ts).
+ */
+export const SECRET_MASK = '[secret]';
+
+export function isSecretMask(value: unknown): boolean {
+  return value === SECRET_MASK;
+}
+
+/**
+ * A value the desired state does not hold: a reference, a computed marker or a masked secret (whichever runner
+ * wrote it). It stands for what the target holds there, which no plan, state, receipt, observed inventory row,
+ * view, finding or event may carry: diffs and path reads treat it as one leaf, a refresh and inventory keep the
+ * marker in place of whatever the target holds at that path (also when that is an object or an array) and do not
+ * compare it. This is the one list of such forms; inventory uses it too (shared/inventory/environment.ts). A
+ * program's literal "[secret]" counts as the mask: hiding a value wins over comparing it.
+ */
 export function isOpaque(value: unknown): boolean {
-  return asValueReference(value) !== undefined || isComputed(value);
+  return asValueReference(value) !== undefined || isComputed(value) || isSecretMask(value);
 }
 
 /** Every reference inside `value`, depth first. */
