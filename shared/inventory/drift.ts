@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { ignorePathProblem } from '../platform/iac/iac-values';
 
 /**
  * Drift: the pure diff of one environment's desired resources (the last applied plan) against its observed ones
@@ -45,8 +46,9 @@ export type IgnoreScope = { readonly type: string } | { readonly urn: string };
  * `path` is dot-separated (`sku.capacity`, `siteConfig.appSettings.1.value`; array indexes as numbers). It matches
  * exactly that property path; a trailing `.*` (`tags.*`) matches the property and its whole subtree; `*` alone
  * matches every property of the scope and also the resource-level findings (missing, replaced, unmanaged), which
- * no other path matches. Keys containing a dot cannot be addressed; `*` anywhere but last is a problem
- * (`ignoreRuleProblems`).
+ * no other path matches. Keys containing a dot cannot be addressed; `*` anywhere but last, and an all-digit
+ * segment past `MAX_PATH_INDEX` (10,000), are problems (`ignoreRuleProblems`, which asks the same function as the
+ * engines that apply rules holding on apply: iac-values.ts `ignorePathProblem`).
  *
  * @example { id: 'ir_1', scope: { type: 'azure-native:web:WebApp' }, path: 'tags.*', reason: 'tags are set by
  *   the cost tool', owner: 'platform-team', expiresAt: '2027-01-01T00:00:00.000Z', holdsOnApply: true }
@@ -197,9 +199,8 @@ export function ignoreRuleProblems(rule: IgnoreRule): string[] {
   if (!rule.id) problems.push('id is required');
   const scopeValue = 'urn' in rule.scope ? rule.scope.urn : rule.scope.type;
   if (!scopeValue) problems.push('scope needs a type or a urn');
-  const segments = rule.path.split('.');
-  if (segments.some((s) => s === '')) problems.push('path must be dot-separated property names');
-  if (segments.slice(0, -1).includes('*')) problems.push('path may use * only as its last segment');
+  const pathProblem = ignorePathProblem(rule.path);
+  if (pathProblem) problems.push(pathProblem);
   if (!rule.reason.trim()) problems.push('reason is required');
   if (!rule.owner.trim()) problems.push('owner is required');
   if (Number.isNaN(Date.parse(rule.expiresAt))) problems.push('expiresAt must be an ISO-8601 time');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isOpaque, SECRET_MASK } from '../platform/iac/iac-values';
 import { formatPath, ignoreRuleProblems, type DriftFinding, type IgnoreRule, type DriftReport, type IgnoredFinding, type JsonValue, type Resources, type Severity } from './drift';
 import type { ObservedResource } from './observer';
 
@@ -77,40 +78,54 @@ export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems
   return { ok: { runId: d.runId, tenant: d.tenantId, environment: d.environment, release: d.release, stack: d.stack, resources, projectRules } };
 }
 
-/** A single-member `{secretRef}`, `{configRef}` or `{fn::computed}` object: a value the desired state does not hold. */
-function isOpaque(value: JsonValue | undefined): boolean {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const keys = Object.keys(value);
-  return keys.length === 1 && ['secretRef', 'configRef', 'fn::computed'].includes(keys[0]!) && typeof (value as Record<string, JsonValue>)[keys[0]!] === 'string';
-}
-
 /**
- * The observed resources as inventory keeps and compares them. Where the desired value is a reference or a computed
- * marker, the observed value is replaced by that same marker: a secret resolved at apply time is never stored or
- * shown, and such values are not compared (they live in the Secret Broker or the Config Platform, not in Git).
+ * The observed resources as inventory keeps, shows, compares and publishes them. Wherever the desired value is
+ * opaque (iac-values.ts `isOpaque`: a `{ secretRef }` or `{ configRef }` reference, a `{ "fn::computed": … }`
+ * marker, or a runner's `"[secret]"` mask), at any depth, the observed value there, whatever its shape (text, a
+ * whole object, an array), is replaced by that same marker: the value resolved at apply time is never stored,
+ * served, put in a finding or published, and is not compared (it lives in the Secret Broker or the Config
+ * Platform, not in Git). Where the target holds another shape than a desired value that has a marker inside it
+ * (text where an object with a `{ secretRef }` member is desired), or more elements than a desired array that has
+ * one, the observed value there is `"[secret]"`: it differs, and which part of it is secret no path says. This is
+ * the only place observed values enter inventory.
+ *
+ * An unmanaged resource (observed, desired by no one) has no marker to go by: nothing says which of its values are
+ * secret, and its finding names the resource, never a property. So inventory keeps its urn, type and id and none
+ * of its property values.
  */
 export function observedForInventory(desired: Resources, observed: readonly ObservedResource[]): Resources {
   const result: Record<string, { type: string; properties: { [key: string]: JsonValue } }> = {};
   for (const r of observed) {
     const want = Object.hasOwn(desired, r.urn) ? desired[r.urn] : undefined;
-    result[r.urn] = { type: r.type, properties: want ? (withMarkers(want.properties, r.properties) as { [key: string]: JsonValue }) : r.properties };
+    result[r.urn] = { type: r.type, properties: want ? (withMarkers(want.properties, r.properties) as { [key: string]: JsonValue }) : {} };
   }
   return result;
 }
 
 function withMarkers(desired: JsonValue, observed: JsonValue): JsonValue {
   if (isOpaque(desired)) return desired;
-  if (typeof desired !== 'object' || desired === null || typeof observed !== 'object' || observed === null) return observed;
-  if (Array.isArray(desired) || Array.isArray(observed)) {
-    if (!Array.isArray(desired) || !Array.isArray(observed)) return observed;
+  const kind = (value: JsonValue) => (Array.isArray(value) ? 'array' : typeof value === 'object' && value !== null ? 'object' : 'scalar');
+  if (kind(desired) === 'scalar') return observed;
+  // The desired value holds a secret somewhere inside, and the target holds something of another shape there (or an
+  // element past the desired ones): no path says which part is the secret, so none of it is kept. The finding still
+  // shows that it differs.
+  if (kind(desired) !== kind(observed)) return holdsOpaque(desired) ? SECRET_MASK : observed;
+  if (Array.isArray(desired)) {
     const want: readonly JsonValue[] = desired;
-    return (observed as readonly JsonValue[]).map((o, i) => (i < want.length ? withMarkers(want[i]!, o) : o));
+    const extra = holdsOpaque(desired) ? SECRET_MASK : undefined;
+    return (observed as readonly JsonValue[]).map((o, i) => (i < want.length ? withMarkers(want[i]!, o) : (extra ?? o)));
   }
   const want = desired as { readonly [key: string]: JsonValue };
   const seen = observed as { readonly [key: string]: JsonValue };
   const out: Record<string, JsonValue> = {};
   for (const key of Object.keys(seen)) out[key] = Object.hasOwn(want, key) ? withMarkers(want[key]!, seen[key]!) : seen[key]!;
   return out;
+}
+
+function holdsOpaque(value: JsonValue): boolean {
+  if (isOpaque(value)) return true;
+  if (Array.isArray(value)) return (value as readonly JsonValue[]).some(holdsOpaque);
+  return typeof value === 'object' && value !== null && Object.values(value).some(holdsOpaque);
 }
 
 /** What an environment's drift checks last did, as stored. Times are epoch ms. */

@@ -26,7 +26,8 @@ export interface EventResource {
    * inputs as the stack state records them, what inventory takes as the resource's desired properties.
    * References stay references (`{ "secretRef": … }`, `{ "configRef": … }`), never the value; a value computed
    * during the apply is the known output, or the `{ "fn::computed": … }` marker where the runner cannot say it.
-   * The `pulumi` runner gives a secret-valued input as `"[secret]"` instead (pulumi-mapping.ts).
+   * The `pulumi` runner gives a secret-valued input as `"[secret]"` instead (pulumi-mapping.ts), which inventory
+   * holds as opaque like a reference (iac-values.ts `isOpaque`).
    */
   readonly properties?: Readonly<Record<string, unknown>>;
   /** SpecificationApplied only: the project's `ignoreChanges` paths of the resource, when it has any. */
@@ -81,6 +82,48 @@ export function specificationApplied(
     planDigest: applied.planDigest,
     resources: applied.resources,
     outputs: applied.outputs,
+  });
+}
+
+/**
+ * A resource of an apply result as `SpecificationApplied` reads it: plan.ts `ResourceResult` (spelled out here,
+ * since a model file does not import the IaC platform).
+ */
+export interface AppliedResource {
+  readonly urn: string;
+  readonly type: string;
+  readonly name: string;
+  readonly op: string;
+  readonly id?: string;
+  readonly inputs?: Readonly<Record<string, unknown>>;
+  readonly ignoreChanges?: readonly string[];
+}
+
+/**
+ * The `SpecificationApplied` of a run from its apply result (plan.ts `ApplyResult`), whichever runner applied it:
+ * each resource with its id and, unless deleted, the inputs the runner reports as its `properties` (what inventory
+ * takes as desired: references, computed markers and `"[secret]"` masks as the runner wrote them, never a value)
+ * and the project's `ignoreChanges`; the stack outputs as the runner masked them.
+ */
+export function specificationAppliedOf(
+  run: Run,
+  repository: string,
+  result: { readonly planDigest: string; readonly resources: readonly AppliedResource[]; readonly outputs: Readonly<Record<string, unknown>> },
+): NewEvent {
+  return specificationApplied(run, repository, {
+    planDigest: result.planDigest,
+    resources: result.resources.map((r) => ({
+      urn: r.urn,
+      type: r.type,
+      name: r.name,
+      op: r.op,
+      ...(r.id ? { id: r.id } : {}),
+      // What the resource should hold, for inventory: the inputs the state records (references unresolved).
+      ...(r.inputs && r.op !== 'delete' ? { properties: r.inputs } : {}),
+      // Paths the project itself leaves alone: inventory lists drift there as ignored, never as a finding.
+      ...(r.ignoreChanges && r.op !== 'delete' ? { ignoreChanges: r.ignoreChanges } : {}),
+    })),
+    outputs: result.outputs,
   });
 }
 

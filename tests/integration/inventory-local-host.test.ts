@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { expectProblem } from '../support/problems';
+import { storedBytes } from '../support/stored-bytes';
 import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -161,12 +163,35 @@ describe('inventory on the local host', () => {
       return types.includes('ReconciliationProposed') && types.includes('RuntimeDriftDetected') ? page.items : undefined;
     });
     expect(published.filter((m) => m.body.type === 'ReconciliationProposed' && m.body.data.proposalId === proposal!.id)).toHaveLength(1);
+
+    // After all of it, the value behind the development stack's secret reference is in no byte the host stored
+    // (SQL, Table storage), serves or published: only in the target.
+    const served = JSON.stringify([
+      await environment(),
+      await call(`/runtime-cloud/environments/${ENVIRONMENT}/inventory`),
+      await call(`/runtime-cloud/environments/${ENVIRONMENT}/drift`),
+      await call(`/runtime-cloud/proposals?environment=${ENVIRONMENT}`),
+      await call(`/runtime-cloud/proposals/${proposal!.id}`),
+    ]);
+    const stored = await storedBytes(host.host.deps.sql, host.host.config.tables.connection, { exceptTables: ['local_cloud_resources'] });
+    for (const [where, bytes] of Object.entries({ served, sql: stored.sql, tables: stored.tables, published: JSON.stringify(published) })) {
+      expect(bytes, where).not.toContain(EXAMPLE_SECRETS.development);
+    }
+    expect(stored.tables).toContain(bucket.urn);
+    expect(JSON.stringify(await cloudResources())).toContain(EXAMPLE_SECRETS.development);
   }, 60_000);
 
   it('when a caller lacks the scope or reads another tenant, then it is refused', async () => {
     await call(`/runtime-cloud/environments/${ENVIRONMENT}/scan`, { method: 'POST', claims: { tenant: 'demo-team', roles: ['Observer'] } }, 403);
     await call(`/runtime-cloud/environments/${ENVIRONMENT}`, { claims: { tenant: 'other-team', roles: ['Operator'] } }, 404);
     await call(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, { method: 'POST', body: { scope: { type: 'x' }, path: 'a..b', reason: 'r', owner: 'o', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: false } }, 400);
+    const hugeIndex = await host.fetch(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, {
+      method: 'POST',
+      claims: operator,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ scope: { type: 'local:compute:Service' }, path: 'items.999999999.x', reason: 'r', owner: 'o', expiresAt: '2030-01-01T00:00:00Z', holdsOnApply: true }),
+    });
+    expect(await expectProblem(hugeIndex, 400, 'INVENTORY.INVALID_IGNORE_RULE')).toMatchObject({ problems: ['path may name array indexes up to 10000 only, not 999999999'] });
     await call('/runtime-cloud/proposals?status=nonsense', {}, 400);
     await call('/runtime-cloud/environments?cursor=nonsense', {}, 400);
   });

@@ -457,6 +457,29 @@ for (const dialect of DIALECTS) {
       expect(await cloud.list(target)).toEqual([]);
     });
 
+    it('when a held rule names an array index past 10,000 it is refused; one the array does not have pads nothing in plan, apply, target or state', async () => {
+      const withSubnets = (env: string) => {
+        const all = files();
+        return { ...all, 'Pulumi.yaml': all['Pulumi.yaml']!.replace('tags: { env: dev }', `tags: { env: ${env} }\n      subnets: [10.0.1.0/24]`) };
+      };
+      await engine.apply(stack, withSubnets('dev'), {}, await engine.preview(stack, withSubnets('dev'), {}), resolveSecrets);
+      const huge: HeldIgnoreRule = { scope: { type: 'local:network:VirtualNetwork' }, path: 'subnets.999999999.name' };
+      const absent: HeldIgnoreRule = { scope: { type: 'local:network:VirtualNetwork' }, path: 'subnets.9000.name' };
+
+      // The program changes net's tag, so the plan and the apply both compute net's inputs under the rules.
+      const plan = await engine.preview(stack, withSubnets('staging'), {});
+      await expect(engine.preview(stack, withSubnets('staging'), {}, { ignore: [huge] })).rejects.toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', details: { path: huge.path } });
+      expect((await engine.apply(stack, withSubnets('staging'), {}, plan, resolveSecrets, { ignore: [huge] })).error?.code).toBe('IAC.INVALID_IGNORE_RULE');
+
+      const held = await engine.preview(stack, withSubnets('staging'), {}, { ignore: [absent] });
+      expect(held.digest).toBe(plan.digest);
+      expect((await engine.apply(stack, withSubnets('staging'), {}, held, resolveSecrets, { ignore: [absent] })).status).toBe('applied');
+      const expected = { cidr: '10.0.0.0/16', tags: { env: 'staging' }, subnets: ['10.0.1.0/24'] };
+      expect((await inTarget('net')).properties).toEqual(expected);
+      const state = JSON.parse((await stateRow())!.resources) as { name: string; inputs: unknown }[];
+      expect(state.find((r) => r.name === 'net')?.inputs).toEqual(expected);
+    });
+
     it('when two writers write the same next serial of a stack state, then the second fails with STATE_CONFLICT', async () => {
       const db = stackStateDb(database.store.db);
       const state = (serial: number): StackState => ({ stack, project: 'shop', serial, resources: [] });

@@ -162,13 +162,16 @@ for (const dialect of DIALECTS) {
       const otherTenant = await refusal(service.reconcile(requestFor(promoted, { tenant: 'other-team' })));
       const otherEnvironment = await refusal(service.reconcile(requestFor(promoted, { environmentId: 'env-elsewhere' })));
       const badPath = await refusal(service.reconcile(requestFor(promoted, { ignore: [{ scope: { type: 'local:compute:Service' }, path: 'tags.*.env' }] })));
+      const hugeIndex = await refusal(service.reconcile(requestFor(promoted, { ignore: [{ scope: { type: 'local:compute:Service' }, path: 'items.999999999.x' }] })));
       const noProposal = await refusal(service.reconcile(requestFor(promoted, { proposalId: '' })));
 
       // Assert
       for (const error of [never, otherTenant, otherEnvironment]) {
         expect(error).toMatchObject({ code: 'PROVISIONING.UNKNOWN_STACK', kind: 'not-found', message: expect.stringContaining('no run has applied stack') });
       }
-      expect(badPath).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', kind: 'validation', details: { errors: [{ field: 'ignore.0.path' }] } });
+      for (const error of [badPath, hugeIndex]) {
+        expect(error).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', kind: 'validation', details: { errors: [{ field: 'ignore.0.path' }] } });
+      }
       expect(noProposal).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', details: { errors: [{ field: 'proposalId' }] } });
       const page = await service.listRuns(ALL, { environment: promoted.environment.id, limit: 100 });
       expect(page.items.map((r) => r.reason)).toEqual(['promotion']);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
-import type { JsonObject } from '../../shared/platform/iac/iac-values';
+import { MAX_PATH_INDEX, type JsonObject } from '../../shared/platform/iac/iac-values';
 import { changedPaths, planSchema, planStack, refreshedInputs, resourceUrn, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
 import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
 
@@ -251,5 +251,29 @@ describe('held ignore rules', () => {
     for (const path of ['tags..env', '*.env', 'a.*.b', '.tags']) {
       expect(refusal(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
     }
+  });
+
+  it('when a rule names an array index past 10,000, then IAC.INVALID_IGNORE_RULE; up to it the rule is read', () => {
+    for (const path of ['rules.999999999.port', `rules.${MAX_PATH_INDEX + 1}`]) {
+      expect(refusal(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation', details: { path } });
+    }
+    expect(plan([{ scope: { urn: net.urn }, path: `rules.${MAX_PATH_INDEX}.port` }]).steps[0]?.changedPaths).toEqual(plan([]).steps[0]?.changedPaths);
+  });
+
+  it('when a rule names an element that neither the resource nor the program has, then no array is padded and nothing is added', () => {
+    const unheld = plan([]).steps[0]?.inputs;
+    const held = plan([
+      { scope: { urn: net.urn }, path: 'rules.5000.port' },
+      { scope: { urn: net.urn }, path: 'subnets.9999' },
+      { scope: { urn: net.urn }, path: 'labels.team' },
+    ]);
+    expect(held.steps[0]?.inputs).toEqual(unheld);
+  });
+
+  it("when the program's ignoreChanges name elements that neither side has, then no array is padded and nothing is added", () => {
+    const ignoring = program(NETWORK.replace('tags: { env: dev, team: core }', 'tags: { env: dev, team: core }\n      rules: [{ port: 80 }]').concat('    options:\n      ignoreChanges: ["rules[7].port", "subnets[9000]", labels.team]\n'));
+    const before = program(NETWORK.replace('tags: { env: dev, team: core }', 'tags: { env: dev, team: core }\n      rules: [{ port: 80 }]'));
+    const step = planStack({ stack: STACK, program: ignoring, state: applied(before) }).steps[0];
+    expect(step).toMatchObject({ op: 'same', inputs: applied(before).resources[0]!.inputs });
   });
 });

@@ -249,6 +249,20 @@ describe('values from pulumi', () => {
     });
   });
 
+  it('when an output holds a secret the output map does not flag, then it is masked where the events mark it, or whole where it holds a resolved value', () => {
+    const outputs = {
+      database: { value: { host: 'db-2', password: SECRET_VALUE, replicas: [{ key: SECRET_VALUE }] }, secret: false },
+      dsn: { value: `db://sa:${SECRET_VALUE}@db-2`, secret: false },
+      dbId: { value: 'db-2', secret: false },
+    };
+    const shown = { database: { host: 'db-2', password: '[secret]', replicas: [{ key: '[secret]' }] }, dbId: 'db-2' };
+    expect(maskOutputs(outputs, shown, [SECRET_VALUE])).toEqual({
+      database: { host: 'db-2', password: '[secret]', replicas: [{ key: '[secret]' }] },
+      dbId: 'db-2',
+      dsn: '[secret]',
+    });
+  });
+
   it('when the plan file is wrapped with its version, then it reads the same', () => {
     const plan = { resourcePlans: { [NET_URN]: { goal: { type: NET, name: 'net', protect: false }, steps: ['create'] } } };
     expect(parseUpdatePlan({ version: 1, plan })).toEqual(parseUpdatePlan(plan));
@@ -417,6 +431,25 @@ describe('an up as an apply result', () => {
       'cache delete succeeded -',
     ]);
     expect(result.error).toBeUndefined();
+    expect(JSON.stringify(result)).not.toContain(SECRET_VALUE);
+  });
+
+  it('when up succeeds with an object output holding a secret, then the receipt has [secret] there, as the events mark it, not the value the output map shows', () => {
+    const stackOutputs = metadata('same', STACK_URN, STACK, {
+      old: state(STACK_URN, STACK),
+      new: state(STACK_URN, STACK, { outputs: { database: { host: 'db-2', password: BLINDED_SECRET } } }),
+      provider: '',
+    });
+    const result = applyResultFromUp({
+      plan: plan(),
+      approvedDigest: plan().digest,
+      events: [...applyEvents(), done(stackOutputs, false)],
+      result: { outputs: { database: { value: { host: 'db-2', password: SECRET_VALUE }, secret: false } } },
+      serial: 7,
+      secrets: [],
+      ...times,
+    });
+    expect(result.outputs).toEqual({ database: { host: 'db-2', password: '[secret]' } });
     expect(JSON.stringify(result)).not.toContain(SECRET_VALUE);
   });
 

@@ -263,6 +263,7 @@ describe('Pulumi YAML projects: malformed documents', () => {
     ['a malformed interpolation', 'resources:\n  a:\n    type: local:a:B\n    properties:\n      x: "${a b}"\n', 'resources.a.properties.x'],
     ['a variable named like a resource', 'variables:\n  a: 1\nresources:\n  a:\n    type: local:a:B\n', 'variables.a'],
     ['an infinite number', 'variables:\n  v: .inf\n', 'variables.v'],
+    ['an ignoreChanges index past 10,000', 'resources:\n  a:\n    type: local:a:B\n    options:\n      ignoreChanges: ["items[999999999].x"]\n', 'resources.a.options.ignoreChanges[0]'],
   ])('when the project has %s, then INVALID_PROJECT names where', (_what, body, path) => {
     const error = thrown(() => loadProgram(project(body), 'dev'));
     expect(error).toMatchObject({ code: 'IAC.INVALID_PROJECT', kind: 'validation', details: { path } });

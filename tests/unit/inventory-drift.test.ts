@@ -193,6 +193,12 @@ describe('drift diff: ignore rules', () => {
       'path must be dot-separated property names',
     ]);
   });
+
+  it('when a rule path names an array index past 10,000, then it is a problem; up to it, it is not', () => {
+    expect(ignoreRuleProblems(anIgnoreRule({ path: 'items.999999999.x' }))).toEqual(['path may name array indexes up to 10000 only, not 999999999']);
+    expect(ignoreRuleProblems(anIgnoreRule({ path: 'items.10001' }))).toHaveLength(1);
+    expect(ignoreRuleProblems(anIgnoreRule({ path: 'items.10000.x' }))).toEqual([]);
+  });
 });
 
 describe('drift diff: fingerprint', () => {

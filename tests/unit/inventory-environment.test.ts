@@ -36,6 +36,38 @@ describe('inventory environment model', () => {
     expect(report.findings.map((f) => (f.kind === 'modified' ? f.path : f.kind))).toEqual([['env', 'MODE']]);
   });
 
+  it("when the desired state holds the pulumi runner's [secret] mask, nested, in an array and for a whole object, then the observed values there are the mask and not compared", () => {
+    const desired = {
+      'u:db': {
+        type: 't',
+        properties: { sku: 'basic', password: '[secret]', admin: { user: 'sa', password: '[secret]' }, keys: ['[secret]', 'public-key'], connection: '[secret]' },
+      },
+    };
+    const seen = { sku: 'premium', password: 'hunter2', admin: { user: 'sa', password: 'hunter3' }, keys: ['hunter4', 'public-key'], connection: { host: 'db', password: 'hunter5' } };
+    const observed = observedForInventory(desired, [{ urn: 'u:db', type: 't', id: '1', properties: seen }]);
+    expect(observed['u:db']?.properties).toEqual({ ...desired['u:db'].properties, sku: 'premium' });
+    const report = diffResources(desired, observed, [], new Date());
+    expect(report.findings.map((f) => (f.kind === 'modified' ? f.path : f.kind))).toEqual([['sku']]);
+  });
+
+  it('when the target holds another shape where a desired value has a secret inside, or more elements than a desired array with one, then those are [secret] and still differ', () => {
+    const desired = { 'u:a': { type: 't', properties: { creds: { user: 'sa', password: { secretRef: 'broker://x' } }, tokens: [{ secretRef: 'broker://t' }], plain: ['a'] } } };
+    const seen = { creds: 'sa:hunter2', tokens: ['hunter3', 'hunter4'], plain: ['a', 'b'] };
+    const observed = observedForInventory(desired, [{ urn: 'u:a', type: 't', id: '1', properties: seen }]);
+    expect(observed['u:a']?.properties).toEqual({ creds: '[secret]', tokens: [{ secretRef: 'broker://t' }, '[secret]'], plain: ['a', 'b'] });
+    const report = diffResources(desired, observed, [], new Date());
+    expect(report.findings.map((f) => (f.kind === 'modified' ? [f.path.join('.'), f.observed] : f.kind))).toEqual([
+      ['creds', '[secret]'],
+      ['plain.1', 'b'],
+      ['tokens.1', '[secret]'],
+    ]);
+  });
+
+  it('when a resource is observed that no desired state holds, then inventory keeps its type and none of its property values', () => {
+    const observed = observedForInventory({}, [{ urn: 'u:stray', type: 't', id: '9', properties: { name: 'stray', password: 'hunter2' } }]);
+    expect(observed).toEqual({ 'u:stray': { type: 't', properties: {} } });
+  });
+
   it('when checks are stale, overdue, never made or older than the desired state, then the status is unknown with the reason', () => {
     const fresh = { intervalMs: 60_000, desiredAt: 1_000, lastObservedAt: 2_000, lastScanAt: 2_000, observedStatus: 'in-sync' as const };
     expect(driftStatusAt(fresh, 2_000 + 120_000).status).toBe('in-sync');

@@ -51,9 +51,27 @@ export function isComputed(value: unknown): value is ComputedValue {
   return isPlainObject(value) && Object.keys(value).length === 1 && typeof value[COMPUTED_KEY] === 'string';
 }
 
-/** References and computed markers stand for one value: diffs and path reads treat them as leaves. */
+/**
+ * What a runner writes in place of a secret value it holds no reference for, as Pulumi prints one: the `pulumi`
+ * runner, whose engine has resolved `{ secretRef }` config into secrets by the time its events show a resource,
+ * gives every secret-valued input and output as this text (pulumi-mapping.ts).
+ */
+export const SECRET_MASK = '[secret]';
+
+export function isSecretMask(value: unknown): boolean {
+  return value === SECRET_MASK;
+}
+
+/**
+ * A value the desired state does not hold: a reference, a computed marker or a masked secret (whichever runner
+ * wrote it). It stands for what the target holds there, which no plan, state, receipt, observed inventory row,
+ * view, finding or event may carry: diffs and path reads treat it as one leaf, a refresh and inventory keep the
+ * marker in place of whatever the target holds at that path (also when that is an object or an array) and do not
+ * compare it. This is the one list of such forms; inventory uses it too (shared/inventory/environment.ts). A
+ * program's literal "[secret]" counts as the mask: hiding a value wins over comparing it.
+ */
 export function isOpaque(value: unknown): boolean {
-  return asValueReference(value) !== undefined || isComputed(value);
+  return asValueReference(value) !== undefined || isComputed(value) || isSecretMask(value);
 }
 
 /** Every reference inside `value`, depth first. */
@@ -97,6 +115,14 @@ export function jsonEqual(a: JsonValue | undefined, b: JsonValue | undefined): b
 
 export type PathSegment = string | number;
 
+/**
+ * The largest array index a path may name, in both syntaxes: Pulumi's (`rules[10000]`) and ignore rules'
+ * (`rules.10000`). A path past it is refused where it is read (a project's `ignoreChanges` and interpolations,
+ * an ignore rule), so no index a message or a program names can make this host build an array that long. Writes
+ * never pad an array in any case (`writePath`).
+ */
+export const MAX_PATH_INDEX = 10_000;
+
 const IDENTIFIER = /^[A-Za-z_][\w-]*$/;
 
 export function formatPath(segments: readonly PathSegment[]): string {
@@ -111,7 +137,7 @@ export function formatPath(segments: readonly PathSegment[]): string {
 
 /**
  * Parses a property path. `rootPattern` lets the first segment be more than an identifier (a config key with its
- * namespace, `aws:region`). Returns undefined when the text is not a path.
+ * namespace, `aws:region`). Returns undefined when the text is not a path, or names an index past `MAX_PATH_INDEX`.
  */
 export function parsePath(text: string, rootPattern: RegExp = /^[A-Za-z_][\w-]*/): PathSegment[] | undefined {
   const root = rootPattern.exec(text);
@@ -122,10 +148,27 @@ export function parsePath(text: string, rootPattern: RegExp = /^[A-Za-z_][\w-]*/
     const member = /^\.([A-Za-z_][\w-]*)/.exec(rest) ?? /^\[(\d+)\]/.exec(rest) ?? /^\[("(?:[^"\\]|\\.)*")\]/.exec(rest);
     if (!member?.[1]) return undefined;
     const raw = member[1];
-    segments.push(rest.startsWith('.') ? raw : raw.startsWith('"') ? (JSON.parse(raw) as string) : Number(raw));
+    const segment = rest.startsWith('.') ? raw : raw.startsWith('"') ? (JSON.parse(raw) as string) : Number(raw);
+    if (typeof segment === 'number' && segment > MAX_PATH_INDEX) return undefined;
+    segments.push(segment);
     rest = rest.slice(member[0].length);
   }
   return segments;
+}
+
+/**
+ * Why `path` is not an ignore-rule path, or undefined. Ignore rules (inventory's, shared/inventory/drift.ts, and
+ * the held rules plans keep, plan.ts `HeldIgnoreRule`) write a path as dot-separated property names, where an
+ * all-digit name is an array index (where the resource holds an array) and may not pass `MAX_PATH_INDEX`, and `*`
+ * may only come last (`tags.*`) or alone. Every place that records or applies such a rule asks this one function.
+ */
+export function ignorePathProblem(path: string): string | undefined {
+  const segments = path.split('.');
+  if (segments.some((s) => s === '')) return 'path must be dot-separated property names';
+  if (segments.slice(0, -1).includes('*')) return 'path may use * only as its last segment';
+  const index = segments.find((s) => /^\d+$/.test(s) && Number(s) > MAX_PATH_INDEX);
+  if (index !== undefined) return `path may name array indexes up to ${MAX_PATH_INDEX} only, not ${index.length > 20 ? `${index.slice(0, 20)}...` : index}`;
+  return undefined;
 }
 
 /** The value at `segments` inside `value`, or undefined when there is none. */
@@ -139,28 +182,42 @@ export function readPath(value: JsonValue, segments: readonly PathSegment[]): Js
   return current;
 }
 
+const UNCHANGED = Symbol('unchanged');
+
 /**
  * A copy of `target` where the value at `segments` is `value` (or removed when `value` is undefined). Missing
- * containers on the way are created (objects, or arrays for numeric segments).
+ * objects on the way are created. An array is never padded: a write at an index past its end (or into a missing
+ * array, past 0) changes nothing, as a removal of a path that is not there changes nothing: there is no element
+ * there to keep or to drop.
  */
 export function writePath(target: JsonValue, segments: readonly PathSegment[], value: JsonValue | undefined): JsonValue {
+  const written = writeAt(target, segments, value);
+  return written === UNCHANGED ? target : (written ?? null);
+}
+
+/** `target` undefined: nothing is there. Returns undefined to remove, UNCHANGED when there is nothing to do. */
+function writeAt(target: JsonValue | undefined, segments: readonly PathSegment[], value: JsonValue | undefined): JsonValue | undefined | typeof UNCHANGED {
   const [head, ...rest] = segments;
-  if (head === undefined) return value ?? null;
+  if (head === undefined) return value;
   if (typeof head === 'number') {
-    const array = Array.isArray(target) ? [...(target as readonly JsonValue[])] : [];
-    const child = rest.length === 0 ? value : writePath(array[head] ?? null, rest, value);
-    if (child === undefined) array.splice(head, 1);
-    else {
-      while (array.length < head) array.push(null);
-      array[head] = child;
-    }
-    return array;
+    const array: readonly JsonValue[] = Array.isArray(target) ? target : [];
+    if (head > array.length || (head === array.length && value === undefined)) return UNCHANGED;
+    const child = rest.length === 0 ? value : writeAt(array[head], rest, value);
+    if (child === UNCHANGED) return UNCHANGED;
+    const copy = [...array];
+    if (child === undefined) copy.splice(head, 1);
+    else copy[head] = child;
+    return copy;
   }
-  const object: Record<string, JsonValue> = isPlainObject(target) && !isOpaque(target) ? { ...target } : {};
-  const child = rest.length === 0 ? value : writePath(object[head] ?? null, rest, value);
-  if (child === undefined) delete object[head];
-  else object[head] = child;
-  return object;
+  const object: JsonObject = isPlainObject(target) && !isOpaque(target) ? target : {};
+  const present = Object.hasOwn(object, head);
+  if (!present && value === undefined) return UNCHANGED;
+  const child = rest.length === 0 ? value : writeAt(present ? object[head] : undefined, rest, value);
+  if (child === UNCHANGED) return UNCHANGED;
+  const copy: Record<string, JsonValue> = { ...object };
+  if (child === undefined) delete copy[head];
+  else copy[head] = child;
+  return copy;
 }
 
 /**

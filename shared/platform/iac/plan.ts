@@ -5,6 +5,7 @@ import {
   collectReferences,
   computed,
   formatPath,
+  ignorePathProblem,
   isOpaque,
   isPlainObject,
   jsonEqual,
@@ -148,8 +149,8 @@ export interface PlanInput {
  * An operator's ignore rule that holds on apply (inventory's `IgnoreRule` with `holdsOnApply`, as far as planning
  * needs it): at the matched path the resource keeps what it has, like `ignoreChanges`. `path` is inventory's
  * syntax (shared/inventory/drift.ts): dot-separated (`sku.capacity`, `rules.0.port`; an all-digit segment is an
- * array index where the resource holds an array there), a trailing `.*` for the subtree (`tags.*`), `*` alone for
- * every property.
+ * array index where the resource holds an array there, at most `MAX_PATH_INDEX`), a trailing `.*` for the subtree
+ * (`tags.*`), `*` alone for every property.
  *
  * BREAKING-CHANGE SHAPE: stored with reconciliation runs, which plan and apply with the same rules.
  *
@@ -283,12 +284,9 @@ export function heldRulesOf(rules: readonly HeldIgnoreRule[], urn: string, type:
   return rules.filter((rule) => ('urn' in rule.scope ? rule.scope.urn === urn : rule.scope.type === type));
 }
 
-/** Why `path` is not a held-rule path (inventory's `ignoreRuleProblems` refuses the same), or undefined. */
+/** Why `path` is not a held-rule path, or undefined: iac-values.ts `ignorePathProblem`, which inventory asks too. */
 export function heldIgnoreProblem(path: string): string | undefined {
-  const segments = path.split('.');
-  if (segments.some((s) => s === '')) return 'path must be dot-separated property names';
-  if (segments.slice(0, -1).includes('*')) return 'path may use * only as its last segment';
-  return undefined;
+  return ignorePathProblem(path);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { EngineEvent, OpMap, OpType, OutputMap, StepEventMetadata, UpdateSummary } from '@pulumi/pulumi/automation';
 import { z } from 'zod';
 import { AppError } from '../errors/app-error';
-import { canonicalJson, computed, formatPath, isPlainObject, jsonEqual, parsePath, type JsonObject, type JsonValue, type ValueReference } from './iac-values';
+import { canonicalJson, computed, formatPath, isPlainObject, isSecretMask, jsonEqual, parsePath, SECRET_MASK, type JsonObject, type JsonValue, type ValueReference } from './iac-values';
 import { planDigest, STEP_OPS, type ApplyError, type ApplyResult, type Plan, type PlanStep, type ResourceResult, type StepOp } from './plan';
 
 /**
@@ -40,9 +40,14 @@ import { planDigest, STEP_OPS, type ApplyError, type ApplyResult, type Plan, typ
  * references, Pulumi has resolved them to secret values by then, so they read `[secret]`.
  *
  * Values: a secret (Pulumi's secret signature object, whatever it carries: `ciphertext` — which engine events
- * blind to `[secret]` — or `plaintext`) becomes the string `[secret]`; a value unknown during preview (Pulumi's
- * unknown sentinel) becomes a computed marker `{ "fn::computed": "pulumi:unknown" }`; stack outputs marked
- * `secret` become `[secret]`. So no secret value, nor its ciphertext, reaches a plan, a receipt or an error.
+ * blind to `[secret]` — or `plaintext`), at any depth and whatever it wraps (text, a whole object), becomes the
+ * string `[secret]` (iac-values.ts `SECRET_MASK`, which inventory holds as opaque like a `{ secretRef }`); a value
+ * unknown during preview (Pulumi's unknown sentinel) becomes a computed marker `{ "fn::computed": "pulumi:unknown" }`.
+ * Stack outputs after an `up` are masked where the up's events mark a secret, at any depth, not only where
+ * `UpResult.outputs` flags one: that map is read with `--show-secrets` and flags an output only when all of it is
+ * secret (an object output with one secret member comes unflagged, in plaintext); and an output holding a resolved
+ * reference value is masked whole. So no secret value, nor its ciphertext, reaches a plan, a receipt, an event or
+ * an error.
  *
  * Order: events arrive in whatever order Pulumi's parallel step executor runs them, so steps are put in a
  * canonical order (the digest must not depend on timing): dependency order (the plan file's `dependencies` and
@@ -54,8 +59,8 @@ export const PULUMI_SIG_KEY = '4dabf18193072939515e22adb298388d';
 export const PULUMI_SECRET_SIG = '1b47061264138c4ac30d75fd1eb44270';
 /** How Pulumi serializes a value unknown during preview (`computedValuePlaceholder`, `UnknownStringValue`). */
 export const PULUMI_UNKNOWN = '04da6b54-80e4-46f7-96ec-b56ff0331ba9';
-/** What a secret value is replaced with, as Pulumi prints it. */
-export const SECRET_MASK = '[secret]';
+/** What a secret value is replaced with, as Pulumi prints it: the mask every reader of values knows (iac-values.ts). */
+export { SECRET_MASK };
 /** The expression of a computed marker standing for a Pulumi unknown. */
 export const PULUMI_UNKNOWN_EXPRESSION = 'pulumi:unknown';
 const STACK_TYPE = 'pulumi:pulumi:Stack';
@@ -91,15 +96,42 @@ function maskObject(value: unknown): JsonObject {
   return isPlainObject(masked) ? masked : {};
 }
 
-/** Stack outputs of `UpResult.outputs` (which the Automation API reads with `--show-secrets`): secrets masked. */
-export function maskOutputs(outputs: OutputMap | undefined): JsonObject {
+/**
+ * Stack outputs of `UpResult.outputs`, secrets masked. The Automation API reads that map with `--show-secrets` and
+ * flags an output `secret` only when its whole masked value is `[secret]`, so an output with a secret inside it
+ * comes unflagged, in plaintext. So each output is `[secret]` where it is flagged, where the up's events show it
+ * (`shown`: the stack resource's outputs, masked at any depth by `maskValue`) as `[secret]`, at any depth, and
+ * wherever what is left still holds one of the `resolved` reference values; else its value.
+ */
+export function maskOutputs(outputs: OutputMap | undefined, shown: JsonObject = {}, resolved: readonly string[] = []): JsonObject {
   const out: Record<string, JsonValue> = {};
   for (const key of Object.keys(outputs ?? {}).sort()) {
     const output = (outputs as OutputMap)[key];
     if (!output) continue;
-    out[key] = output.secret ? SECRET_MASK : (maskValue(output.value) ?? null);
+    const value = maskedLike(maskValue(output.value) ?? null, shown[key]);
+    out[key] = output.secret || holdsResolved(value, resolved) ? SECRET_MASK : value;
   }
   return out;
+}
+
+/** `value` with `[secret]` wherever `shown` (the same value as engine events carry it) has it. */
+function maskedLike(value: JsonValue, shown: JsonValue | undefined): JsonValue {
+  if (isSecretMask(shown)) return SECRET_MASK;
+  if (Array.isArray(value) && Array.isArray(shown)) {
+    const marks: readonly JsonValue[] = shown;
+    return (value as readonly JsonValue[]).map((item, i) => maskedLike(item, marks[i]));
+  }
+  if (isPlainObject(value) && isPlainObject(shown)) {
+    return Object.fromEntries(Object.entries(value).map(([k, item]) => [k, maskedLike(item, Object.hasOwn(shown, k) ? shown[k] : undefined)]));
+  }
+  return value;
+}
+
+/** Whether any text inside `value` contains one of `resolved`. */
+function holdsResolved(value: JsonValue, resolved: readonly string[]): boolean {
+  if (typeof value === 'string') return resolved.some((secret) => secret.length > 0 && value.includes(secret));
+  if (Array.isArray(value)) return (value as readonly JsonValue[]).some((item) => holdsResolved(item, resolved));
+  return isPlainObject(value) && Object.values(value).some((item) => holdsResolved(item, resolved));
 }
 
 /** `text` with every occurrence of each of `secrets` replaced by `[secret]` (longest first). */
@@ -402,11 +434,11 @@ function secretAt(inputs: JsonObject | undefined, path: string): boolean {
   if (!inputs || !segments) return false;
   let current: JsonValue | undefined = inputs;
   for (const segment of segments) {
-    if (current === SECRET_MASK) return true;
+    if (isSecretMask(current)) return true;
     if (typeof segment === 'number') current = Array.isArray(current) ? (current as readonly JsonValue[])[segment] : undefined;
     else current = isPlainObject(current) && Object.hasOwn(current, segment) ? current[segment] : undefined;
   }
-  return current === SECRET_MASK;
+  return isSecretMask(current);
 }
 
 /**
@@ -531,7 +563,7 @@ export function applyResultFromUp(observation: UpObservation): ApplyResult {
   });
 
   const base = { stack: plan.stack, planDigest: observation.approvedDigest, serial: observation.serial, resources, startedAt: observation.startedAt, finishedAt: observation.finishedAt };
-  if (succeeded) return { status: 'applied', ...base, outputs: maskOutputs(observation.result?.outputs) };
+  if (succeeded) return { status: 'applied', ...base, outputs: maskOutputs(observation.result?.outputs, stackOutputsOf(applied), secrets) };
   return { status: 'failed', ...base, outputs: {}, error: observation.stopped ?? upError(diagnostics, observation.failure, resources) };
 }
 
