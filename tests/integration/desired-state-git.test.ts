@@ -105,6 +105,21 @@ describe('loadDesiredState from a local repository', () => {
     await expect(loadDesiredState({ repository: own.dir, commit, path: '.' }, TENANT)).rejects.toMatchObject({ code: DesiredStateErrors.repositoryNotFound });
   });
 
+  it('when a project was read with a memory for one tenant, then another tenant reading the same commit is not served from it', async () => {
+    // Arrange
+    const own = await TestRepository.init(join(root, 'remembered-by-acme'));
+    const commit = await own.commit({ 'Pulumi.yaml': PROJECT_V1 });
+    const memory = desiredStateMemory();
+    await loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'acme', memory });
+    fs.rmSync(own.dir, { recursive: true, force: true });
+
+    // Act
+    const error = await failure(loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'globex', memory }));
+
+    // Assert
+    expect(error.code).toBe(DesiredStateErrors.repositoryNotFound);
+  });
+
   it('when the repository is a file:// URL and the path has ./ and a trailing slash, then the same project is read', async () => {
     // Act
     const state = await loadDesiredState(ref({ repository: pathToFileURL(repo.dir).href, path: './app/' }), TENANT);

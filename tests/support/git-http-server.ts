@@ -143,7 +143,7 @@ export interface GitListenerOptions {
   readonly host?: 'localhost' | '127.0.0.1';
   /** Answer every request with a 302 to this origin, same path and query (`https://localhost:1234`). */
   readonly redirectTo?: string;
-  /** Answer 401 (with `WWW-Authenticate: Basic`) unless the request carries exactly these credentials. */
+  /** Answer 401 (with `WWW-Authenticate: Basic`, and the Authorization header sent echoed in the status line) unless the request carries exactly these credentials. */
   readonly basicAuth?: { readonly username: string; readonly password: string };
   /** Send every response body in slices of `bytes`, one every `everyMs`: a server that is slow but never silent. */
   readonly trickle?: { readonly bytes: number; readonly everyMs: number };
@@ -180,7 +180,8 @@ export async function listenGit(repository: GitHttpServer, options: GitListenerO
         const expected = `Basic ${Buffer.from(`${options.basicAuth.username}:${options.basicAuth.password}`).toString('base64')}`;
         if (req.headers.authorization !== expected) {
           req.resume();
-          res.writeHead(401, { 'www-authenticate': 'Basic realm="test"' }).end();
+          // Like a careless (or hostile) server, it echoes the credentials it was sent back in its status line.
+          res.writeHead(401, `Unauthorized: ${req.headers.authorization ?? 'none'}`, { 'www-authenticate': 'Basic realm="test"' }).end();
           return;
         }
       }
