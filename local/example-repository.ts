@@ -7,6 +7,7 @@ import type { PromotionApproved } from '../shared/provisioning/promotion';
 import { ensureError } from '../shared/platform/errors/app-error';
 import { randomIds, systemClock, type Clock, type Ids } from '../shared/platform/time/clock';
 import type { HostComponent } from './host';
+import { EXAMPLE_REPOSITORY_FOLDER } from './local-sources';
 
 /** The example desired state in this repository: one Pulumi YAML project with a development and a production stack. */
 export const EXAMPLES_DIR = join(__dirname, '../infra/examples/desired-state');
@@ -43,7 +44,7 @@ export async function ensureExampleRepository(
   stateDir: string,
   options: { readonly source?: string; readonly clock?: Clock } = {},
 ): Promise<ExampleRepository> {
-  const gitdir = resolve(stateDir, 'desired-state.git');
+  const gitdir = resolve(stateDir, EXAMPLE_REPOSITORY_FOLDER);
   const source = options.source ?? EXAMPLES_DIR;
   await git.init({ fs, dir: gitdir, bare: true, defaultBranch: 'main' });
   const tree = await writeFolder(gitdir, source);
@@ -135,7 +136,7 @@ function ensureExampleReferences(stateDir: string): void {
 
 /** Whether the example repository exists: its `main` points at a commit. */
 async function hasExampleRepository(stateDir: string): Promise<boolean> {
-  const gitdir = resolve(stateDir, 'desired-state.git');
+  const gitdir = resolve(stateDir, EXAMPLE_REPOSITORY_FOLDER);
   return git.resolveRef({ fs, gitdir, ref: BRANCH }).then(
     () => true,
     () => false,

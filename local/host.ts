@@ -11,6 +11,7 @@ import { functionsWithTrigger, registeredFunctions, type Registration } from './
 import { inspect } from 'node:util';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
+import { localSourcesSetting } from './local-sources';
 
 export interface LocalHostOptions {
   /** Folder of the host's state. Example: `.runtime-cloud`. */
@@ -123,14 +124,16 @@ export class LocalHost {
     const overrides: Record<string, string> = { ...this.#options.settings };
     if (this.#options.stateDir !== undefined) overrides.RuntimeCloud__Local__StateDir = this.#options.stateDir;
     if (this.#options.port !== undefined) overrides.RuntimeCloud__Local__Port = String(this.#options.port);
-    let config = configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides });
-    const stateDir = resolve(config.local.stateDir);
+    const stateDir = resolve(configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides }).local.stateDir);
+    // Defaults that depend on the state dir, known only now; a setting in the environment or the options wins.
+    const defaults = { ...LOCAL_DEFAULTS, RuntimeCloud__Provisioning__Sources: localSourcesSetting(stateDir) };
+    let config = configFromEnvironment({ defaults, overrides });
     const keys = await ensureLocalKeys(stateDir);
 
     if (!config.tables.connection) {
       this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
       overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
-      config = configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides });
+      config = configFromEnvironment({ defaults, overrides });
     }
     this.#config = config;
 

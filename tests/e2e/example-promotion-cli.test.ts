@@ -35,7 +35,7 @@ describe('runtime-cloud example promotion (a real process on a temporary state d
     expect(printed.desiredState).toMatchObject({ repository: pathToFileURL(join(stateDir, 'desired-state.git')).href, path: 'app', stack: 'development' });
     expect(Date.parse(printed.approvedAt)).toBeGreaterThanOrEqual(before - 1000);
     // The message points at desired state that can really be read: the project with the development stack.
-    const state = await loadDesiredState(printed.desiredState);
+    const state = await loadDesiredState(printed.desiredState, { tenant: printed.tenantId });
     expect(state.stacks).toHaveProperty('development');
   });
 

@@ -20,6 +20,8 @@ import { TestRepository } from '../support/git-repositories';
 const PROJECT_V1 = 'name: demo\nruntime: yaml\nresources: {}\n';
 const PROJECT_V2 = 'name: demo\nruntime: yaml\nresources:\n  bucket:\n    type: local:storage:Bucket\n';
 const MISSING_SHA = 'deadbeef'.repeat(5);
+/** The tenant every read of this file is for, unless a test is about tenants. */
+const TENANT = { tenant: 'acme' } as const;
 
 /** The AppError `load` fails with; fails the test when it resolves or throws anything else. */
 async function failure(load: Promise<unknown>): Promise<AppError> {
@@ -62,7 +64,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when a project is read at an earlier commit, then its files are those of that commit, not of later ones', async () => {
     // Act
-    const state = await loadDesiredState(ref());
+    const state = await loadDesiredState(ref(), TENANT);
 
     // Assert
     expect(state.commit).toBe(first);
@@ -79,7 +81,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the same project is read at the later commit, then the changes of that commit are there', async () => {
     // Act
-    const state = await loadDesiredState(ref({ commit: second }));
+    const state = await loadDesiredState(ref({ commit: second }), TENANT);
 
     // Assert
     expect(state.project).toBe(PROJECT_V2);
@@ -91,21 +93,36 @@ describe('loadDesiredState from a local repository', () => {
     const own = await TestRepository.init(join(root, 'remembered'));
     const commit = await own.commit({ 'Pulumi.yaml': PROJECT_V1, 'Pulumi.dev.yaml': 'config: {}\n' });
     const memory = desiredStateMemory();
-    const first = await loadDesiredState({ repository: own.dir, commit, path: '.' }, { memory });
+    const first = await loadDesiredState({ repository: own.dir, commit, path: '.' }, { ...TENANT, memory });
     fs.rmSync(own.dir, { recursive: true, force: true });
 
     // Act
-    const again = await loadDesiredState({ repository: own.dir, commit, path: './' }, { memory });
+    const again = await loadDesiredState({ repository: own.dir, commit, path: './' }, { ...TENANT, memory });
 
     // Assert
     expect(again).toBe(first);
     expect(Object.isFrozen(again)).toBe(true);
-    await expect(loadDesiredState({ repository: own.dir, commit, path: '.' })).rejects.toMatchObject({ code: DesiredStateErrors.repositoryNotFound });
+    await expect(loadDesiredState({ repository: own.dir, commit, path: '.' }, TENANT)).rejects.toMatchObject({ code: DesiredStateErrors.repositoryNotFound });
+  });
+
+  it('when a project was read with a memory for one tenant, then another tenant reading the same commit is not served from it', async () => {
+    // Arrange
+    const own = await TestRepository.init(join(root, 'remembered-by-acme'));
+    const commit = await own.commit({ 'Pulumi.yaml': PROJECT_V1 });
+    const memory = desiredStateMemory();
+    await loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'acme', memory });
+    fs.rmSync(own.dir, { recursive: true, force: true });
+
+    // Act
+    const error = await failure(loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'globex', memory }));
+
+    // Assert
+    expect(error.code).toBe(DesiredStateErrors.repositoryNotFound);
   });
 
   it('when the repository is a file:// URL and the path has ./ and a trailing slash, then the same project is read', async () => {
     // Act
-    const state = await loadDesiredState(ref({ repository: pathToFileURL(repo.dir).href, path: './app/' }));
+    const state = await loadDesiredState(ref({ repository: pathToFileURL(repo.dir).href, path: './app/' }), TENANT);
 
     // Assert
     expect(state.path).toBe('app');
@@ -118,7 +135,7 @@ describe('loadDesiredState from a local repository', () => {
     const commit = await rootRepo.commit({ 'Pulumi.yaml': PROJECT_V1, 'Pulumi.dev.yaml': 'config: {}\n' });
 
     // Act
-    const state = await loadDesiredState({ repository: rootRepo.dir, commit, path: '.' });
+    const state = await loadDesiredState({ repository: rootRepo.dir, commit, path: '.' }, TENANT);
 
     // Assert
     expect(state.path).toBe('');
@@ -128,7 +145,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the repository is bare, then it is read from its git folder', async () => {
     // Act
-    const state = await loadDesiredState(ref({ repository: join(repo.dir, '.git') }));
+    const state = await loadDesiredState(ref({ repository: join(repo.dir, '.git') }), TENANT);
 
     // Assert
     expect(state.project).toBe(PROJECT_V1);
@@ -136,7 +153,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the commit is not in the repository, then COMMIT_NOT_FOUND, a permanent not-found', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: MISSING_SHA })));
+    const error = await failure(loadDesiredState(ref({ commit: MISSING_SHA }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.commitNotFound);
@@ -149,7 +166,7 @@ describe('loadDesiredState from a local repository', () => {
     const { commit } = await git.readCommit({ fs, dir: repo.dir, oid: first });
 
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: commit.tree })));
+    const error = await failure(loadDesiredState(ref({ commit: commit.tree }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.commitNotFound);
@@ -162,7 +179,7 @@ describe('loadDesiredState from a local repository', () => {
     ['a sha in capitals', () => first.toUpperCase()],
   ])('when the commit is %s instead of a full sha, then COMMIT_NOT_FOUND as a validation error', async (_name, commit) => {
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: commit() })));
+    const error = await failure(loadDesiredState(ref({ commit: commit() }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.commitNotFound, 'validation']);
@@ -170,7 +187,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the path does not exist at the commit, then PATH_NOT_FOUND, a permanent not-found', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'missing/app' })));
+    const error = await failure(loadDesiredState(ref({ path: 'missing/app' }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.pathNotFound, 'not-found']);
@@ -179,8 +196,8 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the path exists only in a later commit, then reading it at the earlier commit is PATH_NOT_FOUND', async () => {
     // Act
-    const atSecond = await loadDesiredState(ref({ commit: second, path: 'other' }));
-    const error = await failure(loadDesiredState(ref({ path: 'other' })));
+    const atSecond = await loadDesiredState(ref({ commit: second, path: 'other' }), TENANT);
+    const error = await failure(loadDesiredState(ref({ path: 'other' }), TENANT));
 
     // Assert
     expect(atSecond.project).toBe(PROJECT_V1);
@@ -189,7 +206,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the path names a file, then PATH_NOT_FOUND', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'app/Pulumi.yaml' })));
+    const error = await failure(loadDesiredState(ref({ path: 'app/Pulumi.yaml' }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.pathNotFound);
@@ -197,7 +214,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the folder has no Pulumi.yaml, then NOT_A_PROJECT, a validation error', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'docs' })));
+    const error = await failure(loadDesiredState(ref({ path: 'docs' }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.notAProject, 'validation']);
@@ -205,7 +222,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the files exceed the size limit, then TOO_LARGE', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref(), { maxBytes: 40 }));
+    const error = await failure(loadDesiredState(ref(), { ...TENANT, maxBytes: 40 }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.tooLarge, 'too-large']);
@@ -213,7 +230,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the local folder is not a Git repository, then REPOSITORY_NOT_FOUND', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ repository: join(root, 'nowhere') })));
+    const error = await failure(loadDesiredState(ref({ repository: join(root, 'nowhere') }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.repositoryNotFound, 'not-found']);
@@ -261,23 +278,43 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     'when the repository is %s, then REPOSITORY_UNSUPPORTED, a validation error',
     async (repository) => {
       // Act
-      const error = await failure(loadDesiredState({ repository, commit: MISSING_SHA, path: 'app' }, { cacheDir: root, http: recordingHttp() }));
+      const error = await failure(loadDesiredState({ repository, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp() }));
 
       // Assert
       expect([error.code, error.kind]).toEqual([DesiredStateErrors.repositoryUnsupported, 'validation']);
     },
   );
 
-  it('when two URLs differ only in their credentials, then they have separate cache folders that do not show the token', () => {
+  it('when two tenants read the same URL, then each has its own cache folder, and neither folder shows the tenant or the URL', () => {
     // Act
-    const anonymous = remoteCacheDir(root, 'https://git.example.com/repo.git');
-    const again = remoteCacheDir(root, 'https://git.example.com/repo.git');
-    const withToken = remoteCacheDir(root, 'https://x:s3cret-token@git.example.com/repo.git');
+    const first = remoteCacheDir(root, 'acme', 'https://git.example.com/repo.git');
+    const again = remoteCacheDir(root, 'acme', 'https://git.example.com/repo.git');
+    const other = remoteCacheDir(root, 'globex', 'https://git.example.com/repo.git');
+    const otherCase = remoteCacheDir(root, 'ACME', 'https://git.example.com/repo.git');
+    const escaping = remoteCacheDir(root, '../acme', 'https://git.example.com/repo.git');
 
     // Assert
-    expect(again).toBe(anonymous);
-    expect(withToken).not.toBe(anonymous);
-    expect(withToken).not.toContain('s3cret');
+    expect(again).toBe(first);
+    expect(new Set([first, other, otherCase, escaping]).size).toBe(4);
+    for (const dir of [first, other, escaping]) {
+      expect(dir.startsWith(`${root}/`)).toBe(true);
+      expect(dir.slice(root.length)).not.toMatch(/acme|globex|example/);
+    }
+  });
+
+  it('when the URL carries credentials, then REPOSITORY_UNSUPPORTED before any request, and the error does not show them', async () => {
+    // Arrange
+    const http = recordingHttp();
+
+    // Act
+    const error = await failure(
+      loadDesiredState({ repository: 'https://deploy:s3cret-token@git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http }),
+    );
+
+    // Assert
+    expect([error.code, error.kind]).toEqual([DesiredStateErrors.repositoryUnsupported, 'validation']);
+    expect(JSON.stringify({ message: error.message, details: error.details })).not.toContain('s3cret');
+    expect(http.urls).toEqual([]);
   });
 
   it('when the commit is already in the cache of the remote, then it is read without any request', async () => {
@@ -285,11 +322,11 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     const url = 'https://git.example.com/team/cached.git';
     const origin = await TestRepository.init(join(root, 'origin'));
     const commit = await origin.commit({ 'app/Pulumi.yaml': PROJECT_V1 });
-    fs.cpSync(join(origin.dir, '.git'), remoteCacheDir(join(root, 'cache'), url), { recursive: true });
+    fs.cpSync(join(origin.dir, '.git'), remoteCacheDir(join(root, 'cache'), TENANT.tenant, url), { recursive: true });
     const http = recordingHttp();
 
     // Act
-    const state = await loadDesiredState({ repository: url, commit, path: 'app' }, { cacheDir: join(root, 'cache'), http });
+    const state = await loadDesiredState({ repository: url, commit, path: 'app' }, { ...TENANT, cacheDir: join(root, 'cache'), http });
 
     // Assert
     expect(state.project).toBe(PROJECT_V1);
@@ -301,7 +338,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     const http = recordingHttp();
 
     // Act
-    await failure(loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { cacheDir: root, http }));
+    await failure(loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http }));
 
     // Assert
     expect(http.urls[0]).toBe('https://git.example.com/team/repo.git/info/refs?service=git-upload-pack');
@@ -310,7 +347,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
   it('when the remote answers 404, then REPOSITORY_NOT_FOUND, a permanent not-found', async () => {
     // Act
     const error = await failure(
-      loadDesiredState({ repository: 'https://git.example.com/team/gone.git', commit: MISSING_SHA, path: 'app' }, { cacheDir: root, http: recordingHttp(404) }),
+      loadDesiredState({ repository: 'https://git.example.com/team/gone.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp(404) }),
     );
 
     // Assert
@@ -320,7 +357,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
   it.each([503, 500, 401, 403])('when the remote answers %i, then REMOTE_UNREACHABLE, a transient failure', async (status) => {
     // Act
     const error = await failure(
-      loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { cacheDir: root, http: recordingHttp(status) }),
+      loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp(status) }),
     );
 
     // Assert
@@ -328,7 +365,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     expect(error.details).toMatchObject({ status });
   });
 
-  it('when nothing listens at the remote, then REMOTE_UNREACHABLE, and the credentials in the URL appear nowhere in the error', async () => {
+  it('when nothing listens at the remote, then REMOTE_UNREACHABLE, and the credential of the source rule appears nowhere in the error', async () => {
     // Arrange: a port that was free a moment ago, on this machine.
     const port = await new Promise<number>((done) => {
       const probe = createServer().listen(0, '127.0.0.1', () => {
@@ -336,15 +373,20 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
         probe.close(() => done(port));
       });
     });
-    const repository = `https://deploy:s3cret-token@127.0.0.1:${port}/team/repo.git`;
+    const repository = `https://127.0.0.1:${port}/team/repo.git`;
 
     // Act
-    const error = await failure(loadDesiredState({ repository, commit: MISSING_SHA, path: 'app' }, { cacheDir: root }));
+    const error = await failure(
+      loadDesiredState(
+        { repository, commit: MISSING_SHA, path: 'app' },
+        { ...TENANT, cacheDir: root, credentialRef: 'broker://git/deploy', resolveCredential: async () => ({ username: 'deploy', password: 's3cret-token' }) },
+      ),
+    );
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.remoteUnreachable, 'unavailable']);
-    expect(JSON.stringify({ message: error.message, details: error.details })).not.toContain('s3cret');
-    expect(error.details).toEqual({ repository: `https://127.0.0.1:${port}/team/repo.git` });
+    expect(JSON.stringify({ message: error.message, details: error.details })).not.toMatch(/s3cret|ZGVwbG95OnMzY3JldC10b2tlbg/);
+    expect(error.details).toEqual({ repository });
   });
 
   describe('a remote that accepts connections and never answers', () => {
@@ -368,7 +410,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
 
       // Act
       const error = await failure(
-        loadDesiredState({ repository: `https://127.0.0.1:${port}/team/repo.git`, commit: MISSING_SHA, path: 'app' }, { cacheDir: root, idleTimeoutMs: 300 }),
+        loadDesiredState({ repository: `https://127.0.0.1:${port}/team/repo.git`, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, idleTimeoutMs: 300 }),
       );
 
       // Assert: both fetch attempts time out, so it takes about two idle timeouts, far below the test timeout.
@@ -402,9 +444,9 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     const cacheDir = freshCache();
 
     // Act
-    const state = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { cacheDir, http: server });
+    const state = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir, http: server });
     const fetches = server.requests.length;
-    const again = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { cacheDir, http: server });
+    const again = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir, http: server });
 
     // Assert
     expect(state.project).toBe(PROJECT_V1);
@@ -419,7 +461,7 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     server.allowShaWant = false;
 
     // Act
-    const state = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { cacheDir: freshCache(), http: server });
+    const state = await loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server });
 
     // Assert
     expect(state.project).toBe(PROJECT_V1);
@@ -432,7 +474,7 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     server.allowShaWant = false;
 
     // Act
-    const error = await failure(loadDesiredState({ repository: url, commit: MISSING_SHA, path: 'app' }, { cacheDir: freshCache(), http: server }));
+    const error = await failure(loadDesiredState({ repository: url, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.commitNotFound, 'not-found']);
@@ -446,16 +488,16 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     const cacheDir = freshCache();
     const c1 = await growing.commit({ 'app/Pulumi.yaml': 'name: one\nruntime: yaml\n' });
     server.allowShaWant = false;
-    await loadDesiredState({ repository: url, commit: c1, path: 'app' }, { cacheDir, http: server });
+    await loadDesiredState({ repository: url, commit: c1, path: 'app' }, { ...TENANT, cacheDir, http: server });
     const c2 = await growing.commit({ 'app/Pulumi.yaml': 'name: two\nruntime: yaml\n' });
     const c3 = await growing.commit({ 'app/Pulumi.yaml': 'name: three\nruntime: yaml\n' });
     server.allowShaWant = true;
-    await loadDesiredState({ repository: url, commit: c3, path: 'app' }, { cacheDir, http: server });
+    await loadDesiredState({ repository: url, commit: c3, path: 'app' }, { ...TENANT, cacheDir, http: server });
     // The fetch by sha breaks off; the fallback fetch of every branch must not stop at the shallow tip.
     server.failUploadPacks = 1;
 
     // Act
-    const state = await loadDesiredState({ repository: url, commit: c2, path: 'app' }, { cacheDir, http: server });
+    const state = await loadDesiredState({ repository: url, commit: c2, path: 'app' }, { ...TENANT, cacheDir, http: server });
 
     // Assert
     expect(state.project).toBe('name: two\nruntime: yaml\n');
@@ -467,7 +509,7 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     server.failUploadPacks = 2;
 
     // Act
-    const error = await failure(loadDesiredState({ repository: url, commit: older, path: 'app' }, { cacheDir: freshCache(), http: server }));
+    const error = await failure(loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.remoteUnreachable, 'unavailable']);

@@ -18,7 +18,7 @@ describe('the local example repository', () => {
 
     // Act
     const repository = await ensureExampleRepository(stateDir);
-    const state = await loadDesiredState({ repository: repository.url, commit: repository.commit, path: 'app' });
+    const state = await loadDesiredState({ repository: repository.url, commit: repository.commit, path: 'app' }, { tenant: 'demo-team' });
 
     // Assert
     expect(repository.path).toBe(join(stateDir, 'desired-state.git'));
@@ -57,8 +57,8 @@ describe('the local example repository', () => {
     // Assert
     expect(after.commit).not.toBe(before.commit);
     expect((await git.readCommit({ fs, gitdir: after.path, oid: after.commit })).commit.parent).toEqual([before.commit]);
-    const now = await loadDesiredState({ repository: after.path, commit: after.commit, path: 'app' });
-    const then = await loadDesiredState({ repository: after.path, commit: before.commit, path: 'app' });
+    const now = await loadDesiredState({ repository: after.path, commit: after.commit, path: 'app' }, { tenant: 'demo-team' });
+    const then = await loadDesiredState({ repository: after.path, commit: before.commit, path: 'app' }, { tenant: 'demo-team' });
     expect(now.stacks.development).toBe('config:\n  demo-app:replicas: 2\n');
     expect(Object.keys(now.stacks).sort()).toEqual(['development', 'production', 'staging']);
     expect(Object.keys(then.stacks).sort()).toEqual(['development', 'production']);

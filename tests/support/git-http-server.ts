@@ -1,5 +1,9 @@
 import * as fs from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import * as git from 'isomorphic-git';
+import type { TestCertificate } from './self-signed-certificate';
 
 /**
  * A Git "smart HTTP" server (protocol v1, upload-pack only) in memory, serving a local repository through an
@@ -130,4 +134,96 @@ async function collect(body: git.GitHttpRequest['body']): Promise<Buffer> {
 
 async function* chunks(parts: Buffer[]): AsyncIterableIterator<Uint8Array> {
   for (const part of parts) yield new Uint8Array(part);
+}
+
+export interface GitListenerOptions {
+  /** Serve HTTPS with this certificate (`selfSignedCertificate()`); plain HTTP without. */
+  readonly tls?: TestCertificate;
+  /** The host name of the listener's URL, which the certificate must name. Default `127.0.0.1`. */
+  readonly host?: 'localhost' | '127.0.0.1';
+  /** Answer every request with a 302 to this origin, same path and query (`https://localhost:1234`). */
+  readonly redirectTo?: string;
+  /** Answer 401 (with `WWW-Authenticate: Basic`, and the Authorization header sent echoed in the status line) unless the request carries exactly these credentials. */
+  readonly basicAuth?: { readonly username: string; readonly password: string };
+  /** Send every response body in slices of `bytes`, one every `everyMs`: a server that is slow but never silent. */
+  readonly trickle?: { readonly bytes: number; readonly everyMs: number };
+}
+
+/** A `GitHttpServer` listening on a real port of 127.0.0.1, and what it was asked. */
+export interface GitListener {
+  /** The origin, e.g. `https://127.0.0.1:43121`; a repository URL is this plus any path (`/team/repo.git`). */
+  readonly origin: string;
+  readonly received: { readonly method: string; readonly path: string; readonly authorization?: string }[];
+  close(): Promise<void>;
+}
+
+/**
+ * Serves `repository` over real HTTP or HTTPS (node:http / node:https) on 127.0.0.1: each request is handed to
+ * `GitHttpServer.request` and its answer written back with git's content types, so a fetch goes through TLS, sockets,
+ * isomorphic-git's Node client and simple-get like one against a Git host, with the misbehaviours of `options`.
+ */
+export async function listenGit(repository: GitHttpServer, options: GitListenerOptions = {}): Promise<GitListener> {
+  const received: { method: string; path: string; authorization?: string }[] = [];
+  const host = options.host ?? '127.0.0.1';
+  let origin = '';
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    void (async () => {
+      const method = req.method ?? 'GET';
+      const path = req.url ?? '/';
+      received.push({ method, path, ...(req.headers.authorization !== undefined ? { authorization: req.headers.authorization } : {}) });
+      if (options.redirectTo !== undefined) {
+        req.resume();
+        res.writeHead(302, { location: `${options.redirectTo}${path}` }).end();
+        return;
+      }
+      if (options.basicAuth) {
+        const expected = `Basic ${Buffer.from(`${options.basicAuth.username}:${options.basicAuth.password}`).toString('base64')}`;
+        if (req.headers.authorization !== expected) {
+          req.resume();
+          // Like a careless (or hostile) server, it echoes the credentials it was sent back in its status line.
+          res.writeHead(401, `Unauthorized: ${req.headers.authorization ?? 'none'}`, { 'www-authenticate': 'Basic realm="test"' }).end();
+          return;
+        }
+      }
+      const body = await readAll(req);
+      const answer = await repository.request({
+        url: `${origin}${path}`,
+        method,
+        headers: Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)])),
+        body: (async function* () {
+          yield new Uint8Array(body);
+        })(),
+      });
+      const service = path.includes('/info/refs') ? 'application/x-git-upload-pack-advertisement' : 'application/x-git-upload-pack-result';
+      res.writeHead(answer.statusCode, answer.statusCode === 200 ? { 'content-type': service } : {});
+      const whole = answer.body ? await readAll(answer.body) : Buffer.alloc(0);
+      if (!options.trickle) {
+        res.end(whole);
+        return;
+      }
+      for (let at = 0; at < whole.length && !res.destroyed; at += options.trickle.bytes) {
+        res.write(whole.subarray(at, at + options.trickle.bytes));
+        await new Promise((done) => setTimeout(done, options.trickle!.everyMs));
+      }
+      res.end();
+    })().catch(() => res.destroy());
+  };
+  const server: Server = options.tls ? createHttpsServer({ key: options.tls.key, cert: options.tls.cert }, handle) : createHttpServer(handle);
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  origin = `${options.tls ? 'https' : 'http'}://${host}:${(server.address() as AddressInfo).port}`;
+  return {
+    origin,
+    received,
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+}
+
+async function readAll(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of stream) parts.push(Buffer.from(part));
+  return Buffer.concat(parts);
 }

@@ -48,4 +48,46 @@ describe('provisioning configuration', () => {
     expect(() => parseConfig({ RuntimeCloud__Provisioning__Approval: value })).toThrow(ConfigError);
     expect(() => parseConfig({ RuntimeCloud__Provisioning__Approval: value })).toThrow(/RuntimeCloud__Provisioning__Approval/);
   });
+
+  it('when no source, fetch or runtime setting is set, then nothing is allowed, fetches are bounded at 64 MiB and 120 s, and only yaml runs', () => {
+    // Act
+    const { sources, fetchMaxBytes, fetchTimeoutMs, runtimes } = parseConfig({}).provisioning;
+
+    // Assert
+    expect({ sources, fetchMaxBytes, fetchTimeoutMs, runtimes }).toEqual({ sources: {}, fetchMaxBytes: 64 * 1024 * 1024, fetchTimeoutMs: 120_000, runtimes: ['yaml'] });
+  });
+
+  it('when the source, fetch and runtime settings are set, then configuration holds them', () => {
+    // Act
+    const { sources, fetchMaxBytes, fetchTimeoutMs, runtimes } = parseConfig({
+      RuntimeCloud__Provisioning__Sources:
+        '{"*":[{"prefix":"https://git.example.com/shared/"}],"acme":[{"prefix":"https://git.example.com/acme/","credentialRef":"broker://git/acme-read"},{"prefix":"file:///srv/repos/"}]}',
+      RuntimeCloud__Provisioning__FetchMaxBytes: '1048576',
+      RuntimeCloud__Provisioning__FetchTimeoutSeconds: '30',
+      RuntimeCloud__Provisioning__Runtimes: 'yaml, nodejs',
+    }).provisioning;
+
+    // Assert
+    expect(sources).toEqual({
+      '*': [{ prefix: 'https://git.example.com/shared/' }],
+      acme: [{ prefix: 'https://git.example.com/acme/', credentialRef: 'broker://git/acme-read' }, { prefix: 'file:///srv/repos/' }],
+    });
+    expect([fetchMaxBytes, fetchTimeoutMs, runtimes]).toEqual([1_048_576, 30_000, ['yaml', 'nodejs']]);
+  });
+
+  it.each([
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"http://git.example.com/acme/"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"/srv/repos/"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"https://user:token@git.example.com/acme/"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"https://git.example.com/acme/?x=1"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"file:///srv/repos/","credentialRef":"broker://x"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":[{"prefix":"https://git.example.com/acme/","token":"x"}]}'],
+    ['RuntimeCloud__Provisioning__Sources', '{"acme":"https://git.example.com/acme/"}'],
+    ['RuntimeCloud__Provisioning__FetchMaxBytes', '-1'],
+    ['RuntimeCloud__Provisioning__FetchTimeoutSeconds', '0'],
+    ['RuntimeCloud__Provisioning__Runtimes', 'yaml,Node JS'],
+  ])('when %s is %s, then parsing fails naming the key', (key, value) => {
+    expect(() => parseConfig({ [key]: value })).toThrow(ConfigError);
+    expect(() => parseConfig({ [key]: value })).toThrow(new RegExp(key));
+  });
 });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { sourcePrefixProblem } from '../git/repository-url';
 import { describeFieldProblems, fieldProblems, type FieldProblem } from '../validation/validation';
 import { deepFreeze } from '../values/deep-freeze';
 
@@ -69,6 +70,22 @@ const clientTenantsSchema = z
   })
   .pipe(z.record(z.string(), z.string().min(1).max(200)));
 
+/** `RuntimeCloud__Provisioning__Sources`: by tenant id or `*`, the repository prefixes it may promote from. */
+const sourcesSchema = z.record(
+  z.string().min(1),
+  z.array(
+    z
+      .strictObject({
+        prefix: z.string().superRefine((prefix, ctx) => {
+          const problem = sourcePrefixProblem(prefix);
+          if (problem !== undefined) ctx.addIssue({ code: 'custom', message: `prefix ${problem}` });
+        }),
+        credentialRef: z.string().min(1).optional(),
+      })
+      .refine((rule) => rule.credentialRef === undefined || /^https:/i.test(rule.prefix), { message: 'credentialRef applies to https: prefixes only' }),
+  ),
+);
+
 /** `RuntimeCloud__Provisioning__Approval`: `default` says which tiers and whether destroys; environments override. */
 const approvalSchema = z
   .object({ default: z.strictObject({ tiers: z.array(z.enum(TIERS)).optional(), onDeleteOrReplace: z.boolean().optional() }).optional() })
@@ -134,6 +151,25 @@ export const settings = {
    * Example: `{"default":{"tiers":["production"],"onDeleteOrReplace":true},"env-dev-1":{"always":true},"sandbox":{"onDeleteOrReplace":false}}`.
    */
   RuntimeCloud__Provisioning__Approval: jsonOf(approvalSchema, '{}'),
+  /**
+   * Which repositories each tenant may promote from, as JSON: by tenant id, or `*` for every tenant, a list of
+   * `{ "prefix", "credentialRef"? }`. A prefix is an `https://` URL (or a `file://` one, on a host that allows local
+   * sources) and names whole path segments: `https://git.example.com/org/` allows `…/org/app.git`, not
+   * `…/org-evil/app.git`. `credentialRef` (https: only) is a Secret Broker reference of the credential to fetch with,
+   * resolved at fetch time and never stored. Empty: nothing is allowed (the local host: its example repository and
+   * `file://<state dir>/repos/`, for every tenant).
+   * Example: `{"*":[{"prefix":"https://git.example.com/shared/"}],"acme":[{"prefix":"https://git.example.com/acme/","credentialRef":"broker://git/acme-read"}]}`.
+   */
+  RuntimeCloud__Provisioning__Sources: jsonOf(sourcesSchema, '{}'),
+  /** Most bytes one fetch of a remote repository may receive (the depth-1 fetch and the full fetch together). Example: `67108864` (64 MiB). */
+  RuntimeCloud__Provisioning__FetchMaxBytes: z.coerce.number().int().min(1024).default(64 * 1024 * 1024),
+  /** Longest one fetch of a remote repository may take in all, in seconds, however steadily bytes arrive. Example: `120`. */
+  RuntimeCloud__Provisioning__FetchTimeoutSeconds: z.coerce.number().int().min(1).max(3600).default(120),
+  /**
+   * Pulumi runtimes a project may name in `runtime`, comma-separated. Example: `yaml` (the default; the local engine
+   * evaluates YAML only).
+   */
+  RuntimeCloud__Provisioning__Runtimes: list('yaml').pipe(z.array(z.string().regex(/^[a-z][a-z0-9-]*$/, 'must be a runtime name such as yaml or nodejs'))),
   /**
    * What inventory observes: `local-cloud` (the embedded default), `azure-resource-manager` or `kubernetes`.
    */
@@ -210,6 +246,12 @@ export interface Config {
       readonly onDeleteOrReplace: boolean;
       readonly byEnvironment: Readonly<Record<string, { readonly always?: boolean; readonly onDeleteOrReplace?: boolean }>>;
     };
+    /** Source rules by tenant id or `*` (see `RuntimeCloud__Provisioning__Sources`). */
+    readonly sources: Readonly<Record<string, readonly { readonly prefix: string; readonly credentialRef?: string }[]>>;
+    readonly fetchMaxBytes: number;
+    readonly fetchTimeoutMs: number;
+    /** Runtimes a project may name. */
+    readonly runtimes: readonly string[];
   };
 }
 
@@ -263,6 +305,10 @@ function toConfig(s: Settings): Config {
     provisioning: {
       planExpiry: secondsByEnvironment(s.RuntimeCloud__Provisioning__PlanExpirySeconds, DEFAULT_PLAN_EXPIRY_SECONDS),
       approval: approval(s.RuntimeCloud__Provisioning__Approval),
+      sources: s.RuntimeCloud__Provisioning__Sources,
+      fetchMaxBytes: s.RuntimeCloud__Provisioning__FetchMaxBytes,
+      fetchTimeoutMs: s.RuntimeCloud__Provisioning__FetchTimeoutSeconds * 1000,
+      runtimes: [...new Set(s.RuntimeCloud__Provisioning__Runtimes)],
     },
   };
 }
