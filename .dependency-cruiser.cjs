@@ -41,9 +41,9 @@ module.exports = {
           '^shared/platform/(sql|tables|bus/outbox|iac|auth)',
           '^(fs|node:fs|net|node:net|http|node:http|https|node:https|child_process|node:child_process)$',
         ],
-        // Pure itself (values, markers, paths): the one notion of a secret or opaque value and of an ignore-rule
-        // path, which inventory's model shares with the engines.
-        pathNot: '^shared/platform/iac/iac-values\\.ts$',
+        // Pure themselves: the one notion of a secret or opaque value and of an ignore-rule path (iac-values), and a
+        // stack's identity (stack-ref), which the modules' models share with the engines.
+        pathNot: '^shared/platform/iac/(iac-values|stack-ref)\\.ts$',
       },
     },
     {

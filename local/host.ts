@@ -137,7 +137,8 @@ export class LocalHost {
     }
     this.#config = config;
 
-    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, ...this.#options.depsOverrides });
+    // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
+    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, ...this.#options.depsOverrides });
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });

@@ -11,7 +11,7 @@ import type { Config } from './platform/config/config';
 import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
-import { desiredStateMemory } from './platform/git/desired-state';
+import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
@@ -29,6 +29,7 @@ import type { Observer } from './inventory/observer';
 import { unwiredExternalServices } from './provisioning/external-services.client';
 import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
+import { parseSourcePolicy } from './provisioning/source-policy';
 import { allMigrations } from './migrations';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
@@ -62,6 +63,11 @@ export interface DepsOverrides {
   readonly baseDir?: string;
   /** PostgreSQL schema to use (tests). */
   readonly postgresSchema?: string;
+  /**
+   * Whether promotions may name local repositories (`file:` URLs and paths), where the source rules allow them: the
+   * local host's own. Default false: https: repositories only. Example: `true`.
+   */
+  readonly localSources?: boolean;
   /** Durations of provisioning runs (tests). Example: `{ lockRetryMs: 60_000 }`. */
   readonly provisioningTimings?: Partial<RunTimings>;
 }
@@ -105,7 +111,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     knowsTenant: async (tenant) =>
       (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
     // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
-    desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory() },
+    desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
+    // Repositories the installation allows, per tenant; local (file:) repositories only where the host says so.
+    sources: { policy: parseSourcePolicy(config.provisioning.sources), local: overrides.localSources ? { localSources: true, realPath: realLocalPath } : { localSources: false } },
+    projects: { runtimes: config.provisioning.runtimes },
     planExpiry: config.provisioning.planExpiry,
     approval: config.provisioning.approval,
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
@@ -122,15 +131,24 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     scanInterval: config.inventory.scanInterval,
     scanConcurrency: config.inventory.scanConcurrency,
     observeTimeoutMs: config.inventory.observeTimeoutMs,
-    // The local engine applies every stack to the local cloud target `local` (local-engine.ts).
-    scopeOf: (environment) => ({ environmentId: environment.id, stack: environment.stack, target: 'local', ...config.inventory.scopes[environment.id] }),
+    // The local engine applies every stack to the local cloud target `local` (local-engine.ts); the Azure and
+    // Kubernetes scopes are configured by tenant and environment, never by an environment id another tenant may use.
+    scopeOf: (environment) => ({
+      tenant: environment.tenant,
+      environmentId: environment.id,
+      stack: environment.stack,
+      target: 'local',
+      ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
+    }),
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
     applyingRun: async (stack) =>
       (
-        await (store.db as Kysely<{ provisioning_runs: { id: string; stack: string; state: string } }>)
+        await (store.db as Kysely<{ provisioning_runs: { id: string; tenant_id: string; project: string; stack: string; state: string } }>)
           .selectFrom('provisioning_runs')
           .select('id')
-          .where('stack', '=', stack)
+          .where('tenant_id', '=', stack.tenant)
+          .where('project', '=', stack.project)
+          .where('stack', '=', stack.stack)
           .where('state', '=', 'applying')
           .executeTakeFirst()
       )?.id,

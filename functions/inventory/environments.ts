@@ -24,7 +24,7 @@ export const getDrift = endpoint({ scope: 'factory.runtime.read' }, async ({ req
 /** Scans the environment now: 200 with the scan record (completed, failed or skipped, with why). */
 export const scanEnvironment = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, tenants, principal }) => {
   const environment = await deps.inventory.getEnvironment(tenants(), request.params.id ?? '');
-  return { status: 200, jsonBody: await deps.inventory.scan(environment.id, { kind: 'manual', by: principal.subject }) };
+  return { status: 200, jsonBody: await deps.inventory.scan({ tenant: environment.tenantId, id: environment.id }, { kind: 'manual', by: principal.subject }) };
 });
 
 /**

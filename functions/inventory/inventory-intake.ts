@@ -44,11 +44,11 @@ export async function inventoryIntake(message: unknown, context: InvocationConte
       }
       if (recorded.outcome === 'outdated') return;
       try {
-        const scan = await deps.inventory.scan(recorded.environmentId, { kind: 'applied' });
-        log.info(`scanned after its apply: ${scan.outcome}${scan.driftStatus ? ` (${scan.driftStatus})` : ''}`, { environmentId: recorded.environmentId, scanId: scan.scanId, eventId: event.data.id });
+        const scan = await deps.inventory.scan(recorded.environment, { kind: 'applied' });
+        log.info(`scanned after its apply: ${scan.outcome}${scan.driftStatus ? ` (${scan.driftStatus})` : ''}`, { environmentId: recorded.environment.id, scanId: scan.scanId, eventId: event.data.id });
       } catch (thrown) {
         // The desired state is recorded and the environment is due: the timer scans it.
-        log.warn('could not be scanned after its apply; the timer scans it', { environmentId: recorded.environmentId, eventId: event.data.id }, thrown);
+        log.warn('could not be scanned after its apply; the timer scans it', { environmentId: recorded.environment.id, eventId: event.data.id }, thrown);
       }
       return;
     }

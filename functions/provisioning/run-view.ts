@@ -1,6 +1,7 @@
 import { redactUrl } from '../../shared/platform/git/repository-url';
 import type { Decision, RunDetail } from '../../shared/provisioning/provisioning.repository';
-import type { Run } from '../../shared/provisioning/run';
+import { qualifiedStackName } from '../../shared/platform/iac/stack-ref';
+import { stackOf, type Run } from '../../shared/provisioning/run';
 
 /**
  * A run as the HTTP API shows it (Studio views, operators). Changing this shape is a breaking change for its
@@ -18,6 +19,9 @@ export function runView(run: Run) {
     tenant: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },
+    // The stack's identity is `tenant/project/stack` (`qualifiedStack`); `stack` is its own name. A run refused
+    // before its project could be read has no project.
+    ...(run.project !== '' ? { project: run.project, qualifiedStack: qualifiedStackName(stackOf(run)) } : {}),
     stack: run.stack,
     desiredState: { ...run.desiredState, repository: redactUrl(run.desiredState.repository) },
     requestedBy: run.requestedBy,
@@ -55,6 +59,10 @@ export function runDetailView(detail: RunDetail) {
     ...(detail.planReceipt ? { planReceipt: detail.planReceipt } : {}),
     ...(detail.applyReceipt ? { applyReceipt: detail.applyReceipt } : {}),
     ...(detail.decision ? { decision: decisionView(detail.decision) } : {}),
+    // Approvals refused because their approver had asked for the run where a second person must approve.
+    ...(detail.refusedApprovals.length > 0
+      ? { refusedApprovals: detail.refusedApprovals.map((r) => ({ by: r.by, planDigest: r.planDigest, code: r.code, reason: r.reason, at: r.at.toISOString() })) }
+      : {}),
     // Ids at the KnowledgeHost (receipts) and the GovernanceHost (the apply's audit evidence).
     artifacts: detail.artifacts.map((a) => ({ kind: a.kind, id: a.id, recordedAt: a.recordedAt.toISOString() })),
     ...(detail.replacedPlans.length > 0

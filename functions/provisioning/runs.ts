@@ -2,7 +2,7 @@ import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { z } from 'zod';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { RUN_STATES, RunErrors } from '../../shared/provisioning/run';
+import { RUN_STATES, RunErrors, stackOf } from '../../shared/provisioning/run';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
@@ -92,7 +92,7 @@ export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, asy
   } catch (thrown) {
     logOf(context).warn('the run is canceled, but its orchestration could not be woken', { runId: run.id }, thrown);
   }
-  await wakeNextOnStack(context, deps.provisioning, { stack: run.stack });
+  await wakeNextOnStack(context, deps.provisioning, { stack: stackOf(run) });
   return { status: 200, jsonBody: runView(run) };
 });
 

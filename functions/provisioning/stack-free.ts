@@ -1,6 +1,7 @@
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { ensureError } from '../../shared/platform/errors/app-error';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { logOf } from '../log';
 
@@ -18,7 +19,7 @@ export const STACK_FREE_EVENT = 'stack-free';
 export async function wakeNextOnStack(
   context: InvocationContext,
   provisioning: ProvisioningService,
-  of: { readonly runId: string } | { readonly stack: string },
+  of: { readonly runId: string } | { readonly stack: StackRef },
 ): Promise<void> {
   let next: string | undefined;
   try {

@@ -1,5 +1,8 @@
+import type { HttpRequest } from '@azure/functions';
 import * as df from 'durable-functions';
 import { z } from 'zod';
+import { resolveTenant } from '../../shared/platform/auth/auth';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 import type { StackLock } from '../../shared/provisioning/stack-lock.repository';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
@@ -12,7 +15,9 @@ import { logOf } from '../log';
  */
 function lockView(lock: StackLock, now: Date) {
   return {
-    stack: lock.stack,
+    stack: qualifiedStackName(lock.stack),
+    tenant: lock.stack.tenant,
+    project: lock.stack.project,
     holderRun: lock.holderRun,
     holderHost: lock.holderHost,
     acquiredAt: lock.acquiredAt.toISOString(),
@@ -22,9 +27,18 @@ function lockView(lock: StackLock, now: Date) {
   };
 }
 
-/** Who holds a stack's lock: 200 with holder run, host, expiry and version; 404 `PROVISIONING.STACK_NOT_LOCKED`. */
-export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
-  const lock = await deps.provisioning.stackLock(tenants(), request.params.stack ?? '');
+/** The stack a route names: `/tenants/{tenant}/stacks/{project}/{stack}`. */
+function routeStack(request: HttpRequest): StackRef {
+  return { tenant: request.params.tenant ?? '', project: request.params.project ?? '', stack: request.params.stack ?? '' };
+}
+
+/**
+ * Who holds a stack's lock: 200 with holder run, host, expiry and version; 404 `PROVISIONING.STACK_NOT_LOCKED`. A
+ * caller bound to another tenant than the route's is refused (403 `AUTH.TENANT_MISMATCH`).
+ */
+export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, principal }) => {
+  const stack = routeStack(request);
+  const lock = await deps.provisioning.stackLock(resolveTenant(principal, 'factory.runtime.read', stack.tenant), stack);
   return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: lockView(lock, deps.clock.now()) };
 });
 
@@ -40,9 +54,9 @@ const unlockBody = z.object({ reason: z.string().min(1).max(2000), version: z.nu
  * `PROVISIONING.STACK_LOCK_LOST`. 200 with the broken lock; 404 when nothing holds it; 409 for another version.
  */
 export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: unlockBody }, async ({ request, context, deps, principal, body }) => {
-  const stack = request.params.stack ?? '';
+  const stack = routeStack(request);
   const broken = await deps.provisioning.unlockStack(stack, { by: principal.subject, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
-  logOf(context).warn(`the stack lock (version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`, { stack, runId: broken.lock.holderRun });
+  logOf(context).warn(`the stack lock (version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`, { stack: qualifiedStackName(stack), runId: broken.lock.holderRun });
   // The first run waiting for the stack takes it now rather than at its retry timer.
   await wakeNextOnStack(context, deps.provisioning, { stack });
   return {
@@ -51,5 +65,6 @@ export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOn
   };
 });
 
-moduleApp('provisioning').http('getStackLock', { route: 'runtime-cloud/stacks/{stack}/lock', methods: ['GET'], authLevel: 'anonymous', handler: getStackLock });
-moduleApp('provisioning').http('unlockStack', { route: 'runtime-cloud/stacks/{stack}/unlock', methods: ['POST'], authLevel: 'anonymous', extraInputs: [df.input.durableClient()], handler: unlockStack });
+const STACK_ROUTE = 'runtime-cloud/tenants/{tenant}/stacks/{project}/{stack}';
+moduleApp('provisioning').http('getStackLock', { route: `${STACK_ROUTE}/lock`, methods: ['GET'], authLevel: 'anonymous', handler: getStackLock });
+moduleApp('provisioning').http('unlockStack', { route: `${STACK_ROUTE}/unlock`, methods: ['POST'], authLevel: 'anonymous', extraInputs: [df.input.durableClient()], handler: unlockStack });

@@ -11,8 +11,6 @@ const BASE = 'runtime-cloud/local/cloud';
 const RESOURCES = `${BASE}/resources`;
 /** The target the local IaC engine applies to unless configured otherwise. */
 const DEFAULT_TARGET = 'local';
-/** The project part of the urn of a resource made here: no stack's program declares it, so IaC never manages it. */
-const UNMANAGED_PROJECT = 'unmanaged';
 
 // Names end up inside urns, which `::` separates, and in 200-character key columns: plain characters only. Each
 // pattern needs a character, so an empty name is one problem, not two.
@@ -24,7 +22,10 @@ const targetName = z.string().max(200).regex(PLAIN_NAME, 'a target is letters, d
 const stackName = z.string().max(200).regex(STACK_NAME_PATTERN, 'a stack is letters, digits, ".", "_" or "-"');
 const jsonObject = z.record(z.string(), z.unknown(), { error: 'must be a JSON object' });
 
-const targetQuerySchema = z.object({ target: targetName.default(DEFAULT_TARGET) });
+const tenantName = z.string().min(1).max(200);
+
+/** `?target=`, and `?tenant=`: the scope of the tenant whose resources are meant (urns repeat across tenants). */
+const targetQuerySchema = z.object({ target: targetName.default(DEFAULT_TARGET), tenant: tenantName.optional() });
 
 const listQuerySchema = targetQuerySchema.extend({
   stack: stackName.optional(),
@@ -38,6 +39,10 @@ const listQuerySchema = targetQuerySchema.extend({
  * drift on the local host.
  */
 const newResourceSchema = z.strictObject({
+  /** The tenant whose scope the resource is made in. */
+  tenant: tenantName,
+  /** The project and stack whose resources it is among (`urn:pulumi:<stack>::<project>::…`); no program declares it. */
+  project: stackName,
   stack: stackName,
   type: z.string().max(200).regex(TYPE_TOKEN, 'a type is a token package:module:Type of letters, digits, ".", "_", "-" (and "/" in the module)'),
   name: z.string().max(200).regex(PLAIN_NAME, 'a name is letters, digits, ".", "_" or "-"'),
@@ -73,7 +78,7 @@ export class LocalCloudEndpoints implements HostComponent {
     route('GET', RESOURCES, (request) => listResources(cloud, request));
     route('POST', RESOURCES, (request) => createUnmanaged(cloud, request));
     route('GET', `${RESOURCES}/{urn}`, async (request) => {
-      return { status: 200, body: await resourceByUrn(cloud, queryTarget(request), urnParam(request)) };
+      return { status: 200, body: await resourceByUrn(cloud, queryScope(request), urnParam(request)) };
     });
     route('PATCH', `${RESOURCES}/{urn}`, (request) => patchResource(cloud, request));
     route('DELETE', `${RESOURCES}/{urn}`, (request) => deleteResource(cloud, request));
@@ -117,53 +122,55 @@ async function listResources(cloud: LocalCloud, request: RawRequest): Promise<Ra
 async function createUnmanaged(cloud: LocalCloud, request: RawRequest): Promise<RawResponse> {
   const body = parseJsonBody(request.body.toString('utf8'), newResourceSchema);
   const target = body.target ?? queryTarget(request);
-  const urn = `urn:pulumi:${body.stack}::${UNMANAGED_PROJECT}::${body.type}::${body.name}`;
+  const urn = `urn:pulumi:${body.stack}::${body.project}::${body.type}::${body.name}`;
   // Check, then insert: two racing creates may both pass. Local-only and operator-driven, so that is accepted;
   // a second resource with the urn then answers LOCAL_CLOUD.AMBIGUOUS_URN rather than being picked at random.
-  const existing = (await cloud.list(target)).find((r) => r.urn === urn);
+  const existing = (await cloud.list(target)).find((r) => r.scope === body.tenant && r.urn === urn);
   if (existing) {
-    throw new AppError('LOCAL_CLOUD.ALREADY_EXISTS', 'conflict', `the target ${target} already has a resource ${urn}`, { target, urn, id: existing.id });
+    throw new AppError('LOCAL_CLOUD.ALREADY_EXISTS', 'conflict', `the target ${target} already has a resource ${urn} of tenant ${body.tenant}`, { target, urn, id: existing.id });
   }
-  const created = await cloud.create(target, { urn, type: body.type, properties: body.properties });
+  const created = await cloud.create(target, { scope: body.tenant, urn, type: body.type, properties: body.properties });
   return {
     status: 201,
-    headers: { location: `/${RESOURCES}/${encodeURIComponent(urn)}?target=${encodeURIComponent(target)}` },
+    headers: { location: `/${RESOURCES}/${encodeURIComponent(urn)}?target=${encodeURIComponent(target)}&tenant=${encodeURIComponent(body.tenant)}` },
     body: created,
   };
 }
 
 async function patchResource(cloud: LocalCloud, request: RawRequest): Promise<RawResponse> {
-  const target = queryTarget(request);
-  const urn = urnParam(request);
+  const where = queryScope(request);
   // Validated before the cloud is asked: a bad patch is the client's fault whether or not the target answers.
   const patch = parseJsonBody(request.body.toString('utf8'), jsonObject);
-  const resource = await resourceByUrn(cloud, target, urn);
+  const resource = await resourceByUrn(cloud, where, urnParam(request));
   // Read, merge, write without a version check: a concurrent writer's change in between is lost. Local-only.
-  const updated = await cloud.update(target, resource.id, mergeObjects(resource.properties, patch));
+  const updated = await cloud.update(where.target, resource.id, mergeObjects(resource.properties, patch));
   return { status: 200, body: updated };
 }
 
 async function deleteResource(cloud: LocalCloud, request: RawRequest): Promise<RawResponse> {
-  const target = queryTarget(request);
+  const where = queryScope(request);
   const urn = urnParam(request);
-  const resource = await resourceByUrn(cloud, target, urn);
-  if (!(await cloud.delete(target, resource.id))) throw notFound(target, urn);
+  const resource = await resourceByUrn(cloud, where, urn);
+  if (!(await cloud.delete(where.target, resource.id))) throw notFound(where.target, urn);
   return { status: 204 };
 }
 
 /**
- * The one resource of the target with the urn. The local cloud keys resources by id, so this lists the target
- * (small, local-only) and matches.
+ * The one resource of the target with the urn, in the tenant's scope when one is named. The local cloud keys
+ * resources by id, so this lists the target (small, local-only) and matches; two tenants' resources of one urn
+ * need the tenant named (409 `LOCAL_CLOUD.AMBIGUOUS_URN` otherwise).
  */
-async function resourceByUrn(cloud: LocalCloud, target: string, urn: string): Promise<CloudResource> {
-  const matches = (await cloud.list(target)).filter((r) => r.urn === urn);
+async function resourceByUrn(cloud: LocalCloud, where: { target: string; tenant?: string | undefined }, urn: string): Promise<CloudResource> {
+  const { target, tenant } = where;
+  const matches = (await cloud.list(target)).filter((r) => r.urn === urn && (tenant === undefined || r.scope === tenant));
   const [only] = matches;
   if (!only) throw notFound(target, urn);
   if (matches.length > 1) {
-    throw new AppError('LOCAL_CLOUD.AMBIGUOUS_URN', 'conflict', `the target ${target} has ${matches.length} resources ${urn}`, {
+    throw new AppError('LOCAL_CLOUD.AMBIGUOUS_URN', 'conflict', `the target ${target} has ${matches.length} resources ${urn}; name the tenant (?tenant=)`, {
       target,
       urn,
       ids: matches.map((r) => r.id),
+      tenants: matches.map((r) => r.scope),
     });
   }
   return only;
@@ -174,7 +181,11 @@ function notFound(target: string, urn: string): AppError {
 }
 
 function queryTarget(request: RawRequest): string {
-  return parseQueryParams(request.url.searchParams, targetQuerySchema).target;
+  return queryScope(request).target;
+}
+
+function queryScope(request: RawRequest): { target: string; tenant?: string | undefined } {
+  return parseQueryParams(request.url.searchParams, targetQuerySchema);
 }
 
 /** The route matched a non-empty segment and decoded it once, so `encodeURIComponent(urn)` arrives as the urn. */

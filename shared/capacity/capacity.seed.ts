@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseQualifiedStackName } from '../platform/iac/stack-ref';
 import { CAPACITY_KINDS } from './pool';
 
 const kindLimit = z.object({ maxUnits: z.number().int().min(0), maxTtlSeconds: z.number().int().positive() });
@@ -11,7 +12,13 @@ export const poolSpecSchema = z.object({
   min: z.number().int().min(0).optional(),
   max: z.number().int().min(0).optional(),
   labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
-  iacStack: z.string().min(1).max(200).optional(),
+  /** The provisioning stack that sizes the pool, named `tenant/project/stack`. */
+  iacStack: z
+    .string()
+    .min(1)
+    .max(200)
+    .refine((name) => parseQualifiedStackName(name) !== undefined, 'a stack is named tenant/project/stack')
+    .optional(),
 });
 
 /** Body of `PUT /editions/{name}`: per-kind limits; a kind left out gets no capacity. */

@@ -19,7 +19,10 @@ export interface Pool {
   readonly min: number;
   readonly max: number;
   readonly labels: Readonly<Record<string, string>>;
-  /** The IaC stack that sizes this pool; a size change on such a pool is requested through provisioning. */
+  /**
+   * The IaC stack that sizes this pool, `tenant/project/stack`; a size change on such a pool is requested through
+   * provisioning.
+   */
   readonly iacStack?: string;
   /** Units held by active leases (including expired ones the sweep has not reached yet). */
   readonly used: number;

@@ -9,6 +9,12 @@ import type { ObservedResource } from './observer';
  * plans. Pure.
  */
 
+/** An environment as inventory keeps it: its id is unique within its tenant only. */
+export interface EnvironmentKey {
+  readonly tenant: string;
+  readonly id: string;
+}
+
 export const DRIFT_STATUSES = ['in-sync', 'drifted', 'unknown'] as const;
 export type DriftStatus = (typeof DRIFT_STATUSES)[number];
 
@@ -23,6 +29,7 @@ const specificationAppliedSchema = z.object({
   tenantId: z.string().min(1),
   environment: z.object({ id: z.string().min(1), name: z.string().min(1), tier: z.enum(tiers) }),
   release: z.object({ name: z.string(), version: z.string() }),
+  project: z.string().min(1),
   stack: z.string().min(1),
   resources: z.array(
     z.object({
@@ -41,6 +48,8 @@ export interface DesiredState {
   readonly tenant: string;
   readonly environment: { readonly id: string; readonly name: string; readonly tier: (typeof tiers)[number] };
   readonly release: { readonly name: string; readonly version: string };
+  /** With the tenant and `stack`, the stack's identity (`tenant/project/stack`). */
+  readonly project: string;
   readonly stack: string;
   readonly resources: Resources;
   /** The project's own `ignoreChanges`, as rules: drift there is listed as ignored by them, never as a finding. */
@@ -75,7 +84,7 @@ export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems
       if (ignoreRuleProblems(rule).length === 0) projectRules.push(rule);
     }
   }
-  return { ok: { runId: d.runId, tenant: d.tenantId, environment: d.environment, release: d.release, stack: d.stack, resources, projectRules } };
+  return { ok: { runId: d.runId, tenant: d.tenantId, environment: d.environment, release: d.release, project: d.project, stack: d.stack, resources, projectRules } };
 }
 
 /**

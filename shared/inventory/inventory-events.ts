@@ -1,3 +1,4 @@
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import type { NewEvent } from '../platform/bus/events';
 import type { DriftReport } from './drift';
 import { countByKind, groupByResource, type ReconciliationPlan } from './environment';
@@ -15,7 +16,7 @@ interface EnvironmentRef {
   readonly environmentId: string;
   readonly name: string;
   readonly tenant: string;
-  readonly stack: string;
+  readonly stack: StackRef;
 }
 
 /** An environment's findings changed and it is drifted (sent once per new set of findings, not per scan). */
@@ -29,7 +30,10 @@ export function runtimeDriftDetected(environment: EnvironmentRef, scan: { scanId
       environmentId: environment.environmentId,
       environmentName: environment.name,
       tenantId: environment.tenant,
-      stack: environment.stack,
+      // The stack's own name, its project and its identity `tenant/project/stack`.
+      stack: environment.stack.stack,
+      project: environment.stack.project,
+      qualifiedStack: qualifiedStackName(environment.stack),
       scanId: scan.scanId,
       observedAt: scan.observedAt.toISOString(),
       fingerprint: report.fingerprint,
@@ -53,7 +57,10 @@ export function reconciliationProposed(environment: EnvironmentRef, proposal: { 
       environmentId: environment.environmentId,
       environmentName: environment.name,
       tenantId: environment.tenant,
-      stack: environment.stack,
+      // The stack's own name, its project and its identity `tenant/project/stack`.
+      stack: environment.stack.stack,
+      project: environment.stack.project,
+      qualifiedStack: qualifiedStackName(environment.stack),
       fingerprint: proposal.fingerprint,
       ...(proposal.supersedes !== undefined ? { supersedes: proposal.supersedes } : {}),
       resources: groupByResource(report.findings).map((g) => ({ urn: g.urn, type: g.type, severity: g.severity, findings: g.findings.length })),

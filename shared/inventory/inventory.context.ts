@@ -5,13 +5,14 @@ import { appendToOutbox } from '../platform/bus/outbox';
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import type { SqlStore } from '../platform/sql/database';
 import type { SqlDialect } from '../platform/sql/dialect';
 import { retryingContention } from '../platform/sql/transaction';
 import type { Clock, Ids } from '../platform/time/clock';
 import type { DriftReport, IgnoreRule } from './drift';
-import { driftStatusAt, scanIntervalMs, type DriftStatusView, type ProposalStatus, type ReconciliationPlan, type ResourceFindings } from './environment';
-import { findEnvironment, findProposal, inventoryDb, listIgnoreRules, type EnvironmentRow, type ProposalRow, type RecordedIgnoreRule } from './inventory.repository';
+import { driftStatusAt, scanIntervalMs, type EnvironmentKey, type DriftStatusView, type ProposalStatus, type ReconciliationPlan, type ResourceFindings } from './environment';
+import { findEnvironment, findEnvironments, findProposal, inventoryDb, listIgnoreRules, type EnvironmentRow, type ProposalRow, type RecordedIgnoreRule } from './inventory.repository';
 import type { InventoryTables } from './inventory.tables';
 import type { ObservedInventory, ScanRecord } from './observed-inventory.repository';
 import type { ObservationScope, Observer } from './observer';
@@ -34,7 +35,10 @@ export interface EnvironmentView {
   readonly name: string;
   readonly tier: string;
   readonly tenantId: string;
+  readonly project: string;
   readonly stack: string;
+  /** `tenant/project/stack`. */
+  readonly qualifiedStack: string;
   readonly desiredRelease: { readonly name: string; readonly version: string; readonly runId: string; readonly appliedAt: string };
   readonly lastRun?: { readonly id: string; readonly state: string; readonly at: string };
   readonly drift: DriftStatusView;
@@ -71,6 +75,7 @@ export interface ReconciliationRequest {
   readonly proposalId: string;
   readonly tenant: string;
   readonly environmentId: string;
+  readonly project: string;
   readonly stack: string;
   readonly requestedBy: string;
   /** The environment's unexpired rules that hold on apply: the run leaves those paths as they are. */
@@ -98,10 +103,10 @@ export interface InventoryServiceOptions {
   readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
   readonly scanConcurrency: number;
   readonly observeTimeoutMs: number;
-  /** Where an environment's resources live, beyond its stack (Azure and Kubernetes scopes by environment id). */
-  readonly scopeOf: (environment: { readonly id: string; readonly stack: string }) => ObservationScope;
+  /** Where an environment's resources live, beyond its stack (Azure and Kubernetes scopes by tenant and environment). */
+  readonly scopeOf: (environment: { readonly tenant: string; readonly id: string; readonly stack: StackRef }) => ObservationScope;
   /** The run applying to the stack right now, if any: a scan then is skipped (it would see a half-applied stack). */
-  readonly applyingRun: (stack: string) => Promise<string | undefined>;
+  readonly applyingRun: (stack: StackRef) => Promise<string | undefined>;
 }
 
 /**
@@ -142,9 +147,38 @@ export async function appendEvents(ctx: InventoryContext, trx: Transaction<Inven
   await appendToOutbox(trx, events, ctx.clock, ctx.ids);
 }
 
+/** The stack an environment is bound to: `tenant/project/stack`. */
+export function stackOfRow(row: EnvironmentRow): StackRef {
+  return { tenant: row.tenant_id, project: row.project, stack: row.stack };
+}
+
+/** The key of an environment's row. */
+export function keyOf(row: EnvironmentRow): EnvironmentKey {
+  return { tenant: row.tenant_id, id: row.environment_id };
+}
+
+/**
+ * The environment a request names by id, among those the caller's tenants may see. A caller of all tenants (a
+ * PlatformAdmin) naming an id that two tenants use is asked to name the tenant: 409 `INVENTORY.ENVIRONMENT_AMBIGUOUS`.
+ */
 export async function existingEnvironment(ctx: InventoryContext, tenants: TenantFilter, environmentId: string): Promise<EnvironmentRow> {
-  const row = await retryingContention(() => findEnvironment(ctx.db, environmentId, tenants));
+  const rows = await retryingContention(() => findEnvironments(ctx.db, environmentId, tenants));
+  if (rows.length > 1) {
+    const owners = rows.map((r) => r.tenant_id);
+    throw new AppError('INVENTORY.ENVIRONMENT_AMBIGUOUS', 'conflict', `environment ${environmentId} exists in tenants ${owners.join(', ')}; name the tenant (X-Tenant-Id or ?tenant=)`, {
+      environmentId,
+      tenants: owners,
+    });
+  }
+  const row = rows[0];
   if (!row) throw new AppError('INVENTORY.ENVIRONMENT_NOT_FOUND', 'not-found', `no environment ${environmentId} has been applied to`, { environmentId });
+  return row;
+}
+
+/** The environment of a key inventory holds itself (a scan's, a proposal's). */
+export async function environmentByKey(ctx: InventoryContext, key: EnvironmentKey): Promise<EnvironmentRow> {
+  const row = await retryingContention(() => findEnvironment(ctx.db, key));
+  if (!row) throw new AppError('INVENTORY.ENVIRONMENT_NOT_FOUND', 'not-found', `no environment ${key.id} has been applied to`, { environmentId: key.id });
   return row;
 }
 
@@ -171,7 +205,10 @@ export function environmentView(ctx: InventoryContext, row: EnvironmentRow): Env
     name: row.name,
     tier: row.tier,
     tenantId: row.tenant_id,
+    // The stack's own name; with the project and the tenant, its identity (`qualifiedStack`).
+    project: row.project,
     stack: row.stack,
+    qualifiedStack: qualifiedStackName(stackOfRow(row)),
     desiredRelease: { name: row.release_name, version: row.release_version, runId: row.desired_run_id, appliedAt: iso(row.desired_at) },
     ...(row.last_run_id !== null ? { lastRun: { id: row.last_run_id, state: row.last_run_state ?? '', at: iso(row.last_run_at) } } : {}),
     drift,
@@ -206,8 +243,8 @@ export function proposalView(row: ProposalRow): ProposalView {
   };
 }
 
-export async function ruleById(ctx: InventoryContext, environmentId: string, ruleId: string): Promise<RecordedIgnoreRule> {
-  const rules = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, environmentId, { includeDeleted: true }));
+export async function ruleById(ctx: InventoryContext, key: EnvironmentKey, ruleId: string): Promise<RecordedIgnoreRule> {
+  const rules = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, key, { includeDeleted: true }));
   return rules.find((r) => r.id === ruleId)!;
 }
 

@@ -3,6 +3,7 @@ import type { TenantFilter } from '../platform/auth/auth';
 import type { AnyDb, SqlDialect } from '../platform/sql/database';
 import { firstRows, LOCK_ALIAS, lockingRows } from '../platform/sql/dialect';
 import type { IgnoreRule } from './drift';
+import type { EnvironmentKey } from './environment';
 import type { InventoryEnvironmentTable, InventoryProposalTable, InventoryTables } from './inventory.tables';
 
 /** SQL statements of the inventory module. Rows are locked in the lock order of transaction.ts: environment rows (2b), then proposals. */
@@ -18,52 +19,67 @@ export function inventoryDb(db: AnyDb): Kysely<InventoryTables> {
 const tenantRows = <Q extends { where(column: 'tenant_id', op: '=', value: string): Q }>(query: Q, tenants: TenantFilter): Q =>
   tenants.kind === 'one' ? query.where('tenant_id', '=', tenants.tenant) : query;
 
-export async function findEnvironment(db: InventoryDb, environmentId: string, tenants: TenantFilter = { kind: 'all' }): Promise<EnvironmentRow | undefined> {
-  return tenantRows(db.selectFrom('inventory_environments').selectAll().where('environment_id', '=', environmentId), tenants).executeTakeFirst();
+/**
+ * Narrows a query of a table that names an environment by `tenant_id` and `environment_id` to one environment:
+ * environment ids are unique per tenant only.
+ */
+function forEnvironment<Q>(query: Q, key: EnvironmentKey): Q {
+  const where = (q: Q, column: string, value: string) => (q as unknown as { where: (c: string, op: '=', v: string) => Q }).where(column, '=', value);
+  return where(where(query, 'tenant_id', key.tenant), 'environment_id', key.id);
+}
+
+/** The environments of that id the tenants may see: one for a tenant, one per tenant that has it for all. */
+export async function findEnvironments(db: InventoryDb, environmentId: string, tenants: TenantFilter): Promise<EnvironmentRow[]> {
+  return tenantRows(db.selectFrom('inventory_environments').selectAll().where('environment_id', '=', environmentId), tenants).orderBy('tenant_id').execute();
+}
+
+export async function findEnvironment(db: InventoryDb, key: EnvironmentKey): Promise<EnvironmentRow | undefined> {
+  return forEnvironment(db.selectFrom('inventory_environments').selectAll(), key).executeTakeFirst();
 }
 
 /** The environment's row, locked until the transaction ends (scans and decisions of one environment take turns). */
-export async function lockEnvironment(trx: Transaction<InventoryTables>, dialect: SqlDialect, environmentId: string): Promise<EnvironmentRow | undefined> {
-  const query = trx.selectFrom(`inventory_environments as ${LOCK_ALIAS.wait}`).selectAll().where('environment_id', '=', environmentId);
+export async function lockEnvironment(trx: Transaction<InventoryTables>, dialect: SqlDialect, key: EnvironmentKey): Promise<EnvironmentRow | undefined> {
+  const query = trx.selectFrom(`inventory_environments as ${LOCK_ALIAS.wait}`).selectAll().where('tenant_id', '=', key.tenant).where('environment_id', '=', key.id);
   return lockingRows(query, dialect, 'wait').executeTakeFirst();
 }
 
-/** A page of environments in id order, after the id `after`. */
-export async function listEnvironments(db: InventoryDb, dialect: SqlDialect, tenants: TenantFilter, page: { after?: string; limit: number }): Promise<EnvironmentRow[]> {
+/** A page of environments in (tenant, id) order, after `after`. */
+export async function listEnvironments(db: InventoryDb, dialect: SqlDialect, tenants: TenantFilter, page: { after?: EnvironmentKey; limit: number }): Promise<EnvironmentRow[]> {
   let query = tenantRows(db.selectFrom('inventory_environments').selectAll(), tenants);
-  if (page.after !== undefined) query = query.where('environment_id', '>', page.after);
-  return firstRows(query.orderBy('environment_id'), dialect, page.limit).execute();
+  const after = page.after;
+  if (after !== undefined) {
+    query = query.where((eb) => eb.or([eb('tenant_id', '>', after.tenant), eb.and([eb('tenant_id', '=', after.tenant), eb('environment_id', '>', after.id)])]));
+  }
+  return firstRows(query.orderBy('tenant_id').orderBy('environment_id'), dialect, page.limit).execute();
 }
 
 export async function insertEnvironment(db: InventoryDb, row: EnvironmentRow): Promise<void> {
   await db.insertInto('inventory_environments').values(row).execute();
 }
 
-export async function updateEnvironment(db: InventoryDb, environmentId: string, set: Updateable<InventoryEnvironmentTable>): Promise<void> {
-  await db.updateTable('inventory_environments').set(set).where('environment_id', '=', environmentId).execute();
+export async function updateEnvironment(db: InventoryDb, key: EnvironmentKey, set: Updateable<InventoryEnvironmentTable>): Promise<void> {
+  await forEnvironment(db.updateTable('inventory_environments').set(set), key).execute();
 }
 
-/** Ids of environments due for a scan at `now`, the longest overdue first. */
-export async function dueEnvironments(db: InventoryDb, now: number, limit: number): Promise<{ environment_id: string; next_scan_at: number }[]> {
+/** Environments due for a scan at `now`, the longest overdue first. */
+export async function dueEnvironments(db: InventoryDb, now: number, limit: number): Promise<{ key: EnvironmentKey; nextScanAt: number }[]> {
   const rows = await db
     .selectFrom('inventory_environments')
-    .select(['environment_id', 'next_scan_at'])
+    .select(['tenant_id', 'environment_id', 'next_scan_at'])
     .where('next_scan_at', '<=', now)
     .orderBy('next_scan_at')
+    .orderBy('tenant_id')
     .orderBy('environment_id')
     .execute();
-  return rows.slice(0, limit).map((r) => ({ environment_id: r.environment_id, next_scan_at: Number(r.next_scan_at) }));
+  return rows.slice(0, limit).map((r) => ({ key: { tenant: r.tenant_id, id: r.environment_id }, nextScanAt: Number(r.next_scan_at) }));
 }
 
 /**
  * Claims a due scan for this host: moves `next_scan_at` on only if it still has the value the host read, so of
  * several hosts' timers exactly one scans the environment in that round.
  */
-export async function claimScan(db: InventoryDb, environmentId: string, seenNextScanAt: number, nextScanAt: number): Promise<boolean> {
-  const result = await db
-    .updateTable('inventory_environments')
-    .set({ next_scan_at: nextScanAt })
-    .where('environment_id', '=', environmentId)
+export async function claimScan(db: InventoryDb, key: EnvironmentKey, seenNextScanAt: number, nextScanAt: number): Promise<boolean> {
+  const result = await forEnvironment(db.updateTable('inventory_environments').set({ next_scan_at: nextScanAt }), key)
     .where('next_scan_at', '=', seenNextScanAt)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
@@ -71,8 +87,7 @@ export async function claimScan(db: InventoryDb, environmentId: string, seenNext
 
 export async function insertIgnoreRule(
   db: InventoryDb,
-  environmentId: string,
-  tenant: string,
+  key: EnvironmentKey,
   rule: IgnoreRule,
   made: { by: string; at: number; idempotencyKey?: string; requestDigest: string },
 ): Promise<void> {
@@ -80,8 +95,8 @@ export async function insertIgnoreRule(
     .insertInto('inventory_ignore_rules')
     .values({
       id: rule.id,
-      environment_id: environmentId,
-      tenant_id: tenant,
+      environment_id: key.id,
+      tenant_id: key.tenant,
       scope_kind: 'urn' in rule.scope ? 'urn' : 'type',
       scope_value: 'urn' in rule.scope ? rule.scope.urn : rule.scope.type,
       path: rule.path,
@@ -111,10 +126,10 @@ export interface RecordedIgnoreRule extends IgnoreRule {
 export async function listIgnoreRules(
   db: InventoryDb,
   dialect: SqlDialect,
-  environmentId: string,
+  key: EnvironmentKey,
   options: { includeDeleted: boolean; page?: { after?: string; limit: number } },
 ): Promise<RecordedIgnoreRule[]> {
-  let query = db.selectFrom('inventory_ignore_rules').selectAll().where('environment_id', '=', environmentId);
+  let query = forEnvironment(db.selectFrom('inventory_ignore_rules').selectAll(), key);
   if (!options.includeDeleted) query = query.where('deleted_at', 'is', null);
   // Rule ids are time-ordered (uuid v7), so id order is the order they were made in.
   if (options.page?.after !== undefined) query = query.where('id', '>', options.page.after);
@@ -136,37 +151,26 @@ export async function listIgnoreRules(
 }
 
 /** The rule an earlier POST with this Idempotency-Key made, with the digest of what it asked for. */
-export async function findIgnoreRuleByKey(db: InventoryDb, environmentId: string, key: string): Promise<{ id: string; requestDigest: string | null } | undefined> {
-  const row = await db
-    .selectFrom('inventory_ignore_rules')
-    .select(['id', 'request_digest'])
-    .where('environment_id', '=', environmentId)
-    .where('idempotency_key', '=', key)
-    .executeTakeFirst();
+export async function findIgnoreRuleByKey(db: InventoryDb, environment: EnvironmentKey, idempotencyKey: string): Promise<{ id: string; requestDigest: string | null } | undefined> {
+  const row = await forEnvironment(db.selectFrom('inventory_ignore_rules').select(['id', 'request_digest']), environment).where('idempotency_key', '=', idempotencyKey).executeTakeFirst();
   return row ? { id: row.id, requestDigest: row.request_digest } : undefined;
 }
 
-export async function deleteIgnoreRule(db: InventoryDb, environmentId: string, ruleId: string, by: string, at: number): Promise<boolean> {
-  const result = await db
-    .updateTable('inventory_ignore_rules')
-    .set({ deleted_by: by, deleted_at: at })
-    .where('environment_id', '=', environmentId)
+export async function deleteIgnoreRule(db: InventoryDb, key: EnvironmentKey, ruleId: string, by: string, at: number): Promise<boolean> {
+  const result = await forEnvironment(db.updateTable('inventory_ignore_rules').set({ deleted_by: by, deleted_at: at }), key)
     .where('id', '=', ruleId)
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
 }
 
-export async function openProposal(db: InventoryDb, environmentId: string): Promise<ProposalRow | undefined> {
-  return db.selectFrom('inventory_proposals').selectAll().where('environment_id', '=', environmentId).where('status', '=', 'open').executeTakeFirst();
+export async function openProposal(db: InventoryDb, key: EnvironmentKey): Promise<ProposalRow | undefined> {
+  return forEnvironment(db.selectFrom('inventory_proposals').selectAll(), key).where('status', '=', 'open').executeTakeFirst();
 }
 
 /** The environment's newest proposal that is accepted or dismissed: a scan with its findings opens no new one. */
-export async function latestDecidedProposal(db: InventoryDb, environmentId: string): Promise<ProposalRow | undefined> {
-  return db
-    .selectFrom('inventory_proposals')
-    .selectAll()
-    .where('environment_id', '=', environmentId)
+export async function latestDecidedProposal(db: InventoryDb, key: EnvironmentKey): Promise<ProposalRow | undefined> {
+  return forEnvironment(db.selectFrom('inventory_proposals').selectAll(), key)
     .where('status', 'in', ['accepted', 'dismissed'])
     .orderBy('updated_at', 'desc')
     .orderBy('id', 'desc')
@@ -184,8 +188,8 @@ export async function updateProposal(db: InventoryDb, id: string, from: readonly
 }
 
 /** Proposals of the environment in any of `statuses` (resolving the accepted ones when drift is gone). */
-export async function proposalsIn(db: InventoryDb, environmentId: string, statuses: readonly string[]): Promise<ProposalRow[]> {
-  return db.selectFrom('inventory_proposals').selectAll().where('environment_id', '=', environmentId).where('status', 'in', statuses).execute();
+export async function proposalsIn(db: InventoryDb, key: EnvironmentKey, statuses: readonly string[]): Promise<ProposalRow[]> {
+  return forEnvironment(db.selectFrom('inventory_proposals').selectAll(), key).where('status', 'in', statuses).execute();
 }
 
 export async function findProposal(db: InventoryDb, id: string, tenants: TenantFilter = { kind: 'all' }): Promise<ProposalRow | undefined> {

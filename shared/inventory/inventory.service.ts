@@ -1,6 +1,6 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { IgnoreRule } from './drift';
-import type { ProposalStatus } from './environment';
+import type { EnvironmentKey, ProposalStatus } from './environment';
 import { drift, getEnvironment, inventory, listEnvironments, setScanning } from './environments.service';
 import { addIgnoreRule, deleteIgnoreRule, listIgnoreRules } from './ignore-rules.service';
 import { createInventoryContext, type DriftView, type EnvironmentView, type InventoryServiceOptions, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
@@ -8,17 +8,17 @@ import type { RecordedIgnoreRule } from './inventory.repository';
 import type { ScanRecord, StoredResource } from './observed-inventory.repository';
 import { acceptedAs, dismiss, getProposal, listProposals, reconciliationFor } from './proposals.service';
 import { scan, scanDue, type ScanTrigger } from './scan.service';
-import { recordRunOutcome, recordSpecification } from './specification.service';
+import { recordRunOutcome, recordSpecification, type SpecificationOutcome } from './specification.service';
 
 export type { DriftView, EnvironmentView, InventoryServiceOptions, Page, PageRequest, ProposalView, ReconciliationRequest, ScanTrigger };
 
 export interface InventoryService {
   /** Records the desired state of a `SpecificationApplied`; an older one arriving late changes nothing. */
-  recordSpecification(event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<{ outcome: 'recorded' | 'outdated'; environmentId: string } | { outcome: 'invalid'; reason: string }>;
+  recordSpecification(event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<SpecificationOutcome>;
   /** Notes a run's end (`ProvisioningApplied`/`Failed`); a failed reconciliation run reopens its proposal. */
   recordRunOutcome(data: unknown): Promise<void>;
   /** Observes one environment now, diffs it and records the outcome (also a skip or a failure, with why). */
-  scan(environmentId: string, trigger: ScanTrigger): Promise<ScanRecord>;
+  scan(environment: EnvironmentKey, trigger: ScanTrigger): Promise<ScanRecord>;
   /** Scans the environments that are due, at most `scanConcurrency` at once; returns the records of this round. */
   scanDue(): Promise<ScanRecord[]>;
   setScanning(tenants: TenantFilter, environmentId: string, request: { enabled: boolean; by: string; reason: string }): Promise<EnvironmentView>;
@@ -55,7 +55,7 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
   return {
     recordSpecification: (event) => recordSpecification(ctx, event),
     recordRunOutcome: (data) => recordRunOutcome(ctx, data),
-    scan: (environmentId, trigger) => scan(ctx, environmentId, trigger),
+    scan: (environment, trigger) => scan(ctx, environment, trigger),
     scanDue: () => scanDue(ctx),
     setScanning: (tenants, environmentId, request) => setScanning(ctx, tenants, environmentId, request),
     listEnvironments: (tenants, page) => listEnvironments(ctx, tenants, page),

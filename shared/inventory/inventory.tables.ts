@@ -7,10 +7,13 @@ import type { OutboxTables } from '../platform/bus/outbox';
  * the state of its drift checks, and its latest findings. The observed resources themselves live in Table storage.
  */
 export interface InventoryEnvironmentTable {
+  /** Unique within its tenant only: the row's key is (tenant_id, environment_id). */
   environment_id: string;
   tenant_id: string;
   name: string;
   tier: string;
+  /** With the tenant and `stack`, the stack it is bound to (`tenant/project/stack`). */
+  project: string;
   stack: string;
   release_name: string;
   release_version: string;

@@ -3,10 +3,11 @@ import { createHash } from 'node:crypto';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { TableStore } from '../platform/tables/tables';
 import { canonicalJson, type JsonValue } from './drift';
+import type { EnvironmentKey } from './environment';
 
 /**
- * The observed inventory in Table storage: a partition per environment, a row per observed resource, and a second
- * table of scan records (newest first).
+ * The observed inventory in Table storage: a partition per environment of a tenant (environment ids are unique per
+ * tenant only), a row per observed resource, and a second table of scan records (newest first).
  *
  * Table limits, and how rows stay within them: a string property holds at most 64 KiB (32 K UTF-16 characters) and
  * an entity at most 1 MiB. A resource's properties are stored as canonical JSON split over `p0`, `p1`, … of
@@ -46,6 +47,7 @@ export interface StoredResource {
 /** One scan of one environment. Serialized shape (HTTP API): changing it is a breaking change. */
 export interface ScanRecord {
   readonly scanId: string;
+  readonly tenantId: string;
   readonly environmentId: string;
   /** timer | manual | applied */
   readonly trigger: string;
@@ -75,23 +77,23 @@ export interface KeyedResource {
 
 export interface ObservedInventory {
   /** Makes the environment's partition hold exactly `resources`; returns the rows written and deleted. */
-  replace(environmentId: string, resources: readonly { urn: string; type: string; id: string; properties: { readonly [key: string]: JsonValue } }[], at: Date): Promise<{ written: number; deleted: number }>;
+  replace(environment: EnvironmentKey, resources: readonly { urn: string; type: string; id: string; properties: { readonly [key: string]: JsonValue } }[], at: Date): Promise<{ written: number; deleted: number }>;
   /**
    * At most `limit` (1 or more) resources of the environment whose key comes after `after` (from the first without
    * it), in key order, which is Table storage's own order within a partition and not urn order. Reads about `limit`
    * rows, however large the partition.
    */
-  listPage(environmentId: string, page: { readonly after?: string; readonly limit: number }): Promise<KeyedResource[]>;
+  listPage(environment: EnvironmentKey, page: { readonly after?: string; readonly limit: number }): Promise<KeyedResource[]>;
   recordScan(record: ScanRecord): Promise<void>;
   /** The newest `limit` scans of the environment, newest first. */
-  scans(environmentId: string, limit: number): Promise<ScanRecord[]>;
+  scans(environment: EnvironmentKey, limit: number): Promise<ScanRecord[]>;
 }
 
 export function createObservedInventory(tables: TableStore): ObservedInventory {
   return {
-    async replace(environmentId, resources, at) {
+    async replace(environment, resources, at) {
       const table = await tables.table(INVENTORY_TABLE);
-      const partitionKey = tableKey(environmentId);
+      const partitionKey = environmentPartition(environment);
       const existing = new Map<string, string>();
       const rows = table.listEntities<{ digest?: string }>({ queryOptions: { filter: odata`PartitionKey eq ${partitionKey}`, select: ['RowKey', 'digest'] } });
       for await (const row of rows) existing.set(row.rowKey!, row.digest ?? '');
@@ -114,10 +116,10 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
       return { written: actions.length - deleted, deleted };
     },
 
-    async listPage(environmentId, { after, limit }) {
+    async listPage(environment, { after, limit }) {
       return tableCall(async () => {
         const table = await tables.table(INVENTORY_TABLE);
-        const partitionKey = tableKey(environmentId);
+        const partitionKey = environmentPartition(environment);
         const filter = after === undefined ? odata`PartitionKey eq ${partitionKey}` : odata`PartitionKey eq ${partitionKey} and RowKey gt ${after}`;
         const out: KeyedResource[] = [];
         // A response may hold fewer rows than asked, with a continuation (Table storage stops a query after five
@@ -138,15 +140,15 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
       const inverted = String(8_640_000_000_000_000 - Date.parse(record.startedAt)).padStart(16, '0');
       await tableCall(async () => {
         const table = await tables.table(SCANS_TABLE);
-        await table.createEntity({ partitionKey: tableKey(record.environmentId), rowKey: `${inverted}-${tableKey(record.scanId)}`, record: JSON.stringify(record) });
+        await table.createEntity({ partitionKey: environmentPartition({ tenant: record.tenantId, id: record.environmentId }), rowKey: `${inverted}-${tableKey(record.scanId)}`, record: JSON.stringify(record) });
       });
     },
 
-    async scans(environmentId, limit) {
+    async scans(environment, limit) {
       return tableCall(async () => {
         const table = await tables.table(SCANS_TABLE);
         const out: ScanRecord[] = [];
-        const pages = table.listEntities<{ record: string }>({ queryOptions: { filter: odata`PartitionKey eq ${tableKey(environmentId)}` } }).byPage({ maxPageSize: limit });
+        const pages = table.listEntities<{ record: string }>({ queryOptions: { filter: odata`PartitionKey eq ${environmentPartition(environment)}` } }).byPage({ maxPageSize: limit });
         for await (const page of pages) {
           for (const row of page) {
             if (out.length < limit) out.push(JSON.parse(row.record) as ScanRecord);
@@ -166,6 +168,14 @@ async function tableCall<T>(read: () => Promise<T>): Promise<T> {
   } catch (thrown) {
     throw new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${ensureError(thrown).message}`, { retryAfterSeconds: 5 });
   }
+}
+
+/**
+ * The partition of one environment of a tenant: `<tenant>:<environment id>`, each percent-encoded as a URI component
+ * (so neither holds the `:` between them, nor a character a Table key may not), hashed past 512 characters.
+ */
+export function environmentPartition(environment: EnvironmentKey): string {
+  return tableKey(`${encodeURIComponent(environment.tenant)}:${encodeURIComponent(environment.id)}`);
 }
 
 /** A Table key for any text: forbidden characters percent-encoded, overlong keys hashed. */

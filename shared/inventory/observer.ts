@@ -1,3 +1,4 @@
+import type { StackRef } from '../platform/iac/stack-ref';
 import type { JsonValue } from './drift';
 
 /**
@@ -20,9 +21,13 @@ export type ObserverName = (typeof OBSERVER_NAMES)[number];
 
 /** Where one environment's resources live, as far as the observers need to know. */
 export interface ObservationScope {
+  readonly tenant: string;
   readonly environmentId: string;
-  /** The IaC stack whose resources these are: the local cloud observer reads `urn:pulumi:<stack>::…` resources. */
-  readonly stack: string;
+  /**
+   * The IaC stack whose resources these are, `tenant/project/stack`: the local cloud observer reads the
+   * `urn:pulumi:<stack>::<project>::…` resources of the tenant's scope.
+   */
+  readonly stack: StackRef;
   /** local-cloud: the target name (`local`). */
   readonly target: string;
   /** azure-resource-manager: the subscription and resource group, and the tags that mark the managed scope. */

@@ -2,7 +2,7 @@ import type { TenantFilter } from '../platform/auth/auth';
 import { AppError } from '../platform/errors/app-error';
 import { retryingContention } from '../platform/sql/transaction';
 import type { ProposalStatus } from './environment';
-import { cursorKey, existingEnvironment, existingProposal, nowOf, pageOf, proposalView, type InventoryContext, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
+import { cursorKey, environmentByKey, existingProposal, keyOf, nowOf, pageOf, proposalView, type InventoryContext, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
 import { listIgnoreRules, listProposals as listProposalRows, updateProposal } from './inventory.repository';
 
 /**
@@ -33,11 +33,11 @@ export async function reconciliationFor(ctx: InventoryContext, tenants: TenantFi
   if (proposal.status !== 'open' && !(proposal.status === 'accepted' && proposal.run_id !== null)) {
     throw new AppError('INVENTORY.PROPOSAL_NOT_OPEN', 'conflict', `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
   }
-  const env = await existingEnvironment(ctx, { kind: 'all' }, proposal.environment_id);
-  const rules = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, env.environment_id, { includeDeleted: false }));
+  const env = await environmentByKey(ctx, { tenant: proposal.tenant_id, id: proposal.environment_id });
+  const rules = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, keyOf(env), { includeDeleted: false }));
   const at = nowOf(ctx);
   const ignore = rules.filter((r) => r.holdsOnApply && Date.parse(r.expiresAt) > at).map((r) => ({ scope: r.scope, path: r.path }));
-  return { proposalId, tenant: env.tenant_id, environmentId: env.environment_id, stack: env.stack, requestedBy: by, ignore };
+  return { proposalId, tenant: env.tenant_id, environmentId: env.environment_id, project: env.project, stack: env.stack, requestedBy: by, ignore };
 }
 
 export async function acceptedAs(ctx: InventoryContext, proposalId: string, runId: string, by: string): Promise<ProposalView> {

@@ -5,8 +5,8 @@ import { AppError, ensureError } from '../platform/errors/app-error';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordDriftFindings } from '../platform/telemetry/metrics';
 import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
-import { groupByResource, observedForInventory, reconciliationPlan } from './environment';
-import { againOnUniqueViolation, appendEvents, existingEnvironment, intervalOf, nowOf, type InventoryContext } from './inventory.context';
+import { groupByResource, observedForInventory, reconciliationPlan, type EnvironmentKey } from './environment';
+import { againOnUniqueViolation, appendEvents, environmentByKey, intervalOf, keyOf, nowOf, stackOfRow, type InventoryContext } from './inventory.context';
 import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
 import {
   claimScan,
@@ -37,23 +37,23 @@ export type ScanTrigger = { readonly kind: 'timer' } | { readonly kind: 'applied
 const BUSY_RETRY_MS = 30_000;
 
 /** Observes one environment now, diffs it and records the outcome (also a skip or a failure, with why). */
-export async function scan(ctx: InventoryContext, environmentId: string, trigger: ScanTrigger): Promise<ScanRecord> {
-  const row = await existingEnvironment(ctx, { kind: 'all' }, environmentId);
+export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: ScanTrigger): Promise<ScanRecord> {
+  const row = await environmentByKey(ctx, key);
   const startedAt = nowOf(ctx);
   const scanId = ctx.ids.next('scan');
   const interval = intervalOf(ctx, row);
-  const base = { scanId, environmentId, trigger: trigger.kind, startedAt: new Date(startedAt).toISOString() };
+  const base = { scanId, tenantId: key.tenant, environmentId: key.id, trigger: trigger.kind, startedAt: new Date(startedAt).toISOString() };
 
   const skip = async (reason: string, retryInMs: number) => {
     await retryingContention(() =>
-      updateEnvironment(ctx.db, environmentId, { last_scan_at: startedAt, last_scan_outcome: 'skipped', last_scan_reason: reason, next_scan_at: startedAt + retryInMs }),
+      updateEnvironment(ctx.db, key, { last_scan_at: startedAt, last_scan_outcome: 'skipped', last_scan_reason: reason, next_scan_at: startedAt + retryInMs }),
     );
     return finish(ctx, { ...base, outcome: 'skipped', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
   };
   if (trigger.kind === 'timer' && row.scan_disabled_by !== null) {
     return skip(`scans are paused by ${row.scan_disabled_by}: ${row.scan_disabled_reason ?? ''}`, interval);
   }
-  const applying = await ctx.applyingRun(row.stack);
+  const applying = await ctx.applyingRun(stackOfRow(row));
   if (applying !== undefined) return skip(`the environment is busy applying (run ${applying})`, Math.min(interval, BUSY_RETRY_MS));
 
   const desired = JSON.parse(row.desired) as Resources;
@@ -72,7 +72,8 @@ export async function scan(ctx: InventoryContext, environmentId: string, trigger
           stale_reason: reason,
           next_scan_at: startedAt + interval,
         }))
-        .where('environment_id', '=', environmentId)
+        .where('tenant_id', '=', key.tenant)
+        .where('environment_id', '=', key.id)
         .execute(),
     );
     return finish(ctx, { ...base, outcome: 'failed', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
@@ -83,7 +84,7 @@ export async function scan(ctx: InventoryContext, environmentId: string, trigger
     const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
     digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
     try {
-      if (digest !== row.observed_digest) written = await ctx.tables.replace(environmentId, stored, new Date(startedAt));
+      if (digest !== row.observed_digest) written = await ctx.tables.replace(key, stored, new Date(startedAt));
     } catch (thrown) {
       // Observed but not stored: what the inventory shows would not be this observation, so it is stale too.
       return await failed(`the observed inventory could not be stored: ${ensureError(thrown).message}`);
@@ -93,15 +94,15 @@ export async function scan(ctx: InventoryContext, environmentId: string, trigger
     return failed(error instanceof AppError ? `${error.code}: ${error.message}` : `the observation failed: ${error.message}`);
   }
 
-  const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, environmentId, { includeDeleted: false }));
+  const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, key, { includeDeleted: false }));
   const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
   const report = diffResources(desired, observed, rules, new Date(startedAt));
   const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
   const current = await againOnUniqueViolation(() =>
     inTransaction(ctx.db, async (trx): Promise<boolean> => {
-      const locked = await lockEnvironment(trx, ctx.dialect, environmentId);
+      const locked = await lockEnvironment(trx, ctx.dialect, key);
       if (!locked || Number(locked.desired_at) !== Number(row.desired_at)) return false;
-      await updateEnvironment(trx, environmentId, {
+      await updateEnvironment(trx, key, {
         last_scan_at: startedAt,
         last_scan_outcome: 'completed',
         last_scan_reason: null,
@@ -147,7 +148,7 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
     }, ctx.observeTimeoutMs);
   });
   try {
-    return await Promise.race([ctx.observer.observe(ctx.scopeOf({ id: row.environment_id, stack: row.stack }), { signal: controller.signal }), timeout]);
+    return await Promise.race([ctx.observer.observe(ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, stack: stackOfRow(row) }), { signal: controller.signal }), timeout]);
   } finally {
     clearTimeout(timer);
   }
@@ -161,10 +162,11 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
  */
 async function recordProposal(ctx: InventoryContext, trx: Transaction<InventoryTables>, env: EnvironmentRow, report: DriftReport, scanInfo: { scanId: string; at: number }): Promise<NewEvent[]> {
   const at = scanInfo.at;
-  const ref = { environmentId: env.environment_id, name: env.name, tenant: env.tenant_id, stack: env.stack };
-  const open = await openProposal(trx, env.environment_id);
+  const key = keyOf(env);
+  const ref = { environmentId: env.environment_id, name: env.name, tenant: env.tenant_id, stack: stackOfRow(env) };
+  const open = await openProposal(trx, key);
   if (report.findings.length === 0) {
-    for (const p of await proposalsIn(trx, env.environment_id, ['open', 'accepted'])) {
+    for (const p of await proposalsIn(trx, key, ['open', 'accepted'])) {
       await updateProposal(trx, p.id, [p.status], { status: 'resolved', updated_at: at, note: `drift gone at scan ${scanInfo.scanId}` });
     }
     return [];
@@ -173,7 +175,7 @@ async function recordProposal(ctx: InventoryContext, trx: Transaction<InventoryT
     await updateProposal(trx, open.id, ['open'], { last_seen_at: at });
     return [];
   }
-  const decided = open ? undefined : await latestDecidedProposal(trx, env.environment_id);
+  const decided = open ? undefined : await latestDecidedProposal(trx, key);
   if (decided?.fingerprint === report.fingerprint) {
     await updateProposal(trx, decided.id, [decided.status], { last_seen_at: at });
     return [];
@@ -210,14 +212,14 @@ export async function scanDue(ctx: InventoryContext): Promise<ScanRecord[]> {
   let next = 0;
   const worker = async () => {
     while (next < due.length) {
-      const { environment_id: id, next_scan_at: seen } = due[next++]!;
+      const { key, nextScanAt: seen } = due[next++]!;
       // Another host's timer may have taken this environment in this round: only the claim's winner scans it.
-      if (!(await retryingContention(() => claimScan(ctx.db, id, seen, at + ctx.scanInterval.defaultMs)))) continue;
+      if (!(await retryingContention(() => claimScan(ctx.db, key, seen, at + ctx.scanInterval.defaultMs)))) continue;
       try {
-        records.push(await scan(ctx, id, { kind: 'timer' }));
+        records.push(await scan(ctx, key, { kind: 'timer' }));
       } catch (thrown) {
         // One environment's store fault must not stop the round; its next scan time is already moved on.
-        records.push({ scanId: '', environmentId: id, trigger: 'timer', outcome: 'failed', reason: ensureError(thrown).message, startedAt: new Date(at).toISOString(), finishedAt: new Date(nowOf(ctx)).toISOString() });
+        records.push({ scanId: '', tenantId: key.tenant, environmentId: key.id, trigger: 'timer', outcome: 'failed', reason: ensureError(thrown).message, startedAt: new Date(at).toISOString(), finishedAt: new Date(nowOf(ctx)).toISOString() });
       }
     }
   };

@@ -1,6 +1,6 @@
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
-import { desiredStateOf } from './environment';
+import { desiredStateOf, type EnvironmentKey } from './environment';
 import { againOnUniqueViolation, nowOf, type InventoryContext } from './inventory.context';
 import { findProposalByRun, insertEnvironment, lockEnvironment, updateEnvironment, updateProposal } from './inventory.repository';
 
@@ -9,7 +9,7 @@ import { findProposalByRun, insertEnvironment, lockEnvironment, updateEnvironmen
  * ended (`ProvisioningApplied` / `ProvisioningFailed`).
  */
 
-export type SpecificationOutcome = { readonly outcome: 'recorded' | 'outdated'; readonly environmentId: string } | { readonly outcome: 'invalid'; readonly reason: string };
+export type SpecificationOutcome = { readonly outcome: 'recorded' | 'outdated'; readonly environment: EnvironmentKey } | { readonly outcome: 'invalid'; readonly reason: string };
 
 /** Records the desired state of a `SpecificationApplied`; an older one arriving late changes nothing. */
 export async function recordSpecification(ctx: InventoryContext, event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<SpecificationOutcome> {
@@ -21,6 +21,7 @@ export async function recordSpecification(ctx: InventoryContext, event: { readon
     tenant_id: desired.tenant,
     name: desired.environment.name,
     tier: desired.environment.tier,
+    project: desired.project,
     stack: desired.stack,
     release_name: desired.release.name,
     release_version: desired.release.version,
@@ -31,28 +32,31 @@ export async function recordSpecification(ctx: InventoryContext, event: { readon
     // Scanned at the next timer tick at the latest (the intake also scans it at once).
     next_scan_at: nowOf(ctx),
   };
-  const environmentId = desired.environment.id;
+  // The environment of this tenant only: another tenant's environment of the same id is another row.
+  const key = { tenant: desired.tenant, id: desired.environment.id };
   return againOnUniqueViolation(() =>
     inTransaction(ctx.db, async (trx): Promise<SpecificationOutcome> => {
-      const row = await lockEnvironment(trx, ctx.dialect, environmentId);
-      if (row && Number(row.desired_at) > at) return { outcome: 'outdated' as const, environmentId };
-      if (row) await updateEnvironment(trx, environmentId, fields);
-      else await insertEnvironment(trx, { environment_id: environmentId, ...emptyChecks(), ...fields });
-      return { outcome: 'recorded' as const, environmentId };
+      const row = await lockEnvironment(trx, ctx.dialect, key);
+      if (row && Number(row.desired_at) > at) return { outcome: 'outdated' as const, environment: key };
+      if (row) await updateEnvironment(trx, key, fields);
+      else await insertEnvironment(trx, { environment_id: key.id, ...emptyChecks(), ...fields });
+      return { outcome: 'recorded' as const, environment: key };
     }),
   );
 }
 
 export async function recordRunOutcome(ctx: InventoryContext, data: unknown): Promise<void> {
-  const d = data as { runId?: unknown; environment?: { id?: unknown }; state?: unknown; finishedAt?: unknown; code?: unknown; reason?: unknown };
-  if (typeof d.runId !== 'string' || typeof d.environment?.id !== 'string' || typeof d.state !== 'string') return;
+  const d = data as { runId?: unknown; tenantId?: unknown; environment?: { id?: unknown }; state?: unknown; finishedAt?: unknown; code?: unknown; reason?: unknown };
+  if (typeof d.runId !== 'string' || typeof d.tenantId !== 'string' || typeof d.environment?.id !== 'string' || typeof d.state !== 'string') return;
   const at = typeof d.finishedAt === 'string' ? Date.parse(d.finishedAt) || nowOf(ctx) : nowOf(ctx);
   const runId = d.runId;
+  const tenant = d.tenantId;
   const environmentId = d.environment.id;
   await retryingContention(() =>
     ctx.db
       .updateTable('inventory_environments')
       .set({ last_run_id: runId, last_run_state: d.state as string, last_run_at: at })
+      .where('tenant_id', '=', tenant)
       .where('environment_id', '=', environmentId)
       .where((eb) => eb.or([eb('last_run_at', 'is', null), eb('last_run_at', '<=', at)]))
       .execute(),

@@ -1,5 +1,6 @@
 import { AppError, ensureError } from '../platform/errors/app-error';
-import { loadDesiredState, type DesiredState } from '../platform/git/desired-state';
+import type { DesiredState } from '../platform/git/desired-state';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
 import type { Plan, ResolveReferences } from '../platform/iac/plan';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -20,8 +21,9 @@ import {
   type ProvisioningContext,
 } from './provisioning.context';
 import { findRunDetail, insertArtifact, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference } from './provisioning.repository';
-import { provisioningApplied, provisioningFailed, specificationApplied } from './run-events';
-import { RunErrors, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { provisioningApplied, provisioningFailed, specificationAppliedOf } from './run-events';
+import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { checkProjectPolicy, readProject } from './source.service';
 import { keepStackLock, takeStack } from './stack-queue.service';
 
 /**
@@ -82,15 +84,17 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
   let desired: DesiredState;
   let current: Plan;
+  const stackRef = stackOf(run);
   try {
-    desired = await loadDesiredState(run.desiredState, ctx.desiredState);
+    desired = (await readProject(ctx, run.tenant, run.desiredState)).desired;
+    checkProjectPolicy(ctx, desired);
   } catch (thrown) {
     return failRunWith(ctx, run, permanentFailure(thrown));
   }
   try {
     // Only the state's serial is read here: no refresh (the apply refreshes, and a target that cannot be read
     // fails the apply with its receipt, as for any run).
-    current = await engine.preview(run.stack, desired.files, configOf(run), { ...planOptionsOf(run), refresh: false });
+    current = await engine.preview(stackRef, desired.files, configOf(run), { ...planOptionsOf(run), refresh: false });
   } catch (thrown) {
     return failRunWith(ctx, run, expectedFailure(thrown));
   }
@@ -99,7 +103,7 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   if (current.baseSerial !== receipt.plan.baseSerial) {
     return goStale(ctx, run, {
       code: RunErrors.planStale,
-      message: `the state of stack ${run.stack} changed since the plan was made (serial ${receipt.plan.baseSerial}, now ${current.baseSerial}); nothing was applied; replan the run`,
+      message: `the state of stack ${qualifiedStackName(stackRef)} changed since the plan was made (serial ${receipt.plan.baseSerial}, now ${current.baseSerial}); nothing was applied; replan the run`,
     });
   }
   // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
@@ -110,13 +114,14 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   const keeper = keepStackLock(ctx, run, stack.lock);
   let result;
   try {
-    result = await engine.apply(run.stack, desired.files, configOf(run), receipt.plan, references.resolve, { ...planOptionsOf(run), beforeStep: keeper.beforeStep });
+    result = await engine.apply(stackRef, desired.files, configOf(run), receipt.plan, references.resolve, { ...planOptionsOf(run), beforeStep: keeper.beforeStep });
   } finally {
     await keeper.stop();
   }
   const applyReceipt: ApplyReceipt = {
     runId,
     stack: run.stack,
+    qualifiedStack: qualifiedStackName(stackRef),
     commit: run.desiredState.commit,
     runner: { name: engine.name, version: await engine.version() },
     result,
@@ -132,21 +137,7 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
     const events =
       to === 'applied'
         ? [
-            specificationApplied(ended, repository, {
-              planDigest: result.planDigest,
-              resources: result.resources.map((r) => ({
-                urn: r.urn,
-                type: r.type,
-                name: r.name,
-                op: r.op,
-                ...(r.id ? { id: r.id } : {}),
-                // What the resource should hold, for inventory: the inputs the state records (references unresolved).
-                ...(r.inputs && r.op !== 'delete' ? { properties: r.inputs } : {}),
-                // Paths the project itself leaves alone: inventory lists drift there as ignored, never as a finding.
-                ...(r.ignoreChanges && r.op !== 'delete' ? { ignoreChanges: r.ignoreChanges } : {}),
-              })),
-              outputs: result.outputs,
-            }),
+            specificationAppliedOf(ended, repository, result),
             provisioningApplied(ended, repository, { planDigest: result.planDigest, counts: receipt.plan.counts, finishedAt: new Date(at) }),
           ]
         : [provisioningFailed(ended, repository, { code: error?.code ?? RunErrors.internal, reason: error?.message ?? 'the apply failed', finishedAt: new Date(at) })];

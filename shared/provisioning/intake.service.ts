@@ -1,16 +1,18 @@
 import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
-import { loadDesiredState } from '../platform/git/desired-state';
+import { describeRepository } from '../platform/git/repository-url';
+import { qualifiedStackName, sameStack } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { ExternalErrors } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
+import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { promotionRejected, provisioningFailed } from './run-events';
-import { RunErrors, type Run } from './run';
+import { RunErrors, stackOf, type Run } from './run';
+import { readProject } from './source.service';
 import { supersedeQueued } from './stack-queue.service';
 
 /** The inbox module name of provisioning messages. */
@@ -41,35 +43,34 @@ export async function intake(ctx: ProvisioningContext, message: { readonly messa
   const known = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
   if (known) return duplicate(ctx, known, message.messageId);
   // Outside the transaction: it reads Git. A transient failure here throws, and the message is delivered again.
-  const refusal = await checkPromotion(ctx, promotion);
-  try {
-    return await inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, refusal));
-  } catch (thrown) {
-    if (thrown instanceof MessageIdReused) {
-      return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
-    }
-    // Another host took the same promotion in at the same moment: its run is the one.
-    if (isUniqueViolation(thrown)) {
+  const checked = await checkPromotion(ctx, promotion);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, checked));
+    } catch (thrown) {
+      if (thrown instanceof MessageIdReused) {
+        return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
+      }
+      if (!isUniqueViolation(thrown)) throw thrown;
+      // Another host took the same promotion in at the same moment: its run is the one.
       const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
       if (winner) return duplicate(ctx, winner, message.messageId);
+      // Another host bound the environment to its stack at the same moment: once more, which reads that binding.
+      if (attempt > 1) throw thrown;
     }
-    throw thrown;
   }
 }
 
 /**
- * One transaction, in the lock order (run rows, then the inbox and the outbox): the run, the runs it supersedes,
- * the inbox entry and the events.
+ * One transaction, in the lock order (run rows, then the inbox and the outbox): the run, the environment's stack
+ * (bound by its first run; another stack is refused), the runs it supersedes, the inbox entry and the events.
  */
-async function recordRun(
-  ctx: ProvisioningContext,
-  trx: Transaction<ProvisioningTables>,
-  promotion: PromotionApproved,
-  messageId: string,
-  refusal: Failure | undefined,
-): Promise<IntakeResult> {
+async function recordRun(ctx: ProvisioningContext, trx: Transaction<ProvisioningTables>, promotion: PromotionApproved, messageId: string, checked: CheckedPromotion): Promise<IntakeResult> {
   const at = nowOf(ctx);
-  const run = await insertRun(trx, { ...promotionRun(promotion), id: ctx.ids.next('run'), state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
+  const id = ctx.ids.next('run');
+  const fields = { ...promotionRun(promotion, checked.repository), project: 'project' in checked ? checked.project : '' };
+  const refusal = 'refusal' in checked ? checked.refusal : await bindEnvironment(trx, fields, id, at);
+  const run = await insertRun(trx, { ...fields, id, state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
   const events: NewEvent[] = [];
   if (refusal) {
     events.push(provisioningFailed(run, repositoryOf(run), { code: refusal.code, reason: refusal.message, finishedAt: new Date(at) }));
@@ -94,23 +95,50 @@ export async function recordResend(ctx: ProvisioningContext, run: Run, messageId
 }
 
 /**
- * Why a well-formed promotion cannot become a run, or undefined when it can: an unknown tenant, or desired state
- * that is not there (repository, commit, path). Transient failures (Git remote unreachable) are thrown.
+ * The environment's stack: bound by its first run that is not refused, and from then on the only one its
+ * promotions may name. Answers the refusal of a promotion naming another, or undefined. A first promotion of the
+ * environment on another host at the same moment fails this transaction on the binding's key; the retry reads it.
  */
-async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionApproved): Promise<Failure | undefined> {
+async function bindEnvironment(trx: Transaction<ProvisioningTables>, run: Pick<NewRun, 'tenant' | 'environment' | 'project' | 'stack'>, runId: string, at: number): Promise<Failure | undefined> {
+  const stack = stackOf(run);
+  const bound = await findEnvironmentStack(trx, run.tenant, run.environment.id);
+  if (!bound) {
+    await bindEnvironmentStack(trx, { tenant: run.tenant, environmentId: run.environment.id, stack, runId, at });
+    return undefined;
+  }
+  if (sameStack(bound, stack)) return undefined;
+  return {
+    code: RunErrors.stackMismatch,
+    message: `environment ${run.environment.id} is bound to stack ${qualifiedStackName(bound)}; a promotion naming ${qualifiedStackName(stack)} is refused`,
+  };
+}
+
+/**
+ * A promotion that can become a run, with its project's name; or why it cannot. `repository` is what its run
+ * records: as the source policy normalized it, or, for a refused one, as it may be shown (never with credentials).
+ */
+type CheckedPromotion = { readonly repository: string } & ({ readonly project: string } | { readonly refusal: Failure });
+
+/**
+ * Whether a well-formed promotion can become a run: an unknown tenant or environment, or desired state that is not
+ * there (repository, commit, path) or not allowed, is a refusal. Transient failures (Git remote unreachable, the
+ * ControlPlaneApi not answering) are thrown.
+ */
+async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionApproved): Promise<CheckedPromotion> {
+  const refused = (refusal: Failure): CheckedPromotion => ({ repository: describeRepository(promotion.desiredState.repository), refusal });
   if (!(await ctx.knowsTenant(promotion.tenantId))) {
-    return { code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` };
+    return refused({ code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` });
   }
   // Fail-fast: a ControlPlaneApi that does not answer throws, and the message is delivered again.
   const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => ctx.services.controlPlane.environment(promotion.tenantId, promotion.environment.id));
   if (!environment) {
-    return { code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` };
+    return refused({ code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` });
   }
   try {
-    await loadDesiredState(promotion.desiredState, ctx.desiredState);
-    return undefined;
+    const { repository, project } = await readProject(ctx, promotion.tenantId, promotion.desiredState);
+    return { repository, project };
   } catch (thrown) {
-    return permanentFailure(thrown);
+    return refused(permanentFailure(thrown));
   }
 }
 
@@ -151,15 +179,15 @@ export async function recordRejectedInbound(ctx: ProvisioningContext, trx: Trans
   await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId, outcome: 'rejected' }, ctx.clock);
 }
 
-/** The run a promotion makes: its fields as the message gives them. */
-function promotionRun(p: PromotionApproved): Omit<NewRun, 'id' | 'state' | 'error' | 'now'> {
+/** The run a promotion makes: its fields as the message gives them, but the repository as checked. */
+function promotionRun(p: PromotionApproved, repository: string): Omit<NewRun, 'id' | 'project' | 'state' | 'error' | 'now'> {
   return {
     key: p.promotionId,
     tenant: p.tenantId,
     environment: p.environment,
     release: p.release,
     stack: p.desiredState.stack,
-    desiredState: { repository: p.desiredState.repository, commit: p.desiredState.commit, path: p.desiredState.path },
+    desiredState: { repository, commit: p.desiredState.commit, path: p.desiredState.path },
     requestedBy: p.requestedBy,
     reason: 'promotion',
   };

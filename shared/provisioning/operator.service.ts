@@ -1,14 +1,15 @@
 import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import { AppError } from '../platform/errors/app-error';
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { expiredPlan } from './apply.service';
 import { ExternalErrors } from './external-services.client';
 import { appendEvents, counted, failFast, nowOf, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { deletePolicyWait, findDecision, findRun, insertDecision, replacePlan, transitionRun } from './provisioning.repository';
+import { deletePolicyWait, findDecision, findRun, insertDecision, insertRefusedApproval, replacePlan, runRequesters, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { provisioningFailed } from './run-events';
-import { RunErrors, type Run, type RunState } from './run';
+import { RunErrors, secondPersonRequired, type Run, type RunState } from './run';
 import { breakStackLock, getStackLock, type StackLock } from './stack-lock.repository';
 
 /**
@@ -38,11 +39,22 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
       });
     }
   }
-  const outcome = await inTransaction(ctx.db, async (trx): Promise<{ approved: Run } | { stale: Run; reason: Failure }> => {
+  const outcome = await inTransaction(ctx.db, async (trx): Promise<{ approved: Run } | { stale: Run; reason: Failure } | { refused: AppError }> => {
     const run = await visible(trx, tenants, runId);
     if (run.state === 'stale') return { stale: run, reason: run.error ?? { code: RunErrors.planStale, message: 'the plan is stale' } };
     if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
     const at = nowOf(ctx);
+    // Four eyes: where a second person must approve, whoever asked for the run (or for its fresh plan) may not.
+    if (secondPersonRequired(run.environment, ctx.approvalPolicy) && (await runRequesters(trx, run)).includes(approval.by)) {
+      const refused = new AppError(RunErrors.selfApproval, 'forbidden', `${approval.by} asked for run ${runId}, and environment ${run.environment.id} needs a second person to approve it`, {
+        runId,
+        environment: run.environment.id,
+        by: approval.by,
+      });
+      // Committed although the approval is refused: the attempt stays on the run's record.
+      await insertRefusedApproval(trx, { id: ctx.ids.next('refusal'), runId, by: approval.by, planDigest: approval.planDigest, code: refused.code, reason: refused.message, at: new Date(at) });
+      return { refused };
+    }
     const expired = expiredPlan(run, at);
     if (expired) {
       // Committed although the approval is refused: the run shows stale with the reason, and waits for a replan.
@@ -63,6 +75,7 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
     await insertDecision(trx, runId, { decision: 'approved', planDigest: approval.planDigest, by: approval.by, ...(approval.comment !== undefined ? { comment: approval.comment } : {}), at: new Date(at) });
     return { approved: await visible(trx, tenants, runId) };
   });
+  if ('refused' in outcome) throw outcome.refused;
   if ('stale' in outcome) throw planStale(outcome.stale, outcome.reason);
   return outcome.approved;
 }
@@ -121,17 +134,16 @@ export async function cancel(ctx: ProvisioningContext, tenants: TenantFilter, ru
   return counted(ctx, canceled);
 }
 
-/** Who holds a stack's lock; a tenant sees only a lock held by one of its runs. */
-export async function stackLock(ctx: ProvisioningContext, tenants: TenantFilter, stack: string): Promise<StackLock> {
+/** Who holds a stack's lock; a caller bound to a tenant sees only its own tenant's stacks. */
+export async function stackLock(ctx: ProvisioningContext, tenants: TenantFilter, stack: StackRef): Promise<StackLock> {
+  if (tenants.kind === 'one' && tenants.tenant !== stack.tenant) throw notLocked(stack);
   const lock = await retryingContention(() => getStackLock(ctx.db, stack));
   if (!lock) throw notLocked(stack);
-  // A tenant sees a lock only when one of its runs holds it: stacks of other tenants stay invisible.
-  if (tenants.kind === 'one' && !(await retryingContention(() => findRun(ctx.db, lock.holderRun, tenants)))) throw notLocked(stack);
   return lock;
 }
 
 /** An operator breaks a stack's lock (recorded with who and why); `version` breaks only that version. */
-export async function unlockStack(ctx: ProvisioningContext, stack: string, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock> {
+export async function unlockStack(ctx: ProvisioningContext, stack: StackRef, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock> {
   const at = nowOf(ctx);
   const lock = await inTransaction(ctx.db, (trx) =>
     breakStackLock(trx, ctx.dialect, { id: ctx.ids.next('lockbreak'), stack, by: request.by, reason: request.reason, now: at, ...(request.version !== undefined ? { version: request.version } : {}) }),
@@ -139,8 +151,9 @@ export async function unlockStack(ctx: ProvisioningContext, stack: string, reque
   if (lock) return { lock, by: request.by, reason: request.reason, brokenAt: new Date(at) };
   const current = await retryingContention(() => getStackLock(ctx.db, stack));
   if (current && request.version !== undefined) {
-    throw new AppError('PROVISIONING.STACK_LOCK_VERSION_MISMATCH', 'conflict', `the lock of stack ${stack} is at version ${current.version}, not ${request.version}; nothing was broken`, {
-      stack,
+    const name = qualifiedStackName(stack);
+    throw new AppError('PROVISIONING.STACK_LOCK_VERSION_MISMATCH', 'conflict', `the lock of stack ${name} is at version ${current.version}, not ${request.version}; nothing was broken`, {
+      stack: name,
       version: current.version,
       requestedVersion: request.version,
     });
@@ -165,4 +178,5 @@ const planStale = (run: Run, reason: Failure) =>
     ...(run.planExpiresAt ? { planExpiresAt: run.planExpiresAt.toISOString() } : {}),
   });
 
-const notLocked = (stack: string) => new AppError('PROVISIONING.STACK_NOT_LOCKED', 'not-found', `nothing holds the lock of stack ${stack}`, { stack });
+const notLocked = (stack: StackRef) =>
+  new AppError('PROVISIONING.STACK_NOT_LOCKED', 'not-found', `nothing holds the lock of stack ${qualifiedStackName(stack)}`, { stack: qualifiedStackName(stack) });

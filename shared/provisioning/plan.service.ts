@@ -1,8 +1,9 @@
 import { AppError, ensureError } from '../platform/errors/app-error';
-import { loadDesiredState, type DesiredState } from '../platform/git/desired-state';
+import type { DesiredState } from '../platform/git/desired-state';
 import type { ConfigOverrides, PlanOptions } from '../platform/iac/iac-runner';
 import { jsonEqual } from '../platform/iac/iac-values';
 import type { Plan } from '../platform/iac/plan';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { ExternalErrors, type PolicyDecision } from './external-services.client';
 import {
@@ -26,13 +27,15 @@ import {
   rebaseRun,
   recordPlan,
   savePolicyWait,
+  setRunProject,
   setWaiting,
   transitionRun,
   type PlanReceipt,
   type UndecidedPlanReceipt,
 } from './provisioning.repository';
 import { specificationDeclared } from './run-events';
-import { approvalRequired, planExpiryMs, RunErrors, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
 
 /**
@@ -44,6 +47,16 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   let run = await existingRun(ctx, runId);
   // A plan waiting for its policy check is made: the wait goes on (a retried or replayed step, a new execution).
   if ((run.state !== 'queued' && run.state !== 'planning') || run.waitingFor?.kind === 'policy') return stepOf(run);
+  // Taken in before stacks were tenant-qualified, by a migration that could not tell its project: read it now.
+  if (run.project === '') {
+    try {
+      const { project } = await readProject(ctx, run.tenant, run.desiredState);
+      await retryingContention(() => setRunProject(ctx.db, runId, project, nowOf(ctx)));
+      run = await existingRun(ctx, runId);
+    } catch (thrown) {
+      return failRunWith(ctx, run, permanentFailure(thrown));
+    }
+  }
   const stack = await takeStack(ctx, run);
   if (!stack.taken) return stack.step;
   if (run.state === 'queued') {
@@ -63,13 +76,14 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
   let desired: DesiredState;
   try {
-    desired = await loadDesiredState(run.desiredState, ctx.desiredState);
+    desired = (await readProject(ctx, run.tenant, run.desiredState)).desired;
+    checkProjectPolicy(ctx, desired);
   } catch (thrown) {
     return failRunWith(ctx, run, permanentFailure(thrown));
   }
   let planned: Plan;
   try {
-    planned = await engine.preview(run.stack, desired.files, configOf(run), planOptionsOf(run));
+    planned = await engine.preview(stackOf(run), desired.files, configOf(run), planOptionsOf(run));
   } catch (thrown) {
     // A refresh reads the target: one that cannot be reached fails the run as it fails an apply, with its code.
     const error = ensureError(thrown);
@@ -80,6 +94,7 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   const receipt: UndecidedPlanReceipt = {
     runId,
     stack: run.stack,
+    qualifiedStack: qualifiedStackName(stackOf(run)),
     repository: repositoryOf(run),
     commit: run.desiredState.commit,
     path: desired.path,
@@ -209,7 +224,7 @@ async function awaitPolicy(ctx: ProvisioningContext, run: Run, receipt: Undecide
  * waited is not undone).
  */
 async function rebase(ctx: ProvisioningContext, run: Run): Promise<Run> {
-  const current = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, run.stack));
+  const current = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, stackOf(run)));
   if (!current) return run;
   const { repository, commit, path } = current.desiredState;
   const sameState = repository === run.desiredState.repository && commit === run.desiredState.commit && path === run.desiredState.path;

@@ -1,4 +1,5 @@
 import type { Transaction } from 'kysely';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { MessageIdReused, recordRejectedInbound, recordResend, recordRunInbound } from './intake.service';
@@ -38,8 +39,9 @@ export async function poolResize(ctx: ProvisioningContext, message: { readonly m
   if (known) return duplicate(ctx, known, message.messageId);
   const base = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, resize.iacStack));
   if (!base) {
-    const reason = `pool ${resize.pool} names stack ${resize.iacStack}, which no run has applied: where its project lives is not known`;
-    return rejectResize(ctx, message.messageId, { pool: resize.pool, stack: resize.iacStack, eventId: resize.eventId, code: RunErrors.unknownStack, reason, problems: [] });
+    const stack = qualifiedStackName(resize.iacStack);
+    const reason = `pool ${resize.pool} names stack ${stack}, which no run has applied: where its project lives is not known`;
+    return rejectResize(ctx, message.messageId, { pool: resize.pool, stack, eventId: resize.eventId, code: RunErrors.unknownStack, reason, problems: [] });
   }
   try {
     return await inTransaction(ctx.db, (trx) => recordResize(ctx, trx, resize, base, message.messageId));
@@ -63,7 +65,8 @@ async function recordResize(ctx: ProvisioningContext, trx: Transaction<Provision
     tenant: base.tenant,
     environment: base.environment,
     release: base.release,
-    stack: resize.iacStack,
+    project: base.project,
+    stack: base.stack,
     desiredState: base.desiredState,
     requestedBy: `pool ${resize.pool}`,
     reason: 'pool-resize',

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { cloudEventSchema } from '../platform/bus/events';
 import { fieldProblems, type FieldProblem } from '../platform/validation/validation';
-import { STACK_NAME_PATTERN } from './promotion';
+import { parseQualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 
 /**
  * `PoolResizeRequested` as provisioning reads it from the events topic (pure model). The capacity module publishes
@@ -14,7 +14,8 @@ export interface PoolResizeRequested {
   /** The event id: the business key of the run (one run per event). */
   readonly eventId: string;
   readonly pool: string;
-  readonly iacStack: string;
+  /** The pool's stack, named `tenant/project/stack`. */
+  readonly iacStack: StackRef;
   readonly fromCapacity: number;
   readonly toCapacity: number;
 }
@@ -23,7 +24,11 @@ const capacity = z.number().int().nonnegative();
 
 const poolResizeDataSchema = z.object({
   pool: z.string().min(1).max(200),
-  iacStack: z.string().min(1).max(200).regex(STACK_NAME_PATTERN),
+  iacStack: z
+    .string()
+    .min(1)
+    .max(200)
+    .transform((name, ctx) => parseQualifiedStackName(name) ?? (ctx.addIssue({ code: 'custom', message: 'a stack is named tenant/project/stack' }), z.NEVER)),
   fromCapacity: capacity,
   toCapacity: capacity,
 });

@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
-import type { LoadDesiredStateOptions } from '../platform/git/desired-state';
+import type { DesiredStateHostOptions } from '../platform/git/desired-state';
 import { redactUrl } from '../platform/git/repository-url';
 import type { IacEngine } from '../platform/iac/iac-runner';
 import type { SqlStore } from '../platform/sql/database';
@@ -13,7 +13,9 @@ import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
+import type { ProjectPolicy } from './project-policy';
 import { provisioningFailed } from './run-events';
+import type { LocalSourceAccess, SourcePolicy } from './source-policy';
 import {
   DEFAULT_APPROVAL_POLICY,
   DEFAULT_PLAN_EXPIRY_MS,
@@ -21,6 +23,7 @@ import {
   DEFAULT_POLICY_TIMEOUT_MS,
   isTerminal,
   RunErrors,
+  stackOf,
   stepOf,
   type ApprovalPolicy,
   type PlanExpiryPolicy,
@@ -43,7 +46,9 @@ export interface ProvisioningContext {
   readonly engine: IacEngine | undefined;
   readonly services: ExternalServices;
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
-  readonly desiredState: LoadDesiredStateOptions | undefined;
+  readonly desiredState: DesiredStateHostOptions | undefined;
+  readonly sources: ProvisioningServiceOptions['sources'];
+  readonly projects: ProjectPolicy;
   readonly timings: RunTimings;
   readonly stackLock: { readonly ttlMs: number; readonly renewEveryMs: number; readonly hostId: string };
   readonly planExpiry: PlanExpiryPolicy;
@@ -76,8 +81,16 @@ export interface ProvisioningServiceOptions {
   readonly services: ExternalServices;
   /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
-  /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache' }`. */
-  readonly desiredState?: LoadDesiredStateOptions;
+  /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache', fetchMaxBytes: 64 << 20 }`. */
+  readonly desiredState?: DesiredStateHostOptions;
+  /**
+   * Where a promotion's desired state may come from: the installation's rules (`RuntimeCloud__Provisioning__Sources`,
+   * parsed) and what besides https: this host reads. Nothing the message names is fetched before these allow it.
+   * Example: `{ policy: parseSourcePolicy(config.provisioning.sources), local: { localSources: false } }`.
+   */
+  readonly sources: { readonly policy: SourcePolicy; readonly local: LocalSourceAccess };
+  /** Which projects may be planned (runtimes; project-policy.ts). Example: `{ runtimes: ['yaml'] }`. */
+  readonly projects: ProjectPolicy;
   /** The stack lock's lease; a host that dies holding it frees the stack after this long. Example: `600_000`. */
   readonly stackLockTtlMs?: number;
   /** How often an apply renews its stack lock (it also renews before every step). Default: a third of the TTL. */
@@ -114,6 +127,8 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     services: options.services,
     knowsTenant: options.knowsTenant,
     desiredState: options.desiredState,
+    sources: options.sources,
+    projects: options.projects,
     timings: { ...DEFAULT_TIMINGS, ...options.timings },
     stackLock: { ttlMs, renewEveryMs: options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(ttlMs / 3)), hostId: options.hostId ?? options.ids.next('host') },
     planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },
@@ -150,7 +165,7 @@ export async function existingRun(ctx: ProvisioningContext, id: string): Promise
 
 /** Gives the run's stack lock back, if it still holds it. */
 export async function giveBackStack(ctx: ProvisioningContext, run: Run): Promise<void> {
-  await retryingContention(() => releaseStackLock(ctx.db, run.stack, run.id));
+  await retryingContention(() => releaseStackLock(ctx.db, stackOf(run), run.id));
 }
 
 /** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */

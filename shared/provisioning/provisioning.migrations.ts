@@ -1,5 +1,6 @@
-import type { Kysely } from 'kysely';
-import { sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrations';
+import { sql, type Kysely } from 'kysely';
+import { renameTable, sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrations';
+import type { SqlDialect } from '../platform/sql/dialect';
 
 /**
  * The provisioning module's schema: stack locks and their audit trail; runs, their approvals, rejected messages;
@@ -175,5 +176,114 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .execute();
       },
     },
+    // Stacks belong to tenants: a stack is `tenant/project/stack` (stack-ref.ts) wherever provisioning names one.
+    '20261201-12-provisioning-stacks-by-tenant': {
+      up: (db: Kysely<unknown>) => stacksByTenant(db, dialect),
+    },
   };
 };
+
+type LegacyDb = Kysely<{
+  provisioning_runs: { id: string; tenant_id: string; environment_id: string; project: string; stack: string; state: string; seq: number; plan_receipt: string | null; updated_at: number };
+  provisioning_environment_stacks: { tenant_id: string; environment_id: string; project: string; stack: string; bound_by_run: string; bound_at: number };
+  capacity_pools: { id: string; iac_stack: string | null };
+}>;
+
+/**
+ * Runs get their project, which with the tenant and the stack name is their stack's identity; the stack locks are
+ * kept by that identity, and the lock breaks record it; each environment is bound to the stack of its runs; pools
+ * name their stack `tenant/project/stack`. And approvals refused as self-approvals (four eyes) are recorded.
+ *
+ * Where a row's tenant and project come from: a run's project from its plan receipt's plan, else from the local
+ * engine's state of its tenant's stack (migrated by tenant just before, `20261201-10`), else it stays empty and the
+ * run's plan step reads it from its desired state; a lock and a lock break from the run that held the lock (a lock
+ * whose run is gone is dropped: nothing waits on it); an environment's stack from its latest applied run, else its
+ * newest run that was not refused; a pool's stack from the latest applied run of the stack it names (a pool whose
+ * stack no run applied keeps the bare name, and a resize of it is refused until an administrator names the stack).
+ */
+async function stacksByTenant(db: Kysely<unknown>, dialect: SqlDialect): Promise<void> {
+  const t = sqlTypes(dialect);
+  const legacy = db as LegacyDb;
+  await db.schema.alterTable('provisioning_runs').addColumn('project', t.key, (c) => c.notNull().defaultTo('')).execute();
+  for (const run of await legacy.selectFrom('provisioning_runs').select(['id', 'plan_receipt']).where('plan_receipt', 'is not', null).execute()) {
+    const project = (JSON.parse(run.plan_receipt ?? '{}') as { plan?: { project?: unknown } }).plan?.project;
+    if (typeof project === 'string') await legacy.updateTable('provisioning_runs').set({ project }).where('id', '=', run.id).execute();
+  }
+  await sql`update provisioning_runs set project = coalesce((select max(s.project) from local_iac_stacks s where s.tenant_id = provisioning_runs.tenant_id and s.stack = provisioning_runs.stack), '')
+    where project = ''`.execute(db);
+  await db.schema.dropIndex('provisioning_runs_stack').$call((q) => (dialect === 'mssql' ? q.on('provisioning_runs') : q)).execute();
+  await db.schema.createIndex('provisioning_runs_by_stack').on('provisioning_runs').columns(['tenant_id', 'project', 'stack', 'seq']).execute();
+
+  await db.schema
+    .createTable('provisioning_stack_locks_by_tenant')
+    .addColumn('tenant_id', t.key, (c) => c.notNull())
+    .addColumn('project', t.key, (c) => c.notNull())
+    .addColumn('stack', t.key, (c) => c.notNull())
+    .addColumn('holder_run', t.key, (c) => c.notNull())
+    .addColumn('holder_host', t.key, (c) => c.notNull())
+    .addColumn('acquired_at', 'bigint', (c) => c.notNull())
+    .addColumn('expires_at', 'bigint', (c) => c.notNull())
+    .addColumn('version', 'bigint', (c) => c.notNull())
+    .addPrimaryKeyConstraint('provisioning_stack_locks_pk', ['tenant_id', 'project', 'stack'])
+    .execute();
+  await sql`insert into provisioning_stack_locks_by_tenant (tenant_id, project, stack, holder_run, holder_host, acquired_at, expires_at, version)
+    select r.tenant_id, r.project, l.stack, l.holder_run, l.holder_host, l.acquired_at, l.expires_at, l.version
+    from provisioning_stack_locks l join provisioning_runs r on r.id = l.holder_run`.execute(db);
+  await db.schema.dropTable('provisioning_stack_locks').execute();
+  await renameTable(db, dialect, 'provisioning_stack_locks_by_tenant', 'provisioning_stack_locks');
+
+  await db.schema.alterTable('provisioning_lock_breaks').addColumn('tenant_id', t.key, (c) => c.notNull().defaultTo('')).execute();
+  await db.schema.alterTable('provisioning_lock_breaks').addColumn('project', t.key, (c) => c.notNull().defaultTo('')).execute();
+  await sql`update provisioning_lock_breaks
+    set tenant_id = coalesce((select r.tenant_id from provisioning_runs r where r.id = provisioning_lock_breaks.holder_run), ''),
+        project = coalesce((select r.project from provisioning_runs r where r.id = provisioning_lock_breaks.holder_run), '')`.execute(db);
+
+  await db.schema
+    .createTable('provisioning_environment_stacks')
+    .addColumn('tenant_id', t.key, (c) => c.notNull())
+    .addColumn('environment_id', t.key, (c) => c.notNull())
+    .addColumn('project', t.key, (c) => c.notNull())
+    .addColumn('stack', t.key, (c) => c.notNull())
+    .addColumn('bound_by_run', t.key, (c) => c.notNull())
+    .addColumn('bound_at', 'bigint', (c) => c.notNull())
+    .addPrimaryKeyConstraint('provisioning_environment_stacks_pk', ['tenant_id', 'environment_id'])
+    .execute();
+  const runs = await legacy
+    .selectFrom('provisioning_runs')
+    .select(['id', 'tenant_id', 'environment_id', 'project', 'stack', 'state', 'updated_at'])
+    .where('project', '<>', '')
+    .where('state', '<>', 'rejected')
+    .orderBy('seq')
+    .execute();
+  const owners = new Map<string, (typeof runs)[number]>();
+  for (const run of runs) {
+    const key = JSON.stringify([run.tenant_id, run.environment_id]);
+    const known = owners.get(key);
+    if (!known || run.state === 'applied' || known.state !== 'applied') owners.set(key, run);
+  }
+  for (const run of owners.values()) {
+    await legacy
+      .insertInto('provisioning_environment_stacks')
+      .values({ tenant_id: run.tenant_id, environment_id: run.environment_id, project: run.project, stack: run.stack, bound_by_run: run.id, bound_at: Number(run.updated_at) })
+      .execute();
+  }
+
+  await db.schema
+    .createTable('provisioning_refused_approvals')
+    .addColumn('id', t.key, (c) => c.primaryKey())
+    .addColumn('run_id', t.key, (c) => c.notNull())
+    .addColumn('refused_by', t.key, (c) => c.notNull())
+    .addColumn('plan_digest', t.key, (c) => c.notNull())
+    .addColumn('code', t.key, (c) => c.notNull())
+    .addColumn('reason', t.text, (c) => c.notNull())
+    .addColumn('refused_at', 'bigint', (c) => c.notNull())
+    .execute();
+  await db.schema.createIndex('provisioning_refused_approvals_run').on('provisioning_refused_approvals').columns(['run_id', 'refused_at']).execute();
+
+  for (const pool of await legacy.selectFrom('capacity_pools').select(['id', 'iac_stack']).where('iac_stack', 'is not', null).execute()) {
+    const stack = pool.iac_stack ?? '';
+    if (stack.includes('/')) continue;
+    const applied = runs.filter((r) => r.stack === stack && r.state === 'applied').pop();
+    if (applied) await legacy.updateTable('capacity_pools').set({ iac_stack: `${applied.tenant_id}/${applied.project}/${stack}` }).where('id', '=', pool.id).execute();
+  }
+}

@@ -6,9 +6,10 @@ import { AppError } from '../platform/errors/app-error';
 import type { ApplyResult, Plan } from '../platform/iac/plan';
 import { firstRows, type SqlDialect } from '../platform/sql/dialect';
 import type { Reconciliation } from './reconciliation';
-import { statesBefore, type PoolResize, type Run, type RunReason, type RunState, type WaitingFor } from './run';
+import { stackOf, statesBefore, type PoolResize, type Run, type RunReason, type RunState, type WaitingFor } from './run';
 import type { ProvisioningApprovalTable, ProvisioningRunTable, ProvisioningTables } from './provisioning.tables';
-import type { ProvisioningDb } from './stack-lock.repository';
+import { forStack, type ProvisioningDb } from './stack-lock.repository';
+import type { StackRef } from '../platform/iac/stack-ref';
 
 /** The provisioning store: runs, receipts, decisions and rejected messages. Row types stay in this file. */
 type Executor = ProvisioningDb | Transaction<ProvisioningTables>;
@@ -21,7 +22,9 @@ type Executor = ProvisioningDb | Transaction<ProvisioningTables>;
  */
 export interface PlanReceipt {
   readonly runId: string;
+  /** The stack's own name; `qualifiedStack` is its identity, `tenant/project/stack` (absent in older receipts). */
   readonly stack: string;
+  readonly qualifiedStack?: string;
   /** Without credentials. */
   readonly repository: string;
   readonly commit: string;
@@ -61,7 +64,9 @@ export interface PolicyWait {
  */
 export interface ApplyReceipt {
   readonly runId: string;
+  /** As in the plan receipt. */
   readonly stack: string;
+  readonly qualifiedStack?: string;
   readonly commit: string;
   readonly runner: { readonly name: string; readonly version: string };
   readonly result: ApplyResult;
@@ -106,8 +111,19 @@ export interface ReplacedPlan {
   readonly replannedAt: Date;
 }
 
+/** An approval refused because its approver had asked for the run where a second person must approve. */
+export interface RefusedApproval {
+  readonly by: string;
+  readonly planDigest: string;
+  readonly code: string;
+  readonly reason: string;
+  readonly at: Date;
+}
+
 export interface RunDetail {
   readonly run: Run;
+  /** Approvals refused as self-approvals, oldest first. */
+  readonly refusedApprovals: readonly RefusedApproval[];
   readonly planReceipt?: PlanReceipt;
   readonly applyReceipt?: ApplyReceipt;
   readonly decision?: Decision;
@@ -137,6 +153,7 @@ const RUN_COLUMNS = [
   'tier',
   'release_name',
   'release_version',
+  'project',
   'stack',
   'repository',
   'commit_sha',
@@ -170,6 +187,7 @@ export function runRowToRun(row: RunRow): Run {
     tenant: row.tenant_id,
     environment: { id: row.environment_id, name: row.environment_name, tier: row.tier as Run['environment']['tier'] },
     release: { name: row.release_name, version: row.release_version },
+    project: row.project,
     stack: row.stack,
     desiredState: { repository: row.repository, commit: row.commit_sha, path: row.project_path },
     requestedBy: row.requested_by,
@@ -207,6 +225,8 @@ export interface NewRun {
   readonly tenant: string;
   readonly environment: Run['environment'];
   readonly release: Run['release'];
+  /** Empty for a run rejected before its project was read. */
+  readonly project: string;
   readonly stack: string;
   readonly desiredState: Run['desiredState'];
   readonly requestedBy: string;
@@ -233,6 +253,7 @@ export async function insertRun(trx: Executor, run: NewRun): Promise<Run> {
       tier: run.environment.tier,
       release_name: run.release.name,
       release_version: run.release.version,
+      project: run.project,
       stack: run.stack,
       repository: run.desiredState.repository,
       commit_sha: run.desiredState.commit,
@@ -279,8 +300,10 @@ export async function findRunDetail(db: Executor, id: string, tenants: TenantFil
   const decision = await db.selectFrom('provisioning_approvals').selectAll().where('run_id', '=', id).executeTakeFirst();
   const replaced = await db.selectFrom('provisioning_replaced_plans').selectAll().where('run_id', '=', id).orderBy('replanned_at').orderBy('id').execute();
   const artifacts = await listArtifacts(db, id);
+  const refused = await db.selectFrom('provisioning_refused_approvals').selectAll().where('run_id', '=', id).orderBy('refused_at').orderBy('id').execute();
   return {
     artifacts,
+    refusedApprovals: refused.map((r) => ({ by: r.refused_by, planDigest: r.plan_digest, code: r.code, reason: r.reason, at: new Date(Number(r.refused_at)) })),
     run: runRowToRun(row),
     ...(row.plan_receipt !== null ? { planReceipt: JSON.parse(row.plan_receipt) as PlanReceipt } : {}),
     ...(row.apply_receipt !== null ? { applyReceipt: JSON.parse(row.apply_receipt) as ApplyReceipt } : {}),
@@ -394,12 +417,9 @@ export async function setWaiting(db: Executor, id: string, state: RunState, wait
  * An earlier run of the stack that must take the stack before `run` does (FIFO): one still queued, or one approved
  * and waiting for the lock to apply. Runs waiting for an approval do not hold others up.
  */
-export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: Pick<Run, 'stack' | 'seq'>): Promise<string | undefined> {
+export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: Pick<Run, 'tenant' | 'project' | 'stack' | 'seq'>): Promise<string | undefined> {
   const row = await firstRows(
-    db
-      .selectFrom('provisioning_runs')
-      .select('id')
-      .where('stack', '=', run.stack)
+    forStack(db.selectFrom('provisioning_runs').select('id'), stackOf(run))
       .where('seq', '<', run.seq)
       .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'applying'), eb('waiting_kind', '=', 'stack-lock')])]))
       .orderBy('seq'),
@@ -413,12 +433,9 @@ export async function earlierWaitingRun(db: Executor, dialect: SqlDialect, run: 
  * The first run of the stack in its FIFO order that waits to take the stack: one still queued, or one that tried
  * to take it and found it busy (approved and waiting to apply, or replanned and waiting to plan).
  */
-export async function firstWaitingRun(db: Executor, dialect: SqlDialect, stack: string): Promise<string | undefined> {
+export async function firstWaitingRun(db: Executor, dialect: SqlDialect, stack: StackRef): Promise<string | undefined> {
   const row = await firstRows(
-    db
-      .selectFrom('provisioning_runs')
-      .select('id')
-      .where('stack', '=', stack)
+    forStack(db.selectFrom('provisioning_runs').select('id'), stack)
       .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', 'in', ['planning', 'applying']), eb('waiting_kind', '=', 'stack-lock')])]))
       .orderBy('seq'),
     dialect,
@@ -436,12 +453,8 @@ export async function firstWaitingRun(db: Executor, dialect: SqlDialect, stack: 
  * accepted for).
  */
 export async function queuedRunsBefore(trx: Executor, run: Run): Promise<string[]> {
-  const rows = await trx
-    .selectFrom('provisioning_runs')
-    .select('id')
-    .where('tenant_id', '=', run.tenant)
+  const rows = await forStack(trx.selectFrom('provisioning_runs').select('id'), stackOf(run))
     .where('environment_id', '=', run.environment.id)
-    .where('stack', '=', run.stack)
     .where('reason', '=', run.reason)
     .where('state', '=', 'queued')
     .where('seq', '<', run.seq)
@@ -557,11 +570,11 @@ export async function replacePlan(trx: Transaction<ProvisioningTables>, run: Run
 
 /**
  * The latest applied run of a stack (a promotion's or an earlier resize's): it says where the stack's project lives
- * (repository, commit, path) and whose the stack is (tenant, environment).
+ * (repository, commit, path) and which environment of its tenant it serves.
  */
-export async function latestAppliedRun(db: Executor, dialect: SqlDialect, stack: string): Promise<Run | undefined> {
+export async function latestAppliedRun(db: Executor, dialect: SqlDialect, stack: StackRef): Promise<Run | undefined> {
   const row = await firstRows(
-    db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('stack', '=', stack).where('state', '=', 'applied').orderBy('seq', 'desc'),
+    forStack(db.selectFrom('provisioning_runs').select(RUN_COLUMNS), stack).where('state', '=', 'applied').orderBy('seq', 'desc'),
     dialect,
     1,
   ).executeTakeFirst();
@@ -703,4 +716,49 @@ export async function insertArtifact(trx: Executor, runId: string, artifact: Run
 export async function listArtifacts(db: Executor, runId: string): Promise<RunArtifact[]> {
   const rows = await db.selectFrom('provisioning_run_artifacts').selectAll().where('run_id', '=', runId).orderBy('recorded_at').orderBy('kind').execute();
   return rows.map((r) => ({ kind: r.kind as RunArtifact['kind'], id: r.external_id, recordedAt: new Date(Number(r.recorded_at)) }));
+}
+
+/** The stack an environment of a tenant is bound to, if a run bound it. */
+export async function findEnvironmentStack(db: Executor, tenant: string, environmentId: string): Promise<StackRef | undefined> {
+  const row = await db
+    .selectFrom('provisioning_environment_stacks')
+    .select(['tenant_id', 'project', 'stack'])
+    .where('tenant_id', '=', tenant)
+    .where('environment_id', '=', environmentId)
+    .executeTakeFirst();
+  return row ? { tenant: row.tenant_id, project: row.project, stack: row.stack } : undefined;
+}
+
+/** Binds an environment to its stack; a second binding of the environment fails on the primary key. */
+export async function bindEnvironmentStack(trx: Executor, binding: { tenant: string; environmentId: string; stack: StackRef; runId: string; at: number }): Promise<void> {
+  await trx
+    .insertInto('provisioning_environment_stacks')
+    .values({
+      tenant_id: binding.tenant,
+      environment_id: binding.environmentId,
+      project: binding.stack.project,
+      stack: binding.stack.stack,
+      bound_by_run: binding.runId,
+      bound_at: binding.at,
+    })
+    .execute();
+}
+
+/** Records the project of a run that has none yet (one taken in before stacks were tenant-qualified). */
+export async function setRunProject(db: Executor, id: string, project: string, now: number): Promise<void> {
+  await db.updateTable('provisioning_runs').set({ project, updated_at: now }).where('id', '=', id).where('project', '=', '').execute();
+}
+
+/** Whoever asked for the run: its requester, and every operator who asked for a fresh plan of it. */
+export async function runRequesters(db: Executor, run: Pick<Run, 'id' | 'requestedBy'>): Promise<string[]> {
+  const replans = await db.selectFrom('provisioning_replaced_plans').select('replanned_by').where('run_id', '=', run.id).execute();
+  return [...new Set([run.requestedBy, ...replans.map((r) => r.replanned_by)])];
+}
+
+/** Records an approval refused as a self-approval. */
+export async function insertRefusedApproval(trx: Executor, refusal: { id: string; runId: string } & RefusedApproval): Promise<void> {
+  await trx
+    .insertInto('provisioning_refused_approvals')
+    .values({ id: refusal.id, run_id: refusal.runId, refused_by: refusal.by, plan_digest: refusal.planDigest, code: refusal.code, reason: refusal.reason, refused_at: refusal.at.getTime() })
+    .execute();
 }

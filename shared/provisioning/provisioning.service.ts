@@ -1,4 +1,5 @@
 import type { TenantFilter } from '../platform/auth/auth';
+import type { StackRef } from '../platform/iac/stack-ref';
 import { afterApproval, apply } from './apply.service';
 import { intake, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
@@ -60,16 +61,16 @@ export interface ProvisioningService {
   replan(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
   /** Cancels a queued run. */
   cancel(tenants: TenantFilter, runId: string, by: string): Promise<Run>;
-  /** Who holds a stack's lock; a tenant sees only a lock held by one of its runs. */
-  stackLock(tenants: TenantFilter, stack: string): Promise<StackLock>;
+  /** Who holds a stack's lock; a caller bound to a tenant sees only its own tenant's stacks. */
+  stackLock(tenants: TenantFilter, stack: StackRef): Promise<StackLock>;
   /** An operator breaks a stack's lock (recorded with who and why); `version` breaks only that version. */
-  unlockStack(stack: string, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock>;
+  unlockStack(stack: StackRef, request: { by: string; reason: string; version?: number }): Promise<BrokenStackLock>;
   /**
    * The run to wake after a stack may have been released (by `run`'s step, by a cancel, by an operator): the first
    * run waiting for the stack, FIFO, while nothing holds its lock (or its lease lapsed); undefined while a run holds
    * it or none waits. Only a hint: the woken run takes the stack through the store like any other try.
    */
-  nextWaitingRun(of: { readonly runId: string } | { readonly stack: string }): Promise<string | undefined>;
+  nextWaitingRun(of: { readonly runId: string } | { readonly stack: StackRef }): Promise<string | undefined>;
   getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
   listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
   /** A rejected message, by its messageId. */

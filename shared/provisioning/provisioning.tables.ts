@@ -6,9 +6,11 @@ import type { OutboxTables } from '../platform/bus/outbox';
 
 /**
  * The lock that lets one run at a time act on a stack. It is a lease: a host that dies stops renewing it and it
- * lapses at `expires_at`, so another run takes it over without anyone stepping in.
+ * lapses at `expires_at`, so another run takes it over without anyone stepping in. One per `tenant/project/stack`.
  */
 export interface ProvisioningStackLockTable {
+  tenant_id: string;
+  project: string;
   stack: string;
   holder_run: string;
   /** The host (instance) that took the lock for the run; for operators, and for telling hosts apart in logs. */
@@ -22,6 +24,8 @@ export interface ProvisioningStackLockTable {
 /** An operator breaking a stack lock, kept for the audit trail. */
 export interface ProvisioningLockBreakTable {
   id: string;
+  tenant_id: string;
+  project: string;
   stack: string;
   holder_run: string;
   holder_host: string;
@@ -45,6 +49,11 @@ export interface ProvisioningRunTable {
   tier: string;
   release_name: string;
   release_version: string;
+  /**
+   * The `name` of the stack's `Pulumi.yaml`: with the tenant and the stack, the stack's identity. Empty for a run
+   * rejected before its project could be read.
+   */
+  project: string;
   stack: string;
   /** As the promotion gave it (it may carry credentials: views and events show it redacted). */
   repository: string;
@@ -149,7 +158,34 @@ export interface ProvisioningPolicyCheckTable {
   requested_at: number;
 }
 
+/**
+ * The stack an environment of a tenant is bound to, from its first run: a promotion for the environment naming
+ * another stack is refused (`PROVISIONING.STACK_MISMATCH`).
+ */
+export interface ProvisioningEnvironmentStackTable {
+  tenant_id: string;
+  environment_id: string;
+  project: string;
+  stack: string;
+  /** The run that bound it. */
+  bound_by_run: string;
+  bound_at: number;
+}
+
+/** An approval refused because whoever asked for the run tried to give it (four eyes), kept for the audit trail. */
+export interface ProvisioningRefusedApprovalTable {
+  id: string;
+  run_id: string;
+  refused_by: string;
+  plan_digest: string;
+  code: string;
+  reason: string;
+  refused_at: number;
+}
+
 export interface ProvisioningTables extends OutboxTables {
+  provisioning_refused_approvals: ProvisioningRefusedApprovalTable;
+  provisioning_environment_stacks: ProvisioningEnvironmentStackTable;
   provisioning_policy_checks: ProvisioningPolicyCheckTable;
   provisioning_run_artifacts: ProvisioningRunArtifactTable;
   provisioning_stack_locks: ProvisioningStackLockTable;

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import { AppError } from '../platform/errors/app-error';
 import { heldIgnoreProblem } from '../platform/iac/plan';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems } from '../platform/validation/validation';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
@@ -37,14 +38,15 @@ export async function reconcile(ctx: ProvisioningContext, request: ReconcileRequ
   const key = reconciliationKey(valid.proposalId);
   const known = await retryingContention(() => findRunByPromotion(ctx.db, key));
   if (known) return { outcome: 'duplicate', run: known };
-  const base = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, valid.stack));
-  // Another tenant's stack reads as unknown, so a request cannot learn that it exists.
-  if (!base || base.tenant !== valid.tenant || base.environment.id !== valid.environmentId) {
+  const stack = { tenant: valid.tenant, project: valid.project, stack: valid.stack };
+  // The stack is the requesting tenant's by its identity: another tenant's stack of the same names is not even read.
+  const base = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, stack));
+  if (!base || base.environment.id !== valid.environmentId) {
     throw new AppError(
       RunErrors.unknownStack,
       'not-found',
-      `no run has applied stack ${valid.stack} for environment ${valid.environmentId} of tenant ${valid.tenant}: there is no desired state to reconcile it to`,
-      { stack: valid.stack, environmentId: valid.environmentId, proposalId: valid.proposalId },
+      `no run has applied stack ${qualifiedStackName(stack)} for environment ${valid.environmentId}: there is no desired state to reconcile it to`,
+      { stack: qualifiedStackName(stack), environmentId: valid.environmentId, proposalId: valid.proposalId },
     );
   }
   try {
@@ -68,7 +70,8 @@ async function recordReconciliation(ctx: ProvisioningContext, trx: Transaction<P
     tenant: base.tenant,
     environment: base.environment,
     release: base.release,
-    stack: request.stack,
+    project: base.project,
+    stack: base.stack,
     desiredState: base.desiredState,
     requestedBy: request.requestedBy,
     reason: 'reconciliation',

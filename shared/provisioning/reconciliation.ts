@@ -38,17 +38,18 @@ export interface Reconciliation {
 }
 
 /**
- * What inventory asks for when an operator accepts a proposal. The stack must be one a run has applied for that
- * tenant and environment: that run's desired state is what is applied again.
+ * What inventory asks for when an operator accepts a proposal. The stack (`tenant/project/stack`) must be one a run
+ * has applied for that environment: that run's desired state is what is applied again.
  *
- * @example { proposalId: 'prop_01J…', tenant: 'demo-team', environmentId: 'env-dev', stack: 'development',
- *   requestedBy: 'operator-1', ignore: [{ scope: { type: 'local:compute:Service' }, path: 'replicas' }] }
+ * @example { proposalId: 'prop_01J…', tenant: 'demo-team', environmentId: 'env-dev', project: 'demo-app',
+ *   stack: 'development', requestedBy: 'operator-1', ignore: [{ scope: { type: 'local:compute:Service' }, path: 'replicas' }] }
  */
 export interface ReconcileRequest {
   /** One run per proposal: asking again with the same id answers the run made the first time. */
   readonly proposalId: string;
   readonly tenant: string;
   readonly environmentId: string;
+  readonly project: string;
   readonly stack: string;
   /** Who accepted the proposal; recorded as the run's `requestedBy`. */
   readonly requestedBy: string;
@@ -67,6 +68,7 @@ const reconcileRequestSchema = z.object({
   proposalId: text(200 - KEY_PREFIX.length),
   tenant: text(200),
   environmentId: text(200),
+  project: text(200).regex(STACK_NAME_PATTERN),
   stack: text(200).regex(STACK_NAME_PATTERN),
   requestedBy: text(200),
   ignore: z.array(ignoreRuleSchema).max(1000),

@@ -1,5 +1,6 @@
 import type { NewEvent } from '../platform/bus/events';
-import type { PlanCounts, Run } from './run';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
+import { stackOf, type PlanCounts, type Run } from './run';
 
 /**
  * The events a run publishes on `runtime-cloud-events` (CloudEvents 1.0, written to the outbox in the transaction of
@@ -57,7 +58,10 @@ function runSummary(run: Run, repository: string) {
     tenantId: run.tenant,
     environment: { ...run.environment },
     release: { ...run.release },
+    // The stack's own name; with `project`, `tenantId` and `qualifiedStack` (`tenant/project/stack`) its identity.
+    // A run refused before its project could be read has no project.
     stack: run.stack,
+    ...(run.project !== '' ? { project: run.project, qualifiedStack: qualifiedStackName(stackOf(run)) } : {}),
     desiredState: { repository, commit: run.desiredState.commit, path: run.desiredState.path },
   };
 }

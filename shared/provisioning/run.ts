@@ -1,3 +1,4 @@
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import type { EnvironmentTier } from './promotion';
 import type { Reconciliation } from './reconciliation';
 
@@ -67,6 +68,7 @@ export function statesBefore(to: RunState): RunState[] {
 export type WaitingFor =
   | {
       readonly kind: 'stack-lock';
+      /** `tenant/project/stack`. */
       readonly stack: string;
       /** The run holding the stack's lock, when one does. */
       readonly heldBy?: string;
@@ -107,6 +109,11 @@ export interface ApprovalPolicy {
   /** Tiers whose every plan needs approval. Example: `['production']`. */
   readonly tiers: readonly EnvironmentTier[];
   readonly onDeleteOrReplace: boolean;
+  /**
+   * Tiers where a second person must approve: whoever asked for the run (its `requestedBy`, or an operator who
+   * replanned it) may not approve it. Example: `['production']`.
+   */
+  readonly secondPersonTiers: readonly EnvironmentTier[];
   /** By environment id or name. Example: `{ 'env-dev-1': { always: true }, sandbox: { onDeleteOrReplace: false } }`. */
   readonly byEnvironment: Readonly<Record<string, EnvironmentApprovalRule>>;
 }
@@ -114,10 +121,18 @@ export interface ApprovalPolicy {
 export interface EnvironmentApprovalRule {
   readonly always?: boolean;
   readonly onDeleteOrReplace?: boolean;
+  /** Whether a second person must approve here, whatever the tier says. */
+  readonly secondPerson?: boolean;
 }
 
-/** Production plans, and plans that delete or replace anything, in every environment. */
-export const DEFAULT_APPROVAL_POLICY: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: {} };
+/** Production plans, and plans that delete or replace anything, in every environment; production by a second person. */
+export const DEFAULT_APPROVAL_POLICY: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, secondPersonTiers: ['production'], byEnvironment: {} };
+
+/** Whether the environment's plans must be approved by someone other than whoever asked for the run (four eyes). */
+export function secondPersonRequired(environment: { readonly id: string; readonly name: string; readonly tier: EnvironmentTier }, policy: ApprovalPolicy = DEFAULT_APPROVAL_POLICY): boolean {
+  const rule: EnvironmentApprovalRule = policy.byEnvironment[environment.id] ?? policy.byEnvironment[environment.name] ?? {};
+  return rule.secondPerson ?? policy.secondPersonTiers.includes(environment.tier);
+}
 
 export function approvalRequired(
   environment: { readonly id: string; readonly name: string; readonly tier: EnvironmentTier },
@@ -144,6 +159,12 @@ export interface Run {
   readonly tenant: string;
   readonly environment: { readonly id: string; readonly name: string; readonly tier: EnvironmentTier };
   readonly release: { readonly name: string; readonly version: string };
+  /**
+   * The `name` of the project's `Pulumi.yaml`, read at intake: with the tenant and `stack`, the stack's identity
+   * (`stackOf`). Empty only for a run rejected before its project could be read.
+   */
+  readonly project: string;
+  /** The stack's own name, as the promotion gave it. */
   readonly stack: string;
   readonly desiredState: { readonly repository: string; readonly commit: string; readonly path: string };
   readonly requestedBy: string;
@@ -172,6 +193,11 @@ export interface Run {
   readonly createdAt: Date;
   readonly updatedAt: Date;
   readonly finishedAt?: Date;
+}
+
+/** The run's stack: `tenant/project/stack`, whose lock, state and resources are that tenant's alone. */
+export function stackOf(run: Pick<Run, 'tenant' | 'project' | 'stack'>): StackRef {
+  return { tenant: run.tenant, project: run.project, stack: run.stack };
 }
 
 /**
@@ -234,10 +260,14 @@ export const RunErrors = {
   /** The target did not answer: an apply to it, or the refresh of a reconciliation's plan. */
   targetUnreachable: 'PROVISIONING.TARGET_UNREACHABLE',
   unknownTenant: 'PROVISIONING.UNKNOWN_TENANT',
+  /** The promotion's environment is bound to another stack (by its first run): the promotion is refused. */
+  stackMismatch: 'PROVISIONING.STACK_MISMATCH',
   superseded: 'PROVISIONING.SUPERSEDED',
   canceled: 'PROVISIONING.CANCELED',
   rejected: 'PROVISIONING.REJECTED',
   approvalTimeout: 'PROVISIONING.APPROVAL_TIMEOUT',
+  /** Whoever asked for the run tried to approve it where a second person must (`ApprovalPolicy.secondPersonTiers`). */
+  selfApproval: 'PROVISIONING.SELF_APPROVAL',
   /** The GovernanceHost did not decide a policy check of the plan in time (`RunTimings.policyTimeoutMs`). */
   policyTimeout: 'PROVISIONING.POLICY_TIMEOUT',
   /** The plan expired before its approval, or the stack's state changed between plan and apply. */
@@ -284,5 +314,5 @@ export function stepOf(run: Run): RunStep {
     return { outcome: 'awaiting-policy', checkId, planDigest, since };
   }
   if (run.state === 'planning') return { outcome: 'planning' };
-  return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: run.stack } };
+  return { outcome: 'waiting', waitingFor: run.waitingFor ?? { kind: 'stack-lock', stack: qualifiedStackName(stackOf(run)) } };
 }

@@ -1,5 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import { LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
+import type { StackRef } from '../platform/iac/stack-ref';
 import type { AnyDb } from '../platform/sql/database';
 import type { ProvisioningStackLockTable, ProvisioningTables } from './provisioning.tables';
 
@@ -9,9 +10,9 @@ export function provisioningDb(db: AnyDb): ProvisioningDb {
   return db as ProvisioningDb;
 }
 
-/** Who holds a stack, until when, and the lock's version (bumped on every acquisition). */
+/** Who holds a stack (`tenant/project/stack`), until when, and the lock's version (bumped on every acquisition). */
 export interface StackLock {
-  readonly stack: string;
+  readonly stack: StackRef;
   readonly holderRun: string;
   readonly holderHost: string;
   readonly acquiredAt: Date;
@@ -22,7 +23,7 @@ export interface StackLock {
 export type StackLockOutcome = { readonly acquired: true; readonly lock: StackLock } | { readonly acquired: false; readonly heldBy: StackLock };
 
 export interface StackLockRequest {
-  readonly stack: string;
+  readonly stack: StackRef;
   readonly run: string;
   readonly host: string;
   /** Epoch ms. */
@@ -30,17 +31,26 @@ export interface StackLockRequest {
   readonly ttlMs: number;
 }
 
-const COLUMNS = ['stack', 'holder_run', 'holder_host', 'acquired_at', 'expires_at', 'version'] as const;
+const COLUMNS = ['tenant_id', 'project', 'stack', 'holder_run', 'holder_host', 'acquired_at', 'expires_at', 'version'] as const;
 
 function rowToLock(row: ProvisioningStackLockTable): StackLock {
   return {
-    stack: row.stack,
+    stack: { tenant: row.tenant_id, project: row.project, stack: row.stack },
     holderRun: row.holder_run,
     holderHost: row.holder_host,
     acquiredAt: new Date(Number(row.acquired_at)),
     expiresAt: new Date(Number(row.expires_at)),
     version: Number(row.version),
   };
+}
+
+/**
+ * Narrows a query of a table that names a stack by `tenant_id`, `project` and `stack` (the lock table's key; the
+ * runs) to one stack.
+ */
+export function forStack<Q>(query: Q, stack: StackRef): Q {
+  const where = (q: Q, column: string, value: string) => (q as unknown as { where: (c: string, op: '=', v: string) => Q }).where(column, '=', value);
+  return where(where(where(query, 'tenant_id', stack.tenant), 'project', stack.project), 'stack', stack.stack);
 }
 
 /**
@@ -52,18 +62,17 @@ export async function acquireStackLock(db: ProvisioningDb, dialect: SqlDialect, 
   const { stack, run, host, now, ttlMs } = request;
   for (;;) {
     const taken = await returningColumns<ProvisioningStackLockTable>(
-      db
-        .updateTable('provisioning_stack_locks')
-        .set((eb) => ({ holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: eb('version', '+', 1) }))
-        .where('stack', '=', stack)
-        .where((eb) => eb.or([eb('expires_at', '<=', now), eb('holder_run', '=', run)])),
+      forStack(
+        db.updateTable('provisioning_stack_locks').set((eb) => ({ holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: eb('version', '+', 1) })),
+        stack,
+      ).where((eb) => eb.or([eb('expires_at', '<=', now), eb('holder_run', '=', run)])),
       dialect,
       COLUMNS,
     ).execute();
     if (taken[0]) return { acquired: true, lock: rowToLock(taken[0]) };
-    const inserted = await insertIfAbsent(db, dialect, { stack, holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: 1 });
+    const inserted = await insertIfAbsent(db, dialect, { tenant_id: stack.tenant, project: stack.project, stack: stack.stack, holder_run: run, holder_host: host, acquired_at: now, expires_at: now + ttlMs, version: 1 });
     if (inserted) return { acquired: true, lock: rowToLock(inserted) };
-    const holder = await db.selectFrom('provisioning_stack_locks').selectAll().where('stack', '=', stack).executeTakeFirst();
+    const holder = await forStack(db.selectFrom('provisioning_stack_locks').selectAll(), stack).executeTakeFirst();
     // Released between the two statements: ask again.
     if (holder) return { acquired: false, heldBy: rowToLock(holder) };
   }
@@ -87,10 +96,7 @@ function isUniqueViolation(thrown: unknown): boolean {
 
 /** Extends the lock while its holder works; false when the run no longer holds this version of it. */
 export async function renewStackLock(db: ProvisioningDb, lock: Pick<StackLock, 'stack' | 'holderRun' | 'version'>, now: number, ttlMs: number): Promise<boolean> {
-  const result = await db
-    .updateTable('provisioning_stack_locks')
-    .set({ expires_at: now + ttlMs })
-    .where('stack', '=', lock.stack)
+  const result = await forStack(db.updateTable('provisioning_stack_locks').set({ expires_at: now + ttlMs }), lock.stack)
     .where('holder_run', '=', lock.holderRun)
     .where('version', '=', lock.version)
     .where('expires_at', '>', now)
@@ -99,13 +105,13 @@ export async function renewStackLock(db: ProvisioningDb, lock: Pick<StackLock, '
 }
 
 /** Gives the lock up; false when the run did not hold it (it lapsed and was taken, or was broken). */
-export async function releaseStackLock(db: ProvisioningDb, stack: string, run: string): Promise<boolean> {
-  const result = await db.deleteFrom('provisioning_stack_locks').where('stack', '=', stack).where('holder_run', '=', run).executeTakeFirst();
+export async function releaseStackLock(db: ProvisioningDb, stack: StackRef, run: string): Promise<boolean> {
+  const result = await forStack(db.deleteFrom('provisioning_stack_locks'), stack).where('holder_run', '=', run).executeTakeFirst();
   return Number(result.numDeletedRows) === 1;
 }
 
-export async function getStackLock(db: ProvisioningDb, stack: string): Promise<StackLock | undefined> {
-  const row = await db.selectFrom('provisioning_stack_locks').selectAll().where('stack', '=', stack).executeTakeFirst();
+export async function getStackLock(db: ProvisioningDb, stack: StackRef): Promise<StackLock | undefined> {
+  const row = await forStack(db.selectFrom('provisioning_stack_locks').selectAll(), stack).executeTakeFirst();
   return row ? rowToLock(row) : undefined;
 }
 
@@ -119,7 +125,7 @@ export async function breakStackLock(
   dialect: SqlDialect,
   request: {
     id: string;
-    stack: string;
+    stack: StackRef;
     by: string;
     reason: string;
     now: number;
@@ -127,7 +133,13 @@ export async function breakStackLock(
     version?: number;
   },
 ): Promise<StackLock | undefined> {
-  let query = trx.selectFrom(`provisioning_stack_locks as ${LOCK_ALIAS.wait}`).selectAll(LOCK_ALIAS.wait).where(`${LOCK_ALIAS.wait}.stack`, '=', request.stack);
+  const { tenant, project, stack } = request.stack;
+  let query = trx
+    .selectFrom(`provisioning_stack_locks as ${LOCK_ALIAS.wait}`)
+    .selectAll(LOCK_ALIAS.wait)
+    .where(`${LOCK_ALIAS.wait}.tenant_id`, '=', tenant)
+    .where(`${LOCK_ALIAS.wait}.project`, '=', project)
+    .where(`${LOCK_ALIAS.wait}.stack`, '=', stack);
   if (request.version !== undefined) query = query.where(`${LOCK_ALIAS.wait}.version`, '=', request.version);
   const row = await lockingRows(query, dialect, 'wait').executeTakeFirst();
   if (!row) return undefined;
@@ -135,6 +147,8 @@ export async function breakStackLock(
     .insertInto('provisioning_lock_breaks')
     .values({
       id: request.id,
+      tenant_id: row.tenant_id,
+      project: row.project,
       stack: row.stack,
       holder_run: row.holder_run,
       holder_host: row.holder_host,
@@ -143,6 +157,6 @@ export async function breakStackLock(
       broken_at: request.now,
     })
     .execute();
-  await trx.deleteFrom('provisioning_stack_locks').where('stack', '=', request.stack).execute();
+  await forStack(trx.deleteFrom('provisioning_stack_locks'), request.stack).execute();
   return rowToLock(row);
 }

@@ -6,7 +6,8 @@ import { existingRun, nowOf, readRun, repositoryOf, type ProvisioningContext } f
 import { earlierWaitingRun, findRun, firstWaitingRun, queuedRunsBefore, setWaiting, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { provisioningFailed } from './run-events';
-import { RunErrors, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { acquireStackLock, getStackLock, renewStackLock, type StackLock } from './stack-lock.repository';
 
 /**
@@ -22,15 +23,17 @@ export type TakenStack = { readonly taken: true; readonly lock: StackLock } | { 
  */
 export async function takeStack(ctx: ProvisioningContext, run: Run): Promise<TakenStack> {
   const at = nowOf(ctx);
-  const current = await retryingContention(() => getStackLock(ctx.db, run.stack));
+  const stack = stackOf(run);
+  const name = qualifiedStackName(stack);
+  const current = await retryingContention(() => getStackLock(ctx.db, stack));
   const holdsIt = current?.holderRun === run.id && current.expiresAt.getTime() > at;
   if (!holdsIt) {
     const ahead = await retryingContention(() => earlierWaitingRun(ctx.db, ctx.dialect, run));
-    if (ahead) return wait(ctx, run, { kind: 'stack-lock', stack: run.stack, queuedBehind: ahead, ...(current ? { heldBy: current.holderRun } : {}) });
+    if (ahead) return wait(ctx, run, { kind: 'stack-lock', stack: name, queuedBehind: ahead, ...(current ? { heldBy: current.holderRun } : {}) });
   }
   const { ttlMs, hostId } = ctx.stackLock;
-  const outcome = await retryingContention(() => acquireStackLock(ctx.db, ctx.dialect, { stack: run.stack, run: run.id, host: hostId, now: at, ttlMs }));
-  if (!outcome.acquired) return wait(ctx, run, { kind: 'stack-lock', stack: run.stack, heldBy: outcome.heldBy.holderRun });
+  const outcome = await retryingContention(() => acquireStackLock(ctx.db, ctx.dialect, { stack, run: run.id, host: hostId, now: at, ttlMs }));
+  if (!outcome.acquired) return wait(ctx, run, { kind: 'stack-lock', stack: name, heldBy: outcome.heldBy.holderRun });
   return { taken: true, lock: outcome.lock };
 }
 
@@ -57,9 +60,10 @@ export function keepStackLock(ctx: ProvisioningContext, run: Run, lock: StackLoc
         // The store did not answer: the lease holds until it lapses, and the next renewal asks again.
         return;
       }
-      lost = new AppError(RunErrors.stackLockLost, 'conflict', `run ${run.id} lost the lock of stack ${run.stack} during its apply (its lease lapsed or an operator broke it); the apply stopped`, {
+      const stack = qualifiedStackName(lock.stack);
+      lost = new AppError(RunErrors.stackLockLost, 'conflict', `run ${run.id} lost the lock of stack ${stack} during its apply (its lease lapsed or an operator broke it); the apply stopped`, {
         runId: run.id,
-        stack: run.stack,
+        stack,
         version: lock.version,
       });
     }));
@@ -93,8 +97,9 @@ export async function supersedeQueued(trx: Transaction<ProvisioningTables>, run:
  * run waiting for the stack, FIFO, while nothing holds its lock (or its lease lapsed); undefined while a run holds
  * it or none waits. Only a hint: the woken run takes the stack through the store like any other try.
  */
-export async function nextWaitingRun(ctx: ProvisioningContext, of: { readonly runId: string } | { readonly stack: string }): Promise<string | undefined> {
-  const stack = 'stack' in of ? of.stack : (await readRun(ctx, of.runId))?.stack;
+export async function nextWaitingRun(ctx: ProvisioningContext, of: { readonly runId: string } | { readonly stack: StackRef }): Promise<string | undefined> {
+  const run = 'stack' in of ? undefined : await readRun(ctx, of.runId);
+  const stack = 'stack' in of ? of.stack : run && stackOf(run);
   if (stack === undefined) return undefined;
   const lock = await retryingContention(() => getStackLock(ctx.db, stack));
   if (lock && lock.expiresAt.getTime() > nowOf(ctx)) return undefined;

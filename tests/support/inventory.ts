@@ -8,6 +8,9 @@ import { createLocalCloudObserver } from '../../shared/inventory/local-cloud-obs
 import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
 import type { Observer } from '../../shared/inventory/observer';
 
+/** The project of every test environment's stack: urns are `urn:pulumi:<stack>::demo::…`. */
+export const TEST_PROJECT = 'demo';
+
 /** A resource of a test environment: its urn is that of the stack's project `demo`. */
 export interface TestResource {
   readonly name: string;
@@ -26,6 +29,7 @@ export function specificationApplied(environment: { id: string; name?: string; t
     tenantId: environment.tenant ?? 'tenant-a',
     environment: { id: environment.id, name: environment.name ?? environment.id, tier: environment.tier ?? 'development' },
     release: { name: 'demo-app', version: '1.0.0' },
+    project: TEST_PROJECT,
     stack: environment.stack,
     desiredState: { repository: 'file:///repo', commit: 'a'.repeat(40), path: 'app' },
     planDigest: `sha256:${'0'.repeat(64)}`,
@@ -34,9 +38,18 @@ export function specificationApplied(environment: { id: string; name?: string; t
   };
 }
 
-/** Puts the resources in the local cloud as an apply of the stack would (the properties given as applied). */
-export async function applyToCloud(cloud: LocalCloud, stack: string, resources: readonly TestResource[], applied: (r: TestResource) => Record<string, unknown> = (r) => r.properties): Promise<void> {
-  for (const r of resources) await cloud.create('local', { urn: urnOf(stack, r), type: r.type, properties: applied(r) });
+/**
+ * Puts the resources in the local cloud as an apply of the stack would (the properties given as applied), in the
+ * scope of `tenant` (default `tenant-a`, as `specificationApplied`'s).
+ */
+export async function applyToCloud(
+  cloud: LocalCloud,
+  stack: string,
+  resources: readonly TestResource[],
+  applied: (r: TestResource) => Record<string, unknown> = (r) => r.properties,
+  tenant = 'tenant-a',
+): Promise<void> {
+  for (const r of resources) await cloud.create('local', { scope: tenant, urn: urnOf(stack, r), type: r.type, properties: applied(r) });
 }
 
 /** An inventory service over a store and a Table server, observing the local cloud of the same store. */
@@ -57,7 +70,7 @@ export function inventoryOver(
     scanInterval: { defaultMs: 300_000, byEnvironment: {} },
     scanConcurrency: 4,
     observeTimeoutMs: 5_000,
-    scopeOf: (environment) => ({ environmentId: environment.id, stack: environment.stack, target: 'local' }),
+    scopeOf: (environment) => ({ tenant: environment.tenant, environmentId: environment.id, stack: environment.stack, target: 'local' }),
     applyingRun: async () => undefined,
     ...options,
   });

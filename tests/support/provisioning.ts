@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
@@ -9,6 +10,8 @@ import { randomIds, type Clock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import type { ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
+import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
+import { realLocalPath } from '../../shared/platform/git/desired-state';
 import type { TestHost } from './local-host';
 
 /**
@@ -124,7 +127,7 @@ export function aPoolPromotion(repository: ExampleRepository, stack: string): Pr
   return { ...base, desiredState: { ...base.desiredState, path: POOL_PROJECT_PATH } };
 }
 
-/** A `PoolResizeRequested` as the capacity module publishes it (a CloudEvent on the events topic). */
+/** A `PoolResizeRequested` as the capacity module publishes it (a CloudEvent on the events topic); `iacStack` is `tenant/project/stack`. */
 export function aPoolResizeEvent(resize: { id: string; pool: string; iacStack: string; fromCapacity: number; toCapacity: number }): Record<string, unknown> {
   return {
     specversion: '1.0',
@@ -167,8 +170,16 @@ export function testServiceOptions(store: SqlStore, clock: Clock, cloud: LocalCl
     services: createLocalExternalServices({ store, clock, stateDir: join(root, 'state') }),
     knowsTenant: (tenant) => Promise.resolve(tenant === 'demo-team'),
     desiredState: { cacheDir: join(root, 'git-cache') },
+    // Every tenant may promote from repositories under the test's own folder, as the local host allows its state dir's.
+    sources: testSources(root),
+    projects: { runtimes: ['yaml'] },
     hostId: 'test-host',
   };
+}
+
+/** A source policy that allows local repositories under `root` (and nothing else) to every tenant. */
+export function testSources(root: string): ProvisioningServiceOptions['sources'] {
+  return { policy: parseSourcePolicy({ '*': [{ prefix: `${pathToFileURL(realLocalPath(root)).href}/` }] }), local: { localSources: true, realPath: realLocalPath } };
 }
 
 /** The events with this correlation id (a run, a promotion, a message) in the outbox, in order. */

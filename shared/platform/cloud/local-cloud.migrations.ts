@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
-import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
+import { legacyTenantOfStack, sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
 
 /** The local cloud: the resources of each target, whether a target answers, and a log of the applies it took. */
 export const localCloudMigrations: MigrationSource = (dialect) => {
@@ -56,5 +56,32 @@ export const localCloudMigrations: MigrationSource = (dialect) => {
       await db.schema.createIndex('local_cloud_resources_urn').on('local_cloud_resources').columns(['target', 'urn']).execute();
     },
   };
-  return { '20261130-30-local-cloud-tables': tables, '20261130-32-local-cloud-resources-by-urn': byUrn };
+  /**
+   * Resources are kept in their tenant's scope, and a stack's are read by (target, scope, urn prefix): a urn names
+   * a project and stack, which two tenants may share. A resource recorded before takes the tenant of the runs of
+   * the stack its urn names (`legacyTenantOfStack`); one no run's stack names goes to the scope `unknown`.
+   */
+  const byTenant: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('local_cloud_resources').addColumn('scope', t.key, (c) => c.notNull().defaultTo('unknown')).execute();
+      const all = db as Kysely<{ local_cloud_resources: { target: string; id: string; urn: string; scope: string } }>;
+      const rows = await all.selectFrom('local_cloud_resources').select(['target', 'id', 'urn']).execute();
+      const stacks = [...new Set(rows.map((r) => urnStack(r.urn)).filter((s): s is string => s !== undefined))];
+      for (const stack of stacks) {
+        const tenant = await legacyTenantOfStack(db, dialect, stack);
+        if (tenant === undefined) continue;
+        for (const row of rows.filter((r) => urnStack(r.urn) === stack)) {
+          await all.updateTable('local_cloud_resources').set({ scope: tenant }).where('target', '=', row.target).where('id', '=', row.id).execute();
+        }
+      }
+      await db.schema.dropIndex('local_cloud_resources_urn').$call((q) => (dialect === 'mssql' ? q.on('local_cloud_resources') : q)).execute();
+      await db.schema.createIndex('local_cloud_resources_stack').on('local_cloud_resources').columns(['target', 'scope', 'urn']).execute();
+    },
+  };
+  return { '20261130-30-local-cloud-tables': tables, '20261130-32-local-cloud-resources-by-urn': byUrn, '20261201-11-local-cloud-resources-by-tenant': byTenant };
 };
+
+/** The stack a urn names (`urn:pulumi:<stack>::…`). */
+function urnStack(urn: string): string | undefined {
+  return /^urn:pulumi:([^:]+)::/.exec(urn)?.[1];
+}

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { AnyDb } from '../sql/database';
+import type { StackRef } from '../iac/stack-ref';
 import type { LocalCloudResourceTable, LocalCloudTables } from './local-cloud.tables';
 
 /** Kysely code of the local cloud. Functions take `db` first; rows are mapped before they leave this file. */
@@ -12,6 +13,7 @@ export function localCloudDb(db: AnyDb): LocalCloudDb {
 export interface ResourceRecord {
   readonly target: string;
   readonly id: string;
+  readonly scope: string;
   readonly urn: string;
   readonly type: string;
   readonly properties: Readonly<Record<string, unknown>>;
@@ -30,6 +32,7 @@ function resourceRowToRecord(row: LocalCloudResourceTable): ResourceRecord {
   return {
     target: row.target,
     id: row.id,
+    scope: row.scope,
     urn: row.urn,
     type: row.type,
     properties: JSON.parse(row.properties) as Record<string, unknown>,
@@ -44,6 +47,7 @@ export async function insertResource(db: LocalCloudDb, record: ResourceRecord): 
     .values({
       target: record.target,
       id: record.id,
+      scope: record.scope,
       urn: record.urn,
       type: record.type,
       properties: JSON.stringify(record.properties),
@@ -82,18 +86,20 @@ export async function listResources(db: LocalCloudDb, target: string): Promise<R
 }
 
 /**
- * The target's resources whose urn belongs to the stack (`urn:pulumi:<stack>::…`), in id order. The prefix is read
- * as the range `[urn:pulumi:<stack>::, urn:pulumi:<stack>:;)` (`;` is the character after `:`), which holds exactly
- * the urns that start with the prefix when urns compare code point by code point, as the `urn` column does on every
- * dialect (see the migration `local-cloud-resources-by-urn`). Unlike LIKE, a range needs no escaping of `%` and `_`
- * in stack names, and every dialect seeks the (target, urn) index with it.
+ * The resources of the stack's tenant scope whose urn belongs to its project and stack
+ * (`urn:pulumi:<stack>::<project>::…`), in id order. The prefix is read as the range `[prefix, prefix with its last
+ * `:` turned `;`)` (`;` is the character after `:`), which holds exactly the urns that start with the prefix when
+ * urns compare code point by code point, as the `urn` column does on every dialect (see the migration
+ * `local-cloud-resources-by-urn`). Unlike LIKE, a range needs no escaping of `%` and `_` in names, and every dialect
+ * seeks the (target, scope, urn) index with it.
  */
-export async function listStackResources(db: LocalCloudDb, target: string, stack: string): Promise<ResourceRecord[]> {
+export async function listStackResources(db: LocalCloudDb, target: string, stack: StackRef): Promise<ResourceRecord[]> {
   const { from, to } = stackUrnRange(stack);
   const rows = await db
     .selectFrom('local_cloud_resources')
     .selectAll()
     .where('target', '=', target)
+    .where('scope', '=', stack.tenant)
     .where('urn', '>=', from)
     .where('urn', '<', to)
     .orderBy('id')
@@ -101,9 +107,9 @@ export async function listStackResources(db: LocalCloudDb, target: string, stack
   return rows.map(resourceRowToRecord);
 }
 
-/** The urns of one stack: `from` ≤ urn < `to`. */
-function stackUrnRange(stack: string): { from: string; to: string } {
-  return { from: `urn:pulumi:${stack}::`, to: `urn:pulumi:${stack}:;` };
+/** The urns of one project's stack: `from` ≤ urn < `to`. */
+function stackUrnRange(stack: StackRef): { from: string; to: string } {
+  return { from: `urn:pulumi:${stack.stack}::${stack.project}::`, to: `urn:pulumi:${stack.stack}::${stack.project}:;` };
 }
 
 /** Undefined when the target has no row (it was never switched): callers read that as reachable. */

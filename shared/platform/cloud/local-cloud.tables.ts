@@ -6,6 +6,8 @@ import type { Generated } from 'kysely';
 export interface LocalCloudResourceTable {
   target: string;
   id: string;
+  /** The tenant whose resource it is. */
+  scope: string;
   urn: string;
   type: string;
   /** JSON object. */
@@ -25,6 +27,7 @@ export interface LocalCloudTargetTable {
 export interface LocalCloudApplyTable {
   seq: Generated<number>;
   target: string;
+  /** `tenant/project/stack` (a bare stack name in rows from before stacks were tenant-qualified). */
   stack: string;
   plan_digest: string;
   applied_at: number;

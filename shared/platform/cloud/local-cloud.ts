@@ -2,6 +2,7 @@ import { AppError } from '../errors/app-error';
 import type { SqlStore } from '../sql/database';
 import { retryingContention } from '../sql/transaction';
 import type { Clock, Ids } from '../time/clock';
+import { qualifiedStackName, type StackRef } from '../iac/stack-ref';
 import {
   deleteResource,
   findResource,
@@ -20,7 +21,9 @@ import {
 
 /**
  * The local cloud: a target like an Azure subscription, kept in the SQL store, that the local IaC engine applies
- * to and inventory observes. Each target holds resources with ids and properties. A target can be switched
+ * to and inventory observes. Each target holds resources with ids and properties, each in a scope (a tenant's,
+ * as an Azure subscription holds a resource group per tenant): a stack's resources are found in its tenant's scope
+ * by urn, so two tenants with the same project and stack names never see each other's. A target can be switched
  * unreachable: then every resource call fails with `PROVISIONING.TARGET_UNREACHABLE` (kind `unavailable`), as an
  * unreachable subscription would, so failed applies and stale observations can be produced on one machine.
  * Resources can also be changed out of band (`update`), which is how drift is produced.
@@ -36,20 +39,23 @@ export interface LocalCloud {
   /** Every resource of the target, in creation order. */
   list(target: string): Promise<CloudResource[]>;
   /**
-   * The target's resources whose urn belongs to the stack (`urn:pulumi:<stack>::…`; stack `dev` is not `dev-2`), in
-   * creation order. Filtered in the store, by index, so one stack's read costs the same however many share the target.
+   * The resources of the stack: those in the scope of its tenant whose urn belongs to its project and stack
+   * (`urn:pulumi:<stack>::<project>::…`; stack `dev` is not `dev-2`), in creation order. Filtered in the store, by
+   * index, so one stack's read costs the same however many share the target.
    */
-  listStack(target: string, stack: string): Promise<CloudResource[]>;
+  listStack(target: string, stack: StackRef): Promise<CloudResource[]>;
   /** The operator's switch (a local-only endpoint); works while the target is unreachable. */
   setReachable(target: string, reachable: boolean): Promise<void>;
   isReachable(target: string): Promise<boolean>;
   /** Logs that a stack began an apply against the target; tests count these to prove a run applied at most once. */
-  recordApply(target: string, apply: { readonly stack: string; readonly planDigest: string }): Promise<void>;
+  recordApply(target: string, apply: { readonly stack: StackRef; readonly planDigest: string }): Promise<void>;
   /** The applies logged for the target (one stack's, when given), oldest first; bookkeeping, so it works while unreachable. */
-  applies(target: string, stack?: string): Promise<CloudApply[]>;
+  applies(target: string, stack?: StackRef): Promise<CloudApply[]>;
 }
 
 export interface NewCloudResource {
+  /** The tenant whose resource it is; a stack's resources are looked for in its tenant's scope only. */
+  readonly scope: string;
   readonly urn: string;
   /** Type token, e.g. `local:compute:WorkerPool`. */
   readonly type: string;
@@ -66,6 +72,7 @@ export interface CloudResource extends NewCloudResource {
 
 export interface CloudApply {
   readonly target: string;
+  /** `tenant/project/stack`. */
   readonly stack: string;
   readonly planDigest: string;
   /** ISO-8601 UTC. */
@@ -98,7 +105,7 @@ export function createLocalCloud({ store, clock, ids }: LocalCloudOptions): Loca
     async create(target, resource) {
       await assertReachable(target);
       const at = now();
-      const record: ResourceRecord = { target, id: ids.next('lcr'), urn: resource.urn, type: resource.type, properties: resource.properties, createdAt: at, updatedAt: at };
+      const record: ResourceRecord = { target, id: ids.next('lcr'), scope: resource.scope, urn: resource.urn, type: resource.type, properties: resource.properties, createdAt: at, updatedAt: at };
       await retryingContention(() => insertResource(db, record));
       return toResource(record);
     },
@@ -132,10 +139,10 @@ export function createLocalCloud({ store, clock, ids }: LocalCloudOptions): Loca
     isReachable: reachable,
     async recordApply(target, apply) {
       await assertReachable(target);
-      await retryingContention(() => insertApply(db, { target, stack: apply.stack, planDigest: apply.planDigest, appliedAt: now() }));
+      await retryingContention(() => insertApply(db, { target, stack: qualifiedStackName(apply.stack), planDigest: apply.planDigest, appliedAt: now() }));
     },
     async applies(target, stack) {
-      const records = await retryingContention(() => listApplies(db, target, stack));
+      const records = await retryingContention(() => listApplies(db, target, stack && qualifiedStackName(stack)));
       return records.map((r) => ({ target: r.target, stack: r.stack, planDigest: r.planDigest, appliedAt: new Date(r.appliedAt).toISOString() }));
     },
   };
@@ -145,6 +152,7 @@ function toResource(record: ResourceRecord): CloudResource {
   return {
     target: record.target,
     id: record.id,
+    scope: record.scope,
     urn: record.urn,
     type: record.type,
     properties: record.properties,

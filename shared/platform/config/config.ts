@@ -86,10 +86,17 @@ const sourcesSchema = z.record(
   ),
 );
 
-/** `RuntimeCloud__Provisioning__Approval`: `default` says which tiers and whether destroys; environments override. */
+/**
+ * `RuntimeCloud__Provisioning__Approval`: `default` says which tiers, whether destroys, and which tiers need a second
+ * person; environments override.
+ */
 const approvalSchema = z
-  .object({ default: z.strictObject({ tiers: z.array(z.enum(TIERS)).optional(), onDeleteOrReplace: z.boolean().optional() }).optional() })
-  .catchall(z.strictObject({ always: z.boolean().optional(), onDeleteOrReplace: z.boolean().optional() }));
+  .object({
+    default: z
+      .strictObject({ tiers: z.array(z.enum(TIERS)).optional(), onDeleteOrReplace: z.boolean().optional(), secondPersonTiers: z.array(z.enum(TIERS)).optional() })
+      .optional(),
+  })
+  .catchall(z.strictObject({ always: z.boolean().optional(), onDeleteOrReplace: z.boolean().optional(), secondPerson: z.boolean().optional() }));
 
 /** Documented settings: key → schema with its default. Descriptions are shown by `runtime-cloud --help`. */
 export const settings = {
@@ -144,11 +151,12 @@ export const settings = {
    */
   RuntimeCloud__Provisioning__PlanExpirySeconds: jsonOf(z.record(z.string().min(1), z.number().int().positive()), '{}'),
   /**
-   * When a provisioning plan needs approval, as JSON: `default` with `tiers` (every plan of these tiers) and
-   * `onDeleteOrReplace` (any plan with a delete or replace step), other keys an environment's id or name with
-   * `always` (true: every plan there; false: none by its tier) and `onDeleteOrReplace`. Empty: production plans and
-   * plans that delete or replace, everywhere.
-   * Example: `{"default":{"tiers":["production"],"onDeleteOrReplace":true},"env-dev-1":{"always":true},"sandbox":{"onDeleteOrReplace":false}}`.
+   * When a provisioning plan needs approval, as JSON: `default` with `tiers` (every plan of these tiers),
+   * `onDeleteOrReplace` (any plan with a delete or replace step) and `secondPersonTiers` (tiers whose plans the
+   * person who asked for the run may not approve themselves), other keys an environment's id or name with `always`
+   * (true: every plan there; false: none by its tier), `onDeleteOrReplace` and `secondPerson`. Empty: production
+   * plans and plans that delete or replace, everywhere; a second person for production.
+   * Example: `{"default":{"tiers":["production"],"onDeleteOrReplace":true,"secondPersonTiers":["production"]},"env-dev-1":{"always":true,"secondPerson":true},"sandbox":{"onDeleteOrReplace":false}}`.
    */
   RuntimeCloud__Provisioning__Approval: jsonOf(approvalSchema, '{}'),
   /**
@@ -185,10 +193,14 @@ export const settings = {
   /** How long one observation may take before it counts as failed (the observation goes stale). */
   RuntimeCloud__Inventory__ObserveTimeoutSeconds: z.coerce.number().int().min(1).max(3600).default(30),
   /**
-   * Where each environment's resources live for the Azure and Kubernetes observers, as JSON by environment id.
-   * Example: `{"env-prod-1":{"azure":{"subscriptionId":"…","resourceGroup":"rg-app-prod"},"kubernetes":{"namespaces":["app"]}}}`.
+   * Where each environment's resources live for the Azure and Kubernetes observers, as JSON by `<tenant>/<environment
+   * id>` (environment ids are unique per tenant only, so an id alone could hand one tenant's scope to another's scan).
+   * Example: `{"contoso/env-prod-1":{"azure":{"subscriptionId":"…","resourceGroup":"rg-app-prod"},"kubernetes":{"namespaces":["app"]}}}`.
    */
-  RuntimeCloud__Inventory__Scopes: jsonOf(z.record(z.string().min(1), observationScopeSchema), '{}'),
+  RuntimeCloud__Inventory__Scopes: jsonOf(
+    z.record(z.string().regex(/^.+\/[^/]+$/, 'a key is <tenant>/<environment id>'), observationScopeSchema),
+    '{}',
+  ),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -234,17 +246,21 @@ export interface Config {
     readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
     readonly scanConcurrency: number;
     readonly observeTimeoutMs: number;
-    /** Azure and Kubernetes scopes by environment id. */
+    /** Azure and Kubernetes scopes by `<tenant>/<environment id>`. */
     readonly scopes: Readonly<Record<string, z.infer<typeof observationScopeSchema>>>;
   };
   readonly provisioning: {
     /** Plan expiry in ms: `defaultMs`, and by environment id or name. */
     readonly planExpiry: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
-    /** When a plan needs approval: `tiers` and `onDeleteOrReplace` by default, overridden by environment id or name. */
+    /**
+     * When a plan needs approval, and whose approval counts: `tiers`, `onDeleteOrReplace` and `secondPersonTiers` by
+     * default, overridden by environment id or name.
+     */
     readonly approval: {
       readonly tiers: readonly (typeof TIERS)[number][];
       readonly onDeleteOrReplace: boolean;
-      readonly byEnvironment: Readonly<Record<string, { readonly always?: boolean; readonly onDeleteOrReplace?: boolean }>>;
+      readonly secondPersonTiers: readonly (typeof TIERS)[number][];
+      readonly byEnvironment: Readonly<Record<string, { readonly always?: boolean; readonly onDeleteOrReplace?: boolean; readonly secondPerson?: boolean }>>;
     };
     /** Source rules by tenant id or `*` (see `RuntimeCloud__Provisioning__Sources`). */
     readonly sources: Readonly<Record<string, readonly { readonly prefix: string; readonly credentialRef?: string }[]>>;
@@ -330,10 +346,15 @@ function approval(rules: Settings['RuntimeCloud__Provisioning__Approval']): Conf
   return {
     tiers: fallback?.tiers ?? ['production'],
     onDeleteOrReplace: fallback?.onDeleteOrReplace ?? true,
+    secondPersonTiers: fallback?.secondPersonTiers ?? ['production'],
     byEnvironment: Object.fromEntries(
       Object.entries(byEnvironment).map(([environment, rule]) => [
         environment,
-        { ...(rule.always !== undefined ? { always: rule.always } : {}), ...(rule.onDeleteOrReplace !== undefined ? { onDeleteOrReplace: rule.onDeleteOrReplace } : {}) },
+        {
+          ...(rule.always !== undefined ? { always: rule.always } : {}),
+          ...(rule.onDeleteOrReplace !== undefined ? { onDeleteOrReplace: rule.onDeleteOrReplace } : {}),
+          ...(rule.secondPerson !== undefined ? { secondPerson: rule.secondPerson } : {}),
+        },
       ]),
     ),
   };

@@ -2,6 +2,7 @@ import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalE
 import type { ApplyResult, HeldIgnoreRule, Plan, ResolveReferences } from './plan';
 import { createPulumiRunner, type PulumiRunnerOptions } from './pulumi-runner';
 import type { ProjectFiles } from './pulumi-yaml';
+import type { StackRef } from './stack-ref';
 
 export type { ApplyOptions, ConfigOverrides, HeldIgnoreRule, LocalEngineOptions, PlanOptions };
 
@@ -14,6 +15,8 @@ export interface IacRunner {
 /**
  * The IaC runner port of ARCHITECTURE.md: a runner that plans and applies.
  *
+ * - `stack` is the stack's identity, `tenant/project/stack` (stack-ref.ts): its state and its resources are that
+ *   tenant's, never another's of the same project and stack names.
  * - `preview` plans the project in `files` (`Pulumi.yaml`, `Pulumi.<stack>.yaml`) with `config` over the stack
  *   file's values, against the stack's current state (with `options.refresh`, against what the target holds;
  *   `options.ignore` adds operator ignore rules that hold on apply). Plan errors are AppErrors with `IAC.*` codes.
@@ -26,8 +29,8 @@ export interface IacRunner {
  *   skipped) and fails with the error's code: how a caller that lost its right to apply stops a long apply.
  */
 export interface IacEngine extends IacRunner {
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
-  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
+  preview(stack: StackRef, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
+  apply(stack: StackRef, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
 /** The embedded runner: the local engine, whose `version()` also checks that its state store answers. */

@@ -25,6 +25,7 @@ import {
 } from './plan';
 import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
 import { probeStackStates, readStackState, stackStateDb, writeStackState, type StackStateDb } from './stack-state.repository';
+import { qualifiedStackName, type StackRef } from './stack-ref';
 
 /** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
 export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
@@ -65,8 +66,8 @@ export interface LocalEngine {
   readonly name: 'local';
   /** The engine's version, after checking that its state store answers (the `iac-runner` health probe). */
   version(): Promise<string>;
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
-  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
+  preview(stack: StackRef, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
+  apply(stack: StackRef, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
 export interface LocalEngineOptions {
@@ -77,9 +78,9 @@ export interface LocalEngineOptions {
   readonly cloud?: LocalCloud;
   /**
    * The local cloud target of a stack. Default: every stack applies to `local`.
-   * Example: `(stack) => stack.startsWith('prod') ? 'production' : 'local'`.
+   * Example: `(stack) => stack.stack.startsWith('prod') ? 'production' : 'local'`.
    */
-  readonly targetOf?: (stack: string) => string;
+  readonly targetOf?: (stack: StackRef) => string;
 }
 
 export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
@@ -89,13 +90,14 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
   const targetOf = options.targetOf ?? (() => 'local');
 
   /** The state as a refresh reads it from the target (see `PlanOptions.refresh`); the state itself is unchanged. */
-  async function refreshed(stack: string, state: StackState | undefined): Promise<StackState | undefined> {
+  async function refreshed(stack: StackRef, state: StackState | undefined): Promise<StackState | undefined> {
     if (!state) return state;
     const resources: StateResource[] = [];
     for (const resource of state.resources) {
       const found = await cloud.get(targetOf(stack), resource.id);
-      // Gone from the target: planned as a create, like a resource the state never had.
-      if (!found) continue;
+      // Gone from the target (or, from a state edited by hand, not the tenant's): planned as a create, like a
+      // resource the state never had.
+      if (!found || found.scope !== stack.tenant) continue;
       const inputs = refreshedInputs(resource.inputs, found.properties as JsonObject);
       resources.push({ ...resource, type: found.type, inputs, outputs: { ...inputs, id: resource.id } });
     }
@@ -103,7 +105,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
   }
 
   /** The state to plan against: as stored, or as the target holds it. */
-  async function planningState(stack: string, refresh: boolean | undefined): Promise<StackState | undefined> {
+  async function planningState(stack: StackRef, refresh: boolean | undefined): Promise<StackState | undefined> {
     const state = await retryingContention(() => readStackState(db, stack));
     return refresh ? refreshed(stack, state) : state;
   }
@@ -115,9 +117,10 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       return LOCAL_ENGINE_VERSION;
     },
     async preview(stack, files, config = {}, planOptions = {}) {
-      const program = loadProgram(files, stack, config);
+      const program = loadProgram(files, stack.stack, config);
+      assertProject(stack, program);
       const state = await planningState(stack, planOptions.refresh);
-      return planStack({ stack, program, state, ...(planOptions.ignore ? { ignore: planOptions.ignore } : {}) });
+      return planStack({ stack: stack.stack, program, state, ...(planOptions.ignore ? { ignore: planOptions.ignore } : {}) });
     },
     async apply(stack, files, config, approvedPlan, resolveReferences, options = {}) {
       if (!planSchema.safeParse(approvedPlan).success) {
@@ -131,10 +134,11 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       let state: StackState | undefined;
       let plan: Plan;
       try {
-        program = loadProgram(files, stack, config);
+        program = loadProgram(files, stack.stack, config);
+        assertProject(stack, program);
         // With refresh, the same reading of the target as the preview's: what changed there since moves the digest.
         state = await planningState(stack, options.refresh);
-        plan = planStack({ stack, program, state, ...(options.ignore ? { ignore: options.ignore } : {}) });
+        plan = planStack({ stack: stack.stack, program, state, ...(options.ignore ? { ignore: options.ignore } : {}) });
       } catch (thrown) {
         return finish(refusedApply(approvedPlan, state?.serial ?? 0, expectedAppError(thrown)));
       }
@@ -164,6 +168,17 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
   };
 }
 
+/**
+ * The program must be the stack's project: its state and its resources are found by the project's name, so a
+ * program of another name would plan against nothing and create resources no scan of the stack would see.
+ */
+function assertProject(stack: StackRef, program: LoadedProgram): void {
+  if (program.project.name === stack.project) return;
+  throw new AppError('IAC.PROJECT_MISMATCH', 'validation', `the program is project ${program.project.name}, not ${stack.project} of stack ${qualifiedStackName(stack)}`, {
+    stack: qualifiedStackName(stack),
+    project: program.project.name,
+  });
+}
 
 async function resolveAll(plan: Plan, resolve: ResolveReferences): Promise<ReadonlyMap<string, JsonValue>> {
   const values = new Map<string, JsonValue>();
@@ -176,7 +191,7 @@ interface StepRunnerContext {
   readonly clock: Clock;
   readonly cloud: LocalCloud;
   readonly target: string;
-  readonly stack: string;
+  readonly stack: StackRef;
   readonly program: LoadedProgram;
   /**
    * The state the plan was made against: with refresh, as read from the target, so the checkpoints record what
@@ -267,7 +282,7 @@ class StepRunner {
       }
       case 'create': {
         const inputs = this.inputsOf(step);
-        const created = await cloud.create(target, { urn: step.urn, type: step.type, properties: this.resolve(inputs) });
+        const created = await cloud.create(target, { scope: this.context.stack.tenant, urn: step.urn, type: step.type, properties: this.resolve(inputs) });
         await this.checkpoint(this.stateResource(step, created.id, inputs));
         return done('succeeded', created.id);
       }
@@ -286,7 +301,7 @@ class StepRunner {
           await this.remove(old.name);
         }
         const inputs = this.inputsOf(step);
-        const created = await cloud.create(target, { urn: step.urn, type: step.type, properties: this.resolve(inputs) });
+        const created = await cloud.create(target, { scope: this.context.stack.tenant, urn: step.urn, type: step.type, properties: this.resolve(inputs) });
         await this.checkpoint(this.stateResource(step, created.id, inputs));
         return done('succeeded', created.id);
       }
@@ -349,8 +364,8 @@ class StepRunner {
 
   private async write(): Promise<void> {
     const { db, clock, stack, program } = this.context;
-    const state: StackState = { stack, project: program.project.name, serial: this.#serial + 1, resources: [...this.#resources] };
-    await retryingContention(() => writeStackState(db, state, clock.now().getTime()));
+    const state: StackState = { stack: stack.stack, project: program.project.name, serial: this.#serial + 1, resources: [...this.#resources] };
+    await retryingContention(() => writeStackState(db, stack.tenant, state, clock.now().getTime()));
     this.#serial = state.serial;
   }
 }

@@ -21,6 +21,7 @@ import {
   type PulumiStackHandle,
 } from './pulumi-automation';
 import { applyResultFromUp, errorDiagnostics, parseUpdatePlan, planCovers, planFromPreview, redact } from './pulumi-mapping';
+import type { StackRef } from './stack-ref';
 import type { ProjectFiles } from './pulumi-yaml';
 
 /**
@@ -52,13 +53,17 @@ export interface PulumiEngine {
   readonly name: 'pulumi';
   /** `pulumi version`; `PROVISIONING.RUNNER_UNAVAILABLE` without the CLI (the `iac-runner` health probe). */
   version(): Promise<string>;
-  preview(stack: string, files: ProjectFiles, config?: ConfigOverrides, planOptions?: PlanOptions): Promise<Plan>;
+  /**
+   * The stack is selected by its own name in the project's backend: keeping one tenant's states apart from
+   * another's is the backend's (a state location per tenant), not the stack name's.
+   */
+  preview(stack: StackRef, files: ProjectFiles, config?: ConfigOverrides, planOptions?: PlanOptions): Promise<Plan>;
   /**
    * `applyOptions.refresh` and `applyOptions.ignore` as for `preview` (for the preview made again and for `up`).
    * `applyOptions.beforeStep` is awaited before `up` starts, and again (one call at a time) as Pulumi starts a
    * resource: an AppError thrown there cancels the update, which fails with the error's code.
    */
-  apply(stack: string, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, applyOptions?: ApplyOptions): Promise<ApplyResult>;
+  apply(stack: StackRef, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, applyOptions?: ApplyOptions): Promise<ApplyResult>;
 }
 
 export interface PulumiRunnerOptions extends PulumiAutomationOptions {
@@ -88,7 +93,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
       }
     },
 
-    async preview(stack, files, config = {}, planOptions = {}) {
+    async preview({ stack }, files, config = {}, planOptions = {}) {
       return withWorkDir(options.workRoot, async (work) => {
         const project = await writeProject(work, files, stack, config, planOptions.ignore ?? []);
         const handle = await openStack(automation, stack, work, project, (reference) => `${PULUMI_PLACEHOLDER_PREFIX}${referenceKey(reference)}`);
@@ -96,7 +101,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
       });
     },
 
-    async apply(stack, files, config, approvedPlan, resolveReferences, applyOptions = {}) {
+    async apply({ stack }, files, config, approvedPlan, resolveReferences, applyOptions = {}) {
       if (!planSchema.safeParse(approvedPlan).success) {
         throw new AppError('IAC.INVALID_PLAN', 'validation', 'the approved plan is not a plan this engine made');
       }

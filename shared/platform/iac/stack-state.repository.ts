@@ -4,9 +4,11 @@ import { isUniqueViolation } from '../cloud/local-cloud.repository';
 import type { AnyDb } from '../sql/database';
 import { firstRows, type SqlDialect } from '../sql/dialect';
 import type { StackState, StateResource } from './plan';
+import { qualifiedStackName, type StackRef } from './stack-ref';
 
-/** Row of `local_iac_stacks`. Times are epoch milliseconds. */
+/** Row of `local_iac_stacks`, one per `tenant/project/stack`. Times are epoch milliseconds. */
 interface LocalIacStackTable {
+  tenant_id: string;
   stack: string;
   project: string;
   serial: number;
@@ -25,8 +27,14 @@ export function stackStateDb(db: AnyDb): StackStateDb {
   return db as StackStateDb;
 }
 
-export async function readStackState(db: StackStateDb, stack: string): Promise<StackState | undefined> {
-  const row = await db.selectFrom('local_iac_stacks').selectAll().where('stack', '=', stack).executeTakeFirst();
+export async function readStackState(db: StackStateDb, ref: StackRef): Promise<StackState | undefined> {
+  const row = await db
+    .selectFrom('local_iac_stacks')
+    .selectAll()
+    .where('tenant_id', '=', ref.tenant)
+    .where('project', '=', ref.project)
+    .where('stack', '=', ref.stack)
+    .executeTakeFirst();
   if (!row) return undefined;
   return { stack: row.stack, project: row.project, serial: Number(row.serial), resources: JSON.parse(row.resources) as StateResource[] };
 }
@@ -35,24 +43,27 @@ export async function readStackState(db: StackStateDb, stack: string): Promise<S
  * Writes `state` (its serial already the next one) only if the stored serial is still `state.serial - 1`: two
  * writers that read the same state cannot both write, the later fails with `PROVISIONING.STATE_CONFLICT`.
  */
-export async function writeStackState(db: StackStateDb, state: StackState, now: number): Promise<void> {
-  const values = { project: state.project, serial: state.serial, resources: JSON.stringify(state.resources), updated_at: now };
+export async function writeStackState(db: StackStateDb, tenant: string, state: StackState, now: number): Promise<void> {
+  const ref: StackRef = { tenant, project: state.project, stack: state.stack };
+  const values = { serial: state.serial, resources: JSON.stringify(state.resources), updated_at: now };
   if (state.serial === 1) {
     try {
-      await db.insertInto('local_iac_stacks').values({ stack: state.stack, ...values }).execute();
+      await db.insertInto('local_iac_stacks').values({ tenant_id: tenant, project: state.project, stack: state.stack, ...values }).execute();
       return;
     } catch (error) {
       if (!isUniqueViolation(error)) throw error;
-      throw stateConflict(state);
+      throw stateConflict(ref, state.serial);
     }
   }
   const result = await db
     .updateTable('local_iac_stacks')
     .set(values)
+    .where('tenant_id', '=', tenant)
+    .where('project', '=', state.project)
     .where('stack', '=', state.stack)
     .where('serial', '=', state.serial - 1)
     .executeTakeFirst();
-  if (Number(result.numUpdatedRows) === 0) throw stateConflict(state);
+  if (Number(result.numUpdatedRows) === 0) throw stateConflict(ref, state.serial);
 }
 
 /** One cheap read of the table: the health probe of the state store. */
@@ -60,9 +71,7 @@ export async function probeStackStates(db: StackStateDb, dialect: SqlDialect): P
   await firstRows(db.selectFrom('local_iac_stacks').select('stack'), dialect, 1).execute();
 }
 
-function stateConflict(state: StackState): AppError {
-  return new AppError('PROVISIONING.STATE_CONFLICT', 'conflict', `the state of stack ${state.stack} changed during the apply`, {
-    stack: state.stack,
-    expectedSerial: state.serial - 1,
-  });
+function stateConflict(ref: StackRef, serial: number): AppError {
+  const stack = qualifiedStackName(ref);
+  return new AppError('PROVISIONING.STATE_CONFLICT', 'conflict', `the state of stack ${stack} changed during the apply`, { stack, expectedSerial: serial - 1 });
 }

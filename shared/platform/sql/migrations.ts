@@ -90,3 +90,32 @@ if @name is not null exec('alter table ' + ${table} + ' drop constraint ' + @nam
     await db.schema.alterTable(table).dropColumn(column).execute();
   }
 }
+
+/** Renames a table; Azure SQL has no `alter table … rename to`, its stored procedure does it. */
+export async function renameTable(db: Kysely<unknown>, dialect: SqlDialect, from: string, to: string): Promise<void> {
+  if (dialect === 'mssql') await sql`exec sp_rename ${sql.lit(from)}, ${sql.lit(to)}`.execute(db);
+  else await db.schema.alterTable(from).renameTo(to).execute();
+}
+
+/** The order of a stack's runs that puts the one telling whose the stack is first: its latest applied, else its newest. */
+const LEGACY_OWNER_ORDER = sql`case when r.state = 'applied' then 1 else 0 end desc, r.seq desc`;
+
+/**
+ * The tenant of a stack named before stacks were tenant-qualified, as a correlated subquery over `stackColumn`:
+ * the tenant of its latest applied run (else its newest run), the only record of whose a stack was. For the
+ * migrations that qualify the local engine's states, the local cloud's resources and the stack locks.
+ */
+export function legacyStackTenant(dialect: SqlDialect, stackColumn: string) {
+  return dialect === 'mssql'
+    ? sql<string>`(select top 1 r.tenant_id from provisioning_runs r where r.stack = ${sql.ref(stackColumn)} order by ${LEGACY_OWNER_ORDER})`
+    : sql<string>`(select r.tenant_id from provisioning_runs r where r.stack = ${sql.ref(stackColumn)} order by ${LEGACY_OWNER_ORDER} limit 1)`;
+}
+
+/** `legacyStackTenant` for one stack name; undefined when no run names it. */
+export async function legacyTenantOfStack(db: Kysely<unknown>, dialect: SqlDialect, stack: string): Promise<string | undefined> {
+  const query =
+    dialect === 'mssql'
+      ? sql<{ tenant_id: string }>`select top 1 r.tenant_id from provisioning_runs r where r.stack = ${stack} order by ${LEGACY_OWNER_ORDER}`
+      : sql<{ tenant_id: string }>`select r.tenant_id from provisioning_runs r where r.stack = ${stack} order by ${LEGACY_OWNER_ORDER} limit 1`;
+  return (await query.execute(db)).rows[0]?.tenant_id;
+}
