@@ -91,6 +91,9 @@ async function environmentsByTenant(db: Kysely<unknown>, dialect: SqlDialect): P
     select ${copied}, coalesce((select r.project from provisioning_runs r where r.id = e.desired_run_id), '') from inventory_environments e`.execute(db);
   await db.schema.dropTable('inventory_environments').execute();
   await renameTable(db, dialect, 'inventory_environments_by_tenant', 'inventory_environments');
+  // Observed inventory is partitioned by tenant and environment now (observed-inventory.repository.ts): the next scan
+  // of each environment writes its new partition whole, as if it had never been observed.
+  await sql`update inventory_environments set observed_digest = null`.execute(db);
   await db.schema.createIndex('inventory_environments_due_by_tenant').on('inventory_environments').columns(['next_scan_at']).execute();
 
   const drop = (index: string, table: string) => db.schema.dropIndex(index).$call((q) => (dialect === 'mssql' ? q.on(table) : q)).execute();

@@ -120,6 +120,7 @@ for (const dialect of DIALECTS) {
           desired_run_id: 'run-alpha-dev',
           desired_at: NOW,
           next_scan_at: NOW,
+          observed_digest: 'digest-of-the-old-partition',
         })
         .execute();
       const proposal = (id: string, tenant: string) => ({
@@ -173,7 +174,10 @@ for (const dialect of DIALECTS) {
         ['alpha', 'env-1', 'app-alpha', 'dev'],
         ['beta', 'env-2', 'app-beta', 'stage'],
       ]);
-      expect((await rows('inventory_environments', 'environment_id')).map((r) => [r.tenant_id, r.environment_id, r.project, r.stack])).toEqual([['alpha', 'env-1', 'app-alpha', 'dev']]);
+      // Its observation is written again, whole, into the partition of its tenant and id at its next scan.
+      expect((await rows('inventory_environments', 'environment_id')).map((r) => [r.tenant_id, r.environment_id, r.project, r.stack, r.observed_digest])).toEqual([
+        ['alpha', 'env-1', 'app-alpha', 'dev', null],
+      ]);
       expect(Object.fromEntries((await rows('capacity_pools', 'id')).map((r) => [r.id, r.iac_stack]))).toEqual({ 'pool-dev': 'alpha/app-alpha/dev', 'pool-unapplied': 'unapplied' });
       // One open proposal per environment of a tenant: another tenant's environment of the same id may have its own.
       const db = database.store.db as LegacyDb;
