@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SqlStore } from '../../shared/platform/sql/database';
-import { createProvisioningService, type IntakeResult, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
+import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { DIALECTS, skipDialect } from '../support/databases';
 import { aStackPromotion, outboxEvents, testServiceOptions } from '../support/provisioning';
 import { provisioningFixture } from '../support/provisioning-fixture';
