@@ -213,6 +213,21 @@ for (const dialect of DIALECTS) {
       expect((await getJson<{ status: string }>(`/runtime-cloud/proposals/${proposal}`, operatorA)).status).toBe('open');
     });
 
+    it('when tenant A adds an ignore rule to its environment, then tenant B\'s environment of the same id has none, and B cannot delete A\'s', async () => {
+      // Arrange
+      const rule = { scope: { type: 'local:compute:Service' }, path: 'image', reason: 'hotfix under review', owner: 'operator-a', expiresAt: '2099-01-01T00:00:00Z', holdsOnApply: false };
+
+      // Act
+      const added = await call(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, operatorA, { method: 'POST', body: JSON.stringify(rule) });
+      const deleted = await call(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules/${String(added.body.id)}`, operatorB, { method: 'DELETE' });
+
+      // Assert
+      expect(added.status).toBe(201);
+      expect(deleted).toMatchObject({ status: 404, body: { code: 'INVENTORY.IGNORE_RULE_NOT_FOUND' } });
+      expect((await getJson<{ items: unknown[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, operatorB)).items).toEqual([]);
+      expect((await getJson<{ items: { id: string }[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, operatorA)).items.map((r) => r.id)).toEqual([added.body.id]);
+    });
+
     it('when tenant B deletes its only resource, then its run deletes its bucket and none of A\'s, whose bucket of the same urn stays', async () => {
       // Arrange: B's program without resources; the delete makes the plan wait for approval.
       await repositoryB.commit({ 'app/Pulumi.yaml': 'name: demo-app\nruntime: yaml\nresources: {}\n' });
