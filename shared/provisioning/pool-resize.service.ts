@@ -9,7 +9,7 @@ import { findRunByPromotion, insertRejection, insertRun, isUniqueViolation, late
 import type { ProvisioningTables } from './provisioning.tables';
 import { poolResizeRejected } from './run-events';
 import { POOL_SIZE_CONFIG_KEY, RunErrors, type Run } from './run';
-import { supersedeQueued } from './stack-queue.service';
+import { onStackOf, supersedeQueued } from './stack-queue.service';
 
 export type PoolResizeResult =
   /** A new pool-resize run, queued: start its orchestration. */
@@ -62,12 +62,7 @@ async function recordResize(ctx: ProvisioningContext, trx: Transaction<Provision
   const run = await insertRun(trx, {
     id: ctx.ids.next('run'),
     key: poolResizeKey(resize.eventId),
-    tenant: base.tenant,
-    environment: base.environment,
-    release: base.release,
-    project: base.project,
-    stack: base.stack,
-    desiredState: base.desiredState,
+    ...onStackOf(base),
     requestedBy: `pool ${resize.pool}`,
     reason: 'pool-resize',
     poolResize: { pool: resize.pool, eventId: resize.eventId, fromCapacity: resize.fromCapacity, toCapacity: resize.toCapacity },

@@ -9,7 +9,7 @@ import { findRunByPromotion, insertRun, isUniqueViolation, latestAppliedRun } fr
 import type { ProvisioningTables } from './provisioning.tables';
 import { parseReconcileRequest, reconciliationKey, type ReconcileRequest } from './reconciliation';
 import { RunErrors, type Run } from './run';
-import { supersedeQueued } from './stack-queue.service';
+import { onStackOf, supersedeQueued } from './stack-queue.service';
 
 export type ReconcileResult =
   /** A new reconciliation run, queued: start its orchestration (`startRun`, functions/provisioning). */
@@ -67,12 +67,7 @@ async function recordReconciliation(ctx: ProvisioningContext, trx: Transaction<P
   const run = await insertRun(trx, {
     id: ctx.ids.next('run'),
     key: reconciliationKey(request.proposalId),
-    tenant: base.tenant,
-    environment: base.environment,
-    release: base.release,
-    project: base.project,
-    stack: base.stack,
-    desiredState: base.desiredState,
+    ...onStackOf(base),
     requestedBy: request.requestedBy,
     reason: 'reconciliation',
     reconciliation: { proposalId: request.proposalId, ignore: request.ignore.map((r) => ({ scope: { ...r.scope }, path: r.path })) },

@@ -80,6 +80,14 @@ export function keepStackLock(ctx: ProvisioningContext, run: Run, lock: StackLoc
   return { beforeStep, stop };
 }
 
+/**
+ * What a run made on a stack that `base` applied (a pool resize, a reconciliation) takes from it: the stack, its
+ * tenant and environment, and the release and desired state it runs now.
+ */
+export function onStackOf(base: Run): Pick<Run, 'tenant' | 'environment' | 'release' | 'project' | 'stack' | 'desiredState'> {
+  return { tenant: base.tenant, environment: base.environment, release: base.release, project: base.project, stack: base.stack, desiredState: base.desiredState };
+}
+
 /** Supersedes the queued runs `run` replaces (see queuedRunsBefore); answers their `ProvisioningFailed` events. */
 export async function supersedeQueued(trx: Transaction<ProvisioningTables>, run: Run, what: string, at: number): Promise<NewEvent[]> {
   const events: NewEvent[] = [];

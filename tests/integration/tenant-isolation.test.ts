@@ -2,13 +2,14 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { acquireStackLock, getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
@@ -80,15 +81,6 @@ for (const dialect of DIALECTS) {
       expect(answer.status, `${path}: ${JSON.stringify(answer.body)}`).toBe(200);
       return answer.body as T;
     };
-    const eventually = <T>(probe: () => Promise<T | undefined>, timeout = 30_000): Promise<T> =>
-      vi.waitFor(
-        async () => {
-          const value = await probe();
-          if (value === undefined) throw new Error('not yet');
-          return value;
-        },
-        { timeout, interval: 50 },
-      );
     let sent = 0;
     /** Sends a promotion and answers its run once in one of `states`. */
     async function promoted(promotion: PromotionApproved, operator: object, states: readonly string[] = ['applied', 'failed', 'rejected']): Promise<RunBody> {
