@@ -347,13 +347,20 @@ for (const dialect of DIALECTS) {
       for (const id of [woken.id, forgotten.id]) expect(types(await eventsOf(id))).toEqual(['SpecificationDeclared', 'ProvisioningFailed']);
     });
 
-    it('when nothing holds a stack, then its lock is not found; a held lock is shown to operators, to the holding tenant only, and broken once with who and why', async () => {
+    it("when nothing holds a stack, then its lock is not found; a held lock is shown to operators and to the stack's tenant only, and broken once with who and why", async () => {
       // Arrange
       const stack = freshStack('development');
       const demoTeam = { kind: 'one', tenant: 'demo-team' } as const;
+      const someoneElse = { kind: 'one', tenant: 'someone-else' } as const;
       const missing = await refusal(service.stackLock(ALL, exampleStack(stack)));
       await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const held = await service.stackLock(ALL, exampleStack(stack));
+      const seenByTenant = await service.stackLock(demoTeam, exampleStack(stack));
+      const hiddenFromOthers = await refusal(service.stackLock(someoneElse, exampleStack(stack)));
+      // The stack of the same project and stack names of another tenant is another stack: nothing holds it.
+      const othersStack = exampleStack(stack, EXAMPLE_PROJECT, 'someone-else');
+      const othersMissing = await refusal(service.stackLock(ALL, othersStack));
+      const othersUnlock = await refusal(service.unlockStack(othersStack, { by: 'admin-1', reason: 'wrong tenant' }));
 
       // Act
       const wrongVersion = await refusal(service.unlockStack(exampleStack(stack), { by: 'admin-1', reason: 'host-b hung', version: held.version + 1 }));
@@ -363,7 +370,9 @@ for (const dialect of DIALECTS) {
       // Assert
       expect(missing).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED', kind: 'not-found' });
       expect(held).toMatchObject({ stack: exampleStack(stack), holderRun: 'run-elsewhere', holderHost: 'other-host', version: 1, expiresAt: new Date(clock.now().getTime() + 60_000) });
-      await expect(service.stackLock(demoTeam, exampleStack(stack))).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      expect(seenByTenant).toEqual(held);
+      expect(hiddenFromOthers).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      for (const error of [othersMissing, othersUnlock]) expect(error).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED', details: { stack: qualifiedExampleStack(stack, EXAMPLE_PROJECT, 'someone-else') } });
       expect(wrongVersion).toMatchObject({ code: 'PROVISIONING.STACK_LOCK_VERSION_MISMATCH', kind: 'conflict', details: { version: 1 } });
       expect(broken).toMatchObject({ lock: { holderRun: 'run-elsewhere', version: 1 }, by: 'admin-1', reason: 'host-b hung' });
       expect(again).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
