@@ -102,7 +102,7 @@ async function listResources(cloud: LocalCloud, request: RawRequest): Promise<Ra
   const prefix = query.stack === undefined ? undefined : `urn:pulumi:${query.stack}::`;
   // Ids are time-ordered; sorting by code unit here (not by the store's collation) keeps the cursor exact.
   const all = (await cloud.list(query.target))
-    .filter((r) => prefix === undefined || r.urn.startsWith(prefix))
+    .filter((r) => (prefix === undefined || r.urn.startsWith(prefix)) && (query.tenant === undefined || r.scope === query.tenant))
     .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const { cursor } = query;
   const after = cursor === undefined ? all : all.filter((r) => r.id > cursor);
@@ -112,6 +112,7 @@ async function listResources(cloud: LocalCloud, request: RawRequest): Promise<Ra
     status: 200,
     body: {
       target: query.target,
+      ...(query.tenant === undefined ? {} : { tenant: query.tenant }),
       ...(query.stack === undefined ? {} : { stack: query.stack }),
       items,
       nextCursor: after.length > items.length && last ? last.id : null,

@@ -80,6 +80,8 @@ async function insertCloudResources(store: SqlStore, stack: string, resources: r
   const rows = resources.map((r, i) => ({
     target: 'local',
     id: `lcr-${stack}-${i}`,
+    // The scope of the tenant `specificationApplied` records the environment for: a scan reads that scope only.
+    scope: 'tenant-a',
     urn: urnOf(stack, r),
     type: r.type,
     properties: JSON.stringify(environment % 3 === 0 && i % 50 === 0 ? { ...r.properties, size: 'large' } : r.properties),

@@ -36,11 +36,14 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
   const answers: string[] = [];
   let admin: string;
   let operator: string;
+  let requester: string;
 
   beforeAll(async () => {
     host = await startChildHost(stateDir);
     admin = await cli('token', '--role', 'PlatformAdmin');
-    operator = await cli('token', '--tenant', 'demo-team', '--role', 'Operator');
+    operator = await cli('token', '--tenant', 'demo-team', '--role', 'Operator', '--subject', 'operator-1');
+    // The token's default subject, who the example promotions say asked for their runs.
+    requester = await cli('token', '--tenant', 'demo-team', '--role', 'Operator');
   }, 90_000);
   afterAll(async () => {
     await host?.stop();
@@ -123,7 +126,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     expect(seen[seen.length - 1]).toBe('applied');
   });
 
-  it('when a production promotion is sent, then it waits for approval of its plan digest; another digest is refused, its own applies it', async () => {
+  it('when a production promotion is sent, then it waits for approval of its plan digest; another digest is refused, as is its requester, its own by another applies it', async () => {
     // Arrange
     const promotion = await cli('example', 'promotion', 'production');
     const { promotionId } = JSON.parse(promotion) as { promotionId: string };
@@ -134,6 +137,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
 
     // Act
     const wrong = await call(`/runtime-cloud/runs/${waiting.runId}/approve`, operator, { planDigest: `sha256:${'0'.repeat(64)}` });
+    const selfApproved = await call(`/runtime-cloud/runs/${waiting.runId}/approve`, requester, { planDigest: digest });
     const approved = await call(`/runtime-cloud/runs/${waiting.runId}/approve`, operator, { planDigest: digest, comment: 'read the plan' });
     const { run } = await watch('production', promotionId, ['applied', 'failed']);
 
@@ -141,6 +145,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     expect(detail).toMatchObject({ state: 'awaiting-approval', planDigest: digest, waitingFor: { kind: 'approval', planDigest: digest } });
     expect(detail.planReceipt?.plan.counts).toMatchObject({ create: 3 });
     expect(wrong).toMatchObject({ status: 409, json: { code: 'PROVISIONING.PLAN_DIGEST_MISMATCH' } });
+    expect(selfApproved).toMatchObject({ status: 403, json: { code: 'PROVISIONING.SELF_APPROVAL' } });
     expect(approved).toMatchObject({ status: 200, json: { state: 'applying' } });
     expect(run.state).toBe('applied');
   });
@@ -191,7 +196,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     const queued = entries.filter((e) => e.function === 'promotionIntake' && e.message === 'promotion queued as a run');
     expect(queued.length).toBeGreaterThanOrEqual(2);
     for (const e of queued) expect(e).toMatchObject({ invocationId: expect.any(String), messageId: expect.any(String), promotionId: expect.any(String), runId: expect.any(String), stack: expect.any(String) });
-    for (const token of [admin, operator, forged]) expect(host.output()).not.toContain(token.split('.')[2]);
+    for (const token of [admin, operator, requester, forged]) expect(host.output()).not.toContain(token.split('.')[2]);
   });
 
   it('when the host starts again on a state dir whose repository a developer changed, then the repository and references.json stay as they are', async () => {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { functionsWithTrigger, triggerOf } from '../../local/functions-core/registry';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { fieldsOf, type Problem } from '../support/problems';
 
 const LEASE = { tenant: 'http-a', scopes: ['factory.capacity.lease', 'factory.runtime.read'] };
 const OTHER = { tenant: 'http-b', scopes: ['factory.capacity.lease', 'factory.runtime.read'] };
@@ -155,6 +156,18 @@ describe('capacity over HTTP on the local host', () => {
     const view = (await (await json('GET', '/runtime-cloud/capacity', leaseToken)).json()) as { tenants: { tenant: string }[]; pools: { id: string }[] };
     expect(view.tenants.map((t) => t.tenant)).toEqual(['http-a']);
     expect(view.pools.map((p) => p.id)).toContain('http-50');
+  });
+
+  it('when a pool names its IaC stack by a bare or partial name, then 400 naming iacStack and no pool; tenant/project/stack is taken', async () => {
+    const admin = await host.token(ADMIN);
+    for (const iacStack of ['pools-dev', 'worker-pool/pools-dev', 'team-a/worker pool/pools-dev']) {
+      const refused = await json('PUT', '/runtime-cloud/pools/http-stacked', admin, { kind: 'build', target: 'local', capacity: 2, iacStack });
+      expect(refused.status, iacStack).toBe(400);
+      expect(fieldsOf((await refused.json()) as Problem), iacStack).toEqual(['iacStack']);
+    }
+    expect((await json('GET', '/runtime-cloud/capacity', admin).then((r) => r.json()) as { pools: { id: string }[] }).pools.map((p) => p.id)).not.toContain('http-stacked');
+    const taken = await json('PUT', '/runtime-cloud/pools/http-stacked', admin, { kind: 'build', target: 'local', capacity: 2, iacStack: 'team-a/worker-pool/pools-dev' });
+    expect(taken.status).toBe(201);
   });
 
   it('when the host starts, then the bundled seed made editions free, team, enterprise and a pool of each kind on local', async () => {

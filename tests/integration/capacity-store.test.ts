@@ -261,9 +261,9 @@ for (const dialect of DIALECTS) {
 
     it('when a pool with an IaC stack changes size, then PoolResizeRequested is in the outbox; without a change, not', async () => {
       const id = `stacked-${run}`;
-      await capacity.putPool(id, aPoolSpec({ capacity: 4, iacStack: 'pools-dev' }));
-      const same = await capacity.putPool(id, aPoolSpec({ capacity: 4, iacStack: 'pools-dev' }));
-      const resized = await capacity.putPool(id, aPoolSpec({ capacity: 8, iacStack: 'pools-dev' }));
+      await capacity.putPool(id, aPoolSpec({ capacity: 4, iacStack: 'team-a/worker-pool/pools-dev' }));
+      const same = await capacity.putPool(id, aPoolSpec({ capacity: 4, iacStack: 'team-a/worker-pool/pools-dev' }));
+      const resized = await capacity.putPool(id, aPoolSpec({ capacity: 8, iacStack: 'team-a/worker-pool/pools-dev' }));
       expect([same.resizeRequested, resized.resizeRequested]).toEqual([false, true]);
       const rows = await database.store.db.selectFrom('outbox').select(['payload']).where('correlation_id', '=', id).execute();
       expect(rows.map((r: { payload: string }) => JSON.parse(r.payload) as { type: string; data: unknown })).toEqual([

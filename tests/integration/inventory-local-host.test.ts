@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { expectProblem } from '../support/problems';
 import { storedBytes } from '../support/stored-bytes';
-import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, EXAMPLE_PROJECT, EXAMPLE_SECRETS, EXAMPLE_TENANT, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Inventory and drift end to end on a local host started in this process: a development promotion is applied,
@@ -83,7 +83,7 @@ describe('inventory on the local host', () => {
     });
   const scan = () => call<{ outcome: string; driftStatus?: string; reason?: string }>(`/runtime-cloud/environments/${ENVIRONMENT}/scan`, { method: 'POST' });
   const openProposals = () => call<{ items: ProposalBody[] }>(`/runtime-cloud/proposals?status=open&environment=${ENVIRONMENT}`).then((p) => p.items);
-  const cloudResources = () => call<{ items: { urn: string; type: string; properties: Record<string, unknown> }[] }>(`/runtime-cloud/local/cloud/resources?stack=${STACK}`, { claims: admin }).then((r) => r.items);
+  const cloudResources = () => call<{ items: { urn: string; type: string; properties: Record<string, unknown> }[] }>(`/runtime-cloud/local/cloud/resources?stack=${STACK}&tenant=${EXAMPLE_TENANT}`, { claims: admin }).then((r) => r.items);
   const patchCloud = (urn: string, patch: unknown) => call(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(urn)}`, { method: 'PATCH', body: patch, claims: admin });
 
   it('when a promotion is applied, then the environment is in sync with its inventory observed, and tampering, reconciling, an outage and an unmanaged resource show as they should', async () => {
@@ -131,9 +131,15 @@ describe('inventory on the local host', () => {
     expect((await environment()).drift).toMatchObject({ status: 'in-sync', stale: false });
 
     // An unmanaged resource is found; an ignore rule on it is recorded and its finding listed as ignored, not hidden.
+    // Another tenant's resource in a stack of the same project and stack names is not this environment's at all.
     const extra = await call<{ urn: string }>('/runtime-cloud/local/cloud/resources', {
       method: 'POST',
-      body: { stack: STACK, type: 'local:compute:Service', name: 'debug-shell', properties: { name: 'debug-shell' } },
+      body: { tenant: EXAMPLE_TENANT, project: EXAMPLE_PROJECT, stack: STACK, type: 'local:compute:Service', name: 'debug-shell', properties: { name: 'debug-shell' } },
+      claims: admin,
+    }, 201);
+    await call('/runtime-cloud/local/cloud/resources', {
+      method: 'POST',
+      body: { tenant: 'other-team', project: EXAMPLE_PROJECT, stack: STACK, type: 'local:compute:Service', name: 'not-theirs', properties: { name: 'not-theirs' } },
       claims: admin,
     }, 201);
     expect(await scan()).toMatchObject({ driftStatus: 'drifted' });
@@ -150,7 +156,7 @@ describe('inventory on the local host', () => {
     expect(silenced.scans.some((s) => s.outcome === 'failed' && s.reason?.includes('INVENTORY.TARGET_UNREACHABLE'))).toBe(true);
 
     // The project's own ignoreChanges (the service's replicas): changed out of band, listed as ignored by it.
-    const service = (await cloudResources()).find((r) => r.type === 'local:compute:Service' && !r.urn.includes('::unmanaged::'))!;
+    const service = (await cloudResources()).find((r) => r.type === 'local:compute:Service' && r.urn !== extra.urn)!;
     await patchCloud(service.urn, { replicas: 7 });
     expect(await scan()).toMatchObject({ driftStatus: 'in-sync' });
     const scaled = await call<DriftBody>(`/runtime-cloud/environments/${ENVIRONMENT}/drift`);

@@ -107,6 +107,7 @@ function aRun(environmentId: string, stack: string, at: Date): Run {
     tenant: 'tenant-a',
     environment: { id: environmentId, name: 'development', tier: 'development' },
     release: { name: 'shop', version: '1.0.0' },
+    project: PROJECT,
     stack,
     desiredState: { repository: 'https://git.example.com/shop.git', commit: 'a'.repeat(40), path: 'shop' },
     requestedBy: 'delivery-host',
@@ -140,7 +141,9 @@ describe.each(DIALECTS)('secrets marked by the pulumi runner, through a scan, on
   it.skipIf(skipDialect(dialect))('when a pulumi apply marked secrets and the target holds their values, then no stored, served or published byte holds one', async () => {
     // Arrange: the apply, through the mapping, as the pulumi runner makes it.
     const environmentId = `env-pulumi-${dialect}`;
+    const environment = { tenant: 'tenant-a', id: environmentId };
     const stack = `shop-${dialect}`;
+    const stackRef = { tenant: 'tenant-a', project: PROJECT, stack };
     const recorded = recording(stack);
     const plan = planFromPreview({ stack, project: PROJECT, baseSerial: 0, events: recorded.events(true), updatePlan: recorded.updatePlan, changeSummary: { create: 3 }, references: [{ secretRef: 'broker://shop/db' }] });
     const result = applyResultFromUp({
@@ -154,16 +157,16 @@ describe.each(DIALECTS)('secrets marked by the pulumi runner, through a scan, on
       finishedAt: clock.now().toISOString(),
     });
     expect(result.status).toBe('applied');
-    for (const r of Object.values(recorded.inTarget)) await cloud.create('local', r);
+    for (const r of Object.values(recorded.inTarget)) await cloud.create('local', { scope: 'tenant-a', ...r });
 
     // Act: SpecificationApplied as provisioning publishes it, recorded by inventory; the target changed out of band
     // (a sku, the secret rotated) and holds a resource nobody declared; a scan.
     const [published] = await appendToOutbox(database.store.db, [specificationAppliedOf(aRun(environmentId, stack, clock.now()), 'https://git.example.com/shop.git', result)], clock, randomIds);
-    expect(await inventory.recordSpecification({ id: published!.id, time: published!.time, data: published!.data })).toEqual({ outcome: 'recorded', environmentId });
-    const db = (await cloud.listStack('local', stack)).find((r) => r.urn === recorded.urns.db)!;
+    expect(await inventory.recordSpecification({ id: published!.id, time: published!.time, data: published!.data })).toEqual({ outcome: 'recorded', environment });
+    const db = (await cloud.listStack('local', stackRef)).find((r) => r.urn === recorded.urns.db)!;
     await cloud.update('local', db.id, { ...recorded.inTarget.db.properties, sku: 'premium', password: SECRETS.rotated });
-    await cloud.create('local', { urn: recorded.unmanagedUrn, type: 'local:compute:Service', properties: { name: 'debug-shell', token: SECRETS.unmanaged } });
-    const scan = await inventory.scan(environmentId, { kind: 'manual', by: 'operator-1' });
+    await cloud.create('local', { scope: 'tenant-a', urn: recorded.unmanagedUrn, type: 'local:compute:Service', properties: { name: 'debug-shell', token: SECRETS.unmanaged } });
+    const scan = await inventory.scan(environment, { kind: 'manual', by: 'operator-1' });
 
     // Assert: no byte of what inventory stored, serves or published holds a value.
     expect(scan).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
@@ -203,7 +206,7 @@ describe.each(DIALECTS)('secrets marked by the pulumi runner, through a scan, on
     });
     expect(view.items.find((r) => r.urn === recorded.unmanagedUrn)?.properties).toEqual({});
     // The search could have found them: the target holds each one.
-    const target = JSON.stringify(await cloud.listStack('local', stack));
+    const target = JSON.stringify(await cloud.listStack('local', stackRef));
     for (const value of [SECRETS.rotated, SECRETS.admin, SECRETS.key, SECRETS.connection, SECRETS.unmanaged]) expect(target).toContain(value);
   });
 });

@@ -6,9 +6,14 @@ import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { createTableStore, type TableStore } from '../../shared/platform/tables/tables';
 import { createObservedInventory, tableKey } from '../../shared/inventory/observed-inventory.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
-import { applyToCloud, inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
+import type { EnvironmentKey } from '../../shared/inventory/environment';
+import { applyToCloud, inventoryOver, specificationApplied, TEST_PROJECT, urnOf, type TestResource } from '../support/inventory';
 
 const ALL = { kind: 'all' } as const;
+/** The tenant of every environment of these tests (`specificationApplied`'s default). */
+const TENANT = 'tenant-a';
+/** The key of the test tenant's environment `id`. */
+const keyOf = (id: string): EnvironmentKey => ({ tenant: TENANT, id });
 const RESOURCES: readonly TestResource[] = [
   { name: 'assets', type: 'local:storage:Bucket', properties: { name: 'demo-assets', versioning: true } },
   { name: 'api', type: 'local:compute:Service', properties: { name: 'demo-api', size: 'small', env: { DB_PASSWORD: { secretRef: 'broker://demo/db' } } } },
@@ -87,16 +92,16 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     const stack = `stack-${id}`;
     await applyToCloud(cloud, stack, RESOURCES, resolved);
     const recorded = await inventory.recordSpecification({ id: `event-${id}`, time: clock.now().toISOString(), data: specificationApplied({ id, stack }, RESOURCES) });
-    expect(recorded).toEqual({ outcome: 'recorded', environmentId: id });
+    expect(recorded).toEqual({ outcome: 'recorded', environment: keyOf(id) });
     return { id, stack };
   }
 
-  const resourceId = async (stack: string, name: string) => (await cloud.listStack('local', stack)).find((r) => r.urn.endsWith(`::${name}`))!.id;
+  const resourceId = async (stack: string, name: string) => (await cloud.listStack('local', { tenant: TENANT, project: TEST_PROJECT, stack })).find((r) => r.urn.endsWith(`::${name}`))!.id;
 
   it.skipIf(skipDialect(dialect))('when an applied environment is scanned, then it is in sync and its inventory holds its resources without the secret', async () => {
     const { id } = await appliedEnvironment();
     expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
-    const scan = await inventory.scan(id, { kind: 'manual', by: 'op-1' });
+    const scan = await inventory.scan(keyOf(id), { kind: 'manual', by: 'op-1' });
     expect(scan).toMatchObject({ outcome: 'completed', resources: 2, findings: 0, driftStatus: 'in-sync', written: 2, deleted: 0 });
     const view = await inventory.inventory(ALL, id, { limit: 1000 });
     expect(view.environment.drift).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
@@ -105,15 +110,15 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     expect(api.properties).toEqual({ name: 'demo-api', size: 'small', env: { DB_PASSWORD: { secretRef: 'broker://demo/db' } } });
     expect(JSON.stringify(view)).not.toContain(SECRET);
     // An unchanged observation writes no rows.
-    expect(await inventory.scan(id, { kind: 'timer' })).toMatchObject({ outcome: 'completed', written: 0, deleted: 0 });
+    expect(await inventory.scan(keyOf(id), { kind: 'timer' })).toMatchObject({ outcome: 'completed', written: 0, deleted: 0 });
   });
 
   it.skipIf(skipDialect(dialect))('when a property is tampered with, then the environment is drifted with one proposal that a rescan keeps, and drift gone resolves it', async () => {
     const { id, stack } = await appliedEnvironment();
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     await cloud.update('local', await resourceId(stack, 'assets'), { name: 'demo-assets', versioning: false });
 
-    const first = await inventory.scan(id, { kind: 'timer' });
+    const first = await inventory.scan(keyOf(id), { kind: 'timer' });
     expect(first).toMatchObject({ outcome: 'completed', findings: 1, driftStatus: 'drifted' });
     const drift = await inventory.drift(ALL, id);
     expect(drift.environment.drift.status).toBe('drifted');
@@ -130,14 +135,14 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     expect(drift.openProposalId).toBe(proposal!.id);
 
     clock.advance(60_000);
-    await inventory.scan(id, { kind: 'manual', by: 'op-1' });
+    await inventory.scan(keyOf(id), { kind: 'manual', by: 'op-1' });
     const proposals = (await inventory.listProposals(ALL, { environment: id, limit: 10 })).items;
     expect(proposals).toHaveLength(1);
     expect(proposals[0]).toMatchObject({ id: proposal!.id, status: 'open', lastSeenAt: clock.now().toISOString(), createdAt: proposal!.createdAt });
 
     // Different findings supersede the open proposal with a pointer to the new one.
     await cloud.delete('local', await resourceId(stack, 'api'));
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     const after = (await inventory.listProposals(ALL, { environment: id, limit: 10 })).items;
     const open = after.find((p) => p.status === 'open')!;
     expect(after.find((p) => p.id === proposal!.id)).toMatchObject({ status: 'superseded', supersededBy: open.id });
@@ -149,30 +154,30 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     // Drift gone: resolved on its own, and the environment is in sync.
     await cloud.update('local', await resourceId(stack, 'assets'), { name: 'demo-assets', versioning: true });
     await applyToCloud(cloud, stack, [RESOURCES[1]!], resolved);
-    expect(await inventory.scan(id, { kind: 'timer' })).toMatchObject({ driftStatus: 'in-sync' });
+    expect(await inventory.scan(keyOf(id), { kind: 'timer' })).toMatchObject({ driftStatus: 'in-sync' });
     expect((await inventory.getProposal(ALL, open.id)).status).toBe('resolved');
     expect((await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 10 })).items).toEqual([]);
   });
 
   it.skipIf(skipDialect(dialect))('when the target is unreachable, then the status is unknown and stale with its times, and in sync again once it answers', async () => {
     const { id } = await appliedEnvironment();
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     const observedAt = clock.now().toISOString();
     clock.advance(60_000);
     await cloud.setReachable('local', false);
     try {
-      const failed = await inventory.scan(id, { kind: 'timer' });
+      const failed = await inventory.scan(keyOf(id), { kind: 'timer' });
       expect(failed).toMatchObject({ outcome: 'failed' });
       expect(failed.reason).toContain('INVENTORY.TARGET_UNREACHABLE');
       const staleSince = clock.now().toISOString();
       clock.advance(60_000);
-      await inventory.scan(id, { kind: 'timer' });
+      await inventory.scan(keyOf(id), { kind: 'timer' });
       expect((await inventory.getEnvironment(ALL, id)).drift).toMatchObject({ status: 'unknown', stale: true, lastObservedAt: observedAt, staleSince });
     } finally {
       await cloud.setReachable('local', true);
     }
     clock.advance(1_000);
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     const drift = (await inventory.getEnvironment(ALL, id)).drift;
     expect(drift).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
     expect(drift.staleSince).toBeUndefined();
@@ -186,14 +191,17 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     const broken = inventoryOver(database.store, server.connectionString, clock, {
       tables: { ...tables, replace: () => Promise.reject(new Error('table service unavailable')) },
     }).inventory;
-    const scan = await broken.scan(id, { kind: 'timer' });
+    const scan = await broken.scan(keyOf(id), { kind: 'timer' });
     expect(scan).toMatchObject({ outcome: 'failed', reason: 'the observed inventory could not be stored: table service unavailable' });
     expect((await inventory.getEnvironment(ALL, id)).drift).toMatchObject({ status: 'unknown', stale: true });
   });
 
   it.skipIf(skipDialect(dialect))('when an unmanaged resource appears and an ignore rule covers a change, then the resource is found and the change is listed as ignored by the rule', async () => {
     const { id, stack } = await appliedEnvironment();
-    await cloud.create('local', { urn: `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`, type: 'local:compute:Service', properties: { name: 'debug' } });
+    const debug = `urn:pulumi:${stack}::${TEST_PROJECT}::local:compute:Service::debug`;
+    await cloud.create('local', { scope: TENANT, urn: debug, type: 'local:compute:Service', properties: { name: 'debug' } });
+    // Another tenant's resource in a stack of the same project and stack names: never this environment's, unmanaged or not.
+    await cloud.create('local', { scope: 'tenant-b', urn: `urn:pulumi:${stack}::${TEST_PROJECT}::local:compute:Service::intruder`, type: 'local:compute:Service', properties: { name: 'intruder' } });
     await cloud.update('local', await resourceId(stack, 'api'), { name: 'demo-api', size: 'large', env: { DB_PASSWORD: SECRET } });
     const asked = { scope: { type: 'local:compute:Service' }, path: 'size', reason: 'autoscaler', owner: 'platform', expiresAt: '2026-07-01T00:00:00.000Z', holdsOnApply: true };
     const { rule, created } = await inventory.addIgnoreRule(ALL, id, asked, { by: 'op-1', idempotencyKey: 'rule-1' });
@@ -204,16 +212,16 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     await expect(inventory.addIgnoreRule(ALL, id, { ...asked, path: 'name' }, { by: 'op-1', idempotencyKey: 'rule-1' })).rejects.toMatchObject({ code: 'REQUEST.IDEMPOTENCY_KEY_REUSED' });
     expect((await inventory.listIgnoreRules(ALL, id, { limit: 10, includeDeleted: false })).items.map((r) => r.id)).toEqual([rule.id]);
 
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     const drift = await inventory.drift(ALL, id);
-    expect(drift.findings.flatMap((g) => g.findings.map((f) => [f.kind, f.urn]))).toEqual([['unmanaged', `urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`]]);
+    expect(drift.findings.flatMap((g) => g.findings.map((f) => [f.kind, f.urn]))).toEqual([['unmanaged', debug]]);
     expect(drift.ignored).toEqual([expect.objectContaining({ kind: 'modified', path: ['size'], desired: 'small', observed: 'large', ignoredBy: [rule.id], holdsOnApply: true })]);
     const [proposal] = (await inventory.listProposals(ALL, { environment: id, status: 'open', limit: 1 })).items;
-    expect(proposal!.plan).toMatchObject({ steps: [], leftAlone: [`urn:pulumi:${stack}::unmanaged::local:compute:Service::debug`], keptByRules: [{ path: 'size', ruleIds: [rule.id] }] });
+    expect(proposal!.plan).toMatchObject({ steps: [], leftAlone: [debug], keptByRules: [{ path: 'size', ruleIds: [rule.id] }] });
 
     // Past its expiry the rule applies to nothing: the change is a finding again, and the rule is named as expired.
     clock.set('2026-07-02T00:00:00Z');
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     const later = await inventory.drift(ALL, id);
     expect(later.expiredRules).toEqual([rule.id]);
     expect(later.findings.flatMap((g) => g.findings.map((f) => f.kind)).sort()).toEqual(['modified', 'unmanaged']);
@@ -222,9 +230,9 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
 
   it.skipIf(skipDialect(dialect))('when scans are paused or the stack is applying, then the skip is recorded with why, and an environment not scanned for twice its interval is unknown', async () => {
     const { id } = await appliedEnvironment();
-    await inventory.scan(id, { kind: 'timer' });
+    await inventory.scan(keyOf(id), { kind: 'timer' });
     await inventory.setScanning(ALL, id, { enabled: false, by: 'op-2', reason: 'maintenance window' });
-    const skipped = await inventory.scan(id, { kind: 'timer' });
+    const skipped = await inventory.scan(keyOf(id), { kind: 'timer' });
     expect(skipped).toMatchObject({ outcome: 'skipped', reason: 'scans are paused by op-2: maintenance window' });
 
     clock.advance(2 * 300_000 + 1);
@@ -235,14 +243,14 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
     await inventory.setScanning(ALL, id, { enabled: true, by: 'op-2', reason: 'done' });
 
     const busy = inventoryOver(database.store, server.connectionString, clock, { applyingRun: async () => 'run-42' }).inventory;
-    expect(await busy.scan(id, { kind: 'timer' })).toMatchObject({ outcome: 'skipped', reason: 'the environment is busy applying (run run-42)' });
+    expect(await busy.scan(keyOf(id), { kind: 'timer' })).toMatchObject({ outcome: 'skipped', reason: 'the environment is busy applying (run run-42)' });
     expect((await inventory.getEnvironment(ALL, id)).drift.status).toBe('unknown');
   });
 
   it.skipIf(skipDialect(dialect))('when an inventory is paged with a cursor, then every resource comes once, in stored key order, hashed and encoded urns included', async () => {
     const { id, stack } = await appliedEnvironment();
     const resources = manyResources(stack, 250);
-    await createObservedInventory(createTableStore(server.connectionString)).replace(id, resources, clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), resources, clock.now());
 
     const urns: string[] = [];
     const pageSizes: number[] = [];
@@ -269,7 +277,7 @@ describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
 
   it.skipIf(skipDialect(dialect))('when a page of a large inventory is asked for, then about one page is read from Table storage, not the whole partition', async () => {
     const { id, stack } = await appliedEnvironment();
-    await createObservedInventory(createTableStore(server.connectionString)).replace(id, manyResources(stack, 1_000), clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), manyResources(stack, 1_000), clock.now());
     const { store, read } = countingTableStore(server.connectionString);
     const counted = inventoryOver(database.store, server.connectionString, clock, { tables: createObservedInventory(store) }).inventory;
 

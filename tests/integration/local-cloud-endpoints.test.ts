@@ -12,15 +12,24 @@ import { expectProblem, fieldsOf } from '../support/problems';
 const RESOURCES = '/runtime-cloud/local/cloud/resources';
 const OUTAGE = '/runtime-cloud/local/cloud/outage';
 const admin = { roles: ['PlatformAdmin'] };
+/** The tenant whose scope the resources of these tests are made in, and the project of their stacks. */
+const TENANT = 'demo-team';
+const PROJECT = 'demo';
+/** Who an unmanaged resource made through the endpoint belongs to: the tenant's scope, in a stack of the project. */
+const OWNER = { tenant: TENANT, project: PROJECT };
 
 interface Page {
   target: string;
+  tenant?: string;
   stack?: string;
   items: CloudResource[];
   nextCursor: string | null;
 }
 
-const resourcePath = (urn: string, target?: string) => `${RESOURCES}/${encodeURIComponent(urn)}${target ? `?target=${target}` : ''}`;
+const resourcePath = (urn: string, target?: string, tenant?: string) => {
+  const query = new URLSearchParams({ ...(target ? { target } : {}), ...(tenant ? { tenant } : {}) }).toString();
+  return `${RESOURCES}/${encodeURIComponent(urn)}${query ? `?${query}` : ''}`;
+};
 
 describe('local cloud endpoints on the local host', () => {
   let host: TestHost;
@@ -49,35 +58,42 @@ describe('local cloud endpoints on the local host', () => {
   };
   /** A resource as the local IaC engine would have made it: in a stack's project, not through these endpoints. */
   const managed = (stack: string, name: string, properties: Record<string, unknown>, type = 'local:compute:WorkerPool') =>
-    cloud.create('local', { urn: `urn:pulumi:${stack}::demo::${type}::${name}`, type, properties });
+    cloud.create('local', { scope: TENANT, urn: `urn:pulumi:${stack}::${PROJECT}::${type}::${name}`, type, properties });
 
-  it('when an unmanaged resource is created, then it answers 201 with a location and is listed under its stack only', async () => {
-    const response = await call('POST', RESOURCES, { stack: 'drift-create', type: 'local:storage:Bucket', name: 'stray', properties: { tier: 'hot' } });
+  it("when an unmanaged resource is created, then it answers 201 with a location and is listed under its stack only, in its tenant's scope", async () => {
+    const response = await call('POST', RESOURCES, { ...OWNER, stack: 'drift-create', type: 'local:storage:Bucket', name: 'stray', properties: { tier: 'hot' } });
 
     expect(response.status).toBe(201);
-    const urn = 'urn:pulumi:drift-create::unmanaged::local:storage:Bucket::stray';
+    const urn = `urn:pulumi:drift-create::${PROJECT}::local:storage:Bucket::stray`;
     const created = (await response.json()) as CloudResource;
-    expect(created).toMatchObject({ target: 'local', urn, type: 'local:storage:Bucket', properties: { tier: 'hot' } });
+    expect(created).toMatchObject({ target: 'local', scope: TENANT, urn, type: 'local:storage:Bucket', properties: { tier: 'hot' } });
     expect(created.id).toMatch(/^lcr_/);
-    expect(response.headers.get('location')).toBe(`${RESOURCES}/${encodeURIComponent(urn)}?target=local`);
+    expect(response.headers.get('location')).toBe(`${RESOURCES}/${encodeURIComponent(urn)}?target=local&tenant=${TENANT}`);
     const located = await call('GET', response.headers.get('location') ?? '');
     expect(located.status).toBe(200);
     expect(await located.json()).toEqual(created);
     expect(await listOf('stack=drift-create')).toEqual({ target: 'local', stack: 'drift-create', items: [created], nextCursor: null });
     expect((await listOf('stack=drift-create-other')).items).toEqual([]);
+    expect(await listOf(`stack=drift-create&tenant=${TENANT}`)).toEqual({ target: 'local', tenant: TENANT, stack: 'drift-create', items: [created], nextCursor: null });
+    expect((await listOf('stack=drift-create&tenant=other-team')).items).toEqual([]);
     expect((await listOf('')).items).toContainEqual(created);
     expect(await cloud.get('local', created.id)).toEqual(created);
   });
 
-  it('when a urn is created twice, then the second answers 409 LOCAL_CLOUD.ALREADY_EXISTS and the first is kept', async () => {
-    const body = { stack: 'drift-twice', type: 'local:storage:Bucket', name: 'twin', properties: { n: 1 } };
+  it("when a urn is created twice for a tenant, then the second answers 409 LOCAL_CLOUD.ALREADY_EXISTS and the first is kept; another tenant's of the urn is its own", async () => {
+    const body = { ...OWNER, stack: 'drift-twice', type: 'local:storage:Bucket', name: 'twin', properties: { n: 1 } };
     const first = (await (await call('POST', RESOURCES, body)).json()) as CloudResource;
 
     const second = await call('POST', RESOURCES, { ...body, properties: { n: 2 } });
+    const others = await call('POST', RESOURCES, { ...body, tenant: 'other-team', properties: { n: 3 } });
 
     const problem = await expectProblem(second, 409, 'LOCAL_CLOUD.ALREADY_EXISTS');
     expect(problem).toMatchObject({ urn: first.urn, id: first.id });
-    expect((await listOf('stack=drift-twice')).items).toEqual([first]);
+    expect(others.status).toBe(201);
+    const theirs = (await others.json()) as CloudResource;
+    expect(theirs).toMatchObject({ scope: 'other-team', urn: first.urn, properties: { n: 3 } });
+    expect((await listOf('stack=drift-twice')).items).toEqual([first, theirs]);
+    expect((await listOf(`stack=drift-twice&tenant=${TENANT}`)).items).toEqual([first]);
   });
 
   it('when a resource is patched, then nested objects merge, null deletes, other values replace, and the local cloud holds it', async () => {
@@ -124,9 +140,9 @@ describe('local cloud endpoints on the local host', () => {
   it('when a urn holds "::", "/", "$" and "." and is URL-encoded, then every route addresses exactly that resource', async () => {
     const parentQualified = await managed('drift-encoding', 'a.b', { v: 1 }, 'local:network:Vnet$local:storage/v2:Bucket');
     const created = (await (
-      await call('POST', RESOURCES, { stack: 'drift-encoding', type: 'aws:s3/bucket:Bucket', name: 'logs', properties: { v: 1 } })
+      await call('POST', RESOURCES, { ...OWNER, stack: 'drift-encoding', type: 'aws:s3/bucket:Bucket', name: 'logs', properties: { v: 1 } })
     ).json()) as CloudResource;
-    expect(created.urn).toBe('urn:pulumi:drift-encoding::unmanaged::aws:s3/bucket:Bucket::logs');
+    expect(created.urn).toBe(`urn:pulumi:drift-encoding::${PROJECT}::aws:s3/bucket:Bucket::logs`);
 
     for (const resource of [parentQualified, created]) {
       const read = await call('GET', resourcePath(resource.urn));
@@ -151,7 +167,7 @@ describe('local cloud endpoints on the local host', () => {
         call('GET', resourcePath(resource.urn)),
         call('PATCH', resourcePath(resource.urn), { size: 9 }),
         call('DELETE', resourcePath(resource.urn)),
-        call('POST', RESOURCES, { stack: 'drift-outage', type: 'local:storage:Bucket', name: 'late', properties: {} }),
+        call('POST', RESOURCES, { ...OWNER, stack: 'drift-outage', type: 'local:storage:Bucket', name: 'late', properties: {} }),
       ];
       for (const response of await Promise.all(calls)) {
         expect(await expectProblem(response, 503, 'PROVISIONING.TARGET_UNREACHABLE')).toMatchObject({ target: 'local' });
@@ -180,12 +196,12 @@ describe('local cloud endpoints on the local host', () => {
     // The query names the target when the body does not.
     const up = await call('POST', `${OUTAGE}?target=elsewhere`, { unreachable: false });
     expect(await up.json()).toEqual({ target: 'elsewhere', reachable: true });
-    const response = await call('POST', RESOURCES, { stack: 'drift-target', type: 'local:storage:Bucket', name: 'there', properties: {}, target: 'elsewhere' });
+    const response = await call('POST', RESOURCES, { ...OWNER, stack: 'drift-target', type: 'local:storage:Bucket', name: 'there', properties: {}, target: 'elsewhere' });
 
     expect(response.status).toBe(201);
     const created = (await response.json()) as CloudResource;
     expect(created.target).toBe('elsewhere');
-    expect(response.headers.get('location')).toBe(`${resourcePath(created.urn)}?target=elsewhere`);
+    expect(response.headers.get('location')).toBe(resourcePath(created.urn, 'elsewhere', TENANT));
     expect((await listOf('target=elsewhere&stack=drift-target')).items).toEqual([created]);
     expect((await listOf('stack=drift-target')).items).toEqual([]);
     await expectProblem(await call('DELETE', resourcePath(created.urn)), 404, 'LOCAL_CLOUD.NOT_FOUND');
@@ -220,18 +236,39 @@ describe('local cloud endpoints on the local host', () => {
     expect((await listOf('stack=drift-ambiguous')).items).toEqual([one, two]);
   });
 
+  it("when two tenants have a resource of one urn, then a route that names no tenant answers 409 LOCAL_CLOUD.AMBIGUOUS_URN; naming the tenant reaches that tenant's only", async () => {
+    const ours = await managed('drift-tenants', 'pool', { n: 1 });
+    const theirs = await cloud.create('local', { scope: 'other-team', urn: ours.urn, type: ours.type, properties: { n: 2 } });
+
+    const unnamed = await call('PATCH', resourcePath(ours.urn), { n: 3 });
+    const read = await call('GET', resourcePath(ours.urn, undefined, 'other-team'));
+    const patched = await call('PATCH', resourcePath(ours.urn, undefined, 'other-team'), { n: 4 });
+    const deleted = await call('DELETE', resourcePath(ours.urn, undefined, TENANT));
+    const nobody = await call('GET', resourcePath(ours.urn, undefined, 'no-team'));
+
+    expect(await expectProblem(unnamed, 409, 'LOCAL_CLOUD.AMBIGUOUS_URN')).toMatchObject({ ids: [ours.id, theirs.id], tenants: [TENANT, 'other-team'] });
+    expect(((await read.json()) as CloudResource).id).toBe(theirs.id);
+    expect(((await patched.json()) as CloudResource).properties).toEqual({ n: 4 });
+    expect(deleted.status).toBe(204);
+    await expectProblem(nobody, 404, 'LOCAL_CLOUD.NOT_FOUND');
+    expect(await cloud.get('local', ours.id)).toBeUndefined();
+    expect((await cloud.get('local', theirs.id))?.properties).toEqual({ n: 4 });
+  });
+
   it('when bodies, queries or the path are invalid, then 400 problem+json names the fields and nothing changes', async () => {
     const resource = await managed('drift-invalid', 'pool', { size: 1 });
 
     const badCreate = await expectProblem(
-      await call('POST', RESOURCES, { stack: 'has space', type: 'Bucket', name: 'a::b', properties: ['not', 'an', 'object'] }),
+      await call('POST', RESOURCES, { tenant: '', project: 'a/b', stack: 'has space', type: 'Bucket', name: 'a::b', properties: ['not', 'an', 'object'] }),
       400,
       'REQUEST.INVALID',
     );
-    expect(fieldsOf(badCreate)).toEqual(['name', 'properties', 'stack', 'type']);
-    expect(fieldsOf(await expectProblem(await call('POST', RESOURCES, { stack: 's', type: 'a:b:C', name: 'n' }), 400, 'REQUEST.INVALID'))).toEqual(['properties']);
+    expect(fieldsOf(badCreate)).toEqual(['name', 'project', 'properties', 'stack', 'tenant', 'type']);
+    expect(fieldsOf(await expectProblem(await call('POST', RESOURCES, { ...OWNER, stack: 's', type: 'a:b:C', name: 'n' }), 400, 'REQUEST.INVALID'))).toEqual(['properties']);
+    // Whose a resource is, is never assumed.
+    expect(fieldsOf(await expectProblem(await call('POST', RESOURCES, { stack: 's', type: 'a:b:C', name: 'n', properties: {} }), 400, 'REQUEST.INVALID'))).toEqual(['project', 'tenant']);
     expect(
-      fieldsOf(await expectProblem(await call('POST', RESOURCES, { stack: 's', type: 'a::C', name: 'n', properties: {}, extra: 1 }), 400, 'REQUEST.INVALID')),
+      fieldsOf(await expectProblem(await call('POST', RESOURCES, { ...OWNER, stack: 's', type: 'a::C', name: 'n', properties: {}, extra: 1 }), 400, 'REQUEST.INVALID')),
     ).toEqual(['(body)', 'type']);
     await expectProblem(await call('POST', RESOURCES, '{"stack":'), 400, 'REQUEST.MALFORMED_JSON');
     expect(fieldsOf(await expectProblem(await call('PATCH', resourcePath(resource.urn), [{ size: 2 }]), 400, 'REQUEST.INVALID'))).toEqual(['(body)']);
@@ -257,7 +294,7 @@ describe('local cloud endpoints on the local host', () => {
       call('GET', RESOURCES, undefined, claims),
       call('PATCH', resourcePath(resource.urn), { size: 2 }, claims),
       call('DELETE', resourcePath(resource.urn), undefined, claims),
-      call('POST', RESOURCES, { stack: 'drift-auth', type: 'local:storage:Bucket', name: 'no', properties: {} }, claims),
+      call('POST', RESOURCES, { ...OWNER, stack: 'drift-auth', type: 'local:storage:Bucket', name: 'no', properties: {} }, claims),
       call('POST', OUTAGE, { unreachable: true }, claims),
     ];
 

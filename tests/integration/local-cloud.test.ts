@@ -3,17 +3,32 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { localCloudMigrations } from '../../shared/platform/cloud/local-cloud.migrations';
 import { listStackResources, localCloudDb } from '../../shared/platform/cloud/local-cloud.repository';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
+import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
+import { allMigrations } from '../../shared/migrations';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { refusal } from '../support/refusal';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { recordingMssql } from '../support/recording-mssql';
 
-const TABLES = '20261130-30-local-cloud-tables';
 const BY_URN = '20261130-32-local-cloud-resources-by-urn';
+const BY_TENANT = '20261201-11-local-cloud-resources-by-tenant';
+
+/** Every migration but the local cloud's from `first` on: a store as it was before that one. */
+const migrationsBefore = (first: string): readonly MigrationSource[] =>
+  allMigrations.map((source) =>
+    source === localCloudMigrations ? (dialect) => Object.fromEntries(Object.entries(source(dialect)).filter(([name]) => name < first)) : source,
+  );
+
+/** The scope every resource of these tests is made in, unless a test says otherwise. */
+const TENANT = 'tenant-a';
+/** Stack `stack` of project `project` of the test tenant. */
+const ref = (stack: string, project = 'app', tenant = TENANT): StackRef => ({ tenant, project, stack });
 
 /**
- * Urns of stacks that a sloppy prefix filter confuses with `dev` (as a prefix, by case, by LIKE wildcards, by
- * collations that ignore punctuation), and urns of `dev` with characters beyond ASCII after the prefix.
+ * Urns of stacks and projects that a sloppy prefix filter confuses with stack `dev` of project `app` (as a prefix,
+ * by case, by LIKE wildcards, by collations that ignore punctuation), and urns of `dev`/`app` with characters beyond
+ * ASCII after the prefix. `-` marks a urn of no stack of project `app` named here.
  */
 const STACK_URNS: readonly (readonly [stack: string, urn: string])[] = [
   ['dev', 'urn:pulumi:dev::app::local:web:App::api'],
@@ -24,12 +39,18 @@ const STACK_URNS: readonly (readonly [stack: string, urn: string])[] = [
   ['de%', 'urn:pulumi:de%::app::local:web:App::api'],
   ['dev', 'urn:pulumi:dev::app::local:sql:Database::db-ü-名前-𝒳'],
   // A character beyond U+FFFF right after the prefix: a `prefix + '\uffff'` bound would miss it where urns are UTF-8.
-  ['dev', 'urn:pulumi:dev::𝒳pp::local:web:App::api'],
+  ['dev', 'urn:pulumi:dev::app::𝒳ocal:web:App::api'],
   ['devx', 'urn:pulumi:devx::app::local:web:App::api'],
+  // Stack `dev` of other projects: a prefix of `app`, one `app` is a prefix of, by case, by wildcard, beyond U+FFFF.
+  ['-', 'urn:pulumi:dev::ap::local:web:App::api'],
+  ['-', 'urn:pulumi:dev::app-2::local:web:App::api'],
+  ['-', 'urn:pulumi:dev::APP::local:web:App::api'],
+  ['-', 'urn:pulumi:dev::a_p::local:web:App::api'],
+  ['-', 'urn:pulumi:dev::𝒳pp::local:web:App::api'],
   // Not urns of any stack named here: one colon, and the first string past the range.
-  ['-', 'urn:pulumi:dev:x'],
-  ['-', 'urn:pulumi:dev:;'],
-  ['dev', 'urn:pulumi:dev::'],
+  ['-', 'urn:pulumi:dev::app:x'],
+  ['-', 'urn:pulumi:dev::app:;'],
+  ['dev', 'urn:pulumi:dev::app::'],
 ];
 
 
@@ -56,9 +77,9 @@ for (const dialect of DIALECTS) {
     });
 
     it('when resources are created, updated and deleted, then get and list show exactly the current ones with their times', async () => {
-      const a = await cloud.create(target, { urn: 'urn:a', type: 'local:web:App', properties: { size: 1, tags: { env: 'dev' } } });
+      const a = await cloud.create(target, { scope: TENANT, urn: 'urn:a', type: 'local:web:App', properties: { size: 1, tags: { env: 'dev' } } });
       clock.advance(1000);
-      const b = await cloud.create(target, { urn: 'urn:b', type: 'local:sql:Database', properties: { sku: 'basic' } });
+      const b = await cloud.create(target, { scope: TENANT, urn: 'urn:b', type: 'local:sql:Database', properties: { sku: 'basic' } });
       clock.advance(1000);
       const updated = await cloud.update(target, a.id, { size: 2 });
 
@@ -79,19 +100,19 @@ for (const dialect of DIALECTS) {
     });
 
     it('when a target is switched unreachable, then every resource call fails with TARGET_UNREACHABLE until it is switched back', async () => {
-      const a = await cloud.create(target, { urn: 'urn:a', type: 'local:web:App', properties: {} });
+      const a = await cloud.create(target, { scope: TENANT, urn: 'urn:a', type: 'local:web:App', properties: {} });
       expect(await cloud.isReachable(target)).toBe(true);
 
       await cloud.setReachable(target, false);
       expect(await cloud.isReachable(target)).toBe(false);
       const calls: (() => Promise<unknown>)[] = [
-        () => cloud.create(target, { urn: 'urn:b', type: 'local:web:App', properties: {} }),
+        () => cloud.create(target, { scope: TENANT, urn: 'urn:b', type: 'local:web:App', properties: {} }),
         () => cloud.update(target, a.id, { x: 1 }),
         () => cloud.delete(target, a.id),
         () => cloud.get(target, a.id),
         () => cloud.list(target),
-        () => cloud.listStack(target, 'dev'),
-        () => cloud.recordApply(target, { stack: 's', planDigest: 'sha256:x' }),
+        () => cloud.listStack(target, ref('dev')),
+        () => cloud.recordApply(target, { stack: ref('s'), planDigest: 'sha256:x' }),
       ];
       for (const call of calls) {
         expect(await refusal(call())).toMatchObject({ code: 'PROVISIONING.TARGET_UNREACHABLE', kind: 'unavailable', details: { target } });
@@ -104,47 +125,56 @@ for (const dialect of DIALECTS) {
       expect((await cloud.list(target)).map((r) => ({ id: r.id, properties: r.properties }))).toEqual([{ id: a.id, properties: {} }]);
     });
 
-    it('when stacks share a target, then listStack returns exactly the urns that start with urn:pulumi:<stack>::, in creation order', async () => {
+    it("when stacks share a target, then listStack returns exactly the urns of the tenant's scope that start with urn:pulumi:<stack>::<project>::, in creation order", async () => {
       for (const [, urn] of STACK_URNS) {
-        await cloud.create(target, { urn, type: 'local:web:App', properties: { urn } });
+        await cloud.create(target, { scope: TENANT, urn, type: 'local:web:App', properties: { urn } });
         clock.advance(1);
       }
-      await cloud.create(`${target}-other`, { urn: 'urn:pulumi:dev::app::local:web:App::elsewhere', type: 'local:web:App', properties: {} });
+      await cloud.create(`${target}-other`, { scope: TENANT, urn: 'urn:pulumi:dev::app::local:web:App::elsewhere', type: 'local:web:App', properties: {} });
+      // Another tenant's stack of the same project and stack names, and a scope the tenant's name is a prefix of.
+      await cloud.create(target, { scope: 'tenant-b', urn: 'urn:pulumi:dev::app::local:web:App::theirs', type: 'local:web:App', properties: {} });
+      await cloud.create(target, { scope: `${TENANT}x`, urn: 'urn:pulumi:dev::app::local:web:App::near', type: 'local:web:App', properties: {} });
 
-      const urnsOf = async (stack: string) => (await cloud.listStack(target, stack)).map((r) => r.urn);
+      const urnsOf = async (stack: StackRef) => (await cloud.listStack(target, stack)).map((r) => r.urn);
       for (const stack of ['dev', 'dev-2', 'DEV', 'd_v', 'dxv', 'de%', 'devx', 'de', 'd']) {
-        expect(await urnsOf(stack), stack).toEqual(STACK_URNS.filter(([s]) => s === stack).map(([, urn]) => urn));
+        expect(await urnsOf(ref(stack)), stack).toEqual(STACK_URNS.filter(([s]) => s === stack).map(([, urn]) => urn));
       }
-      const [api] = await cloud.listStack(target, 'dev');
-      expect(api).toEqual({ ...(await cloud.get(target, api!.id)), properties: { urn: 'urn:pulumi:dev::app::local:web:App::api' } });
-      expect(await cloud.listStack(`${target}-none`, 'dev')).toEqual([]);
+      for (const project of ['ap', 'app-2', 'APP', 'a_p', 'a']) {
+        expect(await urnsOf(ref('dev', project)), project).toEqual(STACK_URNS.filter(([, urn]) => urn.startsWith(`urn:pulumi:dev::${project}::`)).map(([, urn]) => urn));
+      }
+      const [api] = await cloud.listStack(target, ref('dev'));
+      expect(api).toEqual({ ...(await cloud.get(target, api!.id)), scope: TENANT, properties: { urn: 'urn:pulumi:dev::app::local:web:App::api' } });
+      expect(await urnsOf(ref('dev', 'app', 'tenant-b'))).toEqual(['urn:pulumi:dev::app::local:web:App::theirs']);
+      expect(await urnsOf(ref('dev', 'app', 'tenant'))).toEqual([]);
+      expect(await cloud.listStack(`${target}-none`, ref('dev'))).toEqual([]);
     });
 
-    it('when a store made before the urn index holds resources, then the migration keeps them and listStack reads them', async () => {
+    it('when a store made before the urn index holds resources, then the migrations keep them and listStack reads them (in scope unknown: no run names their stack)', async () => {
       const old = await createTestDatabase(dialect, { migrate: false });
       try {
         const db = old.store.db;
-        const migrations = localCloudMigrations(dialect);
-        await migrations[TABLES]!.up(db);
+        await migrateToLatest(db, dialect, migrationsBefore(BY_URN));
         const row = { target: 'local', urn: 'urn:pulumi:dev::app::local:web:App::api', type: 'local:web:App', properties: '{"size":1}', created_at: 1, updated_at: 1 };
         await db.insertInto('local_cloud_resources').values([{ ...row, id: 'lcr_1' }, { ...row, id: 'lcr_2', urn: 'urn:pulumi:dev-2::app::local:web:App::api' }]).execute();
 
-        await migrations[BY_URN]!.up(db);
+        expect(await migrateToLatest(db, dialect, allMigrations)).toEqual([BY_URN, BY_TENANT]);
 
-        expect(await listStackResources(localCloudDb(db), 'local', 'dev')).toEqual([
-          { target: 'local', id: 'lcr_1', urn: row.urn, type: row.type, properties: { size: 1 }, createdAt: 1, updatedAt: 1 },
+        expect(await listStackResources(localCloudDb(db), 'local', ref('dev', 'app', 'unknown'))).toEqual([
+          { target: 'local', id: 'lcr_1', scope: 'unknown', urn: row.urn, type: row.type, properties: { size: 1 }, createdAt: 1, updatedAt: 1 },
         ]);
+        expect(await listStackResources(localCloudDb(db), 'local', ref('dev'))).toEqual([]);
       } finally {
         await old.drop();
       }
     });
 
-    it('when one stack of many is listed, then the store seeks the (target, urn) index, and urns compare code point by code point', async () => {
+    it('when one stack of many is listed, then the store seeks the (target, scope, urn) index, and urns compare code point by code point', async () => {
       // 40 stacks of 50 resources, with statistics, so the planner weighs a real table rather than an empty one.
       const db = database.store.db;
       const rows = Array.from({ length: 2000 }, (_, i) => ({
         target,
         id: `lcr_${String(i).padStart(5, '0')}`,
+        scope: TENANT,
         urn: `urn:pulumi:stack-${i % 40}::app::local:web:App::r${i}`,
         type: 'local:web:App',
         properties: '{}',
@@ -153,30 +183,32 @@ for (const dialect of DIALECTS) {
       }));
       for (let i = 0; i < rows.length; i += 200) await db.insertInto('local_cloud_resources').values(rows.slice(i, i + 200)).execute();
       await sql`analyze`.execute(db);
-      const from = 'urn:pulumi:stack-7::';
-      const to = 'urn:pulumi:stack-7:;';
+      const from = 'urn:pulumi:stack-7::app::';
+      const to = 'urn:pulumi:stack-7::app:;';
 
-      expect(await cloud.listStack(target, 'stack-7')).toHaveLength(50);
+      expect(await cloud.listStack(target, ref('stack-7'))).toHaveLength(50);
       if (dialect === 'sqlite') {
-        const plan = await sql<{ detail: string }>`explain query plan select * from local_cloud_resources where target = ${target} and urn >= ${from} and urn < ${to} order by id`.execute(db);
-        expect(plan.rows.map((r) => r.detail).join('\n')).toMatch(/SEARCH local_cloud_resources USING INDEX local_cloud_resources_urn \(target=\? AND urn>\? AND urn<\?\)/);
+        const plan = await sql<{ detail: string }>`explain query plan select * from local_cloud_resources where target = ${target} and scope = ${TENANT} and urn >= ${from} and urn < ${to} order by id`.execute(db);
+        expect(plan.rows.map((r) => r.detail).join('\n')).toMatch(/SEARCH local_cloud_resources USING INDEX local_cloud_resources_stack \(target=\? AND scope=\? AND urn>\? AND urn<\?\)/);
       } else {
-        const plan = await sql<{ 'QUERY PLAN': string }>`explain select * from local_cloud_resources where target = ${target} and urn >= ${from} and urn < ${to} order by id`.execute(db);
-        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/local_cloud_resources_urn[\s\S]*Index Cond: .*target.*urn >= .*urn < /);
+        const plan = await sql<{ 'QUERY PLAN': string }>`explain select * from local_cloud_resources where target = ${target} and scope = ${TENANT} and urn >= ${from} and urn < ${to} order by id`.execute(db);
+        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/local_cloud_resources_stack[\s\S]*Index Cond: .*target.*scope.*urn >= .*urn < /);
         // The test server's database collation may well be C already; the column must be C whatever the database's is.
         const column = await sql<{ collation_name: string | null }>`select collation_name from information_schema.columns where table_schema = current_schema() and table_name = 'local_cloud_resources' and column_name = 'urn'`.execute(db);
         expect(column.rows).toEqual([{ collation_name: 'C' }]);
       }
     });
 
-    it('when applies are recorded, then they are counted per target and stack, oldest first', async () => {
-      await cloud.recordApply(target, { stack: 'dev', planDigest: 'sha256:1' });
+    it('when applies are recorded, then they are counted per target and tenant-qualified stack, oldest first', async () => {
+      await cloud.recordApply(target, { stack: ref('dev'), planDigest: 'sha256:1' });
       clock.advance(5);
-      await cloud.recordApply(target, { stack: 'prod', planDigest: 'sha256:2' });
-      await cloud.recordApply(target, { stack: 'dev', planDigest: 'sha256:3' });
-      expect((await cloud.applies(target, 'dev')).map((a) => a.planDigest)).toEqual(['sha256:1', 'sha256:3']);
-      expect(await cloud.applies(target)).toHaveLength(3);
-      expect((await cloud.applies(target))[1]).toEqual({ target, stack: 'prod', planDigest: 'sha256:2', appliedAt: '2026-03-01T10:00:00.005Z' });
+      await cloud.recordApply(target, { stack: ref('prod'), planDigest: 'sha256:2' });
+      await cloud.recordApply(target, { stack: ref('dev'), planDigest: 'sha256:3' });
+      await cloud.recordApply(target, { stack: ref('dev', 'app', 'tenant-b'), planDigest: 'sha256:4' });
+      expect((await cloud.applies(target, ref('dev'))).map((a) => a.planDigest)).toEqual(['sha256:1', 'sha256:3']);
+      expect((await cloud.applies(target, ref('dev', 'app', 'tenant-b'))).map((a) => a.planDigest)).toEqual(['sha256:4']);
+      expect(await cloud.applies(target)).toHaveLength(4);
+      expect((await cloud.applies(target))[1]).toEqual({ target, stack: `${TENANT}/app/prod`, planDigest: 'sha256:2', appliedAt: '2026-03-01T10:00:00.005Z' });
     });
   });
 }
@@ -191,13 +223,13 @@ describe('local cloud on Azure SQL (compiled T-SQL)', () => {
     ]);
   });
 
-  it('when one stack is listed, then it is a range on (target, urn) with no LIKE to escape', async () => {
+  it('when one stack is listed, then it is a range on (target, scope, urn) with no LIKE to escape', async () => {
     const { db, queries } = recordingMssql(() => ({ rows: [] }));
-    await listStackResources(localCloudDb(db), 'local', 'a%_b');
+    await listStackResources(localCloudDb(db), 'local', ref('a%_b', 'p%_q'));
     expect(queries).toEqual([
       {
-        sql: 'select * from "local_cloud_resources" where "target" = @1 and "urn" >= @2 and "urn" < @3 order by "id"',
-        parameters: ['local', 'urn:pulumi:a%_b::', 'urn:pulumi:a%_b:;'],
+        sql: 'select * from "local_cloud_resources" where "target" = @1 and "scope" = @2 and "urn" >= @3 and "urn" < @4 order by "id"',
+        parameters: ['local', TENANT, 'urn:pulumi:a%_b::p%_q::', 'urn:pulumi:a%_b::p%_q:;'],
       },
     ]);
   });

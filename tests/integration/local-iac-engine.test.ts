@@ -7,6 +7,7 @@ import type { ValueReference } from '../../shared/platform/iac/iac-values';
 import { LOCAL_ENGINE_VERSION } from '../../shared/platform/iac/local-engine';
 import type { Plan, ResolveReferences, StackState } from '../../shared/platform/iac/plan';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
@@ -68,7 +69,7 @@ for (const dialect of DIALECTS) {
     let cloud: LocalCloud;
     let engine: IacEngine;
     let target: string;
-    let stack: string;
+    let stack: StackRef;
     let run = 0;
 
     beforeAll(async () => {
@@ -80,7 +81,7 @@ for (const dialect of DIALECTS) {
     beforeEach(() => {
       // Each test has its own stack and target in the file's database.
       run++;
-      stack = `dev-${run}`;
+      stack = { tenant: 'tenant-a', project: 'shop', stack: `dev-${run}` };
       target = `target-${run}`;
       clock = new ManualClock('2026-03-01T10:00:00Z');
       cloud = createLocalCloud({ store: database.store, clock, ids: randomIds });
@@ -90,11 +91,11 @@ for (const dialect of DIALECTS) {
     /** The stack file is named after the stack. */
     function files(options?: Parameters<typeof shop>[0]): ProjectFiles {
       const { 'Pulumi.dev.yaml': stackFile, ...rest } = shop(options);
-      return { ...rest, [`Pulumi.${stack}.yaml`]: stackFile ?? '' };
+      return { ...rest, [`Pulumi.${stack.stack}.yaml`]: stackFile ?? '' };
     }
 
     async function stateRow(): Promise<{ serial: number; resources: string } | undefined> {
-      const { rows } = await sql<{ serial: number; resources: string }>`select serial, resources from local_iac_stacks where stack = ${stack}`.execute(database.store.db);
+      const { rows } = await sql<{ serial: number; resources: string }>`select serial, resources from local_iac_stacks where tenant_id = ${stack.tenant} and project = ${stack.project} and stack = ${stack.stack}`.execute(database.store.db);
       return rows[0] ? { serial: Number(rows[0].serial), resources: rows[0].resources } : undefined;
     }
 
@@ -482,12 +483,12 @@ for (const dialect of DIALECTS) {
 
     it('when two writers write the same next serial of a stack state, then the second fails with STATE_CONFLICT', async () => {
       const db = stackStateDb(database.store.db);
-      const state = (serial: number): StackState => ({ stack, project: 'shop', serial, resources: [] });
-      await writeStackState(db, state(1), 1);
-      await expect(writeStackState(db, state(1), 2)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT', kind: 'conflict' });
-      await writeStackState(db, state(2), 3);
-      await expect(writeStackState(db, state(2), 4)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT', details: { expectedSerial: 1 } });
-      await expect(writeStackState(db, state(4), 5)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT' });
+      const state = (serial: number): StackState => ({ stack: stack.stack, project: stack.project, serial, resources: [] });
+      await writeStackState(db, stack.tenant, state(1), 1);
+      await expect(writeStackState(db, stack.tenant, state(1), 2)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT', kind: 'conflict' });
+      await writeStackState(db, stack.tenant, state(2), 3);
+      await expect(writeStackState(db, stack.tenant, state(2), 4)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT', details: { expectedSerial: 1 } });
+      await expect(writeStackState(db, stack.tenant, state(4), 5)).rejects.toMatchObject({ code: 'PROVISIONING.STATE_CONFLICT' });
       expect((await readStackState(db, stack))?.serial).toBe(2);
     });
   });

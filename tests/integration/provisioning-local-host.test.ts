@@ -11,7 +11,21 @@ import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { startTestHost, type TestHost } from '../support/local-host';
-import { addPoolProject, aPoolPromotion, aStackPromotion, EXAMPLE_SECRETS, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
+import {
+  addPoolProject,
+  aPoolPromotion,
+  aStackPromotion,
+  EXAMPLE_PROJECT,
+  EXAMPLE_SECRETS,
+  EXAMPLE_TENANT,
+  exampleStack,
+  POOL_PROJECT,
+  provisioningExample,
+  qualifiedExampleStack,
+  writeExampleReferences,
+  sendToPromotions,
+  type ProvisioningExample,
+} from '../support/provisioning';
 
 /**
  * Provisioning end to end on a local host started in this process with its full set of components: a promotion
@@ -26,6 +40,8 @@ const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator-
 interface RunBody {
   runId: string;
   stack?: string;
+  project?: string;
+  qualifiedStack?: string;
   promotionId: string;
   state: string;
   planDigest?: string;
@@ -113,8 +129,17 @@ describe('provisioning on the local host', () => {
     expect(run).toMatchObject({ state: 'applied', planReceipt: { plan: { counts: { create: 3 } } }, applyReceipt: { result: { status: 'applied' } } });
     const events = await publishedFor(run.runId);
     expect(events.map((e) => e.body.type)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
-    expect(events[2]?.body.data).toMatchObject({ runId: run.runId, promotionId: promotion.promotionId, stack: 'development', planDigest: run.planDigest });
+    expect(events[2]?.body.data).toMatchObject({
+      runId: run.runId,
+      promotionId: promotion.promotionId,
+      stack: 'development',
+      project: EXAMPLE_PROJECT,
+      qualifiedStack: qualifiedExampleStack('development'),
+      planDigest: run.planDigest,
+    });
+    expect(run).toMatchObject({ stack: 'development', project: EXAMPLE_PROJECT, qualifiedStack: qualifiedExampleStack('development') });
     const resources = (await cloud.list('local')).filter((r) => r.urn.startsWith('urn:pulumi:development::'));
+    expect(resources.map((r) => r.scope)).toEqual([EXAMPLE_TENANT, EXAMPLE_TENANT, EXAMPLE_TENANT]);
     expect(resources.map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service', 'local:network:Endpoint']);
     expect(resources[1]?.properties).toMatchObject({ environment: { DB_PASSWORD: EXAMPLE_SECRETS.development } });
   });
@@ -224,7 +249,7 @@ describe('provisioning on the local host', () => {
     // Arrange: a production run awaiting approval, and a development run queued behind a stack held elsewhere.
     const toReject = aStackPromotion(example.repository, 'production', { stack: 'production-1' });
     const toCancel = aStackPromotion(example.repository, 'development', { stack: 'development-3' });
-    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: 'development-3', run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 60_000 });
+    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: exampleStack('development-3'), run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 60_000 });
     await send(toReject, `reject-${toReject.promotionId}`);
     await send(toCancel, `cancel-${toCancel.promotionId}`);
     const awaiting = await runIn((await runOf(toReject)).runId, ['awaiting-approval']);
@@ -261,10 +286,10 @@ describe('provisioning on the local host', () => {
       });
       expect(JSON.parse(instance.output ?? 'null')).toEqual({ outcome: 'ended', state });
     }
-    await releaseStackLock(provisioningDb(host.host.deps.sql.db), 'development-3', 'run-elsewhere');
+    await releaseStackLock(provisioningDb(host.host.deps.sql.db), exampleStack('development-3'), 'run-elsewhere');
   });
 
-  it('when another run applies the stack after an approval, then the approved run goes stale; a replan needs its own approval, then applies', async () => {
+  it('when another run applies the stack after an approval, then the approved run goes stale; a replan needs its own approval, by another than who replanned, then applies', async () => {
     // Arrange: a production run awaits approval on production-2; a development run of the same stack applies meanwhile.
     const production = aStackPromotion(example.repository, 'production', { stack: 'production-2' });
     await send(production, `stale-${production.promotionId}`);
@@ -272,7 +297,8 @@ describe('provisioning on the local host', () => {
     const development = aStackPromotion(example.repository, 'development', { stack: 'production-2', environmentId: 'env-dev-on-production-2' });
     await send(development, `stale-${development.promotionId}`);
     expect((await runIn((await runOf(development)).runId, ['applied', 'failed'])).state).toBe('applied');
-    const post = (path: string, body: unknown = {}) => host.fetch(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims: operator });
+    const post = (path: string, body: unknown = {}, claims: object = operator) => host.fetch(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims });
+    const secondOperator = { ...operator, subject: 'operator-2' };
 
     // Act
     const approved = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: awaiting.planDigest });
@@ -280,7 +306,9 @@ describe('provisioning on the local host', () => {
     const approveStale = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: awaiting.planDigest });
     const replanned = await post(`/runtime-cloud/runs/${awaiting.runId}/replan`);
     const fresh = await runIn(awaiting.runId, ['awaiting-approval', 'failed']);
-    const approvedFresh = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: fresh.planDigest });
+    // operator-1 asked for the fresh plan: in production a second person approves it.
+    const selfApproved = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: fresh.planDigest });
+    const approvedFresh = await post(`/runtime-cloud/runs/${awaiting.runId}/approve`, { planDigest: fresh.planDigest }, secondOperator);
 
     // Assert
     expect(approved.status).toBe(200);
@@ -292,6 +320,8 @@ describe('provisioning on the local host', () => {
     // The fresh plan starts from what the development run applied: all same, and production still needs approval.
     expect(fresh).toMatchObject({ state: 'awaiting-approval', planReceipt: { plan: { counts: { create: 0, same: 3 } } } });
     expect(fresh.planDigest).not.toBe(awaiting.planDigest);
+    expect(selfApproved.status).toBe(403);
+    expect(await selfApproved.json()).toMatchObject({ code: 'PROVISIONING.SELF_APPROVAL' });
     expect(approvedFresh.status).toBe(200);
     const run = await runIn(awaiting.runId, ['applied', 'failed']);
     expect(run).toMatchObject({ state: 'applied', replacedPlans: [{ planDigest: awaiting.planDigest, stale: { code: 'PROVISIONING.PLAN_STALE' } }] });
@@ -299,16 +329,21 @@ describe('provisioning on the local host', () => {
     expect(events.filter((e) => /^Provisioning/.test(e.body.type)).map((e) => e.body.type)).toEqual(['ProvisioningApplied']);
   });
 
-  it('when an operator looks at and breaks a stack lock, then the holder is shown, the break is recorded, and only platform administrators may break it', async () => {
+  it("when an operator looks at and breaks a stack lock, then the holder is shown to its tenant and administrators, the break is recorded, and only platform administrators may break it", async () => {
     // Arrange
-    const path = '/runtime-cloud/stacks/development-4';
+    const path = `/runtime-cloud/tenants/${EXAMPLE_TENANT}/stacks/${EXAMPLE_PROJECT}/development-4`;
+    /** The stack of the same project and stack names of another tenant. */
+    const othersPath = `/runtime-cloud/tenants/demo-free/stacks/${EXAMPLE_PROJECT}/development-4`;
     const before = await host.fetch(`${path}/lock`, { claims: admin });
-    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: 'development-4', run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 60_000 });
-    const unlock = (body: unknown, claims: object) => host.fetch(`${path}/unlock`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims });
+    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: exampleStack('development-4'), run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 60_000 });
+    const unlock = (body: unknown, claims: object, at = path) => host.fetch(`${at}/unlock`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), claims });
 
     // Act
     const shown = await host.fetch(`${path}/lock`, { claims: admin });
-    const hiddenFromTenant = await host.fetch(`${path}/lock`, { claims: operator });
+    const shownToTenant = await host.fetch(`${path}/lock`, { claims: operator });
+    const hiddenFromOtherTenant = await host.fetch(`${path}/lock`, { claims: { tenant: 'demo-free', roles: ['Operator'] } });
+    const othersNotLocked = await host.fetch(`${othersPath}/lock`, { claims: admin });
+    const othersUnlock = await unlock({ reason: 'wrong tenant' }, admin, othersPath);
     const byOperator = await unlock({ reason: 'stuck' }, operator);
     const byTenantAdmin = await unlock({ reason: 'stuck' }, { tenant: 'demo-team', roles: ['PlatformAdmin'] });
     const wrongVersion = await unlock({ reason: 'host other hung', version: 2 }, { ...admin, subject: 'admin-1' });
@@ -320,8 +355,15 @@ describe('provisioning on the local host', () => {
     expect(before.status).toBe(404);
     expect(await before.json()).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
     expect(shown.status).toBe(200);
-    expect(await shown.json()).toMatchObject({ stack: 'development-4', holderRun: 'run-elsewhere', holderHost: 'other', version: 1, expired: false, expiresAt: expect.any(String) });
-    expect(hiddenFromTenant.status).toBe(404);
+    const view = { stack: qualifiedExampleStack('development-4'), tenant: EXAMPLE_TENANT, project: EXAMPLE_PROJECT, holderRun: 'run-elsewhere', holderHost: 'other', version: 1, expired: false, expiresAt: expect.any(String) };
+    expect(await shown.json()).toMatchObject(view);
+    expect(shownToTenant.status).toBe(200);
+    expect(await shownToTenant.json()).toMatchObject(view);
+    expect(hiddenFromOtherTenant.status).toBe(403);
+    expect(await hiddenFromOtherTenant.json()).toMatchObject({ code: 'AUTH.TENANT_MISMATCH' });
+    expect(othersNotLocked.status).toBe(404);
+    expect(await othersNotLocked.json()).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+    expect(othersUnlock.status).toBe(404);
     expect(byOperator.status).toBe(403);
     expect(byTenantAdmin.status).toBe(403);
     expect(await byTenantAdmin.json()).toMatchObject({ code: 'AUTH.PLATFORM_ONLY' });
@@ -331,8 +373,8 @@ describe('provisioning on the local host', () => {
     expect(await broken.json()).toMatchObject({ broken: { holderRun: 'run-elsewhere', version: 1 }, by: 'admin-1', reason: 'host other hung' });
     expect(after.status).toBe(404);
     expect(again.status).toBe(404);
-    const breaks = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_lock_breaks').select(['holder_run', 'broken_by', 'reason']).where('stack', '=', 'development-4').execute();
-    expect(breaks).toEqual([{ holder_run: 'run-elsewhere', broken_by: 'admin-1', reason: 'host other hung' }]);
+    const breaks = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_lock_breaks').select(['tenant_id', 'project', 'holder_run', 'broken_by', 'reason']).where('stack', '=', 'development-4').execute();
+    expect(breaks).toEqual([{ tenant_id: EXAMPLE_TENANT, project: EXAMPLE_PROJECT, holder_run: 'run-elsewhere', broken_by: 'admin-1', reason: 'host other hung' }]);
   });
 
   it('when a pool sized by a stack is resized, then PoolResizeRequested reaches provisioning through the topic and a pool-resize run applies the new size', async () => {
@@ -345,7 +387,7 @@ describe('provisioning on the local host', () => {
       host.fetch('/runtime-cloud/pools/resize-pool', {
         method: 'PUT',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ kind: 'build', target: 'local', capacity, max: 20, iacStack: 'pool-workers' }),
+        body: JSON.stringify({ kind: 'build', target: 'local', capacity, max: 20, iacStack: qualifiedExampleStack('pool-workers', POOL_PROJECT) }),
         claims: admin,
       });
     expect((await putPool(2)).status).toBe(201);
@@ -360,7 +402,7 @@ describe('provisioning on the local host', () => {
       return page.items.find((r) => r.reason === 'pool-resize');
     });
     const run = await runIn(queued.runId, ['applied', 'failed']);
-    expect(run).toMatchObject({ state: 'applied', stack: 'pool-workers', poolResize: { pool: 'resize-pool', fromCapacity: 2, toCapacity: 7 }, config: { poolSize: 7 } });
+    expect(run).toMatchObject({ state: 'applied', stack: 'pool-workers', qualifiedStack: qualifiedExampleStack('pool-workers', POOL_PROJECT), poolResize: { pool: 'resize-pool', fromCapacity: 2, toCapacity: 7 }, config: { poolSize: 7 } });
     const workers = (await cloud.list('local')).filter((r) => r.urn.startsWith('urn:pulumi:pool-workers::'));
     expect(workers.map((r) => r.properties)).toEqual([{ kind: 'build', size: 7 }]);
     const events = await publishedFor(run.runId);

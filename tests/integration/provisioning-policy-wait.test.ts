@@ -9,12 +9,14 @@ import { systemClock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { transitionRun } from '../../shared/provisioning/provisioning.repository';
 import { createProvisioningService, type ProvisioningService, type RunStep } from '../../shared/provisioning/provisioning.service';
-import type { Run } from '../../shared/provisioning/run';
+import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { stackOf, type Run } from '../../shared/provisioning/run';
 import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { expectProblem } from '../support/problems';
 import { refusal } from '../support/refusal';
-import { aStackPromotion, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample, testServiceOptions } from '../support/provisioning';
+import { aStackPromotion, EXAMPLE_PROJECT, exampleStack, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample, testServiceOptions } from '../support/provisioning';
 import { provisioningFixture } from '../support/provisioning-fixture';
 
 /**
@@ -25,9 +27,16 @@ import { provisioningFixture } from '../support/provisioning-fixture';
  */
 
 const ALL = { kind: 'all' } as const;
-const REVIEWED = 'env-reviewed';
-/** Sends plans of the environment `REVIEWED` (on any stack) to review. */
+/** The name of the environments whose plans are reviewed (a policy matches an environment by id or by name). */
+const REVIEWED = 'reviewed';
+/** Sends plans of the environments named `REVIEWED` (on any stack) to review. */
 const REVIEW_POLICY = { policies: [{ id: 'change-review', environments: [REVIEWED], review: true, reason: 'changes of this environment are reviewed' }] };
+
+/** A promotion onto `stack`, of an environment of its own (an environment is bound to one stack) named `REVIEWED`. */
+function reviewedPromotion(repository: ProvisioningExample['repository'], tier: 'development' | 'production', stack: string): PromotionApproved {
+  const promotion = aStackPromotion(repository, tier, { stack, environmentId: `env-reviewed-${stack}` });
+  return { ...promotion, environment: { ...promotion.environment, name: REVIEWED } };
+}
 
 type PolicyStep = Extract<RunStep, { outcome: 'awaiting-policy' }>;
 
@@ -69,7 +78,8 @@ for (const dialect of DIALECTS) {
     }
 
     async function accepted(service: ProvisioningService, tier: 'development' | 'production', options: { stack?: string; environmentId?: string } = {}): Promise<Run> {
-      const body = aStackPromotion(example.repository, tier, { stack: options.stack ?? freshStack(tier), environmentId: options.environmentId ?? REVIEWED });
+      const stack = options.stack ?? freshStack(tier);
+      const body = options.environmentId === undefined ? reviewedPromotion(example.repository, tier, stack) : aStackPromotion(example.repository, tier, { stack, environmentId: options.environmentId });
       const result = await service.intake({ messageId: `msg-${dialect}-${++messages}`, body });
       if (result.outcome !== 'accepted') throw new Error(`not accepted: ${JSON.stringify(result)}`);
       return result.run;
@@ -90,8 +100,8 @@ for (const dialect of DIALECTS) {
       // Act
       const step = policyStep(await service.plan(reviewed.id));
       const waiting = await service.getRun(ALL, reviewed.id);
-      const lock = await getStackLock(db(), stack);
-      const next = await service.nextWaitingRun({ stack });
+      const lock = await getStackLock(db(), exampleStack(stack));
+      const next = await service.nextWaitingRun({ stack: exampleStack(stack) });
       clock.advance(1000);
       const replanned = await service.plan(reviewed.id);
       const polled = await service.checkPolicy(reviewed.id, false);
@@ -158,7 +168,7 @@ for (const dialect of DIALECTS) {
       expect(allowed).toEqual({ outcome: 'awaiting-approval', planDigest: step.planDigest, planExpiresAt: new Date(plannedAt + 24 * 3_600_000).toISOString() });
       const waiting = (await service.getRun(ALL, run.id)).run;
       expect(waiting).toMatchObject({ state: 'awaiting-approval', waitingFor: { kind: 'approval', planDigest: step.planDigest } });
-      expect(await getStackLock(db(), run.stack)).toBeUndefined();
+      expect(await getStackLock(db(), stackOf(run))).toBeUndefined();
     });
 
     it('when the reviewer denies the check, then the run fails with POLICY_DENIED and the reason, one ProvisioningFailed, and nothing is applied', async () => {
@@ -249,7 +259,7 @@ for (const dialect of DIALECTS) {
     it('when a run is planning for another reason, then it cannot be rejected, not even by a rejection that read it waiting for its check a moment before', async () => {
       // Arrange: a run of an environment no review applies to, stopped between taking its stack and deciding.
       const { service } = host();
-      const run = await accepted(service, 'development', { environmentId: 'env-not-reviewed' });
+      const run = await accepted(service, 'development', { environmentId: 'env-not-reviewed-planning' });
       await db().updateTable('provisioning_runs').set({ state: 'planning' }).where('id', '=', run.id).execute();
 
       // Act
@@ -311,7 +321,7 @@ for (const dialect of DIALECTS) {
       });
       const strict = await accepted(service, 'development', { environmentId: 'env-strict' });
       const elsewhere = await accepted(service, 'development', { environmentId: 'env-free' });
-      const onStack = await accepted(service, 'development', { stack, environmentId: 'env-free' });
+      const onStack = await accepted(service, 'development', { stack, environmentId: 'env-free-on-stack' });
 
       // Act
       const denied = await service.plan(strict.id);
@@ -385,7 +395,7 @@ describe('provisioning runs waiting for a policy check on the local host', () =>
     )?.status;
   /** Sends a promotion of the reviewed environment and waits until its run waits for the policy check. */
   async function waitingRun(stack: string): Promise<RunBody> {
-    const promotion = aStackPromotion(example.repository, 'development', { stack, environmentId: REVIEWED });
+    const promotion = reviewedPromotion(example.repository, 'development', stack);
     await sendToPromotions(host, promotion, `policy-${promotion.promotionId}`);
     return eventually(async () => {
       const run = await runOf(promotion.promotionId);
@@ -397,7 +407,7 @@ describe('provisioning runs waiting for a policy check on the local host', () =>
     // Arrange
     const run = await waitingRun('development-1');
     const detail = await host.fetch(`/runtime-cloud/runs/${run.runId}`, { claims: operator });
-    const lock = await host.fetch('/runtime-cloud/stacks/development-1/lock', { claims: operator });
+    const lock = await host.fetch(`/runtime-cloud/tenants/demo-team/stacks/${EXAMPLE_PROJECT}/development-1/lock`, { claims: operator });
 
     // Act
     await services.reviewCheck(run.waitingFor?.checkId ?? '', { decision: 'allow', by: 'reviewer-1' });
@@ -408,7 +418,7 @@ describe('provisioning runs waiting for a policy check on the local host', () =>
       state: 'planning',
       waitingFor: { kind: 'policy', checkId: expect.stringMatching(/^chk-/), planDigest: expect.stringMatching(/^sha256:/), since: expect.any(String) },
     });
-    expect(lock.status).toBe(404);
+    await expectProblem(lock, 404, 'PROVISIONING.STACK_NOT_LOCKED');
     const ended = await eventually(async () => {
       const current = await runOf(run.promotionId);
       return current?.state === 'applied' || current?.state === 'failed' ? current : undefined;

@@ -7,7 +7,20 @@ import type { Run } from '../../shared/provisioning/run';
 import { acquireStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import {
+  addPoolProject,
+  aPoolPromotion,
+  aPoolResizeEvent,
+  aStackPromotion,
+  EXAMPLE_PROJECT,
+  EXAMPLE_SECRETS,
+  exampleStack,
+  POOL_PROJECT,
+  type ProvisioningExample,
+  outboxEvents,
+  qualifiedExampleStack,
+  testServiceOptions,
+} from '../support/provisioning';
 import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
@@ -36,11 +49,12 @@ for (const dialect of DIALECTS) {
     }
     let proposals = 0;
     const proposalId = () => `prop-${dialect}-${++proposals}`;
-    /** A request to reconcile what `applied` applied: its tenant, environment and stack. */
+    /** A request to reconcile what `applied` applied: its tenant, environment and stack (project and name). */
     const requestFor = (applied: Run, overrides: Partial<ReconcileRequest> = {}): ReconcileRequest => ({
       proposalId: proposalId(),
       tenant: applied.tenant,
       environmentId: applied.environment.id,
+      project: applied.project,
       stack: applied.stack,
       requestedBy: 'operator-1',
       ignore: [],
@@ -83,6 +97,7 @@ for (const dialect of DIALECTS) {
         tenant: promoted.tenant,
         environment: promoted.environment,
         release: promoted.release,
+        project: EXAMPLE_PROJECT,
         stack: promoted.stack,
         desiredState: promoted.desiredState,
         requestedBy: 'operator-1',
@@ -104,7 +119,7 @@ for (const dialect of DIALECTS) {
       const events = await eventsOf(run.id);
       expect(events.map((e) => e.type)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
       for (const event of events) {
-        expect(event.data).toMatchObject({ trigger: 'reconciliation', proposalId: request.proposalId, stack: promoted.stack });
+        expect(event.data).toMatchObject({ trigger: 'reconciliation', proposalId: request.proposalId, stack: promoted.stack, qualifiedStack: qualifiedExampleStack(promoted.stack) });
         expect(event.data).not.toHaveProperty('promotionId');
       }
       expect(JSON.stringify(events)).not.toContain(EXAMPLE_SECRETS.development);
@@ -132,7 +147,7 @@ for (const dialect of DIALECTS) {
       await service.cancel(ALL, raced[0].run.id, 'operator-1');
     });
 
-    it('when the environment is production, then the reconciliation run waits for approval of its plan and applies once approved', async () => {
+    it('when the environment is production, then the reconciliation run waits for approval of its plan by another than who accepted the proposal, and applies once approved', async () => {
       // Arrange
       const promoted = await appliedPromotion('production');
       const endpoint = await resourceOf(promoted.stack, 'endpoint');
@@ -142,37 +157,44 @@ for (const dialect of DIALECTS) {
       // Act
       const planned = await service.plan(run.id);
       const waiting = (await service.getRun(ALL, run.id)).run;
-      await service.approve(ALL, run.id, { planDigest: waiting.planDigest ?? '', by: 'operator-1' });
+      // operator-1 accepted the proposal: a second person must approve its plan.
+      const selfApproval = await refusal(service.approve(ALL, run.id, { planDigest: waiting.planDigest ?? '', by: 'operator-1' }));
+      await service.approve(ALL, run.id, { planDigest: waiting.planDigest ?? '', by: 'operator-2' });
       const applied = await service.apply(run.id);
 
       // Assert
       expect(planned).toMatchObject({ outcome: 'awaiting-approval', planDigest: waiting.planDigest });
       expect(waiting).toMatchObject({ state: 'awaiting-approval', approvalRequired: true });
+      expect(selfApproval).toMatchObject({ code: 'PROVISIONING.SELF_APPROVAL', kind: 'forbidden' });
+      expect((await service.getRun(ALL, run.id)).decision).toMatchObject({ decision: 'approved', by: 'operator-2' });
       expect((await service.getRun(ALL, run.id)).planReceipt?.approvalReasons).toEqual(['production tier']);
       expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
       expect((await resourceOf(promoted.stack, 'endpoint')).properties).toMatchObject({ port: 443 });
     });
 
-    it('when the stack was never applied, or applied for another tenant or environment, then UNKNOWN_STACK and no run; a malformed request is INVALID_RECONCILIATION', async () => {
+    it('when the stack was never applied, or applied for another tenant, project or environment, then UNKNOWN_STACK and no run; a malformed request is INVALID_RECONCILIATION', async () => {
       // Arrange
       const promoted = await appliedPromotion('development');
 
       // Act
       const never = await refusal(service.reconcile(requestFor(promoted, { stack: freshStack('development') })));
       const otherTenant = await refusal(service.reconcile(requestFor(promoted, { tenant: 'other-team' })));
+      const otherProject = await refusal(service.reconcile(requestFor(promoted, { project: 'other-app' })));
       const otherEnvironment = await refusal(service.reconcile(requestFor(promoted, { environmentId: 'env-elsewhere' })));
+      const noProject = await refusal(service.reconcile(requestFor(promoted, { project: 'a/b' })));
       const badPath = await refusal(service.reconcile(requestFor(promoted, { ignore: [{ scope: { type: 'local:compute:Service' }, path: 'tags.*.env' }] })));
       const hugeIndex = await refusal(service.reconcile(requestFor(promoted, { ignore: [{ scope: { type: 'local:compute:Service' }, path: 'items.999999999.x' }] })));
       const noProposal = await refusal(service.reconcile(requestFor(promoted, { proposalId: '' })));
 
       // Assert
-      for (const error of [never, otherTenant, otherEnvironment]) {
+      for (const error of [never, otherTenant, otherProject, otherEnvironment]) {
         expect(error).toMatchObject({ code: 'PROVISIONING.UNKNOWN_STACK', kind: 'not-found', message: expect.stringContaining('no run has applied stack') });
       }
       for (const error of [badPath, hugeIndex]) {
         expect(error).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', kind: 'validation', details: { errors: [{ field: 'ignore.0.path' }] } });
       }
       expect(noProposal).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', details: { errors: [{ field: 'proposalId' }] } });
+      expect(noProject).toMatchObject({ code: 'PROVISIONING.INVALID_RECONCILIATION', details: { errors: [{ field: 'project' }] } });
       const page = await service.listRuns(ALL, { environment: promoted.environment.id, limit: 100 });
       expect(page.items.map((r) => r.reason)).toEqual(['promotion']);
     });
@@ -241,7 +263,7 @@ for (const dialect of DIALECTS) {
       // Arrange: the stack is held elsewhere, so what is accepted stays queued.
       const promoted = await appliedPromotion('development');
       const stack = promoted.stack;
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const older = await accepted(requestFor(promoted));
       const promotion = await service.intake({ messageId: `msg-${randomIds.next('m')}`, body: aStackPromotion(example.repository, 'development', { stack, environmentId: promoted.environment.id }) });
       if (promotion.outcome !== 'accepted') throw new Error('not accepted');
@@ -255,7 +277,7 @@ for (const dialect of DIALECTS) {
       expect((await service.getRun(ALL, newer.id)).run.state).toBe('queued');
       const failed = (await eventsOf(older.id)).find((e) => e.type === 'ProvisioningFailed');
       expect(failed?.data).toMatchObject({ trigger: 'reconciliation', proposalId: older.reconciliation?.proposalId, state: 'superseded', supersededBy: newer.id });
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
       for (const run of [promotion.run.id, newer.id]) await service.cancel(ALL, run, 'operator-1');
     });
 
@@ -267,7 +289,7 @@ for (const dialect of DIALECTS) {
       if (intake.outcome !== 'accepted') throw new Error('not accepted');
       await service.plan(intake.run.id);
       await service.apply(intake.run.id);
-      const resized = await service.poolResize({ messageId: `evt-${dialect}-reconcile`, body: aPoolResizeEvent({ id: `evt-${dialect}-reconcile`, pool: 'p', iacStack: stack, fromCapacity: 2, toCapacity: 4 }) });
+      const resized = await service.poolResize({ messageId: `evt-${dialect}-reconcile`, body: aPoolResizeEvent({ id: `evt-${dialect}-reconcile`, pool: 'p', iacStack: qualifiedExampleStack(stack, POOL_PROJECT), fromCapacity: 2, toCapacity: 4 }) });
       if (resized.outcome !== 'accepted') throw new Error('not accepted');
       await service.plan(resized.run.id);
       const run = await accepted(requestFor(intake.run));

@@ -10,10 +10,26 @@ import { randomIds } from '../../shared/platform/time/clock';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
 import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
+import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
 import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
-import { addPoolProject, aPoolPromotion, aPoolResizeEvent, aStackPromotion, EXAMPLE_SECRETS, type ProvisioningExample, outboxEvents, testServiceOptions } from '../support/provisioning';
+import {
+  addPoolProject,
+  aPoolPromotion,
+  aPoolResizeEvent,
+  aStackPromotion,
+  EXAMPLE_SECRETS,
+  EXAMPLE_PROJECT,
+  EXAMPLE_TENANT,
+  exampleStack,
+  POOL_PROJECT,
+  type ProvisioningExample,
+  outboxEvents,
+  qualifiedExampleStack,
+  testServiceOptions,
+  testSources,
+} from '../support/provisioning';
 import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
@@ -32,7 +48,7 @@ for (const dialect of DIALECTS) {
       ({ database, example, cloud, root } = fixture);
       service = createProvisioningService(serviceOptions());
       expiringService = createProvisioningService({ ...serviceOptions(), planExpiry: { defaultMs: 24 * 3600_000, byEnvironment: shortExpiry } });
-      approvingService = createProvisioningService({ ...serviceOptions(), approval: { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: approvalRules } });
+      approvingService = createProvisioningService({ ...serviceOptions(), approval: { tiers: ['production'], onDeleteOrReplace: true, secondPersonTiers: ['production'], byEnvironment: approvalRules } });
     });
     /** Environments with their own approval rule, by id; every other environment keeps the default rule. */
     const approvalRules = { 'env-always-approved': { always: true }, 'env-destroys-freely': { onDeleteOrReplace: false } };
@@ -79,7 +95,12 @@ for (const dialect of DIALECTS) {
     /** The events a run (or a promotion or message, by correlation id) put in the outbox, in order. */
     const eventsOf = (correlationId: string) => outboxEvents(database.store, correlationId);
     const types = (events: readonly CloudEvent[]) => events.map((e) => e.type);
-    const resourcesOf = async (stack: string) => (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
+    /** The resources of every scope whose urn names the stack; each must be the example tenant's. */
+    const resourcesOf = async (stack: string) => {
+      const found = (await cloud.list('local')).filter((r) => r.urn.startsWith(`urn:pulumi:${stack}::`));
+      expect(found.filter((r) => r.scope !== EXAMPLE_TENANT)).toEqual([]);
+      return found;
+    };
     let messages = 0;
     const intake = (body: unknown, messageId = `msg-${dialect}-${++messages}`) => service.intake({ messageId, body });
 
@@ -87,9 +108,10 @@ for (const dialect of DIALECTS) {
     async function importBucket(stack: string) {
       const urn = `urn:pulumi:${stack}::demo-app::local:storage:Bucket::assets`;
       const inputs = { name: 'demo-app-production-assets', versioning: true };
-      const bucket = await cloud.create('local', { urn, type: 'local:storage:Bucket', properties: inputs });
+      const bucket = await cloud.create('local', { scope: EXAMPLE_TENANT, urn, type: 'local:storage:Bucket', properties: inputs });
       await writeStackState(
         stackStateDb(database.store.db),
+        EXAMPLE_TENANT,
         { stack, project: 'demo-app', serial: 1, resources: [{ urn, name: 'assets', type: 'local:storage:Bucket', id: bucket.id, inputs, outputs: { ...inputs, id: bucket.id }, protect: true, dependencies: [] }] },
         clock.now().getTime(),
       );
@@ -115,11 +137,12 @@ for (const dialect of DIALECTS) {
       expect(planned).toEqual({ outcome: 'applying' });
       expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
       const detail = await service.getRun(ALL, run.id);
-      expect(detail.run).toMatchObject({ state: 'applied', approvalRequired: false, planDigest: detail.planReceipt?.plan.digest });
+      expect(detail.run).toMatchObject({ state: 'applied', approvalRequired: false, planDigest: detail.planReceipt?.plan.digest, tenant: EXAMPLE_TENANT, project: EXAMPLE_PROJECT, stack });
       expect(detail.run.finishedAt).toBeInstanceOf(Date);
       expect(detail.planReceipt).toMatchObject({
         runId: run.id,
         stack,
+        qualifiedStack: qualifiedExampleStack(stack),
         commit: example.repository.commit,
         runner: { name: 'local', version: expect.stringMatching(/^runtime-cloud-local-iac /) },
         approvalRequired: false,
@@ -130,12 +153,14 @@ for (const dialect of DIALECTS) {
         ['api', 'create'],
         ['endpoint', 'create'],
       ]);
+      expect(detail.applyReceipt).toMatchObject({ stack, qualifiedStack: qualifiedExampleStack(stack) });
       expect(detail.applyReceipt?.result).toMatchObject({ status: 'applied', planDigest: detail.run.planDigest });
       expect(detail.applyReceipt?.result.resources.map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
       const events = await eventsOf(run.id);
       expect(types(events)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);
+      for (const event of events) expect(event.data).toMatchObject({ tenantId: EXAMPLE_TENANT, project: EXAMPLE_PROJECT, stack, qualifiedStack: qualifiedExampleStack(stack) });
       expect((await resourcesOf(stack)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service', 'local:network:Endpoint']);
-      expect(await getStackLock(db(), stack)).toBeUndefined();
+      expect(await getStackLock(db(), exampleStack(stack))).toBeUndefined();
       // What inventory takes as the desired properties: the state's inputs, with the secret still a reference.
       const specified = (events[1]?.data as { resources: EventResource[] }).resources;
       expect(specified.map((r) => [r.name, r.properties])).toEqual([
@@ -179,7 +204,7 @@ for (const dialect of DIALECTS) {
       expect(waiting.planExpiresAt?.getTime()).toBe(clock.now().getTime() + 24 * 3600_000);
       expect(waiting).toMatchObject({ state: 'awaiting-approval', approvalRequired: true, waitingFor: { kind: 'approval', planDigest: waiting.planDigest } });
       // While it waits for a person, the stack is free for others.
-      expect(await getStackLock(db(), stack)).toBeUndefined();
+      expect(await getStackLock(db(), exampleStack(stack))).toBeUndefined();
       expect(beforeApproval).toMatchObject({ outcome: 'awaiting-approval', planDigest: waiting.planDigest });
       expect(approved.state).toBe('applying');
       expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
@@ -212,7 +237,7 @@ for (const dialect of DIALECTS) {
       const applied = await service.apply(run.id);
 
       // Assert
-      expect(result).toEqual({ outcome: 'stale', reason: expect.stringContaining(`the state of stack ${stack} changed since the plan was made (serial 0, now 1)`) });
+      expect(result).toEqual({ outcome: 'stale', reason: expect.stringContaining(`the state of stack ${qualifiedExampleStack(stack)} changed since the plan was made (serial 0, now 1)`) });
       expect(stale.run).toMatchObject({ state: 'stale', error: { code: 'PROVISIONING.PLAN_STALE' }, waitingFor: { kind: 'replan', planDigest: digest } });
       expect(stale.applyReceipt).toBeUndefined();
       expect(approveStale).toMatchObject({ code: 'PROVISIONING.PLAN_STALE', kind: 'conflict' });
@@ -251,10 +276,10 @@ for (const dialect of DIALECTS) {
       const before = await resourcesOf(stack);
       // An edit of the state out of band that leaves its serial as it was: only the digest can tell.
       const states = stackStateDb(database.store.db);
-      const state = await readStackState(states, stack);
+      const state = await readStackState(states, exampleStack(stack));
       if (!state) throw new Error('no state');
       const edited = state.resources.map((r) => (r.name === 'api' ? { ...r, inputs: { ...r.inputs, size: 'huge' } } : r));
-      await states.updateTable('local_iac_stacks').set({ resources: JSON.stringify(edited) }).where('stack', '=', stack).execute();
+      await states.updateTable('local_iac_stacks').set({ resources: JSON.stringify(edited) }).where('tenant_id', '=', EXAMPLE_TENANT).where('project', '=', state.project).where('stack', '=', stack).execute();
 
       // Act
       const result = await service.apply(run.id);
@@ -322,27 +347,36 @@ for (const dialect of DIALECTS) {
       for (const id of [woken.id, forgotten.id]) expect(types(await eventsOf(id))).toEqual(['SpecificationDeclared', 'ProvisioningFailed']);
     });
 
-    it('when nothing holds a stack, then its lock is not found; a held lock is shown to operators, to the holding tenant only, and broken once with who and why', async () => {
+    it("when nothing holds a stack, then its lock is not found; a held lock is shown to operators and to the stack's tenant only, and broken once with who and why", async () => {
       // Arrange
       const stack = freshStack('development');
       const demoTeam = { kind: 'one', tenant: 'demo-team' } as const;
-      const missing = await refusal(service.stackLock(ALL, stack));
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
-      const held = await service.stackLock(ALL, stack);
+      const someoneElse = { kind: 'one', tenant: 'someone-else' } as const;
+      const missing = await refusal(service.stackLock(ALL, exampleStack(stack)));
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      const held = await service.stackLock(ALL, exampleStack(stack));
+      const seenByTenant = await service.stackLock(demoTeam, exampleStack(stack));
+      const hiddenFromOthers = await refusal(service.stackLock(someoneElse, exampleStack(stack)));
+      // The stack of the same project and stack names of another tenant is another stack: nothing holds it.
+      const othersStack = exampleStack(stack, EXAMPLE_PROJECT, 'someone-else');
+      const othersMissing = await refusal(service.stackLock(ALL, othersStack));
+      const othersUnlock = await refusal(service.unlockStack(othersStack, { by: 'admin-1', reason: 'wrong tenant' }));
 
       // Act
-      const wrongVersion = await refusal(service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung', version: held.version + 1 }));
-      const broken = await service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung', version: held.version });
-      const again = await refusal(service.unlockStack(stack, { by: 'admin-1', reason: 'host-b hung' }));
+      const wrongVersion = await refusal(service.unlockStack(exampleStack(stack), { by: 'admin-1', reason: 'host-b hung', version: held.version + 1 }));
+      const broken = await service.unlockStack(exampleStack(stack), { by: 'admin-1', reason: 'host-b hung', version: held.version });
+      const again = await refusal(service.unlockStack(exampleStack(stack), { by: 'admin-1', reason: 'host-b hung' }));
 
       // Assert
       expect(missing).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED', kind: 'not-found' });
-      expect(held).toMatchObject({ stack, holderRun: 'run-elsewhere', holderHost: 'other-host', version: 1, expiresAt: new Date(clock.now().getTime() + 60_000) });
-      await expect(service.stackLock(demoTeam, stack)).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      expect(held).toMatchObject({ stack: exampleStack(stack), holderRun: 'run-elsewhere', holderHost: 'other-host', version: 1, expiresAt: new Date(clock.now().getTime() + 60_000) });
+      expect(seenByTenant).toEqual(held);
+      expect(hiddenFromOthers).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      for (const error of [othersMissing, othersUnlock]) expect(error).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED', details: { stack: qualifiedExampleStack(stack, EXAMPLE_PROJECT, 'someone-else') } });
       expect(wrongVersion).toMatchObject({ code: 'PROVISIONING.STACK_LOCK_VERSION_MISMATCH', kind: 'conflict', details: { version: 1 } });
       expect(broken).toMatchObject({ lock: { holderRun: 'run-elsewhere', version: 1 }, by: 'admin-1', reason: 'host-b hung' });
       expect(again).toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
-      expect(await getStackLock(db(), stack)).toBeUndefined();
+      expect(await getStackLock(db(), exampleStack(stack))).toBeUndefined();
       const breaks = await db().selectFrom('provisioning_lock_breaks').select(['holder_run', 'holder_host', 'broken_by', 'reason']).where('stack', '=', stack).execute();
       expect(breaks).toEqual([{ holder_run: 'run-elsewhere', holder_host: 'other-host', broken_by: 'admin-1', reason: 'host-b hung' }]);
     });
@@ -351,16 +385,16 @@ for (const dialect of DIALECTS) {
       // Arrange
       const stack = freshStack('production');
       const run = await accepted(aStackPromotion(example.repository, 'production', { stack }));
-      await acquireStackLock(db(), dialect, { stack, run: run.id, host: 'test-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: run.id, host: 'test-host', now: clock.now().getTime(), ttlMs: 60_000 });
 
       // Act
-      const seen = await service.stackLock({ kind: 'one', tenant: 'demo-team' }, stack);
+      const seen = await service.stackLock({ kind: 'one', tenant: 'demo-team' }, exampleStack(stack));
 
       // Assert
       expect(seen).toMatchObject({ holderRun: run.id, holderHost: 'test-host' });
-      await expect(service.stackLock({ kind: 'one', tenant: 'someone-else' }, stack)).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
+      await expect(service.stackLock({ kind: 'one', tenant: 'someone-else' }, exampleStack(stack))).rejects.toMatchObject({ code: 'PROVISIONING.STACK_NOT_LOCKED' });
       await service.cancel(ALL, run.id, 'operator-1');
-      await releaseStackLock(db(), stack, run.id);
+      await releaseStackLock(db(), exampleStack(stack), run.id);
     });
 
     it('when the stack lock is broken during an apply, then the apply stops before its next step and the run fails with STACK_LOCK_LOST', async () => {
@@ -373,7 +407,7 @@ for (const dialect of DIALECTS) {
       // Act
       const applying = gated.service.apply(run.id);
       await gated.entered;
-      await gated.service.unlockStack(stack, { by: 'admin-1', reason: 'stuck apply' });
+      await gated.service.unlockStack(exampleStack(stack), { by: 'admin-1', reason: 'stuck apply' });
       gated.open();
       const result = await applying;
 
@@ -403,9 +437,9 @@ for (const dialect of DIALECTS) {
       // Act
       const start = clock.now().getTime();
       clock.advance(50_000);
-      await vi.waitFor(async () => expect((await getStackLock(db(), stack))?.expiresAt.getTime()).toBeGreaterThanOrEqual(start + 50_000 + 60_000), { timeout: 5000, interval: 10 });
+      await vi.waitFor(async () => expect((await getStackLock(db(), exampleStack(stack)))?.expiresAt.getTime()).toBeGreaterThanOrEqual(start + 50_000 + 60_000), { timeout: 5000, interval: 10 });
       clock.advance(50_000);
-      const other = await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      const other = await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       gated.open();
       const result = await applying;
 
@@ -422,7 +456,7 @@ for (const dialect of DIALECTS) {
       const promoted = await accepted(aPoolPromotion(repository, stack));
       await service.plan(promoted.id);
       await service.apply(promoted.id);
-      const event = aPoolResizeEvent({ id: `evt-resize-${dialect}-1`, pool: 'build-pool', iacStack: stack, fromCapacity: 2, toCapacity: 6 });
+      const event = aPoolResizeEvent({ id: `evt-resize-${dialect}-1`, pool: 'build-pool', iacStack: qualifiedExampleStack(stack, POOL_PROJECT), fromCapacity: 2, toCapacity: 6 });
 
       // Act
       const result = await service.poolResize({ messageId: `evt-resize-${dialect}-1`, body: JSON.stringify(event) });
@@ -452,31 +486,40 @@ for (const dialect of DIALECTS) {
       expect(events[2]?.data).not.toHaveProperty('promotionId');
     });
 
-    it('when a resize repeats, names a stack nobody applied, is malformed or another event comes, then one run, a recorded rejection, or nothing', async () => {
+    it("when a resize repeats, names a stack nobody applied (or another tenant's of the same names), is malformed, names a bare stack or another event comes, then one run, a recorded rejection, or nothing", async () => {
       // Arrange
       const repository = await addPoolProject(example);
       const stack = `pool-${dialect}-2`;
       const promoted = await accepted(aPoolPromotion(repository, stack));
       await service.plan(promoted.id);
       await service.apply(promoted.id);
-      const resize = aPoolResizeEvent({ id: `evt-resize-${dialect}-2`, pool: 'build-pool', iacStack: stack, fromCapacity: 2, toCapacity: 3 });
-      const unknown = aPoolResizeEvent({ id: `evt-resize-${dialect}-3`, pool: 'other-pool', iacStack: 'no-such-stack', fromCapacity: 2, toCapacity: 3 });
-      const malformed = { ...resize, id: `evt-resize-${dialect}-4`, data: { pool: 'build-pool', iacStack: stack, toCapacity: -1 } };
+      const resize = aPoolResizeEvent({ id: `evt-resize-${dialect}-2`, pool: 'build-pool', iacStack: qualifiedExampleStack(stack, POOL_PROJECT), fromCapacity: 2, toCapacity: 3 });
+      const unknown = aPoolResizeEvent({ id: `evt-resize-${dialect}-3`, pool: 'other-pool', iacStack: qualifiedExampleStack('no-such-stack', POOL_PROJECT), fromCapacity: 2, toCapacity: 3 });
+      const malformed = { ...resize, id: `evt-resize-${dialect}-4`, data: { pool: 'build-pool', iacStack: qualifiedExampleStack(stack, POOL_PROJECT), toCapacity: -1 } };
+      // The stack's own name, and the stack of the same project and name of a tenant that never applied it.
+      const bare = aPoolResizeEvent({ id: `evt-resize-${dialect}-6`, pool: 'build-pool', iacStack: stack, fromCapacity: 2, toCapacity: 3 });
+      const otherTenant = aPoolResizeEvent({ id: `evt-resize-${dialect}-7`, pool: 'build-pool', iacStack: qualifiedExampleStack(stack, POOL_PROJECT, 'other-team'), fromCapacity: 2, toCapacity: 3 });
 
       // Act
       const first = await service.poolResize({ messageId: `evt-resize-${dialect}-2`, body: resize });
       const redelivered = await service.poolResize({ messageId: `evt-resize-${dialect}-2`, body: resize });
       const unknownStack = await service.poolResize({ messageId: `evt-resize-${dialect}-3`, body: unknown });
       const invalid = await service.poolResize({ messageId: `evt-resize-${dialect}-4`, body: malformed });
+      const bareStack = await service.poolResize({ messageId: `evt-resize-${dialect}-6`, body: bare });
+      const notTheirs = await service.poolResize({ messageId: `evt-resize-${dialect}-7`, body: otherTenant });
       const other = await service.poolResize({ messageId: `evt-other-${dialect}`, body: { ...resize, id: `evt-other-${dialect}`, type: 'LeaseExpired' } });
 
       // Assert
       if (first.outcome !== 'accepted') throw new Error('not accepted');
       expect(redelivered).toEqual({ outcome: 'duplicate', run: first.run });
       expect(await db().selectFrom('provisioning_runs').select('id').where('stack', '=', stack).where('reason', '=', 'pool-resize').execute()).toHaveLength(1);
-      expect(unknownStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_STACK', reason: expect.stringContaining('no-such-stack') });
-      expect(await eventsOf(`evt-resize-${dialect}-3`)).toMatchObject([{ type: 'ProvisioningFailed', subject: 'pools/other-pool', data: { trigger: 'pool-resize', stack: 'no-such-stack', code: 'PROVISIONING.UNKNOWN_STACK' } }]);
+      expect(unknownStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_STACK', reason: expect.stringContaining(qualifiedExampleStack('no-such-stack', POOL_PROJECT)) });
+      expect(await eventsOf(`evt-resize-${dialect}-3`)).toMatchObject([
+        { type: 'ProvisioningFailed', subject: 'pools/other-pool', data: { trigger: 'pool-resize', stack: qualifiedExampleStack('no-such-stack', POOL_PROJECT), code: 'PROVISIONING.UNKNOWN_STACK' } },
+      ]);
       expect(invalid).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.INVALID_POOL_RESIZE', reason: expect.stringContaining('fromCapacity') });
+      expect(bareStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.INVALID_POOL_RESIZE', reason: expect.stringContaining('iacStack') });
+      expect(notTheirs).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_STACK', reason: expect.stringContaining(qualifiedExampleStack(stack, POOL_PROJECT, 'other-team')) });
       expect(await service.getRejection(`evt-resize-${dialect}-4`)).toMatchObject({ code: 'PROVISIONING.INVALID_POOL_RESIZE' });
       expect(other).toMatchObject({ outcome: 'ignored' });
       expect(await service.getRejection(`evt-other-${dialect}`)).toBeUndefined();
@@ -496,7 +539,7 @@ for (const dialect of DIALECTS) {
       const labeled = await example.commit();
       const second = await accepted({ ...aPoolPromotion(labeled, stack), environment: first.environment });
       await service.plan(second.id);
-      const resized = await service.poolResize({ messageId: `evt-resize-${dialect}-5`, body: aPoolResizeEvent({ id: `evt-resize-${dialect}-5`, pool: 'p', iacStack: stack, fromCapacity: 2, toCapacity: 4 }) });
+      const resized = await service.poolResize({ messageId: `evt-resize-${dialect}-5`, body: aPoolResizeEvent({ id: `evt-resize-${dialect}-5`, pool: 'p', iacStack: qualifiedExampleStack(stack, POOL_PROJECT), fromCapacity: 2, toCapacity: 4 }) });
       if (resized.outcome !== 'accepted') throw new Error('not accepted');
       await service.apply(second.id);
 
@@ -536,7 +579,7 @@ for (const dialect of DIALECTS) {
       const events = await eventsOf(run.id);
       expect(types(events).filter((t) => t.startsWith('Provisioning'))).toEqual(['ProvisioningFailed']);
       expect(events.at(-1)?.data).toMatchObject({ code: 'PROVISIONING.TARGET_UNREACHABLE', runId: run.id, stack });
-      expect(await getStackLock(db(), stack)).toBeUndefined();
+      expect(await getStackLock(db(), exampleStack(stack))).toBeUndefined();
       expect(await resourcesOf(stack)).toEqual([]);
     });
 
@@ -663,36 +706,36 @@ for (const dialect of DIALECTS) {
     it('when another run holds the stack, then the run waits saying who holds it, and plans once the lock is released', async () => {
       // Arrange
       const stack = freshStack('development');
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const run = await accepted(aStackPromotion(example.repository, 'development', { stack }));
 
       // Act
       const blocked = await service.plan(run.id);
       const recorded = (await service.getRun(ALL, run.id)).run;
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
       const planned = await service.plan(run.id);
 
       // Assert
-      expect(blocked).toEqual({ outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack, heldBy: 'run-elsewhere' } });
+      expect(blocked).toEqual({ outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: qualifiedExampleStack(stack), heldBy: 'run-elsewhere' } });
       expect(recorded).toMatchObject({ state: 'queued', waitingFor: { kind: 'stack-lock', heldBy: 'run-elsewhere' } });
       expect(planned).toEqual({ outcome: 'applying' });
       expect((await service.getRun(ALL, run.id)).run.waitingFor).toBeUndefined();
-      expect((await getStackLock(db(), stack))?.holderRun).toBe(run.id);
+      expect((await getStackLock(db(), exampleStack(stack)))?.holderRun).toBe(run.id);
       await service.apply(run.id);
     });
 
     it('when a stack is released, then the run to wake is the first one waiting for it; none while a run holds it or nobody waits', async () => {
       // Arrange: two environments deploying to one stack, both behind a lock held elsewhere.
       const stack = freshStack('development');
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const first = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-a` }));
       const second = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-b` }));
       await service.plan(second.id);
       await service.plan(first.id);
 
       // Act
-      const whileHeld = await service.nextWaitingRun({ stack });
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      const whileHeld = await service.nextWaitingRun({ stack: exampleStack(stack) });
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
       const afterRelease = await service.nextWaitingRun({ runId: second.id });
       await service.plan(first.id);
       const whileFirstHoldsIt = await service.nextWaitingRun({ runId: first.id });
@@ -700,7 +743,7 @@ for (const dialect of DIALECTS) {
       const afterFirst = await service.nextWaitingRun({ runId: first.id });
       await service.plan(second.id);
       await service.apply(second.id);
-      const afterBoth = await service.nextWaitingRun({ stack });
+      const afterBoth = await service.nextWaitingRun({ stack: exampleStack(stack) });
 
       // Assert
       expect(whileHeld).toBeUndefined();
@@ -713,18 +756,18 @@ for (const dialect of DIALECTS) {
     it('when runs of one stack wait for it, then the earlier one takes it first even if the later one asks first', async () => {
       // Arrange: two environments deploying to one stack, both behind a lock held elsewhere.
       const stack = freshStack('development');
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const earlier = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-a-${stack}` }));
       const later = await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId: `env-b-${stack}` }));
       await service.plan(earlier.id);
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
 
       // Act
       const laterFirst = await service.plan(later.id);
       const earlierNext = await service.plan(earlier.id);
 
       // Assert
-      expect(laterFirst).toEqual({ outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack, queuedBehind: earlier.id } });
+      expect(laterFirst).toEqual({ outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: qualifiedExampleStack(stack), queuedBehind: earlier.id } });
       expect(earlierNext).toEqual({ outcome: 'applying' });
       await service.apply(earlier.id);
       expect(await service.plan(later.id)).toEqual({ outcome: 'applying' });
@@ -734,7 +777,7 @@ for (const dialect of DIALECTS) {
     it('when a newer promotion of the same environment arrives, then a queued older run is superseded pointing at it', async () => {
       // Arrange
       const stack = freshStack('development');
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const older = await accepted(aStackPromotion(example.repository, 'development', { stack }));
 
       // Act
@@ -747,13 +790,13 @@ for (const dialect of DIALECTS) {
       const events = await eventsOf(older.id);
       expect(types(events)).toEqual(['ProvisioningFailed']);
       expect(events[0]?.data).toMatchObject({ state: 'superseded', supersededBy: newer.id });
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
     });
 
     it('when a queued run is canceled, then it ends canceled with one ProvisioningFailed; a started run cannot be canceled', async () => {
       // Arrange
       const stack = freshStack('development');
-      await acquireStackLock(db(), dialect, { stack, run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
       const queued = await accepted(aStackPromotion(example.repository, 'development', { stack }));
       const started = await accepted(aStackPromotion(example.repository, 'production', { stack: freshStack('production') }));
       await service.plan(started.id);
@@ -767,7 +810,7 @@ for (const dialect of DIALECTS) {
       await expect(service.cancel(ALL, queued.id, 'operator-3')).rejects.toMatchObject({ code: 'PROVISIONING.RUN_NOT_CANCELABLE', details: { state: 'canceled' } });
       await expect(service.cancel(ALL, started.id, 'operator-3')).rejects.toMatchObject({ code: 'PROVISIONING.RUN_NOT_CANCELABLE', details: { state: 'awaiting-approval' } });
       expect(await service.plan(queued.id)).toEqual({ outcome: 'ended', state: 'canceled' });
-      await releaseStackLock(db(), stack, 'run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
     });
 
     it('when a promotion arrives twice, under its messageId or under a new one, then there is one run', async () => {
@@ -844,9 +887,11 @@ for (const dialect of DIALECTS) {
       // Arrange
       const base = aStackPromotion(example.repository, 'development', { stack: freshStack('development') });
       const unreachable = { ...base, desiredState: { ...base.desiredState, repository: 'https://127.0.0.1:9/desired-state.git' } };
+      // An installation that allows the remote: only then is it fetched from.
+      const allowing = createProvisioningService({ ...serviceOptions(), sources: { ...testSources(root), policy: parseSourcePolicy({ '*': [{ prefix: 'https://127.0.0.1:9/' }] }) } });
 
       // Act
-      const result = intake(unreachable, `remote-${dialect}`);
+      const result = allowing.intake({ messageId: `remote-${dialect}`, body: unreachable });
 
       // Assert
       await expect(result).rejects.toMatchObject({ code: 'DESIRED_STATE.REMOTE_UNREACHABLE', kind: 'unavailable' });
@@ -901,10 +946,12 @@ for (const dialect of DIALECTS) {
     });
 
     it('when runs are listed, then they filter by environment and status, page with a cursor and show only the tenant asked for', async () => {
-      // Arrange: three queued runs of one environment, each on a stack of its own (so none supersedes another).
+      // Arrange: three runs of one environment, on the one stack its first run bound it to: each newer one
+      // supersedes the queued one before it.
       const environmentId = `env-list-${dialect}`;
+      const stack = freshStack('development');
       const runs = [];
-      for (let i = 0; i < 3; i++) runs.push(await accepted(aStackPromotion(example.repository, 'development', { stack: freshStack('development'), environmentId })));
+      for (let i = 0; i < 3; i++) runs.push(await accepted(aStackPromotion(example.repository, 'development', { stack, environmentId })));
       const ids = runs.map((r) => r.id);
       const demoTeam = { kind: 'one', tenant: 'demo-team' } as const;
 
@@ -912,6 +959,7 @@ for (const dialect of DIALECTS) {
       const pageOne = await service.listRuns(demoTeam, { environment: environmentId, limit: 2 });
       const pageTwo = await service.listRuns(demoTeam, { environment: environmentId, limit: 2, cursor: pageOne.nextCursor ?? '' });
       const queued = await service.listRuns(ALL, { environment: environmentId, state: 'queued', limit: 10 });
+      const superseded = await service.listRuns(ALL, { environment: environmentId, state: 'superseded', limit: 10 });
       const applied = await service.listRuns(ALL, { environment: environmentId, state: 'applied', limit: 10 });
       const otherTenant = await service.listRuns({ kind: 'one', tenant: 'someone-else' }, { environment: environmentId, limit: 10 });
 
@@ -920,7 +968,8 @@ for (const dialect of DIALECTS) {
       expect(pageOne.nextCursor).toBeDefined();
       expect(pageTwo.items.map((r) => r.id)).toEqual(ids.slice(2));
       expect(pageTwo.nextCursor).toBeUndefined();
-      expect(queued.items.map((r) => r.id)).toEqual(ids);
+      expect(queued.items.map((r) => r.id)).toEqual(ids.slice(2));
+      expect(superseded.items.map((r) => r.id)).toEqual(ids.slice(0, 2));
       expect(applied.items).toEqual([]);
       expect(otherTenant.items).toEqual([]);
       await expect(service.getRun({ kind: 'one', tenant: 'someone-else' }, ids[0] ?? '')).rejects.toMatchObject({ code: 'PROVISIONING.RUN_NOT_FOUND', kind: 'not-found' });

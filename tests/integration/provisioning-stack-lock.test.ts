@@ -8,6 +8,7 @@ import {
   renewStackLock,
   type ProvisioningDb,
 } from '../../shared/provisioning/stack-lock.repository';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
@@ -19,7 +20,7 @@ for (const dialect of DIALECTS) {
     let database: TestDatabase;
     let db: ProvisioningDb;
     let n = 0;
-    const stack = () => `stack-${n}`;
+    const stack = (tenant = 'tenant-a'): StackRef => ({ tenant, project: 'app', stack: `stack-${n}` });
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
       db = provisioningDb(database.store.db);
@@ -27,14 +28,30 @@ for (const dialect of DIALECTS) {
     afterAll(async () => {
       await database?.drop();
     });
-    const acquire = (run: string, now = T0, target = db) => acquireStackLock(target, dialect, { stack: stack(), run, host: `host-of-${run}`, now, ttlMs: TTL });
+    const acquire = (run: string, now = T0, target = db, tenant = 'tenant-a') => acquireStackLock(target, dialect, { stack: stack(tenant), run, host: `host-of-${run}`, now, ttlMs: TTL });
 
     it('when a free stack is asked for, then the run holds it; another run is told who holds it and until when', async () => {
       n++;
       const first = await acquire('run-a');
       expect(first).toMatchObject({ acquired: true, lock: { holderRun: 'run-a', holderHost: 'host-of-run-a', version: 1 } });
       const second = await acquire('run-b', T0 + 1000);
-      expect(second).toEqual({ acquired: false, heldBy: expect.objectContaining({ holderRun: 'run-a', expiresAt: new Date(T0 + TTL) }) });
+      expect(second).toEqual({ acquired: false, heldBy: expect.objectContaining({ stack: stack(), holderRun: 'run-a', expiresAt: new Date(T0 + TTL) }) });
+    });
+
+    it("when another tenant asks for its stack of the same project and stack names, then it holds its own lock and neither releases the other's", async () => {
+      n++;
+      expect(await acquire('run-a')).toMatchObject({ acquired: true, lock: { stack: stack(), version: 1 } });
+      expect(await acquire('run-b', T0 + 1000, db, 'tenant-b')).toMatchObject({ acquired: true, lock: { stack: stack('tenant-b'), holderRun: 'run-b', version: 1 } });
+      // Another project of the same tenant and stack name is another stack too.
+      const other = await acquireStackLock(db, dialect, { stack: { ...stack(), project: 'app-2' }, run: 'run-c', host: 'h', now: T0, ttlMs: TTL });
+      expect(other.acquired).toBe(true);
+      expect(await releaseStackLock(db, stack('tenant-b'), 'run-a')).toBe(false);
+      expect(await releaseStackLock(db, stack(), 'run-b')).toBe(false);
+      expect((await getStackLock(db, stack()))?.holderRun).toBe('run-a');
+      expect((await getStackLock(db, stack('tenant-b')))?.holderRun).toBe('run-b');
+      const broken = await database.store.db.transaction().execute((trx) => breakStackLock(trx, dialect, { id: `break-${n}`, stack: stack('tenant-b'), by: 'o', reason: 'r', now: T0 }));
+      expect(broken?.holderRun).toBe('run-b');
+      expect((await getStackLock(db, stack()))?.holderRun).toBe('run-a');
     });
 
     it('when the holder asks again, then it keeps the lock with a longer lease and a new version', async () => {
@@ -75,9 +92,9 @@ for (const dialect of DIALECTS) {
       expect(broken).toMatchObject({ holderRun: 'run-a', holderHost: 'host-of-run-a' });
       expect(await getStackLock(db, stack())).toBeUndefined();
       expect(await renewStackLock(db, first.lock, T0 + 20, TTL)).toBe(false);
-      const audit = await db.selectFrom('provisioning_lock_breaks').selectAll().where('stack', '=', stack()).execute();
+      const audit = await db.selectFrom('provisioning_lock_breaks').selectAll().where('stack', '=', stack().stack).execute();
       expect(audit).toEqual([
-        { id: `break-${n}`, stack: stack(), holder_run: 'run-a', holder_host: 'host-of-run-a', broken_by: 'operator@example', reason: 'host lost', broken_at: T0 + 10 },
+        { id: `break-${n}`, tenant_id: 'tenant-a', project: 'app', stack: stack().stack, holder_run: 'run-a', holder_host: 'host-of-run-a', broken_by: 'operator@example', reason: 'host lost', broken_at: T0 + 10 },
       ]);
       const none = await database.store.db.transaction().execute((trx) => breakStackLock(trx, dialect, { id: `break-${n}-again`, stack: stack(), by: 'o', reason: 'r', now: T0 }));
       expect(none).toBeUndefined();
@@ -97,6 +114,8 @@ describe.skipIf(skipDialect('postgres'))('stack locks under contention on Postgr
     await database?.drop();
   });
 
+  const contended: StackRef = { tenant: 'tenant-a', project: 'app', stack: 'contended' };
+
   it('when 24 runs on two hosts acquire and release one stack in loops, then never two hold it at once and every run gets its turns', async () => {
     const hosts = [provisioningDb(database.store.db), provisioningDb(second.db)];
     const TURNS = 3;
@@ -109,7 +128,7 @@ describe.skipIf(skipDialect('postgres'))('stack locks under contention on Postgr
         const run = `run-${i}`;
         const db = hosts[i % 2]!;
         while ((turns.get(run) ?? 0) < TURNS) {
-          const outcome = await acquireStackLock(db, 'postgres', { stack: 'contended', run, host: `host-${i % 2}`, now: Date.now(), ttlMs: 60_000 });
+          const outcome = await acquireStackLock(db, 'postgres', { stack: contended, run, host: `host-${i % 2}`, now: Date.now(), ttlMs: 60_000 });
           if (!outcome.acquired) {
             await new Promise((resolve) => setTimeout(resolve, Math.random() * 5));
             continue;
@@ -118,13 +137,13 @@ describe.skipIf(skipDialect('postgres'))('stack locks under contention on Postgr
           most = Math.max(most, inside);
           await new Promise((resolve) => setTimeout(resolve, 1));
           inside--;
-          expect(await releaseStackLock(db, 'contended', run)).toBe(true);
+          expect(await releaseStackLock(db, contended, run)).toBe(true);
           turns.set(run, (turns.get(run) ?? 0) + 1);
         }
       }),
     );
     expect(most).toBe(1);
     expect([...turns.values()]).toEqual(Array.from({ length: 24 }, () => TURNS));
-    expect(await getStackLock(provisioningDb(database.store.db), 'contended')).toBeUndefined();
+    expect(await getStackLock(provisioningDb(database.store.db), contended)).toBeUndefined();
   }, 30_000);
 });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { acquireStackLock, getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { startTestHost, type TestHost } from '../support/local-host';
-import { aStackPromotion, provisioningExample, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, EXAMPLE_PROJECT, EXAMPLE_TENANT, exampleStack, provisioningExample, qualifiedExampleStack, writeExampleReferences, sendToPromotions, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Runs waiting for a stack are woken when it is released, on a local host whose runs would otherwise ask again only
@@ -20,7 +20,7 @@ interface RunBody {
   runId: string;
   promotionId: string;
   state: string;
-  waitingFor?: { kind: string; heldBy?: string };
+  waitingFor?: { kind: string; stack?: string; heldBy?: string };
 }
 
 describe('provisioning runs woken when their stack is released', () => {
@@ -59,7 +59,7 @@ describe('provisioning runs woken when their stack is released', () => {
   it('when a held stack is unlocked, then the first waiting run is woken, and when it has applied the second is too, long before their one-minute retry', async () => {
     // Arrange: another host's run holds the stack; two promotions of it (two environments, so none supersedes the
     // other) try it, find it busy, and sleep on their one-minute timers.
-    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: STACK, run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 120_000 });
+    await acquireStackLock(provisioningDb(host.host.deps.sql.db), host.host.deps.sql.dialect, { stack: exampleStack(STACK), run: 'run-elsewhere', host: 'other', now: Date.now(), ttlMs: 120_000 });
     const first = aStackPromotion(example.repository, 'development', { stack: STACK, environmentId: 'env-wake-first' });
     const second = aStackPromotion(example.repository, 'development', { stack: STACK, environmentId: 'env-wake-second' });
     await send(first, `wake-${first.promotionId}`);
@@ -69,10 +69,10 @@ describe('provisioning runs woken when their stack is released', () => {
       const runs = (await runsOf()).filter((r) => r.promotionId === first.promotionId || r.promotionId === second.promotionId);
       return runs.length === 2 && runs.every((r) => r.state === 'queued' && r.waitingFor?.kind === 'stack-lock') ? runs : undefined;
     }, 20_000);
-    expect(waiting[0]?.waitingFor).toMatchObject({ heldBy: 'run-elsewhere' });
+    expect(waiting[0]?.waitingFor).toMatchObject({ stack: qualifiedExampleStack(STACK), heldBy: 'run-elsewhere' });
 
     // Act
-    const unlocked = await host.fetch(`/runtime-cloud/stacks/${STACK}/unlock`, {
+    const unlocked = await host.fetch(`/runtime-cloud/tenants/${EXAMPLE_TENANT}/stacks/${EXAMPLE_PROJECT}/${STACK}/unlock`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ reason: 'host other is gone' }),
@@ -88,6 +88,6 @@ describe('provisioning runs woken when their stack is released', () => {
     }, 20_000);
     expect(ended.map((r) => r.state)).toEqual(['applied', 'applied']);
     expect(Date.now() - since).toBeLessThan(20_000);
-    expect(await getStackLock(provisioningDb(host.host.deps.sql.db), STACK)).toBeUndefined();
+    expect(await getStackLock(provisioningDb(host.host.deps.sql.db), exampleStack(STACK))).toBeUndefined();
   });
 });

@@ -4,7 +4,7 @@ import { ManualClock } from '../../shared/platform/time/clock';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import type { Observer } from '../../shared/inventory/observer';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
-import { applyToCloud, inventoryOver, specificationApplied, type TestResource } from '../support/inventory';
+import { applyToCloud, inventoryOver, specificationApplied, TEST_PROJECT, type TestResource } from '../support/inventory';
 
 const RESOURCES: readonly TestResource[] = Array.from({ length: 20 }, (_, i) => ({ name: `r${i}`, type: 'local:compute:Service', properties: { name: `r${i}`, size: 'small' } }));
 const skip = skipDialect('postgres');
@@ -55,7 +55,7 @@ describe.skipIf(skip)('inventory scans from two hosts on PostgreSQL', () => {
     const stack = 'stack-two-hosts';
     await applyToCloud(hostA.cloud, stack, RESOURCES);
     await inventoryOver(database.store, server.connectionString, clock).inventory.recordSpecification({ id: 'event-1', time: clock.now().toISOString(), data: specificationApplied({ id: 'env-two-hosts', stack }, RESOURCES) });
-    const resources = await hostA.cloud.listStack('local', stack);
+    const resources = await hostA.cloud.listStack('local', { tenant: 'tenant-a', project: TEST_PROJECT, stack });
 
     const fingerprints = new Set<string>();
     for (let round = 0; round < 40; round++) {
@@ -65,7 +65,7 @@ describe.skipIf(skip)('inventory scans from two hosts on PostgreSQL', () => {
         await hostA.cloud.update('local', target.id, { name: target.properties.name, size: `large-${round}` });
       }
       clock.advance(300_000);
-      const [timer, manual] = await Promise.all([hostA.inventory.scanDue(), hostB.inventory.scan('env-two-hosts', { kind: 'manual', by: 'op-1' })]);
+      const [timer, manual] = await Promise.all([hostA.inventory.scanDue(), hostB.inventory.scan({ tenant: 'tenant-a', id: 'env-two-hosts' }, { kind: 'manual', by: 'op-1' })]);
       expect(timer.map((r) => r.outcome)).toEqual(['completed']);
       expect(manual.outcome).toBe('completed');
 

@@ -11,7 +11,7 @@ import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
-import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
+import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
 
 const PROMOTIONS = 20;
 const STACKS = 5;
@@ -175,7 +175,7 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
       }
 
       // Assert, from the local cloud's apply log: one apply per applied run of the stack, inside that run's apply.
-      const applies = await cloud.applies('local', stack);
+      const applies = await cloud.applies('local', exampleStack(stack));
       const owners = applies.map((a) => {
         const at = Date.parse(a.appliedAt);
         return applied.filter((w) => w.applyStart <= at && at <= w.end).map((w) => w.runId);

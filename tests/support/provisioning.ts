@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 import { localIacRunner } from '../../shared/platform/iac/iac-runner';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { randomIds, type Clock } from '../../shared/platform/time/clock';
@@ -19,6 +20,23 @@ import type { TestHost } from './local-host';
  * production stack files under numbered names (`development-3`, `production-3`), so each test promotes to stacks of
  * its own in one shared database.
  */
+
+/** The tenant of the example's promotions (`examplePromotion`). */
+export const EXAMPLE_TENANT = 'demo-team';
+/** The example's project: the `name` of its `Pulumi.yaml`. */
+export const EXAMPLE_PROJECT = 'demo-app';
+/** The project `addPoolProject` adds. */
+export const POOL_PROJECT = 'worker-pool';
+
+/** A stack as locks, states and the local cloud key it: of the example's project and tenant unless told otherwise. */
+export function exampleStack(stack: string, project = EXAMPLE_PROJECT, tenant = EXAMPLE_TENANT): StackRef {
+  return { tenant, project, stack };
+}
+
+/** `tenant/project/stack` of `exampleStack`, as views, events and pool definitions name a stack. */
+export function qualifiedExampleStack(stack: string, project = EXAMPLE_PROJECT, tenant = EXAMPLE_TENANT): string {
+  return qualifiedStackName(exampleStack(stack, project, tenant));
+}
 
 /** The values behind the example's references; tests look for them in every stored and published byte. */
 export const EXAMPLE_SECRETS = {
@@ -103,7 +121,7 @@ export async function addPoolProject(example: ProvisioningExample): Promise<Exam
   fs.writeFileSync(
     join(folder, 'Pulumi.yaml'),
     [
-      'name: worker-pool',
+      `name: ${POOL_PROJECT}`,
       'runtime: yaml',
       'config:',
       '  poolSize:',

@@ -28,10 +28,10 @@ describe('capacity model: quota and capacity', () => {
   });
 
   it('when a pool with an IaC stack changes size, then a resize is requested; without a stack or size change, not', () => {
-    expect(needsResizeRequest({ capacity: 10 }, aPoolSpec({ capacity: 12, iacStack: 'pools-dev' }))).toBe(true);
-    expect(needsResizeRequest({ capacity: 10 }, aPoolSpec({ capacity: 10, iacStack: 'pools-dev' }))).toBe(false);
+    expect(needsResizeRequest({ capacity: 10 }, aPoolSpec({ capacity: 12, iacStack: 'team-a/worker-pool/pools-dev' }))).toBe(true);
+    expect(needsResizeRequest({ capacity: 10 }, aPoolSpec({ capacity: 10, iacStack: 'team-a/worker-pool/pools-dev' }))).toBe(false);
     expect(needsResizeRequest({ capacity: 10 }, aPoolSpec({ capacity: 12 }))).toBe(false);
-    expect(needsResizeRequest(undefined, aPoolSpec({ capacity: 12, iacStack: 'pools-dev' }))).toBe(false);
+    expect(needsResizeRequest(undefined, aPoolSpec({ capacity: 12, iacStack: 'team-a/worker-pool/pools-dev' }))).toBe(false);
   });
 });
 

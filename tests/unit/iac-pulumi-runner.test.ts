@@ -7,6 +7,7 @@ import { AppError } from '../../shared/platform/errors/app-error';
 import { pulumiIacRunner } from '../../shared/platform/iac/iac-runner';
 import type { JsonValue, ValueReference } from '../../shared/platform/iac/iac-values';
 import type { Plan } from '../../shared/platform/iac/plan';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import {
   PulumiCommandFailure,
   translateAutomationError,
@@ -29,6 +30,8 @@ import { refusal } from '../support/refusal';
  * without a CLI (which cannot be installed here), where they must fail with PROVISIONING.RUNNER_UNAVAILABLE.
  */
 
+/** The stack every call names: the runner selects it in the backend by its own name, `dev`. */
+const DEV: StackRef = { tenant: 'tenant-a', project: 'shop', stack: 'dev' };
 const STACK_URN = 'urn:pulumi:dev::shop::pulumi:pulumi:Stack::shop-dev';
 const NET_URN = 'urn:pulumi:dev::shop::local:network:VirtualNetwork::net';
 const DB_URN = 'urn:pulumi:dev::shop::local:sql:Database::db';
@@ -224,15 +227,15 @@ describe('the pulumi runner without its CLI (real Automation API, real process c
   });
 
   it('when the CLI is not installed, then preview through the real Automation API fails with PROVISIONING.RUNNER_UNAVAILABLE and leaves no work directory', async () => {
-    const error = await refusal(pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).preview('dev', FILES));
+    const error = await refusal(pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).preview(DEV, FILES));
     expect(error).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE', kind: 'unavailable' });
     expect(await readdir(workRoot)).toEqual([]);
   });
 
   it('when the CLI is not installed, then apply through the real Automation API fails with a receipt, nothing applied', async () => {
     const automation = new RecordedAutomation([previewRecording()]);
-    const plan = await runner(automation).preview('dev', FILES);
-    const result = await pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).apply('dev', FILES, {}, plan, resolve);
+    const plan = await runner(automation).preview(DEV, FILES);
+    const result = await pulumiIacRunner({ cliRoot: join(workRoot, 'no-cli'), workRoot }).apply(DEV, FILES, {}, plan, resolve);
     expect(result).toMatchObject({ status: 'failed', planDigest: plan.digest, error: { code: 'PROVISIONING.RUNNER_UNAVAILABLE' } });
     expect(result.resources.every((r) => r.status === 'skipped')).toBe(true);
   });
@@ -257,7 +260,7 @@ describe('the pulumi runner without its CLI (real Automation API, real process c
 describe('preview through the Automation API port', () => {
   it('when a project is previewed, then its files are written to a work directory, references set as secret placeholders, and the plan made from the events', async () => {
     const automation = new RecordedAutomation([previewRecording()], undefined, 4);
-    const plan = await runner(automation).preview('dev', FILES, { replicas: 2 });
+    const plan = await runner(automation).preview(DEV, FILES, { replicas: 2 });
 
     expect(automation.calls).toEqual(['select dev', 'setAllConfig', 'preview']);
     const written = automation.workDirs[0]!;
@@ -280,35 +283,35 @@ describe('preview through the Automation API port', () => {
       events: [event({ diagnosticEvent: { message: '<{%reset%}>Pulumi.yaml: resource db: unknown property "sizeGb"<{%reset%}>\n', color: 'raw', severity: 'error' } })],
       fails: new PulumiCommandFailure('failed', 255, 'error: preview failed'),
     };
-    const error = await refusal(runner(new RecordedAutomation([failing])).preview('dev', FILES));
+    const error = await refusal(runner(new RecordedAutomation([failing])).preview(DEV, FILES));
     expect(error).toMatchObject({ code: 'IAC.PREVIEW_FAILED', kind: 'unprocessable', message: 'Pulumi.yaml: resource db: unknown property "sizeGb"' });
   });
 
   it('when another update holds the stack, then preview fails with PROVISIONING.STACK_BUSY (retryable)', async () => {
     const automation = new RecordedAutomation([]);
     automation.selectFails = new PulumiCommandFailure('concurrent-update', 255, 'error: [409] Conflict');
-    expect(await refusal(runner(automation).preview('dev', FILES))).toMatchObject({ code: 'PROVISIONING.STACK_BUSY', kind: 'unavailable' });
+    expect(await refusal(runner(automation).preview(DEV, FILES))).toMatchObject({ code: 'PROVISIONING.STACK_BUSY', kind: 'unavailable' });
   });
 
   it('when the backend cannot be reached, then preview fails with PROVISIONING.RUNNER_UNAVAILABLE saying why', async () => {
     const automation = new RecordedAutomation([]);
     automation.selectFails = new PulumiCommandFailure('failed', 255, 'warning: x\nerror: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions\n');
-    const error = await refusal(runner(automation).preview('dev', FILES));
+    const error = await refusal(runner(automation).preview(DEV, FILES));
     expect(error).toMatchObject({ code: 'PROVISIONING.RUNNER_UNAVAILABLE', message: expect.stringContaining('PULUMI_ACCESS_TOKEN must be set') });
   });
 
   it('when a project file would land outside the work directory, or a reference is nested in a value, then nothing runs', async () => {
     const automation = new RecordedAutomation([previewRecording()]);
-    expect(await refusal(runner(automation).preview('dev', { ...FILES, '../escape.yaml': 'x' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
-    expect(await refusal(runner(automation).preview('dev', FILES, { settings: { password: { secretRef: 'x' } } }))).toMatchObject({ code: 'IAC.INVALID_CONFIG' });
-    expect(await refusal(runner(automation).preview('dev', { 'Pulumi.dev.yaml': 'config: {}\n' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
+    expect(await refusal(runner(automation).preview(DEV, { ...FILES, '../escape.yaml': 'x' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
+    expect(await refusal(runner(automation).preview(DEV, FILES, { settings: { password: { secretRef: 'x' } } }))).toMatchObject({ code: 'IAC.INVALID_CONFIG' });
+    expect(await refusal(runner(automation).preview(DEV, { 'Pulumi.dev.yaml': 'config: {}\n' }))).toMatchObject({ code: 'IAC.INVALID_PROJECT' });
     expect(automation.calls).toEqual([]);
   });
 });
 
 describe('apply through the Automation API port', () => {
   async function approved(): Promise<Plan> {
-    return runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview('dev', FILES);
+    return runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview(DEV, FILES);
   }
 
   it('when the plan is unchanged, then up runs constrained to the update plan just saved, with the secret resolved, and the receipt holds no secret', async () => {
@@ -318,7 +321,7 @@ describe('apply through the Automation API port', () => {
       { events: upEvents(), outputs: { netId: { value: 'net-1', secret: false }, dsn: { value: `db://u:${SECRET_VALUE}@db-1`, secret: true } }, version: 5 },
       4,
     );
-    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    const result = await runner(automation).apply(DEV, FILES, {}, plan, resolve);
 
     expect(automation.calls).toEqual(['select dev', 'setAllConfig', 'preview', 'up']);
     expect(automation.configs).toEqual([{ 'shop:dbPassword': { value: SECRET_VALUE, secret: true } }]);
@@ -332,7 +335,7 @@ describe('apply through the Automation API port', () => {
   it('when the plan made again does something the approved one did not, then PROVISIONING.PLAN_CHANGED and up never runs', async () => {
     const plan = await approved();
     const automation = new RecordedAutomation([previewRecording('cidr')], { events: upEvents() }, 4);
-    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    const result = await runner(automation).apply(DEV, FILES, {}, plan, resolve);
     expect(automation.calls).not.toContain('up');
     expect(result).toMatchObject({ status: 'failed', planDigest: plan.digest, error: { code: 'PROVISIONING.PLAN_CHANGED' } });
     expect(result.error?.message).toContain(NET_URN);
@@ -343,7 +346,7 @@ describe('apply through the Automation API port', () => {
     const plan = await approved();
     const violation = event({ diagnosticEvent: { urn: NET_URN, message: `resource ${NET_URN} violates plan: properties changed: ~~cidr[{10.0.0.0/16}!={10.2.0.0/16}]`, color: 'raw', severity: 'error' } });
     const automation = new RecordedAutomation([previewRecording()], { events: [violation], fails: new PulumiCommandFailure('failed', 255, 'error: update failed') }, 4);
-    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    const result = await runner(automation).apply(DEV, FILES, {}, plan, resolve);
     expect(automation.calls).toContain('up');
     expect(result).toMatchObject({ status: 'failed', serial: 4, error: { code: 'PROVISIONING.PLAN_CHANGED' } });
   });
@@ -351,7 +354,7 @@ describe('apply through the Automation API port', () => {
   it('when a resource fails during up, then it is failed with its redacted diagnostic and the apply failed', async () => {
     const plan = await approved();
     const automation = new RecordedAutomation([previewRecording()], { events: upEvents(true), fails: new PulumiCommandFailure('failed', 255, `error: update failed: ${SECRET_VALUE}`) }, 4);
-    const result = await runner(automation).apply('dev', FILES, {}, plan, resolve);
+    const result = await runner(automation).apply(DEV, FILES, {}, plan, resolve);
     expect(result.status).toBe('failed');
     expect(result.resources.map((r) => `${r.name} ${r.status}`)).toEqual(['shop-dev skipped', 'net succeeded', 'db failed']);
     expect(result.error).toEqual({ code: 'PROVISIONING.APPLY_FAILED', message: 'creating db: password [secret] is too weak' });
@@ -361,7 +364,7 @@ describe('apply through the Automation API port', () => {
   it('when a reference cannot be resolved, then PROVISIONING.REFERENCE_UNRESOLVED before pulumi is asked anything', async () => {
     const plan = await approved();
     const automation = new RecordedAutomation([previewRecording()], { events: upEvents() });
-    const result = await runner(automation).apply('dev', FILES, { apiKey: { secretRef: 'missing' } }, plan, resolve);
+    const result = await runner(automation).apply(DEV, FILES, { apiKey: { secretRef: 'missing' } }, plan, resolve);
     expect(result.error?.code).toBe('PROVISIONING.REFERENCE_UNRESOLVED');
     expect(automation.calls).toEqual([]);
   });
@@ -371,20 +374,20 @@ describe('apply through the Automation API port', () => {
     const lockLost = () => Promise.reject(new AppError('PROVISIONING.STACK_LOCK_LOST', 'conflict', 'the stack lock was lost'));
 
     const before = new RecordedAutomation([previewRecording()], { events: upEvents() }, 4);
-    const refused = await runner(before).apply('dev', FILES, {}, plan, resolve, { beforeStep: lockLost });
+    const refused = await runner(before).apply(DEV, FILES, {}, plan, resolve, { beforeStep: lockLost });
     expect(before.calls).not.toContain('up');
     expect(refused).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
 
     let checks = 0;
     const during = new RecordedAutomation([previewRecording()], { events: upEvents() }, 4);
-    const cancelled = await runner(during).apply('dev', FILES, {}, plan, resolve, { beforeStep: () => (++checks > 1 ? lockLost() : Promise.resolve()) });
+    const cancelled = await runner(during).apply(DEV, FILES, {}, plan, resolve, { beforeStep: () => (++checks > 1 ? lockLost() : Promise.resolve()) });
     expect(during.upSignal?.aborted).toBe(true);
     expect(cancelled).toMatchObject({ status: 'failed', error: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
     expect(cancelled.resources.some((r) => r.status === 'skipped')).toBe(true);
   });
 
   it('when the approved plan is not a plan, then apply refuses with IAC.INVALID_PLAN', async () => {
-    const error = await refusal(runner(new RecordedAutomation([])).apply('dev', FILES, {}, { digest: 'x' } as unknown as Plan, resolve));
+    const error = await refusal(runner(new RecordedAutomation([])).apply(DEV, FILES, {}, { digest: 'x' } as unknown as Plan, resolve));
     expect(error.code).toBe('IAC.INVALID_PLAN');
   });
 });
@@ -397,23 +400,23 @@ describe('plan options through the Automation API port', () => {
   ];
 
   it('when refresh is asked, then preview and up run with refresh; without it, neither does', async () => {
-    const plan = await runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview('dev', FILES, {}, { refresh: true });
+    const plan = await runner(new RecordedAutomation([previewRecording()], undefined, 4)).preview(DEV, FILES, {}, { refresh: true });
     const refreshing = new RecordedAutomation([previewRecording(), previewRecording()], { events: upEvents(), version: 5 }, 4);
-    await runner(refreshing).preview('dev', FILES, {}, { refresh: true });
-    const result = await runner(refreshing).apply('dev', FILES, {}, plan, resolve, { refresh: true });
+    await runner(refreshing).preview(DEV, FILES, {}, { refresh: true });
+    const result = await runner(refreshing).apply(DEV, FILES, {}, plan, resolve, { refresh: true });
     expect(result.status).toBe('applied');
     expect(refreshing.refreshes).toEqual(['preview:true', 'preview:true', 'up:true']);
 
     const plain = new RecordedAutomation([previewRecording()], { events: upEvents(), version: 5 }, 4);
-    await runner(plain).apply('dev', FILES, {}, plan, resolve);
+    await runner(plain).apply(DEV, FILES, {}, plan, resolve);
     expect(plain.refreshes).toEqual(['preview:false', 'up:false']);
   });
 
   it('when ignore rules are given, then the project is written with them in the ignoreChanges of the resources they match, in preview and apply', async () => {
     const files = { ...FILES, 'Pulumi.yaml': FILES['Pulumi.yaml'] + '    options:\n      ignoreChanges: [size]\n' };
     const automation = new RecordedAutomation([previewRecording(), previewRecording()], { events: upEvents(), version: 5 }, 4);
-    const plan = await runner(automation).preview('dev', files, {}, { ignore: HELD });
-    await runner(automation).apply('dev', files, {}, plan, resolve, { ignore: HELD });
+    const plan = await runner(automation).preview(DEV, files, {}, { ignore: HELD });
+    await runner(automation).apply(DEV, files, {}, plan, resolve, { ignore: HELD });
 
     for (const written of automation.workDirs) {
       const project = parseYaml(written['Pulumi.yaml']!) as { resources: Record<string, { options?: { ignoreChanges?: string[] } }> };
@@ -423,13 +426,13 @@ describe('plan options through the Automation API port', () => {
     }
     // Without rules the project file is written as it is.
     const plain = new RecordedAutomation([previewRecording()], undefined, 4);
-    await runner(plain).preview('dev', files, {}, { ignore: [] });
+    await runner(plain).preview(DEV, files, {}, { ignore: [] });
     expect(plain.workDirs[0]?.['Pulumi.yaml']).toBe(files['Pulumi.yaml']);
   });
 
   it('when an ignore rule path cannot be read, then nothing runs and preview fails with IAC.INVALID_IGNORE_RULE', async () => {
     const automation = new RecordedAutomation([previewRecording()]);
-    const error = await refusal(runner(automation).preview('dev', FILES, {}, { ignore: [{ scope: { urn: DB_URN }, path: '*.port' }] }));
+    const error = await refusal(runner(automation).preview(DEV, FILES, {}, { ignore: [{ scope: { urn: DB_URN }, path: '*.port' }] }));
     expect(error).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
     expect(automation.calls).toEqual([]);
   });

@@ -44,8 +44,11 @@ const ARM_PAGE_1 = fixture<ArmPage>('arm/list-by-resource-group.page-1.json');
 const ARM_PAGE_2 = fixture<ArmPage>('arm/list-by-resource-group.page-2.json');
 const ARM_ERRORS = fixture<Record<string, RecordedError>>('arm/list-by-resource-group.errors.json');
 
+/** The tenant, environment and stack every scope of these tests names. */
+const DEV_SCOPE = { tenant: 'tenant-a', environmentId: 'env-dev', stack: { tenant: 'tenant-a', project: 'app', stack: 'dev' } } as const;
+
 function armScope(tags?: Record<string, string>): ObservationScope {
-  return { environmentId: 'env-dev', stack: 'dev', target: 'local', azure: { subscriptionId: SUBSCRIPTION, resourceGroup: RESOURCE_GROUP, ...(tags ? { tags } : {}) } };
+  return { ...DEV_SCOPE, target: 'local', azure: { subscriptionId: SUBSCRIPTION, resourceGroup: RESOURCE_GROUP, ...(tags ? { tags } : {}) } };
 }
 
 const live = () => ({ signal: new AbortController().signal });
@@ -241,7 +244,7 @@ describe('ARM observer: listing a resource group (the SDK on recorded responses)
 
   it('when the scope names no resource group, then a validation error, not an empty observation', async () => {
     const { httpClient } = recordedArm(pages());
-    expect(await refusal(armObserver(httpClient).observe({ environmentId: 'env-dev', stack: 'dev', target: 'local' }, live()))).toMatchObject({
+    expect(await refusal(armObserver(httpClient).observe({ ...DEV_SCOPE, target: 'local' }, live()))).toMatchObject({
       code: 'INVENTORY.SCOPE_INCOMPLETE',
       kind: 'validation',
     });
@@ -399,7 +402,7 @@ describe('Kubernetes observer: listing namespaces (the SDK against a server play
     });
     return config;
   };
-  const scope = (namespaces: string[] = [NAMESPACE]): ObservationScope => ({ environmentId: 'env-dev', stack: 'dev', target: 'local', kubernetes: { namespaces } });
+  const scope = (namespaces: string[] = [NAMESPACE]): ObservationScope => ({ ...DEV_SCOPE, target: 'local', kubernetes: { namespaces } });
 
   it('when a namespace is observed, then its Deployments (both pages), StatefulSets, DaemonSets and Services are mapped as the recorded items are', async () => {
     const observed = await createKubernetesObserver({ kubeConfig: kubeConfigFor(port), pageSize: 2 }).observe(scope(), live());
@@ -485,7 +488,7 @@ describe('Kubernetes observer: listing namespaces (the SDK against a server play
   });
 
   it('when the scope names no namespaces, then a validation error, and nothing is sent', async () => {
-    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe({ environmentId: 'env-dev', stack: 'dev', target: 'local' }, live()))).toMatchObject({
+    expect(await refusal(createKubernetesObserver({ kubeConfig: kubeConfigFor(port) }).observe({ ...DEV_SCOPE, target: 'local' }, live()))).toMatchObject({
       code: 'INVENTORY.SCOPE_INCOMPLETE',
       kind: 'validation',
     });

@@ -6,6 +6,7 @@ import {
   isTerminal,
   planExpiryMs,
   RUN_STATES,
+  secondPersonRequired,
   statesBefore,
   TERMINAL_RUN_STATES,
   type ApprovalPolicy,
@@ -95,19 +96,36 @@ describe('provisioning run model', () => {
   });
 
   it('when an environment is set to always require approval, then even its plans that only create need it', () => {
-    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'env-dev-1': { always: true } } };
+    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, secondPersonTiers: ['production'], byEnvironment: { 'env-dev-1': { always: true } } };
     expect(approvalRequired(env('development', 'env-dev-1', 'dev'), counts({ create: 1 }), policy)).toEqual({ required: true, reasons: ['required for environment dev'] });
     expect(approvalRequired(env('development', 'env-dev-2', 'dev2'), counts({ create: 1 }), policy).required).toBe(false);
   });
 
   it('when an environment turns off approval by tier and on delete or replace, then its destroying plans need none', () => {
-    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'prod-sandbox': { always: false, onDeleteOrReplace: false } } };
+    const policy: ApprovalPolicy = { tiers: ['production'], onDeleteOrReplace: true, secondPersonTiers: ['production'], byEnvironment: { 'prod-sandbox': { always: false, onDeleteOrReplace: false } } };
     expect(approvalRequired(env('production', 'env-p-9', 'prod-sandbox'), counts({ delete: 2, replace: 1 }), policy)).toEqual({ required: false, reasons: [] });
     expect(approvalRequired(env('production', 'env-p-1', 'production'), counts({ create: 1 }), policy).required).toBe(true);
   });
 
+  it('when an environment is of the production tier, then a second person must approve by default; an environment rule by id or name says otherwise', () => {
+    expect(secondPersonRequired(env('production'))).toBe(true);
+    expect(secondPersonRequired(env('staging'))).toBe(false);
+    expect(secondPersonRequired(env('development'))).toBe(false);
+    const policy: ApprovalPolicy = {
+      tiers: ['production'],
+      onDeleteOrReplace: true,
+      secondPersonTiers: ['production'],
+      byEnvironment: { 'env-dev-1': { secondPerson: true }, 'prod-sandbox': { secondPerson: false }, 'env-p-1': { always: true } },
+    };
+    expect(secondPersonRequired(env('development', 'env-dev-1', 'dev'), policy)).toBe(true);
+    expect(secondPersonRequired(env('production', 'env-p-9', 'prod-sandbox'), policy)).toBe(false);
+    // A rule that says nothing of a second person leaves the tier's.
+    expect(secondPersonRequired(env('production', 'env-p-1', 'production'), policy)).toBe(true);
+    expect(secondPersonRequired(env('production'), { ...policy, secondPersonTiers: [] })).toBe(false);
+  });
+
   it('when an environment is named by id and by name, then the id rule wins', () => {
-    const policy: ApprovalPolicy = { tiers: [], onDeleteOrReplace: false, byEnvironment: { 'env-s-1': { always: true }, staging: { always: false } } };
+    const policy: ApprovalPolicy = { tiers: [], onDeleteOrReplace: false, secondPersonTiers: [], byEnvironment: { 'env-s-1': { always: true }, staging: { always: false } } };
     expect(approvalRequired(env('staging', 'env-s-1', 'staging'), counts(), policy).required).toBe(true);
     expect(approvalRequired(env('staging', 'env-s-2', 'staging'), counts({ delete: 1 }), policy).required).toBe(false);
   });
