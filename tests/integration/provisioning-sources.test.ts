@@ -97,8 +97,8 @@ for (const dialect of DIALECTS) {
       await Promise.all(listeners.map((l) => l.close()));
     });
 
-    const promote = (repository: string, commit = small) => {
-      const base = aStackPromotion(fixture.example.repository, 'development', { stack: 'development' });
+    const promote = (repository: string, commit = small, environmentId = 'env-development') => {
+      const base = aStackPromotion(fixture.example.repository, 'development', { stack: 'development', environmentId });
       return service.intake({ messageId: `msg-${dialect}-${++messages}`, body: { ...base, desiredState: { repository, commit, path: 'app', stack: 'development' } } });
     };
     const refusedWith = async (outcome: Awaited<ReturnType<typeof promote>>) => {
@@ -197,6 +197,29 @@ for (const dialect of DIALECTS) {
       expect(await storedText()).not.toContain(CREDENTIAL.password);
       const cached = fs.readdirSync(cacheDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
       for (const file of cached) expect(fs.readFileSync(join(file.parentPath, file.name)).includes(CREDENTIAL.password)).toBe(false);
+    });
+
+    it('when a project sets what only the installation decides (a backend, a runtime it does not allow), then its plan fails PROJECT_NOT_ALLOWED naming each key, before any engine evaluates it', async () => {
+      // Arrange: a repository under the allowed folder whose project would keep its state elsewhere and run node.
+      const local = await TestRepository.init(join(fixture.root, `policy-${dialect}`));
+      const commit = await local.commit({
+        'app/Pulumi.yaml': 'name: elsewhere\nruntime: nodejs\nbackend:\n  url: s3://someone-elses-bucket\nresources: {}\n',
+        'app/Pulumi.development.yaml': 'secretsprovider: awskms://alias/theirs\nconfig: {}\n',
+      });
+      const intake = await promote(pathToFileURL(local.dir).href, commit, 'env-policy');
+      if (intake.outcome !== 'accepted') throw new Error(`not accepted: ${JSON.stringify(intake)}`);
+      const appliesBefore = (await fixture.cloud.applies('local')).length;
+
+      // Act
+      const step = await service.plan(intake.run.id);
+
+      // Assert
+      expect(step).toEqual({ outcome: 'ended', state: 'failed' });
+      const failed = (await service.getRun({ kind: 'all' }, intake.run.id)).run;
+      expect(failed.error?.code).toBe('PROVISIONING.PROJECT_NOT_ALLOWED');
+      for (const key of ['runtime', 'backend', 'secretsprovider']) expect(failed.error?.message).toContain(key);
+      expect((await outboxEvents(fixture.database.store, intake.run.id)).filter((e) => e.type === 'ProvisioningFailed')).toHaveLength(1);
+      expect((await fixture.cloud.applies('local')).length).toBe(appliesBefore);
     });
 
     it('when another tenant promotes from a prefix allowed to demo-team only, then its run is rejected SOURCE_NOT_ALLOWED and the server is never asked', async () => {
