@@ -90,8 +90,12 @@ describe('inventory on the local host', () => {
     // Apply → in sync: inventory learns the desired state from SpecificationApplied and scans at once.
     const promotion = aStackPromotion(example.repository, 'development', { stack: STACK, environmentId: ENVIRONMENT });
     await sendToPromotions(host, promotion, `inventory-${promotion.promotionId}`);
-    const applied = await statusBecomes('in-sync');
-    expect(applied.lastRun?.state).toBe('applied');
+    // Two events: SpecificationApplied (the desired state, then a scan) and ProvisioningApplied (the run's end), which
+    // the subscription may deliver in either order; both must show, or the wait fails the test.
+    await eventually(async () => {
+      const body = await statusBecomes('in-sync');
+      return body.lastRun?.state === 'applied' ? body : undefined;
+    });
     const inventory = await call<{ items: { urn: string; type: string; properties?: Record<string, unknown> }[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/inventory`);
     expect(inventory.items.map((r) => r.type).sort()).toEqual(['local:compute:Service', 'local:network:Endpoint', 'local:storage:Bucket']);
     for (const secret of Object.values(EXAMPLE_SECRETS)) expect(JSON.stringify(inventory)).not.toContain(secret);
