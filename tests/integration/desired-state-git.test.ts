@@ -5,7 +5,6 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as git from 'isomorphic-git';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
 import {
   DesiredStateErrors,
   desiredStateMemory,
@@ -16,6 +15,7 @@ import {
 } from '../../shared/platform/git/desired-state';
 import { GitHttpServer } from '../support/git-http-server';
 import { TestRepository } from '../support/git-repositories';
+import { refusal } from '../support/refusal';
 
 const PROJECT_V1 = 'name: demo\nruntime: yaml\nresources: {}\n';
 const PROJECT_V2 = 'name: demo\nruntime: yaml\nresources:\n  bucket:\n    type: local:storage:Bucket\n';
@@ -23,15 +23,6 @@ const MISSING_SHA = 'deadbeef'.repeat(5);
 /** The tenant every read of this file is for, unless a test is about tenants. */
 const TENANT = { tenant: 'acme' } as const;
 
-/** The AppError `load` fails with; fails the test when it resolves or throws anything else. */
-async function failure(load: Promise<unknown>): Promise<AppError> {
-  const error: unknown = await load.then(
-    () => new Error('expected loadDesiredState to fail'),
-    (e: unknown) => e,
-  );
-  if (!(error instanceof AppError)) throw error;
-  return error;
-}
 
 describe('loadDesiredState from a local repository', () => {
   const root = fs.mkdtempSync(join(tmpdir(), 'rch-desired-state-'));
@@ -114,7 +105,7 @@ describe('loadDesiredState from a local repository', () => {
     fs.rmSync(own.dir, { recursive: true, force: true });
 
     // Act
-    const error = await failure(loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'globex', memory }));
+    const error = await refusal(loadDesiredState({ repository: own.dir, commit, path: '.' }, { tenant: 'globex', memory }));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.repositoryNotFound);
@@ -153,7 +144,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the commit is not in the repository, then COMMIT_NOT_FOUND, a permanent not-found', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: MISSING_SHA }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ commit: MISSING_SHA }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.commitNotFound);
@@ -166,7 +157,7 @@ describe('loadDesiredState from a local repository', () => {
     const { commit } = await git.readCommit({ fs, dir: repo.dir, oid: first });
 
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: commit.tree }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ commit: commit.tree }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.commitNotFound);
@@ -179,7 +170,7 @@ describe('loadDesiredState from a local repository', () => {
     ['a sha in capitals', () => first.toUpperCase()],
   ])('when the commit is %s instead of a full sha, then COMMIT_NOT_FOUND as a validation error', async (_name, commit) => {
     // Act
-    const error = await failure(loadDesiredState(ref({ commit: commit() }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ commit: commit() }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.commitNotFound, 'validation']);
@@ -187,7 +178,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the path does not exist at the commit, then PATH_NOT_FOUND, a permanent not-found', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'missing/app' }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ path: 'missing/app' }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.pathNotFound, 'not-found']);
@@ -197,7 +188,7 @@ describe('loadDesiredState from a local repository', () => {
   it('when the path exists only in a later commit, then reading it at the earlier commit is PATH_NOT_FOUND', async () => {
     // Act
     const atSecond = await loadDesiredState(ref({ commit: second, path: 'other' }), TENANT);
-    const error = await failure(loadDesiredState(ref({ path: 'other' }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ path: 'other' }), TENANT));
 
     // Assert
     expect(atSecond.project).toBe(PROJECT_V1);
@@ -206,7 +197,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the path names a file, then PATH_NOT_FOUND', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'app/Pulumi.yaml' }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ path: 'app/Pulumi.yaml' }), TENANT));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.pathNotFound);
@@ -214,7 +205,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the folder has no Pulumi.yaml, then NOT_A_PROJECT, a validation error', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ path: 'docs' }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ path: 'docs' }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.notAProject, 'validation']);
@@ -222,7 +213,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the files exceed the size limit, then TOO_LARGE', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref(), { ...TENANT, maxBytes: 40 }));
+    const error = await refusal(loadDesiredState(ref(), { ...TENANT, maxBytes: 40 }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.tooLarge, 'too-large']);
@@ -230,7 +221,7 @@ describe('loadDesiredState from a local repository', () => {
 
   it('when the local folder is not a Git repository, then REPOSITORY_NOT_FOUND', async () => {
     // Act
-    const error = await failure(loadDesiredState(ref({ repository: join(root, 'nowhere') }), TENANT));
+    const error = await refusal(loadDesiredState(ref({ repository: join(root, 'nowhere') }), TENANT));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.repositoryNotFound, 'not-found']);
@@ -278,7 +269,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     'when the repository is %s, then REPOSITORY_UNSUPPORTED, a validation error',
     async (repository) => {
       // Act
-      const error = await failure(loadDesiredState({ repository, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp() }));
+      const error = await refusal(loadDesiredState({ repository, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp() }));
 
       // Assert
       expect([error.code, error.kind]).toEqual([DesiredStateErrors.repositoryUnsupported, 'validation']);
@@ -307,7 +298,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     const http = recordingHttp();
 
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: 'https://deploy:s3cret-token@git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http }),
     );
 
@@ -338,7 +329,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     const http = recordingHttp();
 
     // Act
-    await failure(loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http }));
+    await refusal(loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http }));
 
     // Assert
     expect(http.urls[0]).toBe('https://git.example.com/team/repo.git/info/refs?service=git-upload-pack');
@@ -346,7 +337,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
 
   it('when the remote answers 404, then REPOSITORY_NOT_FOUND, a permanent not-found', async () => {
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: 'https://git.example.com/team/gone.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp(404) }),
     );
 
@@ -356,7 +347,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
 
   it.each([503, 500, 401, 403])('when the remote answers %i, then REMOTE_UNREACHABLE, a transient failure', async (status) => {
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: 'https://git.example.com/team/repo.git', commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, http: recordingHttp(status) }),
     );
 
@@ -376,7 +367,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
     const repository = `https://127.0.0.1:${port}/team/repo.git`;
 
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState(
         { repository, commit: MISSING_SHA, path: 'app' },
         { ...TENANT, cacheDir: root, credentialRef: 'broker://git/deploy', resolveCredential: async () => ({ username: 'deploy', password: 's3cret-token' }) },
@@ -409,7 +400,7 @@ describe('loadDesiredState from an HTTPS remote (offline)', () => {
       const started = Date.now();
 
       // Act
-      const error = await failure(
+      const error = await refusal(
         loadDesiredState({ repository: `https://127.0.0.1:${port}/team/repo.git`, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: root, idleTimeoutMs: 300 }),
       );
 
@@ -474,7 +465,7 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     server.allowShaWant = false;
 
     // Act
-    const error = await failure(loadDesiredState({ repository: url, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
+    const error = await refusal(loadDesiredState({ repository: url, commit: MISSING_SHA, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.commitNotFound, 'not-found']);
@@ -509,7 +500,7 @@ describe('loadDesiredState fetching from a Git server (in memory, through an inj
     server.failUploadPacks = 2;
 
     // Act
-    const error = await failure(loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
+    const error = await refusal(loadDesiredState({ repository: url, commit: older, path: 'app' }, { ...TENANT, cacheDir: freshCache(), http: server }));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.remoteUnreachable, 'unavailable']);

@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import * as git from 'isomorphic-git';
 import nodeHttp from 'isomorphic-git/http/node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
 import { DesiredStateErrors, loadDesiredState, remoteCacheDir, type LoadDesiredStateOptions } from '../../shared/platform/git/desired-state';
 import { GitHttpServer, listenGit, type GitListener } from '../support/git-http-server';
 import { TestRepository } from '../support/git-repositories';
 import { selfSignedCertificate } from '../support/self-signed-certificate';
+import { refusal } from '../support/refusal';
 
 /**
  * Fetching over real HTTPS: a Git server on 127.0.0.1 behind node:https with a certificate made at test time, read
@@ -23,15 +23,6 @@ const certificate = selfSignedCertificate();
 const agent = new Agent({ ca: certificate.cert });
 const trustingTestCa: git.HttpClient = { request: (request) => nodeHttp.request({ ...request, agent }) };
 
-/** The AppError `load` fails with; fails the test when it resolves or throws anything else. */
-async function failure(load: Promise<unknown>): Promise<AppError> {
-  const error: unknown = await load.then(
-    () => new Error('expected loadDesiredState to fail'),
-    (e: unknown) => e,
-  );
-  if (!(error instanceof AppError)) throw error;
-  return error;
-}
 
 /** Every file under `dir` (relative paths), or [] when it does not exist. */
 function filesUnder(dir: string): string[] {
@@ -102,7 +93,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const cacheDir = freshCache();
 
     // Act
-    const error = await failure(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(cacheDir)));
+    const error = await refusal(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(cacheDir)));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.redirectRefused, 'forbidden']);
@@ -119,7 +110,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const redirecting = await listen({ redirectTo: plain.origin });
 
     // Act
-    const error = await failure(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(freshCache())));
+    const error = await refusal(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(freshCache())));
 
     // Assert
     expect([error.code, error.kind]).toEqual([DesiredStateErrors.redirectRefused, 'forbidden']);
@@ -133,7 +124,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const redirecting = await listen({ redirectTo: `${target.origin}/other-org` });
 
     // Act
-    const error = await failure(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(freshCache())));
+    const error = await refusal(loadDesiredState({ repository: `${redirecting.origin}/team/repo.git`, commit: small, path: 'app' }, options(freshCache())));
 
     // Assert
     expect(error.code).toBe(DesiredStateErrors.redirectRefused);
@@ -147,7 +138,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const limited = options(cacheDir, { fetchMaxBytes: 512 * 1024 });
 
     // Act
-    const error = await failure(loadDesiredState({ repository: `${listener.origin}/team/repo.git`, commit: big, path: 'assets' }, limited));
+    const error = await refusal(loadDesiredState({ repository: `${listener.origin}/team/repo.git`, commit: big, path: 'assets' }, limited));
     const afterFailure = filesUnder(cacheDir);
     const state = await loadDesiredState({ repository: `${listener.origin}/team/repo.git`, commit: small, path: 'app' }, limited);
 
@@ -166,7 +157,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const cacheDir = freshCache();
 
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: `${listener.origin}/team/repo.git`, commit: small, path: 'app' }, options(cacheDir, { fetchMaxBytes: 512 * 1024 })),
     );
 
@@ -194,7 +185,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const limit = Math.floor(advertised * 1.5);
 
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: `${listener.origin}/team/branchy.git`, commit, path: 'app' }, options(freshCache(), { fetchMaxBytes: limit })),
     );
     const unbounded = await loadDesiredState({ repository: `${listener.origin}/team/branchy.git`, commit, path: 'app' }, options(freshCache(), { fetchMaxBytes: limit * 2 }));
@@ -213,7 +204,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
     const started = Date.now();
 
     // Act
-    const error = await failure(
+    const error = await refusal(
       loadDesiredState({ repository: `${listener.origin}/team/repo.git`, commit: small, path: 'app' }, options(cacheDir, { fetchTimeoutMs: 600, idleTimeoutMs: 5_000 })),
     );
 
@@ -272,7 +263,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
       const listener = await listen({ basicAuth: { username, password } });
 
       // Act
-      const error = await failure(loadDesiredState({ repository: `${listener.origin}/team/private.git`, commit: small, path: 'app' }, options(freshCache())));
+      const error = await refusal(loadDesiredState({ repository: `${listener.origin}/team/private.git`, commit: small, path: 'app' }, options(freshCache())));
 
       // Assert
       expect(error.code).toBe(DesiredStateErrors.remoteUnreachable);
@@ -284,7 +275,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
       const listener = await listen({ basicAuth: { username, password } });
 
       // Act
-      const error = await failure(
+      const error = await refusal(
         loadDesiredState(
           { repository: `${listener.origin}/team/private.git`, commit: small, path: 'app' },
           options(freshCache(), { credentialRef: 'broker://git/deploy', resolveCredential: async () => ({ username, password: 'wrong-pass-1234' }) }),
@@ -301,7 +292,7 @@ describe('loadDesiredState from an HTTPS Git server (real TLS and sockets)', () 
       const listener = await listen({ basicAuth: { username, password } });
 
       // Act
-      const error = await failure(
+      const error = await refusal(
         loadDesiredState(
           { repository: `${listener.origin}/team/private.git`, commit: small, path: 'app' },
           options(freshCache(), { credentialRef: 'broker://git/deploy', resolveCredential: async () => ({ user: 'deploy', secret: 'not-the-shape-99' }) }),
