@@ -1,6 +1,6 @@
 import { sql, type CreateTableBuilder, type Kysely } from 'kysely';
 import type { SqlDialect } from '../platform/sql/dialect';
-import { renameTable, sqlTypes, type MigrationSource } from '../platform/sql/migrations';
+import { dropIndex, type MigrationSource, renameTable, sqlTypes } from '../platform/sql/migrations';
 
 /** The inventory module's schema: environments with their desired state and drift status, ignore rules, proposals. */
 export const inventoryMigrations: MigrationSource = (dialect) => {
@@ -96,11 +96,10 @@ async function environmentsByTenant(db: Kysely<unknown>, dialect: SqlDialect): P
   await sql`update inventory_environments set observed_digest = null`.execute(db);
   await db.schema.createIndex('inventory_environments_due_by_tenant').on('inventory_environments').columns(['next_scan_at']).execute();
 
-  const drop = (index: string, table: string) => db.schema.dropIndex(index).$call((q) => (dialect === 'mssql' ? q.on(table) : q)).execute();
-  await drop('inventory_ignore_rules_idempotency', 'inventory_ignore_rules');
-  await drop('inventory_ignore_rules_environment', 'inventory_ignore_rules');
-  await drop('inventory_proposals_one_open', 'inventory_proposals');
-  await drop('inventory_proposals_environment', 'inventory_proposals');
+  await dropIndex(db, dialect, 'inventory_ignore_rules_idempotency', 'inventory_ignore_rules');
+  await dropIndex(db, dialect, 'inventory_ignore_rules_environment', 'inventory_ignore_rules');
+  await dropIndex(db, dialect, 'inventory_proposals_one_open', 'inventory_proposals');
+  await dropIndex(db, dialect, 'inventory_proposals_environment', 'inventory_proposals');
   await db.schema
     .createIndex('inventory_ignore_rules_idempotency_by_tenant')
     .on('inventory_ignore_rules')

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { renameTable, sqlTypes, withSeq, type MigrationSource } from '../platform/sql/migrations';
+import { dropIndex, type MigrationSource, renameTable, sqlTypes, withSeq } from '../platform/sql/migrations';
 import type { SqlDialect } from '../platform/sql/dialect';
 
 /**
@@ -211,7 +211,7 @@ async function stacksByTenant(db: Kysely<unknown>, dialect: SqlDialect): Promise
   }
   await sql`update provisioning_runs set project = coalesce((select max(s.project) from local_iac_stacks s where s.tenant_id = provisioning_runs.tenant_id and s.stack = provisioning_runs.stack), '')
     where project = ''`.execute(db);
-  await db.schema.dropIndex('provisioning_runs_stack').$call((q) => (dialect === 'mssql' ? q.on('provisioning_runs') : q)).execute();
+  await dropIndex(db, dialect, 'provisioning_runs_stack', 'provisioning_runs');
   await db.schema.createIndex('provisioning_runs_by_stack').on('provisioning_runs').columns(['tenant_id', 'project', 'stack', 'seq']).execute();
 
   await db.schema

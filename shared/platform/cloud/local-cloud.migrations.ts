@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
-import { legacyTenantOfStack, sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
+import { dropIndex, legacyTenantOfStack, type MigrationSource, sqlTypes, withSeq } from '../sql/migrations';
 
 /** The local cloud: the resources of each target, whether a target answers, and a log of the applies it took. */
 export const localCloudMigrations: MigrationSource = (dialect) => {
@@ -74,7 +74,7 @@ export const localCloudMigrations: MigrationSource = (dialect) => {
           await all.updateTable('local_cloud_resources').set({ scope: tenant }).where('target', '=', row.target).where('id', '=', row.id).execute();
         }
       }
-      await db.schema.dropIndex('local_cloud_resources_urn').$call((q) => (dialect === 'mssql' ? q.on('local_cloud_resources') : q)).execute();
+      await dropIndex(db, dialect, 'local_cloud_resources_urn', 'local_cloud_resources');
       await db.schema.createIndex('local_cloud_resources_stack').on('local_cloud_resources').columns(['target', 'scope', 'urn']).execute();
     },
   };

@@ -91,6 +91,11 @@ if @name is not null exec('alter table ' + ${table} + ' drop constraint ' + @nam
   }
 }
 
+/** Drops an index; Azure SQL names indexes per table, so it needs the table too. */
+export async function dropIndex(db: Kysely<unknown>, dialect: SqlDialect, index: string, table: string): Promise<void> {
+  await db.schema.dropIndex(index).$call((q) => (dialect === 'mssql' ? q.on(table) : q)).execute();
+}
+
 /** Renames a table; Azure SQL has no `alter table … rename to`, its stored procedure does it. */
 export async function renameTable(db: Kysely<unknown>, dialect: SqlDialect, from: string, to: string): Promise<void> {
   if (dialect === 'mssql') await sql`exec sp_rename ${sql.lit(from)}, ${sql.lit(to)}`.execute(db);
