@@ -220,6 +220,25 @@ for (const dialect of DIALECTS) {
       expect((await getJson<{ items: { id: string }[] }>(`/runtime-cloud/environments/${ENVIRONMENT}/ignore-rules`, operatorA)).items.map((r) => r.id)).toEqual([added.body.id]);
     });
 
+    it('when tenant A deletes its endpoint, then its run deletes that one resource of its own, and B\'s bucket stays', async () => {
+      // Arrange: the example without its endpoint (and the output that names it); the delete waits for approval.
+      const projectFile = join(example.source, 'app', 'Pulumi.yaml');
+      const text = fs.readFileSync(projectFile, 'utf8');
+      fs.writeFileSync(projectFile, text.slice(0, text.indexOf('  endpoint:')) + 'outputs:\n  service: ${api.name}\n');
+      await example.commit();
+      const waiting = await promoted(promotionOfA(), operatorA, ['awaiting-approval', 'failed', 'rejected']);
+      expect(waiting).toMatchObject({ state: 'awaiting-approval', planReceipt: { plan: { counts: { delete: 1 } } } });
+
+      // Act: B cannot approve it; A's operator (not the requester) does.
+      expect((await call(`/runtime-cloud/runs/${waiting.runId}/approve`, operatorB, { method: 'POST', body: JSON.stringify({ planDigest: waiting.planDigest }) })).status).toBe(404);
+      expect((await call(`/runtime-cloud/runs/${waiting.runId}/approve`, operatorA, { method: 'POST', body: JSON.stringify({ planDigest: waiting.planDigest }) })).status).toBe(200);
+      await eventually(async () => ((await getJson<RunBody>(`/runtime-cloud/runs/${waiting.runId}`, operatorA)).state === 'applied' ? true : undefined));
+
+      // Assert
+      expect((await scopeOf(A)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service']);
+      expect((await scopeOf(B)).map((r) => r.properties.name)).toEqual(['tenant-b-assets']);
+    });
+
     it('when tenant B deletes its only resource, then its run deletes its bucket and none of A\'s, whose bucket of the same urn stays', async () => {
       // Arrange: B's program without resources; the delete makes the plan wait for approval.
       await repositoryB.commit({ 'app/Pulumi.yaml': 'name: demo-app\nruntime: yaml\nresources: {}\n' });
@@ -237,7 +256,7 @@ for (const dialect of DIALECTS) {
       // Assert
       expect(applied.state).toBe('applied');
       expect(await scopeOf(B)).toEqual([]);
-      expect((await scopeOf(A)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service', 'local:network:Endpoint']);
+      expect((await scopeOf(A)).map((r) => r.type)).toEqual(['local:storage:Bucket', 'local:compute:Service']);
     });
 
     it('when a promotion names another stack than its environment is bound to, or a repository no rule allows, then it is a rejected run with the reason, and nothing is touched', async () => {
