@@ -47,6 +47,13 @@ module.exports = {
       },
     },
     {
+      name: 'runner-only-to-platform',
+      severity: 'error',
+      comment: 'runner/ is the runner agent (its own image): it knows engines and the job protocol, never the host.',
+      from: { path: '^runner/' },
+      to: { path: '^(functions|local|tests|shared/(provisioning|inventory|capacity|deps|migrations))' },
+    },
+    {
       name: 'no-circular',
       severity: 'error',
       from: {},

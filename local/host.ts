@@ -33,6 +33,10 @@ export interface LocalHostOptions {
 export interface HostComponent {
   readonly name: string;
   start(context: HostContext): Promise<void>;
+  /** Called once the host listens (its URL known): for components that hand the URL to other processes. */
+  listening?(): Promise<void>;
+  /** Called before the host stops serving HTTP: for components whose other processes call the host. */
+  closing?(): Promise<void>;
   /** Stop taking new work; finish or release what is in flight. */
   stop(): Promise<void>;
 }
@@ -138,7 +142,8 @@ export class LocalHost {
     this.#config = config;
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
-    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, ...this.#options.depsOverrides });
+    // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
+    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, ...this.#options.depsOverrides });
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });
@@ -165,11 +170,13 @@ export class LocalHost {
       this.#started.push(component);
     }
     this.#url = await http.listen(config.local.port);
+    for (const component of this.#started) await component.listening?.();
     return this.#url;
   }
 
   /** Graceful: stop accepting requests, let triggers finish or release in-flight work, then close the stores. */
   async stop(): Promise<void> {
+    for (const component of this.#started) await component.closing?.();
     await this.#http?.close();
     for (const component of this.#started.reverse()) await component.stop();
     this.#started = [];

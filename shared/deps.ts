@@ -8,6 +8,10 @@ import { inboxLag } from './platform/bus/inbox.repository';
 import type { EventPublisher } from './platform/bus/event-publisher';
 import { createEventPublisher } from './platform/bus/publishers';
 import type { Config } from './platform/config/config';
+import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from './platform/config/targets';
+import { AppError } from './platform/errors/app-error';
+import { sqlStackStates } from './platform/iac/stack-state.repository';
+import type { RunnerLeases } from './provisioning/provisioning.context';
 import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
@@ -68,6 +72,8 @@ export interface DepsOverrides {
    * local host's own. Default false: https: repositories only. Example: `true`.
    */
   readonly localSources?: boolean;
+  /** Whether `RuntimeCloud__IaC__Execution=in-process` may run the engine here: the local host's (tests, bench). */
+  readonly inProcessEngine?: boolean;
   /** Durations of provisioning runs (tests). Example: `{ lockRetryMs: 60_000 }`. */
   readonly provisioningTimings?: Partial<RunTimings>;
 }
@@ -93,16 +99,36 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const tables = createTableStore(config.tables.connection);
   const jwks = overrides.jwks ?? (config.auth.jwksUrl ? new URL(config.auth.jwksUrl) : undefined);
   if (!jwks) throw new Error('RuntimeCloud__Auth__JwksUrl is required outside the local host');
-  const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clients: config.auth.clients, clock });
+  const auth = createTokenValidator({ issuer: config.auth.issuer, audience: config.auth.audience, keys: jwks, clients: config.auth.clients, agents: config.iac.agents, clock });
+  // The engine inside the host is only the tests' and the bench's baseline: tenant programs run in runner jobs.
+  if (config.iac.execution === 'in-process' && !overrides.inProcessEngine) {
+    await store.close();
+    throw new Error('RuntimeCloud__IaC__Execution=in-process would evaluate tenant programs inside the host: only the local host may, for tests and the bench');
+  }
   // The embedded engine against the local cloud, or the Pulumi Automation API (which needs the pulumi CLI).
   const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
   const iac: IacRunner = engine;
   const stateDir = resolve(config.local.stateDir);
+  const capacity = createCapacityService({ store, clock, ids });
+  const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
   const provisioning = createProvisioningService({
     store,
     clock,
     ids,
-    engine,
+    engine: config.iac.execution === 'in-process' ? engine : undefined,
+    ...(config.iac.execution === 'runner-jobs'
+      ? {
+          runners: {
+            targetOf: (run) => runnerTargetOf(targetOf({ tenant: run.tenant, environment: run.environment.id, tier: run.environment.tier })),
+            targets: config.targets.map(runnerTargetOf),
+            leases: runnerLeases(capacity),
+            leaseTtlMs: config.iac.leaseMs,
+            claimTimeoutMs: config.iac.claimTimeoutMs,
+            // Jobs on a local cloud target reach its resources and their stack state through the host's job endpoints.
+            ...(config.targets.some((t) => t.kind === 'local-cloud') ? { local: { cloud: createLocalCloud({ store, clock, ids }), states: sqlStackStates(store, clock) } } : {}),
+          },
+        }
+      : {}),
     // With the embedded engine, the local stand-ins of GovernanceHost, ControlPlaneApi, KnowledgeHost and the Config
     // Platform (state dir files and the SQL store). Their Azure adapters are not built: there every call fails as
     // a service that does not answer, so no run passes a policy, an approval or a receipt unchecked.
@@ -137,7 +163,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       tenant: environment.tenant,
       environmentId: environment.id,
       stack: environment.stack,
-      target: 'local',
+      target: targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier }).id,
       ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
     }),
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
@@ -186,7 +212,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     auth,
     iac,
     healthChecks,
-    capacity: createCapacityService({ store, clock, ids }),
+    capacity,
     provisioning,
     inventory,
     events,
@@ -208,4 +234,41 @@ function observerFor(config: Config, localCloud: () => Observer): Observer {
     case 'kubernetes':
       return createKubernetesObserver();
   }
+}
+
+/**
+ * Runner jobs' capacity leases (kind `runner`, of the target's runner pool) from the capacity module: a tenant's
+ * edition bounds how many of its plans and applies run at once. A refused grant (quota, pool full) leaves the job
+ * queued for a later claim.
+ */
+function runnerLeases(capacity: CapacityService): RunnerLeases {
+  const tenantOnly = (tenant: string) => ({ kind: 'one', tenant }) as const;
+  return {
+    async acquire({ tenant, pool, holder, ttlMs, idempotencyKey }) {
+      try {
+        const { lease } = await capacity.acquire({ tenant, kind: 'runner', units: 1, ttlSeconds: Math.ceil(ttlMs / 1000), holder, idempotencyKey, pool });
+        return { id: lease.id, fencingToken: lease.fencingToken };
+      } catch (thrown) {
+        if (thrown instanceof AppError && thrown.kind !== 'unavailable' && thrown.kind !== 'internal') return { refused: thrown.message };
+        throw thrown;
+      }
+    },
+    async renew(tenant, lease, ttlMs) {
+      try {
+        await capacity.renew(tenantOnly(tenant), lease.id, lease.fencingToken, Math.ceil(ttlMs / 1000));
+        return true;
+      } catch (thrown) {
+        if (thrown instanceof AppError && thrown.kind !== 'unavailable' && thrown.kind !== 'internal') return false;
+        throw thrown;
+      }
+    },
+    async release(tenant, lease) {
+      try {
+        await capacity.release(tenantOnly(tenant), lease.id, lease.fencingToken);
+      } catch (thrown) {
+        // A lease that lapsed or was swept is released already.
+        if (!(thrown instanceof AppError) || thrown.kind === 'unavailable' || thrown.kind === 'internal') throw thrown;
+      }
+    },
+  };
 }

@@ -5,3 +5,4 @@ import './provisioning-run.activities';
 import './provisioning-run.orchestrator';
 import './runs';
 import './stacks';
+import './runner-jobs';

@@ -17,6 +17,7 @@ export const ProvisioningActivities = {
   checkPolicy: 'provisioningRunCheckPolicy',
   apply: 'provisioningRunApply',
   fail: 'provisioningRunFail',
+  collectJob: 'provisioningRunCollectJob',
 } as const;
 
 /**
@@ -34,6 +35,7 @@ interface ActivitySignatures {
   [ProvisioningActivities.checkPolicy]: { input: RunRef & { readonly timedOut: boolean }; output: RunStep };
   [ProvisioningActivities.apply]: { input: RunRef; output: RunStep };
   [ProvisioningActivities.fail]: { input: RunRef & { readonly reason: string }; output: RunStep };
+  [ProvisioningActivities.collectJob]: { input: RunRef & { readonly jobId: string }; output: RunStep };
 }
 type ActivityName = keyof ActivitySignatures;
 
@@ -89,12 +91,18 @@ export async function failActivity(input: RunRef & { reason: string }, context: 
   return handOver(context, input.runId, await provisioning.failRun(input.runId, input.reason));
 }
 
+/** Collects the run's runner job: the step it finished may have released the stack (an apply that ended, a plan now awaiting approval). */
+export async function collectJobActivity(input: RunRef & { jobId: string }, context: InvocationContext): Promise<RunStep> {
+  const { provisioning } = await getDeps();
+  return handOver(context, input.runId, await provisioning.collectJob(input.runId, input.jobId));
+}
+
 /**
  * After a step that may have released the run's stack (a plan that now waits for approval, an apply or a run that
  * ended, a plan gone stale), wakes the next run waiting for that stack. A run that is still waiting released nothing.
  */
 async function handOver(context: InvocationContext, runId: string, step: RunStep): Promise<RunStep> {
-  if (step.outcome !== 'waiting') await wakeNextOnStack(context, (await getDeps()).provisioning, { runId });
+  if (step.outcome !== 'waiting' && step.outcome !== 'running') await wakeNextOnStack(context, (await getDeps()).provisioning, { runId });
   return step;
 }
 
@@ -106,4 +114,5 @@ if (moduleEnabled('provisioning')) {
   df.app.activity(ProvisioningActivities.checkPolicy, { handler: checkPolicyActivity });
   df.app.activity(ProvisioningActivities.apply, { handler: applyActivity, extraInputs: durableClient });
   df.app.activity(ProvisioningActivities.fail, { handler: failActivity, extraInputs: durableClient });
+  df.app.activity(ProvisioningActivities.collectJob, { handler: collectJobActivity, extraInputs: durableClient });
 }

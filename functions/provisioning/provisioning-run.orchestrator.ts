@@ -56,6 +56,10 @@ export const POLICY_POLLS_PER_EXECUTION = 100;
 
 type PersonStep = Extract<RunStep, { outcome: 'awaiting-approval' | 'stale' }>;
 type PolicyStep = Extract<RunStep, { outcome: 'awaiting-policy' }>;
+type RunningStep = Extract<RunStep, { outcome: 'running' }>;
+
+/** The event the host raises on a run's instance when it accepted its runner job's outcome. */
+export const RUNNER_RESULT_EVENT = 'runner-result';
 
 export const provisioningRunOrchestrator: OrchestrationHandler = function* (context: OrchestrationContext) {
   const input = context.df.getInput<RunOrchestrationInput>();
@@ -74,6 +78,7 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
         step = waited.step;
       } else if (step.outcome === 'planning') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
       else if (step.outcome === 'applying') step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.apply, { runId }));
+      else if (step.outcome === 'running') step = yield* waitForRunner(context, runId, step);
       else break;
     }
     context.df.setCustomStatus({ runId, step: step.outcome });
@@ -86,6 +91,24 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
     return step;
   }
 };
+
+/**
+ * Waits for the runner job of a plan or an apply: its result event, raced against the job's deadline (its claim
+ * deadline while it waits for an agent, its lease while it runs), then collects it. The activity only collects;
+ * how long an apply takes is the runner's, not this host's function timeout.
+ */
+function* waitForRunner(context: OrchestrationContext, runId: string, first: RunningStep): Generator<Task, RunStep, unknown> {
+  let step: RunStep = first;
+  while (step.outcome === 'running' && step.jobId === first.jobId) {
+    context.df.setCustomStatus({ runId, waitingFor: 'runner', jobId: step.jobId, kind: step.kind });
+    const result = context.df.waitForExternalEvent(RUNNER_RESULT_EVENT);
+    const deadline = context.df.createTimer(at(step.until));
+    const winner: unknown = yield context.df.Task.any([result, deadline]);
+    if (winner !== deadline) deadline.cancel();
+    step = yield* callActivity(context, ProvisioningActivities.collectJob, { runId, jobId: first.jobId });
+  }
+  return step;
+}
 
 /**
  * Waits for a person while the run stays where `first` left it (awaiting approval of that plan, or stale): each

@@ -42,6 +42,8 @@ export interface TokenRequest {
   readonly client?: string;
   readonly roles?: readonly string[];
   readonly scopes?: readonly string[];
+  /** The runner pool of a runner agent's token, issued as `runner_pool`. Example: `local-runner`. */
+  readonly runnerPool?: string;
   /** Lifetime. Example: `3600`. */
   readonly ttlSeconds?: number;
 }
@@ -53,6 +55,7 @@ export async function issueLocalToken(keys: LocalKeys, request: TokenRequest): P
   if (request.client) claims.azp = request.client;
   if (request.roles?.length) claims.roles = [...request.roles];
   if (request.scopes?.length) claims.scp = request.scopes.join(' ');
+  if (request.runnerPool) claims.runner_pool = request.runnerPool;
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'ES256', kid: keys.privateJwk.kid ?? 'local', typ: 'JWT' })
     .setIssuer(request.issuer)

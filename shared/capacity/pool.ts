@@ -3,7 +3,7 @@
  * A pool is a set of interchangeable worker units of one kind on one target; an edition says how many units of
  * each kind a tenant may hold at once and for how long a lease may run.
  */
-export const CAPACITY_KINDS = ['attempt', 'sandbox', 'build', 'browser-session'] as const;
+export const CAPACITY_KINDS = ['attempt', 'sandbox', 'build', 'browser-session', 'runner'] as const;
 export type CapacityKind = (typeof CAPACITY_KINDS)[number];
 
 export function isCapacityKind(value: string): value is CapacityKind {

@@ -6,7 +6,11 @@ import type { Plan, ResolveReferences } from '../platform/iac/plan';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordRunEnded } from '../platform/telemetry/metrics';
 import { ExternalErrors } from './external-services.client';
-import { configOf, planOptionsOf } from './plan.service';
+import type { PlanOptions } from '../platform/iac/iac-runner';
+import type { ClaimedJob } from '../platform/iac/runner-job';
+import { configOf, planOptionsFor, type FinishedJob } from './plan.service';
+import { clearStackRefresh, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
+import { dispatchJob, openJobStep } from './runner-jobs.service';
 import {
   appendEvents,
   existingRun,
@@ -20,7 +24,7 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import { findRunDetail, insertArtifact, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference } from './provisioning.repository';
+import { findRunDetail, insertArtifact, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference, type PlanReceipt } from './provisioning.repository';
 import { provisioningApplied, provisioningFailed, specificationAppliedOf } from './run-events';
 import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
@@ -75,15 +79,15 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
     if (run.state === 'applied' || run.state === 'failed') await archiveApply(ctx, run);
     return stepOf(run);
   }
+  // Its apply job is out (a retried or replayed step): wait for it; never a second apply.
+  const open = await openJobStep(ctx, run);
+  if (open) return open;
   const stack = await takeStack(ctx, run);
   if (!stack.taken) return stack.step;
   if (run.waitingFor) await retryingContention(() => setWaiting(ctx.db, runId, 'applying', null, nowOf(ctx)));
   const receipt = await retryingContention(() => readPlanReceipt(ctx.db, runId));
   if (!receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: 'the run has no plan receipt to apply' });
-  const engine = ctx.engine;
-  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
   let desired: DesiredState;
-  let current: Plan;
   const stackRef = stackOf(run);
   try {
     desired = (await readProject(ctx, run.tenant, run.desiredState)).desired;
@@ -91,21 +95,23 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   } catch (thrown) {
     return failRunWith(ctx, run, permanentFailure(thrown));
   }
+  const options = await planOptionsFor(ctx, run);
+  // The runner checks the state's serial, plans again and applies only the recorded plan; references are resolved
+  // for its job when it claims it.
+  if (ctx.runners) return dispatchJob(ctx, ctx.runners, run, 'apply', stack.lock, { files: desired.files, config: configOf(run), options, approvedPlan: receipt.plan });
+  const engine = ctx.engine;
+  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
+  let current: Plan;
   try {
     // Only the state's serial is read here: no refresh (the apply refreshes, and a target that cannot be read
     // fails the apply with its receipt, as for any run).
-    current = await engine.preview(stackRef, desired.files, configOf(run), { ...planOptionsOf(run), refresh: false });
+    current = await engine.preview(stackRef, desired.files, configOf(run), { ...options, refresh: false });
   } catch (thrown) {
     return failRunWith(ctx, run, expectedFailure(thrown));
   }
   // A plan is an answer about the state it was made against. Once another run applied the stack, or something was
   // imported into it, the approver's reading of the plan no longer holds, even where the steps come out the same.
-  if (current.baseSerial !== receipt.plan.baseSerial) {
-    return goStale(ctx, run, {
-      code: RunErrors.planStale,
-      message: `the state of stack ${qualifiedStackName(stackRef)} changed since the plan was made (serial ${receipt.plan.baseSerial}, now ${current.baseSerial}); nothing was applied; replan the run`,
-    });
-  }
+  if (current.baseSerial !== receipt.plan.baseSerial) return goStale(ctx, run, stateMoved(run, receipt.plan.baseSerial, current.baseSerial));
   // The engine plans again and applies only when that plan's digest is the recorded (and, where required,
   // approved) one. References are resolved here, inside the apply activity and before the first change: a
   // GovernanceHost that does not answer throws (retried, nothing applied); a Config Platform that does not answer
@@ -114,11 +120,11 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   const keeper = keepStackLock(ctx, run, stack.lock);
   let result;
   try {
-    result = await engine.apply(stackRef, desired.files, configOf(run), receipt.plan, references.resolve, { ...planOptionsOf(run), beforeStep: keeper.beforeStep });
+    result = await engine.apply(stackRef, desired.files, configOf(run), receipt.plan, references.resolve, { ...options, beforeStep: keeper.beforeStep });
   } finally {
     await keeper.stop();
   }
-  const applyReceipt: ApplyReceipt = {
+  return recordApplied(ctx, run, receipt, {
     runId,
     stack: run.stack,
     qualifiedStack: qualifiedStackName(stackRef),
@@ -126,12 +132,82 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
     runner: { name: engine.name, version: await engine.version() },
     result,
     ...(references.degraded.length > 0 ? { degraded: references.degraded } : {}),
+  }, options);
+}
+
+/** The apply job of a run finished: the state moved (stale), the apply's result recorded, or its error. */
+export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: FinishedJob): Promise<RunStep> {
+  const { outcome } = job;
+  const receipt = await retryingContention(() => readPlanReceipt(ctx.db, run.id));
+  if (outcome.kind !== 'apply' || !receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not an apply job of a planned run` });
+  if ('stateMoved' in outcome) return goStale(ctx, run, stateMoved(run, receipt.plan.baseSerial, outcome.stateMoved.baseSerial));
+  if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  return recordApplied(ctx, run, receipt, {
+    runId: run.id,
+    stack: run.stack,
+    qualifiedStack: qualifiedStackName(stackOf(run)),
+    commit: run.desiredState.commit,
+    runner: { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id },
+    result: outcome.result,
+    ...(job.degraded && job.degraded.length > 0 ? { degraded: job.degraded } : {}),
+  }, job.spec.options);
+}
+
+/**
+ * The apply job's runner went silent: the run fails `PROVISIONING.RUNNER_LOST` with a receipt of what the host heard
+ * (its log, the target calls it recorded), the stack is marked to refresh before its next plan, and the apply is
+ * never dispatched again.
+ */
+export async function applyRunnerLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
+  const receipt = await retryingContention(() => readPlanReceipt(ctx.db, run.id));
+  if (!receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: 'the run has no plan receipt' });
+  const plan = receipt.plan;
+  const at = nowOf(ctx);
+  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} went silent (its lease lapsed at ${job.leaseExpiresAt?.toISOString() ?? 'its claim'}); what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
+  const error = { code: RunErrors.runnerLost, message };
+  const stackRef = stackOf(run);
+  await retryingContention(() => markStackForRefresh(ctx.db, stackRef, run.id, message, at));
+  return recordApplied(ctx, run, receipt, {
+    runId: run.id,
+    stack: run.stack,
+    qualifiedStack: qualifiedStackName(stackRef),
+    commit: run.desiredState.commit,
+    runner: { name: job.spec.engine, version: 'unknown', ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    result: {
+      status: 'failed',
+      stack: run.stack,
+      planDigest: plan.digest,
+      serial: plan.baseSerial,
+      resources: plan.steps.map((s) => ({ urn: s.urn, name: s.name, type: s.type, op: s.op, status: 'unknown' as const })),
+      outputs: {},
+      error,
+      startedAt: (job.claimedAt ?? job.createdAt).toISOString(),
+      finishedAt: new Date(at).toISOString(),
+    },
+    runnerLost: { ...(job.agent ? { agent: job.agent } : {}), ...(job.leaseExpiresAt ? { lastHeardAt: job.leaseExpiresAt.toISOString() } : {}), log: job.log },
+  }, job.spec.options);
+}
+
+function stateMoved(run: Run, planned: number, now: number): Failure {
+  return {
+    code: RunErrors.planStale,
+    message: `the state of stack ${qualifiedStackName(stackOf(run))} changed since the plan was made (serial ${planned}, now ${now}); nothing was applied; replan the run`,
   };
+}
+
+/**
+ * Records an apply's receipt, the run's end and its events in one transaction, then gives the stack back and
+ * archives the receipt. An apply that refreshed and succeeded clears the stack's refresh mark.
+ */
+async function recordApplied(ctx: ProvisioningContext, run: Run, receipt: PlanReceipt, applyReceipt: ApplyReceipt, options: PlanOptions): Promise<RunStep> {
+  const runId = run.id;
+  const { result } = applyReceipt;
   const to = result.status === 'applied' ? 'applied' : 'failed';
   const error = result.error ? { code: result.error.code, message: result.error.message } : undefined;
   await inTransaction(ctx.db, async (trx) => {
     const at = nowOf(ctx);
     await recordApply(trx, runId, applyReceipt, to, error, at);
+    if (to === 'applied' && options.refresh) await clearStackRefresh(trx, stackOf(run));
     const ended: Run = { ...run, state: to, finishedAt: new Date(at), ...(error ? { error } : {}) };
     const repository = repositoryOf(run);
     const events =
@@ -177,6 +253,26 @@ async function resolveForApply(ctx: ProvisioningContext, plan: Plan): Promise<{ 
     return 'error' in entry ? Promise.reject(entry.error) : Promise.resolve(entry.value);
   };
   return { resolve, degraded };
+}
+
+/**
+ * The values of an apply job's references, resolved for that job when its agent claims it (as `resolveForApply`
+ * does for an apply in this process): sent to the agent with the claim, never stored.
+ */
+export async function resolveJobReferences(ctx: ProvisioningContext, job: RunnerJob): Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: DegradedReference[] }> {
+  const plan = job.spec.approvedPlan;
+  if (!plan) return { values: {}, degraded: [] };
+  const { resolve, degraded } = await resolveForApply(ctx, plan);
+  const values: Record<string, { value: JsonValue } | { error: { code: string; message: string } }> = {};
+  for (const reference of plan.references) {
+    try {
+      values[referenceKey(reference)] = { value: await resolve(reference) };
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      values[referenceKey(reference)] = { error: { code: error instanceof AppError ? error.code : 'PROVISIONING.REFERENCE_UNRESOLVED', message: error.message } };
+    }
+  }
+  return { values, degraded };
 }
 
 async function resolveConfig(ctx: ProvisioningContext, reference: string, degraded: DegradedReference[]): Promise<{ value: JsonValue } | { error: AppError }> {

@@ -37,6 +37,12 @@ import { specificationDeclared } from './run-events';
 import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
+import { stackNeedsRefresh, type RunnerJob } from './runner-jobs.repository';
+import { dispatchJob, openJobStep } from './runner-jobs.service';
+import type { RunnerJobOutcome } from '../platform/iac/runner-job';
+
+/** A runner job whose outcome was accepted. */
+export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
 
 /**
  * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and
@@ -47,6 +53,9 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   let run = await existingRun(ctx, runId);
   // A plan waiting for its policy check is made: the wait goes on (a retried or replayed step, a new execution).
   if ((run.state !== 'queued' && run.state !== 'planning') || run.waitingFor?.kind === 'policy') return stepOf(run);
+  // Its plan job is out (a retried or replayed step): wait for it rather than plan again.
+  const open = await openJobStep(ctx, run);
+  if (open) return open;
   // Taken in before stacks were tenant-qualified, by a migration that could not tell its project: read it now.
   if (run.project === '') {
     try {
@@ -72,8 +81,6 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   }
   if (run.reason === 'pool-resize' || run.reason === 'reconciliation') run = await rebase(ctx, run);
   const startedAt = ctx.clock.now();
-  const engine = ctx.engine;
-  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
   let desired: DesiredState;
   try {
     desired = (await readProject(ctx, run.tenant, run.desiredState)).desired;
@@ -81,15 +88,42 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   } catch (thrown) {
     return failRunWith(ctx, run, permanentFailure(thrown));
   }
+  const options = await planOptionsFor(ctx, run);
+  // The tenant's program is evaluated by a runner of the target's pool, never here.
+  if (ctx.runners) return dispatchJob(ctx, ctx.runners, run, 'plan', stack.lock, { files: desired.files, config: configOf(run), options });
+  const engine = ctx.engine;
+  if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot plan on this host' });
   let planned: Plan;
   try {
-    planned = await engine.preview(stackOf(run), desired.files, configOf(run), planOptionsOf(run));
+    planned = await engine.preview(stackOf(run), desired.files, configOf(run), options);
   } catch (thrown) {
-    // A refresh reads the target: one that cannot be reached fails the run as it fails an apply, with its code.
-    const error = ensureError(thrown);
-    if (error instanceof AppError && error.code === RunErrors.targetUnreachable) return failRunWith(ctx, run, { code: error.code, message: error.message });
-    return failRunWith(ctx, run, expectedFailure(error));
+    return failRunWith(ctx, run, planFailure(thrown));
   }
+  return planned_(ctx, run, desired.path, planned, { name: engine.name, version: await engine.version() }, startedAt);
+}
+
+/** The plan job of a run finished: its plan goes on as a plan made here would; its plan error fails the run. */
+export async function planJobFinished(ctx: ProvisioningContext, run: Run, job: FinishedJob): Promise<RunStep> {
+  const { outcome } = job;
+  if (outcome.kind !== 'plan') return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not a plan job` });
+  if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  const startedAt = job.claimedAt ?? job.createdAt;
+  return planned_(ctx, run, run.desiredState.path, outcome.plan, { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id }, startedAt);
+}
+
+/** A plan error: a refresh that cannot read the target fails the run as an apply to it does, with its code. */
+function planFailure(thrown: unknown): Failure {
+  const error = ensureError(thrown);
+  if (error instanceof AppError && error.code === RunErrors.targetUnreachable) return { code: error.code, message: error.message };
+  return expectedFailure(error);
+}
+
+/**
+ * A plan is made (here or by a runner): ask the GovernanceHost, then record it (approval or apply next), wait for
+ * the policy check, or fail the run on a deny.
+ */
+async function planned_(ctx: ProvisioningContext, run: Run, path: string, planned: Plan, runner: PlanReceipt['runner'], startedAt: Date): Promise<RunStep> {
+  const runId = run.id;
   const decision = approvalRequired(run.environment, planned.counts, ctx.approvalPolicy);
   const receipt: UndecidedPlanReceipt = {
     runId,
@@ -97,8 +131,8 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
     qualifiedStack: qualifiedStackName(stackOf(run)),
     repository: repositoryOf(run),
     commit: run.desiredState.commit,
-    path: desired.path,
-    runner: { name: engine.name, version: await engine.version() },
+    path,
+    runner,
     approvalRequired: decision.required,
     approvalReasons: decision.reasons,
     plan: planned,
@@ -246,9 +280,10 @@ export function configOf(run: Run): ConfigOverrides {
 
 /**
  * How a run plans, the same for its plan and its apply (the apply re-plans, and the digests must agree): a
- * reconciliation against what the target holds, with its proposal's ignore rules; every other run against the
- * recorded state.
+ * reconciliation against what the target holds, with its proposal's ignore rules; a run on a stack whose last
+ * apply lost its runner against what the target holds too; every other run against the recorded state.
  */
-export function planOptionsOf(run: Run): PlanOptions {
-  return run.reconciliation ? { refresh: true, ignore: run.reconciliation.ignore } : {};
+export async function planOptionsFor(ctx: ProvisioningContext, run: Run): Promise<PlanOptions> {
+  if (run.reconciliation) return { refresh: true, ignore: run.reconciliation.ignore };
+  return (await retryingContention(() => stackNeedsRefresh(ctx.db, stackOf(run)))) ? { refresh: true } : {};
 }

@@ -4,7 +4,9 @@ import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { DesiredStateHostOptions } from '../platform/git/desired-state';
 import { redactUrl } from '../platform/git/repository-url';
+import type { LocalCloud } from '../platform/cloud/local-cloud';
 import type { IacEngine } from '../platform/iac/iac-runner';
+import type { StackStates } from '../platform/iac/stack-state.repository';
 import type { SqlStore } from '../platform/sql/database';
 import type { SqlDialect } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -31,6 +33,7 @@ import {
   type RunStep,
 } from './run';
 import { provisioningDb, releaseStackLock, type ProvisioningDb } from './stack-lock.repository';
+import { cancelJobsOfRun } from './runner-jobs.repository';
 
 /**
  * What every provisioning use case works with: the store, the clock and ids, the engine and the external services,
@@ -53,6 +56,42 @@ export interface ProvisioningContext {
   readonly stackLock: { readonly ttlMs: number; readonly renewEveryMs: number; readonly hostId: string };
   readonly planExpiry: PlanExpiryPolicy;
   readonly approvalPolicy: ApprovalPolicy;
+  /** Runner jobs: how plans and applies leave the host. Undefined: the engine runs in this process (tests, bench). */
+  readonly runners: RunnerExecution | undefined;
+}
+
+/**
+ * How this host hands plans and applies to runner agents (runner-jobs.service.ts): the target and pool of each
+ * run's environment, the capacity leases its jobs hold, the job lease's length, and for local cloud targets the
+ * state and resources the job endpoints serve.
+ */
+export interface RunnerExecution {
+  /** The target of a run's environment, its runner pool and the engine its runners use. */
+  targetOf(run: Pick<Run, 'tenant' | 'environment'>): RunnerTarget;
+  /** Every target of the installation with its pool, for the runner pools' view. */
+  readonly targets: readonly RunnerTarget[];
+  readonly leases: RunnerLeases;
+  /** How long a job's lease holds without a heartbeat. Example: `60_000`. */
+  readonly leaseTtlMs: number;
+  /** How long a job waits for an agent of its pool before its run fails `PROVISIONING.RUNNER_UNAVAILABLE`. */
+  readonly claimTimeoutMs: number;
+  /** The local cloud and the local engine's stack states, served to jobs on `local-cloud` targets. */
+  readonly local?: { readonly cloud: LocalCloud; readonly states: StackStates };
+}
+
+export interface RunnerTarget {
+  readonly target: string;
+  readonly pool: string;
+  readonly engine: 'local' | 'pulumi';
+}
+
+/** Capacity leases of kind `runner` (the capacity module's), one per claimed job. */
+export interface RunnerLeases {
+  /** A lease of one unit of `pool` for the tenant; `refused` (why) when its quota or the pool is full. */
+  acquire(request: { tenant: string; pool: string; holder: string; ttlMs: number; idempotencyKey: string }): Promise<{ id: string; fencingToken: number } | { refused: string }>;
+  /** Renews it; false when it lapsed or was ended. */
+  renew(tenant: string, lease: { id: string; fencingToken: number }, ttlMs: number): Promise<boolean>;
+  release(tenant: string, lease: { id: string; fencingToken: number }): Promise<void>;
 }
 
 /** Durations the run orchestration waits with; they travel in its input, so the orchestrator reads no config. */
@@ -106,6 +145,8 @@ export interface ProvisioningServiceOptions {
   readonly hostId?: string;
   /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 86_400_000 }`. */
   readonly timings?: Partial<RunTimings>;
+  /** Runner jobs (runner-jobs.service.ts); omit to run the engine in this process (tests and the bench baseline). */
+  readonly runners?: RunnerExecution;
 }
 
 const DEFAULT_TIMINGS: RunTimings = {
@@ -133,6 +174,7 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     stackLock: { ttlMs, renewEveryMs: options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(ttlMs / 3)), hostId: options.hostId ?? options.ids.next('host') },
     planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },
     approvalPolicy: options.approval ?? DEFAULT_APPROVAL_POLICY,
+    runners: options.runners,
   };
 }
 
@@ -174,6 +216,7 @@ export async function failRunWith(ctx: ProvisioningContext, run: Run, failure: F
     const at = nowOf(ctx);
     if (!(await transitionRun(trx, run.id, 'failed', at, { error: failure, waitingFor: null, finished: true }))) return false;
     await deletePolicyWait(trx, run.id);
+    await cancelJobsOfRun(trx, run.id, at);
     const failed: Run = { ...run, state: 'failed', error: failure, finishedAt: new Date(at) };
     await appendEvents(ctx, trx, [provisioningFailed(failed, repositoryOf(run), { code: failure.code, reason: failure.message, finishedAt: new Date(at) })]);
     return true;

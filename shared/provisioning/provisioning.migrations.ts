@@ -180,6 +180,55 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
     '20261201-12-provisioning-stacks-by-tenant': {
       up: (db: Kysely<unknown>) => stacksByTenant(db, dialect),
     },
+    // Plans and applies run as runner jobs, claimed by the agents of the target's pool; stacks an apply lost its
+    // runner on are refreshed before their next plan.
+    '20261201-20-provisioning-runner-jobs': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .createTable('provisioning_runner_jobs')
+          .addColumn('id', t.key, (c) => c.primaryKey())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('tenant_id', t.key, (c) => c.notNull())
+          .addColumn('kind', t.key, (c) => c.notNull())
+          .addColumn('pool', t.key, (c) => c.notNull())
+          .addColumn('target', t.key, (c) => c.notNull())
+          .addColumn('state', t.key, (c) => c.notNull())
+          .addColumn('spec', t.text, (c) => c.notNull())
+          .addColumn('fencing_token', 'bigint', (c) => c.notNull())
+          .addColumn('token_hash', t.key)
+          .addColumn('agent', t.key)
+          .addColumn('lease_id', t.key)
+          .addColumn('lease_fencing', 'bigint')
+          .addColumn('created_at', 'bigint', (c) => c.notNull())
+          .addColumn('claimed_at', 'bigint')
+          .addColumn('lease_expires_at', 'bigint')
+          .addColumn('finished_at', 'bigint')
+          .addColumn('outcome', t.text)
+          .addColumn('degraded', t.text)
+          .addColumn('log', t.text, (c) => c.notNull().defaultTo(''))
+          .execute();
+        await db.schema.createIndex('provisioning_runner_jobs_queue').on('provisioning_runner_jobs').columns(['pool', 'state', 'created_at']).execute();
+        await db.schema.createIndex('provisioning_runner_jobs_run').on('provisioning_runner_jobs').columns(['run_id', 'created_at']).execute();
+        await db.schema
+          .createTable('provisioning_stack_refresh')
+          .addColumn('tenant_id', t.key, (c) => c.notNull())
+          .addColumn('project', t.key, (c) => c.notNull())
+          .addColumn('stack', t.key, (c) => c.notNull())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('reason', t.text, (c) => c.notNull())
+          .addColumn('since', 'bigint', (c) => c.notNull())
+          .addPrimaryKeyConstraint('provisioning_stack_refresh_pk', ['tenant_id', 'project', 'stack'])
+          .execute();
+        await db.schema
+          .createTable('provisioning_runner_agents')
+          .addColumn('pool', t.key, (c) => c.notNull())
+          .addColumn('agent', t.key, (c) => c.notNull())
+          .addColumn('job_id', t.key)
+          .addColumn('last_seen', 'bigint', (c) => c.notNull())
+          .addPrimaryKeyConstraint('provisioning_runner_agents_pk', ['pool', 'agent'])
+          .execute();
+      },
+    },
   };
 };
 

@@ -29,7 +29,7 @@ export interface PlanReceipt {
   readonly repository: string;
   readonly commit: string;
   readonly path: string;
-  readonly runner: { readonly name: string; readonly version: string };
+  readonly runner: ReceiptRunner;
   readonly approvalRequired: boolean;
   readonly approvalReasons: readonly string[];
   readonly plan: Plan;
@@ -62,19 +62,32 @@ export interface PolicyWait {
  *
  * BREAKING-CHANGE SHAPE: stored write-once with the run's final state and shown by the HTTP API.
  */
+/** The engine that made a plan or an apply, and where a runner job did: the agent and the job. */
+export interface ReceiptRunner {
+  readonly name: string;
+  readonly version: string;
+  readonly agent?: string;
+  readonly jobId?: string;
+}
+
 export interface ApplyReceipt {
   readonly runId: string;
   /** As in the plan receipt. */
   readonly stack: string;
   readonly qualifiedStack?: string;
   readonly commit: string;
-  readonly runner: { readonly name: string; readonly version: string };
+  readonly runner: ReceiptRunner;
   readonly result: ApplyResult;
   /**
    * The Config Platform references the apply used a last known value for, because the platform did not answer:
    * the reference, why, and when that value was current (ISO-8601 UTC). Absent when none.
    */
   readonly degraded?: readonly DegradedReference[];
+  /**
+   * The apply's runner went silent (its job's lease lapsed): what the host last heard of it and what its job changed
+   * on the target as the host recorded it. The result's resources are `unknown` where the runner reported nothing.
+   */
+  readonly runnerLost?: { readonly agent?: string; readonly lastHeardAt?: string; readonly log: string };
 }
 
 /** BREAKING-CHANGE SHAPE: part of the apply receipt. */

@@ -1,15 +1,31 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
-import { afterApproval, apply } from './apply.service';
+import type { CloudResource } from '../platform/cloud/local-cloud';
+import type { StackState } from '../platform/iac/plan';
+import type { ClaimedJob, Heartbeat, RunnerJobOutcome, TargetCall } from '../platform/iac/runner-job';
+import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
-import { checkPolicy, plan } from './plan.service';
+import { checkPolicy, plan, planJobFinished } from './plan.service';
 import { poolResize, type PoolResizeResult } from './pool-resize.service';
-import { createProvisioningContext, failRun, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
+import { createProvisioningContext, failRun, failRunWith, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
 import type { Rejection, RunDetail } from './provisioning.repository';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
 import type { ReconcileRequest } from './reconciliation';
-import type { Run, RunState, RunStep } from './run';
+import { RunErrors, type Run, type RunState, type RunStep } from './run';
+import {
+  acceptOutcome,
+  claimJob,
+  collectJob,
+  heartbeat,
+  jobState,
+  runnerAgents,
+  runnerPools,
+  targetCall,
+  writeJobState,
+  type RunnerAgentView,
+  type RunnerPoolView,
+} from './runner-jobs.service';
 import { getRejection, getRun, listRuns, type RunPage } from './run-queries.service';
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
@@ -75,6 +91,27 @@ export interface ProvisioningService {
   listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
   /** A rejected message, by its messageId. */
   getRejection(messageId: string): Promise<Rejection | undefined>;
+  /**
+   * Where the run's runner job stands, after its result event or at its deadline: the step goes on with its
+   * outcome; a lost plan job is dispatched again, a lost apply fails the run (`PROVISIONING.RUNNER_LOST`); a job no
+   * agent claimed in time fails it (`PROVISIONING.RUNNER_UNAVAILABLE`); a job still out says until when to wait.
+   */
+  collectJob(runId: string, jobId: string): Promise<RunStep>;
+  /** What runner agents call (runner-jobs.service.ts), and what operators see of runner pools. */
+  readonly runners: RunnerJobs;
+}
+
+export interface RunnerJobs {
+  /** The next job of the pool for the agent, waiting up to `waitMs` for one (a long poll). */
+  claim(pool: string, agent: string, waitMs?: number): Promise<ClaimedJob | undefined>;
+  heartbeat(jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }>;
+  state(jobId: string, token: string): Promise<StackState | undefined>;
+  writeState(jobId: string, token: string, state: StackState): Promise<void>;
+  target(jobId: string, token: string, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }>;
+  /** Accepts a job's outcome; returns the run whose orchestration to wake. */
+  accept(jobId: string, token: string, outcome: RunnerJobOutcome): Promise<{ runId: string }>;
+  pools(): Promise<RunnerPoolView[]>;
+  agents(pool: string): Promise<RunnerAgentView[]>;
 }
 
 export function createProvisioningService(options: ProvisioningServiceOptions): ProvisioningService {
@@ -99,5 +136,23 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     getRun: (tenants, runId) => getRun(ctx, tenants, runId),
     listRuns: (tenants, query) => listRuns(ctx, tenants, query),
     getRejection: (messageId) => getRejection(ctx, messageId),
+    collectJob: (runId, jobId) =>
+      collectJob(ctx, runId, jobId, {
+        finished: (run, job) => (job.kind === 'plan' ? planJobFinished(ctx, run, job) : applyJobFinished(ctx, run, job)),
+        // A plan changes nothing: a lost one is made again (a new job, under a new lock version). An apply never is.
+        lost: (run, job) => (job.kind === 'plan' ? plan(ctx, run.id) : applyRunnerLost(ctx, run, job)),
+        unclaimed: (run, job) =>
+          failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: `no runner of pool ${job.pool} claimed ${job.kind} job ${job.id} within ${ctx.runners?.claimTimeoutMs ?? 0} ms` }),
+      }),
+    runners: {
+      claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs),
+      heartbeat: (jobId, token, beat) => heartbeat(ctx, jobId, token, beat),
+      state: (jobId, token) => jobState(ctx, jobId, token),
+      writeState: (jobId, token, state) => writeJobState(ctx, jobId, token, state),
+      target: (jobId, token, call) => targetCall(ctx, jobId, token, call),
+      accept: (jobId, token, outcome) => acceptOutcome(ctx, jobId, token, outcome),
+      pools: () => runnerPools(ctx),
+      agents: (pool) => runnerAgents(ctx, pool),
+    },
   };
 }

@@ -183,7 +183,61 @@ export interface ProvisioningRefusedApprovalTable {
   refused_at: number;
 }
 
+/**
+ * A plan or apply of a run, dispatched to the runner pool of the run's target: `queued` until an agent claims it,
+ * `running` while the agent's heartbeats keep its lease (`lease_expires_at`), then `done` (its outcome accepted),
+ * `lost` (its lease lapsed) or `canceled` (the run ended or was superseded). Only the hash of its token is kept.
+ */
+export interface ProvisioningRunnerJobTable {
+  id: string;
+  run_id: string;
+  tenant_id: string;
+  kind: 'plan' | 'apply';
+  pool: string;
+  target: string;
+  state: 'queued' | 'running' | 'done' | 'lost' | 'canceled';
+  /** JSON RunnerJobSpec without lease times. */
+  spec: string;
+  fencing_token: number;
+  token_hash: string | null;
+  agent: string | null;
+  /** The capacity lease (kind `runner`) the job holds while it runs, and its fencing token. */
+  lease_id: string | null;
+  lease_fencing: number | null;
+  created_at: number;
+  claimed_at: number | null;
+  lease_expires_at: number | null;
+  finished_at: number | null;
+  /** JSON RunnerJobOutcome. */
+  outcome: string | null;
+  /** JSON array of the config references resolved from last known values at claim (apply jobs). */
+  degraded: string | null;
+  /** The tail of the job's log, as its agent reported it and the host recorded its target calls. */
+  log: string;
+}
+
+/** A stack whose apply lost its runner: what the target holds is not what the state says, so its next plan refreshes. */
+export interface ProvisioningStackRefreshTable {
+  tenant_id: string;
+  project: string;
+  stack: string;
+  run_id: string;
+  reason: string;
+  since: number;
+}
+
+/** An agent of a pool as the host last heard from it (a claim poll or a heartbeat), and the job it runs. */
+export interface ProvisioningRunnerAgentTable {
+  pool: string;
+  agent: string;
+  job_id: string | null;
+  last_seen: number;
+}
+
 export interface ProvisioningTables extends OutboxTables {
+  provisioning_runner_agents: ProvisioningRunnerAgentTable;
+  provisioning_runner_jobs: ProvisioningRunnerJobTable;
+  provisioning_stack_refresh: ProvisioningStackRefreshTable;
   provisioning_refused_approvals: ProvisioningRefusedApprovalTable;
   provisioning_environment_stacks: ProvisioningEnvironmentStackTable;
   provisioning_policy_checks: ProvisioningPolicyCheckTable;

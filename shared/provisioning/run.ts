@@ -82,7 +82,9 @@ export type WaitingFor =
    * A planning run whose plan the GovernanceHost took in and decides on later (`checkId` is its id there); the plan
    * is recorded once the check allows it. `since`: when the check was asked for (ISO-8601 UTC).
    */
-  | { readonly kind: 'policy'; readonly checkId: string; readonly planDigest: string; readonly since: string };
+  | { readonly kind: 'policy'; readonly checkId: string; readonly planDigest: string; readonly since: string }
+  /** The run's plan or apply job waits for an agent of the target's runner pool (`position` is added by the views). */
+  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number };
 
 /** The step counts approval policy looks at; a plan's `counts` has them. */
 export interface PlanCounts {
@@ -274,7 +276,10 @@ export const RunErrors = {
   planStale: 'PROVISIONING.PLAN_STALE',
   /** The run lost its stack lock during the apply (its lease lapsed or an operator broke it); the apply stopped. */
   stackLockLost: 'PROVISIONING.STACK_LOCK_LOST',
+  /** No runner can run the step: none of the target's pool claimed its job in time, or this host has no engine. */
   runnerUnavailable: 'PROVISIONING.RUNNER_UNAVAILABLE',
+  /** The runner of an apply went silent (its job's lease lapsed): the run fails, never applied a second time. */
+  runnerLost: 'PROVISIONING.RUNNER_LOST',
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',
 } as const;
@@ -299,7 +304,12 @@ export type RunStep =
   | { readonly outcome: 'applying' }
   /** The plan went stale: the run waits for an operator to replan or reject it. */
   | { readonly outcome: 'stale'; readonly reason: string }
-  | { readonly outcome: 'ended'; readonly state: RunState };
+  | { readonly outcome: 'ended'; readonly state: RunState }
+  /**
+   * The step runs as a runner job: wait for its result (the runner-result event), at the latest `until` (ISO-8601:
+   * its claim deadline while queued, its lease's expiry while it runs), then collect it.
+   */
+  | { readonly outcome: 'running'; readonly jobId: string; readonly kind: 'plan' | 'apply'; readonly until: string };
 
 /** Where a run stands, for a step that found it already moved on (a retried or replayed step). */
 export function stepOf(run: Run): RunStep {

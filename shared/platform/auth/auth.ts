@@ -10,6 +10,7 @@ export const SCOPES = [
   'factory.capacity.lease',
   'factory.provisioning.operate',
   'factory.runtime.admin',
+  'factory.runner.agent',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 
@@ -19,7 +20,8 @@ export type Role = (typeof ROLES)[number];
 /**
  * What each role grants. Observer reads; Operator also decides on provisioning (approve, reject, accept,
  * dismiss, scan); PlatformAdmin also administers pools and editions and may act for any tenant.
- * `factory.capacity.lease` is a service scope (workers, tool executor), granted through `scp` only.
+ * `factory.capacity.lease` is a service scope (workers, tool executor), granted through `scp` only; so is
+ * `factory.runner.agent` (a runner agent claiming its pool's jobs), which needs the pool too (`runnerPool`).
  */
 export const ROLE_SCOPES: Readonly<Record<Role, readonly Scope[]>> = {
   Observer: ['factory.health.read', 'factory.meta.read', 'factory.runtime.read'],
@@ -47,6 +49,11 @@ export interface Principal {
   readonly scopes: ReadonlySet<Scope>;
   /** Scopes the token carries itself in `scp` (a service acting for tenants). */
   readonly directScopes: ReadonlySet<Scope>;
+  /**
+   * The runner pool a runner agent serves: its token's `runner_pool` claim (local issuer), or the pool its client is
+   * listed for in `RuntimeCloud__Runners__Agents` (Entra). Absent for every other caller.
+   */
+  readonly runnerPool?: string;
 }
 
 /** Which tenants' rows a request may see or change. */
@@ -69,7 +76,7 @@ const NO_CLIENTS: ClientTenants = new Map();
  * The principal of a validated token. A token whose client is listed in `clients` acts for that tenant only, as a
  * `tenant` claim makes it; one that also carries a `tenant` claim naming another tenant is refused (401).
  */
-export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_CLIENTS): Principal {
+export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_CLIENTS, agents: ClientTenants = NO_CLIENTS): Principal {
   const scp: unknown[] = typeof payload.scp === 'string' ? payload.scp.split(' ') : Array.isArray(payload.scp) ? (payload.scp as unknown[]) : [];
   const rawRoles: unknown[] = Array.isArray(payload.roles) ? (payload.roles as unknown[]) : [];
   const roles = new Set(rawRoles.filter((r): r is Role => ROLES.includes(r as Role)));
@@ -90,7 +97,9 @@ export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_C
     });
   }
   const tenant = listed ?? claimed;
+  const pool = (client === undefined ? undefined : agents.get(client.toLowerCase())) ?? (typeof payload.runner_pool === 'string' && payload.runner_pool.length > 0 ? payload.runner_pool : undefined);
   return {
+    ...(pool !== undefined ? { runnerPool: pool } : {}),
     subject: payload.sub ?? 'unknown',
     ...(tenant !== undefined ? { tenant } : {}),
     ...(client !== undefined ? { client } : {}),

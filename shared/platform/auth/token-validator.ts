@@ -23,6 +23,8 @@ export interface TokenValidatorOptions {
    * (`RuntimeCloud__Auth__Clients`); matched without regard to case. Example: `{ '7f3e1c2a-0000-4000-8000-000000000001': 'contoso' }`.
    */
   readonly clients?: Readonly<Record<string, string>>;
+  /** Client application ids of runner agents → the runner pool each serves (`RuntimeCloud__Runners__Agents`). */
+  readonly agents?: Readonly<Record<string, string>>;
 }
 
 export interface TokenValidator {
@@ -47,6 +49,7 @@ export function createTokenValidator(options: TokenValidatorOptions): TokenValid
   const { keySet, remote } = keyResolver(options);
   // Fixed for the validator's life, so a cached principal carries the same binding a fresh validation would give.
   const clients: ClientTenants = new Map(Object.entries(options.clients ?? {}).map(([client, tenant]) => [client.toLowerCase(), tenant]));
+  const agents: ClientTenants = new Map(Object.entries(options.agents ?? {}).map(([client, pool]) => [client.toLowerCase(), pool]));
   // Signature verification dominates a cheap request; a token that verified once stays valid until its `exp`
   // (evicted at that instant on the injected clock, so expiry is judged by jose again, with its tolerance).
   // Least recently used tokens leave first when the bound is reached.
@@ -92,7 +95,7 @@ export function createTokenValidator(options: TokenValidatorOptions): TokenValid
       }
       const { payload, protectedHeader } = verified;
       // Throws for a token that no tenant binding allows, before anything is cached: it is refused every time.
-      const principal = principalFrom(payload, clients);
+      const principal = principalFrom(payload, clients, agents);
       const kid = protectedHeader.kid;
       const ttlMs = typeof payload.exp === 'number' ? payload.exp * 1000 - clock.now().getTime() : 0;
       const stillTrusted = !trustedKids || (kid !== undefined && trustedKids.has(kid));

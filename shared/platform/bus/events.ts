@@ -10,6 +10,7 @@ export const EVENT_TYPES = [
   'ReconciliationProposed',
   'LeaseExpired',
   'PoolResizeRequested',
+  'RunnerJobDispatched',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -82,6 +82,8 @@ export function toOutgoingMessage(event: PendingEvent): OutgoingMessage {
     applicationProperties: {
       type: cloudEvent.type,
       ...(cloudEvent.tenant !== undefined ? { tenant: cloudEvent.tenant } : {}),
+      // Event-driven runner pools subscribe to their own pool's jobs (the event's subject).
+      ...(cloudEvent.type === 'RunnerJobDispatched' && cloudEvent.subject !== undefined ? { pool: cloudEvent.subject } : {}),
     },
   };
 }

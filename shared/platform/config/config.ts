@@ -25,6 +25,20 @@ const targetSchema = z.object({
   name: z.string().min(1),
   location: z.string().optional(),
   endpoint: z.string().optional(),
+  /** The runner pool whose agents run this target's plans and applies (a capacity pool of kind `runner`). Default `<id>-runner`. */
+  runnerPool: z.string().min(1).max(200).optional(),
+  /** An Azure target's scope: where its runners' identity may write and its observer identity reads. */
+  scope: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1) }).optional(),
+  /** Client id of the target's read-only observer identity (drift scans of this target read with it). */
+  observerClientId: z.string().min(1).optional(),
+  /**
+   * Which environments live here: the first target with a rule matching an environment's tenant, id and tier
+   * (each optional, all given must match) is its target; an environment no rule matches is on the first target.
+   * Example: `[{"tier":"production"},{"tenant":"contoso","environment":"env-prod-eu"}]`.
+   */
+  environments: z
+    .array(z.object({ tenant: z.string().min(1).optional(), environment: z.string().min(1).optional(), tier: z.enum(['development', 'staging', 'production']).optional() }).strict())
+    .optional(),
 });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 
@@ -128,6 +142,22 @@ export const settings = {
    * Example: `{"7f3e1c2a-0000-4000-8000-000000000001":"contoso"}`.
    */
   RuntimeCloud__Auth__Clients: jsonOf(clientTenantsSchema, '{}'),
+  /**
+   * Where plans and applies run: `runner-jobs` (runner agents of the target's pool; the default) or `in-process`
+   * (the engine inside the host: only tests and the bench baseline; a host outside the local host refuses it).
+   */
+  RuntimeCloud__IaC__Execution: z.enum(['runner-jobs', 'in-process']).default('runner-jobs'),
+  /** How long a runner job's lease holds without a heartbeat, in seconds. */
+  RuntimeCloud__Runners__LeaseSeconds: z.coerce.number().int().min(5).max(3600).default(60),
+  /** How long a job waits for an agent of its pool before its run fails `PROVISIONING.RUNNER_UNAVAILABLE`, in seconds. */
+  RuntimeCloud__Runners__ClaimTimeoutSeconds: z.coerce.number().int().min(1).max(7 * 24 * 3600).default(3600),
+  /**
+   * Runner agents that sign in with Entra, as JSON: client application id → the runner pool it serves (Entra
+   * issues no pool claim; the local issuer's agent tokens carry `runner_pool`). Example: `{"3c1d…":"prod-we-runner"}`.
+   */
+  RuntimeCloud__Runners__Agents: jsonOf(clientTenantsSchema, '{}'),
+  /** How many runner agents the local host starts as child processes. */
+  RuntimeCloud__Local__Runners: z.coerce.number().int().min(0).max(16).default(2),
   /** Provisioning targets of this installation, as JSON. */
   RuntimeCloud__Targets: jsonOf(
     z.array(targetSchema).min(1),
@@ -224,7 +254,14 @@ type Settings = z.infer<typeof schema>;
 
 export interface Config {
   readonly host: { readonly enabledModules: readonly ModuleName[]; readonly serviceName: string };
-  readonly iac: { readonly runner: 'pulumi' | 'local' };
+  readonly iac: {
+    readonly runner: 'pulumi' | 'local';
+    readonly execution: 'runner-jobs' | 'in-process';
+    readonly leaseMs: number;
+    readonly claimTimeoutMs: number;
+    /** Client application id → the runner pool that agent serves. */
+    readonly agents: Readonly<Record<string, string>>;
+  };
   readonly store: { readonly dialect: 'sqlite' | 'postgres' | 'mssql'; readonly connection: string };
   readonly tables: { readonly connection: string };
   readonly auth: {
@@ -236,7 +273,7 @@ export interface Config {
   };
   readonly targets: readonly ProvisioningTarget[];
   readonly configPlatform: { readonly endpoint: string };
-  readonly local: { readonly stateDir: string; readonly port: number };
+  readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number };
   readonly serviceBus: { readonly connection: string };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
@@ -296,7 +333,13 @@ export function parseConfig(env: Readonly<Record<string, string | undefined>>): 
 function toConfig(s: Settings): Config {
   return {
     host: { enabledModules: [...new Set(s.RuntimeCloud__Host__EnabledModules)], serviceName: s.OrleansMessaging__ServiceName },
-    iac: { runner: s.RuntimeCloud__IaC__Runner },
+    iac: {
+      runner: s.RuntimeCloud__IaC__Runner,
+      execution: s.RuntimeCloud__IaC__Execution,
+      leaseMs: s.RuntimeCloud__Runners__LeaseSeconds * 1000,
+      claimTimeoutMs: s.RuntimeCloud__Runners__ClaimTimeoutSeconds * 1000,
+      agents: s.RuntimeCloud__Runners__Agents,
+    },
     store: { dialect: s.RuntimeCloud__Store__Dialect, connection: s.RuntimeCloud__Store__Connection },
     tables: { connection: s.RuntimeCloud__Tables__Connection },
     auth: {
@@ -307,7 +350,7 @@ function toConfig(s: Settings): Config {
     },
     targets: s.RuntimeCloud__Targets,
     configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint },
-    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port },
+    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },

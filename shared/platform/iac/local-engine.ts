@@ -1,7 +1,6 @@
 import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
 import { AppError, ensureError, expectedAppError } from '../errors/app-error';
 import type { SqlStore } from '../sql/database';
-import { retryingContention } from '../sql/transaction';
 import type { Clock, Ids } from '../time/clock';
 import { asValueReference, isComputed, isPlainObject, jsonEqual, referenceKey, type JsonObject, type JsonValue } from './iac-values';
 import {
@@ -24,7 +23,7 @@ import {
   type StateResource,
 } from './plan';
 import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
-import { probeStackStates, readStackState, stackStateDb, writeStackState, type StackStateDb } from './stack-state.repository';
+import { sqlStackStates, type StackStates } from './stack-state.repository';
 import { qualifiedStackName, type StackRef } from './stack-ref';
 
 /** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
@@ -70,12 +69,20 @@ export interface LocalEngine {
   apply(stack: StackRef, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
 }
 
-export interface LocalEngineOptions {
-  readonly store: SqlStore;
+/**
+ * Where the engine keeps stack state and which target it applies to: the host's SQL store (the in-process baseline
+ * and tests), or what a runner job is given (`states` and `cloud` reached through the job's endpoints).
+ */
+export type LocalEngineOptions = (
+  | {
+      readonly store: SqlStore;
+      readonly ids: Ids;
+      /** The target applies go to; by default a local cloud over `store`. */
+      readonly cloud?: LocalCloud;
+    }
+  | { readonly states: StackStates; readonly cloud: LocalCloud }
+) & {
   readonly clock: Clock;
-  readonly ids: Ids;
-  /** The target applies go to; by default a local cloud over `store`. */
-  readonly cloud?: LocalCloud;
   /**
    * The local cloud target of a stack. Default: every stack applies to `local`.
    * Example: `(stack) => stack.stack.startsWith('prod') ? 'production' : 'local'`.
@@ -84,9 +91,9 @@ export interface LocalEngineOptions {
 }
 
 export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
-  const { store, clock } = options;
-  const db = stackStateDb(store.db);
-  const cloud = options.cloud ?? createLocalCloud(options);
+  const { clock } = options;
+  const states = 'states' in options ? options.states : sqlStackStates(options.store, clock);
+  const cloud = 'states' in options ? options.cloud : (options.cloud ?? createLocalCloud(options));
   const targetOf = options.targetOf ?? (() => 'local');
 
   /** The state as a refresh reads it from the target (see `PlanOptions.refresh`); the state itself is unchanged. */
@@ -106,14 +113,14 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
 
   /** The state to plan against: as stored, or as the target holds it. */
   async function planningState(stack: StackRef, refresh: boolean | undefined): Promise<StackState | undefined> {
-    const state = await retryingContention(() => readStackState(db, stack));
+    const state = await states.read(stack);
     return refresh ? refreshed(stack, state) : state;
   }
 
   return {
     name: 'local',
     async version() {
-      await probeStackStates(db, store.dialect);
+      await states.probe();
       return LOCAL_ENGINE_VERSION;
     },
     async preview(stack, files, config = {}, planOptions = {}) {
@@ -162,7 +169,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       } catch (thrown) {
         return finish(refusedApply(plan, plan.baseSerial, expectedAppError(thrown)));
       }
-      const run = new StepRunner({ db, clock, cloud, target: targetOf(stack), stack, program, state, resolved, ignore: options.ignore ?? [], beforeStep: options.beforeStep });
+      const run = new StepRunner({ states, clock, cloud, target: targetOf(stack), stack, program, state, resolved, ignore: options.ignore ?? [], beforeStep: options.beforeStep });
       return finish(await run.all(plan));
     },
   };
@@ -187,7 +194,7 @@ async function resolveAll(plan: Plan, resolve: ResolveReferences): Promise<Reado
 }
 
 interface StepRunnerContext {
-  readonly db: StackStateDb;
+  readonly states: StackStates;
   readonly clock: Clock;
   readonly cloud: LocalCloud;
   readonly target: string;
@@ -363,9 +370,9 @@ class StepRunner {
   }
 
   private async write(): Promise<void> {
-    const { db, clock, stack, program } = this.context;
+    const { states, stack, program } = this.context;
     const state: StackState = { stack: stack.stack, project: program.project.name, serial: this.#serial + 1, resources: [...this.#resources] };
-    await retryingContention(() => writeStackState(db, stack.tenant, state, clock.now().getTime()));
+    await states.write(stack, state);
     this.#serial = state.serial;
   }
 }

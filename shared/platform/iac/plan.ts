@@ -366,7 +366,8 @@ function protectedResource(resource: StateResource, op: 'delete' | 'replace'): A
  */
 export type ResolveReferences = (reference: ValueReference) => Promise<JsonValue>;
 
-export type ResourceStatus = 'succeeded' | 'unchanged' | 'failed' | 'skipped';
+/** `unknown`: the runner of the apply went silent before it reported the step (a runner-lost receipt). */
+export type ResourceStatus = 'succeeded' | 'unchanged' | 'failed' | 'skipped' | 'unknown';
 
 export interface ApplyError {
   readonly code: string;

@@ -1,7 +1,9 @@
 import type { Kysely } from 'kysely';
 import { AppError } from '../errors/app-error';
 import { isUniqueViolation } from '../cloud/local-cloud.repository';
-import type { AnyDb } from '../sql/database';
+import type { AnyDb, SqlStore } from '../sql/database';
+import { retryingContention } from '../sql/transaction';
+import type { Clock } from '../time/clock';
 import { firstRows, type SqlDialect } from '../sql/dialect';
 import type { StackState, StateResource } from './plan';
 import { qualifiedStackName, type StackRef } from './stack-ref';
@@ -74,4 +76,25 @@ export async function probeStackStates(db: StackStateDb, dialect: SqlDialect): P
 function stateConflict(ref: StackRef, serial: number): AppError {
   const stack = qualifiedStackName(ref);
   return new AppError('PROVISIONING.STATE_CONFLICT', 'conflict', `the state of stack ${stack} changed during the apply`, { stack, expectedSerial: serial - 1 });
+}
+
+/**
+ * Where the local engine keeps the state of its stacks: per `tenant/project/stack`, each write conditional on the
+ * serial it read (`PROVISIONING.STATE_CONFLICT` otherwise). `probe` is the health check of the store behind it.
+ */
+export interface StackStates {
+  read(stack: StackRef): Promise<StackState | undefined>;
+  /** Writes `state`, whose serial is already the next one. */
+  write(stack: StackRef, state: StackState): Promise<void>;
+  probe(): Promise<void>;
+}
+
+/** Stack states in the host's SQL store (`local_iac_stacks`). */
+export function sqlStackStates(store: SqlStore, clock: Clock): StackStates {
+  const db = stackStateDb(store.db);
+  return {
+    read: (stack) => retryingContention(() => readStackState(db, stack)),
+    write: (stack, state) => retryingContention(() => writeStackState(db, stack.tenant, state, clock.now().getTime())),
+    probe: () => probeStackStates(db, store.dialect),
+  };
 }

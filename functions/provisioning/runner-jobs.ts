@@ -1,0 +1,112 @@
+import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
+import * as df from 'durable-functions';
+import { z } from 'zod';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema } from '../../shared/platform/iac/runner-job';
+import { parseJsonBody } from '../../shared/platform/validation/validation';
+import type { Deps } from '../../shared/deps';
+import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
+import { moduleApp } from '../app';
+import { getDeps } from '../runtime';
+import { logOf } from '../log';
+import { RUNNER_RESULT_EVENT } from './provisioning-run.orchestrator';
+
+/**
+ * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
+ * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
+ * - Every call of a claimed job authenticates with that job's token, and only for that job: its heartbeat, its
+ *   result and, on a local cloud target, its stack state and target calls.
+ */
+
+/** Results carry a whole plan or apply receipt: larger bodies than the API's other requests. */
+const MAX_JOB_BODY_BYTES = 8 * 1024 * 1024;
+
+const claimBody = z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/, 'an agent id is 1 to 200 letters, digits, ".", "_", ":" and "-"') });
+
+/** 200 with the claimed job (spec, job token, and for an apply its references' values), or 204 when none waits. */
+const claimQuery = z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) });
+
+export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
+  const pool = request.params.pool ?? '';
+  if (principal.runnerPool !== pool) {
+    throw new AppError('RUNNER.POOL_MISMATCH', 'forbidden', `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
+  }
+  const claimed = await deps.provisioning.runners.claim(pool, body.agent, query.waitMs);
+  return claimed ? { status: 200, jsonBody: claimed } : { status: 204 };
+});
+
+export const listRunnerPools = endpoint({ summary: 'Runner pools: agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps }) => ({
+  status: 200,
+  jsonBody: { items: await deps.provisioning.runners.pools() },
+}));
+
+export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: online, their job, last heartbeat", scope: 'factory.runtime.read' }, async ({ request, deps }) => ({
+  status: 200,
+  jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '') },
+}));
+
+type JobCall = (input: { deps: Deps; jobId: string; token: string; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
+
+/** A call of one job, authenticated by its job token (`Authorization: Bearer <token>`), its errors as problem+json. */
+function jobEndpoint(summary: string, call: JobCall) {
+  const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
+    try {
+      const token = /^Bearer ([A-Za-z0-9_-]{20,200})$/.exec(request.headers.get('authorization') ?? '')?.[1];
+      if (!token) throw new AppError('RUNNER.JOB_TOKEN_INVALID', 'unauthorized', 'a job call needs its job token as a bearer token');
+      const declared = Number(request.headers.get('content-length') ?? '0');
+      const text = declared > MAX_JOB_BODY_BYTES ? '' : await request.text();
+      if (declared > MAX_JOB_BODY_BYTES || Buffer.byteLength(text) > MAX_JOB_BODY_BYTES) {
+        throw new AppError('REQUEST.TOO_LARGE', 'too-large', `job requests are limited to ${MAX_JOB_BODY_BYTES} bytes`, { limitBytes: MAX_JOB_BODY_BYTES });
+      }
+      return await call({ deps: await getDeps(), jobId: request.params.id ?? '', token, text, context });
+    } catch (error) {
+      return errorResponse(error, context);
+    }
+  };
+  // Described for the OpenAPI document with the scope of runner agents (the job token stands in for it).
+  describeHandler(handler, { summary, scope: 'factory.runner.agent' });
+  return handler;
+}
+
+export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, jobId, token, text }) => ({
+  status: 200,
+  jsonBody: await deps.provisioning.runners.heartbeat(jobId, token, parseJsonBody(text || '{}', heartbeatSchema)),
+}));
+
+export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, jobId, token }) => ({
+  status: 200,
+  jsonBody: { state: (await deps.provisioning.runners.state(jobId, token)) ?? null },
+}));
+
+export const putJobState = jobEndpoint("An apply job writes its stack state (local cloud targets)", async ({ deps, jobId, token, text }) => {
+  await deps.provisioning.runners.writeState(jobId, token, parseJsonBody(text, stackStateSchema));
+  return { status: 204 };
+});
+
+export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, jobId, token, text }) => ({
+  status: 200,
+  jsonBody: await deps.provisioning.runners.target(jobId, token, parseJsonBody(text, targetCallSchema)),
+}));
+
+/** 202 once the outcome is accepted; the run's orchestration is woken to collect it. */
+export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
+  const { runId } = await deps.provisioning.runners.accept(jobId, token, parseJsonBody(text, jobOutcomeSchema));
+  try {
+    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, { jobId });
+  } catch (error) {
+    // The outcome is recorded: the run's deadline timer collects it even when this wake-up is lost.
+    logOf(context).warn(`could not wake run ${runId} for job ${jobId}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  return { status: 202, jsonBody: { accepted: true } };
+});
+
+const durableClient = [df.input.durableClient()];
+const app = moduleApp('provisioning');
+app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', methods: ['POST'], authLevel: 'anonymous', handler: claimJob });
+app.http('listRunnerPools', { route: 'runtime-cloud/runner-pools', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerPools });
+app.http('listRunnerAgents', { route: 'runtime-cloud/runner-pools/{pool}/agents', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerAgents });
+app.http('runnerJobHeartbeat', { route: 'runtime-cloud/runner-jobs/{id}/heartbeat', methods: ['POST'], authLevel: 'anonymous', handler: jobHeartbeat });
+app.http('getRunnerJobState', { route: 'runtime-cloud/runner-jobs/{id}/state', methods: ['GET'], authLevel: 'anonymous', handler: getJobState });
+app.http('putRunnerJobState', { route: 'runtime-cloud/runner-jobs/{id}/state', methods: ['PUT'], authLevel: 'anonymous', handler: putJobState });
+app.http('runnerJobTargetCall', { route: 'runtime-cloud/runner-jobs/{id}/target', methods: ['POST'], authLevel: 'anonymous', handler: jobTargetCall });
+app.http('postRunnerJobResult', { route: 'runtime-cloud/runner-jobs/{id}/result', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: postJobResult });

@@ -1,0 +1,185 @@
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { dirname, resolve, sep } from 'node:path';
+import { AppError, ensureError } from '../shared/platform/errors/app-error';
+import type { IacEngine } from '../shared/platform/iac/iac-runner';
+import { createLocalEngine } from '../shared/platform/iac/local-engine';
+import { filesDigest, type ClaimedJob, type JobError, type RunnerInfo, type RunnerJobOutcome } from '../shared/platform/iac/runner-job';
+import type { JsonValue } from '../shared/platform/iac/iac-values';
+import { referenceKey } from '../shared/platform/iac/iac-values';
+import { qualifiedStackName } from '../shared/platform/iac/stack-ref';
+import { systemClock } from '../shared/platform/time/clock';
+import type { HostClient, JobClient } from './host-client';
+
+/**
+ * A runner agent (ARCHITECTURE.md, "IaC: targets, runner agents and engines"): claims one job of its pool at a
+ * time, runs it with its engine in a fresh working directory, beats while it runs and posts its outcome. It holds
+ * no store, bus or table credential and no host key: only its pool credential, and per job what the claim gave it.
+ */
+export interface AgentOptions {
+  readonly client: HostClient;
+  /** This agent's id in the pool. Example: `local-1`. */
+  readonly agent: string;
+  /** Root of the jobs' working directories: each job gets `<workRoot>/<job id>`, removed after it. */
+  readonly workRoot: string;
+  /** The engine for a job: the local engine over the job's endpoints, or the Pulumi Automation API. */
+  readonly engineFor?: (claimed: ClaimedJob, job: JobClient, workDir: string) => IacEngine;
+  /** Claim one job, then return (a Container Apps Job execution). */
+  readonly oneJob?: boolean;
+  /** How long one claim waits on the host for a job. */
+  readonly claimWaitMs?: number;
+  readonly signal?: AbortSignal;
+  readonly log?: (line: string) => void;
+}
+
+export async function runAgent(options: AgentOptions): Promise<void> {
+  const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
+  const wait = options.claimWaitMs ?? 20_000;
+  while (!options.signal?.aborted) {
+    let claimed: ClaimedJob | undefined;
+    try {
+      claimed = await options.client.claim(options.agent, wait);
+    } catch (error) {
+      if (options.signal?.aborted) return;
+      log(`claim failed: ${ensureError(error).message}`);
+      await sleep(1000, options.signal);
+      continue;
+    }
+    if (!claimed) {
+      if (options.oneJob) return;
+      continue;
+    }
+    await runJob(options, claimed, log);
+    if (options.oneJob) return;
+  }
+}
+
+/** Runs one claimed job to its outcome and posts it; a refused post (the job was superseded) is logged. */
+export async function runJob(options: AgentOptions, claimed: ClaimedJob, log: (line: string) => void): Promise<void> {
+  const { job } = claimed;
+  const client = options.client.job(claimed);
+  const workDir = resolve(options.workRoot, job.id);
+  const lines: string[] = [`${new Date().toISOString()} ${options.agent} claimed ${job.kind} job ${job.id} of stack ${qualifiedStackName(job.stack)}`];
+  const beat = new Beat(client, claimed.heartbeatMs, lines);
+  let outcome: RunnerJobOutcome;
+  try {
+    await writeProject(workDir, claimed);
+    const engine = (options.engineFor ?? localEngineFor)(claimed, client, workDir);
+    const runner: RunnerInfo = { name: engine.name, version: await engine.version(), agent: options.agent };
+    outcome = await evaluate(claimed, engine, runner, beat);
+  } catch (thrown) {
+    outcome = { kind: job.kind, runner: { name: job.engine, version: 'unknown', agent: options.agent }, error: jobError(thrown) } as RunnerJobOutcome;
+  } finally {
+    await rm(workDir, { recursive: true, force: true });
+  }
+  await beat.stop();
+  try {
+    await client.result(outcome);
+    log(`${job.kind} job ${job.id}: outcome accepted`);
+  } catch (error) {
+    log(`${job.kind} job ${job.id}: outcome refused: ${ensureError(error).message}`);
+  }
+}
+
+/** The job's step with the engine: a plan, or an apply of exactly the approved plan on the state it was made against. */
+async function evaluate(claimed: ClaimedJob, engine: IacEngine, runner: RunnerInfo, beat: Beat): Promise<RunnerJobOutcome> {
+  const { job } = claimed;
+  if (job.kind === 'plan') {
+    try {
+      return { kind: 'plan', runner, plan: await engine.preview(job.stack, job.files, job.config, job.options) };
+    } catch (thrown) {
+      return { kind: 'plan', runner, error: jobError(thrown) };
+    }
+  }
+  const approved = job.approvedPlan;
+  if (!approved) return { kind: 'apply', runner, error: { code: 'RUNNER.INVALID_JOB', message: 'an apply job without its approved plan' } };
+  try {
+    // The state's serial only: a plan is an answer about the state it was made against.
+    const current = await engine.preview(job.stack, job.files, job.config, { ...job.options, refresh: false });
+    if (current.baseSerial !== approved.baseSerial) return { kind: 'apply', runner, stateMoved: { baseSerial: current.baseSerial } };
+  } catch (thrown) {
+    return { kind: 'apply', runner, error: jobError(thrown) };
+  }
+  const references = claimed.references ?? {};
+  const resolveReference = (reference: Parameters<typeof referenceKey>[0]): Promise<JsonValue> => {
+    const entry = references[referenceKey(reference)];
+    if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} was not resolved for this job`));
+    return 'error' in entry ? Promise.reject(new AppError(entry.error.code, 'not-found', entry.error.message)) : Promise.resolve(entry.value);
+  };
+  const result = await engine.apply(job.stack, job.files, job.config, approved, resolveReference, { ...job.options, beforeStep: () => beat.now() });
+  return { kind: 'apply', runner, result };
+}
+
+/** The job's heartbeat: every `everyMs` and before each apply step; once the host says superseded, every step stops. */
+class Beat {
+  #lost: AppError | undefined;
+  #chain: Promise<void> = Promise.resolve();
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly client: JobClient,
+    everyMs: number,
+    private readonly lines: string[],
+  ) {
+    this.#timer = setInterval(() => void this.now().catch(() => undefined), everyMs);
+    this.#timer.unref();
+  }
+
+  now(): Promise<void> {
+    this.#chain = this.#chain.then(async () => {
+      if (this.#lost) return;
+      const log = this.lines.splice(0);
+      try {
+        await this.client.heartbeat({ log });
+      } catch (thrown) {
+        const error = ensureError(thrown);
+        if (error instanceof AppError && (error.kind === 'conflict' || error.kind === 'unauthorized')) this.#lost = new AppError('PROVISIONING.STACK_LOCK_LOST', 'conflict', error.message);
+        // Anything else (the host busy, the network): the lease holds until it lapses; the next beat asks again.
+      }
+    });
+    return this.#chain.then(() => {
+      if (this.#lost) throw this.#lost;
+    });
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#chain;
+  }
+}
+
+/** The project's files in the job's fresh working directory, after checking they are the bytes the host read. */
+async function writeProject(workDir: string, claimed: ClaimedJob): Promise<void> {
+  const { files } = claimed.job;
+  if (filesDigest(files) !== claimed.job.filesDigest) throw new AppError('RUNNER.FILES_MISMATCH', 'validation', 'the project files are not the ones the host read');
+  await rm(workDir, { recursive: true, force: true });
+  await mkdir(workDir, { recursive: true });
+  for (const [name, text] of Object.entries(files)) {
+    const path = resolve(workDir, name);
+    if (!path.startsWith(`${workDir}${sep}`)) throw new AppError('RUNNER.FILES_MISMATCH', 'validation', `the file name ${name} leaves the working directory`);
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, text);
+  }
+}
+
+/** The local engine against the job's local cloud target and stack state, through the job's endpoints. */
+function localEngineFor(claimed: ClaimedJob, job: JobClient): IacEngine {
+  if (claimed.job.engine !== 'local') throw new AppError('PROVISIONING.RUNNER_UNAVAILABLE', 'unavailable', `this agent runs the local engine, not ${claimed.job.engine}`);
+  return createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target });
+}
+
+function jobError(thrown: unknown): JobError {
+  const error = ensureError(thrown);
+  if (error instanceof AppError) return { code: error.code, message: error.message };
+  return { code: 'RUNNER.ENGINE_FAULT', message: error.message.slice(0, 2000) };
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((done) => {
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      done();
+    });
+  });
+}
+

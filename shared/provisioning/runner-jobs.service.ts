@@ -1,0 +1,424 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { CloudResource } from '../platform/cloud/local-cloud';
+import { AppError } from '../platform/errors/app-error';
+import { filesDigest, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
+import type { StackState } from '../platform/iac/plan';
+import { qualifiedStackName } from '../platform/iac/stack-ref';
+import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
+import { setWaiting } from './provisioning.repository';
+import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep } from './run';
+import {
+  appendJobLog,
+  cancelJobsOfRun,
+  findJob,
+  finishJob,
+  insertJob,
+  jobCounts,
+  latestJobOfRun,
+  listAgents,
+  markClaimed,
+  markLost,
+  queuedJobs,
+  renewJob,
+  touchAgent,
+  type RunnerJob,
+  type StoredSpec,
+} from './runner-jobs.repository';
+import { getStackLock, renewStackLock, type StackLock } from './stack-lock.repository';
+
+/**
+ * Runner jobs: how a run's plan and apply leave the host (ARCHITECTURE.md, "IaC: targets, runner agents and
+ * engines"). The plan or apply step dispatches a job for the pool of the run's target and the orchestration waits
+ * for its result; an agent of the pool claims it (holding a capacity lease of kind `runner` for it), beats while it
+ * runs (renewing that lease, the job's lease and the stack lock), and posts its outcome, which is accepted only
+ * while the job's lease and the stack lock it runs under are current. A job whose lease lapses is lost: a plan is
+ * dispatched again, an apply fails its run (`PROVISIONING.RUNNER_LOST`) and is never dispatched again.
+ */
+
+export const JobErrors = {
+  /** The job token is not this job's, or the job has ended. */
+  unauthorized: 'RUNNER.JOB_TOKEN_INVALID',
+  /** The job no longer runs under the stack lock (its lease lapsed, it was canceled, another run holds the stack). */
+  superseded: 'RUNNER.JOB_SUPERSEDED',
+  /** The call is not one this job may make (a plan job writing, a call for another stack). */
+  refused: 'RUNNER.CALL_REFUSED',
+  /** The pool credential names another pool. */
+  wrongPool: 'RUNNER.POOL_MISMATCH',
+} as const;
+
+/** What a dispatch hands to the job besides the run's stack and the lock: the step's inputs. */
+export type JobInputs = Pick<StoredSpec, 'files' | 'config' | 'options' | 'approvedPlan'>;
+
+/** The open (queued or running) job of a run's step, as the step it makes the run wait on; undefined when none. */
+export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<RunStep | undefined> {
+  if (!ctx.runners) return undefined;
+  const job = await retryingContention(() => latestJobOfRun(ctx.db, ctx.dialect, run.id));
+  if (!job || (job.state !== 'queued' && job.state !== 'running')) return undefined;
+  return runningStep(ctx.runners, job);
+}
+
+/**
+ * Dispatches the run's step as a job for its target's pool, under the stack lock the step holds: the job, the run's
+ * wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one transaction.
+ */
+export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
+  const { target, pool, engine } = runners.targetOf(run);
+  const spec: StoredSpec = {
+    id: ctx.ids.next('job'),
+    kind,
+    runId: run.id,
+    pool,
+    target,
+    engine,
+    stack: stackOf(run),
+    files: inputs.files,
+    filesDigest: filesDigest(inputs.files),
+    config: inputs.config,
+    options: inputs.options,
+    ...(inputs.approvedPlan ? { approvedPlan: inputs.approvedPlan } : {}),
+    fencingToken: lock.version,
+  };
+  const at = nowOf(ctx);
+  const dispatched = await inTransaction(ctx.db, async (trx) => {
+    if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return false;
+    await cancelJobsOfRun(trx, run.id, at);
+    await insertJob(trx, spec, at);
+    await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: run.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
+    return true;
+  });
+  if (!dispatched) return stepOf(await existingRun(ctx, run.id));
+  wakeClaims(pool);
+  return { outcome: 'running', jobId: spec.id, kind, until: new Date(at + runners.claimTimeoutMs).toISOString() };
+}
+
+/**
+ * An agent of `pool` asks for work: the oldest queued job of the pool whose tenant's runner quota has room, with a
+ * fresh job token; undefined when there is none. Apply jobs get the values of their plan's references, resolved by
+ * `resolve` for this job only (never stored).
+ */
+export async function claimJob(
+  ctx: ProvisioningContext,
+  pool: string,
+  agent: string,
+  resolve: (job: RunnerJob) => Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: NonNullable<RunnerJob['degraded']> }>,
+  waitMs = 0,
+): Promise<ClaimedJob | undefined> {
+  // A long poll: a dispatch on this host wakes the claim at once; one on another host is seen at the next look.
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const claimed = await claimNow(ctx, pool, agent, resolve);
+    const left = deadline - Date.now();
+    if (claimed || left <= 0) return claimed;
+    await dispatchedOrAfter(pool, Math.min(left, CLAIM_LOOK_MS));
+  }
+}
+
+/** How often a waiting claim looks for jobs dispatched by other hosts. */
+const CLAIM_LOOK_MS = 250;
+const waitingClaims = new Map<string, Set<() => void>>();
+
+function dispatchedOrAfter(pool: string, ms: number): Promise<void> {
+  return new Promise((done) => {
+    const waiters = waitingClaims.get(pool) ?? new Set<() => void>();
+    waitingClaims.set(pool, waiters);
+    const wake = () => {
+      clearTimeout(timer);
+      waiters.delete(wake);
+      done();
+    };
+    const timer = setTimeout(wake, ms);
+    waiters.add(wake);
+  });
+}
+
+function wakeClaims(pool: string): void {
+  for (const wake of [...(waitingClaims.get(pool) ?? [])]) wake();
+}
+
+async function claimNow(
+  ctx: ProvisioningContext,
+  pool: string,
+  agent: string,
+  resolve: (job: RunnerJob) => Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: NonNullable<RunnerJob['degraded']> }>,
+): Promise<ClaimedJob | undefined> {
+  const runners = requireRunners(ctx);
+  await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
+  for (const job of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, pool, 20))) {
+    const lease = await runners.leases.acquire({ tenant: job.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${job.id}` });
+    // This tenant's runner quota is used up: a job of another tenant may go first.
+    if ('refused' in lease) continue;
+    const references = job.kind === 'apply' ? await resolve(job) : { values: {}, degraded: [] };
+    const token = randomBytes(32).toString('base64url');
+    const at = nowOf(ctx);
+    const leaseExpiresAt = at + runners.leaseTtlMs;
+    const run = await existingRun(ctx, job.runId);
+    const claimed = await inTransaction(ctx.db, async (trx) => {
+      if (!(await markClaimed(trx, job.id, { agent, tokenHash: hashToken(token), lease, at, leaseExpiresAt, degraded: references.degraded }))) return false;
+      await setWaiting(trx, run.id, run.state, null, at);
+      await touchAgent(trx, pool, agent, job.id, at);
+      return true;
+    });
+    if (!claimed) {
+      // Another agent claimed it first.
+      await runners.leases.release(job.tenant, lease);
+      continue;
+    }
+    return {
+      job: { ...job.spec, leaseExpiresAt: new Date(leaseExpiresAt).toISOString() },
+      token,
+      heartbeatMs: Math.max(1, Math.floor(runners.leaseTtlMs / 4)),
+      ...(job.kind === 'apply' ? { references: references.values } : {}),
+    };
+  }
+  return undefined;
+}
+
+/**
+ * A running job's heartbeat: renews the job's lease, its capacity lease and the stack lock, and records the log
+ * lines. `RUNNER.JOB_SUPERSEDED` (409) once the job no longer runs under the stack lock: the agent stops.
+ */
+export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }> {
+  const runners = requireRunners(ctx);
+  const job = await authenticJob(ctx, jobId, token);
+  await retryingContention(() => appendJobLog(ctx.db, job.id, beat.log));
+  const at = nowOf(ctx);
+  const lock = await current(ctx, job);
+  const leaseExpiresAt = at + runners.leaseTtlMs;
+  const renewed =
+    lock !== undefined &&
+    (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
+    (await retryingContention(() => renewJob(ctx.db, job.id, at, leaseExpiresAt)));
+  if (!renewed) throw superseded(job);
+  if (job.lease) await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs);
+  await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', job.id, at));
+  return { leaseExpiresAt: new Date(leaseExpiresAt).toISOString() };
+}
+
+/** The job's stack state (jobs on a local cloud target: the stand-in for the per-tenant state backend). */
+export async function jobState(ctx: ProvisioningContext, jobId: string, token: string): Promise<StackState | undefined> {
+  const job = await authenticJob(ctx, jobId, token);
+  return localOf(ctx, job).states.read(job.spec.stack);
+}
+
+/** Writes the job's stack state: apply jobs only, while they run under the stack lock, for their own stack only. */
+export async function writeJobState(ctx: ProvisioningContext, jobId: string, token: string, state: StackState): Promise<void> {
+  const job = await authenticJob(ctx, jobId, token);
+  const local = localOf(ctx, job);
+  const { stack } = job.spec;
+  if (state.stack !== stack.stack || state.project !== stack.project) throw refused(job, `the state is of stack ${state.project}/${state.stack}, not ${stack.project}/${stack.stack}`);
+  await fenceWrite(ctx, job);
+  await local.states.write(stack, state);
+}
+
+/**
+ * A call of the job to its local cloud target, in its tenant's scope only: a resource of another scope is not
+ * found; writes are for apply jobs running under the stack lock, and each is recorded in the job's log.
+ */
+export async function targetCall(ctx: ProvisioningContext, jobId: string, token: string, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }> {
+  const job = await authenticJob(ctx, jobId, token);
+  const { cloud } = localOf(ctx, job);
+  const { target } = job.spec;
+  const scope = job.tenant;
+  const own = async (id: string) => {
+    const found = await cloud.get(target, id);
+    return found && found.scope === scope ? found : undefined;
+  };
+  if (call.op === 'get') {
+    const resource = await own(call.id);
+    return resource ? { resource } : {};
+  }
+  await fenceWrite(ctx, job);
+  const record = (line: string) => retryingContention(() => appendJobLog(ctx.db, job.id, [`${new Date(nowOf(ctx)).toISOString()} target ${line}`]));
+  switch (call.op) {
+    case 'recordApply':
+      await cloud.recordApply(target, { stack: job.spec.stack, planDigest: call.planDigest });
+      await record(`apply ${call.planDigest} began`);
+      return {};
+    case 'create': {
+      if (!call.urn.startsWith(`urn:pulumi:${job.spec.stack.stack}::${job.spec.stack.project}::`)) throw refused(job, `the urn ${call.urn} is not of the job's stack`);
+      const resource = await cloud.create(target, { scope, urn: call.urn, type: call.type, properties: call.properties });
+      await record(`created ${resource.type} ${resource.id} (${resource.urn})`);
+      return { resource };
+    }
+    case 'update': {
+      if (!(await own(call.id))) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `there is no resource ${call.id}`);
+      const resource = await cloud.update(target, call.id, call.properties);
+      await record(`updated ${resource.type} ${resource.id}`);
+      return { resource };
+    }
+    case 'delete': {
+      if (!(await own(call.id))) return { deleted: false };
+      const deleted = await cloud.delete(target, call.id);
+      await record(`deleted ${call.id}`);
+      return { deleted };
+    }
+  }
+}
+
+/**
+ * Accepts a job's outcome: only from the job's token, while the job runs under the stack lock it was given and its
+ * lease holds. A late or superseded outcome is refused (409) and recorded in the job's log; nothing of it is used.
+ * Returns the run to wake.
+ */
+export async function acceptOutcome(ctx: ProvisioningContext, jobId: string, token: string, outcome: RunnerJobOutcome): Promise<{ runId: string }> {
+  const runners = requireRunners(ctx);
+  const job = await authenticJob(ctx, jobId, token);
+  if (outcome.kind !== job.kind) throw refused(job, `a ${job.kind} job cannot report a ${outcome.kind} outcome`);
+  const at = nowOf(ctx);
+  const lock = await current(ctx, job);
+  const accepted = lock !== undefined && (await retryingContention(() => finishJob(ctx.db, job.id, outcome, at)));
+  if (!accepted) {
+    await retryingContention(() => appendJobLog(ctx.db, job.id, [`${new Date(at).toISOString()} host refused the ${outcome.kind} outcome: the job no longer runs under stack lock ${job.fencingToken}`]));
+    throw superseded(job);
+  }
+  if (job.lease) await runners.leases.release(job.tenant, job.lease);
+  await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', null, at));
+  return { runId: job.runId };
+}
+
+/**
+ * Where the run's job stands, for the orchestration (after the result event, or at its deadline): the outcome of a
+ * finished job (handed to `finished`), still running (with the next deadline), lost, or past its claim deadline.
+ */
+export async function collectJob(
+  ctx: ProvisioningContext,
+  runId: string,
+  jobId: string,
+  handlers: {
+    readonly finished: (run: Run, job: RunnerJob & { readonly outcome: RunnerJobOutcome }) => Promise<RunStep>;
+    readonly lost: (run: Run, job: RunnerJob) => Promise<RunStep>;
+    readonly unclaimed: (run: Run, job: RunnerJob) => Promise<RunStep>;
+  },
+): Promise<RunStep> {
+  const runners = requireRunners(ctx);
+  const run = await existingRun(ctx, runId);
+  const job = await retryingContention(() => findJob(ctx.db, jobId));
+  if (!job || job.runId !== runId) throw new AppError(RunErrors.internal, 'internal', `run ${runId} has no job ${jobId}`);
+  const at = nowOf(ctx);
+  if (isTerminal(run.state)) {
+    await retryingContention(() => cancelJobsOfRun(ctx.db, run.id, at));
+    return stepOf(run);
+  }
+  if (job.state === 'done' && job.outcome) return handlers.finished(run, { ...job, outcome: job.outcome });
+  if (job.state === 'queued') return at >= job.createdAt.getTime() + runners.claimTimeoutMs ? handlers.unclaimed(run, job) : runningStep(runners, job);
+  if (job.state === 'running') {
+    if ((job.leaseExpiresAt?.getTime() ?? 0) > at) return runningStep(runners, job);
+    if (!(await retryingContention(() => markLost(ctx.db, job.id, at)))) return collectJob(ctx, runId, jobId, handlers);
+    if (job.lease) await runners.leases.release(job.tenant, job.lease).catch(() => undefined);
+    return handlers.lost(run, { ...job, state: 'lost' });
+  }
+  if (job.state === 'lost') return handlers.lost(run, job);
+  // Canceled: a newer job of the run, or none, is where the run stands.
+  return (await openJobStep(ctx, run)) ?? stepOf(run);
+}
+
+function runningStep(runners: RunnerExecution, job: RunnerJob): RunStep {
+  const until = job.state === 'running' && job.leaseExpiresAt ? job.leaseExpiresAt.getTime() : job.createdAt.getTime() + runners.claimTimeoutMs;
+  return { outcome: 'running', jobId: job.id, kind: job.kind, until: new Date(until).toISOString() };
+}
+
+function requireRunners(ctx: ProvisioningContext): RunnerExecution {
+  if (!ctx.runners) throw new AppError(RunErrors.runnerUnavailable, 'not-found', 'this host runs no runner jobs');
+  return ctx.runners;
+}
+
+function localOf(ctx: ProvisioningContext, job: RunnerJob): NonNullable<RunnerExecution['local']> {
+  const local = requireRunners(ctx).local;
+  if (!local || job.spec.engine !== 'local') throw refused(job, `target ${job.target} is not a local cloud: its runners reach it with their own identity`);
+  return local;
+}
+
+/** The job of a job token: the token must be the job's, and the job running. */
+async function authenticJob(ctx: ProvisioningContext, jobId: string, token: string): Promise<RunnerJob> {
+  const job = await retryingContention(() => findJob(ctx.db, jobId));
+  const presented = Buffer.from(hashToken(token));
+  const expected = Buffer.from(job?.tokenHash ?? '');
+  if (!job || expected.length !== presented.length || !timingSafeEqual(presented, expected)) {
+    throw new AppError(JobErrors.unauthorized, 'unauthorized', 'the job token is not valid for this job');
+  }
+  if (job.state !== 'running') throw superseded(job);
+  return job;
+}
+
+/** The stack lock the job runs under, while it is current (held by the job's run at the job's version, unexpired). */
+async function current(ctx: ProvisioningContext, job: RunnerJob): Promise<StackLock | undefined> {
+  const at = nowOf(ctx);
+  if ((job.leaseExpiresAt?.getTime() ?? 0) <= at) return undefined;
+  const lock = await retryingContention(() => getStackLock(ctx.db, job.spec.stack));
+  if (!lock || lock.holderRun !== job.runId || lock.version !== job.fencingToken || lock.expiresAt.getTime() <= at) return undefined;
+  return lock;
+}
+
+/** A write of the job (state, target): apply jobs only, and only while the job runs under its stack lock. */
+async function fenceWrite(ctx: ProvisioningContext, job: RunnerJob): Promise<void> {
+  if (job.kind !== 'apply') throw refused(job, 'a plan job changes nothing');
+  if (!(await current(ctx, job))) throw superseded(job);
+}
+
+function superseded(job: RunnerJob): AppError {
+  return new AppError(JobErrors.superseded, 'conflict', `job ${job.id} no longer runs under the lock of stack ${qualifiedStackName(job.spec.stack)} (version ${job.fencingToken}): its lease lapsed, it was canceled, or another run holds the stack`, {
+    jobId: job.id,
+    fencingToken: job.fencingToken,
+  });
+}
+
+function refused(job: RunnerJob, why: string): AppError {
+  return new AppError(JobErrors.refused, 'forbidden', `job ${job.id}: ${why}`, { jobId: job.id });
+}
+
+function hashToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/** A runner pool as operators see it: its target, agents online, jobs running and waiting. */
+export interface RunnerPoolView {
+  readonly pool: string;
+  readonly target: string;
+  readonly engine: 'local' | 'pulumi';
+  /** Agents heard from within two job leases. */
+  readonly agentsOnline: number;
+  readonly jobsRunning: number;
+  readonly jobsWaiting: number;
+}
+
+export interface RunnerAgentView {
+  readonly agent: string;
+  readonly online: boolean;
+  readonly jobId?: string;
+  /** ISO-8601 UTC. */
+  readonly lastHeartbeat: string;
+}
+
+export async function runnerPools(ctx: ProvisioningContext): Promise<RunnerPoolView[]> {
+  const runners = requireRunners(ctx);
+  const counts = await retryingContention(() => jobCounts(ctx.db));
+  const agents = await retryingContention(() => listAgents(ctx.db));
+  const online = onlineSince(ctx, runners);
+  const pools = new Map<string, RunnerTarget>();
+  for (const target of runners.targets) if (!pools.has(target.pool)) pools.set(target.pool, target);
+  return [...pools.values()].map(({ pool, target, engine }) => ({
+    pool,
+    target,
+    engine,
+    agentsOnline: agents.filter((a) => a.pool === pool && a.lastSeen.getTime() >= online).length,
+    jobsRunning: counts.find((c) => c.pool === pool && c.state === 'running')?.n ?? 0,
+    jobsWaiting: counts.find((c) => c.pool === pool && c.state === 'queued')?.n ?? 0,
+  }));
+}
+
+export async function runnerAgents(ctx: ProvisioningContext, pool: string): Promise<RunnerAgentView[]> {
+  const runners = requireRunners(ctx);
+  if (!runners.targets.some((t) => t.pool === pool)) throw new AppError('RUNNER.POOL_NOT_FOUND', 'not-found', `there is no runner pool ${pool}`, { pool });
+  const online = onlineSince(ctx, runners);
+  return (await retryingContention(() => listAgents(ctx.db, pool))).map((a) => ({
+    agent: a.agent,
+    online: a.lastSeen.getTime() >= online,
+    ...(a.jobId !== undefined ? { jobId: a.jobId } : {}),
+    lastHeartbeat: a.lastSeen.toISOString(),
+  }));
+}
+
+function onlineSince(ctx: ProvisioningContext, runners: RunnerExecution): number {
+  return nowOf(ctx) - 2 * runners.leaseTtlMs;
+}
