@@ -1,13 +1,17 @@
 /**
  * RuntimeCloudHost on Azure: a Linux Function App (Functions v4, Node 22, system-assigned identity) and what it runs
  * on — a storage account (host storage, Durable task hub, observed inventory in Tables), Service Bus (the promotions
- * queue, the events topic and its two filtered subscriptions), Azure SQL with Entra-only authentication, Application
- * Insights over Log Analytics, and a Key Vault holding the seed's secrets with their rotation periods.
+ * queue, the events topic and its filtered subscriptions), Azure SQL with Entra-only authentication, Application
+ * Insights over Log Analytics, and a Key Vault holding the seed's secrets with their rotation periods. Beside it, per
+ * `azure-subscription` target, the runner agents that plan and apply there (./runners.ts).
  *
  * What always holds:
- * - No secret is a plain app setting. The app reaches Storage, Service Bus, SQL and Application Insights with its
- *   managed identity; the one secret it reads (the IaC runner's credential) is a Key Vault reference.
- * - Every role assignment names the Function App's identity, a data-plane role and the narrowest scope that works.
+ * - No secret is an app setting. The app reaches Storage, Service Bus, SQL and Application Insights with its
+ *   system-assigned identity, and runs no IaC engine: plans and applies run in runner jobs with the target's own
+ *   identity, so the app holds no IaC credential.
+ * - The app's system-assigned identity has data-plane roles only, each at the narrowest scope that works. The only
+ *   other identities it can use are the targets' observers, each Reader on its own target. No identity the app can
+ *   use holds a role that can change a target.
  * - Everything that lets a TLS version be set takes 1.2 at least; nothing accepts a shared key or local auth where
  *   Azure offers Entra instead.
  * - Public network access is on, deliberately: the app has no virtual network, so it reaches Storage, Service Bus,
@@ -18,6 +22,7 @@
  *   against the app's registrations under Pulumi's mocks.
  */
 import * as pulumi from '@pulumi/pulumi';
+import * as containerapps from '@pulumi/azure-native/app';
 import * as insights from '@pulumi/azure-native/applicationinsights';
 import * as authorization from '@pulumi/azure-native/authorization';
 import * as keyvault from '@pulumi/azure-native/keyvault';
@@ -28,18 +33,20 @@ import * as servicebus from '@pulumi/azure-native/servicebus';
 import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
+import { assignRole, type Role } from './roles';
+import { runnerEnvironment, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
+import { isAzureTarget, parseRunnerImage, parseTargets, type RunnerImage, type Target } from './targets';
 
 /**
- * The seed's secrets (design page, Security) and their rotation periods. `configKey` is the Pulumi config secret
- * holding the value; `readByApp` says whether the Function App reads it (and so gets Key Vault Secrets User on it).
- * In this topology SQL and Service Bus are reached with the managed identity: SQL accepts only Entra tokens and the
- * namespace has local (SAS) auth disabled, so `runtime-cloud-sql` and `messaging-transport` are held for the seed's
- * other topologies (hybrid, on-prem) and nothing in Azure is granted to read them.
+ * The seed's secrets (design page, Security) and their rotation periods; `configKey` is the Pulumi config secret
+ * holding the value. In this topology SQL and Service Bus are reached with the managed identity: SQL accepts only
+ * Entra tokens and the namespace has local (SAS) auth disabled, so both are held for the seed's other topologies
+ * (hybrid, on-prem) and nothing in Azure is granted to read them. The seed's third, `iac-runner-identity`, has no
+ * place here: runners act with per-target managed identities, which have no secret to hold or rotate.
  */
 const SEED_SECRETS = [
-  { name: 'runtime-cloud-sql', rotationDays: 90, configKey: 'runtimeCloudSql', readByApp: false },
-  { name: 'iac-runner-identity', rotationDays: 30, configKey: 'iacRunnerIdentity', readByApp: true },
-  { name: 'messaging-transport', rotationDays: 90, configKey: 'messagingTransport', readByApp: false },
+  { name: 'runtime-cloud-sql', rotationDays: 90, configKey: 'runtimeCloudSql' },
+  { name: 'messaging-transport', rotationDays: 90, configKey: 'messagingTransport' },
 ] as const;
 
 /** The seed's replicas (2–6) as the plan's instance count and autoscale bounds. */
@@ -57,17 +64,6 @@ const TOPIC_SUBSCRIPTIONS = [
   { name: 'inventory', sqlExpression: "user.type IN ('SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed')" },
 ] as const;
 
-/** Built-in role definition ids (the same in every tenant). */
-const ROLES = {
-  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe',
-  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88',
-  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3',
-  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
-  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
-  keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6',
-  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
-} as const;
-
 /** Built-in policy definitions (Key Vault, data plane) assigned on the vault with effect Deny. */
 const POLICIES = {
   secretsMustExpire: '98728c90-32c7-4049-8429-847dc0f4fe37',
@@ -82,13 +78,15 @@ const sqlAdminGroupName = config.get('sqlAdminGroupName') ?? 'runtime-cloud-sql-
 const issuer = config.require('authIssuer');
 const audience = config.require('authAudience');
 const jwksUrl = config.require('authJwksUrl');
-const targets = config.requireObject<unknown[]>('targets');
+/** Where environments' infrastructure lives, and for Azure targets the scope their runners may change (./targets.ts). */
+const targets = parseTargets(config.requireObject<unknown>('targets'));
+const azureTargets = targets.filter(isAzureTarget);
+/** The runner agents' image and its registry: required once an Azure target exists. */
+const runnerImage = parseRunnerImage(config.get('runnerImage'), config.get('runnerRegistryId'), targets);
 const enabledModules = config.get('enabledModules') ?? 'provisioning,inventory,capacity';
 const inventoryObserver = config.get('inventoryObserver') ?? 'azure-resource-manager';
 const inventoryScopes = config.getObject<Record<string, unknown>>('inventoryScopes') ?? {};
 const configPlatformEndpoint = config.get('configPlatformEndpoint');
-/** Client id of the Entra application the IaC runner signs in as; its secret is `iac-runner-identity`. */
-const iacRunnerClientId = config.require('iacRunnerClientId');
 /** The day each seed secret's current value was set (YYYY-MM-DD): its expiry is that day plus its rotation period. */
 const secretsRotatedOn = config.requireObject<Record<string, string>>('secretsRotatedOn');
 
@@ -144,7 +142,8 @@ const events = new servicebus.Topic(EVENTS_TOPIC, {
   defaultMessageTimeToLive: 'P14D',
   supportOrdering: true,
 });
-const subscriptions = TOPIC_SUBSCRIPTIONS.map(({ name, sqlExpression }) => {
+/** A subscription of the events topic that passes only what `sqlExpression` selects. */
+function topicSubscription(name: string, sqlExpression: string): servicebus.Subscription {
   const subscription = new servicebus.Subscription(`${EVENTS_TOPIC}-${name}`, {
     subscriptionName: name,
     resourceGroupName: group.name,
@@ -166,8 +165,9 @@ const subscriptions = TOPIC_SUBSCRIPTIONS.map(({ name, sqlExpression }) => {
     filterType: servicebus.FilterType.SqlFilter,
     sqlFilter: { sqlExpression },
   });
-  return { name, subscription };
-});
+  return subscription;
+}
+const subscriptions = TOPIC_SUBSCRIPTIONS.map(({ name, sqlExpression }) => ({ name, subscription: topicSubscription(name, sqlExpression) }));
 
 // Azure SQL: Entra-only authentication, an Entra group as administrator; the app is a contained database user
 // (see `sqlUserToCreate`).
@@ -241,19 +241,16 @@ const vault = new keyvault.Vault(`${prefix}-kv`, {
     publicNetworkAccess: 'Enabled',
   },
 });
-const secrets = Object.fromEntries(
-  SEED_SECRETS.map((seed) => {
-    const { notBefore, expires, rotatedOn } = validityOf(seed.name, seed.rotationDays);
-    const secret = new keyvault.Secret(seed.name, {
-      secretName: seed.name,
-      resourceGroupName: group.name,
-      vaultName: vault.name,
-      properties: { value: config.requireSecret(seed.configKey), attributes: { enabled: true, notBefore, expires } },
-      tags: { 'rotation-period': `P${seed.rotationDays}D`, 'rotated-on': rotatedOn },
-    });
-    return [seed.name, secret];
-  }),
-) as Record<(typeof SEED_SECRETS)[number]['name'], keyvault.Secret>;
+for (const seed of SEED_SECRETS) {
+  const { notBefore, expires, rotatedOn } = validityOf(seed.name, seed.rotationDays);
+  new keyvault.Secret(seed.name, {
+    secretName: seed.name,
+    resourceGroupName: group.name,
+    vaultName: vault.name,
+    properties: { value: config.requireSecret(seed.configKey), attributes: { enabled: true, notBefore, expires } },
+    tags: { 'rotation-period': `P${seed.rotationDays}D`, 'rotated-on': rotatedOn },
+  });
+}
 // Enforced on the data plane: every secret version written to this vault must expire, within the longest rotation
 // period of the seed. A rotation by hand (`az keyvault secret set` without --expires) is refused.
 const longestRotation = Math.max(...SEED_SECRETS.map((s) => s.rotationDays));
@@ -304,13 +301,23 @@ new monitor.AutoscaleSetting(`${prefix}-plan-autoscale`, {
   ],
 });
 
+// Each Azure target's identities. The observers are assigned to the app (drift scans read with them, by client id);
+// the runners only to their jobs.
+const identities = new Map<string, TargetIdentities>(azureTargets.map((t) => [t.id, targetIdentities(t, group.name)]));
+const observerIds = [...identities.values()].map(({ observer }) => observer.id);
+
 const app = new web.WebApp(`${prefix}-runtime-cloud`, {
   resourceGroupName: group.name,
   serverFarmId: plan.id,
   kind: 'functionapp,linux',
   reserved: true,
   httpsOnly: true,
-  identity: { type: web.ManagedServiceIdentityType.SystemAssigned },
+  // The system-assigned identity stays the default one (DefaultAzureCredential and the identity-based connections
+  // use it when no client id is named).
+  identity:
+    observerIds.length > 0
+      ? { type: web.ManagedServiceIdentityType.SystemAssigned_UserAssigned, userAssignedIdentities: observerIds }
+      : { type: web.ManagedServiceIdentityType.SystemAssigned },
   keyVaultReferenceIdentity: 'SystemAssigned',
   siteConfig: {
     // Node 20 left support in April 2026; the code stays runnable on 20 (the development machines).
@@ -325,43 +332,37 @@ const app = new web.WebApp(`${prefix}-runtime-cloud`, {
   publicNetworkAccess: 'Enabled',
 });
 
-// Role assignments of the app's identity: data-plane roles only, each at the narrowest scope that works.
+// Role assignments of the app's system-assigned identity: data-plane roles only, each at the narrowest scope that
+// works, all in the deployment's subscription. None is on a target.
 const principalId = app.identity.apply((identity) => {
   if (!identity?.principalId) throw new Error('the Function App has no system-assigned identity');
   return identity.principalId;
 });
-const grant = (name: string, scope: pulumi.Input<string>, role: string, description: string) =>
-  new authorization.RoleAssignment(name, {
-    scope,
-    principalId,
-    principalType: authorization.PrincipalType.ServicePrincipal,
-    roleDefinitionId: pulumi.interpolate`/subscriptions/${client.subscriptionId}/providers/Microsoft.Authorization/roleDefinitions/${role}`,
-    description,
-  });
+const grant = (name: string, scope: pulumi.Input<string>, role: Role, description: string) =>
+  assignRole(name, { principalId, scope, role, subscriptionId: client.subscriptionId, description });
 const grants = [
   // Host storage and the Durable task hub create their containers, queues and tables at run time, and inventory
   // creates its tables on first use: the account is the narrowest scope that covers names not known here.
-  grant('app-storage-blobs', account.id, ROLES.storageBlobDataContributor, 'Functions host storage and Durable task hub: blobs'),
-  grant('app-storage-queues', account.id, ROLES.storageQueueDataContributor, 'Durable task hub: control and work-item queues'),
-  grant('app-storage-tables', account.id, ROLES.storageTableDataContributor, 'Durable task hub history; observed inventory'),
-  grant('app-bus-promotions', promotions.id, ROLES.serviceBusDataReceiver, 'promotionIntake: receives PromotionApproved'),
-  grant('app-bus-events', events.id, ROLES.serviceBusDataSender, 'outbox relay: publishes the events topic'),
-  ...subscriptions.map(({ name, subscription }) =>
-    grant(`app-bus-${name}`, subscription.id, ROLES.serviceBusDataReceiver, `the ${name} subscription's trigger`),
-  ),
-  ...SEED_SECRETS.filter((s) => s.readByApp).map((s) =>
-    grant(`app-kv-${s.name}`, secrets[s.name].id, ROLES.keyVaultSecretsUser, `Key Vault reference to ${s.name}`),
-  ),
-  grant('app-telemetry', telemetry.id, ROLES.monitoringMetricsPublisher, 'Application Insights ingestion with Entra'),
+  grant('app-storage-blobs', account.id, 'storageBlobDataContributor', 'Functions host storage and Durable task hub: blobs'),
+  grant('app-storage-queues', account.id, 'storageQueueDataContributor', 'Durable task hub: control and work-item queues'),
+  grant('app-storage-tables', account.id, 'storageTableDataContributor', 'Durable task hub history; observed inventory'),
+  grant('app-bus-promotions', promotions.id, 'serviceBusDataReceiver', 'promotionIntake: receives PromotionApproved'),
+  // Also how the host dispatches runner jobs: it publishes a wake-up, it never starts an execution itself.
+  grant('app-bus-events', events.id, 'serviceBusDataSender', 'outbox relay: publishes the events topic'),
+  ...subscriptions.map(({ name, subscription }) => grant(`app-bus-${name}`, subscription.id, 'serviceBusDataReceiver', `the ${name} subscription's trigger`)),
+  grant('app-telemetry', telemetry.id, 'monitoringMetricsPublisher', 'Application Insights ingestion with Entra'),
 ];
 
-/** A Key Vault reference, versionless so that a rotated value is picked up without redeploying. */
-const keyVaultReference = (secretName: string) => pulumi.interpolate`@Microsoft.KeyVault(VaultName=${vault.name};SecretName=${secretName})`;
+/**
+ * `RuntimeCloud__Targets` as the host reads it: each target with its runner pool, and for an Azure target its scope
+ * and the client id of its observer identity (the one drift scans of that target use).
+ */
+const targetsSetting = pulumi
+  .all(targets.map((t) => (isAzureTarget(t) ? identities.get(t.id)!.observer.clientId : undefined)))
+  .apply((observerClientIds) => JSON.stringify(targets.map((t, i) => hostView(t, observerClientIds[i]))));
 
-// App settings: the keys of shared/platform/config/config.ts the app needs in Azure, the Functions host's own, and
-// the IaC runner's Azure credentials (read by the `pulumi` CLI the runner starts, which inherits the environment).
-// Written after the role assignments, so that the identity-based connections and the Key Vault reference resolve
-// on the first start.
+// App settings: the keys of shared/platform/config/config.ts the app needs in Azure and the Functions host's own.
+// Written after the role assignments, so that the identity-based connections resolve on the first start.
 new web.WebAppApplicationSettings(
   `${prefix}-runtime-cloud-settings`,
   {
@@ -375,6 +376,7 @@ new web.WebAppApplicationSettings(
       APPLICATIONINSIGHTS_CONNECTION_STRING: telemetry.connectionString,
       APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD',
       RuntimeCloud__Host__EnabledModules: enabledModules,
+      // The engine of this installation's runner jobs; the host itself evaluates no program.
       RuntimeCloud__IaC__Runner: 'pulumi',
       OrleansMessaging__ServiceName: 'runtime-cloud',
       RuntimeCloud__Store__Dialect: 'mssql',
@@ -383,13 +385,10 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Auth__Issuer: issuer,
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,
-      RuntimeCloud__Targets: JSON.stringify(targets),
+      RuntimeCloud__Targets: targetsSetting,
       ...(configPlatformEndpoint ? { RuntimeCloud__ConfigPlatform__Endpoint: configPlatformEndpoint } : {}),
       RuntimeCloud__Inventory__Observer: inventoryObserver,
       RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
-      ARM_CLIENT_ID: iacRunnerClientId,
-      ARM_TENANT_ID: client.tenantId,
-      ARM_CLIENT_SECRET: keyVaultReference('iac-runner-identity'),
     },
   },
   { dependsOn: grants },
@@ -417,6 +416,44 @@ for (const service of ['blobServices', 'queueServices', 'tableServices']) {
   toWorkspace(`store-${service}`, pulumi.interpolate`${account.id}/${service}/default`, { logs: true, metrics: ['Transaction'] });
 }
 
+// Runner agents: one Container Apps environment, and per Azure target its state and its pool's job (./runners.ts).
+// Targets of other kinds have customer-hosted agents that pull their jobs: nothing of theirs is deployed here.
+const runnerJobs = runnerImage === undefined ? [] : deployRunners(runnerImage);
+
+function deployRunners(image: RunnerImage): containerapps.Job[] {
+  const environment = runnerEnvironment(`${prefix}-runners`, group.name, toWorkspace);
+  const context: RunnerContext = {
+    prefix,
+    stack: pulumi.getStack(),
+    resourceGroupName: group.name,
+    subscriptionId: client.subscriptionId,
+    tenantId: client.tenantId,
+    busName: bus.name,
+    topicName: EVENTS_TOPIC,
+    subscribe: topicSubscription,
+    environment,
+    image,
+    hostUrl: pulumi.interpolate`https://${app.defaultHostName}`,
+    audience,
+    diagnose: toWorkspace,
+  };
+  return azureTargets.map((target) => targetRunners(target, identities.get(target.id)!, context));
+}
+
+/** A target as the host's `RuntimeCloud__Targets` carries it. */
+function hostView(target: Target, observerClientId: string | undefined): Record<string, unknown> {
+  const { id, kind, name, location, endpoint, pool } = target;
+  return {
+    id,
+    kind,
+    name,
+    ...(location !== undefined ? { location } : {}),
+    ...(endpoint !== undefined ? { endpoint } : {}),
+    runnerPool: pool,
+    ...(isAzureTarget(target) ? { scope: target.scope, observerClientId } : {}),
+  };
+}
+
 /** Seconds since the epoch of a seed secret's rotation day, and of that day plus its rotation period. */
 function validityOf(name: string, rotationDays: number): { notBefore: number; expires: number; rotatedOn: string } {
   const rotatedOn = secretsRotatedOn[name];
@@ -434,6 +471,8 @@ export const functionAppName = app.name;
 export const functionAppUrl = pulumi.interpolate`https://${app.defaultHostName}/runtime-cloud/health`;
 export const keyVaultName = vault.name;
 export const sqlServerName = sqlServer.fullyQualifiedDomainName;
+/** The Container Apps Job of each Azure target's runner pool, by target id. */
+export const runnerJobNames = Object.fromEntries(azureTargets.map((t, i) => [t.id, runnerJobs[i]!.name]));
 /**
  * Run once as a member of the SQL admin group, in the database: the app's identity becomes a contained user with what
  * the app needs (it migrates its schema on start, hence DDL). ARM cannot create database users.

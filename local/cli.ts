@@ -11,11 +11,15 @@ Usage:
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
       secret and config references; see the README walk-through).
-  runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+  runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--runner-pool P] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]
       Prints a PromotionApproved message (JSON, a fresh promotionId each time) for the example desired state
       (infra/examples/desired-state), committed to the Git repository <state dir>/desired-state.git when new or changed.
+  runtime-cloud runner --pool P --host URL [--agent ID] [--engine local|pulumi] [--one-job]
+      Runs a runner agent for pool P against the host at URL: it claims the pool's plan and apply jobs one at a time
+      with the pool credential in RuntimeCloud__Runner__Credential (local host: \`runtime-cloud token --runner-pool P\`).
+      The local host starts RuntimeCloud__Local__Runners of them itself.
   runtime-cloud openapi
       Prints the OpenAPI 3.1 document of the HTTP API (every module enabled); the repository keeps it as openapi.json.
   runtime-cloud <command> --help
@@ -39,6 +43,7 @@ const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--client APP_ID] [--role 
                     factory.provisioning.operate | factory.runtime.admin (repeatable)
   --subject ID      the token's subject (default local-developer)
   --ttl SECONDS     lifetime (default 3600)
+  --runner-pool P   a runner agent's pool credential for pool P (scope factory.runner.agent, claim runner_pool)
   --state-dir DIR   where the local issuer's key lives (default .runtime-cloud)
 `;
 
@@ -57,6 +62,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'token') return token(rest);
   if (command === 'example') return example(rest);
   if (command === 'openapi') return openapi();
+  if (command === 'runner') return runner(rest);
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
   return 2;
 }
@@ -69,6 +75,24 @@ async function openapi(): Promise<number> {
   const { registeredHttpRoutes } = await import('../functions/app.js');
   const { openApiDocument, API_VERSION } = await import('../functions/http/openapi.js');
   process.stdout.write(`${JSON.stringify(openApiDocument(registeredHttpRoutes(), API_VERSION), null, 2)}\n`);
+  return 0;
+}
+
+/** A runner agent in this process, configured by flags over its RuntimeCloud__Runner__* environment. */
+async function runner(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: { pool: { type: 'string' }, host: { type: 'string' }, agent: { type: 'string' }, engine: { type: 'string' }, 'one-job': { type: 'boolean' } },
+  });
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (values.pool !== undefined) env.RuntimeCloud__Runner__Pool = values.pool;
+  if (values.host !== undefined) env.RuntimeCloud__Runner__HostUrl = values.host;
+  if (values.agent !== undefined) env.RuntimeCloud__Runner__Agent = values.agent;
+  if (values.engine !== undefined) env.RuntimeCloud__Runner__Engine = values.engine;
+  if (values['one-job']) env.RuntimeCloud__Runner__OneJob = 'true';
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { main: runAgentMain } = require('../runner/main') as typeof import('../runner/main');
+  await runAgentMain(env);
   return 0;
 }
 
@@ -117,6 +141,7 @@ async function token(args: string[]): Promise<number> {
       scope: { type: 'string', multiple: true },
       subject: { type: 'string' },
       ttl: { type: 'string' },
+      'runner-pool': { type: 'string' },
       'state-dir': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -140,7 +165,9 @@ async function token(args: string[]): Promise<number> {
     ...(values.tenant !== undefined ? { tenant: values.tenant } : {}),
     ...(values.client !== undefined ? { client: values.client } : {}),
     roles: values.role ?? [],
-    scopes: values.scope ?? [],
+    // A runner agent's pool credential: the agent scope, bound to the pool.
+    scopes: values['runner-pool'] !== undefined ? [...(values.scope ?? []), 'factory.runner.agent'] : (values.scope ?? []),
+    ...(values['runner-pool'] !== undefined ? { runnerPool: values['runner-pool'] } : {}),
     ...(values.ttl !== undefined ? { ttlSeconds: Number(values.ttl) } : {}),
   });
   process.stdout.write(`${jwt}\n`);

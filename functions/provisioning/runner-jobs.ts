@@ -26,13 +26,16 @@ const claimBody = z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/,
 /** 200 with the claimed job (spec, job token, and for an apply its references' values), or 204 when none waits. */
 const claimQuery = z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) });
 
-export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
+export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, context, deps, principal, body, query }) => {
   const pool = request.params.pool ?? '';
   if (principal.runnerPool !== pool) {
     throw new AppError('RUNNER.POOL_MISMATCH', 'forbidden', `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
   }
   const claimed = await deps.provisioning.runners.claim(pool, body.agent, query.waitMs);
-  return claimed ? { status: 200, jsonBody: claimed } : { status: 204 };
+  if (!claimed) return { status: 204 };
+  // The run waited on its claim deadline: now it waits on the job's lease.
+  await wakeRun(context, claimed.job.runId, claimed.job.id);
+  return { status: 200, jsonBody: claimed };
 });
 
 export const listRunnerPools = endpoint({ summary: 'Runner pools: agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps }) => ({
@@ -91,18 +94,22 @@ export const jobTargetCall = jobEndpoint("A job's call to its local cloud target
 /** 202 once the outcome is accepted; the run's orchestration is woken to collect it. */
 export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
   const { runId } = await deps.provisioning.runners.accept(jobId, token, parseJsonBody(text, jobOutcomeSchema));
-  try {
-    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, { jobId });
-  } catch (error) {
-    // The outcome is recorded: the run's deadline timer collects it even when this wake-up is lost.
-    logOf(context).warn(`could not wake run ${runId} for job ${jobId}: ${error instanceof Error ? error.message : String(error)}`);
-  }
+  await wakeRun(context, runId, jobId);
   return { status: 202, jsonBody: { accepted: true } };
 });
 
+/** Wakes the run's orchestration to collect its job; when the wake-up is lost, the job's deadline timer does it. */
+async function wakeRun(context: InvocationContext, runId: string, jobId: string): Promise<void> {
+  try {
+    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, { jobId });
+  } catch (error) {
+    logOf(context).warn(`could not wake run ${runId} for job ${jobId}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
 const durableClient = [df.input.durableClient()];
 const app = moduleApp('provisioning');
-app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', methods: ['POST'], authLevel: 'anonymous', handler: claimJob });
+app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: claimJob });
 app.http('listRunnerPools', { route: 'runtime-cloud/runner-pools', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerPools });
 app.http('listRunnerAgents', { route: 'runtime-cloud/runner-pools/{pool}/agents', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerAgents });
 app.http('runnerJobHeartbeat', { route: 'runtime-cloud/runner-jobs/{id}/heartbeat', methods: ['POST'], authLevel: 'anonymous', handler: jobHeartbeat });

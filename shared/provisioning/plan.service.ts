@@ -99,7 +99,7 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
   } catch (thrown) {
     return failRunWith(ctx, run, planFailure(thrown));
   }
-  return planned_(ctx, run, desired.path, planned, { name: engine.name, version: await engine.version() }, startedAt);
+  return planned_(ctx, run, desired.path, planned, { name: engine.name, version: await engine.version() }, startedAt, options.refresh === true);
 }
 
 /** The plan job of a run finished: its plan goes on as a plan made here would; its plan error fails the run. */
@@ -108,7 +108,7 @@ export async function planJobFinished(ctx: ProvisioningContext, run: Run, job: F
   if (outcome.kind !== 'plan') return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not a plan job` });
   if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
   const startedAt = job.claimedAt ?? job.createdAt;
-  return planned_(ctx, run, run.desiredState.path, outcome.plan, { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id }, startedAt);
+  return planned_(ctx, run, run.desiredState.path, outcome.plan, { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id }, startedAt, job.spec.options.refresh === true);
 }
 
 /** A plan error: a refresh that cannot read the target fails the run as an apply to it does, with its code. */
@@ -122,7 +122,7 @@ function planFailure(thrown: unknown): Failure {
  * A plan is made (here or by a runner): ask the GovernanceHost, then record it (approval or apply next), wait for
  * the policy check, or fail the run on a deny.
  */
-async function planned_(ctx: ProvisioningContext, run: Run, path: string, planned: Plan, runner: PlanReceipt['runner'], startedAt: Date): Promise<RunStep> {
+async function planned_(ctx: ProvisioningContext, run: Run, path: string, planned: Plan, runner: PlanReceipt['runner'], startedAt: Date, refreshed: boolean): Promise<RunStep> {
   const runId = run.id;
   const decision = approvalRequired(run.environment, planned.counts, ctx.approvalPolicy);
   const receipt: UndecidedPlanReceipt = {
@@ -133,6 +133,7 @@ async function planned_(ctx: ProvisioningContext, run: Run, path: string, planne
     commit: run.desiredState.commit,
     path,
     runner,
+    ...(refreshed ? { refreshed } : {}),
     approvalRequired: decision.required,
     approvalReasons: decision.reasons,
     plan: planned,

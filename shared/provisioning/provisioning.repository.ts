@@ -30,6 +30,8 @@ export interface PlanReceipt {
   readonly commit: string;
   readonly path: string;
   readonly runner: ReceiptRunner;
+  /** The plan read the target first (a reconciliation; a stack whose last apply lost its runner). */
+  readonly refreshed?: boolean;
   readonly approvalRequired: boolean;
   readonly approvalReasons: readonly string[];
   readonly plan: Plan;

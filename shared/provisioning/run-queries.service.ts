@@ -5,6 +5,7 @@ import { retryingContention } from '../platform/sql/transaction';
 import type { ProvisioningContext } from './provisioning.context';
 import { findRejection, findRunDetail, listRuns as listRunRows, type Rejection, type RunDetail } from './provisioning.repository';
 import type { Run, RunState } from './run';
+import { findJob, queuePosition } from './runner-jobs.repository';
 
 /** What operators and services read of runs: one run with its receipts, a page of runs, a rejected message. */
 
@@ -16,7 +17,16 @@ export interface RunPage {
 export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, runId: string): Promise<RunDetail> {
   const detail = await retryingContention(() => findRunDetail(ctx.db, runId, tenants));
   if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
-  return detail;
+  return { ...detail, run: await withQueuePosition(ctx, detail.run) };
+}
+
+/** A run waiting for a runner says where its job stands in its pool's queue (1: next). */
+async function withQueuePosition(ctx: ProvisioningContext, run: Run): Promise<Run> {
+  const waiting = run.waitingFor;
+  if (waiting?.kind !== 'runner') return run;
+  const job = await retryingContention(() => findJob(ctx.db, waiting.jobId));
+  if (job?.state !== 'queued') return run;
+  return { ...run, waitingFor: { ...waiting, position: await retryingContention(() => queuePosition(ctx.db, job)) } };
 }
 
 export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage> {
@@ -31,7 +41,7 @@ export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, 
     }),
   );
   const last = items[items.length - 1];
-  return { items, ...(items.length === query.limit && last ? { nextCursor: encodeCursor(last.id) } : {}) };
+  return { items: await Promise.all(items.map((run) => withQueuePosition(ctx, run))), ...(items.length === query.limit && last ? { nextCursor: encodeCursor(last.id) } : {}) };
 }
 
 /** A rejected message, by its messageId. */

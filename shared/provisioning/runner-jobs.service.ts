@@ -84,7 +84,7 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return false;
     await cancelJobsOfRun(trx, run.id, at);
     await insertJob(trx, spec, at);
-    await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: run.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
+    await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: spec.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
     return true;
   });
   if (!dispatched) return stepOf(await existingRun(ctx, run.id));
@@ -263,11 +263,12 @@ export async function targetCall(ctx: ProvisioningContext, jobId: string, token:
  */
 export async function acceptOutcome(ctx: ProvisioningContext, jobId: string, token: string, outcome: RunnerJobOutcome): Promise<{ runId: string }> {
   const runners = requireRunners(ctx);
-  const job = await authenticJob(ctx, jobId, token);
+  // A late outcome (the job lost, canceled) is recorded as refused, so its job's log says what became of it.
+  const job = await authenticJob(ctx, jobId, token, true);
   if (outcome.kind !== job.kind) throw refused(job, `a ${job.kind} job cannot report a ${outcome.kind} outcome`);
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
-  const accepted = lock !== undefined && (await retryingContention(() => finishJob(ctx.db, job.id, outcome, at)));
+  const accepted = job.state === 'running' && lock !== undefined && (await retryingContention(() => finishJob(ctx.db, job.id, outcome, at)));
   if (!accepted) {
     await retryingContention(() => appendJobLog(ctx.db, job.id, [`${new Date(at).toISOString()} host refused the ${outcome.kind} outcome: the job no longer runs under stack lock ${job.fencingToken}`]));
     throw superseded(job);
@@ -329,15 +330,15 @@ function localOf(ctx: ProvisioningContext, job: RunnerJob): NonNullable<RunnerEx
   return local;
 }
 
-/** The job of a job token: the token must be the job's, and the job running. */
-async function authenticJob(ctx: ProvisioningContext, jobId: string, token: string): Promise<RunnerJob> {
+/** The job of a job token: the token must be the job's, and the job running (unless `ended` jobs are asked for too). */
+async function authenticJob(ctx: ProvisioningContext, jobId: string, token: string, ended = false): Promise<RunnerJob> {
   const job = await retryingContention(() => findJob(ctx.db, jobId));
   const presented = Buffer.from(hashToken(token));
   const expected = Buffer.from(job?.tokenHash ?? '');
   if (!job || expected.length !== presented.length || !timingSafeEqual(presented, expected)) {
     throw new AppError(JobErrors.unauthorized, 'unauthorized', 'the job token is not valid for this job');
   }
-  if (job.state !== 'running') throw superseded(job);
+  if (job.state !== 'running' && !ended) throw superseded(job);
   return job;
 }
 

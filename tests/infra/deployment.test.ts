@@ -1,43 +1,48 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { functionsWithTrigger, triggerOf } from '../../local/functions-core/registry';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
-import { toOutgoingMessage } from '../../shared/platform/bus/outbox-relay.service';
 import { parseConfig, settingKeys } from '../../shared/platform/config/config';
-import { APP_PRINCIPAL_ID, field, ROTATED_ON, runInfra, SECRET_VALUES, SQL_ADMIN_GROUP, SUBSCRIPTION_ID, TARGETS, TENANT_ID, text, validConfig, type Declared } from './infra-mocks';
+import {
+  APP_PRINCIPAL_ID,
+  clientIdOf,
+  field,
+  inventory,
+  matchesSqlFilter,
+  relayedPropertiesOf,
+  principalIdOf,
+  ROLE,
+  roleOf,
+  ROTATED_ON,
+  runInfra,
+  SECRET_VALUES,
+  SQL_ADMIN_GROUP,
+  SUBSCRIPTION_ID,
+  TARGETS,
+  TENANT_ID,
+  text,
+  validConfig,
+  type Declared,
+} from './infra-mocks';
 
 /**
  * The Pulumi program of infra/ run under Pulumi's runtime mocks (./infra-mocks.ts), its resources checked against
  * the seed and against what the app itself registers and reads.
  */
 
-/** Built-in role ids, written out here rather than taken from the program, so that a wrong id in either fails. */
-const ROLE = {
-  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe',
-  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88',
-  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3',
-  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
-  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
-  keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6',
-  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
-} as const;
 const DAY = 24 * 60 * 60;
 
 let declared: Declared[] = [];
+let { all, one, byId } = inventory(declared);
 
-function all(type: string): Declared[] {
-  return declared.filter((r) => r.type === `azure-native:${type}`);
-}
-function one(type: string, predicate: (r: Declared) => boolean = () => true): Declared {
-  const found = all(type).filter(predicate);
-  expect(found, `exactly one ${type}`).toHaveLength(1);
-  return found[0]!;
-}
-function byId(id: unknown): Declared | undefined {
-  return declared.find((r) => r.id === id);
-}
+/** The host's own storage account and vault (the others hold the targets' Pulumi state: ./runners.test.ts). */
+const hostStore = () => one('storage:StorageAccount', (r) => r.name === 'rchstore');
+const hostVault = () => one('keyvault:Vault', (r) => r.name === 'rch-kv');
+const stateStores = () => all('storage:StorageAccount').filter((r) => r.name !== 'rchstore');
+const stateVaults = () => all('keyvault:Vault').filter((r) => r.name !== 'rch-kv');
 
 beforeAll(async () => {
   ({ declared } = await runInfra(validConfig()));
+  ({ all, one, byId } = inventory(declared));
 });
 
 describe('infra under Pulumi mocks', () => {
@@ -65,18 +70,26 @@ describe('infra under Pulumi mocks', () => {
       'keyvault:Secret',
       'authorization:RoleAssignment',
       'authorization:PolicyAssignment',
+      'managedidentity:UserAssignedIdentity',
+      'storage:BlobServiceProperties',
+      'keyvault:Key',
+      'app:ManagedEnvironment',
+      'app:Job',
     ]) {
       expect(kinds, kind).toContain(`azure-native:${kind}`);
     }
   });
 
-  it('when the Function App is declared, then it runs Node 22 on a Linux plan with a system-assigned identity, 2 to 6 instances', () => {
+  it("when the Function App is declared, then it runs Node 22 on a Linux plan with its system-assigned identity and the targets' observers, 2 to 6 instances", () => {
     const app = one('web:WebApp');
     expect(field(app, 'kind')).toBe('functionapp,linux');
     expect(field(app, 'reserved')).toBe(true);
     expect(field(app, 'siteConfig.linuxFxVersion')).toBe('Node|22');
     expect(field(app, 'siteConfig.alwaysOn')).toBe(true);
-    expect(field(app, 'identity')).toEqual({ type: 'SystemAssigned' });
+    const observers = ['observer-a', 'observer-b'].map((name) => one('managedidentity:UserAssignedIdentity', (i) => i.name === name).id);
+    expect(field(app, 'identity')).toEqual({ type: 'SystemAssigned, UserAssigned', userAssignedIdentities: observers });
+    // A Key Vault reference added later resolves with the system-assigned identity, never an observer.
+    expect(field(app, 'keyVaultReferenceIdentity')).toBe('SystemAssigned');
     expect(field(app, 'httpsOnly')).toBe(true);
 
     const plan = byId(field(app, 'serverFarmId'));
@@ -91,7 +104,7 @@ describe('infra under Pulumi mocks', () => {
   it('when the app settings are read by the app, then they parse into an Azure configuration with identity-based connections', () => {
     const settings = appSettings();
     const config = parseConfig(settings);
-    const account = one('storage:StorageAccount');
+    const account = hostStore();
     const bus = one('servicebus:Namespace');
     const server = one('sql:Server');
     const database = one('sql:Database');
@@ -101,7 +114,13 @@ describe('infra under Pulumi mocks', () => {
     expect(config.serviceBus.connection).toBe(`${bus.name}.servicebus.windows.net`);
     expect(config.iac.runner).toBe('pulumi');
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
-    expect(config.targets).toEqual(TARGETS);
+    expect(config.targets).toMatchObject(TARGETS.map(({ id, kind, name }) => ({ id, kind, name })));
+    // Each target with its pool, and an Azure target with its scope and the observer identity its drift scans use.
+    expect(JSON.parse(settings.RuntimeCloud__Targets!)).toEqual([
+      { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a') },
+      { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', runnerPool: 'pool-b', scope: TARGETS[1]!.scope, observerClientId: clientIdOf('observer-b') },
+      { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c' },
+    ]);
     expect(settings).toMatchObject({
       FUNCTIONS_EXTENSION_VERSION: '~4',
       FUNCTIONS_WORKER_RUNTIME: 'node',
@@ -114,19 +133,9 @@ describe('infra under Pulumi mocks', () => {
     }
   });
 
-  it('when the app settings are listed, then each is a key the app or its host reads, and none holds a secret in plain text', () => {
+  it('when the app settings are listed, then each is a key the app or its host reads, none holds a secret, and no IaC credential is among them', () => {
     const settings = appSettings();
-    const vault = one('keyvault:Vault');
-    const platform = [
-      'FUNCTIONS_EXTENSION_VERSION',
-      'AzureWebJobsStorage__accountName',
-      'APPLICATIONINSIGHTS_CONNECTION_STRING',
-      'APPLICATIONINSIGHTS_AUTHENTICATION_STRING',
-      // The Azure credentials of the IaC runner, read by the `pulumi` CLI it starts.
-      'ARM_CLIENT_ID',
-      'ARM_TENANT_ID',
-      'ARM_CLIENT_SECRET',
-    ];
+    const platform = ['FUNCTIONS_EXTENSION_VERSION', 'AzureWebJobsStorage__accountName', 'APPLICATIONINSIGHTS_CONNECTION_STRING', 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'];
     for (const key of Object.keys(settings)) {
       expect([...settingKeys, ...platform], key).toContain(key);
     }
@@ -134,7 +143,9 @@ describe('infra under Pulumi mocks', () => {
       expect(value, key).not.toMatch(/AccountKey=|SharedAccessKey|Password=|Pwd=|client_secret/i);
       for (const secret of Object.values(SECRET_VALUES)) expect(value, key).not.toContain(secret);
     }
-    expect(settings.ARM_CLIENT_SECRET).toBe(`@Microsoft.KeyVault(VaultName=${vault.name};SecretName=iac-runner-identity)`);
+    // The host runs no engine: no Azure credential of an IaC runner, and no Key Vault reference to one.
+    expect(Object.keys(settings).filter((key) => /^(ARM|AZURE)_/.test(key))).toEqual([]);
+    expect(Object.values(settings).filter((value) => value.includes('@Microsoft.KeyVault'))).toEqual([]);
     expect(field(one('web:WebAppApplicationSettings'), 'name')).toBe(one('web:WebApp').name);
   });
 
@@ -152,7 +163,7 @@ describe('infra under Pulumi mocks', () => {
     expect(field(one('servicebus:Namespace'), 'disableLocalAuth')).toBe(true);
   });
 
-  it('when the events topic is declared, then each subscription lets through exactly the event types its module handles', () => {
+  it("when the events topic is declared, then each of the host's subscriptions lets through exactly the event types its module handles", () => {
     const passing = (subscription: string) => {
       const sub = one('servicebus:Subscription', (s) => s.name === subscription);
       expect(field(sub, 'topicName')).toBe(EVENTS_TOPIC);
@@ -180,11 +191,11 @@ describe('infra under Pulumi mocks', () => {
     expect(field(one('sql:Database'), 'serverName')).toBe(server.name);
   });
 
-  it("when the Key Vault is declared, then it holds the seed's secrets, each expiring one rotation period after it was set", () => {
-    const vault = one('keyvault:Vault');
+  it("when the Key Vault is declared, then it holds the seed's secrets, each expiring one rotation period after it was set, and no IaC runner secret", () => {
+    const vault = hostVault();
     expect(field(vault, 'properties')).toMatchObject({ enableRbacAuthorization: true, enablePurgeProtection: true, enableSoftDelete: true });
-    const periods = { 'runtime-cloud-sql': 90, 'iac-runner-identity': 30, 'messaging-transport': 90 } as const;
-    const values = { 'runtime-cloud-sql': SECRET_VALUES.runtimeCloudSql, 'iac-runner-identity': SECRET_VALUES.iacRunnerIdentity, 'messaging-transport': SECRET_VALUES.messagingTransport };
+    const periods = { 'runtime-cloud-sql': 90, 'messaging-transport': 90 } as const;
+    const values = { 'runtime-cloud-sql': SECRET_VALUES.runtimeCloudSql, 'messaging-transport': SECRET_VALUES.messagingTransport };
     expect(all('keyvault:Secret').map((s) => s.name).sort()).toEqual(Object.keys(periods).sort());
     for (const [name, days] of Object.entries(periods) as [keyof typeof periods, number][]) {
       const secret = one('keyvault:Secret', (s) => s.name === name);
@@ -204,19 +215,26 @@ describe('infra under Pulumi mocks', () => {
     ]);
   });
 
-  it("when roles are assigned, then each names the Function App's identity and a data-plane role at the narrowest scope", () => {
-    const assignments = all('authorization:RoleAssignment');
-    for (const a of assignments) {
-      expect(field(a, 'principalId'), a.name).toBe(APP_PRINCIPAL_ID);
+  it('when roles are assigned, then each names a declared identity, a built-in role and a role definition of the scope\'s own subscription', () => {
+    const identities = new Set([APP_PRINCIPAL_ID, ...all('managedidentity:UserAssignedIdentity').map((i) => principalIdOf(i.name))]);
+    for (const a of all('authorization:RoleAssignment')) {
+      expect(identities, a.name).toContain(field(a, 'principalId'));
       expect(field(a, 'principalType'), a.name).toBe('ServicePrincipal');
-      expect(field(a, 'roleDefinitionId'), a.name).toMatch(new RegExp(`^/subscriptions/${SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/[0-9a-f-]{36}$`));
+      expect(Object.keys(ROLE), a.name).toContain(roleOf(a));
+      // A target's scope names its own subscription; every resource of the deployment is in the deployment's.
+      const scopeSubscription = /^\/subscriptions\/([^/]+)\//.exec(text(a, 'scope'))?.[1] ?? SUBSCRIPTION_ID;
+      expect(text(a, 'roleDefinitionId'), a.name).toMatch(new RegExp(`^/subscriptions/${scopeSubscription}/providers/Microsoft.Authorization/roleDefinitions/[0-9a-f-]{36}$`));
     }
-    const granted = assignments.map((a) => {
-      const scope = byId(field(a, 'scope'));
-      const role = Object.entries(ROLE).find(([, id]) => text(a, 'roleDefinitionId').endsWith(`/${id}`))?.[0] ?? text(a, 'roleDefinitionId');
-      return `${role} @ ${scope ? `${scope.type.replace('azure-native:', '')}/${scope.name}` : `unknown scope ${text(a, 'scope')}`}`;
-    });
-    const account = one('storage:StorageAccount').name;
+  });
+
+  it("when roles are assigned to the Function App's system-assigned identity, then they are data-plane roles at the narrowest scope, none on a target", () => {
+    const granted = all('authorization:RoleAssignment')
+      .filter((a) => field(a, 'principalId') === APP_PRINCIPAL_ID)
+      .map((a) => {
+        const scope = byId(field(a, 'scope'));
+        return `${roleOf(a)} @ ${scope ? `${scope.type.replace('azure-native:', '')}/${scope.name}` : `unknown scope ${text(a, 'scope')}`}`;
+      });
+    const account = hostStore().name;
     const telemetry = one('applicationinsights:Component').name;
     expect(granted.sort()).toEqual(
       [
@@ -227,14 +245,15 @@ describe('infra under Pulumi mocks', () => {
         `serviceBusDataSender @ servicebus:Topic/${EVENTS_TOPIC}`,
         'serviceBusDataReceiver @ servicebus:Subscription/provisioning',
         'serviceBusDataReceiver @ servicebus:Subscription/inventory',
-        'keyVaultSecretsUser @ keyvault:Secret/iac-runner-identity',
         `monitoringMetricsPublisher @ applicationinsights:Component/${telemetry}`,
       ].sort(),
     );
   });
 
   it('when anything that takes a TLS version is declared, then it accepts TLS 1.2 at least, over HTTPS only', () => {
-    expect(one('storage:StorageAccount').inputs).toMatchObject({ minimumTlsVersion: 'TLS1_2', enableHttpsTrafficOnly: true });
+    const accounts = all('storage:StorageAccount');
+    expect(accounts).toHaveLength(3);
+    for (const account of accounts) expect(account.inputs, account.name).toMatchObject({ minimumTlsVersion: 'TLS1_2', enableHttpsTrafficOnly: true });
     expect(field(one('servicebus:Namespace'), 'minimumTlsVersion')).toBe('1.2');
     expect(field(one('sql:Server'), 'minimalTlsVersion')).toBe('1.2');
     const app = one('web:WebApp');
@@ -243,27 +262,31 @@ describe('infra under Pulumi mocks', () => {
   });
 
   it('when the stores and telemetry are declared, then none accepts a shared key or local auth, only Entra', () => {
-    expect(one('storage:StorageAccount').inputs).toMatchObject({ allowSharedKeyAccess: false, defaultToOAuthAuthentication: true, allowBlobPublicAccess: false });
+    for (const account of all('storage:StorageAccount')) {
+      expect(account.inputs, account.name).toMatchObject({ allowSharedKeyAccess: false, defaultToOAuthAuthentication: true, allowBlobPublicAccess: false });
+    }
     // Consistent with the account: the host reaches its storage by identity, never by a connection string.
     expect(appSettings()).toHaveProperty('AzureWebJobsStorage__accountName');
     expect(field(one('servicebus:Namespace'), 'disableLocalAuth')).toBe(true);
     expect(field(one('sql:Server'), 'administrators.azureADOnlyAuthentication')).toBe(true);
     expect(field(one('applicationinsights:Component'), 'disableLocalAuth')).toBe(true);
     expect(field(one('operationalinsights:Workspace'), 'features.disableLocalAuth')).toBe(true);
-    expect(field(one('keyvault:Vault'), 'properties.enableRbacAuthorization')).toBe(true);
-    expect(field(one('keyvault:Vault'), 'properties')).not.toHaveProperty('accessPolicies');
+    for (const vault of all('keyvault:Vault')) {
+      expect(field(vault, 'properties.enableRbacAuthorization'), vault.name).toBe(true);
+      expect(field(vault, 'properties'), vault.name).not.toHaveProperty('accessPolicies');
+    }
   });
 
   it('when network access is declared, then public endpoints are on only as a VNet-less app needs them, and SQL lets in Azure services only', () => {
     // Deliberate, not defaults: without a virtual network the app reaches each of these over its public endpoint.
-    expect(field(one('storage:StorageAccount'), 'publicNetworkAccess')).toBe('Enabled');
+    for (const account of all('storage:StorageAccount')) expect(field(account, 'publicNetworkAccess'), account.name).toBe('Enabled');
     expect(field(one('servicebus:Namespace'), 'publicNetworkAccess')).toBe('Enabled');
     expect(field(one('sql:Server'), 'publicNetworkAccess')).toBe('Enabled');
-    expect(field(one('keyvault:Vault'), 'properties.publicNetworkAccess')).toBe('Enabled');
+    for (const vault of all('keyvault:Vault')) expect(field(vault, 'properties.publicNetworkAccess'), vault.name).toBe('Enabled');
     expect(field(one('web:WebApp'), 'publicNetworkAccess')).toBe('Enabled');
     expect(one('applicationinsights:Component').inputs).toMatchObject({ publicNetworkAccessForIngestion: 'Enabled', publicNetworkAccessForQuery: 'Enabled' });
     // Anonymous reads of blobs stay off whatever the network allows.
-    expect(field(one('storage:StorageAccount'), 'allowBlobPublicAccess')).toBe(false);
+    for (const account of all('storage:StorageAccount')) expect(field(account, 'allowBlobPublicAccess'), account.name).toBe(false);
 
     const rules = all('sql:FirewallRule');
     expect(rules.map((r) => [r.name, field(r, 'serverName'), field(r, 'startIpAddress'), field(r, 'endIpAddress')])).toEqual([
@@ -271,16 +294,21 @@ describe('infra under Pulumi mocks', () => {
     ]);
   });
 
-  it('when the deployment is declared, then each service, database, vault and storage service sends its logs and metrics to the workspace, once', () => {
+  it('when the deployment is declared, then each service, database, vault, storage service and the runners\' environment sends its logs and metrics to the workspace, once', () => {
     const workspace = one('operationalinsights:Workspace');
-    const account = one('storage:StorageAccount');
+    const account = hostStore();
     const withLogs = [
       one('web:WebApp').id,
       one('servicebus:Namespace').id,
       one('sql:Database').id,
-      one('keyvault:Vault').id,
+      hostVault().id,
       ...['blobServices', 'queueServices', 'tableServices'].map((service) => `${account.id}/${service}/default`),
+      // The targets' state (Pulumi uses blobs only) and the Container Apps environment of the runner jobs.
+      ...stateVaults().map((v) => v.id),
+      ...stateStores().map((s) => `${s.id}/blobServices/default`),
+      one('app:ManagedEnvironment').id,
     ];
+    const metricsOnly = [account.id, ...stateStores().map((s) => s.id)];
     const settings = all('monitor:DiagnosticSetting');
     for (const setting of settings) {
       expect(field(setting, 'workspaceId'), setting.name).toBe(workspace.id);
@@ -288,20 +316,23 @@ describe('infra under Pulumi mocks', () => {
       expect(metrics.length, setting.name).toBeGreaterThan(0);
       expect(metrics.every((m) => m.enabled === true), setting.name).toBe(true);
     }
-    expect(settings.map((s) => field(s, 'resourceUri')).sort()).toEqual([...withLogs, account.id].sort());
+    expect(settings.map((s) => field(s, 'resourceUri')).sort()).toEqual([...withLogs, ...metricsOnly].sort());
 
     for (const target of withLogs) {
       const setting = one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === target);
       expect(field(setting, 'logs'), target).toEqual([{ categoryGroup: 'allLogs', enabled: true }]);
     }
-    // The account itself has metrics only: Azure keeps a storage account's resource logs on its services.
-    const accountSetting = one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === account.id);
-    expect(field(accountSetting, 'metrics')).toEqual([{ category: 'Transaction', enabled: true }]);
+    // The accounts themselves have metrics only: Azure keeps a storage account's resource logs on its services.
+    for (const id of metricsOnly) {
+      const accountSetting = one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === id);
+      expect(field(accountSetting, 'metrics'), id).toEqual([{ category: 'Transaction', enabled: true }]);
+      expect(accountSetting.inputs, id).not.toHaveProperty('logs');
+    }
     // Metric categories are per resource type; `AllMetrics` does not exist for SQL databases or storage.
     const metricsOf = (id: string) => (field(one('monitor:DiagnosticSetting', (s) => field(s, 'resourceUri') === id), 'metrics') as { category?: string }[]).map((m) => m.category);
     expect(metricsOf(one('sql:Database').id)).toEqual(['Basic', 'InstanceAndAppAdvanced']);
     expect(metricsOf(`${account.id}/blobServices/default`)).toEqual(['Transaction']);
-    expect(metricsOf(one('keyvault:Vault').id)).toEqual(['AllMetrics']);
+    expect(metricsOf(hostVault().id)).toEqual(['AllMetrics']);
   });
 
   it('when the app registers its Service Bus triggers, then each one has its entity, its identity connection and a receive role', async () => {
@@ -311,7 +342,7 @@ describe('infra under Pulumi mocks', () => {
     await import('../../functions/index.js');
     const triggers = functionsWithTrigger('serviceBusTrigger').map(triggerOf);
     expect(triggers.length).toBeGreaterThanOrEqual(3);
-    const receivers = all('authorization:RoleAssignment').filter((a) => text(a, 'roleDefinitionId').endsWith(ROLE.serviceBusDataReceiver));
+    const receivers = all('authorization:RoleAssignment').filter((a) => field(a, 'principalId') === APP_PRINCIPAL_ID && roleOf(a) === 'serviceBusDataReceiver');
     for (const trigger of triggers) {
       const connection = String(trigger.connection);
       expect(settings[`${connection}__fullyQualifiedNamespace`], connection).toBe(`${one('servicebus:Namespace').name}.servicebus.windows.net`);
@@ -327,28 +358,4 @@ describe('infra under Pulumi mocks', () => {
 /** The app settings as the Function App gets them (the WebAppApplicationSettings of the app). */
 function appSettings(): Record<string, string> {
   return field(one('web:WebAppApplicationSettings'), 'properties') as Record<string, string>;
-}
-
-/** The application properties the outbox relay puts on a message of this event type. */
-function relayedPropertiesOf(type: string): Record<string, unknown> {
-  const payload = JSON.stringify({ specversion: '1.0', id: `evt-${type}`, source: '/runtime-cloud', type, time: '2026-12-01T00:00:00Z', datacontenttype: 'application/json', data: {} });
-  const message = toOutgoingMessage({ seq: 1, eventId: `evt-${type}`, topic: EVENTS_TOPIC, correlationId: null, payload, attempts: 0 });
-  return message.applicationProperties ?? {};
-}
-
-/**
- * Evaluates the two forms of Service Bus SQL filter the program uses, `user.p = 'v'` and `user.p IN ('a', 'b')`,
- * against a message's application properties. Any other form throws, so a filter written differently fails here
- * until this evaluator learns it.
- */
-function matchesSqlFilter(expression: string, properties: Record<string, unknown>): boolean {
-  const equals = /^(?:user\.)?(\w+)\s*=\s*'([^']*)'$/.exec(expression.trim());
-  if (equals) return properties[equals[1]!] === equals[2];
-  const within = /^(?:user\.)?(\w+)\s+IN\s*\(([^)]*)\)$/i.exec(expression.trim());
-  if (within) {
-    const values = within[2]!.split(',').map((v) => /^\s*'([^']*)'\s*$/.exec(v)?.[1]);
-    if (values.some((v) => v === undefined)) throw new Error(`unsupported filter: ${expression}`);
-    return values.includes(properties[within[1]!] as string);
-  }
-  throw new Error(`unsupported filter: ${expression}`);
 }

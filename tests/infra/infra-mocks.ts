@@ -1,6 +1,8 @@
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import { toOutgoingMessage } from '../../shared/platform/bus/outbox-relay.service';
 
 /**
  * Runs the Pulumi program of infra/ in-process under Pulumi's runtime mocks (`pulumi.runtime.setMocks`) and records
@@ -20,9 +22,17 @@ export const TENANT_ID = '00000000-0000-4000-8000-000000000002';
 export const APP_PRINCIPAL_ID = '00000000-0000-4000-8000-0000000000aa';
 export const SQL_ADMIN_GROUP = '00000000-0000-4000-8000-0000000000bb';
 /** The values of the seed's secrets, as Pulumi config secrets. */
-export const SECRET_VALUES = { runtimeCloudSql: 'sql-secret-value-1', iacRunnerIdentity: 'runner-secret-value-2', messagingTransport: 'bus-secret-value-3' };
-export const ROTATED_ON = { 'runtime-cloud-sql': '2026-11-02', 'iac-runner-identity': '2026-11-20', 'messaging-transport': '2026-10-15' };
-export const TARGETS = [{ id: 'prod-sub', kind: 'azure-subscription', name: 'Production', location: 'westeurope' }];
+export const SECRET_VALUES = { runtimeCloudSql: 'sql-secret-value-1', messagingTransport: 'bus-secret-value-3' };
+export const ROTATED_ON = { 'runtime-cloud-sql': '2026-11-02', 'messaging-transport': '2026-10-15' };
+/** Two Azure targets in two subscriptions (`b` with its own pool id and size) and a customer-hosted one. */
+export const TARGET_SUBSCRIPTIONS = { a: '00000000-0000-4000-8000-00000000000a', b: '00000000-0000-4000-8000-00000000000b' };
+export const TARGETS = [
+  { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.a, resourceGroup: 'rg-target-a' } },
+  { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 } },
+  { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test' },
+];
+export const RUNNER_REGISTRY_ID = `/subscriptions/${SUBSCRIPTION_ID}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
+export const RUNNER_IMAGE = 'rchimages.azurecr.io/runtime-cloud-runner:2026.12.1';
 
 /** A stack's configuration that deploys: keys without the project prefix, values as `pulumi config set` stores them. */
 export function validConfig(): Record<string, string> {
@@ -32,7 +42,8 @@ export function validConfig(): Record<string, string> {
     authAudience: 'api://runtime-cloud',
     authJwksUrl: 'https://login.example.test/keys',
     targets: JSON.stringify(TARGETS),
-    iacRunnerClientId: '00000000-0000-4000-8000-0000000000cc',
+    runnerImage: RUNNER_IMAGE,
+    runnerRegistryId: RUNNER_REGISTRY_ID,
     secretsRotatedOn: JSON.stringify(ROTATED_ON),
     ...SECRET_VALUES,
   };
@@ -74,8 +85,12 @@ export async function runInfra(config: Record<string, string>): Promise<{ declar
         if (type === 'azure-native:web:WebApp') {
           // Azure fills in the principal of a system-assigned identity, and only when one is asked for.
           const identity = revealed.identity as { type?: string } | undefined;
-          if (identity?.type === 'SystemAssigned') state.identity = { ...identity, principalId: APP_PRINCIPAL_ID, tenantId: TENANT_ID };
+          if (identity?.type?.split(',').some((t) => t.trim() === 'SystemAssigned')) state.identity = { ...identity, principalId: APP_PRINCIPAL_ID, tenantId: TENANT_ID };
           state.defaultHostName = `${physical}.azurewebsites.net`;
+        }
+        if (type === 'azure-native:managedidentity:UserAssignedIdentity') {
+          state.principalId = principalIdOf(name);
+          state.clientId = clientIdOf(name);
         }
         if (type === 'azure-native:sql:Server') state.fullyQualifiedDomainName = `${physical}.database.windows.net`;
         if (type === 'azure-native:applicationinsights:Component') {
@@ -100,6 +115,15 @@ export async function runInfra(config: Record<string, string>): Promise<{ declar
   return { declared, program };
 }
 
+/** The principal (object) id Azure gives the user-assigned identity of this logical name, under these mocks. */
+export function principalIdOf(identityName: string): string {
+  return `principal-of-${identityName}`;
+}
+/** Its client id, under these mocks. */
+export function clientIdOf(identityName: string): string {
+  return `client-of-${identityName}`;
+}
+
 function valueOf<T>(output: import('@pulumi/pulumi').Output<T>): Promise<T> {
   return new Promise((resolve) => output.apply((value) => resolve(value)));
 }
@@ -109,6 +133,72 @@ export function field(resource: Declared, path: string): unknown {
   return path
     .split('.')
     .reduce<unknown>((value, key) => (value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[key] : undefined), resource.inputs);
+}
+
+/** Built-in role ids, written out here rather than taken from the program, so that a wrong id in either fails. */
+export const ROLE = {
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe',
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88',
+  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3',
+  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
+  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
+  monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
+  keyVaultCryptoUser: '12338af0-0e69-4776-bea7-57ae8d297424',
+  acrPull: '7f951dda-4ed3-4680-a7ca-43fe172d538d',
+  contributor: 'b24988ac-6180-42a0-ab88-20f7382dd24c',
+  reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7',
+} as const;
+
+/** Lookups over what one run declared. */
+export function inventory(declared: readonly Declared[]) {
+  const all = (type: string) => declared.filter((r) => r.type === `azure-native:${type}`);
+  return {
+    all,
+    /** The one resource of this type (and predicate); anything else fails the test. */
+    one: (type: string, predicate: (r: Declared) => boolean = () => true): Declared => {
+      const found = all(type).filter(predicate);
+      expect(found, `exactly one ${type}`).toHaveLength(1);
+      return found[0]!;
+    },
+    byId: (id: unknown) => declared.find((r) => r.id === id),
+  };
+}
+
+/** The role an assignment grants, by its name in `ROLE` (or its raw id when it is none of those). */
+export function roleOf(assignment: Declared): string {
+  const id = text(assignment, 'roleDefinitionId');
+  return Object.entries(ROLE).find(([, role]) => id.endsWith(`/${role}`))?.[0] ?? id;
+}
+
+/**
+ * Evaluates the forms of Service Bus SQL filter the program uses, `user.p = 'v'`, `user.p IN ('a', 'b')` and terms of
+ * those joined by AND, against a message's application properties. Any other form throws, so a filter written
+ * differently fails here until this evaluator learns it.
+ */
+export function matchesSqlFilter(expression: string, properties: Record<string, unknown>): boolean {
+  return expression
+    .trim()
+    .split(/\s+AND\s+/i)
+    .every((term) => matchesTerm(term, properties, expression));
+}
+
+function matchesTerm(term: string, properties: Record<string, unknown>, expression: string): boolean {
+  const equals = /^(?:user\.)?(\w+)\s*=\s*'([^']*)'$/.exec(term.trim());
+  if (equals) return properties[equals[1]!] === equals[2];
+  const within = /^(?:user\.)?(\w+)\s+IN\s*\(([^)]*)\)$/i.exec(term.trim());
+  if (within) {
+    const values = within[2]!.split(',').map((v) => /^\s*'([^']*)'\s*$/.exec(v)?.[1]);
+    if (values.some((v) => v === undefined)) throw new Error(`unsupported filter: ${expression}`);
+    return values.includes(properties[within[1]!] as string);
+  }
+  throw new Error(`unsupported filter: ${expression}`);
+}
+
+/** The application properties the outbox relay puts on a message of this event type (and subject). */
+export function relayedPropertiesOf(type: string, subject?: string): Record<string, unknown> {
+  const payload = JSON.stringify({ specversion: '1.0', id: `evt-${type}`, source: '/runtime-cloud', type, ...(subject !== undefined ? { subject } : {}), time: '2026-12-01T00:00:00Z', datacontenttype: 'application/json', data: {} });
+  const message = toOutgoingMessage({ seq: 1, eventId: `evt-${type}`, topic: EVENTS_TOPIC, correlationId: null, payload, attempts: 0 });
+  return message.applicationProperties ?? {};
 }
 
 /** A string input; anything else fails the test. */
@@ -132,6 +222,7 @@ function reveal(value: unknown, path: string, secretPaths: string[]): unknown {
 
 function physicalName(type: string, inputs: Readonly<Record<string, unknown>>, logicalName: string): string {
   const kind = type.split(':').pop() ?? '';
-  const own = inputs[`${kind.charAt(0).toLowerCase()}${kind.slice(1)}Name`];
+  // A storage account's own name input is `accountName`.
+  const own = type === 'azure-native:storage:StorageAccount' ? inputs.accountName : inputs[`${kind.charAt(0).toLowerCase()}${kind.slice(1)}Name`];
   return typeof own === 'string' ? own : logicalName;
 }

@@ -141,7 +141,7 @@ for (const dialect of DIALECTS) {
     const rows = async (table: string, order: string) => (await sql<Record<string, unknown>>`select * from ${sql.table(table)} order by ${sql.ref(order)}`.execute(database.store.db)).rows;
 
     it('when the store is migrated, then the four tenancy migrations run, in order', () => {
-      expect(migrated).toEqual(TENANCY_MIGRATIONS);
+      expect(migrated.filter((name) => name.startsWith('20261201-1'))).toEqual(TENANCY_MIGRATIONS);
     });
 
     it('when runs are migrated, then each gets the project of its plan or its stack\'s state, and one that has neither keeps none', async () => {

@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import { parseRunnerImage, parseTargets, stateNames, type AzureTarget } from '../../infra/targets';
+
+/** The `targets`, `runnerImage` and `runnerRegistryId` config of infra/, parsed without running the program. */
+
+const SUB = '00000000-0000-4000-8000-00000000000a';
+const azure = (extra: Record<string, unknown> = {}) => ({ id: 'prod-we', kind: 'azure-subscription', name: 'Production', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, ...extra });
+const REGISTRY = `/subscriptions/${SUB}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
+
+describe('infra targets config', () => {
+  it('when an Azure target names no pool or runners, then its pool is its id and it runs 2 jobs at once; a customer-hosted target keeps its endpoint', () => {
+    expect(parseTargets([azure(), { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test' }])).toEqual([
+      { id: 'prod-we', kind: 'azure-subscription', name: 'Production', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, maxRunners: 2 },
+      { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc' },
+    ]);
+    expect(parseTargets([azure({ pool: 'blue', runners: { max: 4 } })])[0]).toMatchObject({ pool: 'blue', maxRunners: 4 });
+  });
+
+  it.each([
+    ['not an array', { id: 'x' }, 'config targets must be a non-empty JSON array of targets (got {"id":"x"})'],
+    ['empty', [], 'config targets must be a non-empty JSON array of targets (got [])'],
+    ['no scope', [azure({ scope: undefined })], 'config targets[0].scope is required for an azure-subscription target: { "subscriptionId": "<guid>", "resourceGroup": "<name>" } (got nothing)'],
+    ['a subscription that is no GUID', [azure({ scope: { subscriptionId: 'prod', resourceGroup: 'rg' } })], 'config targets[0].scope.subscriptionId must be a subscription id (a GUID) (got "prod")'],
+    ['a bad resource group', [azure({ scope: { subscriptionId: SUB, resourceGroup: 'rg.' } })], 'config targets[0].scope.resourceGroup must be a resource group name: 1-90 letters, digits, -_.(), not ending in "." (got "rg.")'],
+    ['a scope field too many', [azure({ scope: { subscriptionId: SUB, resourceGroup: 'rg', tags: {} } })], 'config targets[0].scope.tags is not a scope field (known: subscriptionId, resourceGroup)'],
+    ['an id in capitals', [azure({ id: 'Prod' })], 'config targets[0].id must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "Prod")'],
+    ['an id too long for a job name', [azure({ id: 'a'.repeat(25) })], `config targets[0].id must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "${'a'.repeat(25)}")`],
+    ['a pool with a double hyphen', [azure({ pool: 'a--b' })], 'config targets[0].pool must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "a--b")'],
+    ['the local cloud', [{ id: 'local', kind: 'local-cloud', name: 'Local' }], "config targets[0].kind local-cloud is the local host's own target and has no place in an Azure deployment"],
+    ['an unknown kind', [{ id: 'x', kind: 'gcp-project', name: 'X' }], 'config targets[0].kind must be one of azure-subscription, aks-cluster, on-prem (got "gcp-project")'],
+    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners)'],
+    ['no name', [azure({ name: ' ' })], 'config targets[0].name must be a non-empty string (got " ")'],
+    ['no runners', [azure({ runners: { max: 0 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 0)'],
+    ['a fraction of a runner', [azure({ runners: { max: 1.5 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 1.5)'],
+    ['a scope on an on-prem target', [{ id: 'dc', kind: 'on-prem', name: 'DC', scope: { subscriptionId: SUB, resourceGroup: 'rg' } }], 'config targets[0].scope applies to azure-subscription targets only (dc is on-prem)'],
+    ['runners on an AKS target', [{ id: 'k', kind: 'aks-cluster', name: 'K', runners: { max: 2 } }], 'config targets[0].runners applies to azure-subscription targets only (k is aks-cluster)'],
+    ['the same id twice', [azure(), azure({ pool: 'other', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and prod-we have the same id prod-we: each target needs its own'],
+    ['one pool for two targets', [azure(), azure({ id: 'b', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and b have the same pool prod-we: each target needs its own'],
+    ['one scope for two targets', [azure(), azure({ id: 'b', scope: { subscriptionId: SUB, resourceGroup: 'RG-PROD' } })], `config targets prod-we and b have the same scope /subscriptions/${SUB}/resourcegroups/rg-prod: each target needs its own`],
+  ])('when a target config has %s, then parsing fails naming the setting', (_case, raw, message) => {
+    expect(() => parseTargets(raw)).toThrow(message);
+  });
+
+  it('when the runner image is checked, then it is required with an Azure target, from an Azure Container Registry, pinned, and its registry id matches it', () => {
+    const azureTargets = parseTargets([azure()]);
+    expect(parseRunnerImage(undefined, undefined, parseTargets([{ id: 'dc', kind: 'on-prem', name: 'DC' }]))).toBeUndefined();
+    expect(parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner:1.2.3', REGISTRY, azureTargets)).toEqual({
+      image: 'rchimages.azurecr.io/runtime-cloud-runner:1.2.3',
+      server: 'rchimages.azurecr.io',
+      registryId: REGISTRY,
+      registrySubscriptionId: SUB,
+    });
+    expect(parseRunnerImage(`rchimages.azurecr.io/runtime-cloud-runner@sha256:${'a'.repeat(64)}`, REGISTRY, azureTargets)?.server).toBe('rchimages.azurecr.io');
+
+    expect(() => parseRunnerImage(undefined, REGISTRY, azureTargets)).toThrow('config runnerImage is required when a target of kind azure-subscription exists');
+    expect(() => parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner:latest', REGISTRY, azureTargets)).toThrow('config runnerImage must name a fixed build, not :latest');
+    expect(() => parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner', REGISTRY, azureTargets)).toThrow('config runnerImage must be an Azure Container Registry image with a tag or digest');
+    expect(() => parseRunnerImage('docker.io/library/node:20', REGISTRY, azureTargets)).toThrow('config runnerImage must be an Azure Container Registry image with a tag or digest');
+    expect(() => parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner:1', undefined, azureTargets)).toThrow('config runnerRegistryId is required with runnerImage');
+    expect(() => parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner:1', '/subscriptions/x/registries/rchimages', azureTargets)).toThrow("config runnerRegistryId must be a container registry's resource id");
+    expect(() => parseRunnerImage('other.azurecr.io/runtime-cloud-runner:1', REGISTRY, azureTargets)).toThrow('config runnerRegistryId names the registry rchimages, but runnerImage comes from other');
+  });
+
+  it("when state names are derived, then they fit Azure's limits for any prefix and id, and are stable per stack and distinct across stacks", () => {
+    const target = (id: string, subscriptionId = SUB) => parseTargets([azure({ id, scope: { subscriptionId, resourceGroup: 'rg' } })])[0] as AzureTarget;
+    for (const [prefix, id] of [['rch', 'a'], ['a-very-long-prefix-indeed', 'x'.repeat(24)], ['9rch', 'prod-we'], ['--', 'b-1']] as const) {
+      const names = stateNames(prefix, 'production', target(id));
+      expect(names.account, `${prefix}/${id}`).toMatch(/^[a-z0-9]{3,24}$/);
+      // Key Vault: 3-24 characters, a letter first, a letter or digit last, no two hyphens in a row.
+      expect(names.vault, `${prefix}/${id}`).toMatch(/^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){1,22}[a-z0-9]$/);
+    }
+    expect(stateNames('rch', 'production', target('prod-we'))).toEqual(stateNames('rch', 'production', target('prod-we')));
+    expect(stateNames('rch', 'production', target('prod-we')).account).toMatch(/^rchprodwest[0-9a-f]{8}$/);
+    expect(stateNames('rch', 'staging', target('prod-we')).account).not.toBe(stateNames('rch', 'production', target('prod-we')).account);
+    expect(stateNames('rch', 'production', target('prod-we', '00000000-0000-4000-8000-00000000000b')).vault).not.toBe(stateNames('rch', 'production', target('prod-we')).vault);
+  });
+});

@@ -1,0 +1,248 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { localComponents } from '../../local/components';
+import { examplePromotion } from '../../local/example-repository';
+import { LocalRunnerAgents } from '../../local/runner-agents';
+import { runJob } from '../../runner/agent';
+import { hostClient } from '../../runner/host-client';
+import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { eventually } from '../support/eventually';
+import { TestRepository } from '../support/git-repositories';
+import { startTestHost, type TestHost } from '../support/local-host';
+import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+
+/**
+ * Plans and applies run in runner jobs (issue 17), on a local host as a user runs it: its agents are child
+ * processes that claim the jobs of the local cloud's pool over HTTP with a pool credential, and hold nothing of the
+ * host. A job's calls are accepted only with its token, while it runs under its stack lock; an apply whose runner is
+ * killed fails with a receipt and is never applied again; a plan whose runner is lost is made again.
+ */
+const TENANT = 'demo-team';
+const operator = { tenant: TENANT, roles: ['Operator'], subject: 'operator' };
+
+interface RunBody {
+  runId: string;
+  promotionId: string;
+  state: string;
+  error?: { code: string; message: string };
+  waitingFor?: { kind: string; pool?: string; position?: number };
+  planReceipt?: { runner: { name: string; agent?: string; jobId?: string }; refreshed?: boolean; plan: { counts: Record<string, number> } };
+  applyReceipt?: { runner: { agent?: string; jobId?: string }; result: { status: string; resources: { status: string }[] }; runnerLost?: { log: string } };
+}
+
+/** A project of `count` buckets: an apply long enough to kill its runner in the middle. */
+function bucketsProgram(count: number): string {
+  const resources = Array.from({ length: count }, (_, i) => `  bucket${i}:\n    type: local:storage:Bucket\n    properties:\n      name: slow-${i}\n`).join('');
+  return `name: slow-app\nruntime: yaml\nresources:\n${resources}`;
+}
+
+async function startHost(database: TestDatabase, settings: Record<string, string>, components = localComponents()): Promise<TestHost> {
+  return startTestHost({ settings: { ...database.settings, RuntimeCloud__IaC__Execution: 'runner-jobs', ...settings }, depsOverrides: database.overrides, components });
+}
+
+for (const dialect of DIALECTS) {
+  describe.skipIf(skipDialect(dialect))(`runner jobs on the local host's agents (${dialect})`, () => {
+    let database: TestDatabase;
+    let host: TestHost;
+    let root: string;
+    let example: ProvisioningExample;
+    let slow: TestRepository;
+    let slowCommit: string;
+    const agents = new LocalRunnerAgents();
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      root = fs.mkdtempSync(join(tmpdir(), 'rch-runners-'));
+      const components = localComponents().filter((c) => !(c instanceof LocalRunnerAgents));
+      host = await startHost(database, { RuntimeCloud__Runners__LeaseSeconds: '5' }, [...components, agents]);
+      example = await provisioningExample(root, host.stateDir, 0);
+      writeExampleReferences(host.stateDir);
+      slow = await TestRepository.init(join(host.stateDir, 'repos', 'slow'));
+      slowCommit = await slow.commit({ 'app/Pulumi.yaml': bucketsProgram(120), 'app/Pulumi.slow.yaml': 'config: {}\n' });
+    });
+    afterAll(async () => {
+      await host?.stop();
+      await database?.drop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    const getJson = async <T>(path: string, claims: object = operator): Promise<T> => {
+      const response = await host.fetch(path, { claims });
+      expect(response.status, path).toBe(200);
+      return (await response.json()) as T;
+    };
+    let sent = 0;
+    async function promote(promotion: PromotionApproved): Promise<string> {
+      await sendToPromotions(host, promotion, `runner-${++sent}`);
+      return (await eventually(async () => (await getJson<{ items: RunBody[] }>('/runtime-cloud/runs?limit=1000')).items.find((r) => r.promotionId === promotion.promotionId))).runId;
+    }
+    const runOf = (runId: string) => getJson<RunBody>(`/runtime-cloud/runs/${runId}`);
+    const ended = (runId: string, timeout = 30_000) =>
+      eventually(async () => {
+        const run = await runOf(runId);
+        return ['applied', 'failed', 'rejected'].includes(run.state) ? run : undefined;
+      }, timeout);
+    const slowPromotion = (): PromotionApproved => ({
+      ...examplePromotion('development', example.repository),
+      environment: { id: 'env-slow', name: 'slow', tier: 'development' },
+      desiredState: { repository: pathToFileURL(slow.dir).href, commit: slowCommit, path: 'app', stack: 'slow' },
+    });
+
+    it('when a promotion comes, then an agent of the local pool plans it and an agent applies it, each receipt naming its agent and job', async () => {
+      // Act
+      const run = await ended(await promote(examplePromotion('development', example.repository)));
+
+      // Assert
+      expect(run).toMatchObject({ state: 'applied', planReceipt: { runner: { name: 'local', agent: expect.stringMatching(/^local-[12]$/) }, plan: { counts: { create: 3 } } } });
+      expect(run.applyReceipt?.runner).toMatchObject({ agent: expect.stringMatching(/^local-[12]$/), jobId: expect.stringMatching(/^job_/) });
+      expect(run.applyReceipt?.runner.jobId).not.toBe(run.planReceipt?.runner.jobId);
+      const pools = await getJson<{ items: { pool: string; agentsOnline: number; jobsRunning: number; jobsWaiting: number }[] }>('/runtime-cloud/runner-pools');
+      expect(pools.items).toEqual([{ pool: 'local-runner', target: 'local', engine: 'local', agentsOnline: 2, jobsRunning: 0, jobsWaiting: 0 }]);
+      const listed = await getJson<{ items: { agent: string; online: boolean }[] }>('/runtime-cloud/runner-pools/local-runner/agents');
+      expect(listed.items.map((a) => [a.agent, a.online])).toEqual([
+        ['local-1', true],
+        ['local-2', true],
+      ]);
+      const targets = await getJson<{ targets: { id: string; runners?: { pool: string; agentsOnline: number } }[] }>('/runtime-cloud/meta/targets');
+      expect(targets.targets[0]).toMatchObject({ id: 'local', runners: { pool: 'local-runner', agentsOnline: 2 } });
+    });
+
+    it("when an agent's process is read, then it holds nothing of the host: no store, table or bus setting, no state dir, and its credential opens only its pool's jobs", async () => {
+      // Arrange
+      const running = agents.agents();
+      expect(running).toHaveLength(2);
+
+      for (const { pid } of running) {
+        // Act
+        const environ = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+        const cwd = fs.readlinkSync(`/proc/${pid}/cwd`);
+
+        // Assert
+        expect(environ.filter((e) => /^(RuntimeCloud__(Store|Tables|Local|Auth)|ServiceBus|AzureWebJobs|APPLICATIONINSIGHTS)/.test(e))).toEqual([]);
+        expect(environ.join('\n')).not.toContain(host.stateDir);
+        expect(environ.join('\n')).not.toContain(database.settings.RuntimeCloud__Store__Connection ?? 'no-connection');
+        expect(cwd.startsWith(host.stateDir)).toBe(false);
+        const credential = environ.find((e) => e.startsWith('RuntimeCloud__Runner__Credential='))?.split('=')[1] ?? '';
+        const runs = await fetch(new URL('/runtime-cloud/runs', host.url), { headers: { authorization: `Bearer ${credential}` } });
+        expect(runs.status).toBe(403);
+        const otherPool = await fetch(new URL('/runtime-cloud/runner-pools/prod-runner/claim', host.url), { method: 'POST', headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' }, body: '{"agent":"x"}' });
+        expect(otherPool.status).toBe(403);
+      }
+    });
+
+    it('when the runner of an apply is killed in the middle, then the run fails RUNNER_LOST with a receipt of what it changed, the stack is free, and the next plan refreshes first', async () => {
+      // Arrange: the apply of 120 buckets is under way on one agent.
+      const runId = await promote(slowPromotion());
+      const db = provisioningDb(host.host.deps.sql.db);
+      const job = await eventually(async () => {
+        const row = await db.selectFrom('provisioning_runner_jobs').selectAll().where('run_id', '=', runId).where('kind', '=', 'apply').where('state', '=', 'running').executeTakeFirst();
+        return row && row.log.includes('created') ? row : undefined;
+      });
+      const victim = agents.agents().find((a) => a.agent === job.agent);
+
+      // Act
+      process.kill(victim!.pid!, 'SIGKILL');
+      const run = await ended(runId, 40_000);
+
+      // Assert
+      expect(run.state).toBe('failed');
+      expect(run.error?.code).toBe('PROVISIONING.RUNNER_LOST');
+      expect(run.applyReceipt?.runnerLost?.log).toContain('created local:storage:Bucket');
+      expect(new Set(run.applyReceipt?.result.resources.map((r) => r.status))).toEqual(new Set(['unknown']));
+      expect(await getStackLock(db, { tenant: TENANT, project: 'slow-app', stack: 'slow' })).toBeUndefined();
+      const after = await db.selectFrom('provisioning_runner_jobs').select(['state']).where('run_id', '=', runId).where('kind', '=', 'apply').execute();
+      // Never a second apply: one apply job, lost.
+      expect(after).toEqual([{ state: 'lost' }]);
+      const next = await ended(await promote(slowPromotion()), 60_000);
+      expect(next.planReceipt?.refreshed).toBe(true);
+      expect(next.state).toBe('applied');
+    }, 120_000);
+  });
+
+  describe.skipIf(skipDialect(dialect))(`runner job tokens and fencing (${dialect})`, () => {
+    let database: TestDatabase;
+    let host: TestHost;
+    let root: string;
+    let example: ProvisioningExample;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      root = fs.mkdtempSync(join(tmpdir(), 'rch-fencing-'));
+      // No agents of its own: the test is the agent, speaking the protocol over HTTP.
+      host = await startHost(database, { RuntimeCloud__Local__Runners: '0', RuntimeCloud__Runners__LeaseSeconds: '5' });
+      example = await provisioningExample(root, host.stateDir, 0);
+      writeExampleReferences(host.stateDir);
+    });
+    afterAll(async () => {
+      await host?.stop();
+      await database?.drop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    it("when a plan job's lease lapses, then its late result is refused and recorded, its token opens no other job, and the plan is made again by the next agent", async () => {
+      // Arrange
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-1');
+      const first = await eventually(() => client.claim('slow-agent', 0));
+      const waiting = await eventually(async () => {
+        const runs = (await (await host.fetch('/runtime-cloud/runs', { claims: operator })).json()) as { items: RunBody[] };
+        return runs.items[0];
+      });
+
+      // Act: the agent goes silent past its lease; the host dispatches the plan again.
+      const second = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      const late = await fetch(new URL(`/runtime-cloud/runner-jobs/${first.job.id}/result`, host.url), {
+        method: 'POST',
+        headers: { authorization: `Bearer ${first.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } }),
+      });
+      const borrowed = await fetch(new URL(`/runtime-cloud/runner-jobs/${second.job.id}/state`, host.url), { headers: { authorization: `Bearer ${first.token}` } });
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, second, () => undefined);
+      const apply = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
+
+      // Assert
+      expect(waiting.runId).toBe(first.job.runId);
+      expect(second.job.id).not.toBe(first.job.id);
+      expect(second.job.fencingToken).toBeGreaterThan(first.job.fencingToken);
+      expect(late.status).toBe(409);
+      expect(((await late.json()) as { code: string }).code).toBe('RUNNER.JOB_SUPERSEDED');
+      expect(borrowed.status).toBe(401);
+      const db = provisioningDb(host.host.deps.sql.db);
+      const firstRow = await db.selectFrom('provisioning_runner_jobs').select(['state', 'log']).where('id', '=', first.job.id).executeTakeFirstOrThrow();
+      expect(firstRow.state).toBe('lost');
+      expect(firstRow.log).toContain('host refused the plan outcome');
+      const run = await eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${first.job.runId}`, { claims: operator })).json()) as RunBody;
+        return body.state === 'applied' ? body : undefined;
+      });
+      expect(run.planReceipt?.runner).toMatchObject({ agent: 'fast-agent', jobId: second.job.id });
+    }, 60_000);
+
+    it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {
+      // Arrange
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, examplePromotion('production', example.repository), 'waiting-1');
+
+      // Act
+      const waiting = await eventually(async () => {
+        const runs = (await (await host.fetch('/runtime-cloud/runs?environment=env-demo-production', { claims: operator })).json()) as { items: RunBody[] };
+        return runs.items.find((r) => r.waitingFor?.kind === 'runner');
+      });
+      const claimed = await client.claim('agent-x', 0);
+      const leases = (await (await host.fetch('/runtime-cloud/leases?state=active', { claims: operator })).json()) as { items: { kind: string; pool: string; holder: string }[] };
+
+      // Assert
+      expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: 'local-runner', jobId: expect.stringMatching(/^job_/), position: 1 });
+      expect(claimed?.job.runId).toBe(waiting.runId);
+      expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
+    });
+  });
+}
