@@ -65,7 +65,9 @@ export async function runJob(options: AgentOptions, claimed: ClaimedJob, log: (l
     await writeProject(workDir, claimed);
     const engine = (options.engineFor ?? localEngineFor)(claimed, client, workDir);
     const runner: RunnerInfo = { name: engine.name, version: await engine.version(), agent: options.agent };
-    outcome = await evaluate(claimed, engine, runner, beat);
+    const started = performance.now();
+    const evaluated = await evaluate(claimed, engine, runner, beat);
+    outcome = { ...evaluated, runner: { ...runner, engineMs: Math.round((performance.now() - started) * 10) / 10 } };
   } catch (thrown) {
     outcome = { kind: job.kind, runner: { name: job.engine, version: 'unknown', agent: options.agent }, error: jobError(thrown) } as RunnerJobOutcome;
   } finally {

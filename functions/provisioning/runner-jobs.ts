@@ -2,8 +2,6 @@ import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/fu
 import * as df from 'durable-functions';
 import { z } from 'zod';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema } from '../../shared/platform/iac/runner-job';
-import { parseJsonBody } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
 import { moduleApp } from '../app';
@@ -50,7 +48,11 @@ export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: onl
 
 type JobCall = (input: { deps: Deps; jobId: string; token: string; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
 
-/** A call of one job, authenticated by its job token (`Authorization: Bearer <token>`), its errors as problem+json. */
+/**
+ * A call of one job, authenticated by its job token (`Authorization: Bearer <token>`), its errors as problem+json.
+ * Its body goes to the service as sent, and is validated there: the job protocol's schemas reach the YAML parser,
+ * which registering the functions must not load (cold start).
+ */
 function jobEndpoint(summary: string, call: JobCall) {
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
@@ -73,7 +75,7 @@ function jobEndpoint(summary: string, call: JobCall) {
 
 export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, jobId, token, text }) => ({
   status: 200,
-  jsonBody: await deps.provisioning.runners.heartbeat(jobId, token, parseJsonBody(text || '{}', heartbeatSchema)),
+  jsonBody: await deps.provisioning.runners.heartbeat(jobId, token, text),
 }));
 
 export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, jobId, token }) => ({
@@ -82,18 +84,18 @@ export const getJobState = jobEndpoint("A job's stack state (local cloud targets
 }));
 
 export const putJobState = jobEndpoint("An apply job writes its stack state (local cloud targets)", async ({ deps, jobId, token, text }) => {
-  await deps.provisioning.runners.writeState(jobId, token, parseJsonBody(text, stackStateSchema));
+  await deps.provisioning.runners.writeState(jobId, token, text);
   return { status: 204 };
 });
 
 export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, jobId, token, text }) => ({
   status: 200,
-  jsonBody: await deps.provisioning.runners.target(jobId, token, parseJsonBody(text, targetCallSchema)),
+  jsonBody: await deps.provisioning.runners.target(jobId, token, text),
 }));
 
 /** 202 once the outcome is accepted; the run's orchestration is woken to collect it. */
 export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
-  const { runId } = await deps.provisioning.runners.accept(jobId, token, parseJsonBody(text, jobOutcomeSchema));
+  const { runId } = await deps.provisioning.runners.accept(jobId, token, text);
   await wakeRun(context, runId, jobId);
   return { status: 202, jsonBody: { accepted: true } };
 });

@@ -147,7 +147,7 @@ export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: 
     stack: run.stack,
     qualifiedStack: qualifiedStackName(stackOf(run)),
     commit: run.desiredState.commit,
-    runner: { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id },
+    runner: { ...outcome.runner, jobId: job.id },
     result: outcome.result,
     ...(job.degraded && job.degraded.length > 0 ? { degraded: job.degraded } : {}),
   }, job.spec.options);

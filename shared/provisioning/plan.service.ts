@@ -108,7 +108,7 @@ export async function planJobFinished(ctx: ProvisioningContext, run: Run, job: F
   if (outcome.kind !== 'plan') return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not a plan job` });
   if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
   const startedAt = job.claimedAt ?? job.createdAt;
-  return planned_(ctx, run, run.desiredState.path, outcome.plan, { name: outcome.runner.name, version: outcome.runner.version, agent: outcome.runner.agent, jobId: job.id }, startedAt, job.spec.options.refresh === true);
+  return planned_(ctx, run, run.desiredState.path, outcome.plan, { ...outcome.runner, jobId: job.id }, startedAt, job.spec.options.refresh === true);
 }
 
 /** A plan error: a refresh that cannot read the target fails the run as an apply to it does, with its code. */

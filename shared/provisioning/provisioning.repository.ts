@@ -70,6 +70,8 @@ export interface ReceiptRunner {
   readonly version: string;
   readonly agent?: string;
   readonly jobId?: string;
+  /** The engine's own time in the runner job, ms. */
+  readonly engineMs?: number;
 }
 
 export interface ApplyReceipt {

@@ -2,7 +2,8 @@ import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { CloudResource } from '../platform/cloud/local-cloud';
 import type { StackState } from '../platform/iac/plan';
-import type { ClaimedJob, Heartbeat, RunnerJobOutcome, TargetCall } from '../platform/iac/runner-job';
+import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
+import { parseJsonBody } from '../platform/validation/validation';
 import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
@@ -104,12 +105,16 @@ export interface ProvisioningService {
 export interface RunnerJobs {
   /** The next job of the pool for the agent, waiting up to `waitMs` for one (a long poll). */
   claim(pool: string, agent: string, waitMs?: number): Promise<ClaimedJob | undefined>;
-  heartbeat(jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }>;
+  // The job calls take their bodies as sent (JSON text) and validate them: 400 `REQUEST.INVALID` naming the fields.
+  /** A heartbeat (`Heartbeat`). */
+  heartbeat(jobId: string, token: string, body: string): Promise<{ leaseExpiresAt: string }>;
   state(jobId: string, token: string): Promise<StackState | undefined>;
-  writeState(jobId: string, token: string, state: StackState): Promise<void>;
-  target(jobId: string, token: string, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }>;
-  /** Accepts a job's outcome; returns the run whose orchestration to wake. */
-  accept(jobId: string, token: string, outcome: RunnerJobOutcome): Promise<{ runId: string }>;
+  /** Writes the job's stack state (`StackState`). */
+  writeState(jobId: string, token: string, body: string): Promise<void>;
+  /** A call to the job's local cloud target (`TargetCall`). */
+  target(jobId: string, token: string, body: string): Promise<{ resource?: CloudResource; deleted?: boolean }>;
+  /** Accepts a job's outcome (`RunnerJobOutcome`); returns the run whose orchestration to wake. */
+  accept(jobId: string, token: string, body: string): Promise<{ runId: string }>;
   pools(): Promise<RunnerPoolView[]>;
   agents(pool: string): Promise<RunnerAgentView[]>;
 }
@@ -146,11 +151,11 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       }),
     runners: {
       claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs),
-      heartbeat: (jobId, token, beat) => heartbeat(ctx, jobId, token, beat),
+      heartbeat: (jobId, token, body) => heartbeat(ctx, jobId, token, parseJsonBody(body || '{}', heartbeatSchema)),
       state: (jobId, token) => jobState(ctx, jobId, token),
-      writeState: (jobId, token, state) => writeJobState(ctx, jobId, token, state),
-      target: (jobId, token, call) => targetCall(ctx, jobId, token, call),
-      accept: (jobId, token, outcome) => acceptOutcome(ctx, jobId, token, outcome),
+      writeState: (jobId, token, body) => writeJobState(ctx, jobId, token, parseJsonBody(body, stackStateSchema)),
+      target: (jobId, token, body) => targetCall(ctx, jobId, token, parseJsonBody(body, targetCallSchema)),
+      accept: (jobId, token, body) => acceptOutcome(ctx, jobId, token, parseJsonBody(body, jobOutcomeSchema)),
       pools: () => runnerPools(ctx),
       agents: (pool) => runnerAgents(ctx, pool),
     },

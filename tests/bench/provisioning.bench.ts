@@ -21,6 +21,11 @@
  * it is near one core, the host's event loop is what limits runs per second. Before the load, a few promotions run
  * one at a time on the example's own stack: the same split, unloaded.
  *
+ * Plans and applies run as runner jobs on each host's two local agents (issue 17). The same load runs again, in the
+ * same run, with the engine in process (`RuntimeCloud__IaC__Execution=in-process`, today's path before runner jobs,
+ * kept as this baseline), and the rows are printed side by side with their ratio. Per job, the dispatch cost is claim
+ * → outcome accepted (the jobs table) less the engine's own time (the agent's `engineMs`).
+ *
  * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
  * burst's backlog waits in the queue (sent → run recorded) rather than inside the host. The baseline, measured in the
  * same run on fresh hosts with it turned off (`AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled=false`),
@@ -35,7 +40,8 @@ import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer'
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, type ExampleRepository } from '../../local/example-repository';
 import { parseConfig } from '../../shared/platform/config/config';
-import { createSqlStore } from '../../shared/platform/sql/database';
+import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
+import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { allMigrations } from '../../shared/migrations';
@@ -63,7 +69,7 @@ interface RunDetail {
   error?: { code: string; message: string };
   createdAt: string;
   finishedAt?: string;
-  planReceipt?: { startedAt: string; finishedAt: string };
+  planReceipt?: { startedAt: string; finishedAt: string; runner: { engineMs?: number } };
   applyReceipt?: { result: { startedAt: string; finishedAt: string } };
 }
 
@@ -81,6 +87,8 @@ interface Timeline {
   readonly created: number;
   readonly planStart: number;
   readonly planEnd: number;
+  /** The plan engine's own time when a runner job made it (else the plan receipt's span is the engine's). */
+  readonly planEngineMs?: number;
   readonly applyStart: number;
   readonly applyEnd: number;
   readonly finished: number;
@@ -120,20 +128,24 @@ export async function run(args: string[]): Promise<void> {
   };
   try {
     process.stderr.write(`provisioning benchmark (${store}): ${promotions} development promotions over ${stacks} stacks, work dir ${work}\n`);
-    for (const dynamic of [true, false]) {
-      // The baseline: the same load on fresh hosts that take in every message they can (dynamic concurrency off).
-      const stateDir = join(work, dynamic ? 'state' : 'state-baseline');
+    // Runner jobs (the product), the engine in process (its baseline), and dynamic concurrency off (issue 8's baseline).
+    const passes = [
+      { name: 'runner-jobs', env: {} },
+      { name: 'in-process', env: { RuntimeCloud__IaC__Execution: 'in-process' } },
+      { name: 'dynamic-off', env: { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' } },
+    ] as const;
+    for (const pass of passes) {
+      const stateDir = join(work, `state-${pass.name}`);
       // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
       const keys = await ensureLocalKeys(stateDir);
-      const repository = await benchRepository(join(work, dynamic ? 'source' : 'source-baseline'), stateDir, stacks);
+      const repository = await benchRepository(join(work, `source-${pass.name}`), stateDir, stacks);
       writeExampleReferences(stateDir);
       const config = parseConfig({});
       const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
       const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
-      const env: Record<string, string> = dynamic ? {} : { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' };
-      await withHosts(store, stateDir, env, async (hosts) => {
+      await withHosts(store, stateDir, pass.env, async (hosts, jobs) => {
         const client = new BenchClient(hosts, tokens);
-        const unloaded = dynamic ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
+        const unloaded = pass.name === 'runner-jobs' ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
         );
@@ -141,11 +153,15 @@ export async function run(args: string[]): Promise<void> {
         if (unloaded) {
           report(store, hosts.length, loaded, unloaded, client, print);
           baseline = loaded;
+          const dispatch = await jobs();
+          print({ name: 'runner job dispatch, claim → outcome accepted less engine (target ≤ 20 ms p50)', value: percentiles(dispatch), note: `${dispatch.length} jobs` });
+        } else if (baseline && pass.name === 'in-process') {
+          reportInProcess(baseline, loaded, print);
         } else if (baseline) {
           reportBaseline(baseline, loaded, client, print);
         }
         const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
-        print({ name: `host warnings and errors${dynamic ? '' : ' (baseline)'}`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
+        print({ name: `host warnings and errors (${pass.name})`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
       });
     }
   } finally {
@@ -170,12 +186,20 @@ async function benchRepository(source: string, stateDir: string, stacks: number)
 
 // ---- hosts -----------------------------------------------------------------------------------------------------------
 
-/** One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema with one Azurite; stopped after. */
-async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, settings: Record<string, string>, work: (hosts: RunningChild[]) => Promise<void>): Promise<void> {
+/**
+ * One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema with one Azurite; stopped after.
+ * `jobs` reads the dispatch cost of every finished runner job from their store.
+ */
+async function withHosts(
+  store: 'sqlite' | 'postgres',
+  stateDir: string,
+  settings: Record<string, string>,
+  work: (hosts: RunningChild[], jobs: () => Promise<number[]>) => Promise<void>,
+): Promise<void> {
   if (store === 'sqlite') {
     const host = await startChildHost(stateDir, settings);
     try {
-      await work([host]);
+      await work([host], () => dispatchCosts(createSqlStore({ dialect: 'sqlite', connection: 'runtime-cloud.sqlite', baseDir: stateDir })));
     } finally {
       await host.stop();
     }
@@ -202,11 +226,24 @@ async function withHosts(store: 'sqlite' | 'postgres', stateDir: string, setting
       RuntimeCloud__Tables__Connection: tables.connectionString,
     };
     hosts.push(...(await Promise.all([startChildHost(stateDir, env), startChildHost(stateDir, env)])));
-    await work(hosts);
+    await work(hosts, () => dispatchCosts(createSqlStore({ dialect: 'postgres', connection: url, postgresSchema: schema })));
   } finally {
     await Promise.all(hosts.map((h) => h.stop()));
     await tables?.close();
     await adminQuery(url, `drop schema if exists ${schema} cascade`);
+  }
+}
+
+/** Claim → outcome accepted less the engine's own time, ms, of every runner job that finished. */
+async function dispatchCosts(sqlStore: SqlStore): Promise<number[]> {
+  try {
+    const rows = await provisioningDb(sqlStore.db).selectFrom('provisioning_runner_jobs').select(['claimed_at', 'finished_at', 'outcome']).where('state', '=', 'done').execute();
+    return rows.map((r) => {
+      const outcome = JSON.parse(r.outcome ?? '{}') as { runner?: { engineMs?: number } };
+      return Number(r.finished_at) - Number(r.claimed_at) - (outcome.runner?.engineMs ?? 0);
+    });
+  } finally {
+    await sqlStore.close();
   }
 }
 
@@ -399,6 +436,7 @@ async function measure(client: BenchClient, promotions: readonly PromotionApprov
     created: time(d.createdAt),
     planStart: time(d.planReceipt?.startedAt),
     planEnd: time(d.planReceipt?.finishedAt),
+    ...(d.planReceipt?.runner.engineMs !== undefined ? { planEngineMs: d.planReceipt.runner.engineMs } : {}),
     applyStart: time(d.applyReceipt?.result.startedAt),
     applyEnd: time(d.applyReceipt?.result.finishedAt),
     finished: time(d.finishedAt),
@@ -427,7 +465,7 @@ function splits(timelines: readonly Timeline[]): Split[] {
     for (let i = 1; i < runs.length; i++) previous.set((runs[i] as Timeline).runId, runs[i - 1] as Timeline);
   }
   return timelines.map((t) => {
-    const engine = t.planEnd - t.planStart + (t.applyEnd - t.applyStart);
+    const engine = (t.planEngineMs ?? t.planEnd - t.planStart) + (t.applyEnd - t.applyStart);
     const before = previous.get(t.runId);
     const stackWait = before ? Math.max(0, before.finished - t.created) : 0;
     return {
@@ -495,6 +533,26 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     note: 'p50 each',
   });
   print({ name: 'non-2xx answers to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
+}
+
+/** The same load with the engine in process, in the same run: the runner-job rows beside it, and ratios. */
+function reportInProcess(runners: Measured, inProcess: Measured, print: (row: Row) => void): void {
+  const jobs = splits(runners.timelines);
+  const local = splits(inProcess.timelines);
+  const rate = (m: Measured) => m.timelines.length / (m.wallToFinished / 1000);
+  print({
+    name: 'runs/s to the last run finished: runner jobs | in process (target ≥ 0.7×)',
+    value: `${rate(runners).toFixed(1)} | ${rate(inProcess).toFixed(1)}`,
+    note: `${(rate(runners) / rate(inProcess)).toFixed(2)}×; in process not applied: ${inProcess.notApplied.length}`,
+  });
+  print({ name: '  orchestration overhead, runner jobs', value: percentiles(jobs.map((s) => s.overhead)) });
+  print({ name: '  orchestration overhead, in process', value: percentiles(local.map((s) => s.overhead)) });
+  print({ name: '  sent → seen, runner jobs | in process (p50)', value: `${quantile(jobs.map((s) => s.latency), 0.5).toFixed(0)} ms | ${quantile(local.map((s) => s.latency), 0.5).toFixed(0)} ms` });
+  print({
+    name: '  host CPU per run, runner jobs | in process',
+    value: runners.cpuMs === undefined || inProcess.cpuMs === undefined ? 'n/a' : `${(runners.cpuMs / runners.timelines.length).toFixed(1)} ms | ${(inProcess.cpuMs / inProcess.timelines.length).toFixed(1)} ms`,
+    note: 'the host processes only; the agents are child processes of their own',
+  });
 }
 
 /** The same load with dynamic concurrency off, in the same run: the rows that it changes, and ratios. */

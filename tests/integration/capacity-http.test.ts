@@ -176,7 +176,7 @@ describe('capacity over HTTP on the local host', () => {
       tenants: { tenant: string; edition: string }[];
     };
     const seeded = view.pools.filter((p) => p.id.startsWith('local-'));
-    expect(seeded.map((p) => p.kind).sort()).toEqual(['attempt', 'browser-session', 'build', 'sandbox']);
+    expect(seeded.map((p) => p.kind).sort()).toEqual(['attempt', 'browser-session', 'build', 'runner', 'sandbox']);
     expect(seeded.every((p) => p.target === 'local')).toBe(true);
     expect(view.tenants.filter((t) => t.tenant.startsWith('demo-')).map((t) => t.edition).sort()).toEqual(['free', 'team']);
     const editions = await host.host.deps.capacity.listEditions();

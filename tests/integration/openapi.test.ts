@@ -47,7 +47,7 @@ describe('the OpenAPI document', () => {
 
   it('when a handler validates a body or a query, then the document carries that schema', () => {
     const acquire = checkedIn.paths['/runtime-cloud/leases']!.post!;
-    expect(acquire.requestBody).toMatchObject({ content: { 'application/json': { schema: { properties: { kind: { enum: ['attempt', 'sandbox', 'build', 'browser-session'] } }, required: expect.arrayContaining(['kind', 'ttlSeconds', 'holder']) } } } });
+    expect(acquire.requestBody).toMatchObject({ content: { 'application/json': { schema: { properties: { kind: { enum: ['attempt', 'sandbox', 'build', 'browser-session', 'runner'] } }, required: expect.arrayContaining(['kind', 'ttlSeconds', 'holder']) } } } });
     expect(checkedIn.paths['/runtime-cloud/proposals']!.get!.parameters!.map((p) => `${p.in}:${p.name}`)).toEqual(expect.arrayContaining(['query:status', 'query:limit', 'query:cursor']));
     expect(checkedIn.paths['/runtime-cloud/runs/{id}/approve']!.post!.parameters).toEqual([expect.objectContaining({ name: 'id', in: 'path' })]);
   });

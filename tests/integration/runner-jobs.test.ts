@@ -13,7 +13,7 @@ import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lo
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
-import { startTestHost, type TestHost } from '../support/local-host';
+import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -42,7 +42,7 @@ function bucketsProgram(count: number): string {
 }
 
 async function startHost(database: TestDatabase, settings: Record<string, string>, components = localComponents()): Promise<TestHost> {
-  return startTestHost({ settings: { ...database.settings, RuntimeCloud__IaC__Execution: 'runner-jobs', ...settings }, depsOverrides: database.overrides, components });
+  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides, components });
 }
 
 for (const dialect of DIALECTS) {

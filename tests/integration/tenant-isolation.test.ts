@@ -11,7 +11,7 @@ import { acquireStackLock, getStackLock, provisioningDb } from '../../shared/pro
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
-import { startTestHost, type TestHost } from '../support/local-host';
+import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -55,7 +55,8 @@ for (const dialect of DIALECTS) {
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
       root = fs.mkdtempSync(join(tmpdir(), 'rch-tenants-'));
-      host = await startTestHost({ settings: database.settings, depsOverrides: database.overrides });
+      // The product's path: plans and applies as runner jobs on the host's agents.
+      host = await startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS }, depsOverrides: database.overrides });
       example = await provisioningExample(root, host.stateDir, 0);
       writeExampleReferences(host.stateDir);
       // Tenant B's own repository, where the local host allows developers' repositories: <state dir>/repos/.

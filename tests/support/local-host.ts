@@ -26,6 +26,16 @@ export interface TestHost {
 }
 
 /**
+ * The engine in process, and no agents: what most tests of the host's other parts run on, so the suite does not
+ * start two agent processes per host. Tests of the runner path (runner-jobs, tenant-isolation) and the e2e tests of
+ * `runtime-cloud start` run the product's default, runner jobs on the host's agents: pass `RUNNER_JOBS`.
+ */
+const IN_PROCESS: Readonly<Record<string, string>> = { RuntimeCloud__IaC__Execution: 'in-process', RuntimeCloud__Local__Runners: '0' };
+
+/** The local host's defaults: plans and applies as runner jobs on its two agents. */
+export const RUNNER_JOBS: Readonly<Record<string, string>> = { RuntimeCloud__IaC__Execution: 'runner-jobs', RuntimeCloud__Local__Runners: '2' };
+
+/**
  * Starts a whole local host in this process: a temporary state dir, a free port, Azurite in memory.
  * `settings` override configuration (for example a PostgreSQL store from createTestDatabase).
  */
@@ -41,7 +51,7 @@ export async function startTestHost(
     shown(level, category, ...args);
   };
   const host = new LocalHost(
-    { stateDir, port: 0, inMemoryTables: true, ...options, log, settings: options.settings ?? {} },
+    { stateDir, port: 0, inMemoryTables: true, ...options, log, settings: { ...IN_PROCESS, ...options.settings } },
     options.components ?? localComponents(),
   );
   const url = await host.start();

@@ -61,6 +61,8 @@ export interface RunnerInfo {
   readonly version: string;
   /** The agent that ran it. */
   readonly agent: string;
+  /** How long the engine took (the agent's own measure): what a job costs beyond it is dispatch. */
+  readonly engineMs?: number;
 }
 
 /**
@@ -82,7 +84,7 @@ export interface JobError {
 }
 
 const jobError = z.object({ code: z.string().min(1).max(200), message: z.string().max(4000) });
-const runnerInfo = z.object({ name: z.string().min(1).max(100), version: z.string().min(1).max(200), agent: z.string().min(1).max(200) });
+const runnerInfo = z.object({ name: z.string().min(1).max(100), version: z.string().min(1).max(200), agent: z.string().min(1).max(200), engineMs: z.number().nonnegative().optional() });
 const jsonObject = z.record(z.string(), z.json());
 
 const applyResultSchema = z.object({
