@@ -107,11 +107,13 @@ async function evaluate(claimed: ClaimedJob, engine: IacEngine, runner: RunnerIn
     if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} was not resolved for this job`));
     return 'error' in entry ? Promise.reject(new AppError(entry.error.code, 'not-found', entry.error.message)) : Promise.resolve(entry.value);
   };
-  const result = await engine.apply(job.stack, job.files, job.config, approved, resolveReference, { ...job.options, beforeStep: () => beat.now() });
+  // Before each step the agent stops if the host said the job was superseded; it does not beat per step: the host
+  // refuses the writes of a superseded job at the resource anyway (its fencing), and the timer keeps the lease.
+  const result = await engine.apply(job.stack, job.files, job.config, approved, resolveReference, { ...job.options, beforeStep: () => beat.check() });
   return { kind: 'apply', runner, result };
 }
 
-/** The job's heartbeat: every `everyMs` and before each apply step; once the host says superseded, every step stops. */
+/** The job's heartbeat, every `everyMs`; once the host says the job is superseded, `check` stops every next step. */
 class Beat {
   #lost: AppError | undefined;
   #chain: Promise<void> = Promise.resolve();
@@ -141,6 +143,11 @@ class Beat {
     return this.#chain.then(() => {
       if (this.#lost) throw this.#lost;
     });
+  }
+
+  /** Throws once a beat found the job superseded. */
+  check(): Promise<void> {
+    return this.#lost ? Promise.reject(this.#lost) : Promise.resolve();
   }
 
   async stop(): Promise<void> {
