@@ -63,7 +63,7 @@ for (const dialect of DIALECTS) {
       example = await provisioningExample(root, host.stateDir, 0);
       writeExampleReferences(host.stateDir);
       slow = await TestRepository.init(join(host.stateDir, 'repos', 'slow'));
-      slowCommit = await slow.commit({ 'app/Pulumi.yaml': bucketsProgram(300), 'app/Pulumi.slow.yaml': 'config: {}\n' });
+      slowCommit = await slow.commit({ 'app/Pulumi.yaml': bucketsProgram(200), 'app/Pulumi.slow.yaml': 'config: {}\n' });
     });
     afterAll(async () => {
       await host?.stop();
@@ -136,7 +136,7 @@ for (const dialect of DIALECTS) {
     });
 
     it('when the runner of an apply is killed in the middle, then the run fails RUNNER_LOST with a receipt of what it changed, the stack is free, and the next plan refreshes first', async () => {
-      // Arrange: the apply of 300 buckets is under way on one agent.
+      // Arrange: the apply of 200 buckets is under way on one agent.
       const runId = await promote(slowPromotion());
       const db = provisioningDb(host.host.deps.sql.db);
       const job = await eventually(async () => {
