@@ -1,0 +1,113 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { examplePromotion } from '../../local/example-repository';
+import { runJob } from '../../runner/agent';
+import { hostClient } from '../../runner/host-client';
+import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { eventually } from '../support/eventually';
+import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+
+/**
+ * Runner job tokens and fencing (issue 17), with the test as the agent speaking the protocol over HTTP: a job's calls
+ * are accepted only with its token while it runs under its stack lock; a plan whose runner went silent is made again.
+ */
+const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
+
+interface RunBody {
+  runId: string;
+  state: string;
+  waitingFor?: { kind: string; pool?: string; position?: number };
+  planReceipt?: { runner: { agent?: string; jobId?: string } };
+}
+
+async function startHost(database: TestDatabase, settings: Record<string, string>): Promise<TestHost> {
+  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides });
+}
+
+for (const dialect of DIALECTS) {
+  describe.skipIf(skipDialect(dialect))(`runner job tokens and fencing (${dialect})`, () => {
+    let database: TestDatabase;
+    let host: TestHost;
+    let root: string;
+    let example: ProvisioningExample;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      root = fs.mkdtempSync(join(tmpdir(), 'rch-fencing-'));
+      // No agents of its own: the test is the agent, speaking the protocol over HTTP.
+      host = await startHost(database, { RuntimeCloud__Local__Runners: '0', RuntimeCloud__Runners__LeaseSeconds: '5' });
+      example = await provisioningExample(root, host.stateDir, 0);
+      writeExampleReferences(host.stateDir);
+    });
+    afterAll(async () => {
+      await host?.stop();
+      await database?.drop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    it("when a plan job's lease lapses, then its late result is refused and recorded, its token opens no other job, and the plan is made again by the next agent", async () => {
+      // Arrange
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-1');
+      const first = await eventually(() => client.claim('slow-agent', 0));
+      const waiting = await eventually(async () => {
+        const runs = (await (await host.fetch('/runtime-cloud/runs', { claims: operator })).json()) as { items: RunBody[] };
+        return runs.items[0];
+      });
+
+      // Act: the agent goes silent past its lease; the host dispatches the plan again.
+      const second = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      const late = await fetch(new URL(`/runtime-cloud/runner-jobs/${first.job.id}/result`, host.url), {
+        method: 'POST',
+        headers: { authorization: `Bearer ${first.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } }),
+      });
+      const borrowed = await fetch(new URL(`/runtime-cloud/runner-jobs/${second.job.id}/state`, host.url), { headers: { authorization: `Bearer ${first.token}` } });
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, second, () => undefined);
+      const apply = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
+
+      // Assert
+      expect(waiting.runId).toBe(first.job.runId);
+      expect(second.job.id).not.toBe(first.job.id);
+      expect(second.job.fencingToken).toBeGreaterThan(first.job.fencingToken);
+      expect(late.status).toBe(409);
+      expect(((await late.json()) as { code: string }).code).toBe('RUNNER.JOB_SUPERSEDED');
+      expect(borrowed.status).toBe(401);
+      const db = provisioningDb(host.host.deps.sql.db);
+      const firstRow = await db.selectFrom('provisioning_runner_jobs').select(['state', 'log']).where('id', '=', first.job.id).executeTakeFirstOrThrow();
+      expect(firstRow.state).toBe('lost');
+      expect(firstRow.log).toContain('host refused the plan outcome');
+      const run = await eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${first.job.runId}`, { claims: operator })).json()) as RunBody;
+        return body.state === 'applied' ? body : undefined;
+      });
+      expect(run.planReceipt?.runner).toMatchObject({ agent: 'fast-agent', jobId: second.job.id });
+    }, 60_000);
+
+    it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {
+      // Arrange
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, examplePromotion('production', example.repository), 'waiting-1');
+
+      // Act
+      const waiting = await eventually(async () => {
+        const runs = (await (await host.fetch('/runtime-cloud/runs?environment=env-demo-production', { claims: operator })).json()) as { items: RunBody[] };
+        return runs.items.find((r) => r.waitingFor?.kind === 'runner');
+      });
+      const claimed = await client.claim('agent-x', 0);
+      const leases = (await (await host.fetch('/runtime-cloud/leases?state=active', { claims: operator })).json()) as { items: { kind: string; pool: string; holder: string }[] };
+
+      // Assert
+      expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: 'local-runner', jobId: expect.stringMatching(/^job_/), position: 1 });
+      expect(claimed?.job.runId).toBe(waiting.runId);
+      expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
+    });
+  });
+}
