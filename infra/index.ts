@@ -34,7 +34,7 @@ import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
 import { assignRole, type Role } from './roles';
-import { runnerEnvironment, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
+import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
 import { isAzureTarget, parseRunnerImage, parseTargets, type RunnerImage, type Target } from './targets';
 
 /**
@@ -96,19 +96,7 @@ const group = new resources.ResourceGroup(`${prefix}-runtime-cloud`);
 // Storage: host storage (AzureWebJobsStorage: timers, Durable task hub) and the observed inventory (Tables). Shared
 // keys are off: every client uses Entra. That is also why the plan is Dedicated, not Elastic Premium: Elastic Premium
 // needs an Azure Files content share, which only takes an account-key connection string.
-const account = new storage.StorageAccount(`${prefix}store`, {
-  resourceGroupName: group.name,
-  sku: { name: storage.SkuName.Standard_ZRS },
-  kind: storage.Kind.StorageV2,
-  minimumTlsVersion: storage.MinimumTlsVersion.TLS1_2,
-  // ARM's `supportsHttpsTrafficOnly`.
-  enableHttpsTrafficOnly: true,
-  allowBlobPublicAccess: false,
-  allowSharedKeyAccess: false,
-  defaultToOAuthAuthentication: true,
-  // No virtual network: the Functions host reaches its storage over the public endpoint, with Entra.
-  publicNetworkAccess: storage.PublicNetworkAccess.Enabled,
-});
+const account = new storage.StorageAccount(`${prefix}store`, { resourceGroupName: group.name, ...ENTRA_ONLY_STORAGE });
 
 // Service Bus: Standard (topics), Entra only.
 const bus = new servicebus.Namespace(`${prefix}-bus`, {

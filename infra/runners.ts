@@ -13,6 +13,23 @@ import * as storage from '@pulumi/azure-native/storage';
 import { assignRole } from './roles';
 import { scopeId, stateNames, type AzureTarget, type RunnerImage } from './targets';
 
+
+/**
+ * How every storage account of this deployment is set: zone-redundant, TLS 1.2, HTTPS only, no public blob access,
+ * no shared keys (Entra only). No virtual network (infra/README.md, "Left for later"): reached over the public
+ * endpoint, with Entra.
+ */
+export const ENTRA_ONLY_STORAGE = {
+  sku: { name: storage.SkuName.Standard_ZRS },
+  kind: storage.Kind.StorageV2,
+  minimumTlsVersion: storage.MinimumTlsVersion.TLS1_2,
+  // ARM's `supportsHttpsTrafficOnly`.
+  enableHttpsTrafficOnly: true,
+  allowBlobPublicAccess: false,
+  allowSharedKeyAccess: false,
+  defaultToOAuthAuthentication: true,
+  publicNetworkAccess: storage.PublicNetworkAccess.Enabled,
+} as const;
 /** Event type and application property the host sets on a job's wake-up message (one subscription per pool). */
 export const RUNNER_EVENT = 'RunnerJobDispatched';
 /** An apply can run for hours; the platform stops an execution after this. */
@@ -168,19 +185,7 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
  */
 function targetState(target: AzureTarget, ctx: RunnerContext) {
   const names = stateNames(ctx.prefix, ctx.stack, target);
-  const account = new storage.StorageAccount(`state-${target.id}`, {
-    accountName: names.account,
-    resourceGroupName: ctx.resourceGroupName,
-    sku: { name: storage.SkuName.Standard_ZRS },
-    kind: storage.Kind.StorageV2,
-    minimumTlsVersion: storage.MinimumTlsVersion.TLS1_2,
-    enableHttpsTrafficOnly: true,
-    allowBlobPublicAccess: false,
-    allowSharedKeyAccess: false,
-    defaultToOAuthAuthentication: true,
-    // No virtual network (infra/README.md, "Left for later"): reached over the public endpoint, with Entra.
-    publicNetworkAccess: storage.PublicNetworkAccess.Enabled,
-  });
+  const account = new storage.StorageAccount(`state-${target.id}`, { accountName: names.account, resourceGroupName: ctx.resourceGroupName, ...ENTRA_ONLY_STORAGE });
   // A state file overwritten or deleted by mistake can be restored.
   new storage.BlobServiceProperties(`state-${target.id}-blobs`, {
     accountName: account.name,

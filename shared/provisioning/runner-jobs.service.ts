@@ -148,7 +148,14 @@ async function claimNow(
     const lease = await runners.leases.acquire({ tenant: job.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${job.id}` });
     // This tenant's runner quota is used up: a job of another tenant may go first.
     if ('refused' in lease) continue;
-    const references = job.kind === 'apply' ? await resolve(job) : { values: {}, degraded: [] };
+    let references: Awaited<ReturnType<typeof resolve>>;
+    try {
+      references = job.kind === 'apply' ? await resolve(job) : { values: {}, degraded: [] };
+    } catch (thrown) {
+      // A fail-fast service did not answer: the job stays queued for a later claim, and its lease goes back now.
+      await runners.leases.release(job.tenant, lease);
+      throw thrown;
+    }
     const token = randomBytes(32).toString('base64url');
     const at = nowOf(ctx);
     const leaseExpiresAt = at + runners.leaseTtlMs;
@@ -190,7 +197,8 @@ export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: 
     (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
     (await retryingContention(() => renewJob(ctx.db, job.id, at, leaseExpiresAt)));
   if (!renewed) throw superseded(job);
-  if (job.lease) await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs);
+  // A capacity lease that lapsed may be granted to another holder: the job no longer holds its capacity.
+  if (job.lease && !(await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs))) throw superseded(job);
   await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', job.id, at));
   return { leaseExpiresAt: new Date(leaseExpiresAt).toISOString() };
 }
