@@ -1,10 +1,12 @@
 import { sql } from 'kysely';
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { allMigrations } from '../../shared/migrations';
 import { createTestDatabase, DIALECTS, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
+import { adminQuery } from '../support/postgres-admin';
 import { configuredPostgresUrl, probePostgres } from '../support/postgres-probe';
 
 const expectedNames = () =>
@@ -64,6 +66,39 @@ describe.skipIf(skipDialect('postgres'))('concurrent migrators on PostgreSQL', (
     } finally {
       await other.close();
       await third.close();
+      await database.drop();
+    }
+  });
+});
+
+describe.skipIf(skipDialect('postgres'))('schemas of other stores on the same PostgreSQL server', () => {
+  it('when other stores drop their schemas while one migrates, then it neither fails nor sees their tables', async () => {
+    const database = await createTestDatabase('postgres');
+    const url = postgresUrl();
+    const churn = async (round: number) => {
+      const schema = `churn_${randomBytes(4).toString('hex')}_${round}`;
+      await adminQuery(url, `create schema ${schema}; create table ${schema}.t (id serial primary key, v text)`);
+      await adminQuery(url, `drop schema ${schema} cascade`);
+    };
+    try {
+      let churning = true;
+      const churners = Array.from({ length: 3 }, async (_, lane) => {
+        for (let round = 0; churning; round++) await churn(lane * 10_000 + round);
+      });
+      const seen: string[] = [];
+      try {
+        for (let i = 0; i < 40; i++) {
+          expect(await migrateToLatest(database.store.db, 'postgres', allMigrations)).toEqual([]);
+          const tables = await database.store.db.introspection.getTables({ withInternalKyselyTables: true });
+          seen.push(...tables.map((t) => t.schema ?? ''));
+        }
+      } finally {
+        churning = false;
+        await Promise.all(churners);
+      }
+      expect(new Set(seen)).toEqual(new Set([database.overrides.postgresSchema]));
+      expect(seen.length).toBeGreaterThan(40);
+    } finally {
       await database.drop();
     }
   });

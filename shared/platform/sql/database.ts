@@ -3,7 +3,6 @@ import {
   CompiledQuery,
   Kysely,
   MssqlDialect,
-  PostgresDialect,
   SqliteDialect,
   SqliteDriver,
   type DatabaseConnection,
@@ -16,6 +15,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import type pg from 'pg';
 import { statementName } from './named-statements';
+import { SearchPathPostgresDialect } from './postgres-introspector';
 import { RuntimeCloudMssqlQueryCompiler, type SqlDialect } from './dialect';
 import { startCheckpointer } from './sqlite-checkpointer';
 import { ensureError } from '../errors/app-error';
@@ -209,7 +209,7 @@ function postgresStore(options: SqlStoreOptions): SqlStore {
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
     types: { getTypeParser: numericBigints(driver) },
   });
-  const db = new Kysely({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }) });
+  const db = new Kysely({ dialect: new SearchPathPostgresDialect({ pool: withNamedStatements(pool) }) });
   return { db, dialect: 'postgres', close: () => db.destroy() };
 }
 
