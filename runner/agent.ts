@@ -160,14 +160,14 @@ class Beat {
 async function writeProject(workDir: string, claimed: ClaimedJob): Promise<void> {
   const { files } = claimed.job;
   if (filesDigest(files) !== claimed.job.filesDigest) throw new AppError('RUNNER.FILES_MISMATCH', 'validation', 'the project files are not the ones the host read');
-  await rm(workDir, { recursive: true, force: true });
-  await mkdir(workDir, { recursive: true });
-  for (const [name, text] of Object.entries(files)) {
+  const paths = Object.entries(files).map(([name, text]) => {
     const path = resolve(workDir, name);
     if (!path.startsWith(`${workDir}${sep}`)) throw new AppError('RUNNER.FILES_MISMATCH', 'validation', `the file name ${name} leaves the working directory`);
-    await mkdir(dirname(path), { recursive: true });
-    await writeFile(path, text);
-  }
+    return { path, text };
+  });
+  await rm(workDir, { recursive: true, force: true });
+  for (const folder of new Set([workDir, ...paths.map(({ path }) => dirname(path))])) await mkdir(folder, { recursive: true });
+  await Promise.all(paths.map(({ path, text }) => writeFile(path, text)));
 }
 
 /** The local engine against the job's local cloud target and stack state, through the job's endpoints. */

@@ -61,12 +61,20 @@ export function hostClient(options: {
         throw new AppError('RUNNER.CALL_REFUSED', 'forbidden', 'a job reaches only its own stack on its target');
       };
       const targetName = claimed.job.target;
+      let known = claimed.state;
       return {
         heartbeat: async (beat) => void (await call(`${base}/heartbeat`, { method: 'POST', bearer, body: beat })),
         result: async (outcome) => void (await call(`${base}/result`, { method: 'POST', bearer, body: outcome })),
         states: {
-          read: async () => ((await call(`${base}/state`, { method: 'GET', bearer })) as { state: StackState | null }).state ?? undefined,
-          write: async (_stack, state) => void (await call(`${base}/state`, { method: 'PUT', bearer, body: state })),
+          // The job is the stack's only writer while it runs: the state is the claim's, then the job's own last write.
+          read: async () => {
+            if (known === undefined) known = ((await call(`${base}/state`, { method: 'GET', bearer })) as { state: StackState | null }).state;
+            return known ?? undefined;
+          },
+          write: async (_stack, state) => {
+            await call(`${base}/state`, { method: 'PUT', bearer, body: state });
+            known = state;
+          },
           probe: async () => undefined,
         },
         cloud: {

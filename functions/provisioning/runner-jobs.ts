@@ -24,16 +24,14 @@ const claimBody = z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/,
 /** 200 with the claimed job (spec, job token, and for an apply its references' values), or 204 when none waits. */
 const claimQuery = z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) });
 
-export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, context, deps, principal, body, query }) => {
+export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
   const pool = request.params.pool ?? '';
   if (principal.runnerPool !== pool) {
     throw new AppError('RUNNER.POOL_MISMATCH', 'forbidden', `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
   }
   const claimed = await deps.provisioning.runners.claim(pool, body.agent, query.waitMs);
-  if (!claimed) return { status: 204 };
-  // The run waited on its claim deadline: now it waits on the job's lease.
-  await wakeRun(context, claimed.job.runId, claimed.job.id);
-  return { status: 200, jsonBody: claimed };
+  // The run is not woken: while its job is queued it looks again every job lease, and then waits on the lease.
+  return claimed ? { status: 200, jsonBody: claimed } : { status: 204 };
 });
 
 export const listRunnerPools = endpoint({ summary: 'Runner pools: agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps }) => ({
@@ -111,7 +109,7 @@ async function wakeRun(context: InvocationContext, runId: string, jobId: string)
 
 const durableClient = [df.input.durableClient()];
 const app = moduleApp('provisioning');
-app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: claimJob });
+app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', methods: ['POST'], authLevel: 'anonymous', handler: claimJob });
 app.http('listRunnerPools', { route: 'runtime-cloud/runner-pools', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerPools });
 app.http('listRunnerAgents', { route: 'runtime-cloud/runner-pools/{pool}/agents', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerAgents });
 app.http('runnerJobHeartbeat', { route: 'runtime-cloud/runner-jobs/{id}/heartbeat', methods: ['POST'], authLevel: 'anonymous', handler: jobHeartbeat });

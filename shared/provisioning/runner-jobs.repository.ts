@@ -76,14 +76,20 @@ export async function latestJobOfRun(db: Db, dialect: SqlDialect, runId: string)
   return row ? rowToJob(row) : undefined;
 }
 
+/** A queued job as a claim first looks at it: enough to take its capacity lease before reading the rest. */
+export interface QueuedJob {
+  readonly id: string;
+  readonly tenant: string;
+}
+
 /** The oldest queued jobs of a pool, first in first out. */
-export async function queuedJobs(db: Db, dialect: SqlDialect, pool: string, limit: number): Promise<RunnerJob[]> {
+export async function queuedJobs(db: Db, dialect: SqlDialect, pool: string, limit: number): Promise<QueuedJob[]> {
   const rows = await firstRows(
-    db.selectFrom('provisioning_runner_jobs').selectAll().where('pool', '=', pool).where('state', '=', 'queued').orderBy('created_at').orderBy('id'),
+    db.selectFrom('provisioning_runner_jobs').select(['id', 'tenant_id']).where('pool', '=', pool).where('state', '=', 'queued').orderBy('created_at').orderBy('id'),
     dialect,
     limit,
   ).execute();
-  return rows.map(rowToJob);
+  return rows.map((row) => ({ id: row.id, tenant: row.tenant_id }));
 }
 
 /** How many jobs of the pool were queued before `job` and wait still. */

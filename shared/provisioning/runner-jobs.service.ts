@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CloudResource } from '../platform/cloud/local-cloud';
 import { AppError } from '../platform/errors/app-error';
-import { filesDigest, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
+import { filesDigest, filesOfStack, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
 import type { StackState } from '../platform/iac/plan';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -55,7 +55,7 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
   if (!ctx.runners) return undefined;
   const job = await retryingContention(() => latestJobOfRun(ctx.db, ctx.dialect, run.id));
   if (!job || (job.state !== 'queued' && job.state !== 'running')) return undefined;
-  return runningStep(ctx.runners, job);
+  return runningStep(ctx.runners, job, nowOf(ctx));
 }
 
 /**
@@ -64,6 +64,7 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
  */
 export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
   const { target, pool, engine } = runners.targetOf(run);
+  const files = filesOfStack(inputs.files, run.stack);
   const spec: StoredSpec = {
     id: ctx.ids.next('job'),
     kind,
@@ -72,8 +73,8 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     target,
     engine,
     stack: stackOf(run),
-    files: inputs.files,
-    filesDigest: filesDigest(inputs.files),
+    files,
+    filesDigest: filesDigest(files),
     config: inputs.config,
     options: inputs.options,
     ...(inputs.approvedPlan ? { approvedPlan: inputs.approvedPlan } : {}),
@@ -89,7 +90,7 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
   });
   if (!dispatched) return stepOf(await existingRun(ctx, run.id));
   wakeClaims(pool);
-  return { outcome: 'running', jobId: spec.id, kind, until: new Date(at + runners.claimTimeoutMs).toISOString() };
+  return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
 }
 
 /**
@@ -106,6 +107,8 @@ export async function claimJob(
 ): Promise<ClaimedJob | undefined> {
   // A long poll: a dispatch on this host wakes the claim at once; one on another host is seen at the next look.
   const deadline = Date.now() + waitMs;
+  // The agent is online from its claim on; a successful claim records its job with it.
+  await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
   for (;;) {
     const claimed = await claimNow(ctx, pool, agent, resolve);
     const left = deadline - Date.now();
@@ -143,14 +146,23 @@ async function claimNow(
   resolve: (job: RunnerJob) => Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: NonNullable<RunnerJob['degraded']> }>,
 ): Promise<ClaimedJob | undefined> {
   const runners = requireRunners(ctx);
-  await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
-  for (const job of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, pool, 20))) {
-    const lease = await runners.leases.acquire({ tenant: job.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${job.id}` });
+  for (const queued of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, pool, 20))) {
+    const lease = await runners.leases.acquire({ tenant: queued.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}` });
     // This tenant's runner quota is used up: a job of another tenant may go first.
     if ('refused' in lease) continue;
+    const job = await retryingContention(() => findJob(ctx.db, queued.id));
+    if (!job || job.state !== 'queued') {
+      // Another agent claimed it (or it was canceled) meanwhile.
+      await runners.leases.release(queued.tenant, lease);
+      continue;
+    }
     let references: Awaited<ReturnType<typeof resolve>>;
+    let state: StackState | undefined;
     try {
       references = job.kind === 'apply' ? await resolve(job) : { values: {}, degraded: [] };
+      // The stand-in for the state backend: the job is the stack's only writer while it holds the lock, so the state
+      // as claimed is the one it starts from.
+      state = runners.local && job.spec.engine === 'local' ? await runners.local.states.read(job.spec.stack) : undefined;
     } catch (thrown) {
       // A fail-fast service did not answer: the job stays queued for a later claim, and its lease goes back now.
       await runners.leases.release(job.tenant, lease);
@@ -176,6 +188,7 @@ async function claimNow(
       token,
       heartbeatMs: Math.max(1, Math.floor(runners.leaseTtlMs / 4)),
       ...(job.kind === 'apply' ? { references: references.values } : {}),
+      ...(job.spec.engine === 'local' ? { state: state ?? null } : {}),
     };
   }
   return undefined;
@@ -310,9 +323,9 @@ export async function collectJob(
     return stepOf(run);
   }
   if (job.state === 'done' && job.outcome) return handlers.finished(run, { ...job, outcome: job.outcome });
-  if (job.state === 'queued') return at >= job.createdAt.getTime() + runners.claimTimeoutMs ? handlers.unclaimed(run, job) : runningStep(runners, job);
+  if (job.state === 'queued') return at >= job.createdAt.getTime() + runners.claimTimeoutMs ? handlers.unclaimed(run, job) : runningStep(runners, job, at);
   if (job.state === 'running') {
-    if ((job.leaseExpiresAt?.getTime() ?? 0) > at) return runningStep(runners, job);
+    if ((job.leaseExpiresAt?.getTime() ?? 0) > at) return runningStep(runners, job, at);
     if (!(await retryingContention(() => markLost(ctx.db, job.id, at)))) return collectJob(ctx, runId, jobId, handlers);
     if (job.lease) await runners.leases.release(job.tenant, job.lease).catch(() => undefined);
     return handlers.lost(run, { ...job, state: 'lost' });
@@ -322,9 +335,17 @@ export async function collectJob(
   return (await openJobStep(ctx, run)) ?? stepOf(run);
 }
 
-function runningStep(runners: RunnerExecution, job: RunnerJob): RunStep {
-  const until = job.state === 'running' && job.leaseExpiresAt ? job.leaseExpiresAt.getTime() : job.createdAt.getTime() + runners.claimTimeoutMs;
+/**
+ * The run's next look at its job: the job's lease while it runs; while it waits for an agent, one job lease from now
+ * (a claim does not wake the run, so this is how soon it notices the job's lease), or its claim deadline if sooner.
+ */
+function runningStep(runners: RunnerExecution, job: RunnerJob, at: number): RunStep {
+  const until = job.state === 'running' && job.leaseExpiresAt ? job.leaseExpiresAt.getTime() : queuedUntil(runners, job.createdAt.getTime(), at);
   return { outcome: 'running', jobId: job.id, kind: job.kind, until: new Date(until).toISOString() };
+}
+
+function queuedUntil(runners: RunnerExecution, createdAt: number, at: number): number {
+  return Math.min(createdAt + runners.claimTimeoutMs, at + runners.leaseTtlMs);
 }
 
 function requireRunners(ctx: ProvisioningContext): RunnerExecution {

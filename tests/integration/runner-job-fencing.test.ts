@@ -72,7 +72,10 @@ for (const dialect of DIALECTS) {
       const apply = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
 
-      // Assert
+      // Assert: the job got its own stack's files and the state it starts from (none yet), the apply the plan's state.
+      expect(Object.keys(first.job.files).sort()).toEqual(['Pulumi.development.yaml', 'Pulumi.yaml']);
+      expect(first.state).toBeNull();
+      expect(apply.state).toBeNull();
       expect(waiting.runId).toBe(first.job.runId);
       expect(second.job.id).not.toBe(first.job.id);
       expect(second.job.fencingToken).toBeGreaterThan(first.job.fencingToken);
@@ -88,6 +91,16 @@ for (const dialect of DIALECTS) {
         return body.state === 'applied' ? body : undefined;
       });
       expect(run.planReceipt?.runner).toMatchObject({ agent: 'fast-agent', jobId: second.job.id });
+      // The next job of the stack starts from the state the apply wrote.
+      await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-2');
+      const next = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      const stored = await fetch(new URL(`/runtime-cloud/runner-jobs/${next.job.id}/state`, host.url), { headers: { authorization: `Bearer ${next.token}` } });
+      expect(next.state).toEqual(((await stored.json()) as { state: unknown }).state);
+      expect(next.state?.resources).toHaveLength(3);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, next, () => undefined);
+      const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
+      expect(nextApply.state).toEqual(next.state);
     }, 60_000);
 
     it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {

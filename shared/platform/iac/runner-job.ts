@@ -53,6 +53,11 @@ export interface ClaimedJob {
   readonly heartbeatMs: number;
   /** Reference key (`referenceKey`) → its value, or why it could not be resolved. */
   readonly references?: Readonly<Record<string, { readonly value: JsonValue } | { readonly error: { readonly code: string; readonly message: string } }>>;
+  /**
+   * Jobs on a local cloud target: the stack's state when the job was claimed (null: none yet). The job is the
+   * stack's only writer while it runs under the lock, so the agent starts from it instead of asking again.
+   */
+  readonly state?: StackState | null;
 }
 
 /** Which engine ran a job. */
@@ -156,6 +161,20 @@ export const stackStateSchema: z.ZodType<StackState> = z.object({
     }),
   ),
 });
+
+/**
+ * The project's files a job of `stack` needs: all of them but the config files of the project's other stacks
+ * (`Pulumi.<other>.yaml` beside `Pulumi.yaml`), which no evaluation of this stack reads. A project with many stacks
+ * would otherwise hand every job, and every store read of it, every stack's config.
+ */
+export function filesOfStack(files: ProjectFiles, stack: string): ProjectFiles {
+  const kept: Record<string, string> = {};
+  for (const [name, text] of Object.entries(files)) {
+    const config = /^Pulumi\.(.+)\.ya?ml$/.exec(name);
+    if (!config || config[1] === stack) kept[name] = text;
+  }
+  return kept;
+}
 
 /** The digest of a project's files, by name: what the host read and the agent evaluates must be the same bytes. */
 export function filesDigest(files: ProjectFiles): string {
