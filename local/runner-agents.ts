@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { runnerTargetOf } from '../shared/platform/config/targets';
 import { issueLocalToken } from './auth/local-issuer';
@@ -45,7 +45,9 @@ export class LocalRunnerAgents implements HostComponent {
       runnerPool: pool,
       ttlSeconds: 7 * 24 * 3600,
     });
-    for (let i = 1; i <= context.config.local.runners; i++) this.#spawn(`local-${i}`, pool, credential);
+    // Several local hosts may share a store (and so the pool's agent list): each names its agents after itself.
+    const self = `${hostname().replace(/[^A-Za-z0-9-]/g, '-').slice(0, 100)}.${process.pid}`;
+    for (let i = 1; i <= context.config.local.runners; i++) this.#spawn(`local-${i}.${self}`, pool, credential);
   }
 
   /** The agents running now. */

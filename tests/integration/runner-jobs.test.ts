@@ -96,16 +96,19 @@ for (const dialect of DIALECTS) {
       const run = await ended(await promote(examplePromotion('development', example.repository)));
 
       // Assert
-      expect(run).toMatchObject({ state: 'applied', planReceipt: { runner: { name: 'local', agent: expect.stringMatching(/^local-[12]$/) }, plan: { counts: { create: 3 } } } });
-      expect(run.applyReceipt?.runner).toMatchObject({ agent: expect.stringMatching(/^local-[12]$/), jobId: expect.stringMatching(/^job_/) });
+      expect(run).toMatchObject({ state: 'applied', planReceipt: { runner: { name: 'local', agent: expect.stringMatching(/^local-[12]\./) }, plan: { counts: { create: 3 } } } });
+      expect(run.applyReceipt?.runner).toMatchObject({ agent: expect.stringMatching(/^local-[12]\./), jobId: expect.stringMatching(/^job_/) });
       expect(run.applyReceipt?.runner.jobId).not.toBe(run.planReceipt?.runner.jobId);
       const pools = await getJson<{ items: { pool: string; agentsOnline: number; jobsRunning: number; jobsWaiting: number }[] }>('/runtime-cloud/runner-pools');
       expect(pools.items).toEqual([{ pool: 'local-runner', target: 'local', engine: 'local', agentsOnline: 2, jobsRunning: 0, jobsWaiting: 0 }]);
       const listed = await getJson<{ items: { agent: string; online: boolean }[] }>('/runtime-cloud/runner-pools/local-runner/agents');
-      expect(listed.items.map((a) => [a.agent, a.online])).toEqual([
+      expect(listed.items.map((a) => [a.agent.replace(/\..*/, ''), a.online])).toEqual([
         ['local-1', true],
         ['local-2', true],
       ]);
+      // Named after their host (its name and process), so local hosts sharing a store do not share agent names.
+      expect(listed.items.map((a) => a.agent)).toEqual(agents.agents().map((a) => a.agent).sort());
+      expect(listed.items[0]?.agent).toMatch(new RegExp(`^local-1\\.[A-Za-z0-9-]+\\.${process.pid}$`));
       const targets = await getJson<{ targets: { id: string; runners?: { pool: string; agentsOnline: number } }[] }>('/runtime-cloud/meta/targets');
       expect(targets.targets[0]).toMatchObject({ id: 'local', runners: { pool: 'local-runner', agentsOnline: 2 } });
     });

@@ -4,17 +4,21 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import type { Kysely } from 'kysely';
 import { durableDb } from '../../local/durable/durable.repository';
 import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { parseConfig } from '../../shared/platform/config/config';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
+import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
 
 const PROMOTIONS = 20;
 const STACKS = 5;
+/** Runner jobs at a time in the local pool, for four agents. */
+const RUNNER_CAPACITY = 2;
 /** The states in which a run holds its stack's lock (a development run keeps it from planning through applying). */
 const ACTIVE_STATES = ['planning', 'applying'];
 const skip = skipDialect('postgres');
@@ -41,7 +45,8 @@ interface TopicMessage {
  * (issuer key, example repository, references) take 20 development promotions over 5 stacks, sent to the shared
  * embedded queue through both. Each stack gets two promotions in each of two environments, so a queued run may be
  * superseded by the newer promotion of its environment while the newest of each environment always applies: every
- * stack has at least two runs competing for its lock.
+ * stack has at least two runs competing for its lock. Plans and applies are runner jobs: the two agents of each host
+ * claim them from the one jobs table, contending for a runner pool of two, while operators read the pools.
  */
 describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQL', () => {
   let database: TestDatabase;
@@ -75,6 +80,13 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
     hosts = await Promise.all(
       [0, 1].map(() => startChildHost(stateDir, { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString })),
     );
+    // The runner pool holds two jobs at a time, for the four agents of the two hosts (two each) to contend for.
+    const resized = await fetch(new URL('/runtime-cloud/pools/local-runner', host(0).url), {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'runner', target: 'local', capacity: RUNNER_CAPACITY, min: 0, max: 64, labels: { target: 'local' } }),
+    });
+    expect(resized.status).toBe(200);
   }, 120_000);
 
   afterAll(async () => {
@@ -106,6 +118,7 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
         const active: Record<string, number> = {};
         for (const run of await listRuns(i)) if (ACTIVE_STATES.includes(run.state)) active[run.stack] = (active[run.stack] ?? 0) + 1;
         samples.push(active);
+        await call(host(i + 1), '/runtime-cloud/runner-pools', operator);
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
@@ -183,6 +196,31 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
       expect(owners.map((o) => o.length), stack).toEqual(applied.map(() => 1));
       expect(owners.flat().sort(), stack).toEqual(applied.map((w) => w.runId).sort());
     }
+
+    // Assert: every plan and apply ran as a runner job, claimed by one agent; agents of both hosts ran jobs; each
+    // applied run has one finished apply job; the pool never held more than its capacity of jobs at once.
+    const jobs = await provisioningDb(database.store.db).selectFrom('provisioning_runner_jobs').select(['run_id', 'kind', 'state', 'agent']).execute();
+    for (const run of runs.filter((r) => r.state === 'applied')) {
+      expect(jobs.filter((j) => j.run_id === run.runId && j.kind === 'apply' && j.state === 'done'), run.runId).toHaveLength(1);
+      expect(jobs.filter((j) => j.run_id === run.runId && j.kind === 'plan' && j.state === 'done').length, run.runId).toBeGreaterThanOrEqual(1);
+    }
+    expect(jobs.filter((j) => j.state === 'queued' || j.state === 'running' || j.state === 'lost')).toEqual([]);
+    const agentHosts = new Set(jobs.filter((j) => j.state === 'done').map((j) => /\.(\d+)$/.exec(j.agent ?? '')?.[1]));
+    expect([...agentHosts].sort()).toEqual(hosts.map((h) => String(h.child.pid)).sort());
+    const leases = await (database.store.db as Kysely<{ capacity_leases: { pool_id: string; granted_at: number; ended_at: number | null; expires_at: number } }>)
+      .selectFrom('capacity_leases')
+      .select(['granted_at', 'ended_at', 'expires_at'])
+      .where('pool_id', '=', 'local-runner')
+      .execute();
+    expect(leases.length).toBeGreaterThanOrEqual(jobs.filter((j) => j.state === 'done').length);
+    const edges = leases.flatMap((l) => [
+      { at: Number(l.granted_at), held: 1 },
+      { at: Number(l.ended_at ?? l.expires_at), held: -1 },
+    ]);
+    let held = 0;
+    let mostHeld = 0;
+    for (const edge of edges.sort((a, b) => a.at - b.at || a.held - b.held)) mostHeld = Math.max(mostHeld, (held += edge.held));
+    expect(mostHeld).toBe(RUNNER_CAPACITY);
 
     // Assert: both hosts ran orchestrations; every answer was 2xx (so no 5xx); nothing went wrong in either host's output.
     const workers = await durableDb(database.store.db).selectFrom('durable_history').select('recorded_by').distinct().execute();
