@@ -34,6 +34,8 @@ import { unwiredExternalServices } from './provisioning/external-services.client
 import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
+import { findEnvironmentStack } from './provisioning/provisioning.repository';
+import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
@@ -116,10 +118,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     clock,
     ids,
     engine: config.iac.execution === 'in-process' ? engine : undefined,
+    targets: { ids: config.targets.map((t) => t.id), byRules: (environment) => targetOf(environment).id },
     ...(config.iac.execution === 'runner-jobs'
       ? {
           runners: {
-            targetOf: (run) => runnerTargetOf(targetOf({ tenant: run.tenant, environment: run.environment.id, tier: run.environment.tier })),
             targets: config.targets.map(runnerTargetOf),
             leases: runnerLeases(capacity),
             leaseTtlMs: config.iac.leaseMs,
@@ -157,13 +159,15 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     scanInterval: config.inventory.scanInterval,
     scanConcurrency: config.inventory.scanConcurrency,
     observeTimeoutMs: config.inventory.observeTimeoutMs,
-    // The local engine applies every stack to the local cloud target `local` (local-engine.ts); the Azure and
-    // Kubernetes scopes are configured by tenant and environment, never by an environment id another tenant may use.
-    scopeOf: (environment) => ({
+    // The environment's target as provisioning bound it (else as the rules give it); the Azure and Kubernetes
+    // scopes are configured by tenant and environment, never by an environment id another tenant may use.
+    scopeOf: async (environment) => ({
       tenant: environment.tenant,
       environmentId: environment.id,
       stack: environment.stack,
-      target: targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier }).id,
+      target:
+        (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target ??
+        targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier }).id,
       ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
     }),
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.

@@ -104,7 +104,7 @@ export interface InventoryServiceOptions {
   readonly scanConcurrency: number;
   readonly observeTimeoutMs: number;
   /** Where an environment's resources live, beyond its stack (Azure and Kubernetes scopes by tenant and environment). */
-  readonly scopeOf: (environment: { readonly tenant: string; readonly id: string; readonly tier: string; readonly stack: StackRef }) => ObservationScope;
+  readonly scopeOf: (environment: { readonly tenant: string; readonly id: string; readonly tier: string; readonly stack: StackRef }) => ObservationScope | Promise<ObservationScope>;
   /** The run applying to the stack right now, if any: a scan then is skipped (it would see a half-applied stack). */
   readonly applyingRun: (stack: StackRef) => Promise<string | undefined>;
 }

@@ -148,7 +148,8 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
     }, ctx.observeTimeoutMs);
   });
   try {
-    return await Promise.race([ctx.observer.observe(ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) }), { signal: controller.signal }), timeout]);
+    const scope = await ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) });
+    return await Promise.race([ctx.observer.observe(scope, { signal: controller.signal }), timeout]);
   } finally {
     clearTimeout(timer);
   }

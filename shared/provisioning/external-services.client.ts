@@ -114,6 +114,8 @@ export interface ControlPlaneEnvironment {
   readonly tier?: EnvironmentTier;
   /** Who may approve its plans; undefined: anyone with the operate scope. */
   readonly approvers?: readonly string[];
+  /** The target (`RuntimeCloud__Targets` id) it lives on; undefined: the installation's rules decide. */
+  readonly target?: string;
 }
 
 export interface Edition {

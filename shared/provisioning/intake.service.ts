@@ -69,7 +69,7 @@ async function recordRun(ctx: ProvisioningContext, trx: Transaction<Provisioning
   const at = nowOf(ctx);
   const id = ctx.ids.next('run');
   const fields = { ...promotionRun(promotion, checked.repository), project: 'project' in checked ? checked.project : '' };
-  const refusal = 'refusal' in checked ? checked.refusal : await bindEnvironment(trx, fields, id, at);
+  const refusal = 'refusal' in checked ? checked.refusal : await bindEnvironment(trx, fields, checked.target, id, at);
   const run = await insertRun(trx, { ...fields, id, state: refusal ? 'rejected' : 'queued', ...(refusal ? { error: refusal } : {}), now: at });
   const events: NewEvent[] = [];
   if (refusal) {
@@ -95,29 +95,36 @@ export async function recordResend(ctx: ProvisioningContext, run: Run, messageId
 }
 
 /**
- * The environment's stack: bound by its first run that is not refused, and from then on the only one its
- * promotions may name. Answers the refusal of a promotion naming another, or undefined. A first promotion of the
- * environment on another host at the same moment fails this transaction on the binding's key; the retry reads it.
+ * The environment's stack and target: bound by its first run that is not refused, and from then on the only ones
+ * its promotions may name (moving an environment would leave its resources behind on the old target). Answers the
+ * refusal of a promotion naming another, or undefined. A first promotion of the environment on another host at the
+ * same moment fails this transaction on the binding's key; the retry reads it.
  */
-async function bindEnvironment(trx: Transaction<ProvisioningTables>, run: Pick<NewRun, 'tenant' | 'environment' | 'project' | 'stack'>, runId: string, at: number): Promise<Failure | undefined> {
+async function bindEnvironment(trx: Transaction<ProvisioningTables>, run: Pick<NewRun, 'tenant' | 'environment' | 'project' | 'stack'>, target: string, runId: string, at: number): Promise<Failure | undefined> {
   const stack = stackOf(run);
   const bound = await findEnvironmentStack(trx, run.tenant, run.environment.id);
   if (!bound) {
-    await bindEnvironmentStack(trx, { tenant: run.tenant, environmentId: run.environment.id, stack, runId, at });
+    await bindEnvironmentStack(trx, { tenant: run.tenant, environmentId: run.environment.id, stack, target, runId, at });
     return undefined;
   }
-  if (sameStack(bound, stack)) return undefined;
-  return {
-    code: RunErrors.stackMismatch,
-    message: `environment ${run.environment.id} is bound to stack ${qualifiedStackName(bound)}; a promotion naming ${qualifiedStackName(stack)} is refused`,
-  };
+  if (!sameStack(bound, stack)) {
+    return {
+      code: RunErrors.stackMismatch,
+      message: `environment ${run.environment.id} is bound to stack ${qualifiedStackName(bound)}; a promotion naming ${qualifiedStackName(stack)} is refused`,
+    };
+  }
+  // A binding made before targets were bound keeps the target its rules give.
+  if (bound.target !== undefined && bound.target !== target) {
+    return { code: RunErrors.targetMismatch, message: `environment ${run.environment.id} lives on target ${bound.target}; a promotion putting it on ${target} is refused` };
+  }
+  return undefined;
 }
 
 /**
  * A promotion that can become a run, with its project's name; or why it cannot. `repository` is what its run
  * records: as the source policy normalized it, or, for a refused one, as it may be shown (never with credentials).
  */
-type CheckedPromotion = { readonly repository: string } & ({ readonly project: string } | { readonly refusal: Failure });
+type CheckedPromotion = { readonly repository: string } & ({ readonly project: string; readonly target: string } | { readonly refusal: Failure });
 
 /**
  * Whether a well-formed promotion can become a run: an unknown tenant or environment, or desired state that is not
@@ -134,9 +141,13 @@ async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionAppr
   if (!environment) {
     return refused({ code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` });
   }
+  const target = environment.target ?? ctx.targets.byRules({ tenant: promotion.tenantId, environment: promotion.environment.id, tier: promotion.environment.tier });
+  if (!ctx.targets.ids.includes(target)) {
+    return refused({ code: RunErrors.unknownTarget, message: `the control plane puts environment ${promotion.environment.id} on target ${target}, which this installation does not have` });
+  }
   try {
     const { repository, project } = await readProject(ctx, promotion.tenantId, promotion.desiredState);
-    return { repository, project };
+    return { repository, project, target };
   } catch (thrown) {
     return refused(permanentFailure(thrown));
   }

@@ -107,7 +107,7 @@ const governanceFile = z.object({
 
 /**
  * `<state dir>/control-plane.json`. Example:
- * `{"environments": [{"id": "env-prod", "name": "production", "tier": "production", "approvers": ["alice"]}], "editions": [{"id": "pro", "name": "Pro"}]}`
+ * `{"environments": [{"id": "env-prod", "name": "production", "tier": "production", "approvers": ["alice"], "target": "prod-we"}], "editions": [{"id": "pro", "name": "Pro"}]}`
  * With `environments` listed, a promotion to another environment is refused; `tenant`, when given, limits an entry to one tenant.
  */
 const controlPlaneFile = z.object({
@@ -119,6 +119,7 @@ const controlPlaneFile = z.object({
         name: z.string().optional(),
         tier: z.enum(['development', 'staging', 'production']).optional(),
         approvers: z.array(z.string()).optional(),
+        target: z.string().min(1).optional(),
       }),
     )
     .optional(),
@@ -201,7 +202,7 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
         if (!file?.environments) return { id: environmentId };
         const entry = file.environments.find((e) => e.id === environmentId && (e.tenant === undefined || e.tenant === tenant));
         if (!entry) return undefined;
-        return { id: entry.id, ...(entry.name ? { name: entry.name } : {}), ...(entry.tier ? { tier: entry.tier } : {}), ...(entry.approvers ? { approvers: entry.approvers } : {}) };
+        return { id: entry.id, ...(entry.name ? { name: entry.name } : {}), ...(entry.tier ? { tier: entry.tier } : {}), ...(entry.approvers ? { approvers: entry.approvers } : {}), ...(entry.target ? { target: entry.target } : {}) };
       }),
     editions: () => reachable('control-plane', async () => (await readJson(join(stateDir, 'control-plane.json'), controlPlaneFile))?.editions ?? []),
   };

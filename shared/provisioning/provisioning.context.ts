@@ -58,6 +58,19 @@ export interface ProvisioningContext {
   readonly approvalPolicy: ApprovalPolicy;
   /** Runner jobs: how plans and applies leave the host. Undefined: the engine runs in this process (tests, bench). */
   readonly runners: RunnerExecution | undefined;
+  readonly targets: EnvironmentTargets;
+}
+
+/**
+ * The installation's targets as environments are put on them: the ControlPlaneApi's environment may name its target;
+ * else the `RuntimeCloud__Targets` rules decide (by tenant, environment, tier). An environment's first run binds it
+ * to that target with its stack.
+ */
+export interface EnvironmentTargets {
+  /** Every target id of the installation. Example: `['local']`. */
+  readonly ids: readonly string[];
+  /** The target the rules put an environment on. */
+  byRules(environment: { readonly tenant: string; readonly environment: string; readonly tier: string }): string;
 }
 
 /**
@@ -66,9 +79,7 @@ export interface ProvisioningContext {
  * state and resources the job endpoints serve.
  */
 export interface RunnerExecution {
-  /** The target of a run's environment, its runner pool and the engine its runners use. */
-  targetOf(run: Pick<Run, 'tenant' | 'environment'>): RunnerTarget;
-  /** Every target of the installation with its pool, for the runner pools' view. */
+  /** Every target of the installation with its runner pool and the engine its runners use. */
   readonly targets: readonly RunnerTarget[];
   readonly leases: RunnerLeases;
   /** How long a job's lease holds without a heartbeat. Example: `60_000`. */
@@ -147,6 +158,8 @@ export interface ProvisioningServiceOptions {
   readonly timings?: Partial<RunTimings>;
   /** Runner jobs (runner-jobs.service.ts); omit to run the engine in this process (tests and the bench baseline). */
   readonly runners?: RunnerExecution;
+  /** Where environments live. Default: one target, `local`. */
+  readonly targets?: EnvironmentTargets;
 }
 
 const DEFAULT_TIMINGS: RunTimings = {
@@ -175,6 +188,7 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },
     approvalPolicy: options.approval ?? DEFAULT_APPROVAL_POLICY,
     runners: options.runners,
+    targets: options.targets ?? { ids: ['local'], byRules: () => 'local' },
   };
 }
 

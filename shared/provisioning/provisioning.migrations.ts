@@ -229,6 +229,12 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           .execute();
       },
     },
+    // An environment is bound to its target with its stack: existing bindings keep null (their target by the rules).
+    '20261202-10-provisioning-environment-targets': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_environment_stacks').addColumn('target', t.key).execute();
+      },
+    },
   };
 };
 

@@ -735,19 +735,19 @@ export async function listArtifacts(db: Executor, runId: string): Promise<RunArt
   return rows.map((r) => ({ kind: r.kind as RunArtifact['kind'], id: r.external_id, recordedAt: new Date(Number(r.recorded_at)) }));
 }
 
-/** The stack an environment of a tenant is bound to, if a run bound it. */
-export async function findEnvironmentStack(db: Executor, tenant: string, environmentId: string): Promise<StackRef | undefined> {
+/** The stack (and the target, where bound) an environment of a tenant is bound to, if a run bound it. */
+export async function findEnvironmentStack(db: Executor, tenant: string, environmentId: string): Promise<(StackRef & { readonly target?: string }) | undefined> {
   const row = await db
     .selectFrom('provisioning_environment_stacks')
-    .select(['tenant_id', 'project', 'stack'])
+    .select(['tenant_id', 'project', 'stack', 'target'])
     .where('tenant_id', '=', tenant)
     .where('environment_id', '=', environmentId)
     .executeTakeFirst();
-  return row ? { tenant: row.tenant_id, project: row.project, stack: row.stack } : undefined;
+  return row ? { tenant: row.tenant_id, project: row.project, stack: row.stack, ...(row.target !== null ? { target: row.target } : {}) } : undefined;
 }
 
-/** Binds an environment to its stack; a second binding of the environment fails on the primary key. */
-export async function bindEnvironmentStack(trx: Executor, binding: { tenant: string; environmentId: string; stack: StackRef; runId: string; at: number }): Promise<void> {
+/** Binds an environment to its stack and target; a second binding of the environment fails on the primary key. */
+export async function bindEnvironmentStack(trx: Executor, binding: { tenant: string; environmentId: string; stack: StackRef; target: string; runId: string; at: number }): Promise<void> {
   await trx
     .insertInto('provisioning_environment_stacks')
     .values({
@@ -755,6 +755,7 @@ export async function bindEnvironmentStack(trx: Executor, binding: { tenant: str
       environment_id: binding.environmentId,
       project: binding.stack.project,
       stack: binding.stack.stack,
+      target: binding.target,
       bound_by_run: binding.runId,
       bound_at: binding.at,
     })

@@ -170,6 +170,8 @@ export interface ProvisioningEnvironmentStackTable {
   /** The run that bound it. */
   bound_by_run: string;
   bound_at: number;
+  /** The target the environment lives on, bound with its stack; null for bindings made before targets were bound. */
+  target: string | null;
 }
 
 /** An approval refused because whoever asked for the run tried to give it (four eyes), kept for the audit trail. */

@@ -264,6 +264,10 @@ export const RunErrors = {
   unknownTenant: 'PROVISIONING.UNKNOWN_TENANT',
   /** The promotion's environment is bound to another stack (by its first run): the promotion is refused. */
   stackMismatch: 'PROVISIONING.STACK_MISMATCH',
+  /** The environment lives on another target than the one its first run bound it to: the promotion is refused. */
+  targetMismatch: 'PROVISIONING.TARGET_MISMATCH',
+  /** The ControlPlaneApi puts the environment on a target this installation does not have. */
+  unknownTarget: 'PROVISIONING.UNKNOWN_TARGET',
   superseded: 'PROVISIONING.SUPERSEDED',
   canceled: 'PROVISIONING.CANCELED',
   rejected: 'PROVISIONING.REJECTED',

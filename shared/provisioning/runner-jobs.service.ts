@@ -6,7 +6,7 @@ import type { StackState } from '../platform/iac/plan';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
-import { setWaiting } from './provisioning.repository';
+import { findEnvironmentStack, setWaiting } from './provisioning.repository';
 import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep } from './run';
 import {
   appendJobLog,
@@ -63,7 +63,7 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
  * wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one transaction.
  */
 export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
-  const { target, pool, engine } = runners.targetOf(run);
+  const { target, pool, engine } = await runnerTargetOf(ctx, runners, run);
   const files = filesOfStack(inputs.files, run.stack);
   const spec: StoredSpec = {
     id: ctx.ids.next('job'),
@@ -91,6 +91,15 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
   if (!dispatched) return stepOf(await existingRun(ctx, run.id));
   wakeClaims(pool);
   return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
+}
+
+/** The runner pool of the target the run's environment is bound to (else the one the rules give). */
+async function runnerTargetOf(ctx: ProvisioningContext, runners: RunnerExecution, run: Run): Promise<RunnerTarget> {
+  const bound = await retryingContention(() => findEnvironmentStack(ctx.db, run.tenant, run.environment.id));
+  const id = bound?.target ?? ctx.targets.byRules({ tenant: run.tenant, environment: run.environment.id, tier: run.environment.tier });
+  const found = runners.targets.find((t) => t.target === id);
+  if (!found) throw new AppError(RunErrors.unknownTarget, 'not-found', `environment ${run.environment.id} lives on target ${id}, which this installation no longer has`, { target: id });
+  return found;
 }
 
 /**

@@ -1,0 +1,138 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runJob } from '../../runner/agent';
+import { hostClient, type HostClient } from '../../runner/host-client';
+import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { eventually } from '../support/eventually';
+import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+
+/**
+ * Environments live on targets (issue 17): the ControlPlaneApi's environment names its target, else the
+ * `RuntimeCloud__Targets` rules decide; the first run binds it. A run's jobs go to that target's runner pool, its
+ * resources are made there, and the drift scan looks there. A later promotion putting the environment elsewhere is
+ * refused (`PROVISIONING.TARGET_MISMATCH`), one naming a target the installation does not have too
+ * (`PROVISIONING.UNKNOWN_TARGET`). The test is the agent of both pools, speaking the protocol over HTTP.
+ */
+const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
+const TARGETS = [
+  { id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local', runnerPool: 'local-runner' },
+  { id: 'edge', kind: 'local-cloud', name: 'Edge', location: 'edge', runnerPool: 'edge-runner', environments: [{ tier: 'staging' }] },
+];
+
+interface RunBody {
+  runId: string;
+  state: string;
+  error?: { code: string; message: string };
+  waitingFor?: { kind: string; pool?: string };
+}
+
+for (const dialect of DIALECTS) {
+  describe.skipIf(skipDialect(dialect))(`environments on their targets (${dialect})`, () => {
+    let database: TestDatabase;
+    let host: TestHost;
+    let root: string;
+    let example: ProvisioningExample;
+    const agents: Record<string, HostClient> = {};
+    let promotions = 0;
+
+    beforeAll(async () => {
+      database = await createTestDatabase(dialect);
+      root = fs.mkdtempSync(join(tmpdir(), 'rch-targets-'));
+      host = await startTestHost({
+        settings: { ...database.settings, ...RUNNER_JOBS, RuntimeCloud__Local__Runners: '0', RuntimeCloud__Targets: JSON.stringify(TARGETS) },
+        depsOverrides: database.overrides,
+      });
+      example = await provisioningExample(root, host.stateDir, 4);
+      writeExampleReferences(host.stateDir);
+      // The control plane puts env-cp-edge on the edge target; the other environments are the rules'.
+      setControlPlane([{ id: 'env-cp-edge', target: 'edge' }, { id: 'env-rules-local' }, { id: 'env-rules-edge', tier: 'staging' }, { id: 'env-nowhere', target: 'nowhere' }]);
+      const admin = { roles: ['PlatformAdmin'] };
+      const pool = await host.fetch('/runtime-cloud/pools/edge-runner', { method: 'PUT', claims: admin, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'runner', target: 'edge', capacity: 2 }) });
+      expect(pool.status).toBe(201);
+      for (const name of ['local-runner', 'edge-runner']) {
+        const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: name, subject: `agent-of-${name}` });
+        agents[name] = hostClient({ hostUrl: host.url, pool: name, credential: () => Promise.resolve(credential) });
+      }
+    });
+    afterAll(async () => {
+      await host?.stop();
+      await database?.drop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    function setControlPlane(environments: object[]): void {
+      fs.writeFileSync(join(host.stateDir, 'control-plane.json'), JSON.stringify({ environments }));
+    }
+    /** Sends a development promotion; answers its run once it waits for a runner or was refused. */
+    async function promote(environmentId: string, stack: string, environment?: { name: string; tier: string }): Promise<RunBody> {
+      const promotion = aStackPromotion(example.repository, 'development', { stack, environmentId });
+      await sendToPromotions(host, environment ? { ...promotion, environment: { id: environmentId, ...environment } } : promotion, `targets-${++promotions}`);
+      return eventually(async () => {
+        const runs = (await (await host.fetch(`/runtime-cloud/runs?environment=${environmentId}`, { claims: operator })).json()) as { items: (RunBody & { promotionId: string })[] };
+        const run = runs.items.find((r) => r.promotionId === promotion.promotionId);
+        return run && (run.waitingFor?.kind === 'runner' || run.state === 'rejected') ? run : undefined;
+      });
+    }
+    /** Runs the run's plan and apply jobs as an agent of `pool`; answers the run as it ended. */
+    async function runOn(pool: string, runId: string): Promise<RunBody> {
+      const client = agents[pool] as HostClient;
+      for (const kind of ['plan', 'apply']) {
+        const claimed = await eventually(() => client.claim(`${pool}-agent`, 0), 20_000);
+        expect([claimed.job.runId, claimed.job.kind]).toEqual([runId, kind]);
+        await runJob({ client, agent: `${pool}-agent`, workRoot: join(root, 'work') }, claimed, () => undefined);
+      }
+      return eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${runId}`, { claims: operator })).json()) as RunBody;
+        return body.state === 'applied' || body.state === 'failed' ? body : undefined;
+      });
+    }
+    /** A scan of the environment, once inventory has heard of its apply (`SpecificationApplied`). */
+    const scan = (environmentId: string) =>
+      eventually(async () => {
+        const response = await host.fetch(`/runtime-cloud/environments/${environmentId}/scan`, { method: 'POST', claims: operator });
+        return response.status === 404 ? undefined : ((await response.json()) as { outcome: string; driftStatus?: string });
+      });
+
+    it("when the control plane names an environment's target, then its jobs go to that target's pool, its resources are made there and its scan looks there", async () => {
+      // Act
+      const run = await promote('env-cp-edge', 'development-1');
+      const applied = await runOn('edge-runner', run.runId);
+      const scanned = await scan('env-cp-edge');
+
+      // Assert
+      expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect(applied.state).toBe('applied');
+      expect(scanned).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+    });
+
+    it('when the control plane names no target, then the rules decide: the first target, or the one whose rule matches the tier', async () => {
+      // Act
+      const local = await promote('env-rules-local', 'development-2');
+      await runOn('local-runner', local.runId);
+      const staging = await promote('env-rules-edge', 'development-3', { name: 'staging', tier: 'staging' });
+
+      // Assert
+      expect(local.waitingFor).toMatchObject({ kind: 'runner', pool: 'local-runner' });
+      expect(staging.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect((await runOn('edge-runner', staging.runId)).state).toBe('applied');
+      expect(await scan('env-rules-local')).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+    });
+
+    it('when a later promotion would put a bound environment on another target, or on one the installation lacks, then it is refused with a reason', async () => {
+      // Arrange: env-rules-local was bound to local by its first run; now the control plane says edge.
+      setControlPlane([{ id: 'env-rules-local', target: 'edge' }, { id: 'env-nowhere', target: 'nowhere' }]);
+
+      // Act
+      const moved = await promote('env-rules-local', 'development-2');
+      const nowhere = await promote('env-nowhere', 'development-4');
+
+      // Assert
+      expect(moved).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.TARGET_MISMATCH' } });
+      expect(moved.error?.message).toContain('lives on target local');
+      expect(nowhere).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.UNKNOWN_TARGET' } });
+    });
+  });
+}
