@@ -14,7 +14,9 @@ import { hostClient } from './host-client';
  * - `RuntimeCloud__Runner__Credential`: its pool credential (a bearer token), or, without it,
  *   `RuntimeCloud__Runner__Audience`: an Entra token for that audience from its managed identity (`AZURE_CLIENT_ID`);
  * - `RuntimeCloud__Runner__Engine`: `local` (local cloud targets) or `pulumi`, with `RuntimeCloud__Runner__StateBackend`
- *   (`{tenant}` is replaced by the job's tenant: each tenant's state in its own container);
+ *   (`{tenant}` is replaced by the job's tenant: each tenant's state in its own container) and
+ *   `RuntimeCloud__Runner__SecretsProvider` (the same: each tenant's stacks encrypted with its own Key Vault key,
+ *   e.g. `azurekeyvault://kv-{tenant}.vault.azure.net/keys/pulumi`);
  * - `RuntimeCloud__Runner__WorkDir`, `RuntimeCloud__Runner__Agent`, `RuntimeCloud__Runner__OneJob`.
  */
 const settings = z.object({
@@ -24,6 +26,7 @@ const settings = z.object({
   RuntimeCloud__Runner__Audience: z.string().default(''),
   RuntimeCloud__Runner__Engine: z.enum(['local', 'pulumi']).default('local'),
   RuntimeCloud__Runner__StateBackend: z.string().default(''),
+  RuntimeCloud__Runner__SecretsProvider: z.string().default(''),
   RuntimeCloud__Runner__WorkDir: z.string().default(join(tmpdir(), 'runtime-cloud-runner')),
   RuntimeCloud__Runner__Agent: z.string().default(`${hostname()}-${process.pid}`),
   RuntimeCloud__Runner__OneJob: z.enum(['true', 'false']).default('false'),
@@ -47,9 +50,18 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     signal: controller.signal,
     engineFor: (claimed, job, workDir) =>
       s.RuntimeCloud__Runner__Engine === 'pulumi'
-        ? pulumiIacRunner({ workRoot: workDir, envVars: { PULUMI_BACKEND_URL: s.RuntimeCloud__Runner__StateBackend.replaceAll('{tenant}', claimed.job.stack.tenant) } })
+        ? pulumiIacRunner({ workRoot: workDir, ...pulumiSettingsOf(s, claimed.job.stack.tenant) })
         : createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target }),
   });
+}
+
+/** The tenant's state backend and secrets provider (`{tenant}` in either setting is the job's tenant). */
+export function pulumiSettingsOf(
+  s: { readonly RuntimeCloud__Runner__StateBackend: string; readonly RuntimeCloud__Runner__SecretsProvider: string },
+  tenant: string,
+): { envVars: Record<string, string>; secretsProvider?: string } {
+  const secretsProvider = s.RuntimeCloud__Runner__SecretsProvider.replaceAll('{tenant}', tenant);
+  return { envVars: { PULUMI_BACKEND_URL: s.RuntimeCloud__Runner__StateBackend.replaceAll('{tenant}', tenant) }, ...(secretsProvider ? { secretsProvider } : {}) };
 }
 
 /** The pool credential: the configured token, or an Entra token of the agent's managed identity for the host's audience. */

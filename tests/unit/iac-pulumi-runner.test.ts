@@ -5,6 +5,7 @@ import type { ConfigMap, EngineEvent, OpMap, OutputMap, PreviewResult, StepEvent
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { pulumiIacRunner } from '../../shared/platform/iac/iac-runner';
+import { pulumiSettingsOf } from '../../runner/main';
 import type { JsonValue, ValueReference } from '../../shared/platform/iac/iac-values';
 import type { Plan } from '../../shared/platform/iac/plan';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
@@ -446,5 +447,40 @@ describe('plan options through the Automation API port', () => {
     ['labels.a:b', 'labels["a:b"]'],
   ])('when the held path is %s, then Pulumi is given %s', (path, expected) => {
     expect(pulumiIgnorePath(path)).toBe(expected);
+  });
+});
+
+describe("the pulumi runner's per-tenant state backend and secrets provider (real Automation API, a CLI stub that records its calls)", () => {
+  it('when a job of a tenant opens its stack, then the CLI is called with that tenant\'s backend and its stack is created with that tenant\'s Key Vault key', async () => {
+    // Arrange: a stand-in for the CLI (it cannot be installed here) that records each call; `stack select` answers
+    // as the CLI does for a stack that does not exist yet, so the Automation API creates it.
+    const root = join(workRoot, 'cli');
+    const calls = join(workRoot, 'calls.log');
+    await mkdir(join(root, 'bin'), { recursive: true });
+    await writeFile(
+      join(root, 'bin', 'pulumi'),
+      [
+        '#!/bin/sh',
+        `echo "$PULUMI_BACKEND_URL | $*" >> '${calls}'`,
+        'case "$*" in',
+        '  version*) echo v3.210.0 ;;',
+        "  *'stack select'*) echo \"error: no stack named 'development' found\" >&2; exit 255 ;;",
+        '  *) exit 1 ;;',
+        'esac',
+        '',
+      ].join('\n'),
+    );
+    await chmod(join(root, 'bin', 'pulumi'), 0o755);
+    const settings = { RuntimeCloud__Runner__StateBackend: 'azblob://state-{tenant}', RuntimeCloud__Runner__SecretsProvider: 'azurekeyvault://kv-{tenant}.vault.azure.net/keys/pulumi' };
+
+    // Act: the stack's creation is answered with a failure after `stack init`, so the preview stops there.
+    await refusal(pulumiIacRunner({ cliRoot: root, workRoot, ...pulumiSettingsOf(settings, 'demo-team') }).preview(DEV, FILES));
+
+    // Assert
+    const logged = (await readFile(calls, 'utf8')).trim().split('\n');
+    const init = logged.find((line) => line.includes('stack init'));
+    expect(init).toContain('azblob://state-demo-team | ');
+    expect(init).toContain('--secrets-provider azurekeyvault://kv-demo-team.vault.azure.net/keys/pulumi');
+    expect(logged.filter((line) => line.includes(' stack ')).every((line) => line.startsWith('azblob://state-demo-team | '))).toBe(true);
   });
 });

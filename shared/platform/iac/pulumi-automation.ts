@@ -91,6 +91,11 @@ export interface PulumiAutomationOptions {
   /** Environment for the CLI over the process's own (backend, secrets provider passphrase, ...). */
   readonly envVars?: Readonly<Record<string, string>>;
   readonly pulumiHome?: string;
+  /**
+   * The secrets provider a stack is created with (`pulumi stack init --secrets-provider`): a tenant's Azure Key
+   * Vault key in production. Example: `azurekeyvault://kv-demo-team.vault.azure.net/keys/pulumi`.
+   */
+  readonly secretsProvider?: string;
 }
 
 /**
@@ -107,7 +112,7 @@ export function pulumiAutomationApi(options: PulumiAutomationOptions = {}): Pulu
         const pulumiCommand = options.cliRoot ? await automation.PulumiCommand.get({ root: options.cliRoot }) : undefined;
         return automation.LocalWorkspace.createOrSelectStack(
           { stackName, workDir },
-          { ...(pulumiCommand ? { pulumiCommand } : {}), ...(options.envVars ? { envVars: { ...options.envVars } } : {}), ...(options.pulumiHome ? { pulumiHome: options.pulumiHome } : {}) },
+          { ...(pulumiCommand ? { pulumiCommand } : {}), ...(options.envVars ? { envVars: { ...options.envVars } } : {}), ...(options.pulumiHome ? { pulumiHome: options.pulumiHome } : {}), ...(options.secretsProvider ? { secretsProvider: options.secretsProvider } : {}) },
         );
       });
       return {
