@@ -17,6 +17,8 @@ import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleRef
  * (`PROVISIONING.UNKNOWN_TARGET`). The test is the agent of both pools, speaking the protocol over HTTP.
  */
 const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
+const B = 'tenant-b';
+const operatorB = { tenant: B, roles: ['Operator'], subject: 'operator-b' };
 const TARGETS = [
   { id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local', runnerPool: 'local-runner' },
   { id: 'edge', kind: 'local-cloud', name: 'Edge', location: 'edge', runnerPool: 'edge-runner', environments: [{ tier: 'staging' }] },
@@ -67,17 +69,17 @@ for (const dialect of DIALECTS) {
       fs.writeFileSync(join(host.stateDir, 'control-plane.json'), JSON.stringify({ environments }));
     }
     /** Sends a development promotion; answers its run once it waits for a runner or was refused. */
-    async function promote(environmentId: string, stack: string, environment?: { name: string; tier: string }): Promise<RunBody> {
-      const promotion = aStackPromotion(example.repository, 'development', { stack, environmentId });
+    async function promote(environmentId: string, stack: string, environment?: { name: string; tier: string }, as = operator): Promise<RunBody> {
+      const promotion = aStackPromotion(example.repository, 'development', { stack, environmentId, overrides: { tenantId: as.tenant } });
       await sendToPromotions(host, environment ? { ...promotion, environment: { id: environmentId, ...environment } } : promotion, `targets-${++promotions}`);
       return eventually(async () => {
-        const runs = (await (await host.fetch(`/runtime-cloud/runs?environment=${environmentId}`, { claims: operator })).json()) as { items: (RunBody & { promotionId: string })[] };
+        const runs = (await (await host.fetch(`/runtime-cloud/runs?environment=${environmentId}`, { claims: as })).json()) as { items: (RunBody & { promotionId: string })[] };
         const run = runs.items.find((r) => r.promotionId === promotion.promotionId);
         return run && (run.waitingFor?.kind === 'runner' || run.state === 'rejected') ? run : undefined;
       });
     }
     /** Runs the run's plan and apply jobs as an agent of `pool`; answers the run as it ended. */
-    async function runOn(pool: string, runId: string): Promise<RunBody> {
+    async function runOn(pool: string, runId: string, as = operator): Promise<RunBody> {
       const client = agents[pool] as HostClient;
       for (const kind of ['plan', 'apply']) {
         const claimed = await eventually(() => client.claim(`${pool}-agent`, 0), 20_000);
@@ -85,14 +87,14 @@ for (const dialect of DIALECTS) {
         await runJob({ client, agent: `${pool}-agent`, workRoot: join(root, 'work') }, claimed, () => undefined);
       }
       return eventually(async () => {
-        const body = (await (await host.fetch(`/runtime-cloud/runs/${runId}`, { claims: operator })).json()) as RunBody;
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${runId}`, { claims: as })).json()) as RunBody;
         return body.state === 'applied' || body.state === 'failed' ? body : undefined;
       });
     }
     /** A scan of the environment, once inventory has heard of its apply (`SpecificationApplied`). */
-    const scan = (environmentId: string) =>
+    const scan = (environmentId: string, as = operator) =>
       eventually(async () => {
-        const response = await host.fetch(`/runtime-cloud/environments/${environmentId}/scan`, { method: 'POST', claims: operator });
+        const response = await host.fetch(`/runtime-cloud/environments/${environmentId}/scan`, { method: 'POST', claims: as });
         return response.status === 404 ? undefined : ((await response.json()) as { outcome: string; driftStatus?: string });
       });
 
@@ -133,6 +135,27 @@ for (const dialect of DIALECTS) {
       expect(moved).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.TARGET_MISMATCH' } });
       expect(moved.error?.message).toContain('lives on target local');
       expect(nowhere).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.UNKNOWN_TARGET' } });
+    });
+
+    it("when another tenant has an environment of the same id and stack, then each lives on its own target: neither's binding, jobs or scan is the other's", async () => {
+      // Arrange: tenant A's env-cp-edge is bound to edge (the first test); tenant B's of the same id is the rules'.
+      const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: { roles: ['PlatformAdmin'] } });
+      expect(created.status).toBeLessThan(300);
+      setControlPlane([{ id: 'env-cp-edge', tenant: B }, { id: 'env-cp-edge', target: 'edge' }]);
+
+      // Act
+      const runB = await promote('env-cp-edge', 'development-1', undefined, operatorB);
+      const appliedB = await runOn('local-runner', runB.runId, operatorB);
+      const runA = await promote('env-cp-edge', 'development-1');
+      const appliedA = await runOn('edge-runner', runA.runId);
+
+      // Assert
+      expect(runB.waitingFor).toMatchObject({ kind: 'runner', pool: 'local-runner' });
+      expect(appliedB.state).toBe('applied');
+      expect(runA.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect(appliedA.state).toBe('applied');
+      expect(await scan('env-cp-edge', operatorB)).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+      expect(await scan('env-cp-edge')).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
     });
   });
 }
