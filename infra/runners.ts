@@ -127,8 +127,8 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
     RuntimeCloud__Runner__Engine: 'pulumi',
     // An execution claims one job and exits; the next wake-up starts a fresh container with a fresh working directory.
     RuntimeCloud__Runner__OneJob: 'true',
-    // Containers are per tenant and created by the agent at first use.
-    RuntimeCloud__Runner__StateBackend: `azblob://?storage_account=${names.account}`,
+    // A container per tenant, made by the agent before the tenant's first job (runner/state-backend.ts).
+    RuntimeCloud__Runner__StateBackend: `azblob://state-{tenant}?storage_account=${names.account}`,
     RuntimeCloud__Runner__SecretsProvider: `azurekeyvault://${names.vault}.vault.azure.net/keys/${names.key}`,
   };
 

@@ -1,11 +1,12 @@
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { pulumiIacRunner } from '../shared/platform/iac/iac-runner';
+import { pulumiIacRunner, type IacEngine } from '../shared/platform/iac/iac-runner';
 import { createLocalEngine } from '../shared/platform/iac/local-engine';
 import { systemClock } from '../shared/platform/time/clock';
 import { runAgent } from './agent';
 import { hostClient } from './host-client';
+import { withStateContainer } from './state-backend';
 
 /**
  * The runner agent's entry point (its image's ENTRYPOINT, `runtime-cloud runner` locally), configured by its
@@ -50,9 +51,14 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     signal: controller.signal,
     engineFor: (claimed, job, workDir) =>
       s.RuntimeCloud__Runner__Engine === 'pulumi'
-        ? pulumiIacRunner({ workRoot: workDir, ...pulumiSettingsOf(s, claimed.job.stack.tenant) })
+        ? pulumiEngine(workDir, pulumiSettingsOf(s, claimed.job.stack.tenant), env)
         : createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target }),
   });
+}
+
+/** The Pulumi Automation API over the tenant's state backend, whose container is made before the job's first call. */
+function pulumiEngine(workDir: string, settings: ReturnType<typeof pulumiSettingsOf>, env: NodeJS.ProcessEnv): IacEngine {
+  return withStateContainer(pulumiIacRunner({ workRoot: workDir, ...settings }), settings.envVars.PULUMI_BACKEND_URL ?? '', env);
 }
 
 /** The tenant's state backend and secrets provider (`{tenant}` in either setting is the job's tenant). */

@@ -116,7 +116,7 @@ describe('runner agents under Pulumi mocks', () => {
         AZURE_CLIENT_ID: clientIdOf(`runner-${target}`),
         RuntimeCloud__Runner__Engine: 'pulumi',
         RuntimeCloud__Runner__OneJob: 'true',
-        RuntimeCloud__Runner__StateBackend: `azblob://?storage_account=${account.name}`,
+        RuntimeCloud__Runner__StateBackend: `azblob://state-{tenant}?storage_account=${account.name}`,
         RuntimeCloud__Runner__SecretsProvider: `azurekeyvault://${vault.name}.vault.azure.net/keys/${names.key}`,
       });
     }
