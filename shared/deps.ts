@@ -161,15 +161,20 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     observeTimeoutMs: config.inventory.observeTimeoutMs,
     // The environment's target as provisioning bound it (else as the rules give it); the Azure and Kubernetes
     // scopes are configured by tenant and environment, never by an environment id another tenant may use.
-    scopeOf: async (environment) => ({
-      tenant: environment.tenant,
-      environmentId: environment.id,
-      stack: environment.stack,
-      target:
-        (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target ??
-        targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier }).id,
-      ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
-    }),
+    scopeOf: async (environment) => {
+      const bound = (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target;
+      const target = config.targets.find((t) => t.id === bound) ?? targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier });
+      return {
+        tenant: environment.tenant,
+        environmentId: environment.id,
+        stack: environment.stack,
+        target: bound ?? target.id,
+        // An Azure target is read with its own read-only identity, in its own scope unless the environment names one.
+        ...(target.observerClientId ? { observerClientId: target.observerClientId } : {}),
+        ...(target.scope ? { azure: { subscriptionId: target.scope.subscriptionId, resourceGroup: target.scope.resourceGroup } } : {}),
+        ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
+      };
+    },
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
     applyingRun: async (stack) =>
       (

@@ -13,12 +13,13 @@ export interface ArmResourcesClient {
 
 export interface ArmObserverOptions {
   /**
-   * Makes the client of one subscription; it is asked once per subscription. Default: a `ResourceManagementClient`
-   * signed in with `DefaultAzureCredential` (managed identity in Azure, the developer's login locally). Tests pass a
+   * Makes the client of one subscription for one observer identity; it is asked once per pair. Default: a
+   * `ResourceManagementClient` signed in as the target's observer identity (`ManagedIdentityCredential` with its
+   * client id), or, for a scope without one, `DefaultAzureCredential` (the developer's login locally). Tests pass a
    * client whose HTTP transport answers with recorded responses, because Azure cannot be reached from a test run.
    * @example createArmObserver({ client: (subscriptionId) => new ResourceManagementClient(credential, subscriptionId) })
    */
-  readonly client?: (subscriptionId: string) => ArmResourcesClient | Promise<ArmResourcesClient>;
+  readonly client?: (subscriptionId: string, observerClientId: string | undefined) => ArmResourcesClient | Promise<ArmResourcesClient>;
 }
 
 /** What ARM's generic resource list gives of a resource, as the SDK deserializes it or as the REST API returns it. */
@@ -55,7 +56,7 @@ export function createArmObserver(options: ArmObserverOptions = {}): Observer {
       if (signal.aborted) throw observeTimeout(scope);
       const observed: ObservedResource[] = [];
       try {
-        const client = await clientFor(azure.subscriptionId);
+        const client = await clientFor(azure.subscriptionId, scope.observerClientId);
         // No server-side `$filter` by tag: ARM takes one tag there and then leaves every resource's tags out of the
         // answer, which would lose the urn tag. The tags are checked here instead.
         const pages = client.resources.listByResourceGroup(azure.resourceGroup, { expand: EXPAND, abortSignal: signal }).byPage();
@@ -141,17 +142,18 @@ function observeTimeout(scope: ObservationScope): AppError {
   });
 }
 
-type ClientFor = (subscriptionId: string) => Promise<ArmResourcesClient>;
+type ClientFor = (subscriptionId: string, observerClientId: string | undefined) => Promise<ArmResourcesClient>;
 
-function cachedPerSubscription(make: (subscriptionId: string) => ArmResourcesClient | Promise<ArmResourcesClient>): ClientFor {
+function cachedPerSubscription(make: NonNullable<ArmObserverOptions['client']>): ClientFor {
   const clients = new Map<string, Promise<ArmResourcesClient>>();
-  return (subscriptionId) => {
-    let client = clients.get(subscriptionId);
+  return (subscriptionId, observerClientId) => {
+    const key = `${observerClientId ?? ''}/${subscriptionId}`;
+    let client = clients.get(key);
     if (!client) {
-      client = Promise.resolve().then(() => make(subscriptionId));
-      clients.set(subscriptionId, client);
+      client = Promise.resolve().then(() => make(subscriptionId, observerClientId));
+      clients.set(key, client);
       // A client that could not be made is made again next time.
-      client.catch(() => clients.delete(subscriptionId));
+      client.catch(() => clients.delete(key));
     }
     return client;
   };
@@ -159,13 +161,24 @@ function cachedPerSubscription(make: (subscriptionId: string) => ArmResourcesCli
 
 /**
  * The SDKs are loaded on first use, not at module load: a host configured with another observer never pays for
- * them at cold start. One credential serves every subscription, so its token cache is shared.
+ * them at cold start. One credential per observer identity serves every subscription, so its token cache is shared.
  */
 function defaultClients(): ClientFor {
-  let credential: TokenCredential | undefined;
-  return cachedPerSubscription(async (subscriptionId) => {
-    const [{ ResourceManagementClient }, { DefaultAzureCredential }] = await Promise.all([import('@azure/arm-resources'), import('@azure/identity')]);
-    credential ??= new DefaultAzureCredential();
-    return new ResourceManagementClient(credential, subscriptionId);
+  const credentials = new Map<string, TokenCredential>();
+  return cachedPerSubscription(async (subscriptionId, observerClientId) => {
+    const { ResourceManagementClient } = await import('@azure/arm-resources');
+    return new ResourceManagementClient(await observerCredential(credentials, observerClientId), subscriptionId);
   });
+}
+
+/** The credential of a target's observer identity (a user-assigned managed identity), or the default one. */
+export async function observerCredential(credentials: Map<string, TokenCredential>, observerClientId: string | undefined): Promise<TokenCredential> {
+  const { DefaultAzureCredential, ManagedIdentityCredential } = await import('@azure/identity');
+  const key = observerClientId ?? '';
+  let credential = credentials.get(key);
+  if (!credential) {
+    credential = observerClientId ? new ManagedIdentityCredential({ clientId: observerClientId }) : new DefaultAzureCredential();
+    credentials.set(key, credential);
+  }
+  return credential;
 }

@@ -32,6 +32,12 @@ export interface ObservationScope {
   readonly target: string;
   /** azure-resource-manager: the subscription and resource group, and the tags that mark the managed scope. */
   readonly azure?: { readonly subscriptionId: string; readonly resourceGroup: string; readonly tags?: Readonly<Record<string, string>> };
+  /**
+   * The client id of the target's read-only observer identity (a user-assigned managed identity of the host): the
+   * Azure observer reads the target with it, never with the host's own identity. Undefined: the host's default
+   * credential (the developer's login locally).
+   */
+  readonly observerClientId?: string;
   /** kubernetes: the namespaces whose workloads belong to the environment. */
   readonly kubernetes?: { readonly namespaces: readonly string[] };
 }

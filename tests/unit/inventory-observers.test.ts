@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { ResourceManagementClient } from '@azure/arm-resources';
 import { createHttpHeaders, RestError, type HttpClient, type PipelineRequest, type PipelineResponse } from '@azure/core-rest-pipeline';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { armResourceToObserved, createArmObserver, resourceCarriesTags, type ArmGenericResource } from '../../shared/inventory/arm-observer.adapter';
+import { armResourceToObserved, createArmObserver, observerCredential, resourceCarriesTags, type ArmGenericResource } from '../../shared/inventory/arm-observer.adapter';
 import {
   createKubernetesObserver,
   kubernetesObjectToObserved,
@@ -512,5 +512,55 @@ describe('observer adapters: start-up cost', () => {
     expect(before).toBe(0);
     // The check sees an SDK once something loads it.
     expect(after).toBeGreaterThan(0);
+  });
+});
+
+describe("ARM observer: each target read with its own observer identity (@azure/identity against an App Service identity endpoint)", () => {
+  /** The App Service managed identity protocol (2019-08-01): one token per client id, recorded with who asked. */
+  let endpoint: Server;
+  const asked: { clientId: string | null; header: string | undefined }[] = [];
+  const saved = { endpoint: process.env.IDENTITY_ENDPOINT, header: process.env.IDENTITY_HEADER };
+  beforeAll(async () => {
+    endpoint = createServer((request: IncomingMessage, response: ServerResponse) => {
+      const url = new URL(request.url ?? '/', 'http://localhost');
+      const clientId = url.searchParams.get('client_id');
+      asked.push({ clientId, header: request.headers['x-identity-header'] as string | undefined });
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(JSON.stringify({ access_token: `token-of-${clientId ?? 'system'}`, expires_on: String(Math.floor(Date.now() / 1000) + 3600), resource: url.searchParams.get('resource'), token_type: 'Bearer', client_id: clientId }));
+    });
+    await new Promise<void>((resolve) => endpoint.listen(0, '127.0.0.1', resolve));
+    process.env.IDENTITY_ENDPOINT = `http://127.0.0.1:${(endpoint.address() as AddressInfo).port}/msi/token`;
+    process.env.IDENTITY_HEADER = 'identity-header-secret';
+  });
+  afterAll(async () => {
+    if (saved.endpoint === undefined) delete process.env.IDENTITY_ENDPOINT;
+    else process.env.IDENTITY_ENDPOINT = saved.endpoint;
+    if (saved.header === undefined) delete process.env.IDENTITY_HEADER;
+    else process.env.IDENTITY_HEADER = saved.header;
+    await new Promise((resolve) => endpoint.close(resolve));
+  });
+
+  it("when two targets' environments are scanned, then each listing is signed with a token of that target's observer identity", async () => {
+    // Arrange
+    const { httpClient, requests } = recordedArm(pages());
+    const signedWith: string[] = [];
+    const credentials = new Map();
+    const observer = createArmObserver({
+      client: async (subscriptionId, observerClientId) =>
+        new ResourceManagementClient(await observerCredential(credentials, observerClientId), subscriptionId, {
+          httpClient: { sendRequest: (request) => (signedWith.push(request.headers.get('authorization') ?? ''), httpClient.sendRequest(request)) },
+          retryOptions: { maxRetries: 0 },
+        }),
+    });
+
+    // Act
+    await observer.observe({ ...armScope(), observerClientId: 'observer-of-prod-we' }, live());
+    await observer.observe({ ...armScope(), observerClientId: 'observer-of-prod-ne' }, live());
+
+    // Assert
+    expect(asked.map((a) => a.clientId)).toEqual(['observer-of-prod-we', 'observer-of-prod-ne']);
+    expect(asked.every((a) => a.header === 'identity-header-secret')).toBe(true);
+    expect(signedWith).toEqual(['Bearer token-of-observer-of-prod-we', 'Bearer token-of-observer-of-prod-we', 'Bearer token-of-observer-of-prod-ne', 'Bearer token-of-observer-of-prod-ne']);
+    expect(requests).toHaveLength(4);
   });
 });
