@@ -34,8 +34,8 @@ import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
 import { assignRole, type Role } from './roles';
-import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
-import { isAzureTarget, parseRunnerImage, parseTargets, type RunnerImage, type Target } from './targets';
+import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetBackend, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
+import { isAzureTarget, parseRunnerImage, parseTargets, stateNames, type RunnerImage, type Target } from './targets';
 
 /**
  * The seed's secrets (design page, Security) and their rotation periods; `configKey` is the Pulumi config secret
@@ -438,7 +438,7 @@ function hostView(target: Target, observerClientId: string | undefined): Record<
     ...(location !== undefined ? { location } : {}),
     ...(endpoint !== undefined ? { endpoint } : {}),
     runnerPool: pool,
-    ...(isAzureTarget(target) ? { scope: target.scope, observerClientId } : {}),
+    ...(isAzureTarget(target) ? { scope: target.scope, observerClientId, backend: targetBackend(stateNames(prefix, pulumi.getStack(), target)) } : { backend: target.backend }),
   };
 }
 

@@ -1,6 +1,7 @@
 /**
  * Runner agents in Azure: per `azure-subscription` target, a runner identity that can change that target and nothing
- * else, an observer identity that can only read it, the target's Pulumi state (a storage account and a Key Vault key),
+ * else, an observer identity that can only read it, the target's Pulumi state (a storage account, and a Key Vault in
+ * which the agents make each tenant's key),
  * and a Container Apps Job that Service Bus wakes for the target's pool. The host never holds a role that can change
  * a target and hands none of its own secrets to a runner (../shared/ARCHITECTURE.md, "Runner jobs").
  */
@@ -11,7 +12,7 @@ import * as managedidentity from '@pulumi/azure-native/managedidentity';
 import * as servicebus from '@pulumi/azure-native/servicebus';
 import * as storage from '@pulumi/azure-native/storage';
 import { assignRole } from './roles';
-import { scopeId, stateNames, type AzureTarget, type RunnerImage } from './targets';
+import { scopeId, stateNames, type AzureTarget, type RunnerImage, type StateNames } from './targets';
 
 
 /**
@@ -37,6 +38,17 @@ export const REPLICA_TIMEOUT_SECONDS = 4 * 60 * 60;
 
 /** Sends a resource's logs and metrics to the workspace (index.ts `toWorkspace`). */
 export type Diagnose = (name: string, resourceUri: pulumi.Input<string>, settings: { logs: boolean; metrics: readonly string[] }) => unknown;
+
+/**
+ * The `backend` of a target in the host's RuntimeCloud__Targets: each tenant's state in its own container of the
+ * target's state account, its secrets under its own key in the target's vault (`{tenant}` is the job's tenant).
+ */
+export function targetBackend(names: StateNames): { url: string; secretsProvider: string } {
+  return {
+    url: `azblob://state-{tenant}?storage_account=${names.account}`,
+    secretsProvider: `azurekeyvault://${names.vault}.vault.azure.net/keys/pulumi-{tenant}`,
+  };
+}
 
 /** The SQL filter of a pool's subscription: its own wake-ups only. Pool ids are `[a-z0-9-]`, so no quoting issue. */
 export function runnerFilter(pool: string): string {
@@ -104,7 +116,7 @@ export interface RunnerContext {
  * on its own state, its own subscription and the registry.
  */
 export function targetRunners(target: AzureTarget, { runner }: TargetIdentities, ctx: RunnerContext): containerapps.Job {
-  const { names, account, key } = targetState(target, ctx);
+  const { account, vault } = targetState(target, ctx);
   const subscription = ctx.subscribe(`runner-${target.pool}`, runnerFilter(target.pool));
 
   const grant = (role: Parameters<typeof assignRole>[1]['role'], suffix: string, scope: pulumi.Input<string>, subscriptionId: pulumi.Input<string>, description: string) =>
@@ -112,7 +124,8 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
   const grants = [
     grant('contributor', 'target', scopeId(target.scope), target.scope.subscriptionId, `plans and applies on target ${target.id}`),
     grant('storageBlobDataContributor', 'state', account.id, ctx.subscriptionId, `Pulumi state of target ${target.id} (a container per tenant)`),
-    grant('keyVaultCryptoUser', 'secrets', key.id, ctx.subscriptionId, `Pulumi secrets provider of target ${target.id}`),
+    // The agents make each tenant's key (`pulumi-<tenant>`) before its first job, and encrypt with it.
+    grant('keyVaultCryptoOfficer', 'secrets', vault.id, ctx.subscriptionId, `Pulumi secrets keys of target ${target.id} (a key per tenant)`),
     // The scale rule reads the subscription's message count with this identity, and the agent takes its wake-up.
     grant('serviceBusDataReceiver', 'wakeups', subscription.id, ctx.subscriptionId, `wake-ups of pool ${target.pool}`),
     grant('acrPull', 'image', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
@@ -126,10 +139,8 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
     AZURE_CLIENT_ID: runner.clientId,
     RuntimeCloud__Runner__Engine: 'pulumi',
     // An execution claims one job and exits; the next wake-up starts a fresh container with a fresh working directory.
+    // Each job names its tenant's state container and key (the host's RuntimeCloud__Targets, `targetBackend`).
     RuntimeCloud__Runner__OneJob: 'true',
-    // A container per tenant, made by the agent before the tenant's first job (runner/state-backend.ts).
-    RuntimeCloud__Runner__StateBackend: `azblob://state-{tenant}?storage_account=${names.account}`,
-    RuntimeCloud__Runner__SecretsProvider: `azurekeyvault://${names.vault}.vault.azure.net/keys/${names.key}`,
   };
 
   return new containerapps.Job(
@@ -180,8 +191,9 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
 }
 
 /**
- * A target's Pulumi state: a storage account for the Azure Blob backend (Entra only, versioned, soft delete) and a
- * Key Vault (RBAC, purge protection) with the key of the `azurekeyvault://` secrets provider.
+ * A target's Pulumi state: a storage account for the Azure Blob backend (Entra only, versioned, soft delete; a
+ * container per tenant) and a Key Vault (RBAC, purge protection) for the `azurekeyvault://` secrets provider (a key
+ * per tenant). The agents make both per tenant, as tenants come after this program ran.
  */
 function targetState(target: AzureTarget, ctx: RunnerContext) {
   const names = stateNames(ctx.prefix, ctx.stack, target);
@@ -209,14 +221,8 @@ function targetState(target: AzureTarget, ctx: RunnerContext) {
       publicNetworkAccess: 'Enabled',
     },
   });
-  const key = new keyvault.Key(`state-${target.id}-key`, {
-    keyName: names.key,
-    resourceGroupName: ctx.resourceGroupName,
-    vaultName: vault.name,
-    properties: { kty: keyvault.JsonWebKeyType.RSA, keySize: 3072, keyOps: [keyvault.JsonWebKeyOperation.Encrypt, keyvault.JsonWebKeyOperation.Decrypt] },
-  });
   ctx.diagnose(`state-${target.id}`, account.id, { logs: false, metrics: ['Transaction'] });
   ctx.diagnose(`state-${target.id}-blobServices`, pulumi.interpolate`${account.id}/blobServices/default`, { logs: true, metrics: ['Transaction'] });
   ctx.diagnose(`state-${target.id}-kv`, vault.id, { logs: true, metrics: ['AllMetrics'] });
-  return { names, account, key };
+  return { account, vault };
 }

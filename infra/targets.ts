@@ -37,6 +37,12 @@ export interface AzureTarget extends TargetBase {
 }
 export interface CustomerHostedTarget extends TargetBase {
   readonly kind: 'aks-cluster' | 'on-prem';
+  /** Where the customer's agents keep each tenant's state and key: `{tenant}` in both (the host's `backend`). */
+  readonly backend: TargetBackend;
+}
+export interface TargetBackend {
+  readonly url: string;
+  readonly secretsProvider?: string;
 }
 export type Target = AzureTarget | CustomerHostedTarget;
 
@@ -49,7 +55,7 @@ const NAME = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,23}$/;
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Azure's rule for resource group names: 1–90 of letters, digits, `-_.()`, not ending in `.`. */
 const RESOURCE_GROUP = /^[-\w.()]{0,89}[-\w()]$/;
-const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners'];
+const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners', 'backend'];
 
 /** The `targets` config, checked: every problem names the config path and what was given. */
 export function parseTargets(raw: unknown): Target[] {
@@ -84,8 +90,9 @@ function parseTarget(entry: unknown, at: string): Target {
     for (const key of ['scope', 'runners']) {
       if (t[key] !== undefined) throw new Error(`config ${at}.${key} applies to azure-subscription targets only (${id} is ${String(kind)})`);
     }
-    return { ...base, kind: kind as CustomerHostedTarget['kind'] };
+    return { ...base, kind: kind as CustomerHostedTarget['kind'], backend: parseBackend(t.backend, `${at}.backend`) };
   }
+  if (t.backend !== undefined) throw new Error(`config ${at}.backend is this program's for an azure-subscription target (its state account and vault): remove it`);
   return { ...base, kind, scope: parseScope(t.scope, `${at}.scope`), maxRunners: parseRunners(t.runners, `${at}.runners`) };
 }
 
@@ -101,6 +108,21 @@ function parseScope(raw: unknown, at: string): AzureScope {
     throw new Error(`config ${at}.resourceGroup must be a resource group name: 1-90 letters, digits, -_.(), not ending in "." (got ${show(resourceGroup)})`);
   }
   return { subscriptionId: subscriptionId.toLowerCase(), resourceGroup };
+}
+
+/** A customer-hosted target's `backend`: a state backend URL and an optional secrets provider, each naming `{tenant}`. */
+function parseBackend(raw: unknown, at: string): TargetBackend {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new Error(`config ${at} is required for a customer-hosted target: { "url": "<Pulumi backend URL with {tenant}>", "secretsProvider": "<optional, with {tenant}>" } (got ${show(raw)})`);
+  }
+  const { url, secretsProvider, ...rest } = raw as Record<string, unknown>;
+  const extra = Object.keys(rest)[0];
+  if (extra) throw new Error(`config ${at}.${extra} is not a backend field (known: url, secretsProvider)`);
+  const perTenant = (value: unknown, field: string) => {
+    if (typeof value !== 'string' || !value.includes('{tenant}')) throw new Error(`config ${at}.${field} must name {tenant}, so that no two tenants share it (got ${show(value)})`);
+    return value;
+  };
+  return { url: perTenant(url, 'url'), ...(secretsProvider !== undefined ? { secretsProvider: perTenant(secretsProvider, 'secretsProvider') } : {}) };
 }
 
 function parseRunners(raw: unknown, at: string): number {
@@ -158,9 +180,8 @@ export function scopeId(scope: AzureScope): string {
 export interface StateNames {
   /** Storage account of the target's Pulumi state (3–24 lowercase letters and digits, globally unique). */
   readonly account: string;
-  /** Key Vault holding the secrets-provider key (3–24 letters, digits, single hyphens, globally unique). */
+  /** Key Vault holding each tenant's secrets-provider key (3–24 letters, digits, single hyphens, globally unique). */
   readonly vault: string;
-  readonly key: string;
 }
 
 /**
@@ -181,7 +202,6 @@ export function stateNames(prefix: string, stack: string, target: AzureTarget): 
   return {
     account: `${letters.slice(0, 24 - 'st'.length - hash.length)}st${hash}`,
     vault: `${vaultStem || 'state'}-kv-${hash}`,
-    key: 'pulumi-secrets',
   };
 }
 

@@ -1,12 +1,14 @@
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { AppError } from '../shared/platform/errors/app-error';
 import { pulumiIacRunner, type IacEngine } from '../shared/platform/iac/iac-runner';
+import type { ClaimedJob } from '../shared/platform/iac/runner-job';
 import { createLocalEngine } from '../shared/platform/iac/local-engine';
 import { systemClock } from '../shared/platform/time/clock';
 import { runAgent } from './agent';
 import { hostClient } from './host-client';
-import { withStateContainer } from './state-backend';
+import { withTenantBackend } from './state-backend';
 
 /**
  * The runner agent's entry point (its image's ENTRYPOINT, `runtime-cloud runner` locally), configured by its
@@ -14,10 +16,8 @@ import { withStateContainer } from './state-backend';
  * - `RuntimeCloud__Runner__HostUrl`, `RuntimeCloud__Runner__Pool`: whose jobs it claims;
  * - `RuntimeCloud__Runner__Credential`: its pool credential (a bearer token), or, without it,
  *   `RuntimeCloud__Runner__Audience`: an Entra token for that audience from its managed identity (`AZURE_CLIENT_ID`);
- * - `RuntimeCloud__Runner__Engine`: `local` (local cloud targets) or `pulumi`, with `RuntimeCloud__Runner__StateBackend`
- *   (`{tenant}` is replaced by the job's tenant: each tenant's state in its own container) and
- *   `RuntimeCloud__Runner__SecretsProvider` (the same: each tenant's stacks encrypted with its own Key Vault key,
- *   e.g. `azurekeyvault://kv-{tenant}.vault.azure.net/keys/pulumi`);
+ * - `RuntimeCloud__Runner__Engine`: `local` (local cloud targets) or `pulumi`, over the state backend and secrets
+ *   provider each job names (its tenant's container and key on the target: the agent makes them when missing);
  * - `RuntimeCloud__Runner__WorkDir`, `RuntimeCloud__Runner__Agent`, `RuntimeCloud__Runner__OneJob`.
  */
 const settings = z.object({
@@ -26,8 +26,6 @@ const settings = z.object({
   RuntimeCloud__Runner__Credential: z.string().default(''),
   RuntimeCloud__Runner__Audience: z.string().default(''),
   RuntimeCloud__Runner__Engine: z.enum(['local', 'pulumi']).default('local'),
-  RuntimeCloud__Runner__StateBackend: z.string().default(''),
-  RuntimeCloud__Runner__SecretsProvider: z.string().default(''),
   RuntimeCloud__Runner__WorkDir: z.string().default(join(tmpdir(), 'runtime-cloud-runner')),
   RuntimeCloud__Runner__Agent: z.string().default(`${hostname()}-${process.pid}`),
   RuntimeCloud__Runner__OneJob: z.enum(['true', 'false']).default('false'),
@@ -51,23 +49,16 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     signal: controller.signal,
     engineFor: (claimed, job, workDir) =>
       s.RuntimeCloud__Runner__Engine === 'pulumi'
-        ? pulumiEngine(workDir, pulumiSettingsOf(s, claimed.job.stack.tenant), env)
+        ? pulumiEngine(claimed, workDir, env)
         : createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target }),
   });
 }
 
-/** The Pulumi Automation API over the tenant's state backend, whose container is made before the job's first call. */
-function pulumiEngine(workDir: string, settings: ReturnType<typeof pulumiSettingsOf>, env: NodeJS.ProcessEnv): IacEngine {
-  return withStateContainer(pulumiIacRunner({ workRoot: workDir, ...settings }), settings.envVars.PULUMI_BACKEND_URL ?? '', env);
-}
-
-/** The tenant's state backend and secrets provider (`{tenant}` in either setting is the job's tenant). */
-export function pulumiSettingsOf(
-  s: { readonly RuntimeCloud__Runner__StateBackend: string; readonly RuntimeCloud__Runner__SecretsProvider: string },
-  tenant: string,
-): { envVars: Record<string, string>; secretsProvider?: string } {
-  const secretsProvider = s.RuntimeCloud__Runner__SecretsProvider.replaceAll('{tenant}', tenant);
-  return { envVars: { PULUMI_BACKEND_URL: s.RuntimeCloud__Runner__StateBackend.replaceAll('{tenant}', tenant) }, ...(secretsProvider ? { secretsProvider } : {}) };
+/** The Pulumi Automation API over the job's backend: its tenant's state container and secrets key on the target. */
+function pulumiEngine(claimed: ClaimedJob, workDir: string, env: NodeJS.ProcessEnv): IacEngine {
+  const { backend } = claimed.job;
+  if (!backend) throw new AppError('RUNNER.INVALID_JOB', 'validation', `job ${claimed.job.id} names no state backend: its target ${claimed.job.target} has no \`backend\` in RuntimeCloud__Targets`);
+  return withTenantBackend(backend, (settings) => pulumiIacRunner({ workRoot: workDir, ...settings }), env);
 }
 
 /** The pool credential: the configured token, or an Entra token of the agent's managed identity for the host's audience. */

@@ -7,6 +7,7 @@ import { redactUrl } from '../platform/git/repository-url';
 import type { LocalCloud } from '../platform/cloud/local-cloud';
 import type { IacEngine } from '../platform/iac/iac-runner';
 import type { StackStates } from '../platform/iac/stack-state.repository';
+import type { RunnerTarget } from '../platform/config/targets';
 import type { SqlStore } from '../platform/sql/database';
 import type { SqlDialect } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -78,6 +79,8 @@ export interface EnvironmentTargets {
  * run's environment, the capacity leases its jobs hold, the job lease's length, and for local cloud targets the
  * state and resources the job endpoints serve.
  */
+export type { RunnerTarget };
+
 export interface RunnerExecution {
   /** Every target of the installation with its runner pool and the engine its runners use. */
   readonly targets: readonly RunnerTarget[];
@@ -88,12 +91,6 @@ export interface RunnerExecution {
   readonly claimTimeoutMs: number;
   /** The local cloud and the local engine's stack states, served to jobs on `local-cloud` targets. */
   readonly local?: { readonly cloud: LocalCloud; readonly states: StackStates };
-}
-
-export interface RunnerTarget {
-  readonly target: string;
-  readonly pool: string;
-  readonly engine: 'local' | 'pulumi';
 }
 
 /** Capacity leases of kind `runner` (the capacity module's), one per claimed job. */

@@ -1,5 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CloudResource } from '../platform/cloud/local-cloud';
+import { backendOfTenant } from '../platform/config/targets';
 import { AppError } from '../platform/errors/app-error';
 import { filesDigest, filesOfStack, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
 import type { StackState } from '../platform/iac/plan';
@@ -63,7 +64,7 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
  * wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one transaction.
  */
 export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
-  const { target, pool, engine } = await runnerTargetOf(ctx, runners, run);
+  const { target, pool, engine, backend } = await runnerTargetOf(ctx, runners, run);
   const files = filesOfStack(inputs.files, run.stack);
   const spec: StoredSpec = {
     id: ctx.ids.next('job'),
@@ -78,6 +79,7 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     config: inputs.config,
     options: inputs.options,
     ...(inputs.approvedPlan ? { approvedPlan: inputs.approvedPlan } : {}),
+    ...(backend ? { backend: backendOfTenant(backend, run.tenant) } : {}),
     fencingToken: lock.version,
   };
   const at = nowOf(ctx);

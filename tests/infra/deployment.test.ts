@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { functionsWithTrigger, triggerOf } from '../../local/functions-core/registry';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import { stateNames, type AzureTarget } from '../../infra/targets';
 import { parseConfig, settingKeys } from '../../shared/platform/config/config';
 import {
   APP_PRINCIPAL_ID,
@@ -8,6 +9,7 @@ import {
   field,
   inventory,
   matchesSqlFilter,
+  ON_PREM_BACKEND,
   relayedPropertiesOf,
   principalIdOf,
   ROLE,
@@ -72,7 +74,6 @@ describe('infra under Pulumi mocks', () => {
       'authorization:PolicyAssignment',
       'managedidentity:UserAssignedIdentity',
       'storage:BlobServiceProperties',
-      'keyvault:Key',
       'app:ManagedEnvironment',
       'app:Job',
     ]) {
@@ -115,11 +116,17 @@ describe('infra under Pulumi mocks', () => {
     expect(config.iac.runner).toBe('pulumi');
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
     expect(config.targets).toMatchObject(TARGETS.map(({ id, kind, name }) => ({ id, kind, name })));
-    // Each target with its pool, and an Azure target with its scope and the observer identity its drift scans use.
+    // Each target with its pool and its runners' backend (per tenant), and an Azure target with its scope and the
+    // observer identity its drift scans use; its backend is its own state account and vault.
+    const state = (target: 'a' | 'b') => {
+      const names = stateNames('rch', 'test', TARGETS.find((t) => t.id === target) as unknown as AzureTarget);
+      const [account, vault] = [one('storage:StorageAccount', (s) => s.name === names.account), one('keyvault:Vault', (v) => v.name === names.vault)];
+      return { url: `azblob://state-{tenant}?storage_account=${account.name}`, secretsProvider: `azurekeyvault://${vault.name}.vault.azure.net/keys/pulumi-{tenant}` };
+    };
     expect(JSON.parse(settings.RuntimeCloud__Targets!)).toEqual([
-      { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a') },
-      { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', runnerPool: 'pool-b', scope: TARGETS[1]!.scope, observerClientId: clientIdOf('observer-b') },
-      { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c' },
+      { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a'), backend: state('a') },
+      { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', runnerPool: 'pool-b', scope: TARGETS[1]!.scope, observerClientId: clientIdOf('observer-b'), backend: state('b') },
+      { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c', backend: ON_PREM_BACKEND },
     ]);
     expect(settings).toMatchObject({
       FUNCTIONS_EXTENSION_VERSION: '~4',

@@ -26,10 +26,12 @@ export const SECRET_VALUES = { runtimeCloudSql: 'sql-secret-value-1', messagingT
 export const ROTATED_ON = { 'runtime-cloud-sql': '2026-11-02', 'messaging-transport': '2026-10-15' };
 /** Two Azure targets in two subscriptions (`b` with its own pool id and size) and a customer-hosted one. */
 export const TARGET_SUBSCRIPTIONS = { a: '00000000-0000-4000-8000-00000000000a', b: '00000000-0000-4000-8000-00000000000b' };
+/** The customer-hosted target's own state backend and secrets provider, per tenant. */
+export const ON_PREM_BACKEND = { url: 's3://dc-pulumi-state/{tenant}', secretsProvider: 'hashivault://pulumi-{tenant}' };
 export const TARGETS = [
   { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.a, resourceGroup: 'rg-target-a' } },
   { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 } },
-  { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test' },
+  { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', backend: ON_PREM_BACKEND },
 ];
 export const RUNNER_REGISTRY_ID = `/subscriptions/${SUBSCRIPTION_ID}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
 export const RUNNER_IMAGE = 'rchimages.azurecr.io/runtime-cloud-runner:2026.12.1';
@@ -143,7 +145,7 @@ export const ROLE = {
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
-  keyVaultCryptoUser: '12338af0-0e69-4776-bea7-57ae8d297424',
+  keyVaultCryptoOfficer: '14b46e9e-c2b7-41b4-b07b-48a6ebf60603',
   acrPull: '7f951dda-4ed3-4680-a7ca-43fe172d538d',
   contributor: 'b24988ac-6180-42a0-ab88-20f7382dd24c',
   reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7',

@@ -68,7 +68,6 @@ function stateOf(target: 'a' | 'b') {
     names,
     account: one('storage:StorageAccount', (s) => s.name === names.account),
     vault: one('keyvault:Vault', (v) => v.name === names.vault),
-    key: one('keyvault:Key', (k) => field(k, 'vaultName') === names.vault),
     subscription: one('servicebus:Subscription', (s) => s.name === `runner-${POOLS[target]}`),
   };
 }
@@ -104,11 +103,9 @@ describe('runner agents under Pulumi mocks', () => {
     expect(field(environment, 'appLogsConfiguration')).toEqual({ destination: 'azure-monitor' });
   });
 
-  it("when a job's container starts, then its environment names the host, its pool, its audience, its own identity and its target's state, and nothing else", () => {
+  it("when a job's container starts, then its environment names the host, its pool, its audience and its own identity, and nothing else (each job names its tenant's state)", () => {
     const app = one('web:WebApp');
     for (const target of ['a', 'b'] as const) {
-      const { names, account, vault, key } = stateOf(target);
-      expect(field(key, 'keyName')).toBe(names.key);
       expect(envOf(target), target).toEqual({
         RuntimeCloud__Runner__HostUrl: `https://${app.name}.azurewebsites.net`,
         RuntimeCloud__Runner__Pool: POOLS[target],
@@ -116,8 +113,6 @@ describe('runner agents under Pulumi mocks', () => {
         AZURE_CLIENT_ID: clientIdOf(`runner-${target}`),
         RuntimeCloud__Runner__Engine: 'pulumi',
         RuntimeCloud__Runner__OneJob: 'true',
-        RuntimeCloud__Runner__StateBackend: `azblob://state-{tenant}?storage_account=${account.name}`,
-        RuntimeCloud__Runner__SecretsProvider: `azurekeyvault://${vault.name}.vault.azure.net/keys/${names.key}`,
       });
     }
   });
@@ -148,13 +143,13 @@ describe('runner agents under Pulumi mocks', () => {
   it("when roles are assigned to a runner identity, then it may change its own target's resource group and nothing else: no role on the other target", () => {
     const registry = RUNNER_REGISTRY_ID;
     for (const [target, other] of [['a', 'b'], ['b', 'a']] as const) {
-      const { account, key, subscription } = stateOf(target);
+      const { account, vault, subscription } = stateOf(target);
       const principal = principalIdOf(`runner-${target}`);
       expect(grantsOf(principal), target).toEqual(
         [
           `contributor @ ${SCOPES[target]}`,
           `storageBlobDataContributor @ storage:StorageAccount/${account.name}`,
-          `keyVaultCryptoUser @ keyvault:Key/${key.name}`,
+          `keyVaultCryptoOfficer @ keyvault:Vault/${vault.name}`,
           `serviceBusDataReceiver @ servicebus:Subscription/${subscription.name}`,
           `acrPull @ ${registry}`,
         ].sort(),
@@ -210,15 +205,16 @@ describe('runner agents under Pulumi mocks', () => {
 
   it("when a target's state is declared, then its account is Entra-only and versioned, its vault RBAC with purge protection, and their names fit Azure's limits", () => {
     for (const target of ['a', 'b'] as const) {
-      const { names, account, vault, key } = stateOf(target);
+      const { names, account, vault } = stateOf(target);
       expect(names.account).toMatch(/^[a-z0-9]{3,24}$/);
       expect(names.vault).toMatch(/^[a-z][a-z0-9-]{1,22}[a-z0-9]$/);
       expect(account.inputs, target).toMatchObject({ minimumTlsVersion: 'TLS1_2', allowSharedKeyAccess: false, allowBlobPublicAccess: false, defaultToOAuthAuthentication: true });
       const blobs = one('storage:BlobServiceProperties', (b) => field(b, 'accountName') === account.name);
       expect(blobs.inputs, target).toMatchObject({ isVersioningEnabled: true, deleteRetentionPolicy: { enabled: true } });
       expect(field(vault, 'properties'), target).toMatchObject({ enableRbacAuthorization: true, enableSoftDelete: true, enablePurgeProtection: true });
-      expect(field(key, 'properties'), target).toMatchObject({ kty: 'RSA', keyOps: ['encrypt', 'decrypt'] });
     }
     expect(stateOf('a').names.account).not.toBe(stateOf('b').names.account);
+    // Tenants come after this program ran: their keys are the agents' to make, one per tenant.
+    expect(all('keyvault:Key').filter((k) => [stateOf('a').names.vault, stateOf('b').names.vault].includes(text(k, 'vaultName')))).toEqual([]);
   });
 });

@@ -5,13 +5,15 @@ import { parseRunnerImage, parseTargets, stateNames, type AzureTarget } from '..
 
 const SUB = '00000000-0000-4000-8000-00000000000a';
 const azure = (extra: Record<string, unknown> = {}) => ({ id: 'prod-we', kind: 'azure-subscription', name: 'Production', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, ...extra });
+const BACKEND = { url: 's3://dc-state/{tenant}', secretsProvider: 'hashivault://pulumi-{tenant}' };
+const onPrem = (extra: Record<string, unknown> = {}) => ({ id: 'dc', kind: 'on-prem', name: 'DC', backend: BACKEND, ...extra });
 const REGISTRY = `/subscriptions/${SUB}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
 
 describe('infra targets config', () => {
   it('when an Azure target names no pool or runners, then its pool is its id and it runs 2 jobs at once; a customer-hosted target keeps its endpoint', () => {
-    expect(parseTargets([azure(), { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test' }])).toEqual([
+    expect(parseTargets([azure(), onPrem({ endpoint: 'https://dc.example.test' })])).toEqual([
       { id: 'prod-we', kind: 'azure-subscription', name: 'Production', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, maxRunners: 2 },
-      { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc' },
+      { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc', backend: BACKEND },
     ]);
     expect(parseTargets([azure({ pool: 'blue', runners: { max: 4 } })])[0]).toMatchObject({ pool: 'blue', maxRunners: 4 });
   });
@@ -28,12 +30,17 @@ describe('infra targets config', () => {
     ['a pool with a double hyphen', [azure({ pool: 'a--b' })], 'config targets[0].pool must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "a--b")'],
     ['the local cloud', [{ id: 'local', kind: 'local-cloud', name: 'Local' }], "config targets[0].kind local-cloud is the local host's own target and has no place in an Azure deployment"],
     ['an unknown kind', [{ id: 'x', kind: 'gcp-project', name: 'X' }], 'config targets[0].kind must be one of azure-subscription, aks-cluster, on-prem (got "gcp-project")'],
-    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners)'],
+    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners, backend)'],
     ['no name', [azure({ name: ' ' })], 'config targets[0].name must be a non-empty string (got " ")'],
     ['no runners', [azure({ runners: { max: 0 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 0)'],
     ['a fraction of a runner', [azure({ runners: { max: 1.5 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 1.5)'],
-    ['a scope on an on-prem target', [{ id: 'dc', kind: 'on-prem', name: 'DC', scope: { subscriptionId: SUB, resourceGroup: 'rg' } }], 'config targets[0].scope applies to azure-subscription targets only (dc is on-prem)'],
-    ['runners on an AKS target', [{ id: 'k', kind: 'aks-cluster', name: 'K', runners: { max: 2 } }], 'config targets[0].runners applies to azure-subscription targets only (k is aks-cluster)'],
+    ['a scope on an on-prem target', [onPrem({ scope: { subscriptionId: SUB, resourceGroup: 'rg' } })], 'config targets[0].scope applies to azure-subscription targets only (dc is on-prem)'],
+    ['runners on an AKS target', [{ id: 'k', kind: 'aks-cluster', name: 'K', backend: BACKEND, runners: { max: 2 } }], 'config targets[0].runners applies to azure-subscription targets only (k is aks-cluster)'],
+    ['a customer-hosted target without a backend', [onPrem({ backend: undefined })], 'config targets[0].backend is required for a customer-hosted target'],
+    ['a backend all tenants would share', [onPrem({ backend: { url: 's3://dc-state' } })], 'config targets[0].backend.url must name {tenant}, so that no two tenants share it (got "s3://dc-state")'],
+    ['one secrets key for all tenants', [onPrem({ backend: { url: 's3://dc/{tenant}', secretsProvider: 'hashivault://pulumi' } })], 'config targets[0].backend.secretsProvider must name {tenant}'],
+    ['a backend field too many', [onPrem({ backend: { url: 's3://dc/{tenant}', region: 'x' } })], 'config targets[0].backend.region is not a backend field (known: url, secretsProvider)'],
+    ['a backend on an Azure target', [azure({ backend: BACKEND })], "config targets[0].backend is this program's for an azure-subscription target"],
     ['the same id twice', [azure(), azure({ pool: 'other', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and prod-we have the same id prod-we: each target needs its own'],
     ['one pool for two targets', [azure(), azure({ id: 'b', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and b have the same pool prod-we: each target needs its own'],
     ['one scope for two targets', [azure(), azure({ id: 'b', scope: { subscriptionId: SUB, resourceGroup: 'RG-PROD' } })], `config targets prod-we and b have the same scope /subscriptions/${SUB}/resourcegroups/rg-prod: each target needs its own`],
@@ -43,7 +50,7 @@ describe('infra targets config', () => {
 
   it('when the runner image is checked, then it is required with an Azure target, from an Azure Container Registry, pinned, and its registry id matches it', () => {
     const azureTargets = parseTargets([azure()]);
-    expect(parseRunnerImage(undefined, undefined, parseTargets([{ id: 'dc', kind: 'on-prem', name: 'DC' }]))).toBeUndefined();
+    expect(parseRunnerImage(undefined, undefined, parseTargets([onPrem()]))).toBeUndefined();
     expect(parseRunnerImage('rchimages.azurecr.io/runtime-cloud-runner:1.2.3', REGISTRY, azureTargets)).toEqual({
       image: 'rchimages.azurecr.io/runtime-cloud-runner:1.2.3',
       server: 'rchimages.azurecr.io',

@@ -22,6 +22,15 @@ const operatorB = { tenant: B, roles: ['Operator'], subject: 'operator-b' };
 const TARGETS = [
   { id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local', runnerPool: 'local-runner' },
   { id: 'edge', kind: 'local-cloud', name: 'Edge', location: 'edge', runnerPool: 'edge-runner', environments: [{ tier: 'staging' }] },
+  // A customer-hosted target: its agents keep each tenant's state and key where its backend says.
+  {
+    id: 'dc',
+    kind: 'on-prem',
+    name: 'Datacenter',
+    runnerPool: 'dc-runner',
+    environments: [{ environment: 'env-dc' }],
+    backend: { url: 's3://dc-pulumi/{tenant}?region=eu-1', secretsProvider: 'hashivault://pulumi-{tenant}' },
+  },
 ];
 
 interface RunBody {
@@ -52,9 +61,13 @@ for (const dialect of DIALECTS) {
       // The control plane puts env-cp-edge on the edge target; the other environments are the rules'.
       setControlPlane([{ id: 'env-cp-edge', target: 'edge' }, { id: 'env-rules-local' }, { id: 'env-rules-edge', tier: 'staging' }, { id: 'env-nowhere', target: 'nowhere' }]);
       const admin = { roles: ['PlatformAdmin'] };
-      const pool = await host.fetch('/runtime-cloud/pools/edge-runner', { method: 'PUT', claims: admin, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'runner', target: 'edge', capacity: 2 }) });
-      expect(pool.status).toBe(201);
-      for (const name of ['local-runner', 'edge-runner']) {
+      for (const [name, target] of [['edge-runner', 'edge'], ['dc-runner', 'dc']]) {
+        const pool = await host.fetch(`/runtime-cloud/pools/${name}`, { method: 'PUT', claims: admin, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'runner', target, capacity: 2 }) });
+        expect(pool.status).toBe(201);
+      }
+      const tenantB = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: admin });
+      expect(tenantB.status).toBeLessThan(300);
+      for (const name of ['local-runner', 'edge-runner', 'dc-runner']) {
         const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: name, subject: `agent-of-${name}` });
         agents[name] = hostClient({ hostUrl: host.url, pool: name, credential: () => Promise.resolve(credential) });
       }
@@ -91,11 +104,16 @@ for (const dialect of DIALECTS) {
         return body.state === 'applied' || body.state === 'failed' ? body : undefined;
       });
     }
-    /** A scan of the environment, once inventory has heard of its apply (`SpecificationApplied`). */
+    /**
+     * A completed scan of the environment, once inventory has heard of its apply (`SpecificationApplied`). A scan that
+     * overlapped that event is skipped (the desired state changed under it), and asked again.
+     */
     const scan = (environmentId: string, as = operator) =>
       eventually(async () => {
         const response = await host.fetch(`/runtime-cloud/environments/${environmentId}/scan`, { method: 'POST', claims: as });
-        return response.status === 404 ? undefined : ((await response.json()) as { outcome: string; driftStatus?: string });
+        if (response.status === 404) return undefined;
+        const body = (await response.json()) as { outcome: string; reason?: string; driftStatus?: string };
+        return body.outcome === 'skipped' && body.reason === 'the desired state changed during the scan' ? undefined : body;
       });
 
     it("when the control plane names an environment's target, then its jobs go to that target's pool, its resources are made there and its scan looks there", async () => {
@@ -139,8 +157,6 @@ for (const dialect of DIALECTS) {
 
     it("when another tenant has an environment of the same id and stack, then each lives on its own target: neither's binding, jobs or scan is the other's", async () => {
       // Arrange: tenant A's env-cp-edge is bound to edge (the first test); tenant B's of the same id is the rules'.
-      const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: { roles: ['PlatformAdmin'] } });
-      expect(created.status).toBeLessThan(300);
       setControlPlane([{ id: 'env-cp-edge', tenant: B }, { id: 'env-cp-edge', target: 'edge' }]);
 
       // Act
@@ -156,6 +172,32 @@ for (const dialect of DIALECTS) {
       expect(appliedA.state).toBe('applied');
       expect(await scan('env-cp-edge', operatorB)).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
       expect(await scan('env-cp-edge')).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+    });
+
+    it("when two tenants' environments of the same id and stack live on a customer-hosted target, then each job names its own tenant's state backend and secrets key", async () => {
+      // Arrange
+      setControlPlane([{ id: 'env-dc' }, { id: 'env-dc', tenant: B }]);
+      const client = agents['dc-runner'] as HostClient;
+
+      // Act: each run's plan job, claimed by the target's agent, which fails it (no Pulumi engine here).
+      const backends: Record<string, unknown> = {};
+      for (const as of [operator, operatorB]) {
+        const run = await promote('env-dc', 'development-1', undefined, as);
+        expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: 'dc-runner' });
+        const claimed = await eventually(() => client.claim('dc-agent', 0), 20_000);
+        expect([claimed.job.runId, claimed.job.stack.tenant, claimed.job.engine]).toEqual([run.runId, as.tenant, 'pulumi']);
+        backends[as.tenant] = claimed.job.backend;
+        const engineFor = () => {
+          throw new Error('no Pulumi engine in this test');
+        };
+        await runJob({ client, agent: 'dc-agent', workRoot: join(root, 'work'), engineFor }, claimed, () => undefined);
+      }
+
+      // Assert
+      expect(backends).toEqual({
+        'demo-team': { url: 's3://dc-pulumi/demo-team?region=eu-1', secretsProvider: 'hashivault://pulumi-demo-team' },
+        [B]: { url: `s3://dc-pulumi/${B}?region=eu-1`, secretsProvider: `hashivault://pulumi-${B}` },
+      });
     });
   });
 }

@@ -2,8 +2,8 @@ import { BlobServiceClient, StorageSharedKeyCredential } from '@azure/storage-bl
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pulumiSettingsOf } from '../../runner/main';
 import { ensureStateContainer, stateContainerOf } from '../../runner/state-backend';
+import { backendOfTenant } from '../../shared/platform/config/targets';
 import { refusal } from '../support/refusal';
 
 /** Azurite's well-known development account (public, documented by Microsoft). */
@@ -35,7 +35,8 @@ describe('the per-tenant Pulumi state container, against Azurite Blob', () => {
   });
 
   const backend = `azblob://state-{tenant}?storage_account=${ACCOUNT}&protocol=http&localemu=true&domain=127.0.0.1:`;
-  const backendOf = (tenant: string) => pulumiSettingsOf({ RuntimeCloud__Runner__StateBackend: `${backend}${port}`, RuntimeCloud__Runner__SecretsProvider: '' }, tenant).envVars.PULUMI_BACKEND_URL ?? '';
+  // The backend a job of the tenant names: the target's, with the tenant in it (the host's `backendOfTenant`).
+  const backendOf = (tenant: string) => backendOfTenant({ url: `${backend}${port}` }, tenant).url;
   const containers = async () => {
     const names: string[] = [];
     const client = new BlobServiceClient(`http://127.0.0.1:${port}/${ACCOUNT}`, new StorageSharedKeyCredential(ACCOUNT, KEY));
@@ -54,7 +55,7 @@ describe('the per-tenant Pulumi state container, against Azurite Blob', () => {
   it('when a tenant id cannot name a container, or the setting names no account, then the job fails naming the setting and why', async () => {
     expect(await refusal(ensureStateContainer(backendOf('Demo_Team'), { AZURE_STORAGE_KEY: KEY }))).toMatchObject({
       code: 'RUNNER.INVALID_SETTINGS',
-      message: expect.stringMatching(/^RuntimeCloud__Runner__StateBackend azblob:\/\/state-Demo_Team: "state-Demo_Team" is not a blob container name/),
+      message: expect.stringMatching(/^the state backend azblob:\/\/state-Demo_Team: "state-Demo_Team" is not a blob container name/),
     });
     expect(await refusal(ensureStateContainer('azblob://state-x', {}))).toMatchObject({ code: 'RUNNER.INVALID_SETTINGS', message: expect.stringContaining('names no storage_account') });
     expect(await containers()).not.toContain('state-Demo_Team');

@@ -5,7 +5,8 @@ import type { ConfigMap, EngineEvent, OpMap, OutputMap, PreviewResult, StepEvent
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { pulumiIacRunner } from '../../shared/platform/iac/iac-runner';
-import { pulumiSettingsOf } from '../../runner/main';
+import { pulumiSettingsOf } from '../../runner/state-backend';
+import { backendOfTenant } from '../../shared/platform/config/targets';
 import type { JsonValue, ValueReference } from '../../shared/platform/iac/iac-values';
 import type { Plan } from '../../shared/platform/iac/plan';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
@@ -471,10 +472,10 @@ describe("the pulumi runner's per-tenant state backend and secrets provider (rea
       ].join('\n'),
     );
     await chmod(join(root, 'bin', 'pulumi'), 0o755);
-    const settings = { RuntimeCloud__Runner__StateBackend: 'azblob://state-{tenant}', RuntimeCloud__Runner__SecretsProvider: 'azurekeyvault://kv-{tenant}.vault.azure.net/keys/pulumi' };
+    const backend = backendOfTenant({ url: 'azblob://state-{tenant}', secretsProvider: 'azurekeyvault://kv-{tenant}.vault.azure.net/keys/pulumi' }, 'demo-team');
 
     // Act: the stack's creation is answered with a failure after `stack init`, so the preview stops there.
-    await refusal(pulumiIacRunner({ cliRoot: root, workRoot, ...pulumiSettingsOf(settings, 'demo-team') }).preview(DEV, FILES));
+    await refusal(pulumiIacRunner({ cliRoot: root, workRoot, ...pulumiSettingsOf(backend) }).preview(DEV, FILES));
 
     // Assert
     const logged = (await readFile(calls, 'utf8')).trim().split('\n');

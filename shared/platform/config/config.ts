@@ -39,6 +39,22 @@ const targetSchema = z.object({
   environments: z
     .array(z.object({ tenant: z.string().min(1).optional(), environment: z.string().min(1).optional(), tier: z.enum(['development', 'staging', 'production']).optional() }).strict())
     .optional(),
+  /**
+   * Where the runners of a target that is not a local cloud keep each tenant's Pulumi state (`url`, a Pulumi backend
+   * URL) and which key encrypts its secrets (`secretsProvider`); `{tenant}` in either is the job's tenant, and each
+   * must name it, so no two tenants share a state location or a key. The host hands both to the agent in the job.
+   * Example: `{"url":"azblob://state-{tenant}?storage_account=stprod","secretsProvider":"azurekeyvault://kv-prod.vault.azure.net/keys/pulumi-{tenant}"}`.
+   */
+  backend: z
+    .object({
+      url: z.string().includes('{tenant}', { message: 'must name {tenant}: each tenant keeps its state apart' }),
+      secretsProvider: z.string().includes('{tenant}', { message: 'must name {tenant}: each tenant has its own key' }).optional(),
+    })
+    .strict()
+    .optional(),
+}).refine((target) => target.kind === 'local-cloud' || target.backend !== undefined, {
+  message: "a target that is not a local cloud needs its runners' state backend (`backend.url`)",
+  path: ['backend'],
 });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 

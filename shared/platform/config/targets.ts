@@ -1,3 +1,4 @@
+import type { JobBackend } from '../iac/runner-job';
 import type { ProvisioningTarget } from './config';
 
 /** An environment as targets are matched against it. */
@@ -22,7 +23,24 @@ export function targetOfEnvironment(targets: readonly ProvisioningTarget[], envi
   return targets.find((t) => t.environments?.some(matches)) ?? first;
 }
 
-/** A target's runner pool (default `<id>-runner`) and the engine its runners use. */
-export function runnerTargetOf(target: ProvisioningTarget): { readonly target: string; readonly pool: string; readonly engine: 'local' | 'pulumi' } {
-  return { target: target.id, pool: target.runnerPool ?? `${target.id}-runner`, engine: target.kind === 'local-cloud' ? 'local' : 'pulumi' };
+/** A target's runner pool (default `<id>-runner`), the engine its runners use and, for `pulumi`, their state backend. */
+export function runnerTargetOf(target: ProvisioningTarget): RunnerTarget {
+  const pool = target.runnerPool ?? `${target.id}-runner`;
+  if (target.kind === 'local-cloud') return { target: target.id, pool, engine: 'local' };
+  return { target: target.id, pool, engine: 'pulumi', ...(target.backend ? { backend: target.backend } : {}) };
+}
+
+export interface RunnerTarget {
+  readonly target: string;
+  readonly pool: string;
+  readonly engine: 'local' | 'pulumi';
+  /** `pulumi` targets: the state backend and secrets provider of the target's runners, `{tenant}` still in them. */
+  readonly backend?: JobBackend;
+}
+
+/** The backend of one job: the target's, with the job's tenant in place of `{tenant}`. */
+export function backendOfTenant(backend: JobBackend, tenant: string): JobBackend {
+  const url = backend.url.replaceAll('{tenant}', tenant);
+  const secretsProvider = backend.secretsProvider?.replaceAll('{tenant}', tenant);
+  return { url, ...(secretsProvider !== undefined ? { secretsProvider } : {}) };
 }

@@ -39,10 +39,23 @@ export interface RunnerJobSpec {
   readonly options: PlanOptions;
   /** Apply jobs: the recorded (and, where required, approved) plan; the agent applies exactly it or nothing. */
   readonly approvedPlan?: Plan;
+  /**
+   * `pulumi` jobs: the tenant's state backend and secrets provider on the job's target. The agent makes the
+   * container and the key the first time a tenant needs them.
+   */
+  readonly backend?: JobBackend;
   /** The stack lock's version the job runs under. */
   readonly fencingToken: number;
   /** ISO-8601: when the job's lease lapses unless the agent's heartbeat renews it. */
   readonly leaseExpiresAt: string;
+}
+
+/** Where a `pulumi` job keeps its stack's state, and the key its secrets are encrypted with. */
+export interface JobBackend {
+  /** A Pulumi backend URL. Example: `azblob://state-contoso?storage_account=stprodwe1a2b3c4d`. */
+  readonly url: string;
+  /** A Pulumi secrets provider. Example: `azurekeyvault://kv-prod-we.vault.azure.net/keys/pulumi-contoso`. */
+  readonly secretsProvider?: string;
 }
 
 /** A claimed job: its spec, its token, and (apply jobs only) the values of the plan's references, resolved for it. */
