@@ -232,7 +232,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       tenant: lease.tenant,
       data: {
         leaseId: lease.id,
-        tenant: lease.tenant,
+        tenantId: lease.tenant,
         kind: lease.kind,
         pool: lease.pool,
         units: lease.units,

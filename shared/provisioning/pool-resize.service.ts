@@ -1,5 +1,5 @@
 import type { Transaction } from 'kysely';
-import { qualifiedStackName } from '../platform/iac/stack-ref';
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { MessageIdReused, recordRejectedInbound, recordResend, recordRunInbound } from './intake.service';
@@ -41,7 +41,7 @@ export async function poolResize(ctx: ProvisioningContext, message: { readonly m
   if (!base) {
     const stack = qualifiedStackName(resize.iacStack);
     const reason = `pool ${resize.pool} names stack ${stack}, which no run has applied: where its project lives is not known`;
-    return rejectResize(ctx, message.messageId, { pool: resize.pool, stack, eventId: resize.eventId, code: RunErrors.unknownStack, reason, problems: [] });
+    return rejectResize(ctx, message.messageId, { pool: resize.pool, stack: resize.iacStack, eventId: resize.eventId, code: RunErrors.unknownStack, reason, problems: [] });
   }
   try {
     return await inTransaction(ctx.db, (trx) => recordResize(ctx, trx, resize, base, message.messageId));
@@ -86,7 +86,7 @@ async function duplicate(ctx: ProvisioningContext, run: Run, messageId: string):
 async function rejectResize(
   ctx: ProvisioningContext,
   messageId: string,
-  refusal: { pool?: string; stack?: string; eventId?: string; code: string; reason: string; problems: readonly FieldProblem[] },
+  refusal: { pool?: string; stack?: StackRef; eventId?: string; code: string; reason: string; problems: readonly FieldProblem[] },
 ): Promise<PoolResizeResult> {
   await inTransaction(ctx.db, async (trx) => {
     const at = ctx.clock.now();

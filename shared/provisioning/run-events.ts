@@ -1,5 +1,5 @@
 import type { NewEvent } from '../platform/bus/events';
-import { qualifiedStackName } from '../platform/iac/stack-ref';
+import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { stackOf, type PlanCounts, type Run } from './run';
 
 /**
@@ -149,6 +149,7 @@ export function provisioningFailed(run: Run, repository: string, failure: { code
     state: run.state,
     code: failure.code,
     reason: failure.reason,
+    problems: [],
     ...(run.planDigest !== undefined ? { planDigest: run.planDigest } : {}),
     ...(run.supersededBy !== undefined ? { supersededBy: run.supersededBy } : {}),
     finishedAt: failure.finishedAt.toISOString(),
@@ -175,6 +176,7 @@ export function promotionRejected(message: {
     ...(message.tenantId !== undefined ? { tenant: message.tenantId } : {}),
     data: {
       messageId: message.messageId,
+      trigger: 'promotion',
       ...(message.promotionId !== undefined ? { promotionId: message.promotionId } : {}),
       ...(message.tenantId !== undefined ? { tenantId: message.tenantId } : {}),
       ...rejection(message),
@@ -195,22 +197,25 @@ export function poolResizeRejected(message: {
   messageId: string;
   eventId?: string;
   pool?: string;
-  stack?: string;
+  stack?: StackRef;
   code: string;
   reason: string;
   problems: readonly { field: string; message: string }[];
   at: Date;
 }): NewEvent {
+  const { stack } = message;
   return {
     type: 'ProvisioningFailed',
     subject: message.pool !== undefined ? `pools/${message.pool}` : `messages/${message.messageId}`,
     correlationId: message.eventId ?? message.messageId,
+    ...(stack ? { tenant: stack.tenant } : {}),
     data: {
       messageId: message.messageId,
       trigger: 'pool-resize',
       ...(message.eventId !== undefined ? { eventId: message.eventId } : {}),
       ...(message.pool !== undefined ? { pool: message.pool } : {}),
-      ...(message.stack !== undefined ? { stack: message.stack } : {}),
+      // The members a run's events name its stack with, so a consumer reads one shape of ProvisioningFailed.
+      ...(stack ? { tenantId: stack.tenant, project: stack.project, stack: stack.stack, qualifiedStack: qualifiedStackName(stack) } : {}),
       ...rejection(message),
     },
   };

@@ -133,19 +133,31 @@ describe('event messages in asyncapi.json', () => {
     ids,
   );
 
-  it('when a rejected promotion and a rejected pool resize are validated, then both ProvisioningFailed shapes are valid', () => {
-    // Arrange
-    const poolResize = toCloudEvent(
-      poolResizeRejected({ messageId: 'msg-2', eventId: 'evt-9', pool: 'builders', stack: 'pool', code: 'PROVISIONING.UNKNOWN_STACK', reason: 'no run applied pool', problems: [], at }),
-      clock,
-      ids,
-    );
+  const stack = { tenant: 'demo-team', project: 'pools', stack: 'builders' };
+  const poolResize = toCloudEvent(
+    poolResizeRejected({ messageId: 'msg-2', eventId: 'evt-9', pool: 'builders', stack, code: 'PROVISIONING.UNKNOWN_STACK', reason: 'no run applied demo-team/pools/builders', problems: [], at }),
+    clock,
+    ids,
+  );
 
+  it('when a rejected promotion and a rejected pool resize are validated, then both are the one ProvisioningFailed shape, naming a stack as a run does', () => {
     // Act
     const violations = [eventViolation(valid.id, JSON.stringify(valid)), eventViolation(poolResize.id, JSON.stringify(poolResize))];
 
     // Assert
     expect(violations).toEqual([undefined, undefined]);
+    expect(poolResize).toMatchObject({ tenant: 'demo-team', data: { trigger: 'pool-resize', tenantId: 'demo-team', project: 'pools', stack: 'builders', qualifiedStack: 'demo-team/pools/builders' } });
+    expect(valid.data).toMatchObject({ trigger: 'promotion', state: 'rejected', problems: [{ field: 'promotionId' }] });
+  });
+
+  it.each<[string, (event: Json) => Json]>([
+    ['both a run and a message', (e) => ({ ...e, data: { ...(e.data as Json), runId: 'run-1' } })],
+    ['neither a run nor a message', (e) => ({ ...e, data: { ...(e.data as Json), messageId: undefined } })],
+    ['a run without the members of every run event', (e) => ({ ...e, data: { ...(e.data as Json), messageId: undefined, runId: 'run-1' } })],
+    ['a message that was not rejected', (e) => ({ ...e, data: { ...(e.data as Json), state: 'failed' } })],
+    ['without its trigger', (e) => ({ ...e, data: { ...(e.data as Json), trigger: undefined } })],
+  ])('when a rejected pool resize names %s, then the contract check reports it', (_name, breakIt) => {
+    expect(eventViolation('evt-broken', JSON.stringify(breakIt(poolResize as unknown as Json)))?.errors.length).toBeGreaterThan(0);
   });
 
   it.each<[string, (event: Json) => Json]>([
@@ -182,7 +194,7 @@ describe('the outbox check of test databases', () => {
     const database = await createTestDatabase('sqlite');
     const [written] = await appendToOutbox(
       database.store.db as Kysely<OutboxTables>,
-      [{ type: 'LeaseExpired', subject: 'leases/l1', correlationId: 'l1', tenant: 't1', data: { leaseId: 'l1', tenant: 't1', kind: 'attempt', pool: 'p1', units: 0, holder: 'h', fencingToken: 1, expiresAt: '2026-11-30T09:00:00.000Z' } }],
+      [{ type: 'LeaseExpired', subject: 'leases/l1', correlationId: 'l1', tenant: 't1', data: { leaseId: 'l1', tenantId: 't1', kind: 'attempt', pool: 'p1', units: 0, holder: 'h', fencingToken: 1, expiresAt: '2026-11-30T09:00:00.000Z' } }],
       new ManualClock('2026-11-30T09:00:00Z'),
       randomIds,
     );

@@ -515,7 +515,7 @@ for (const dialect of DIALECTS) {
       expect(await db().selectFrom('provisioning_runs').select('id').where('stack', '=', stack).where('reason', '=', 'pool-resize').execute()).toHaveLength(1);
       expect(unknownStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_STACK', reason: expect.stringContaining(qualifiedExampleStack('no-such-stack', POOL_PROJECT)) });
       expect(await eventsOf(`evt-resize-${dialect}-3`)).toMatchObject([
-        { type: 'ProvisioningFailed', subject: 'pools/other-pool', data: { trigger: 'pool-resize', stack: qualifiedExampleStack('no-such-stack', POOL_PROJECT), code: 'PROVISIONING.UNKNOWN_STACK' } },
+        { type: 'ProvisioningFailed', subject: 'pools/other-pool', data: { trigger: 'pool-resize', tenantId: 'demo-team', project: POOL_PROJECT, stack: 'no-such-stack', qualifiedStack: qualifiedExampleStack('no-such-stack', POOL_PROJECT), code: 'PROVISIONING.UNKNOWN_STACK' } },
       ]);
       expect(invalid).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.INVALID_POOL_RESIZE', reason: expect.stringContaining('fromCapacity') });
       expect(bareStack).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.INVALID_POOL_RESIZE', reason: expect.stringContaining('iacStack') });
