@@ -62,16 +62,16 @@ export async function updateEnvironment(db: InventoryDb, key: EnvironmentKey, se
 }
 
 /** Environments due for a scan at `now`, the longest overdue first. */
-export async function dueEnvironments(db: InventoryDb, now: number, limit: number): Promise<{ key: EnvironmentKey; nextScanAt: number }[]> {
+export async function dueEnvironments(db: InventoryDb, now: number, limit: number): Promise<{ key: EnvironmentKey; name: string; nextScanAt: number }[]> {
   const rows = await db
     .selectFrom('inventory_environments')
-    .select(['tenant_id', 'environment_id', 'next_scan_at'])
+    .select(['tenant_id', 'environment_id', 'name', 'next_scan_at'])
     .where('next_scan_at', '<=', now)
     .orderBy('next_scan_at')
     .orderBy('tenant_id')
     .orderBy('environment_id')
     .execute();
-  return rows.slice(0, limit).map((r) => ({ key: { tenant: r.tenant_id, id: r.environment_id }, nextScanAt: Number(r.next_scan_at) }));
+  return rows.slice(0, limit).map((r) => ({ key: { tenant: r.tenant_id, id: r.environment_id }, name: r.name, nextScanAt: Number(r.next_scan_at) }));
 }
 
 /**

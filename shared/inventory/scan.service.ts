@@ -5,7 +5,7 @@ import { AppError, ensureError } from '../platform/errors/app-error';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordDriftFindings } from '../platform/telemetry/metrics';
 import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
-import { groupByResource, observedForInventory, reconciliationPlan, type EnvironmentKey } from './environment';
+import { groupByResource, observedForInventory, reconciliationPlan, scanIntervalMs, type EnvironmentKey } from './environment';
 import { againOnUniqueViolation, appendEvents, environmentByKey, intervalOf, keyOf, nowOf, stackOfRow, type InventoryContext } from './inventory.context';
 import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
 import {
@@ -213,9 +213,11 @@ export async function scanDue(ctx: InventoryContext): Promise<ScanRecord[]> {
   let next = 0;
   const worker = async () => {
     while (next < due.length) {
-      const { key, nextScanAt: seen } = due[next++]!;
-      // Another host's timer may have taken this environment in this round: only the claim's winner scans it.
-      if (!(await retryingContention(() => claimScan(ctx.db, key, seen, at + ctx.scanInterval.defaultMs)))) continue;
+      const { key, name, nextScanAt: seen } = due[next++]!;
+      // Another host's timer may have taken this environment in this round: only the claim's winner scans it. The
+      // claim moves its next scan one of its own intervals on (the scan keeps the later of that and its own).
+      const interval = scanIntervalMs(ctx.scanInterval, { id: key.id, name });
+      if (!(await retryingContention(() => claimScan(ctx.db, key, seen, at + interval)))) continue;
       try {
         records.push(await scan(ctx, key, { kind: 'timer' }));
       } catch (thrown) {

@@ -65,6 +65,26 @@ describe('configuration', () => {
     expect((caught as Error).message).toContain('RuntimeCloud__Auth__Clients');
   });
 
+  it('when a scan interval is under a minute, or a target that is not a local cloud has no backend or one shared by tenants, then parsing fails naming it', () => {
+    const problemsOf = (env: Record<string, string>) => {
+      try {
+        parseConfig(env);
+      } catch (error) {
+        return (error as ConfigError).problems.map((p) => `${p.field}: ${p.message}`);
+      }
+      return [];
+    };
+    expect(parseConfig({ RuntimeCloud__Inventory__ScanIntervalSeconds: '{"production":60}' }).inventory.scanInterval.byEnvironment).toEqual({ production: 60_000 });
+    expect(problemsOf({ RuntimeCloud__Inventory__ScanIntervalSeconds: '{"production":30}' })).toEqual([expect.stringMatching(/^RuntimeCloud__Inventory__ScanIntervalSeconds\.production: .*60 seconds at the least/)]);
+    const dc = { id: 'dc', kind: 'on-prem', name: 'DC' };
+    expect(problemsOf({ RuntimeCloud__Targets: JSON.stringify([dc]) })).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.0\.backend: .*backend\.url/)]);
+    expect(problemsOf({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc-state' } }]) })).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.0\.backend\.url: must name \{tenant\}/)]);
+    expect(problemsOf({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc/{tenant}', secretsProvider: 'hashivault://pulumi' } }]) })).toEqual([
+      expect.stringMatching(/^RuntimeCloud__Targets\.0\.backend\.secretsProvider: must name \{tenant\}/),
+    ]);
+    expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc/{tenant}' } }]) }).targets[0]?.backend).toEqual({ url: 's3://dc/{tenant}' });
+  });
+
   it('when local.settings.sample.json is read, then it lists exactly the schema keys', () => {
     const sample = JSON.parse(readFileSync(join(__dirname, '../../local.settings.sample.json'), 'utf8')) as {
       Values: Record<string, string>;

@@ -233,7 +233,7 @@ export const settings = {
    * keys an environment's id or name. Empty: every 5 minutes. An environment not scanned within twice its interval
    * shows drift status unknown. Example: `{"default":300,"production":60}`.
    */
-  RuntimeCloud__Inventory__ScanIntervalSeconds: jsonOf(z.record(z.string().min(1), z.number().int().positive()), '{}'),
+  RuntimeCloud__Inventory__ScanIntervalSeconds: jsonOf(z.record(z.string().min(1), z.number().int().min(60, { message: 'the drift scan timer runs every minute: an interval is 60 seconds at the least' })), '{}'),
   /** How many environments one host observes at once (targets' rate limits). Example: `8`. */
   RuntimeCloud__Inventory__ScanConcurrency: z.coerce.number().int().min(1).max(256).default(8),
   /** How long one observation may take before it counts as failed (the observation goes stale). */
