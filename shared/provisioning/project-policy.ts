@@ -1,6 +1,8 @@
 import { posix } from 'node:path';
+import { LRUCache } from 'lru-cache';
 import { parseDocument } from 'yaml';
 import { AppError } from '../platform/errors/app-error';
+import { deepFreeze } from '../platform/values/deep-freeze';
 
 /**
  * Which Pulumi projects the installation lets a runner evaluate, checked on the files read at the commit before
@@ -142,7 +144,21 @@ export function projectNotAllowed(problems: readonly ProjectProblem[]): AppError
   });
 }
 
-function readMapping(text: string): Record<string, unknown> | string {
+/**
+ * Files read before, by their text: every run of a commit reads the same files (as pulumi-yaml.ts's cache does). The
+ * mappings are frozen, as the checks only read them.
+ */
+const readMappings = new LRUCache<string, { readonly value: Readonly<Record<string, unknown>> | string }>({ max: 512, maxSize: 8 * 1024 * 1024, sizeCalculation: (_, text) => Math.max(1, text.length) });
+
+function readMapping(text: string): Readonly<Record<string, unknown>> | string {
+  const cached = readMappings.get(text);
+  if (cached) return cached.value;
+  const value = parseMapping(text);
+  readMappings.set(text, { value: typeof value === 'string' ? value : deepFreeze(value) });
+  return value;
+}
+
+function parseMapping(text: string): Record<string, unknown> | string {
   if (text.trim() === '') return {};
   const document = parseDocument(text, { uniqueKeys: true });
   const [error] = document.errors;
