@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
+import { TENANT_NOT_ADDRESSABLE, tenantSegmentProblem } from '../platform/config/targets';
 import { describeRepository } from '../platform/git/repository-url';
 import { qualifiedStackName, sameStack } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -145,6 +146,9 @@ async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionAppr
   if (!ctx.targets.ids.includes(target)) {
     return refused({ code: RunErrors.unknownTarget, message: `the control plane puts environment ${promotion.environment.id} on target ${target}, which this installation does not have` });
   }
+  // The tenant's id becomes part of its state location and key on the target: checked before anything is read.
+  const tenantProblem = ctx.runners?.targets.find((t) => t.target === target)?.backend ? tenantSegmentProblem(promotion.tenantId) : undefined;
+  if (tenantProblem) return refused({ code: TENANT_NOT_ADDRESSABLE, message: tenantProblem });
   try {
     const { repository, project } = await readProject(ctx, promotion.tenantId, promotion.desiredState);
     return { repository, project, target };

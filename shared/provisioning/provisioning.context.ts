@@ -8,6 +8,7 @@ import type { LocalCloud } from '../platform/cloud/local-cloud';
 import type { IacEngine } from '../platform/iac/iac-runner';
 import type { StackStates } from '../platform/iac/stack-state.repository';
 import type { RunnerTarget } from '../platform/config/targets';
+export type { RunnerTarget } from '../platform/config/targets';
 import type { SqlStore } from '../platform/sql/database';
 import type { SqlDialect } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -79,8 +80,6 @@ export interface EnvironmentTargets {
  * run's environment, the capacity leases its jobs hold, the job lease's length, and for local cloud targets the
  * state and resources the job endpoints serve.
  */
-export type { RunnerTarget };
-
 export interface RunnerExecution {
   /** Every target of the installation with its runner pool and the engine its runners use. */
   readonly targets: readonly RunnerTarget[];

@@ -199,5 +199,20 @@ for (const dialect of DIALECTS) {
         [B]: { url: `s3://dc-pulumi/${B}?region=eu-1`, secretsProvider: `hashivault://pulumi-${B}` },
       });
     });
+
+    it("when a tenant's id cannot be a segment of the target's backend URL, then its promotion there is refused with why, before any job", async () => {
+      // Arrange: `..` in an s3:// or file:// URL would name another tenant's state.
+      const odd = { tenant: 'odd..tenant', roles: ['Operator'], subject: 'operator-odd' };
+      const created = await host.fetch(`/runtime-cloud/tenants/${odd.tenant}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: { roles: ['PlatformAdmin'] } });
+      expect(created.status).toBe(201);
+      setControlPlane([{ id: 'env-dc', tenant: odd.tenant }]);
+
+      // Act
+      const run = await promote('env-dc', 'development-1', undefined, odd);
+
+      // Assert
+      expect(run).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.TENANT_NOT_ADDRESSABLE', message: expect.stringContaining('"odd..tenant" cannot name a state location or key') } });
+      expect(await agents['dc-runner']!.claim('dc-agent', 0)).toBeUndefined();
+    });
   });
 }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { backendOfTenant, tenantSegmentProblem } from '../../shared/platform/config/targets';
 
 describe('configuration', () => {
   it('when nothing is set, then the seed defaults apply and the config is frozen', () => {
@@ -83,6 +84,15 @@ describe('configuration', () => {
       expect.stringMatching(/^RuntimeCloud__Targets\.0\.backend\.secretsProvider: must name \{tenant\}/),
     ]);
     expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc/{tenant}' } }]) }).targets[0]?.backend).toEqual({ url: 's3://dc/{tenant}' });
+  });
+
+  it("when a job's backend is made for a tenant, then its id is put in both URLs, and an id that could leave its own segment is refused", () => {
+    const backend = { url: 's3://state/{tenant}?region=eu', secretsProvider: 'azurekeyvault://kv.vault.azure.net/keys/pulumi-{tenant}' };
+    expect(backendOfTenant(backend, 'Demo_team-2')).toEqual({ url: 's3://state/Demo_team-2?region=eu', secretsProvider: 'azurekeyvault://kv.vault.azure.net/keys/pulumi-Demo_team-2' });
+    for (const tenant of ['..', 'a/b', 'x?region=us', 'a#b', 'a b', '-a', '', 'a'.repeat(64)]) {
+      expect(tenantSegmentProblem(tenant), tenant).toContain('cannot name a state location or key');
+      expect(() => backendOfTenant(backend, tenant), tenant).toThrow(expect.objectContaining({ code: 'PROVISIONING.TENANT_NOT_ADDRESSABLE' }));
+    }
   });
 
   it('when local.settings.sample.json is read, then it lists exactly the schema keys', () => {

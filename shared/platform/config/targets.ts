@@ -1,5 +1,9 @@
+import { AppError } from '../errors/app-error';
 import type { JobBackend } from '../iac/runner-job';
 import type { ProvisioningTarget } from './config';
+
+/** A tenant whose id cannot be put in its target's backend URL (`tenantSegmentProblem`). */
+export const TENANT_NOT_ADDRESSABLE = 'PROVISIONING.TENANT_NOT_ADDRESSABLE';
 
 /** An environment as targets are matched against it. */
 export interface TargetedEnvironment {
@@ -38,8 +42,20 @@ export interface RunnerTarget {
   readonly backend?: JobBackend;
 }
 
-/** The backend of one job: the target's, with the job's tenant in place of `{tenant}`. */
+/**
+ * Why a tenant id cannot be put in a backend's URL, or undefined when it can: only letters, digits, `_` and `-`, so
+ * that no id (`..`, `a/b`, `x?storage_account=y`) can point a job at a state location or key that is not its own.
+ */
+export function tenantSegmentProblem(tenant: string): string | undefined {
+  return /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/.test(tenant)
+    ? undefined
+    : `the tenant id ${JSON.stringify(tenant)} cannot name a state location or key: it must be 1 to 63 letters, digits, "_" and "-", starting with a letter or digit`;
+}
+
+/** The backend of one job: the target's, with the job's tenant in place of `{tenant}`; refused for a tenant id that cannot be a URL segment. */
 export function backendOfTenant(backend: JobBackend, tenant: string): JobBackend {
+  const problem = tenantSegmentProblem(tenant);
+  if (problem) throw new AppError(TENANT_NOT_ADDRESSABLE, 'validation', problem, { tenant });
   const url = backend.url.replaceAll('{tenant}', tenant);
   const secretsProvider = backend.secretsProvider?.replaceAll('{tenant}', tenant);
   return { url, ...(secretsProvider !== undefined ? { secretsProvider } : {}) };
