@@ -1,10 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
-import type { InventoryService } from '../../shared/inventory/inventory.service';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { ManualClock } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
-import { applyToCloud, inventoryOver, specificationApplied, type TestResource } from '../support/inventory';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { DIALECTS, skipDialect } from '../support/databases';
+import { applyToCloud, inventoryOnDialect, specificationApplied, type TestResource } from '../support/inventory';
 
 /**
  * Each environment is scanned at its own interval, down to 60 s (issue 18): the timer runs every minute, and its claim
@@ -15,38 +11,25 @@ const RESOURCES: readonly TestResource[] = [{ name: 'assets', type: 'local:stora
 const MINUTE = 60_000;
 
 describe.each(DIALECTS)('drift scan cadence on %s', (dialect) => {
-  let server: RunningTableServer;
-  let database: TestDatabase;
-  let clock: ManualClock;
-  let inventory: InventoryService;
-  let cloud: LocalCloud;
-
+  // `production` (by name) every minute; everything else at the 5-minute default.
+  const harness = inventoryOnDialect(dialect, { scanInterval: { defaultMs: 5 * MINUTE, byEnvironment: { production: MINUTE } } });
   beforeAll(async () => {
     if (skipDialect(dialect)) return;
-    server = await startTableServer();
-    database = await createTestDatabase(dialect);
-    clock = new ManualClock('2026-06-01T00:00:00Z');
-    // `production` (by name) every minute; everything else at the 5-minute default.
-    ({ inventory, cloud } = inventoryOver(database.store, server.connectionString, clock, { scanInterval: { defaultMs: 5 * MINUTE, byEnvironment: { production: MINUTE } } }));
     for (const [id, name] of [['env-prod', 'production'], ['env-dev', 'development']] as const) {
-      await applyToCloud(cloud, `stack-${id}`, RESOURCES);
-      await inventory.recordSpecification({ id: `event-${id}`, time: clock.now().toISOString(), data: specificationApplied({ id, stack: `stack-${id}`, name }, RESOURCES) });
+      await applyToCloud(harness.cloud, `stack-${id}`, RESOURCES);
+      await harness.inventory.recordSpecification({ id: `event-${id}`, time: harness.clock.now().toISOString(), data: specificationApplied({ id, stack: `stack-${id}`, name }, RESOURCES) });
     }
-  });
-  afterAll(async () => {
-    await database?.drop();
-    await server?.close();
   });
 
   /** The environments the timer's round scanned, by id. */
-  const round = async () => (await inventory.scanDue()).map((r) => r.environmentId).sort();
+  const round = async () => (await harness.inventory.scanDue()).map((r) => r.environmentId).sort();
 
   it.skipIf(skipDialect(dialect))('when the timer runs every minute for five minutes, then the 60-second environment is scanned each minute and the default one once', async () => {
     // Act
     const rounds: string[][] = [];
     for (let minute = 0; minute <= 5; minute++) {
       rounds.push(await round());
-      clock.advance(MINUTE);
+      harness.clock.advance(MINUTE);
     }
 
     // Assert
@@ -58,10 +41,10 @@ describe.each(DIALECTS)('drift scan cadence on %s', (dialect) => {
     await round();
 
     // Act
-    clock.advance(2 * MINUTE + 1000);
+    harness.clock.advance(2 * MINUTE + 1000);
 
     // Assert
-    expect((await inventory.getEnvironment(ALL, 'env-prod')).drift.status).toBe('unknown');
-    expect((await inventory.getEnvironment(ALL, 'env-dev')).drift.status).toBe('in-sync');
+    expect((await harness.inventory.getEnvironment(ALL, 'env-prod')).drift.status).toBe('unknown');
+    expect((await harness.inventory.getEnvironment(ALL, 'env-dev')).drift.status).toBe('in-sync');
   });
 });

@@ -1,15 +1,12 @@
 import type { EngineEvent, OpType, OutputMap, StepEventMetadata, StepEventStateMetadata } from '@pulumi/pulumi/automation';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
-import type { InventoryService } from '../../shared/inventory/inventory.service';
+import { describe, expect, it } from 'vitest';
 import { appendToOutbox } from '../../shared/platform/bus/outbox';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { applyResultFromUp, parseUpdatePlan, planFromPreview, PULUMI_SECRET_SIG, PULUMI_SIG_KEY } from '../../shared/platform/iac/pulumi-mapping';
-import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { randomIds } from '../../shared/platform/time/clock';
 import type { Run } from '../../shared/provisioning/run';
 import { specificationAppliedOf } from '../../shared/provisioning/run-events';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
-import { inventoryOver } from '../support/inventory';
+import { DIALECTS, skipDialect } from '../support/databases';
+import { inventoryOnDialect } from '../support/inventory';
 import { storedBytes } from '../support/stored-bytes';
 
 /*
@@ -120,25 +117,10 @@ function aRun(environmentId: string, stack: string, at: Date): Run {
 }
 
 describe.each(DIALECTS)('secrets marked by the pulumi runner, through a scan, on %s', (dialect) => {
-  let server: RunningTableServer;
-  let database: TestDatabase;
-  let clock: ManualClock;
-  let inventory: InventoryService;
-  let cloud: LocalCloud;
-
-  beforeAll(async () => {
-    if (skipDialect(dialect)) return;
-    server = await startTableServer();
-    database = await createTestDatabase(dialect);
-    clock = new ManualClock('2026-06-01T00:00:00Z');
-    ({ inventory, cloud } = inventoryOver(database.store, server.connectionString, clock));
-  });
-  afterAll(async () => {
-    await database?.drop();
-    await server?.close();
-  });
+  const harness = inventoryOnDialect(dialect);
 
   it.skipIf(skipDialect(dialect))('when a pulumi apply marked secrets and the target holds their values, then no stored, served or published byte holds one', async () => {
+    const { server, database, clock, inventory, cloud } = harness;
     // Arrange: the apply, through the mapping, as the pulumi runner makes it.
     const environmentId = `env-pulumi-${dialect}`;
     const environment = { tenant: 'tenant-a', id: environmentId };
