@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { DIALECTS, skipDialect } from '../support/databases';
-import { applyToCloud, inventoryOnDialect, specificationApplied, type TestResource } from '../support/inventory';
+import { applyToCloud, specificationApplied, type TestResource } from '../support/inventory';
+import { inventoryOnDialect } from '../support/inventory-harness';
 
 /**
  * Each environment is scanned at its own interval, down to 60 s (issue 18): the timer runs every minute, and its claim

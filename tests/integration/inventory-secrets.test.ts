@@ -6,7 +6,7 @@ import { randomIds } from '../../shared/platform/time/clock';
 import type { Run } from '../../shared/provisioning/run';
 import { specificationAppliedOf } from '../../shared/provisioning/run-events';
 import { DIALECTS, skipDialect } from '../support/databases';
-import { inventoryOnDialect } from '../support/inventory';
+import { inventoryOnDialect } from '../support/inventory-harness';
 import { storedBytes } from '../support/stored-bytes';
 
 /*

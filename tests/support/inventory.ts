@@ -1,15 +1,11 @@
-import { afterAll, beforeAll } from 'vitest';
-import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import type { SqlDialect } from '../../shared/platform/sql/dialect';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { createTableStore } from '../../shared/platform/tables/tables';
-import { ManualClock, randomIds, type Clock } from '../../shared/platform/time/clock';
+import { randomIds, type Clock } from '../../shared/platform/time/clock';
 import { createInventoryService, type InventoryService, type InventoryServiceOptions } from '../../shared/inventory/inventory.service';
 import { createLocalCloudObserver } from '../../shared/inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
 import type { Observer } from '../../shared/inventory/observer';
-import { createTestDatabase, skipDialect, type TestDatabase } from './databases';
 
 /** The project of every test environment's stack: urns are `urn:pulumi:<stack>::demo::…`. */
 export const TEST_PROJECT = 'demo';
@@ -78,33 +74,4 @@ export function inventoryOver(
     ...options,
   });
   return { inventory, cloud };
-}
-
-/** What `inventoryOnDialect` sets up for a describe block; its members are there once the block's tests run. */
-export interface InventoryHarness {
-  readonly server: RunningTableServer;
-  readonly database: TestDatabase;
-  readonly clock: ManualClock;
-  readonly inventory: InventoryService;
-  readonly cloud: LocalCloud;
-}
-
-/**
- * An inventory service for the tests of one describe block on `dialect` (`inventoryOver` with `overrides`): a Table
- * server, a test database and a clock at 2026-06-01, made before the block's tests and removed after them.
- */
-export function inventoryOnDialect(dialect: SqlDialect, overrides: Parameters<typeof inventoryOver>[3] = {}): InventoryHarness {
-  const harness = {} as { -readonly [K in keyof InventoryHarness]: InventoryHarness[K] };
-  beforeAll(async () => {
-    if (skipDialect(dialect)) return;
-    harness.server = await startTableServer();
-    harness.database = await createTestDatabase(dialect);
-    harness.clock = new ManualClock('2026-06-01T00:00:00Z');
-    Object.assign(harness, inventoryOver(harness.database.store, harness.server.connectionString, harness.clock, overrides));
-  });
-  afterAll(async () => {
-    await harness.database?.drop();
-    await harness.server?.close();
-  });
-  return harness;
 }
