@@ -94,8 +94,9 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
 
 /**
  * Waits for the runner job of a plan or an apply: its result event, raced against the job's deadline (its claim
- * deadline while it waits for an agent, its lease while it runs), then collects it. The activity only collects;
- * how long an apply takes is the runner's, not this host's function timeout.
+ * deadline while it waits for an agent, its lease while it runs), then collects it. The activity only collects
+ * (and dispatches the apply job after a plan that needs no approval: a new job, waited for by the caller's loop); how
+ * long an apply takes is the runner's, not this host's function timeout.
  */
 function* waitForRunner(context: OrchestrationContext, runId: string, first: RunningStep): Generator<Task, RunStep, unknown> {
   let step: RunStep = first;

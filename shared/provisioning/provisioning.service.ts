@@ -7,9 +7,9 @@ import { parseJsonBody } from '../platform/validation/validation';
 import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
-import { checkPolicy, plan, planJobFinished } from './plan.service';
+import { checkPolicy, plan, planJobFinished, type FinishedJob } from './plan.service';
 import { poolResize, type PoolResizeResult } from './pool-resize.service';
-import { createProvisioningContext, failRun, failRunWith, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
+import { createProvisioningContext, failRun, failRunWith, type ProvisioningContext, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
 import type { Rejection, RunDetail } from './provisioning.repository';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
 import type { ReconcileRequest } from './reconciliation';
@@ -143,7 +143,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     getRejection: (messageId) => getRejection(ctx, messageId),
     collectJob: (runId, jobId) =>
       collectJob(ctx, runId, jobId, {
-        finished: (run, job) => (job.kind === 'plan' ? planJobFinished(ctx, run, job) : applyJobFinished(ctx, run, job)),
+        finished: (run, job) => (job.kind === 'plan' ? planThenApply(ctx, run, job) : applyJobFinished(ctx, run, job)),
         // A plan changes nothing: a lost one is made again (a new job, under a new lock version). An apply never is.
         lost: (run, job) => (job.kind === 'plan' ? plan(ctx, run.id) : applyRunnerLost(ctx, run, job)),
         unclaimed: (run, job) =>
@@ -160,4 +160,18 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       agents: (pool) => runnerAgents(ctx, pool),
     },
   };
+}
+
+/**
+ * A finished plan job whose plan needs no approval goes straight on to its apply in the same activity (the apply job
+ * dispatched under the stack lock the plan holds), instead of the orchestration calling the apply activity next: a
+ * run with runner jobs then takes one activity and one orchestration episode less. Its answer, the apply job
+ * running, is a new job the orchestration waits for.
+ */
+async function planThenApply(ctx: ProvisioningContext, run: Run, job: FinishedJob): Promise<RunStep> {
+  const step = await planJobFinished(ctx, run, job);
+  if (step.outcome !== 'applying') return step;
+  // The stack busy after all (its lock lapsed meanwhile): the orchestration's apply step waits for it as usual.
+  const applying = await apply(ctx, run.id);
+  return applying.outcome === 'waiting' ? step : applying;
 }

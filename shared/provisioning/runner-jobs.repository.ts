@@ -2,7 +2,7 @@ import type { Selectable, Transaction } from 'kysely';
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
-import { firstRows, type SqlDialect } from '../platform/sql/dialect';
+import { appendedKeepingLast, firstRows, type SqlDialect } from '../platform/sql/dialect';
 import type { DegradedReference } from './provisioning.repository';
 import type { ProvisioningRunnerJobTable, ProvisioningTables } from './provisioning.tables';
 import { forStack, type ProvisioningDb } from './stack-lock.repository';
@@ -144,12 +144,10 @@ export async function renewJob(db: Db, id: string, at: number, leaseExpiresAt: n
 }
 
 /** Appends lines to the job's log excerpt, keeping its tail. */
-export async function appendJobLog(db: Db, id: string, lines: readonly string[]): Promise<void> {
+export async function appendJobLog(db: Db, dialect: SqlDialect, id: string, lines: readonly string[]): Promise<void> {
   if (lines.length === 0) return;
-  const row = await db.selectFrom('provisioning_runner_jobs').select('log').where('id', '=', id).executeTakeFirst();
-  if (!row) return;
-  const log = `${row.log}${lines.map((l) => `${l}\n`).join('')}`;
-  await db.updateTable('provisioning_runner_jobs').set({ log: log.slice(-JOB_LOG_CHARS) }).where('id', '=', id).execute();
+  const appended = appendedKeepingLast(dialect, 'log', lines.map((l) => `${l}\n`).join(''), JOB_LOG_CHARS);
+  await db.updateTable('provisioning_runner_jobs').set({ log: appended }).where('id', '=', id).execute();
 }
 
 /** Records a running job's outcome; false when the job is no longer running (lost, canceled, already done). */

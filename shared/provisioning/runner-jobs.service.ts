@@ -212,7 +212,7 @@ async function claimNow(
 export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }> {
   const runners = requireRunners(ctx);
   const job = await authenticJob(ctx, jobId, token);
-  await retryingContention(() => appendJobLog(ctx.db, job.id, beat.log));
+  await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
   const leaseExpiresAt = at + runners.leaseTtlMs;
@@ -261,7 +261,7 @@ export async function targetCall(ctx: ProvisioningContext, jobId: string, token:
     return resource ? { resource } : {};
   }
   await fenceWrite(ctx, job);
-  const record = (line: string) => retryingContention(() => appendJobLog(ctx.db, job.id, [`${new Date(nowOf(ctx)).toISOString()} target ${line}`]));
+  const record = (line: string) => retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${new Date(nowOf(ctx)).toISOString()} target ${line}`]));
   switch (call.op) {
     case 'recordApply':
       await cloud.recordApply(target, { stack: job.spec.stack, planDigest: call.planDigest });
@@ -302,7 +302,7 @@ export async function acceptOutcome(ctx: ProvisioningContext, jobId: string, tok
   const lock = await current(ctx, job);
   const accepted = job.state === 'running' && lock !== undefined && (await retryingContention(() => finishJob(ctx.db, job.id, outcome, at)));
   if (!accepted) {
-    await retryingContention(() => appendJobLog(ctx.db, job.id, [`${new Date(at).toISOString()} host refused the ${outcome.kind} outcome: the job no longer runs under stack lock ${job.fencingToken}`]));
+    await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${new Date(at).toISOString()} host refused the ${outcome.kind} outcome: the job no longer runs under stack lock ${job.fencingToken}`]));
     throw superseded(job);
   }
   if (job.lease) await runners.leases.release(job.tenant, job.lease);

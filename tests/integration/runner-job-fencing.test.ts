@@ -2,6 +2,8 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ProvisioningActivities } from '../../functions/provisioning/provisioning-run.activities';
+import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
 import { hostClient } from '../../runner/host-client';
@@ -101,6 +103,19 @@ for (const dialect of DIALECTS) {
       const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
       expect(nextApply.state).toEqual(next.state);
+      // A plan that needs no approval goes on to its apply job in the activity that collected the plan.
+      await eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${next.job.runId}`, { claims: operator })).json()) as RunBody;
+        return body.state === 'applied' ? body : undefined;
+      });
+      const history = await host.host.deps.sql.db
+        .selectFrom('durable_history' as never)
+        .select('event' as never)
+        .where('instance_id' as never, '=', next.job.runId as never)
+        .orderBy('position' as never)
+        .execute();
+      const activities = (history as { event: string }[]).map((row) => JSON.parse(row.event) as HistoryEvent).filter((e) => e.EventType === HistoryEventType.TaskScheduled);
+      expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan, ProvisioningActivities.collectJob, ProvisioningActivities.collectJob]);
     }, 60_000);
 
     it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {

@@ -26,7 +26,7 @@ export async function startChildHost(
   env: Record<string, string> = {},
   timeoutMs = 60_000,
 ): Promise<RunningChild> {
-  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=/tmp/prof/${env.RuntimeCloud__IaC__Execution ?? 'runner'}`, CLI, 'start', '--port', '0', '--state-dir', stateDir], {
+  const child = spawn(process.execPath, [CLI, 'start', '--port', '0', '--state-dir', stateDir], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -48,6 +48,28 @@ describe('provisioning run orchestrator', () => {
     expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
   });
 
+  it("when a plan's runner job is collected with its apply job already dispatched, then the orchestrator waits for that job, not the apply activity", async () => {
+    const raised = (s: number) => ev({ EventType: HistoryEventType.EventRaised, Name: 'runner-result', Input: '{}', Timestamp: at(s) });
+    const planJob: RunStep = { outcome: 'running', jobId: 'job_plan', kind: 'plan', until: at(60) };
+    const applyJob: RunStep = { outcome: 'running', jobId: 'job_apply', kind: 'apply', until: at(120) };
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, planJob, 1)];
+    expect((await run(history)).flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(60)}`]);
+
+    history.push(timerCreated(1, 1), started(2), raised(2));
+    expect(describeAction((await run(history)).flat[3])).toBe(`${ProvisioningActivities.collectJob} {"runId":"run_1","jobId":"job_plan"}`);
+
+    // The collect answers with the apply job running: no apply activity, a wait for the apply job's result.
+    history.push(scheduled(2, ProvisioningActivities.collectJob, 2), started(3), completed(2, applyJob, 3));
+    const waiting = await run(history);
+    expect(waiting.flat.slice(4).map(describeAction)).toEqual(['wait-event', `timer ${at(120)}`]);
+
+    history.push(timerCreated(3, 3), started(4), raised(4));
+    expect(describeAction((await run(history)).flat[6])).toBe(`${ProvisioningActivities.collectJob} {"runId":"run_1","jobId":"job_apply"}`);
+
+    history.push(scheduled(4, ProvisioningActivities.collectJob, 4), started(5), completed(4, { outcome: 'ended', state: 'applied' }, 5));
+    expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
+  });
+
   it('when the stack is busy, then the orchestrator waits for the stack-free event racing a timer of lockRetryMs; when the timer fires it asks again', async () => {
     const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } }, 1)];
     expect((await run(history)).flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(2)}`]);

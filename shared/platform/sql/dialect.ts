@@ -1,4 +1,4 @@
-import { IdentifierNode, MssqlQueryCompiler, type AliasNode, type Compilable } from 'kysely';
+import { IdentifierNode, MssqlQueryCompiler, sql, type AliasNode, type Compilable, type RawBuilder } from 'kysely';
 
 export type SqlDialect = 'sqlite' | 'postgres' | 'mssql';
 
@@ -19,6 +19,16 @@ export function returningColumns<R>(query: unknown, dialect: SqlDialect, columns
 /** The first `n` rows: `LIMIT n`, or `TOP (n)` in T-SQL. */
 export function firstRows<Q extends { limit(n: number): Q; top(n: number): Q }>(query: Q, dialect: SqlDialect, n: number): Q {
   return dialect === 'mssql' ? query.top(n) : query.limit(n);
+}
+
+/**
+ * `column` with `text` appended, cut to its last `n` characters, in the statement itself (a log excerpt appended to
+ * by concurrent writers loses no line): `substr(…, -n)` in SQLite, `right(…, n)` in PostgreSQL and T-SQL.
+ */
+export function appendedKeepingLast(dialect: SqlDialect, column: string, text: string, n: number): RawBuilder<string> {
+  // `||` in SQLite and PostgreSQL (whose concat() cannot type a bare parameter), concat() in T-SQL.
+  const appended = dialect === 'mssql' ? sql<string>`concat(${sql.ref(column)}, ${text})` : sql<string>`${sql.ref(column)} || ${text}`;
+  return dialect === 'sqlite' ? sql<string>`substr(${appended}, ${-n})` : sql<string>`right(${appended}, ${n})`;
 }
 
 /**
