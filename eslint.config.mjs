@@ -2,7 +2,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', '.tmp/', '.runtime-cloud/', 'infra/node_modules/', 'infra/bin/', 'coverage/', '**/*.cjs', '**/*.js', '**/*.mjs'] },
+  { ignores: ['node_modules/', 'dist/', '.tmp/', '.runtime-cloud/', 'infra/node_modules/', 'infra/bin/', 'coverage/', 'contracts/gen/', '**/*.cjs', '**/*.js', '**/*.mjs'] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {

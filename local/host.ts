@@ -1,8 +1,11 @@
 import { join, resolve } from 'node:path';
-import { configFromEnvironment, type Config } from '../shared/platform/config/config';
+import { configFromEnvironment, type Config, type PeerSetting } from '../shared/platform/config/config';
+import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
+import { createLocalExternalServices } from '../shared/provisioning/local-external-services.adapter';
 import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
-import { ensureLocalKeys, type LocalKeys } from './auth/local-issuer';
+import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';
+import { startStandIns, STAND_IN_NAMES, type StandInName, type StandIns } from './external-services/stand-in-servers';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
 import { hostJsonSetting } from './host-json';
@@ -98,6 +101,7 @@ export class LocalHost {
   readonly #components: HostComponent[];
   #tableServer: RunningTableServer | undefined;
   #deps: Deps | undefined;
+  #standIns: StandIns | undefined;
   #http: HttpBinding | undefined;
   #started: HostComponent[] = [];
   #url: URL | undefined;
@@ -116,6 +120,11 @@ export class LocalHost {
   get deps(): Deps {
     if (!this.#deps) throw new Error('the local host is not started');
     return this.#deps;
+  }
+
+  /** The external services' stand-ins this host started (those the settings left unconfigured). */
+  get standIns(): StandIns | undefined {
+    return this.#standIns;
   }
 
   get config(): Config {
@@ -139,11 +148,20 @@ export class LocalHost {
       overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
       config = configFromEnvironment({ defaults, overrides });
     }
+    // The external services' stand-ins, as servers on loopback, for every one the settings leave unconfigured: the
+    // host reaches them through the same clients as Azure's services.
+    const unconfigured = STAND_IN_NAMES.filter((name) => !config.peers[name].endpoint);
+    if (unconfigured.length > 0) {
+      this.#standIns = await startStandIns({ issuer: config.auth.issuer, jwks: keys.jwks, audiences: mapPeers(config, (peer) => peer.audience) });
+      for (const name of unconfigured) overrides[PEER_ENDPOINT_SETTINGS[name]] = this.#standIns.endpoints[name];
+      config = configFromEnvironment({ defaults, overrides });
+    }
     this.#config = config;
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
-    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, ...this.#options.depsOverrides });
+    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
+    this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });
@@ -181,6 +199,7 @@ export class LocalHost {
     for (const component of this.#started.reverse()) await component.stop();
     this.#started = [];
     await this.#deps?.close();
+    await this.#standIns?.close();
     await this.#tableServer?.close();
   }
 }
@@ -203,4 +222,28 @@ async function loadFunctionApp(): Promise<void> {
 function readRoutePrefix(): string {
   const prefix = hostJsonSetting('extensions', 'http', 'routePrefix');
   return typeof prefix === 'string' ? prefix : 'api';
+}
+
+/** The setting of each external service's endpoint. */
+const PEER_ENDPOINT_SETTINGS: Readonly<Record<StandInName, string>> = {
+  governance: 'RuntimeCloud__Governance__Endpoint',
+  controlPlane: 'RuntimeCloud__ControlPlane__Endpoint',
+  knowledge: 'RuntimeCloud__Knowledge__Endpoint',
+  configPlatform: 'RuntimeCloud__ConfigPlatform__Endpoint',
+};
+
+function mapPeers<T>(config: Config, of: (peer: PeerSetting) => T): Record<StandInName, T> {
+  return Object.fromEntries(STAND_IN_NAMES.map((name) => [name, of(config.peers[name])])) as Record<StandInName, T>;
+}
+
+/** Tokens the local issuer signs for the stand-ins' audiences, each kept for most of its hour. */
+function localPeerTokens(keys: LocalKeys, issuer: string): PeerTokens {
+  const issued = new Map<string, { token: Promise<string>; until: number }>();
+  return (audience) => {
+    const known = issued.get(audience);
+    if (known && Date.now() < known.until) return known.token;
+    const token = issueLocalToken(keys, { issuer, audience, subject: 'runtime-cloud-host', ttlSeconds: 3600 });
+    issued.set(audience, { token, until: Date.now() + 50 * 60_000 });
+    return token;
+  };
 }

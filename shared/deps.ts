@@ -12,7 +12,7 @@ import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from '.
 import { AppError } from './platform/errors/app-error';
 import { sqlStackStates } from './platform/iac/stack-state.repository';
 import type { RunnerLeases } from './provisioning/provisioning.context';
-import { configPlatformCheck, targetsCheck } from './platform/health/dependency-checks';
+import { targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
 import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
@@ -30,8 +30,10 @@ import { createKubernetesObserver } from './inventory/kubernetes-observer.adapte
 import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from './inventory/observed-inventory.repository';
 import type { Observer } from './inventory/observer';
-import { unwiredExternalServices } from './provisioning/external-services.client';
-import { createLocalExternalServices } from './provisioning/local-external-services.adapter';
+import { createPeerExternalServices } from './provisioning/peer-external-services.adapter';
+import { tableLastKnownConfig } from './provisioning/last-known-config.repository';
+import { entraTokens, peerCredential, type PeerTokens } from './platform/contracts/peer-transport';
+import { peerHealthChecks } from './platform/contracts/peer-health';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
 import { findEnvironmentStack } from './provisioning/provisioning.repository';
@@ -78,6 +80,11 @@ export interface DepsOverrides {
   readonly inProcessEngine?: boolean;
   /** Durations of provisioning runs (tests). Example: `{ lockRetryMs: 60_000 }`. */
   readonly provisioningTimings?: Partial<RunTimings>;
+  /**
+   * Bearer tokens for the external services' audiences: the local host signs its own for its stand-ins. Default:
+   * Entra tokens of the host's identity (`RuntimeCloud__Peers__ClientId`, else the default credential chain).
+   */
+  readonly peerTokens?: PeerTokens;
 }
 
 /** The composition root: builds the stores and adapters from config and brings the SQL schema up to date. */
@@ -111,6 +118,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
   const iac: IacRunner = engine;
   const stateDir = resolve(config.local.stateDir);
+  const peerTokens = overrides.peerTokens ?? entraTokens(peerCredential(config.peers.clientId));
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
   const provisioning = createProvisioningService({
@@ -131,10 +139,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
           },
         }
       : {}),
-    // With the embedded engine, the local stand-ins of GovernanceHost, ControlPlaneApi, KnowledgeHost and the Config
-    // Platform (state dir files and the SQL store). Their Azure adapters are not built: there every call fails as
-    // a service that does not answer, so no run passes a policy, an approval or a receipt unchecked.
-    services: config.iac.runner === 'local' ? createLocalExternalServices({ store, clock, stateDir }) : unwiredExternalServices(),
+    // The GovernanceHost, ControlPlaneApi, KnowledgeHost and Config Platform over their contracts, at the configured
+    // endpoints (the local host's stand-ins on loopback, or Azure's services). One without an endpoint fails every
+    // call as a service that does not answer, so no run passes a policy, an approval or a receipt unchecked.
+    services: createPeerExternalServices({ ...config.peers, tokens: peerTokens, lastKnownConfig: tableLastKnownConfig(tables) }),
     // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning only reads them.
     knowsTenant: async (tenant) =>
       (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
@@ -207,7 +215,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       },
     },
     targetsCheck(config.targets),
-    configPlatformCheck(config.configPlatform.endpoint),
+    ...peerHealthChecks(config.peers, peerTokens),
     ...inboxLagChecks(busDb(store.db), config.host.enabledModules, clock),
   ];
   const stopInboxLagGauge = registerInboxLagGauge(() => inboxLag(busDb(store.db), config.host.enabledModules, MODULE_QUEUES, clock.now().getTime()));

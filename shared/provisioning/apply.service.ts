@@ -5,7 +5,7 @@ import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
 import type { Plan, ResolveReferences } from '../platform/iac/plan';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordRunEnded } from '../platform/telemetry/metrics';
-import { ExternalErrors } from './external-services.client';
+import { ExternalErrors, type ReferenceScope } from './external-services.client';
 import type { PlanOptions } from '../platform/iac/iac-runner';
 import type { ClaimedJob } from '../platform/iac/runner-job';
 import { configOf, planOptionsFor, type FinishedJob } from './plan.service';
@@ -116,7 +116,7 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   // approved) one. References are resolved here, inside the apply activity and before the first change: a
   // GovernanceHost that does not answer throws (retried, nothing applied); a Config Platform that does not answer
   // degrades.
-  const references = await resolveForApply(ctx, receipt.plan);
+  const references = await resolveForApply(ctx, receipt.plan, { tenant: run.tenant, runId: run.id });
   const keeper = keepStackLock(ctx, run, stack.lock);
   let result;
   try {
@@ -231,20 +231,20 @@ async function recordApplied(ctx: ProvisioningContext, run: Run, receipt: PlanRe
  * `PROVISIONING.CONFIG_UNAVAILABLE`). A reference that cannot be resolved makes the engine refuse the apply before
  * its first change. Values stay in memory, for the engine only.
  */
-async function resolveForApply(ctx: ProvisioningContext, plan: Plan): Promise<{ resolve: ResolveReferences; degraded: DegradedReference[] }> {
+async function resolveForApply(ctx: ProvisioningContext, plan: Plan, scope: ReferenceScope): Promise<{ resolve: ResolveReferences; degraded: DegradedReference[] }> {
   const values = new Map<string, { value: JsonValue } | { error: AppError }>();
   const degraded: DegradedReference[] = [];
   for (const reference of plan.references) {
     if ('secretRef' in reference) {
       try {
-        values.set(referenceKey(reference), { value: await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => ctx.services.governance.resolveSecret(reference.secretRef)) });
+        values.set(referenceKey(reference), { value: await failFast(ExternalErrors.governanceUnavailable, 'the GovernanceHost', () => ctx.services.governance.resolveSecret(reference.secretRef, scope)) });
       } catch (thrown) {
         const error = ensureError(thrown);
         if (!(error instanceof AppError) || error.kind === 'unavailable') throw error;
         values.set(referenceKey(reference), { error });
       }
     } else {
-      values.set(referenceKey(reference), await resolveConfig(ctx, reference.configRef, degraded));
+      values.set(referenceKey(reference), await resolveConfig(ctx, reference.configRef, scope, degraded));
     }
   }
   const resolve: ResolveReferences = (reference) => {
@@ -262,7 +262,7 @@ async function resolveForApply(ctx: ProvisioningContext, plan: Plan): Promise<{ 
 export async function resolveJobReferences(ctx: ProvisioningContext, job: RunnerJob): Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: DegradedReference[] }> {
   const plan = job.spec.approvedPlan;
   if (!plan) return { values: {}, degraded: [] };
-  const { resolve, degraded } = await resolveForApply(ctx, plan);
+  const { resolve, degraded } = await resolveForApply(ctx, plan, { tenant: job.tenant, runId: job.runId });
   const values: Record<string, { value: JsonValue } | { error: { code: string; message: string } }> = {};
   for (const reference of plan.references) {
     try {
@@ -275,15 +275,15 @@ export async function resolveJobReferences(ctx: ProvisioningContext, job: Runner
   return { values, degraded };
 }
 
-async function resolveConfig(ctx: ProvisioningContext, reference: string, degraded: DegradedReference[]): Promise<{ value: JsonValue } | { error: AppError }> {
+async function resolveConfig(ctx: ProvisioningContext, reference: string, scope: ReferenceScope, degraded: DegradedReference[]): Promise<{ value: JsonValue } | { error: AppError }> {
   let answer: JsonValue;
   try {
-    answer = await ctx.services.configPlatform.resolve(reference);
+    answer = await ctx.services.configPlatform.resolve(reference, scope);
   } catch (thrown) {
     const error = ensureError(thrown);
     // The platform answered that it has no such reference: no last known value stands in for that.
     if (error instanceof AppError && error.kind === 'not-found') return { error };
-    const last = await ctx.services.lastKnownConfig.get(reference);
+    const last = await ctx.services.lastKnownConfig.get(scope.tenant, reference);
     if (!last) {
       return {
         error: new AppError(ExternalErrors.configUnavailable, 'unavailable', `the Config Platform did not answer for ${reference} and there is no last known value of it; nothing was applied`, {
@@ -294,7 +294,7 @@ async function resolveConfig(ctx: ProvisioningContext, reference: string, degrad
     degraded.push({ ref: reference, reason: `the Config Platform did not answer (${error instanceof AppError ? error.code : 'error'})`, lastKnownAt: last.at.toISOString() });
     return { value: last.value };
   }
-  await ctx.services.lastKnownConfig.put(reference, answer, ctx.clock.now());
+  await ctx.services.lastKnownConfig.put(scope.tenant, reference, answer, ctx.clock.now());
   return { value: answer };
 }
 
@@ -310,7 +310,7 @@ async function archiveApply(ctx: ProvisioningContext, run: Run): Promise<void> {
   let receiptArtifact = has('apply-receipt');
   if (!receiptArtifact) {
     const content = detail.applyReceipt;
-    receiptArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId: run.id, kind: 'apply-receipt', content }));
+    receiptArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId: run.id, tenant: run.tenant, kind: 'apply-receipt', content }));
     const id = receiptArtifact;
     await retryingContention(() => insertArtifact(ctx.db, run.id, { kind: 'apply-receipt', id, recordedAt: ctx.clock.now() }));
   }

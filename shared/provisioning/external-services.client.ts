@@ -87,6 +87,13 @@ export interface ApplyEvidence {
   readonly at: string;
 }
 
+/** Whose reference is resolved: a reference names a value of one tenant, never of another. */
+export interface ReferenceScope {
+  readonly tenant: string;
+  /** The run it is resolved for, when there is one (the service's audit trail). */
+  readonly runId?: string;
+}
+
 /** GovernanceHost (fail-fast): deployment-domain policy, secret references, audit evidence of applies. */
 export interface GovernanceHost {
   /**
@@ -103,7 +110,7 @@ export interface GovernanceHost {
    * The value behind a `secretRef`, inside apply only. An unknown reference throws `PROVISIONING.REFERENCE_UNRESOLVED`
    * (kind not-found); a service that does not answer throws `PROVISIONING.GOVERNANCE_UNAVAILABLE`.
    */
-  resolveSecret(reference: string): Promise<JsonValue>;
+  resolveSecret(reference: string, scope: ReferenceScope): Promise<JsonValue>;
   /** Records an apply's evidence; answers the evidence id. Idempotent per run and digest. */
   recordEvidence(evidence: ApplyEvidence): Promise<string>;
 }
@@ -135,19 +142,19 @@ export type ReceiptKind = 'plan-receipt' | 'apply-receipt';
 /** KnowledgeHost (fail-fast): receipts stored as artifacts. */
 export interface KnowledgeHost {
   /** Stores a receipt; answers its artifact id. The same receipt stored twice gets the same id. */
-  putReceipt(receipt: { readonly runId: string; readonly kind: ReceiptKind; readonly content: unknown }): Promise<string>;
+  putReceipt(receipt: { readonly runId: string; readonly tenant: string; readonly kind: ReceiptKind; readonly content: unknown }): Promise<string>;
 }
 
 /** Config Platform (degrade): runtime configuration and feature flags by reference. */
 export interface ConfigPlatform {
   /** The value behind a `configRef`; unknown: `PROVISIONING.REFERENCE_UNRESOLVED`; not answering: any other error. */
-  resolve(reference: string): Promise<JsonValue>;
+  resolve(reference: string, scope: ReferenceScope): Promise<JsonValue>;
 }
 
-/** Where the last value the Config Platform gave for each reference is kept, for when it does not answer. */
+/** Where the last value the Config Platform gave for each tenant's reference is kept, for when it does not answer. */
 export interface LastKnownConfig {
-  get(reference: string): Promise<{ readonly value: JsonValue; readonly at: Date } | undefined>;
-  put(reference: string, value: JsonValue, at: Date): Promise<void>;
+  get(tenant: string, reference: string): Promise<{ readonly value: JsonValue; readonly at: Date } | undefined>;
+  put(tenant: string, reference: string, value: JsonValue, at: Date): Promise<void>;
 }
 
 /** The external services a provisioning service runs with. */

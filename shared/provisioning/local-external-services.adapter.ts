@@ -226,13 +226,13 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
 
   const lastKnownPath = join(stateDir, 'config-last-known.json');
   const lastKnownConfig: LastKnownConfig = {
-    async get(reference) {
-      const entry = (await readJson(lastKnownPath, lastKnownFile))?.[reference];
+    async get(tenant, reference) {
+      const entry = (await readJson(lastKnownPath, lastKnownFile))?.[lastKnownKey(tenant, reference)];
       return entry ? { value: entry.value as JsonValue, at: new Date(entry.at) } : undefined;
     },
-    async put(reference, value, at) {
+    async put(tenant, reference, value, at) {
       const all = { ...(await readJson(lastKnownPath, lastKnownFile)) };
-      all[reference] = { value: value as z.infer<typeof lastKnownFile>[string]['value'], at: at.toISOString() };
+      all[lastKnownKey(tenant, reference)] = { value: value as z.infer<typeof lastKnownFile>[string]['value'], at: at.toISOString() };
       // Written whole and renamed into place, readable by this user only: the values are configuration, not secrets,
       // but they stay out of logs and other users' reach all the same.
       const temporary = `${lastKnownPath}.${process.pid}.tmp`;
@@ -291,6 +291,11 @@ export function decide(
     if (offending) return { decision: 'deny', policy: policy.id, reason: `${policy.reason} (policy ${policy.id}: ${offending.op} ${offending.urn})` };
   }
   return review.length > 0 ? { decision: 'review', policies: applied, review } : { decision: 'allow', policies: applied };
+}
+
+/** A tenant's reference in the last-known file: another tenant's reference of the same name is another entry. */
+function lastKnownKey(tenant: string, reference: string): string {
+  return `${tenant}\n${reference}`;
 }
 
 function sha(text: string): string {

@@ -209,7 +209,7 @@ async function recordPlanned(ctx: ProvisioningContext, run: Run, receipt: PlanRe
   const runId = run.id;
   const planned = receipt.plan;
   // The receipt is stored at the KnowledgeHost before it is recorded here, so a recorded plan always has its artifact.
-  const planArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId, kind: 'plan-receipt', content: receipt }));
+  const planArtifact = await failFast(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost', () => ctx.services.knowledge.putReceipt({ runId, tenant: run.tenant, kind: 'plan-receipt', content: receipt }));
   const to = receipt.approvalRequired ? 'awaiting-approval' : 'applying';
   const waitingFor: WaitingFor | null = receipt.approvalRequired ? { kind: 'approval', planDigest: planned.digest } : null;
   try {

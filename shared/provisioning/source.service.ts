@@ -34,7 +34,7 @@ export async function readProject(ctx: ProvisioningContext, tenant: string, ref:
     {
       ...ctx.desiredState,
       tenant,
-      resolveCredential: (reference) => ctx.services.governance.resolveSecret(reference),
+      resolveCredential: (reference) => ctx.services.governance.resolveSecret(reference, { tenant }),
       ...(source.credentialRef !== undefined ? { credentialRef: source.credentialRef } : {}),
     },
   );

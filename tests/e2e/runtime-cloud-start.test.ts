@@ -28,7 +28,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
   it('when health is asked with factory.health.read, then every dependency check is reported healthy', async () => {
     const bearer = await token('--scope', 'factory.health.read');
     const response = await fetch(new URL('/runtime-cloud/health', host.url), { headers: { authorization: `Bearer ${bearer}` } });
-    // A fresh host on its embedded defaults: every dependency is in-process, so every check must pass.
+    // A fresh host on its embedded defaults: every dependency is local (in process or on loopback), so every check must pass.
     expect(response.status).toBe(200);
     const body = (await response.json()) as { status: string; checkedAt: string; checks: { name: string; status: string; latencyMs: number }[] };
     expect(body.status).toBe('healthy');
@@ -39,6 +39,10 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
         ['table-storage', 'healthy'],
         ['iac-runner', 'healthy'],
         ['targets', 'healthy'],
+        // The external services' stand-ins, real servers on loopback, asked through the gRPC health protocol.
+        ['governance-host', 'healthy'],
+        ['control-plane-api', 'healthy'],
+        ['knowledge-host', 'healthy'],
         ['config-platform', 'healthy'],
         ['inbox-lag:provisioning', 'healthy'],
         ['inbox-lag:inventory', 'healthy'],

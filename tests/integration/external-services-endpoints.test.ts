@@ -90,11 +90,11 @@ for (const dialect of DIALECTS) {
       'control-plane': { code: ExternalErrors.controlPlaneUnavailable, call: () => services.controlPlane.editions(), answer: [] },
       knowledge: {
         code: ExternalErrors.knowledgeUnavailable,
-        call: () => services.knowledge.putReceipt({ runId: 'run-probe', kind: 'plan-receipt', content: { probe: true } }),
+        call: () => services.knowledge.putReceipt({ runId: 'run-probe', tenant: 'demo-team', kind: 'plan-receipt', content: { probe: true } }),
         answer: expect.stringMatching(/^art-/),
       },
       // The example component wrote the reference store on the host's first start.
-      'config-platform': { code: ExternalErrors.configUnavailable, call: () => services.configPlatform.resolve('platform://app/feature-flags'), answer: '{"newCheckout":false}' },
+      'config-platform': { code: ExternalErrors.configUnavailable, call: () => services.configPlatform.resolve('platform://app/feature-flags', { tenant: 'demo-team' }), answer: '{"newCheckout":false}' },
     };
     const expectAllReachableBut = async (down?: LocalServiceName) => {
       for (const service of LOCAL_SERVICES) {
@@ -178,7 +178,7 @@ for (const dialect of DIALECTS) {
 
     it('when an artifact is stored, then the artifact read answers it, also while the KnowledgeHost is unreachable, and an unknown id answers 404', async () => {
       const content = { runId: 'run-artifact', steps: [{ op: 'create' }] };
-      const id = await services.knowledge.putReceipt({ runId: 'run-artifact', kind: 'apply-receipt', content });
+      const id = await services.knowledge.putReceipt({ runId: 'run-artifact', tenant: 'demo-team', kind: 'apply-receipt', content });
       await expectOk(await call('POST', outage('knowledge'), { unreachable: true }));
 
       const read = await call('GET', artifactPath(id));
@@ -221,7 +221,7 @@ for (const dialect of DIALECTS) {
 
     it('when the token is tenant-bound, read-only or missing, then the routes refuse it and nothing changes', async () => {
       const checkId = await pendingCheck();
-      const id = await services.knowledge.putReceipt({ runId: 'run-auth', kind: 'plan-receipt', content: { auth: true } });
+      const id = await services.knowledge.putReceipt({ runId: 'run-auth', tenant: 'demo-team', kind: 'plan-receipt', content: { auth: true } });
       const attempts = (claims: object | null) => [
         call('POST', outage('governance'), { unreachable: true }, claims),
         call('POST', review(checkId), { decision: 'allow', by: 'intruder' }, claims),

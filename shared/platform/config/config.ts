@@ -19,6 +19,14 @@ const list = (fallback: string) =>
 
 const port = z.coerce.number().int().min(0).max(65535);
 
+/** An external service's base URL: TLS outside loopback (plain HTTP/2 only to this machine). */
+const peerEndpoint = z
+  .union([z.literal(''), z.url()])
+  .default('')
+  .refine((url) => url === '' || url.startsWith('https://') || /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(\/|$)/.test(url), {
+    message: 'an external service is reached over https:// (http:// only on loopback)',
+  });
+
 const targetSchema = z.object({
   id: z.string().min(1),
   kind: z.enum(['local-cloud', 'azure-subscription', 'aks-cluster', 'on-prem']),
@@ -179,8 +187,28 @@ export const settings = {
     z.array(targetSchema).min(1),
     JSON.stringify([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]),
   ),
-  /** Config Platform base URL (environments' runtime configuration, by reference); empty: embedded configuration. */
-  RuntimeCloud__ConfigPlatform__Endpoint: z.union([z.literal(''), z.url()]).default(''),
+  /**
+   * The external services' endpoints (contracts/README.md): the GovernanceHost, ControlPlaneApi and KnowledgeHost
+   * speak gRPC (HTTP/2), the Config Platform HTTP. `https://` outside loopback; `http://127.0.0.1:<port>` (h2c) only
+   * on loopback, where the local host starts its stand-ins and fills these in. Empty: not configured (every call
+   * fails as a service that does not answer, and health says so). Example: `https://governance.factory.internal`.
+   */
+  RuntimeCloud__Governance__Endpoint: peerEndpoint,
+  RuntimeCloud__ControlPlane__Endpoint: peerEndpoint,
+  RuntimeCloud__Knowledge__Endpoint: peerEndpoint,
+  RuntimeCloud__ConfigPlatform__Endpoint: peerEndpoint,
+  /**
+   * The token audience of each external service: the host asks Entra for `<audience>/.default` with its managed
+   * identity (the local host signs its own). Example: `api://connectsoft-governance`.
+   */
+  RuntimeCloud__Governance__Audience: z.string().min(1).default('api://connectsoft-governance'),
+  RuntimeCloud__ControlPlane__Audience: z.string().min(1).default('api://connectsoft-control-plane'),
+  RuntimeCloud__Knowledge__Audience: z.string().min(1).default('api://connectsoft-knowledge'),
+  RuntimeCloud__ConfigPlatform__Audience: z.string().min(1).default('api://connectsoft-config-platform'),
+  /** How long one call to an external service may take, in milliseconds (its deadline). */
+  RuntimeCloud__Peers__DeadlineMs: z.coerce.number().int().min(100).max(60_000).default(5000),
+  /** The client id of the user-assigned identity the host calls external services with; empty: the default credential. */
+  RuntimeCloud__Peers__ClientId: z.string().default(''),
   /** Folder of the local host's state (SQLite file, Azurite data, token keys). */
   RuntimeCloud__Local__StateDir: z.string().min(1).default('.runtime-cloud'),
   /** Port of the local host's HTTP server (seed: https 8130). */
@@ -268,6 +296,12 @@ export const settingKeys = Object.keys(settings) as SettingKey[];
 const schema = z.object(settings);
 type Settings = z.infer<typeof schema>;
 
+/** An external service: its base URL (empty: not configured) and the audience of the tokens it accepts. */
+export interface PeerSetting {
+  readonly endpoint: string;
+  readonly audience: string;
+}
+
 export interface Config {
   readonly host: { readonly enabledModules: readonly ModuleName[]; readonly serviceName: string };
   readonly iac: {
@@ -288,7 +322,15 @@ export interface Config {
     readonly clients: Readonly<Record<string, string>>;
   };
   readonly targets: readonly ProvisioningTarget[];
-  readonly configPlatform: { readonly endpoint: string };
+  /** The external services (empty endpoint: not configured), each with its token audience. */
+  readonly peers: {
+    readonly governance: PeerSetting;
+    readonly controlPlane: PeerSetting;
+    readonly knowledge: PeerSetting;
+    readonly configPlatform: PeerSetting;
+    readonly deadlineMs: number;
+    readonly clientId: string;
+  };
   readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number };
   readonly serviceBus: { readonly connection: string };
   readonly telemetry: { readonly connectionString: string };
@@ -365,7 +407,14 @@ function toConfig(s: Settings): Config {
       clients: s.RuntimeCloud__Auth__Clients,
     },
     targets: s.RuntimeCloud__Targets,
-    configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint },
+    peers: {
+      governance: { endpoint: s.RuntimeCloud__Governance__Endpoint, audience: s.RuntimeCloud__Governance__Audience },
+      controlPlane: { endpoint: s.RuntimeCloud__ControlPlane__Endpoint, audience: s.RuntimeCloud__ControlPlane__Audience },
+      knowledge: { endpoint: s.RuntimeCloud__Knowledge__Endpoint, audience: s.RuntimeCloud__Knowledge__Audience },
+      configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint, audience: s.RuntimeCloud__ConfigPlatform__Audience },
+      deadlineMs: s.RuntimeCloud__Peers__DeadlineMs,
+      clientId: s.RuntimeCloud__Peers__ClientId,
+    },
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },

@@ -34,25 +34,3 @@ export function targetsCheck(targets: readonly ProvisioningTarget[], fetchImpl: 
     },
   };
 }
-
-/**
- * The Config Platform holds environments' runtime configuration; its failure mode is "degrade". Without an
- * endpoint the host runs on embedded configuration (the local host's default), which is healthy by design.
- */
-export function configPlatformCheck(endpoint: string, fetchImpl: typeof fetch = fetch): HealthCheck {
-  return {
-    name: 'config-platform',
-    critical: false,
-    async run() {
-      if (!endpoint) return { details: { mode: 'embedded' } };
-      try {
-        const response = await fetchImpl(endpoint, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
-        return response.status >= 500
-          ? { status: 'degraded', error: `answered ${response.status}`, details: { mode: 'remote', endpoint } }
-          : { details: { mode: 'remote', endpoint, status: response.status } };
-      } catch (error) {
-        return { status: 'degraded', error: error instanceof Error ? error.message : String(error), details: { mode: 'remote', endpoint } };
-      }
-    },
-  };
-}

@@ -1,0 +1,93 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { examplePromotion } from '../../local/example-repository';
+import { eventually } from '../support/eventually';
+import { startTestHost, type TestHost } from '../support/local-host';
+import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+
+/**
+ * The local host reaches its external services' stand-ins as servers on loopback, through the clients Azure uses
+ * (issue 18): a promotion goes through them, and when one of them stops, runs fail fast with its code and health
+ * turns unhealthy for it.
+ */
+const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
+
+interface RunBody {
+  runId: string;
+  promotionId: string;
+  state: string;
+  error?: { code: string; message: string };
+}
+interface HealthBody {
+  status: string;
+  checks: { name: string; status: string; error?: string; details?: { endpoint?: string } }[];
+}
+
+describe('external services as servers on loopback', () => {
+  let host: TestHost;
+  let root: string;
+  let example: ProvisioningExample;
+
+  beforeAll(async () => {
+    host = await startTestHost();
+    root = fs.mkdtempSync(join(tmpdir(), 'rch-peers-'));
+    example = await provisioningExample(root, host.stateDir, 0);
+    writeExampleReferences(host.stateDir);
+  });
+  afterAll(async () => {
+    await host?.stop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  const runOf = async (promotionId: string) =>
+    ((await (await host.fetch('/runtime-cloud/runs?limit=1000', { claims: operator })).json()) as { items: RunBody[] }).items.find((r) => r.promotionId === promotionId);
+  const health = async () => {
+    const response = await host.fetch('/runtime-cloud/health', { claims: { scopes: ['factory.health.read'] } });
+    return { status: response.status, body: (await response.json()) as HealthBody };
+  };
+
+  it('when every stand-in answers, then a promotion is applied through them and each is healthy on its own port', async () => {
+    const promotion = examplePromotion('development', example.repository);
+    await sendToPromotions(host, promotion, 'peers-1');
+
+    const run = await eventually(async () => {
+      const found = await runOf(promotion.promotionId);
+      return found?.state === 'applied' ? found : undefined;
+    }, 30_000);
+    const { status, body } = await health();
+
+    expect(run.state).toBe('applied');
+    expect(status).toBe(200);
+    const endpoints = host.host.standIns!.endpoints;
+    for (const [name, endpoint] of [
+      ['governance-host', endpoints.governance],
+      ['control-plane-api', endpoints.controlPlane],
+      ['knowledge-host', endpoints.knowledge],
+      ['config-platform', endpoints.configPlatform],
+    ] as const) {
+      expect(body.checks.find((c) => c.name === name)).toMatchObject({ status: 'healthy', details: { endpoint } });
+      expect(endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    }
+    expect(new Set(Object.values(endpoints)).size).toBe(4);
+  });
+
+  it('when the GovernanceHost stand-in stops, then health turns unhealthy for it and a run fails fast with GOVERNANCE_UNAVAILABLE', async () => {
+    await host.host.standIns!.stop('governance');
+    const promotion = { ...examplePromotion('development', example.repository), promotionId: 'prm-peers-governance-down' };
+
+    const { status, body } = await health();
+    await sendToPromotions(host, promotion, 'peers-2');
+    const run = await eventually(async () => {
+      const found = await runOf(promotion.promotionId);
+      return found?.state === 'failed' ? found : undefined;
+    }, 60_000);
+
+    expect(status).toBe(503);
+    expect(body.status).toBe('unhealthy');
+    expect(body.checks.find((c) => c.name === 'governance-host')).toMatchObject({ status: 'unhealthy', error: expect.stringMatching(/ECONNREFUSED|unavailable/i) });
+    expect(body.checks.find((c) => c.name === 'knowledge-host')?.status).toBe('healthy');
+    expect(run.error?.code).toBe('PROVISIONING.GOVERNANCE_UNAVAILABLE');
+  }, 90_000);
+});
