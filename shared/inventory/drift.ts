@@ -28,6 +28,8 @@ export type JsonValue = null | boolean | number | string | readonly JsonValue[] 
 /** Serialized shape (stored with inventories and plans): changing it is a breaking change. */
 export interface ResourceState {
   readonly type: string;
+  /** The provider's id (desired state: from the stack state, when the apply gave one). Not compared. */
+  readonly id?: string;
   readonly properties: { readonly [key: string]: JsonValue };
 }
 

@@ -1,7 +1,18 @@
 import { z } from 'zod';
-import { isOpaque, SECRET_MASK } from '../platform/iac/iac-values';
-import { formatPath, ignoreRuleProblems, type DriftFinding, type IgnoreRule, type DriftReport, type IgnoredFinding, type JsonValue, type Resources, type Severity } from './drift';
-import type { ObservedResource } from './observer';
+import { isOpaque, SECRET_MASK, writePath, type JsonObject } from '../platform/iac/iac-values';
+import {
+  formatPath,
+  ignoreRuleProblems,
+  type DriftFinding,
+  type IgnoreRule,
+  type DriftReport,
+  type IgnoredFinding,
+  type JsonValue,
+  type ResourceState,
+  type Resources,
+  type Severity,
+} from './drift';
+import type { DesiredResource, ObservedResource } from './observer';
 
 /**
  * The inventory model: an environment's desired state as `SpecificationApplied` gives it, its drift status as a
@@ -36,6 +47,8 @@ const specificationAppliedSchema = z.object({
       urn: z.string().min(1),
       type: z.string().min(1),
       op: z.string(),
+      // The provider's id after the apply (azure-native: the ARM resource id), what the Azure observer matches by.
+      id: z.string().optional(),
       properties: z.record(z.string(), z.json()).optional(),
       ignoreChanges: z.array(z.string()).optional(),
     }),
@@ -64,12 +77,12 @@ export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems
   const parsed = specificationAppliedSchema.safeParse(data);
   if (!parsed.success) return { problems: parsed.error.issues.map((i) => `${i.path.join('.') || '(data)'}: ${i.message}`) };
   const d = parsed.data;
-  const resources: Record<string, { type: string; properties: { [key: string]: JsonValue } }> = {};
+  const resources: Record<string, { type: string; id?: string; properties: { [key: string]: JsonValue } }> = {};
   // A deleted resource is not in the target any more; one without properties (an older producer) is desired with none.
   const projectRules: IgnoreRule[] = [];
   for (const r of d.resources) {
     if (r.op === 'delete') continue;
-    resources[r.urn] = { type: r.type, properties: r.properties ?? {} };
+    resources[r.urn] = { type: r.type, ...(r.id ? { id: r.id } : {}), properties: r.properties ?? {} };
     for (const entry of r.ignoreChanges ?? []) {
       // Pulumi writes `rules[0].port`; ignore rules write `rules.0.port`. A path no rule can say stays a finding.
       const rule: IgnoreRule = {
@@ -107,6 +120,28 @@ export function observedForInventory(desired: Resources, observed: readonly Obse
   for (const r of observed) {
     const want = Object.hasOwn(desired, r.urn) ? desired[r.urn] : undefined;
     result[r.urn] = { type: r.type, properties: want ? (withMarkers(want.properties, r.properties) as { [key: string]: JsonValue }) : {} };
+  }
+  return result;
+}
+
+/** The desired resources as an observer is told them (`ObservationScope.desired`). */
+export function desiredResources(desired: Resources): DesiredResource[] {
+  return Object.entries(desired).map(([urn, r]) => ({ urn, type: r.type, ...(r.id ? { id: r.id } : {}), properties: r.properties }));
+}
+
+/**
+ * The desired side of the diff: the resources the observer can see (`reaches`; all when it does not say), each
+ * without the paths its observation says it cannot show (`ObservedResource.uncompared`), which are neither equal
+ * nor drift.
+ */
+export function desiredToCompare(desired: Resources, observed: readonly ObservedResource[], reaches: (resource: DesiredResource) => boolean = () => true): Resources {
+  const uncompared = new Map(observed.map((r) => [r.urn, r.uncompared ?? []]));
+  const result: Record<string, ResourceState> = {};
+  for (const resource of desiredResources(desired)) {
+    if (!reaches(resource)) continue;
+    let properties: JsonValue = resource.properties;
+    for (const path of uncompared.get(resource.urn) ?? []) properties = writePath(properties, path, undefined);
+    result[resource.urn] = { ...desired[resource.urn]!, properties: properties as JsonObject };
   }
   return result;
 }

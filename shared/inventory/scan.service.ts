@@ -5,7 +5,7 @@ import { AppError, ensureError } from '../platform/errors/app-error';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordDriftFindings } from '../platform/telemetry/metrics';
 import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
-import { groupByResource, observedForInventory, reconciliationPlan, scanIntervalMs, type EnvironmentKey } from './environment';
+import { desiredResources, desiredToCompare, groupByResource, observedForInventory, reconciliationPlan, scanIntervalMs, type EnvironmentKey } from './environment';
 import { againOnUniqueViolation, appendEvents, environmentByKey, intervalOf, keyOf, nowOf, stackOfRow, type InventoryContext } from './inventory.context';
 import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
 import {
@@ -58,6 +58,7 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
 
   const desired = JSON.parse(row.desired) as Resources;
   let observed: Resources;
+  let compared: Resources;
   let written = { written: 0, deleted: 0 };
   let digest: string;
   const failed = async (reason: string) => {
@@ -79,8 +80,11 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
     return finish(ctx, { ...base, outcome: 'failed', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
   };
   try {
-    const resources = await observeWithTimeout(ctx, row);
+    const { scope, resources } = await observeWithTimeout(ctx, row, desired);
     observed = observedForInventory(desired, resources);
+    // Only what the observer can see, and of that only what it could read back, is compared.
+    const reaches = ctx.observer.reaches?.bind(ctx.observer);
+    compared = desiredToCompare(desired, resources, reaches && ((resource) => reaches(scope, resource)));
     const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
     digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
     try {
@@ -96,7 +100,7 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
 
   const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, key, { includeDeleted: false }));
   const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
-  const report = diffResources(desired, observed, rules, new Date(startedAt));
+  const report = diffResources(compared, observed, rules, new Date(startedAt));
   const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
   const current = await againOnUniqueViolation(() =>
     inTransaction(ctx.db, async (trx): Promise<boolean> => {
@@ -138,7 +142,7 @@ async function finish(ctx: InventoryContext, record: ScanRecord): Promise<ScanRe
   return record;
 }
 
-async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
+async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow, desired: Resources) {
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -148,8 +152,9 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow) {
     }, ctx.observeTimeoutMs);
   });
   try {
-    const scope = await ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) });
-    return await Promise.race([ctx.observer.observe(scope, { signal: controller.signal }), timeout]);
+    const where = await ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) });
+    const scope = { ...where, desired: desiredResources(desired) };
+    return { scope, resources: await Promise.race([ctx.observer.observe(scope, { signal: controller.signal }), timeout]) };
   } finally {
     clearTimeout(timer);
   }

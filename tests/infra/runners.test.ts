@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
+import { normalArmId, resourceGroupId } from '../../shared/inventory/arm-resource';
 import {
   APP_PRINCIPAL_ID,
   clientIdOf,
@@ -9,6 +10,7 @@ import {
   matchesSqlFilter,
   relayedPropertiesOf,
   principalIdOf,
+  ROLE,
   roleOf,
   RUNNER_IMAGE,
   RUNNER_REGISTRY_ID,
@@ -163,6 +165,21 @@ describe('runner agents under Pulumi mocks', () => {
   it('when roles are assigned to an observer identity, then it is Reader on its own target only', () => {
     for (const target of ['a', 'b'] as const) {
       expect(grantsOf(principalIdOf(`observer-${target}`)), target).toEqual([`reader @ ${SCOPES[target]}`]);
+    }
+  });
+
+  it("when the app's targets setting names a target's observer identity, then that identity is Reader on exactly the resource group the ARM observer lists, with the Reader role of the target's subscription", () => {
+    // The drift scans' view: RuntimeCloud__Targets as the Function App gets it (scope and observer client id).
+    const settings = field(one('web:WebAppApplicationSettings'), 'properties') as Record<string, string>;
+    const azureTargets = (JSON.parse(settings.RuntimeCloud__Targets!) as { id: string; scope?: { subscriptionId: string; resourceGroup: string }; observerClientId?: string }[]).filter((t) => t.scope);
+    expect(azureTargets.map((t) => t.id)).toEqual(['a', 'b']);
+    for (const target of azureTargets) {
+      const observer = all('managedidentity:UserAssignedIdentity').find((i) => clientIdOf(i.name) === target.observerClientId);
+      expect(observer, target.id).toBeDefined();
+      const assignments = assignmentsOf(principalIdOf(observer!.name));
+      expect(assignments, target.id).toHaveLength(1);
+      expect(normalArmId(text(assignments[0]!, 'scope')), target.id).toBe(resourceGroupId(target.scope!.subscriptionId, target.scope!.resourceGroup));
+      expect(text(assignments[0]!, 'roleDefinitionId')).toBe(`/subscriptions/${target.scope!.subscriptionId}/providers/Microsoft.Authorization/roleDefinitions/${ROLE.reader}`);
     }
   });
 
