@@ -26,7 +26,7 @@ import { createCapacityService, type CapacityService } from './capacity/capacity
 import { createLocalCloud } from './platform/cloud/local-cloud';
 import { createInventoryService, type InventoryService } from './inventory/inventory.service';
 import { createArmObserver } from './inventory/arm-observer.adapter';
-import { createKubernetesObserver } from './inventory/kubernetes-observer.adapter';
+import { createKubernetesObserver, kubernetesClusters } from './inventory/kubernetes-observer.adapter';
 import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from './inventory/observed-inventory.repository';
 import type { Observer } from './inventory/observer';
@@ -249,7 +249,8 @@ function observerFor(config: Config, localCloud: () => Observer): Observer {
     case 'azure-resource-manager':
       return createArmObserver();
     case 'kubernetes':
-      return createKubernetesObserver();
+      // Each target's own cluster and credential; a target without one is not observed.
+      return createKubernetesObserver({ clusters: kubernetesClusters(config.targets) });
   }
 }
 

@@ -11,7 +11,9 @@ import { ignorePathProblem } from '../platform/iac/iac-values';
  *   between two types mean nothing, so none are reported for it;
  * - `modified`: one finding per differing property path, with the desired and the observed value there (either
  *   absent when that side lacks the property). Objects are compared key by key, arrays index by index; where the
- *   two sides differ in kind (object, array, scalar, null) the finding is at that path, with both whole values;
+ *   two sides differ in kind (object, array, scalar, null) the finding is at that path, with both whole values.
+ *   A type whose target adds to what was desired may be compared its own way instead (`compareAs`: Kubernetes
+ *   types as server-side apply sees them, kubernetes-fields.ts);
  * - `unmanaged`: observed, not desired.
  *
  * Severity (what must hold): a missing or replaced resource (`high`) ranks above a changed property (`medium`),
@@ -137,15 +139,38 @@ export interface DriftReport {
 
 const SEVERITY_RANK: Record<Severity, number> = { high: 0, medium: 1, low: 2 };
 
-/** Diffs desired against observed resources of one environment under the rules unexpired at `now`. */
-export function diffResources(desired: Resources, observed: Resources, rules: readonly IgnoreRule[], now: Date): DriftReport {
+/** One differing property path as a type's own comparison finds it; `desired` or `observed` absent as in `ModifiedFinding`. */
+export interface PropertyDifference {
+  readonly path: readonly PathSegment[];
+  readonly desired?: JsonValue;
+  readonly observed?: JsonValue;
+}
+
+/** A type's own comparison of desired with observed properties: each difference becomes a `modified` finding. */
+export type PropertyComparison = (desired: ResourceState['properties'], observed: ResourceState['properties']) => readonly PropertyDifference[];
+
+/**
+ * Diffs desired against observed resources of one environment under the rules unexpired at `now`. `compareAs` gives
+ * the comparison of a type compared its own way; without one (or for a type it gives none), every property both ways.
+ */
+export function diffResources(
+  desired: Resources,
+  observed: Resources,
+  rules: readonly IgnoreRule[],
+  now: Date,
+  compareAs?: (type: string) => PropertyComparison | undefined,
+): DriftReport {
   const all: DriftFinding[] = [];
   for (const urn in desired) {
     const want = desired[urn]!;
     const seen = Object.hasOwn(observed, urn) ? observed[urn] : undefined;
     if (seen === undefined) all.push({ kind: 'missing', severity: 'high', urn, type: want.type });
     else if (seen.type !== want.type) all.push({ kind: 'replaced', severity: 'high', urn, type: want.type, observedType: seen.type });
-    else diffObject(urn, want.type, want.properties, seen.properties, [], all);
+    else {
+      const compare = compareAs?.(want.type);
+      if (!compare) diffObject(urn, want.type, want.properties, seen.properties, [], all);
+      else for (const d of compare(want.properties, seen.properties)) all.push(modified(urn, want.type, d.path, d.desired, d.observed));
+    }
   }
   for (const urn in observed) {
     if (!Object.hasOwn(desired, urn)) all.push({ kind: 'unmanaged', severity: 'low', urn, type: observed[urn]!.type });

@@ -12,6 +12,7 @@ import {
   type Resources,
   type Severity,
 } from './drift';
+import { kubernetesListKeys, sameListMapKey, type ListKeys } from './kubernetes-fields';
 import type { DesiredResource, ObservedResource } from './observer';
 
 /**
@@ -111,6 +112,10 @@ export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems
  * one, the observed value there is `"[secret]"`: it differs, and which part of it is secret no path says. This is
  * the only place observed values enter inventory.
  *
+ * Elements of a list the target merges by key (a Kubernetes associative list: containers by name, env by name, …)
+ * are matched with the desired element of the same key, wherever each is, as the comparison matches them
+ * (kubernetes-fields.ts): a secret's marker follows its element, not its position.
+ *
  * An unmanaged resource (observed, desired by no one) has no marker to go by: nothing says which of its values are
  * secret, and its finding names the resource, never a property. So inventory keeps its urn, type and id and none
  * of its property values.
@@ -119,7 +124,8 @@ export function observedForInventory(desired: Resources, observed: readonly Obse
   const result: Record<string, { type: string; properties: { [key: string]: JsonValue } }> = {};
   for (const r of observed) {
     const want = Object.hasOwn(desired, r.urn) ? desired[r.urn] : undefined;
-    result[r.urn] = { type: r.type, properties: want ? (withMarkers(want.properties, r.properties) as { [key: string]: JsonValue }) : {} };
+    const properties = want ? withMarkers(want.properties, r.properties, kubernetesListKeys(r.type), []) : {};
+    result[r.urn] = { type: r.type, properties: properties as { [key: string]: JsonValue } };
   }
   return result;
 }
@@ -146,7 +152,8 @@ export function desiredToCompare(desired: Resources, observed: readonly Observed
   return result;
 }
 
-function withMarkers(desired: JsonValue, observed: JsonValue): JsonValue {
+/** `fieldPath` (object keys only) is kept only where `listKeys` asks for it. */
+function withMarkers(desired: JsonValue, observed: JsonValue, listKeys: ListKeys | undefined, fieldPath: readonly string[]): JsonValue {
   if (isOpaque(desired)) return desired;
   const kind = (value: JsonValue) => (Array.isArray(value) ? 'array' : typeof value === 'object' && value !== null ? 'object' : 'scalar');
   if (kind(desired) === 'scalar') return observed;
@@ -157,12 +164,18 @@ function withMarkers(desired: JsonValue, observed: JsonValue): JsonValue {
   if (Array.isArray(desired)) {
     const want: readonly JsonValue[] = desired;
     const extra = holdsOpaque(desired) ? SECRET_MASK : undefined;
-    return (observed as readonly JsonValue[]).map((o, i) => (i < want.length ? withMarkers(want[i]!, o) : (extra ?? o)));
+    const keys = listKeys?.(fieldPath);
+    return (observed as readonly JsonValue[]).map((o, i) => {
+      const match = keys ? want.find((w) => sameListMapKey(w, o, keys)) : want[i];
+      return match !== undefined ? withMarkers(match, o, listKeys, fieldPath) : (extra ?? o);
+    });
   }
   const want = desired as { readonly [key: string]: JsonValue };
   const seen = observed as { readonly [key: string]: JsonValue };
   const out: Record<string, JsonValue> = {};
-  for (const key of Object.keys(seen)) out[key] = Object.hasOwn(want, key) ? withMarkers(want[key]!, seen[key]!) : seen[key]!;
+  for (const key of Object.keys(seen)) {
+    out[key] = Object.hasOwn(want, key) ? withMarkers(want[key]!, seen[key]!, listKeys, listKeys ? [...fieldPath, key] : fieldPath) : seen[key]!;
+  }
   return out;
 }
 

@@ -1,4 +1,7 @@
+import { setMaxListeners } from 'node:events';
+import type { TokenCredential } from '@azure/identity';
 import type { AppsV1Api, ConfigurationOptions, CoreV1Api, KubeConfig, V1ListMeta } from '@kubernetes/client-node';
+import type { ProvisioningTarget } from '../platform/config/config';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { JsonValue } from './drift';
 import { URN_ANNOTATION, type ObservationScope, type ObservedResource, type Observer } from './observer';
@@ -6,13 +9,56 @@ import { URN_ANNOTATION, type ObservationScope, type ObservedResource, type Obse
 /** `@kubernetes/client-node`, loaded on first use. */
 export type KubernetesSdk = typeof import('@kubernetes/client-node');
 
+/**
+ * The scope of a Microsoft Entra token for an AKS API server: the AKS AAD server application, one application id
+ * for every AKS cluster with Entra integration (kubelogin's `--server-id`).
+ */
+export const AKS_TOKEN_SCOPE = '6dae42f8-4368-4678-94ff-3960e28e3630/.default';
+
+/**
+ * How one target's cluster is reached, and with which credential: an AKS API server with an Entra token of the
+ * target's observer identity, or a kubeconfig file configured for that target alone.
+ */
+export type KubernetesCluster =
+  | { readonly auth: 'entra'; readonly server: string; readonly certificateAuthorityData?: string; readonly observerClientId?: string }
+  | { readonly auth: 'kubeconfig'; readonly path: string; readonly context?: string };
+
+/**
+ * The cluster of each target that has one (RuntimeCloud__Targets `kubernetes`), by target id: a target's
+ * `kubernetes.kubeconfig`, else, for an `aks-cluster` target, its API server (`kubernetes.server`, else `endpoint`)
+ * with an Entra token of its `observerClientId`. A target with neither has no cluster: nothing is observed there.
+ */
+export function kubernetesClusters(targets: readonly ProvisioningTarget[]): ReadonlyMap<string, KubernetesCluster> {
+  const clusters = new Map<string, KubernetesCluster>();
+  for (const target of targets) {
+    const settings = target.kubernetes;
+    const server = settings?.server ?? target.endpoint;
+    if (settings?.kubeconfig) {
+      clusters.set(target.id, { auth: 'kubeconfig', path: settings.kubeconfig.path, ...(settings.kubeconfig.context ? { context: settings.kubeconfig.context } : {}) });
+    } else if (target.kind === 'aks-cluster' && server) {
+      clusters.set(target.id, {
+        auth: 'entra',
+        server,
+        ...(settings?.certificateAuthorityData ? { certificateAuthorityData: settings.certificateAuthorityData } : {}),
+        ...(target.observerClientId ? { observerClientId: target.observerClientId } : {}),
+      });
+    }
+  }
+  return clusters;
+}
+
 export interface KubernetesObserverOptions {
   /**
-   * The cluster and credentials to use, made from the SDK once, on the first observation. Default:
-   * `loadFromDefault()` (`KUBECONFIG`, `~/.kube/config`, or the pod's service account in a cluster).
-   * @example createKubernetesObserver({ kubeConfig: (k8s) => { const kc = new k8s.KubeConfig(); kc.loadFromFile('/etc/rch/kubeconfig'); return kc; } })
+   * The cluster of each target, by target id (`kubernetesClusters(config.targets)`). An environment is read in its
+   * target's cluster with that target's credential, never another's; a target not listed is not observed.
+   * @example createKubernetesObserver({ clusters: new Map([['aks-prod-we', { auth: 'entra', server: 'https://aks-prod-we.hcp.westeurope.azmk8s.io:443', certificateAuthorityData: 'LS0t…', observerClientId: '…' }]]) })
    */
-  readonly kubeConfig?: (sdk: KubernetesSdk) => KubeConfig;
+  readonly clusters: ReadonlyMap<string, KubernetesCluster>;
+  /**
+   * The Entra credential of an observer identity, asked once per target. Default: `ManagedIdentityCredential` with
+   * the client id, or `DefaultAzureCredential` (the developer's login locally) for a target without one.
+   */
+  readonly credential?: (observerClientId: string | undefined) => TokenCredential | Promise<TokenCredential>;
   /** Items asked for per list request; a namespace with more is read in several pages of one consistent snapshot. */
   readonly pageSize?: number;
 }
@@ -26,6 +72,9 @@ export const KUBERNETES_TYPES = {
 } as const;
 export type KubernetesKind = keyof typeof KUBERNETES_TYPES;
 const KINDS = Object.keys(KUBERNETES_TYPES) as KubernetesKind[];
+
+/** The API version each kind is read in (the items of a list carry none). */
+const API_VERSIONS: Record<KubernetesKind, string> = { Deployment: 'apps/v1', StatefulSet: 'apps/v1', DaemonSet: 'apps/v1', Service: 'v1' };
 
 /** One listed object, as the SDK deserializes it or as the API server returns it. */
 export interface KubernetesObject {
@@ -49,26 +98,29 @@ interface Clients {
   readonly core: CoreV1Api;
 }
 
+/** The clients of one target for one observation (an Entra token is asked for each, from the target's credential, which caches it). */
+type Connect = (signal: AbortSignal) => Promise<Clients>;
+
 /**
  * Observes workloads in Kubernetes: the Deployments, StatefulSets, DaemonSets and Services of every namespace in
- * `scope.kubernetes.namespaces`. Every list is read to its last page before anything is returned; one failed
- * request fails the whole observation (`INVENTORY.TARGET_UNREACHABLE`) and cancels the others.
+ * `scope.kubernetes.namespaces`, in the cluster of the environment's target (`scope.target`) and with that target's
+ * credential. Every list is read to its last page before anything is returned; one failed request fails the whole
+ * observation (`INVENTORY.TARGET_UNREACHABLE`) and cancels the others.
  */
-export function createKubernetesObserver(options: KubernetesObserverOptions = {}): Observer {
+export function createKubernetesObserver(options: KubernetesObserverOptions): Observer {
   const pageSize = options.pageSize ?? 500;
-  const loadKubeConfig = options.kubeConfig ?? defaultKubeConfig;
-  let loading: Promise<Clients> | undefined;
-  // The SDK is loaded on first use, not at module load: a host configured with another observer never pays for it
-  // at cold start. A failed load is tried again on the next observation.
-  const clients = (): Promise<Clients> => {
-    if (!loading) {
-      loading = import('@kubernetes/client-node').then((sdk) => {
-        const config = loadKubeConfig(sdk);
-        return { sdk, apps: config.makeApiClient(sdk.AppsV1Api), core: config.makeApiClient(sdk.CoreV1Api) };
-      });
-      loading.catch(() => (loading = undefined));
+  const credentialOf = options.credential ?? defaultCredential;
+  const connections = new Map<string, Promise<Connect>>();
+  // The SDKs are loaded on first use, not at module load: a host configured with another observer never pays for
+  // them at cold start. A connection that failed to be made is made again on the next observation.
+  const connectionOf = (target: string, cluster: KubernetesCluster): Promise<Connect> => {
+    let connection = connections.get(target);
+    if (!connection) {
+      connection = connect(cluster, credentialOf);
+      connections.set(target, connection);
+      connection.catch(() => connections.delete(target));
     }
-    return loading;
+    return connection;
   };
 
   return {
@@ -81,13 +133,23 @@ export function createKubernetesObserver(options: KubernetesObserverOptions = {}
           environmentId: scope.environmentId,
         });
       }
+      const cluster = options.clusters.get(scope.target);
+      if (!cluster) {
+        throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `target ${scope.target} of environment ${scope.environmentId} has no Kubernetes cluster configured (RuntimeCloud__Targets: kubernetes)`, {
+          observer: 'kubernetes',
+          environmentId: scope.environmentId,
+          target: scope.target,
+        });
+      }
       if (signal.aborted) throw observeTimeout(scope);
       // Cancels the requests still running when one fails, as well as on the scan's timeout.
       const failed = new AbortController();
       const cancel = AbortSignal.any([signal, failed.signal]);
+      // Every request in flight listens to it: four kinds per namespace, at once.
+      setMaxListeners(0, cancel);
       let sdk: KubernetesSdk | undefined;
       try {
-        const loaded = await clients();
+        const loaded = await (await connectionOf(scope.target, cluster))(cancel);
         sdk = loaded.sdk;
         const lists = await Promise.all(
           namespaces.flatMap((namespace) => KINDS.map((kind) => listAll(loaded, kind, namespace, pageSize, cancel))),
@@ -102,11 +164,50 @@ export function createKubernetesObserver(options: KubernetesObserverOptions = {}
   };
 }
 
+async function connect(cluster: KubernetesCluster, credentialOf: NonNullable<KubernetesObserverOptions['credential']>): Promise<Connect> {
+  const sdk = await import('@kubernetes/client-node');
+  const clientsOf = (config: KubeConfig): Clients => ({ sdk, apps: config.makeApiClient(sdk.AppsV1Api), core: config.makeApiClient(sdk.CoreV1Api) });
+  if (cluster.auth === 'kubeconfig') {
+    // Read at each observation, so a rotated file is used from the next scan on.
+    return async () => {
+      const config = new sdk.KubeConfig();
+      config.loadFromFile(cluster.path);
+      if (cluster.context !== undefined) {
+        if (!config.getContextObject(cluster.context)) {
+          throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `the kubeconfig ${cluster.path} has no context ${cluster.context}`, { observer: 'kubernetes' });
+        }
+        config.setCurrentContext(cluster.context);
+      }
+      return clientsOf(config);
+    };
+  }
+  const credential = await credentialOf(cluster.observerClientId);
+  return async (signal) => {
+    const token = await credential.getToken(AKS_TOKEN_SCOPE, { abortSignal: signal });
+    if (!token) throw new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'no Microsoft Entra token for the AKS API server', { observer: 'kubernetes' });
+    const config = new sdk.KubeConfig();
+    config.loadFromOptions({
+      clusters: [{ name: 'target', server: cluster.server, caData: cluster.certificateAuthorityData, skipTLSVerify: false }],
+      users: [{ name: 'observer', token: token.token }],
+      contexts: [{ name: 'target', cluster: 'target', user: 'observer' }],
+      currentContext: 'target',
+    });
+    return clientsOf(config);
+  };
+}
+
+async function defaultCredential(observerClientId: string | undefined): Promise<TokenCredential> {
+  const { DefaultAzureCredential, ManagedIdentityCredential } = await import('@azure/identity');
+  return observerClientId ? new ManagedIdentityCredential({ clientId: observerClientId }) : new DefaultAzureCredential();
+}
+
 /**
  * A listed object as observed: the urn from the `runtime-cloud.connectsoft.io/urn` annotation, else
  * `k8s:<namespace>/<kind>/<name>`; the Pulumi type token; id `<namespace>/<name>` (as Pulumi's Kubernetes provider
- * gives it); properties `metadata` (name, namespace, labels) and `spec`, as JSON. Left out: `status`, annotations
- * (mostly written by tools and controllers), and the server's bookkeeping in the metadata embedded in the spec
+ * gives it); properties `apiVersion` and `kind` (which the items of a list do not carry), `metadata` (name,
+ * namespace, labels, annotations) and `spec`, as JSON. Left out: `status`; the
+ * `kubectl.kubernetes.io/last-applied-configuration` annotation (a copy of a manifest, whose values may be secret
+ * where the desired state holds a reference); and the server's bookkeeping in the metadata embedded in the spec
  * (`creationTimestamp`, `managedFields`, `resourceVersion`, `uid`, `generation`, `selfLink`) and the `status` of
  * embedded objects (a StatefulSet's volume claim templates).
  */
@@ -116,7 +217,9 @@ export function kubernetesObjectToObserved(kind: KubernetesKind, object: Kuberne
   if (!name || !namespace) throw new Error(`Kubernetes listed a ${kind} without a name or a namespace: ${JSON.stringify({ name, namespace })}`);
   const metadata: { [key: string]: JsonValue } = { name, namespace };
   if (object.metadata?.labels) metadata.labels = asJson(object.metadata.labels);
-  const properties: { [key: string]: JsonValue } = { metadata };
+  const annotations = Object.entries(object.metadata?.annotations ?? {}).filter(([key]) => key !== LAST_APPLIED);
+  if (annotations.length > 0) metadata.annotations = Object.fromEntries(annotations);
+  const properties: { [key: string]: JsonValue } = { apiVersion: API_VERSIONS[kind], kind, metadata };
   if (object.spec) properties.spec = withoutServerFields(asJson(object.spec));
   return {
     urn: object.metadata?.annotations?.[URN_ANNOTATION] ?? `k8s:${namespace}/${kind}/${name}`,
@@ -125,6 +228,8 @@ export function kubernetesObjectToObserved(kind: KubernetesKind, object: Kuberne
     properties,
   };
 }
+
+const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
 
 async function listAll(clients: Clients, kind: KubernetesKind, namespace: string, pageSize: number, signal: AbortSignal): Promise<ObservedResource[]> {
   const observed: ObservedResource[] = [];
@@ -176,12 +281,6 @@ function cancelledBy(sdk: KubernetesSdk, signal: AbortSignal): ConfigurationOpti
   };
 }
 
-function defaultKubeConfig(sdk: KubernetesSdk): KubeConfig {
-  const config = new sdk.KubeConfig();
-  config.loadFromDefault();
-  return config;
-}
-
 const SERVER_METADATA = new Set(['creationTimestamp', 'managedFields', 'resourceVersion', 'uid', 'generation', 'selfLink']);
 
 /** The spec without what the server writes into the objects embedded in it (pod and volume claim templates). */
@@ -209,10 +308,16 @@ function asJson(value: object): JsonValue {
   return JSON.parse(JSON.stringify(value)) as JsonValue;
 }
 
+/** What @azure/identity throws when it cannot get a token: the cluster could not be read. */
+const CREDENTIAL_ERRORS = new Set(['CredentialUnavailableError', 'AuthenticationError', 'AggregateAuthenticationError', 'AuthenticationRequiredError']);
+
 function kubernetesFailure(thrown: unknown, scope: ObservationScope, sdk: KubernetesSdk | undefined): Error {
   const error = ensureError(thrown);
   if (error instanceof AppError) return error;
-  const where = { observer: 'kubernetes', environmentId: scope.environmentId, namespaces: scope.kubernetes?.namespaces ?? [] };
+  const where = { observer: 'kubernetes', environmentId: scope.environmentId, target: scope.target, namespaces: scope.kubernetes?.namespaces ?? [] };
+  if (CREDENTIAL_ERRORS.has(error.name)) {
+    return new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `no Microsoft Entra token for the cluster of target ${scope.target}: ${error.message}`, where);
+  }
   if (sdk && error instanceof sdk.ApiException) {
     const status = error.code;
     return new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `the Kubernetes API answered HTTP ${status}`, {

@@ -8,6 +8,7 @@ import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type R
 import { desiredResources, desiredToCompare, groupByResource, observedForInventory, reconciliationPlan, scanIntervalMs, type EnvironmentKey } from './environment';
 import { againOnUniqueViolation, appendEvents, environmentByKey, intervalOf, keyOf, nowOf, stackOfRow, type InventoryContext } from './inventory.context';
 import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
+import { manifestComparison } from './kubernetes-fields';
 import {
   claimScan,
   dueEnvironments,
@@ -100,7 +101,9 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
 
   const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, key, { includeDeleted: false }));
   const rules = [...recorded, ...(JSON.parse(row.project_rules) as IgnoreRule[])];
-  const report = diffResources(compared, observed, rules, new Date(startedAt));
+  // Kubernetes resources are compared on what their manifest sets: the server's defaults and other managers' fields
+  // are not drift.
+  const report = diffResources(compared, observed, rules, new Date(startedAt), manifestComparison);
   const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
   const current = await againOnUniqueViolation(() =>
     inTransaction(ctx.db, async (trx): Promise<boolean> => {

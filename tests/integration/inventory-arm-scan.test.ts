@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ObservationScope } from '../../shared/inventory/observer';
 import { DIALECTS, skipDialect } from '../support/databases';
-import { inventoryOnDialect } from '../support/inventory';
+import { inventoryOnDialect } from '../support/inventory-harness';
 import { armObserver, bodyOf, planDeclared, present, publishedArm, recordedListing, urnOf, webAppDeclared, webGroup, type Declared } from '../support/published-arm';
 
 /**

@@ -17,7 +17,8 @@ export function selfSignedCertificate(): TestCertificate {
   const name = seq(set(seq(oid('2.5.4.3'), tlv(0x0c, Buffer.from('runtime-cloud test')))));
   const now = Date.now();
   const serial = randomBytes(16);
-  serial[0] = serial[0]! & 0x7f;
+  // Positive, and its first byte not zero: DER allows no leading zero byte before one under 0x80 ("illegal padding").
+  serial[0] = (serial[0]! & 0x7f) | 0x40;
   const tbs = seq(
     tlv(0xa0, integer(Buffer.from([2]))),
     integer(serial),

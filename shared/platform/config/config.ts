@@ -37,8 +37,31 @@ const targetSchema = z.object({
   runnerPool: z.string().min(1).max(200).optional(),
   /** An Azure target's scope: where its runners' identity may write and its observer identity reads. */
   scope: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1) }).optional(),
-  /** Client id of the target's read-only observer identity (drift scans of this target read with it). */
+  /**
+   * Client id of the target's read-only observer identity (drift scans of this target read with it): for an
+   * `azure-subscription` target the identity reading ARM, for an `aks-cluster` target the one whose Microsoft Entra
+   * token reads the cluster (it needs a read role there, e.g. Azure Kubernetes Service RBAC Reader).
+   */
   observerClientId: z.string().min(1).optional(),
+  /**
+   * How drift scans reach this target's Kubernetes cluster (the `kubernetes` observer); a target without it is not
+   * observed (no kubeconfig of the host serves every target). On an `aks-cluster` target, `server` (default: the
+   * target's `endpoint`) is the API server and `certificateAuthorityData` its CA certificate (base64 PEM, as a
+   * kubeconfig's `certificate-authority-data`), read with a Microsoft Entra token for the AKS AAD server
+   * (`6dae42f8-4368-4678-94ff-3960e28e3630/.default`) of `observerClientId`, or of the host's default credential
+   * without one. `kubeconfig` instead names a kubeconfig file for this target alone (an on-prem cluster, or an AKS
+   * cluster read with a local account), with its `context` (default: the file's current context).
+   * Example: `{"server":"https://aks-prod-we-1a2b3c4d.hcp.westeurope.azmk8s.io:443","certificateAuthorityData":"LS0tLS1CRUdJTi…"}`
+   * or `{"kubeconfig":{"path":"/mnt/secrets/dc-observer.kubeconfig","context":"dc-reader"}}`.
+   */
+  kubernetes: z
+    .object({
+      server: z.url({ protocol: /^https$/ }).optional(),
+      certificateAuthorityData: z.base64().min(1).optional(),
+      kubeconfig: z.object({ path: z.string().min(1), context: z.string().min(1).optional() }).strict().optional(),
+    })
+    .strict()
+    .optional(),
   /**
    * Which environments live here: the first target with a rule matching an environment's tenant, id and tier
    * (each optional, all given must match) is its target; an environment no rule matches is on the first target.
@@ -60,10 +83,19 @@ const targetSchema = z.object({
     })
     .strict()
     .optional(),
-}).refine((target) => target.kind === 'local-cloud' || target.backend !== undefined, {
-  message: "a target that is not a local cloud needs its runners' state backend (`backend.url`)",
-  path: ['backend'],
-});
+})
+  .refine((target) => target.kind === 'local-cloud' || target.backend !== undefined, {
+    message: "a target that is not a local cloud needs its runners' state backend (`backend.url`)",
+    path: ['backend'],
+  })
+  .refine((target) => !target.kubernetes || target.kind === 'aks-cluster' || target.kind === 'on-prem', {
+    message: 'applies to aks-cluster and on-prem targets only',
+    path: ['kubernetes'],
+  })
+  .refine((target) => !(target.kubernetes?.server || target.kubernetes?.certificateAuthorityData) || (target.kind === 'aks-cluster' && !target.kubernetes.kubeconfig), {
+    message: 'server and certificateAuthorityData are for an aks-cluster target read with an Entra token; a target read with a kubeconfig takes its cluster from the file',
+    path: ['kubernetes'],
+  });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 
 /** Where an environment's resources live for the Azure and Kubernetes observers. */
