@@ -14,6 +14,15 @@ export interface PeerMessage {
   readonly body: unknown;
 }
 
+/** A message waiting in one of the peer's queues, as peek shows it. */
+export interface QueuedMessage {
+  readonly messageId: string;
+  readonly body: unknown;
+  readonly enqueuedAt: Date;
+  /** Service Bus's `x-opt-message-state`; default active. */
+  readonly state?: 'active' | 'deferred' | 'scheduled';
+}
+
 /** A `$cbs` put-token request as the peer answered it. */
 export interface PutToken {
   readonly name: string;
@@ -55,6 +64,10 @@ export interface AmqpPeer {
   waitFor(count: number): Promise<PeerMessage[]>;
   /** While set, every transfer is rejected (the bus refuses the send). */
   rejectSends: boolean;
+  /** Puts a message in a queue with the next sequence number (what peek-message answers from). */
+  enqueue(queue: string, message: QueuedMessage): void;
+  /** Takes the oldest message off a queue, as a completed receive would. */
+  settleOldest(queue: string): void;
   close(): Promise<void>;
 }
 
@@ -68,17 +81,22 @@ interface LinkState {
 /** Service Bus's batched-message format: the body's data sections each hold one encoded message. */
 const BATCH_FORMAT = 0x80013700;
 const CBS = '$cbs';
+const MANAGEMENT_SUFFIX = '/$management';
+const MESSAGE_STATES = { active: 0, deferred: 1, scheduled: 2 } as const;
 
 /**
  * A small AMQP 1.0 peer built with rhea that the real @azure/service-bus SDK talks to (see verified-facts.md): SASL
  * ANONYMOUS, `$cbs` put-token (answered 200, or checked as Service Bus does for Entra with `entra`), receiver links
- * advertising a max message size, batched sends decoded per data section.
+ * advertising a max message size, batched sends decoded per data section, and `com.microsoft:peek-message` on
+ * `<queue>/$management` answered from the queues filled with `enqueue`.
  */
 export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<AmqpPeer> {
   const { entra } = options;
   const container = rhea.create_container({ id: 'amqp-peer' });
   const received: PeerMessage[] = [];
   const putTokens: PutToken[] = [];
+  const queues = new Map<string, (QueuedMessage & { sequenceNumber: number })[]>();
+  let sequenceNumber = 0;
   const waiters: { count: number; resolve: (m: PeerMessage[]) => void }[] = [];
   // Per connection, the entities a put-token authorized (lower-cased path, '' for the namespace) and until when.
   const grants = new WeakMap<Connection, Map<string, number>>();
@@ -130,7 +148,12 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
       return;
     }
     if (!authorized(context.connection, address)) {
-      delivery.reject(refusal('Send', address));
+      delivery.reject(refusal(address.endsWith(MANAGEMENT_SUFFIX) ? 'Listen' : 'Send', address));
+      return;
+    }
+    if (address.endsWith(MANAGEMENT_SUFFIX)) {
+      delivery.accept();
+      answerManagement(context.connection, address.slice(0, -MANAGEMENT_SUFFIX.length), message);
       return;
     }
     if (peer.rejectSends) {
@@ -174,6 +197,36 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     }
   }
 
+  /** `com.microsoft:peek-message` as Service Bus answers it: 200 with the encoded messages from a sequence number on, 204 when none. */
+  function answerManagement(connection: Connection, entity: string, request: Message): void {
+    const operation = (request.application_properties as Record<string, unknown> | undefined)?.operation;
+    if (operation !== 'com.microsoft:peek-message') {
+      reply(connection, request, { statusCode: 501, statusDescription: `the peer does not implement ${String(operation)}` }, undefined);
+      return;
+    }
+    const body = request.body as Record<string, unknown>;
+    const from = Number(body['from-sequence-number']);
+    const count = Number(body['message-count']);
+    const peeked = (queues.get(entity) ?? []).filter((m) => m.sequenceNumber >= from).slice(0, count);
+    if (peeked.length === 0) {
+      reply(connection, request, { statusCode: 204, statusDescription: 'No Content' }, undefined);
+      return;
+    }
+    const messages = peeked.map((m) => ({
+      message: rhea.message.encode({
+        message_id: m.messageId,
+        content_type: 'application/json',
+        body: rhea.message.data_section(Buffer.from(JSON.stringify(m.body))),
+        message_annotations: {
+          'x-opt-sequence-number': rhea.types.wrap_long(m.sequenceNumber),
+          'x-opt-enqueued-time': m.enqueuedAt,
+          'x-opt-message-state': MESSAGE_STATES[m.state ?? 'active'],
+        },
+      }),
+    }));
+    reply(connection, request, { statusCode: 200, statusDescription: 'OK' }, { messages });
+  }
+
   const server: Server = entra
     ? container.listen({ port: 0, host: '127.0.0.1', transport: 'tls', ...selfSignedCertificate() })
     : container.listen({ port: 0, host: '127.0.0.1' });
@@ -194,6 +247,14 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     waitFor(count) {
       if (received.length >= count) return Promise.resolve(received.slice());
       return new Promise((resolve) => waiters.push({ count, resolve }));
+    },
+    enqueue(queue, message) {
+      const messages = queues.get(queue) ?? [];
+      messages.push({ ...message, sequenceNumber: ++sequenceNumber });
+      queues.set(queue, messages);
+    },
+    settleOldest(queue) {
+      queues.get(queue)?.shift();
     },
     close: () =>
       new Promise<void>((resolve) => {
