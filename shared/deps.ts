@@ -3,10 +3,9 @@ import { sql, type Kysely } from 'kysely';
 import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
-import { inboxLagChecks, MODULE_QUEUES } from './platform/bus/bus.health';
-import { inboxLag } from './platform/bus/inbox.repository';
+import { inboxLagChecks } from './platform/bus/bus.health';
 import type { EventPublisher } from './platform/bus/event-publisher';
-import { createEventPublisher } from './platform/bus/publishers';
+import { createEventPublisher, createInboxLagReader } from './platform/bus/publishers';
 import type { Config } from './platform/config/config';
 import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from './platform/config/targets';
 import { AppError } from './platform/errors/app-error';
@@ -157,6 +156,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   });
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
+  // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
+  const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
 
   const inventory = createInventoryService({
     store,
@@ -216,9 +217,9 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     },
     targetsCheck(config.targets),
     ...peerHealthChecks(config.peers, peerTokens),
-    ...inboxLagChecks(busDb(store.db), config.host.enabledModules, clock),
+    ...inboxLagChecks(inboxLagReader, config.host.enabledModules),
   ];
-  const stopInboxLagGauge = registerInboxLagGauge(() => inboxLag(busDb(store.db), config.host.enabledModules, MODULE_QUEUES, clock.now().getTime()));
+  const stopInboxLagGauge = registerInboxLagGauge(() => inboxLagReader.read(config.host.enabledModules));
 
   return {
     config,
@@ -235,6 +236,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     events,
     async close() {
       stopInboxLagGauge();
+      await inboxLagReader.close();
       await events.close();
       await store.close();
     },

@@ -2,32 +2,55 @@ import type { Kysely } from 'kysely';
 import type { HealthCheck } from '../health/health';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
-import { inboxLag } from './inbox.repository';
+import { inboxLag, type ModuleLag } from './inbox.repository';
 import { PROMOTIONS_QUEUE } from './queue';
 
 /** The seed's gauge: age in seconds of the oldest unprocessed event per module. */
 export const INBOX_LAG_METRIC = 'connectsoft.factory.runtime_cloud.host.inbox_lag';
 
-/** Queues each module consumes (the embedded ones are in the store; in Azure these stay empty). */
+/** Queues each module consumes: the embedded ones in the store (local host), Service Bus queues in Azure. */
 export const MODULE_QUEUES: Readonly<Record<string, readonly string[]>> = { provisioning: [PROMOTIONS_QUEUE] };
 
 /** Lag above this degrades the host: messages are arriving faster than the module settles them, or it is stuck. */
 export const INBOX_LAG_DEGRADED_SECONDS = 300;
 
+/**
+ * Where a host reads its inbox lag: the oldest unprocessed inbox entry or message waiting in a module's queues. The
+ * local host reads both from the SQL store; a host on Service Bus reads the queues from the namespace
+ * (service-bus-inbox-lag.ts), as its embedded queue tables stay empty there.
+ */
+export interface InboxLagReader {
+  /** Where the queues are read: `sql-store` or `service-bus`. */
+  readonly source: string;
+  /** Lag per module, in the order asked; rejects when the store or the bus does not answer (never a lag of 0). */
+  read(modules: readonly string[]): Promise<readonly ModuleLag[]>;
+  close(): Promise<void>;
+}
+
+/** The local host's reader: inbox and embedded queues, both in the SQL store. */
+export function sqlInboxLag(db: Kysely<BusTables>, clock: Clock): InboxLagReader {
+  return {
+    source: 'sql-store',
+    read: (modules) => inboxLag(db, modules, MODULE_QUEUES, clock.now().getTime()),
+    close: async () => undefined,
+  };
+}
+
 /** One health check per enabled module, `inbox-lag:<module>`; never critical (the host still serves reads). */
-export function inboxLagChecks(db: Kysely<BusTables>, modules: readonly string[], clock: Clock): HealthCheck[] {
+export function inboxLagChecks(reader: InboxLagReader, modules: readonly string[]): HealthCheck[] {
   return modules.map((module) => ({
     name: `inbox-lag:${module}`,
     critical: false,
     async run() {
-      const [lag] = await inboxLag(db, [module], MODULE_QUEUES, clock.now().getTime());
+      const [lag] = await reader.read([module]);
       const lagSeconds = Math.round((lag?.lagSeconds ?? 0) * 10) / 10;
       const details = {
         metric: INBOX_LAG_METRIC,
         module,
+        source: reader.source,
         lagSeconds,
         unprocessed: lag?.unprocessed ?? 0,
-        waitingInQueues: lag?.waitingInQueues ?? 0,
+        ...(lag?.waitingInQueues !== undefined ? { waitingInQueues: lag.waitingInQueues } : {}),
       };
       return lagSeconds > INBOX_LAG_DEGRADED_SECONDS
         ? { status: 'degraded' as const, details, error: `oldest unprocessed message is ${lagSeconds} s old` }

@@ -85,7 +85,8 @@ export interface ModuleLag {
   /** Age in seconds of the oldest unprocessed inbox entry or waiting queue message; 0 when there is none. */
   readonly lagSeconds: number;
   readonly unprocessed: number;
-  readonly waitingInQueues: number;
+  /** Messages waiting in the module's queues; undefined where they cannot be counted (Service Bus: Manage rights). */
+  readonly waitingInQueues?: number;
 }
 
 /**

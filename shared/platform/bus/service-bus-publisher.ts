@@ -1,15 +1,10 @@
-import type { TokenCredential } from '@azure/identity';
 import type { RetryOptions, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSender } from '@azure/service-bus';
 import { AppError } from '../errors/app-error';
 import type { EventPublisher } from './event-publisher';
 import type { OutgoingMessage } from './queue';
+import { createServiceBusClient, type ServiceBusConnectionOptions } from './service-bus-client';
 
-export interface ServiceBusPublisherOptions {
-  /**
-   * A connection string (`Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=…;SharedAccessKey=…`) or a
-   * fully qualified namespace (`ns.servicebus.windows.net`, Entra auth through @azure/identity).
-   */
-  readonly connection: string;
+export interface ServiceBusPublisherOptions extends ServiceBusConnectionOptions {
   /** Send retries; default as host.json's `clientRetryOptions` (3 retries, exponential from 0.8 s, 1 min per try). */
   readonly retryOptions?: RetryOptions;
 }
@@ -30,12 +25,9 @@ export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventP
   // The SDK is loaded when a publisher is created, i.e. only on a host configured for Service Bus, never when this
   // module is imported (publishers.ts imports it on every host).
   // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { RetryMode, ServiceBusClient } = require('@azure/service-bus') as typeof import('@azure/service-bus');
+  const { RetryMode } = require('@azure/service-bus') as typeof import('@azure/service-bus');
   // The SDK's own default waits 30 s between retries, which would stall a relay tick for minutes.
-  const clientOptions = { retryOptions: options.retryOptions ?? { mode: RetryMode.Exponential, ...DEFAULT_RETRY } };
-  const client = options.connection.includes('Endpoint=')
-    ? new ServiceBusClient(options.connection, clientOptions)
-    : new ServiceBusClient(options.connection, azureCredential(), clientOptions);
+  const client = createServiceBusClient({ ...options, retryOptions: options.retryOptions ?? { mode: RetryMode.Exponential, ...DEFAULT_RETRY } });
   const senders = new Map<string, ServiceBusSender>();
   const senderFor = (topic: string) => {
     let sender = senders.get(topic);
@@ -76,13 +68,6 @@ export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventP
       await client.close();
     },
   };
-}
-
-/** The host's managed identity (Entra), for a namespace given by name; @azure/identity is loaded only here. */
-function azureCredential(): TokenCredential {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { DefaultAzureCredential } = require('@azure/identity') as typeof import('@azure/identity');
-  return new DefaultAzureCredential();
 }
 
 export function toServiceBusMessage(message: OutgoingMessage): ServiceBusMessage {

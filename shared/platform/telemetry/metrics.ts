@@ -27,7 +27,7 @@ export const METRICS = {
   outboxPublishLag: 'connectsoft.factory.runtime_cloud.host.outbox_publish_lag',
 } as const;
 
-/** Per module, the age of its oldest unprocessed message; what `inboxLag` (bus/inbox.repository.ts) answers. */
+/** Per module, the age of its oldest unprocessed message; what an `InboxLagReader` (bus/bus.health.ts) answers. */
 export type InboxLagSource = () => Promise<readonly { readonly module: string; readonly lagSeconds: number }[]>;
 
 interface Instruments {
@@ -55,7 +55,7 @@ function instruments(): Instruments {
 function define(provider: MeterProvider): Instruments {
   const meter = provider.getMeter('runtime-cloud');
   meter
-    .createObservableGauge(METRICS.inboxLag, { unit: 's', description: 'Age of the oldest unprocessed message per module (inbox and embedded queues)' })
+    .createObservableGauge(METRICS.inboxLag, { unit: 's', description: 'Age of the oldest unprocessed message per module (inbox and its queues)' })
     .addCallback(observeInboxLag);
   return {
     leaseGrants: meter.createCounter(METRICS.leaseGrants, { unit: '{lease}', description: 'Capacity leases granted' }),
