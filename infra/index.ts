@@ -87,6 +87,25 @@ const enabledModules = config.get('enabledModules') ?? 'provisioning,inventory,c
 const inventoryObserver = config.get('inventoryObserver') ?? 'azure-resource-manager';
 const inventoryScopes = config.getObject<Record<string, unknown>>('inventoryScopes') ?? {};
 const configPlatformEndpoint = config.get('configPlatformEndpoint');
+/**
+ * The external services the host calls (contracts/README.md), `https://` base URLs, and the token audiences they
+ * accept where they are not the defaults (`<service>Audience`). Unset: the host reports the service unhealthy
+ * and fails every call to it as unavailable.
+ */
+const peerSettings: Record<string, string> = Object.fromEntries(
+  (
+    [
+      ['governance', 'Governance'],
+      ['controlPlane', 'ControlPlane'],
+      ['knowledge', 'Knowledge'],
+      ['configPlatform', 'ConfigPlatform'],
+    ] as const
+  ).flatMap(([key, setting]) => {
+    const endpoint = key === 'configPlatform' ? configPlatformEndpoint : config.get(`${key}Endpoint`);
+    const audience = config.get(`${key}Audience`);
+    return [...(endpoint ? [[`RuntimeCloud__${setting}__Endpoint`, endpoint]] : []), ...(audience ? [[`RuntimeCloud__${setting}__Audience`, audience]] : [])];
+  }),
+);
 /** The day each seed secret's current value was set (YYYY-MM-DD): its expiry is that day plus its rotation period. */
 const secretsRotatedOn = config.requireObject<Record<string, string>>('secretsRotatedOn');
 
@@ -374,7 +393,7 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,
       RuntimeCloud__Targets: targetsSetting,
-      ...(configPlatformEndpoint ? { RuntimeCloud__ConfigPlatform__Endpoint: configPlatformEndpoint } : {}),
+      ...peerSettings,
       RuntimeCloud__Inventory__Observer: inventoryObserver,
       RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
     },

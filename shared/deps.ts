@@ -31,7 +31,7 @@ import { createObservedInventory } from './inventory/observed-inventory.reposito
 import type { Observer } from './inventory/observer';
 import { createPeerExternalServices } from './provisioning/peer-external-services.adapter';
 import { tableLastKnownConfig } from './provisioning/last-known-config.repository';
-import { entraTokens, peerCredential, type PeerTokens } from './platform/contracts/peer-transport';
+import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-transport';
 import { peerHealthChecks } from './platform/contracts/peer-health';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
@@ -117,7 +117,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
   const iac: IacRunner = engine;
   const stateDir = resolve(config.local.stateDir);
-  const peerTokens = overrides.peerTokens ?? entraTokens(peerCredential(config.peers.clientId));
+  const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
   const provisioning = createProvisioningService({

@@ -7,7 +7,7 @@
  */
 import { parseArgs } from 'node:util';
 import { parseConfig } from '../../shared/platform/config/config';
-import { entraTokens, peerCredential, type PeerTokens } from '../../shared/platform/contracts/peer-transport';
+import { hostPeerTokens, type PeerTokens } from '../../shared/platform/contracts/peer-transport';
 import { contractCases, type SuitePeers } from './suite';
 
 async function main(): Promise<number> {
@@ -36,7 +36,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const fixed = process.env.RUNTIME_CLOUD_CONTRACT_TOKEN;
-  const tokens: PeerTokens = fixed ? () => Promise.resolve(fixed) : entraTokens(peerCredential(''));
+  const tokens: PeerTokens = fixed ? () => Promise.resolve(fixed) : hostPeerTokens('');
   let failed = 0;
   for (const contractCase of contractCases(peers, tokens)) {
     try {

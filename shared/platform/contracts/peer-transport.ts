@@ -76,9 +76,19 @@ export function entraTokens(credential: TokenCredential): PeerTokens {
   };
 }
 
-/** The host's credential for its peers: the user-assigned identity `clientId`, else the default chain. */
-export function peerCredential(clientId: string): TokenCredential {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const identity = require('@azure/identity') as typeof import('@azure/identity');
-  return clientId ? new identity.ManagedIdentityCredential({ clientId }) : new identity.DefaultAzureCredential();
+/**
+ * The host's tokens for its peers: Entra tokens of the user-assigned identity `clientId`, else of the default
+ * chain. `@azure/identity` loads with the first token asked for, not at start (a host on its embedded defaults
+ * never asks).
+ */
+export function hostPeerTokens(clientId: string): PeerTokens {
+  let tokens: PeerTokens | undefined;
+  return (audience) => {
+    if (!tokens) {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const identity = require('@azure/identity') as typeof import('@azure/identity');
+      tokens = entraTokens(clientId ? new identity.ManagedIdentityCredential({ clientId }) : new identity.DefaultAzureCredential());
+    }
+    return tokens(audience);
+  };
 }
