@@ -1,6 +1,7 @@
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import type { DurableClient } from 'durable-functions';
+import { exhaustedDeliveries, QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import { isTerminal, type Run } from '../../shared/provisioning/run';
 import type { RunTimings } from '../../shared/provisioning/provisioning.service';
 import { getDeps } from '../runtime';
@@ -21,7 +22,7 @@ export async function promotionIntake(message: unknown, context: InvocationConte
   const deps = await getDeps();
   const messageId = messageIdOf(context);
   const log = logOf(context, { messageId });
-  const result = await deps.provisioning.intake({ messageId, body: message });
+  const result = await deps.provisioning.intake({ messageId, body: message, lastDelivery: isLastDelivery(context) });
   switch (result.outcome) {
     case 'accepted':
       await startRun(df.getClient(context), result.run, deps.provisioning.timings);
@@ -47,6 +48,15 @@ function messageIdOf(context: InvocationContext): string {
   if (typeof id === 'string' && id.length > 0) return id;
   logOf(context).warn('the message has no messageId; duplicates are recognised by promotionId only');
   return `invocation:${context.invocationId}`;
+}
+
+/**
+ * Whether this delivery is the message's last before the queue dead-letters it: its delivery count reached the
+ * queue's maximum (QUEUE_DEFAULTS.maxDeliveryCount, as infra creates the queue).
+ */
+function isLastDelivery(context: InvocationContext): boolean {
+  const count = Number(context.triggerMetadata?.deliveryCount);
+  return Number.isInteger(count) && exhaustedDeliveries(count, QUEUE_DEFAULTS.maxDeliveryCount);
 }
 
 /** Starts the run's orchestration under the run's id, so there is never a second instance of one run. */

@@ -5,6 +5,7 @@ import { TENANT_NOT_ADDRESSABLE, tenantSegmentProblem } from '../platform/config
 import { describeRepository } from '../platform/git/repository-url';
 import { qualifiedStackName, sameStack } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { AppError, ensureError } from '../platform/errors/app-error';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { ExternalErrors } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
@@ -29,6 +30,14 @@ export type IntakeResult =
   /** The messageId was used before for another message: nothing was done. */
   | { readonly outcome: 'ignored'; readonly reason: string };
 
+/** A message of the promotions queue. */
+export interface IntakeMessage {
+  readonly messageId: string;
+  readonly body: unknown;
+  /** Whether the queue dead-letters the message if this delivery fails too (its delivery count reached the maximum). */
+  readonly lastDelivery?: boolean;
+}
+
 /** Thrown inside an intake transaction to roll it back when its messageId was already used for another message. */
 export class MessageIdReused extends Error {}
 
@@ -37,14 +46,22 @@ export class MessageIdReused extends Error {}
  * checked first (tenant, environment, desired state), outside any transaction; then the run, the runs it
  * supersedes, the inbox entry and the events are recorded in one.
  */
-export async function intake(ctx: ProvisioningContext, message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult> {
+export async function intake(ctx: ProvisioningContext, message: IntakeMessage): Promise<IntakeResult> {
   const parsed = parsePromotion(message.body);
   if (parsed.outcome === 'invalid') return rejectMessage(ctx, message.messageId, message.body, parsed.problems);
   const promotion = parsed.promotion;
   const known = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
   if (known) return duplicate(ctx, known, message.messageId);
   // Outside the transaction: it reads Git. A transient failure here throws, and the message is delivered again.
-  const checked = await checkPromotion(ctx, promotion);
+  const checked = await checkPromotion(ctx, promotion).catch((thrown: unknown) => {
+    // On its last delivery the message would be dead-lettered with nothing recorded and nobody told: the promotion
+    // is rejected with the failure's code instead (a ControlPlaneApi or Git remote that did not answer), and its
+    // ProvisioningFailed tells the sender to promote again.
+    if (!message.lastDelivery) throw thrown;
+    const error = ensureError(thrown);
+    const code = error instanceof AppError ? error.code : RunErrors.internal;
+    return { repository: describeRepository(promotion.desiredState.repository), refusal: { code, message: `on the message's last delivery: ${error.message}` } } satisfies CheckedPromotion;
+  });
   for (let attempt = 1; ; attempt++) {
     try {
       return await inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, checked));

@@ -5,7 +5,7 @@ import type { StackState } from '../platform/iac/plan';
 import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
 import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
-import { intake, type IntakeResult } from './intake.service';
+import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
 import { checkPolicy, plan, planJobFinished, type FinishedJob } from './plan.service';
 import { poolResize, type PoolResizeResult } from './pool-resize.service';
@@ -41,7 +41,7 @@ export type { BrokenStackLock, IntakeResult, PoolResizeResult, ProvisioningServi
 export interface ProvisioningService {
   readonly timings: RunTimings;
   /** Takes a message from the promotions queue: one run per promotion, or a recorded rejection. */
-  intake(message: { readonly messageId: string; readonly body: unknown }): Promise<IntakeResult>;
+  intake(message: IntakeMessage): Promise<IntakeResult>;
   /** Takes a message of the events topic: a `PoolResizeRequested` becomes a run on the pool's stack. */
   poolResize(message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult>;
   /**

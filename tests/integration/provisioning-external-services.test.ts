@@ -63,6 +63,30 @@ for (const dialect of DIALECTS) {
       return service.apply(runId);
     }
 
+    it("when the ControlPlaneApi does not answer a promotion, then its message is delivered again; on its last delivery the promotion is rejected with CONTROL_PLANE_UNAVAILABLE and one ProvisioningFailed, never dead-lettered unannounced", async () => {
+      // Arrange
+      const { service, services } = host();
+      await services.setReachable('control-plane', false);
+      const promotion = aStackPromotion(example.repository, 'development', { stack: freshStack('development') });
+      const messageId = `msg-${dialect}-${++messages}`;
+
+      // Act
+      const early = await refusal(service.intake({ messageId, body: promotion, lastDelivery: false }));
+      const last = await service.intake({ messageId, body: promotion, lastDelivery: true });
+
+      // Assert
+      expect(early).toMatchObject({ code: 'PROVISIONING.CONTROL_PLANE_UNAVAILABLE', kind: 'unavailable' });
+      expect(last).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.CONTROL_PLANE_UNAVAILABLE' });
+      if (last.outcome !== 'rejected' || !last.run) throw new Error('expected a rejected run');
+      expect(last.reason).toContain("on the message's last delivery");
+      const failed = (await eventsOf(last.run.id)).filter((e) => e.type === 'ProvisioningFailed');
+      expect(failed).toHaveLength(1);
+      expect(failed[0]?.data).toMatchObject({ code: 'PROVISIONING.CONTROL_PLANE_UNAVAILABLE', state: 'rejected', trigger: 'promotion' });
+      // A redelivery after all (the settle was lost) repeats the rejection, no second run or event.
+      expect(await service.intake({ messageId, body: promotion, lastDelivery: true })).toMatchObject({ outcome: 'duplicate' });
+      expect((await eventsOf(last.run.id)).filter((e) => e.type === 'ProvisioningFailed')).toHaveLength(1);
+    });
+
     it('when a policy denies the plan, then the run fails with POLICY_DENIED and the reason, one ProvisioningFailed, and nothing is applied', async () => {
       // Arrange
       const { service } = host({ governance: { policies: [{ id: 'no-dev-databases', tiers: ['development'], denyTypes: ['local:compute:Service'], reason: 'development runs no services of its own' }] } });
