@@ -148,7 +148,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
   });
 
-  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
+  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
 
   const inventory = createInventoryService({
     store,

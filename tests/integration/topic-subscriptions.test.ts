@@ -14,7 +14,7 @@ for (const dialect of DIALECTS) {
     const clock = new ManualClock('2026-12-01T08:00:00Z');
     const now = () => clock.now().getTime();
     const message = (id: string) => ({ messageId: id, body: JSON.stringify({ id }), contentType: 'application/json', applicationProperties: { type: 'PoolResizeRequested' } });
-    const bodiesIn = async (entity: string) => (await listActive(db, entity, { limit: 100 })).map((m) => m.messageId);
+    const bodiesIn = async (entity: string) => (await listActive(db, dialect, entity, { limit: 100 })).map((m) => m.messageId);
 
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
@@ -26,15 +26,15 @@ for (const dialect of DIALECTS) {
 
     it('when messages are published, then every subscription of the topic gets each new one once, from its creation on', async () => {
       // Arrange
-      await appendToTopic(db, 'events', [message('before')], now());
-      await ensureSubscription(db, 'events', 'provisioning', now());
-      await ensureSubscription(db, 'events', 'provisioning', now());
-      await ensureSubscription(db, 'events', 'audit', now());
-      await ensureSubscription(db, 'other-topic', 'provisioning', now());
+      await appendToTopic(db, dialect, 'events', [message('before')], now());
+      await ensureSubscription(db, dialect, 'events', 'provisioning', now());
+      await ensureSubscription(db, dialect, 'events', 'provisioning', now());
+      await ensureSubscription(db, dialect, 'events', 'audit', now());
+      await ensureSubscription(db, dialect, 'other-topic', 'provisioning', now());
 
       // Act
-      const added = await appendToTopic(db, 'events', [message('m1'), message('m2')], now());
-      const republished = await appendToTopic(db, 'events', [message('m2')], now());
+      const added = await appendToTopic(db, dialect, 'events', [message('m1'), message('m2')], now());
+      const republished = await appendToTopic(db, dialect, 'events', [message('m2')], now());
 
       // Assert
       expect(added).toBe(2);
