@@ -69,6 +69,8 @@ export interface DepsOverrides {
   readonly baseDir?: string;
   /** PostgreSQL schema to use (tests). */
   readonly postgresSchema?: string;
+  /** A store made, and migrated, by the caller instead of the configured one (tests: the T-SQL shadow). Closed with the deps. */
+  readonly store?: SqlStore;
   /**
    * Whether promotions may name local repositories (`file:` URLs and paths), where the source rules allow them: the
    * local host's own. Default false: https: repositories only. Example: `true`.
@@ -86,14 +88,16 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const ids = overrides.ids ?? randomIds;
   // Metrics to Azure Monitor when APPLICATIONINSIGHTS_CONNECTION_STRING is set; served at GET /runtime-cloud/metrics.
   await startTelemetry(config.telemetry);
-  const store = createSqlStore({
-    dialect: config.store.dialect,
-    connection: config.store.connection,
-    baseDir: overrides.baseDir ?? config.local.stateDir,
-    ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
-  });
+  const store =
+    overrides.store ??
+    createSqlStore({
+      dialect: config.store.dialect,
+      connection: config.store.connection,
+      baseDir: overrides.baseDir ?? config.local.stateDir,
+      ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
+    });
   try {
-    await migrateToLatest(store.db, store.dialect, allMigrations);
+    if (!overrides.store) await migrateToLatest(store.db, store.dialect, allMigrations);
   } catch (error) {
     await store.close();
     throw error;

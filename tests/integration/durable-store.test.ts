@@ -15,7 +15,7 @@ import {
   type EpisodeCommit,
 } from '../../local/durable/durable.repository';
 import { initialRunnerState } from '../../local/durable/durable-runner';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const LEASE = 1000;
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -28,7 +28,7 @@ const event = (type: HistoryEvent['EventType'], extra: Partial<HistoryEvent> = {
   ...extra,
 });
 
-describe.each(DIALECTS)('local Durable store on %s', (dialect) => {
+describe.each(REPOSITORY_DIALECTS)('local Durable store on %s', (dialect) => {
   describe.skipIf(skipDialect(dialect))('', () => {
     let db: TestDatabase;
     const store = () => durableDb(db.store.db);

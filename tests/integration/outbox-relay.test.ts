@@ -8,7 +8,7 @@ import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-r
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { readTopic } from '../../shared/platform/bus/topic.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 type Db = Kysely<OutboxTables & BusTables>;
 
@@ -16,7 +16,7 @@ function leaseExpired(n: number): NewEvent {
   return { type: 'LeaseExpired', subject: `leases/${n}`, correlationId: `lease-${n}`, tenant: 't1', data: { n } };
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`outbox relay on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Db;

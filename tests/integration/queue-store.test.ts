@@ -16,7 +16,7 @@ import {
 } from '../../shared/platform/bus/queue.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const WINDOW = 10 * 60_000;
 const LOCK = 30_000;
@@ -32,7 +32,7 @@ function aMessage(overrides: Partial<OutgoingMessage> = {}): OutgoingMessage {
   };
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`embedded queue store on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Kysely<BusTables>;

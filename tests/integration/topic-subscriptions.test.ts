@@ -4,10 +4,10 @@ import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { listActive } from '../../shared/platform/bus/queue.repository';
 import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 /** Subscriptions of the embedded topic: each is a queue of its own that gets a copy of every message published after it exists. */
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`embedded topic subscriptions on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Kysely<BusTables>;
