@@ -70,6 +70,8 @@ export interface DepsOverrides {
   readonly baseDir?: string;
   /** PostgreSQL schema to use (tests). */
   readonly postgresSchema?: string;
+  /** A store made, and migrated, by the caller instead of the configured one (tests: the T-SQL shadow). Closed with the deps. */
+  readonly store?: SqlStore;
   /**
    * Whether promotions may name local repositories (`file:` URLs and paths), where the source rules allow them: the
    * local host's own. Default false: https: repositories only. Example: `true`.
@@ -92,14 +94,16 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const ids = overrides.ids ?? randomIds;
   // Metrics to Azure Monitor when APPLICATIONINSIGHTS_CONNECTION_STRING is set; served at GET /runtime-cloud/metrics.
   await startTelemetry(config.telemetry);
-  const store = createSqlStore({
-    dialect: config.store.dialect,
-    connection: config.store.connection,
-    baseDir: overrides.baseDir ?? config.local.stateDir,
-    ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
-  });
+  const store =
+    overrides.store ??
+    createSqlStore({
+      dialect: config.store.dialect,
+      connection: config.store.connection,
+      baseDir: overrides.baseDir ?? config.local.stateDir,
+      ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
+    });
   try {
-    await migrateToLatest(store.db, store.dialect, allMigrations);
+    if (!overrides.store) await migrateToLatest(store.db, store.dialect, allMigrations);
   } catch (error) {
     await store.close();
     throw error;
@@ -155,7 +159,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
   });
 
-  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), clock);
+  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
   const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
 

@@ -3,7 +3,7 @@ import type { TokenValidator } from '../../shared/platform/auth/token-validator'
 import { AppError } from '../../shared/platform/errors/app-error';
 import { errorProblem } from '../../shared/platform/http/problem';
 import { parseJsonText } from '../../shared/platform/validation/validation';
-import type { AnyDb } from '../../shared/platform/sql/database';
+import type { AnyDb, SqlDialect } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { HttpBinding, RawRequest, RawResponse } from '../http/http-binding';
 import { adminOnly, answeringProblems } from '../http/raw-problems';
@@ -32,6 +32,7 @@ const MAX_INSTANCE_ID_LENGTH = 200;
 
 export interface DurableApiDeps {
   readonly db: AnyDb;
+  readonly dialect: SqlDialect;
   readonly clock: Clock;
   readonly auth: TokenValidator;
   /** This host process's secret in the client URLs. */
@@ -145,7 +146,7 @@ class DurableApi {
     const after = typeof token === 'string' && token ? Buffer.from(token, 'base64url').toString('utf8') : undefined;
     const from = query.get('createdTimeFrom');
     const to = query.get('createdTimeTo');
-    const page = await listInstances(this.#db, {
+    const page = await listInstances(this.#db, this.#deps.dialect, {
       limit: 100,
       ...(after !== undefined ? { after } : {}),
       ...(query.get('runtimeStatus') ? { statuses: (query.get('runtimeStatus') ?? '').split(',') } : {}),
@@ -222,7 +223,7 @@ class DurableApi {
       throw new AppError('DURABLE.INVALID_LIMIT', 'validation', 'limit must be an integer from 1 to 1000');
     }
     const cursor = query.get('cursor');
-    const page = await listInstances(this.#db, { limit, ...(cursor ? { after: Buffer.from(cursor, 'base64url').toString('utf8') } : {}) });
+    const page = await listInstances(this.#db, this.#deps.dialect, { limit, ...(cursor ? { after: Buffer.from(cursor, 'base64url').toString('utf8') } : {}) });
     const last = page.items.at(-1);
     return {
       status: 200,

@@ -30,6 +30,7 @@ export class LocalDurableComponent implements HostComponent {
     const runner = new DurableRunner(
       {
         db: context.deps.sql.db,
+        dialect: context.deps.sql.dialect,
         clock: context.deps.clock,
         log: context.log,
         registrations: context.functionsWithTrigger,
@@ -41,6 +42,7 @@ export class LocalDurableComponent implements HostComponent {
     context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
     addDurableRoutes(context.http, {
       db: context.deps.sql.db,
+      dialect: context.deps.sql.dialect,
       clock: context.deps.clock,
       auth: context.deps.auth,
       key,

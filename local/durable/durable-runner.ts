@@ -1,7 +1,7 @@
 import type { InvocationContext, InvocationContextInit } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
-import type { AnyDb } from '../../shared/platform/sql/database';
+import type { AnyDb, SqlDialect } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { Registration } from '../functions-core/registry';
 import type { LogHandler } from '../http/http-binding';
@@ -55,6 +55,7 @@ export interface DurableRunnerOptions {
 
 export interface DurableRunnerDeps {
   readonly db: AnyDb;
+  readonly dialect: SqlDialect;
   readonly clock: Clock;
   readonly log: LogHandler;
   /** The functions registered so far (looked up at each invocation, so late registrations are seen). */
@@ -184,7 +185,7 @@ export class DurableRunner {
     if (free <= 0) return;
     const now = this.#deps.clock.now().getTime();
     const names = this.#deps.registrations('orchestrationTrigger').map((r) => r.metadata.name);
-    const candidates = await findRunnableInstances(this.#db, now, free + this.#sessions.size, names);
+    const candidates = await findRunnableInstances(this.#db, this.#deps.dialect, now, free + this.#sessions.size, names);
     for (const instanceId of candidates) {
       if (this.#sessions.size >= this.#options.maxConcurrentOrchestrations || this.#stopping) break;
       // An instance whose lease this worker let lapse may still have a session here: never run two.
@@ -203,7 +204,7 @@ export class DurableRunner {
     if (free <= 0) return;
     const now = this.#deps.clock.now().getTime();
     const names = this.#deps.registrations('activityTrigger').map((r) => r.metadata.name);
-    const candidates = await findDueActivities(this.#db, now, free + this.#activities.size, names);
+    const candidates = await findDueActivities(this.#db, this.#deps.dialect, now, free + this.#activities.size, names);
     for (const seq of candidates) {
       if (this.#activities.size >= this.#options.maxConcurrentActivities || this.#stopping) break;
       if (this.#activities.has(seq)) continue;
@@ -252,7 +253,7 @@ export class DurableRunner {
           continue;
         }
         if (instance.status !== 'Running') return;
-        const message = await nextInboxMessage(this.#db, instanceId, now);
+        const message = await nextInboxMessage(this.#db, this.#deps.dialect, instanceId, now);
         if (!message) return;
         if (!history || history.length !== instance.historyLength) history = await loadHistory(this.#db, instanceId);
         history = await this.#episode(instance, history, message.event, message, now);

@@ -1,5 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
+import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
 import { HistoryEventType, TERMINAL_STATUSES, type HistoryEvent, type RuntimeStatus } from './durable-protocol';
 import type { DurableInstanceTable, DurableTables } from './durable.tables';
 
@@ -126,9 +127,9 @@ export async function getInstance(db: Db, instanceId: string): Promise<DurableIn
  * Instances with work to do and no live lease: not yet started, or with an inbox event that is due. Only those of
  * the named orchestrations: hosts sharing a store may enable different modules, and each runs only what it has.
  */
-export async function findRunnableInstances(db: Db, now: number, limit: number, names: readonly string[]): Promise<string[]> {
+export async function findRunnableInstances(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<string[]> {
   if (names.length === 0) return [];
-  const rows = await db
+  const query = db
     .selectFrom('durable_instances as i')
     .select('i.instance_id')
     .where('i.name', 'in', [...names])
@@ -149,9 +150,8 @@ export async function findRunnableInstances(db: Db, now: number, limit: number, 
           ]),
         ]),
       ]),
-    )
-    .limit(limit)
-    .execute();
+    );
+  const rows = await firstRows(query, dialect, limit).execute();
   return rows.map((r) => r.instance_id);
 }
 
@@ -218,15 +218,12 @@ export interface InboxMessage {
 }
 
 /** The oldest due event of an instance. */
-export async function nextInboxMessage(db: Db, instanceId: string, now: number): Promise<InboxMessage | undefined> {
-  const row = await db
-    .selectFrom('durable_inbox')
-    .select(['seq', 'execution_id', 'event'])
-    .where('instance_id', '=', instanceId)
-    .where('visible_at', '<=', now)
-    .orderBy('seq')
-    .limit(1)
-    .executeTakeFirst();
+export async function nextInboxMessage(db: Db, dialect: SqlDialect, instanceId: string, now: number): Promise<InboxMessage | undefined> {
+  const row = await firstRows(
+    db.selectFrom('durable_inbox').select(['seq', 'execution_id', 'event']).where('instance_id', '=', instanceId).where('visible_at', '<=', now).orderBy('seq'),
+    dialect,
+    1,
+  ).executeTakeFirst();
   return row ? { seq: Number(row.seq), executionId: row.execution_id, event: JSON.parse(row.event) as HistoryEvent } : undefined;
 }
 
@@ -389,16 +386,15 @@ export interface ActivityWork {
 }
 
 /** Activity work items of the named activities that no live lease holds. */
-export async function findDueActivities(db: Db, now: number, limit: number, names: readonly string[]): Promise<number[]> {
+export async function findDueActivities(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<number[]> {
   if (names.length === 0) return [];
-  const rows = await db
+  const query = db
     .selectFrom('durable_activities')
     .select('seq')
     .where('name', 'in', [...names])
     .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
-    .orderBy('seq')
-    .limit(limit)
-    .execute();
+    .orderBy('seq');
+  const rows = await firstRows(query, dialect, limit).execute();
   return rows.map((r) => Number(r.seq));
 }
 
@@ -545,8 +541,8 @@ export interface InstanceQuery {
 }
 
 /** One page of instances in instance-id order; `limit + 1` rows are read to know whether another page follows. */
-export async function listInstances(db: Db, query: InstanceQuery): Promise<{ items: DurableInstance[]; more: boolean }> {
-  let select = db.selectFrom('durable_instances').selectAll().orderBy('instance_id').limit(query.limit + 1);
+export async function listInstances(db: Db, dialect: SqlDialect, query: InstanceQuery): Promise<{ items: DurableInstance[]; more: boolean }> {
+  let select = firstRows(db.selectFrom('durable_instances').selectAll().orderBy('instance_id'), dialect, query.limit + 1);
   if (query.after !== undefined) select = select.where('instance_id', '>', query.after);
   if (query.statuses && query.statuses.length > 0) select = select.where('status', 'in', [...query.statuses]);
   if (query.createdFrom !== undefined) select = select.where('created_at', '>=', query.createdFrom);

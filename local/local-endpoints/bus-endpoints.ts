@@ -51,7 +51,7 @@ export class BusEndpoints implements HostComponent {
       adminOnly(deps.auth, request, async () => {
         const queue = entityName(request.params.queue);
         const page = parsePage(request);
-        const items = await listDeadLettered(db, queue, { after: page.after, limit: page.limit });
+        const items = await listDeadLettered(db, deps.sql.dialect, queue, { after: page.after, limit: page.limit });
         return { status: 200, body: { queue, items: items.map(deadLetterView), ...nextCursor(items, page.limit) } };
       }),
     );
@@ -59,7 +59,7 @@ export class BusEndpoints implements HostComponent {
       adminOnly(deps.auth, request, async () => {
         const topic = entityName(request.params.topic);
         const page = parsePage(request);
-        const items = await readTopic(db, topic, { after: page.after, limit: page.limit });
+        const items = await readTopic(db, deps.sql.dialect, topic, { after: page.after, limit: page.limit });
         return {
           status: 200,
           body: {
@@ -99,6 +99,7 @@ async function postMessage(deps: Deps, db: Kysely<BusTables>, request: RawReques
   const isText = typeof envelope.body === 'string';
   const result = await enqueue(
     db,
+    deps.sql.dialect,
     queue,
     {
       messageId,

@@ -8,6 +8,7 @@ import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shar
 import { abandon, complete, receive, release, renewLock } from '../../shared/platform/bus/queue.repository';
 import { ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { ensureError } from '../../shared/platform/errors/app-error';
+import type { SqlDialect } from '../../shared/platform/sql/dialect';
 import type { Clock } from '../../shared/platform/time/clock';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import type { HostComponent, HostContext } from '../host';
@@ -60,9 +61,9 @@ export class ServiceBusBinding implements HostComponent {
     for (const registration of context.functionsWithTrigger('serviceBusTrigger')) {
       const entity = entityOf(registration);
       // A topic trigger reads its subscription, which exists from now on: messages published before are not in it.
-      if (entity.subscription) await ensureSubscription(db, entity.subscription.topic, entity.subscription.name, context.deps.clock.now().getTime());
+      if (entity.subscription) await ensureSubscription(db, context.deps.sql.dialect, entity.subscription.topic, entity.subscription.name, context.deps.clock.now().getTime());
       const level = health ? new ConcurrencyLevel(health, settings.maxConcurrentCalls) : undefined;
-      const receiver = new QueueReceiver(registration, entity.path, db, context.deps.clock, { ...settings, level }, context.log, context.invocations);
+      const receiver = new QueueReceiver(registration, entity.path, db, context.deps.sql.dialect, context.deps.clock, { ...settings, level }, context.log, context.invocations);
       this.#receivers.push(receiver);
       receiver.start();
     }
@@ -91,6 +92,7 @@ class QueueReceiver {
   readonly #invocations: InvocationContexts;
   readonly #queue: string;
   readonly #db: Kysely<BusTables>;
+  readonly #dialect: SqlDialect;
   readonly #clock: Clock;
   readonly #settings: ReceiverSettings;
   readonly #log: LogHandler;
@@ -103,6 +105,7 @@ class QueueReceiver {
     registration: Registration,
     entityPath: string,
     db: Kysely<BusTables>,
+    dialect: SqlDialect,
     clock: Clock,
     settings: ReceiverSettings,
     log: LogHandler,
@@ -112,6 +115,7 @@ class QueueReceiver {
     this.#invocations = invocations;
     this.#queue = entityPath;
     this.#db = db;
+    this.#dialect = dialect;
     this.#clock = clock;
     this.#settings = settings;
     this.#log = log;
@@ -139,7 +143,7 @@ class QueueReceiver {
       let received: ReceivedMessage[] = [];
       if (free > 0) {
         try {
-          received = await receive(this.#db, this.#queue, {
+          received = await receive(this.#db, this.#dialect, this.#queue, {
             now: this.#clock.now().getTime(),
             max: free,
             lockDurationMs: this.#settings.lockDurationMs,

@@ -2,8 +2,9 @@ import { sql, type Transaction } from 'kysely';
 import type { SqliteTransactions, SyncConnection } from '../platform/sql/database';
 import { Batcher, type BatchLimits } from '../platform/sql/batcher';
 import { affectedRows, Prepared } from '../platform/sql/prepared';
+import { upsertRow } from '../platform/sql/dialect';
 import { poolScope, quotaScope } from './slots';
-import type { CapacityTables } from './capacity.tables';
+import type { CapacityScopeCounterTable, CapacityTables } from './capacity.tables';
 import { grantBatchKey, type CapacityLedger, type GrantOutcome, type GrantRequest, type ReleaseRequest, type ScopeUse } from './capacity-ledger.repository';
 import { endActiveLeaseSync, insertLeaseQuery, leaseRow, type CapacityExecutor, type EndedLease } from './lease.repository';
 
@@ -89,11 +90,7 @@ async function free(trx: CapacityExecutor, leases: readonly EndedLease[]): Promi
 }
 
 async function resize(trx: Transaction<CapacityTables>, scope: string, capacity: number): Promise<void> {
-  await trx
-    .insertInto('capacity_scope_counters')
-    .values({ scope, capacity, used: 0, fencing: 0 })
-    .onConflict((oc) => oc.column('scope').doUpdateSet({ capacity }))
-    .execute();
+  await upsertRow<CapacityScopeCounterTable>(trx, DIALECT, 'capacity_scope_counters', { values: { scope, capacity, used: 0, fencing: 0 }, key: ['scope'], update: { capacity } });
 }
 
 async function use(db: CapacityExecutor, scope: string): Promise<ScopeUse> {

@@ -1,10 +1,10 @@
 import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { AnyDb, SqlStore } from '../platform/sql/database';
-import { LOCK_ALIAS, lockingRows, type SqlDialect } from '../platform/sql/dialect';
+import { LOCK_ALIAS, lockingRows, upsertRow, type SqlDialect } from '../platform/sql/dialect';
 import { CAPACITY_KINDS, isCapacityKind, type CapacityKind, type Edition, type KindLimit, type Pool, type PoolSpec, type Tenant } from './pool';
 import { poolScope, quotaScope } from './slots';
-import type { CapacityPoolTable, CapacityTables } from './capacity.tables';
+import type { CapacityEditionTable, CapacityPoolTable, CapacityTables, CapacityTenantTable } from './capacity.tables';
 import type { CapacityLedger } from './capacity-ledger.repository';
 import { counterLedger } from './capacity-counters.repository';
 import { slotLedger } from './capacity-slots.repository';
@@ -160,13 +160,9 @@ export async function upsertPool(
     ).executeTakeFirst();
   let before = await lockPool();
   if (!before) {
-    const inserted = await trx
-      .insertInto('capacity_pools')
-      .values({ id, ...values })
-      .onConflict((oc) => oc.column('id').doNothing())
-      .executeTakeFirst();
+    const inserted = await upsertRow<CapacityPoolTable>(trx, dialect, 'capacity_pools', { values: { id, ...values }, key: ['id'] });
     // Created meanwhile by a concurrent upsert (another host seeding): change it as an update would.
-    if (Number(inserted.numInsertedOrUpdatedRows ?? 0n) === 0) before = await lockPool();
+    if (inserted === 0) before = await lockPool();
   }
   const usedBefore = (await ledger.use(trx, poolScope(id))).held;
   if (before) await trx.updateTable('capacity_pools').set(values).where('id', '=', id).execute();
@@ -176,11 +172,7 @@ export async function upsertPool(
 
 /** Creates an edition or replaces its limits (kinds left out get none), then resizes its tenants' quotas. */
 export async function upsertEdition(trx: Transaction<CapacityTables>, dialect: SqlDialect, ledger: CapacityLedger, edition: Edition, now: number): Promise<void> {
-  await trx
-    .insertInto('capacity_editions')
-    .values({ name: edition.name, updated_at: now })
-    .onConflict((oc) => oc.column('name').doUpdateSet({ updated_at: now }))
-    .execute();
+  await upsertRow<CapacityEditionTable>(trx, dialect, 'capacity_editions', { values: { name: edition.name, updated_at: now }, key: ['name'], update: { updated_at: now } });
   await trx.deleteFrom('capacity_edition_limits').where('edition', '=', edition.name).execute();
   const limits = Object.entries(edition.limits).filter((e): e is [CapacityKind, KindLimit] => isCapacityKind(e[0]) && e[1] !== undefined);
   const rows = limits.map(([kind, limit]) => ({ edition: edition.name, kind, max_units: limit.maxUnits, max_ttl_seconds: limit.maxTtlSeconds }));
@@ -195,12 +187,12 @@ export async function editionExists(db: CapacityExecutor, name: string): Promise
 }
 
 /** Creates a tenant or changes its edition, then sizes its quotas for the edition's limits. */
-export async function upsertTenant(trx: Transaction<CapacityTables>, ledger: CapacityLedger, tenant: Tenant, now: number): Promise<void> {
-  await trx
-    .insertInto('capacity_tenants')
-    .values({ id: tenant.id, edition: tenant.edition, updated_at: now })
-    .onConflict((oc) => oc.column('id').doUpdateSet({ edition: tenant.edition, updated_at: now }))
-    .execute();
+export async function upsertTenant(trx: Transaction<CapacityTables>, dialect: SqlDialect, ledger: CapacityLedger, tenant: Tenant, now: number): Promise<void> {
+  await upsertRow<CapacityTenantTable>(trx, dialect, 'capacity_tenants', {
+    values: { id: tenant.id, edition: tenant.edition, updated_at: now },
+    key: ['id'],
+    update: { edition: tenant.edition, updated_at: now },
+  });
   const [edition] = await listEditions(trx, tenant.edition);
   await resizeQuotas(trx, ledger, tenant.id, edition?.limits ?? {});
 }

@@ -432,7 +432,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           throw new AppError('CAPACITY.EDITION_NOT_FOUND', 'validation', `edition ${tenant.edition} does not exist`);
         }
         const existed = (await trx.selectFrom('capacity_tenants').select('id').where('id', '=', tenant.id).executeTakeFirst()) !== undefined;
-        await upsertTenant(trx, ledger, tenant, now);
+        await upsertTenant(trx, dialect, ledger, tenant, now);
         return { created: !existed };
       });
     },

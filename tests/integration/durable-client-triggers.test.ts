@@ -18,7 +18,7 @@ describe('the durable client in non-HTTP triggers', () => {
   it('when a queue-triggered function starts an orchestration through df.getClient, then it runs to completion', async () => {
     const db = busDb(host.host.deps.sql.db);
     const body = JSON.stringify({ instanceId: 'from-queue-1', n: 2 });
-    await enqueue(db, SAMPLE_START_QUEUE, { messageId: 'start-1', body, contentType: 'application/json' }, { now: Date.now(), duplicateDetectionWindowMs: 600_000 });
+    await enqueue(db, host.host.deps.sql.dialect, SAMPLE_START_QUEUE, { messageId: 'start-1', body, contentType: 'application/json' }, { now: Date.now(), duplicateDetectionWindowMs: 600_000 });
     const status = await vi.waitFor(
       async () => {
         const response = await host.fetch('/runtime-cloud/local/durable/instances/from-queue-1', { claims: { roles: ['PlatformAdmin'] } });

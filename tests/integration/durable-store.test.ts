@@ -15,7 +15,7 @@ import {
   type EpisodeCommit,
 } from '../../local/durable/durable.repository';
 import { initialRunnerState } from '../../local/durable/durable-runner';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const LEASE = 1000;
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -28,7 +28,7 @@ const event = (type: HistoryEvent['EventType'], extra: Partial<HistoryEvent> = {
   ...extra,
 });
 
-describe.each(DIALECTS)('local Durable store on %s', (dialect) => {
+describe.each(REPOSITORY_DIALECTS)('local Durable store on %s', (dialect) => {
   describe.skipIf(skipDialect(dialect))('', () => {
     let db: TestDatabase;
     const store = () => durableDb(db.store.db);
@@ -95,9 +95,9 @@ describe.each(DIALECTS)('local Durable store on %s', (dialect) => {
       const instanceId = await aStartedInstance();
       expect(await acquireInstanceLease(store(), instanceId, 'old', T0, LEASE)).toBe(true);
       expect(await acquireInstanceLease(store(), instanceId, 'new', T0 + LEASE - 1, LEASE)).toBe(false);
-      expect(await findRunnableInstances(store(), T0 + LEASE - 1, 100, ['anOrchestration'])).not.toContain(instanceId);
-      expect(await findRunnableInstances(store(), T0 + LEASE + 1, 100, ['anOrchestration'])).toContain(instanceId);
-      expect(await findRunnableInstances(store(), T0 + LEASE + 1, 100, ['another'])).not.toContain(instanceId);
+      expect(await findRunnableInstances(store(), dialect, T0 + LEASE - 1, 100, ['anOrchestration'])).not.toContain(instanceId);
+      expect(await findRunnableInstances(store(), dialect, T0 + LEASE + 1, 100, ['anOrchestration'])).toContain(instanceId);
+      expect(await findRunnableInstances(store(), dialect, T0 + LEASE + 1, 100, ['another'])).not.toContain(instanceId);
       expect(await acquireInstanceLease(store(), instanceId, 'new', T0 + LEASE + 1, LEASE)).toBe(true);
       const version = (await getInstance(store(), instanceId))?.version ?? -1;
 
@@ -127,7 +127,7 @@ describe.each(DIALECTS)('local Durable store on %s', (dialect) => {
       expect(await acquireInstanceLease(store(), instanceId, 'w', T0, LEASE)).toBe(true);
       const version = (await getInstance(store(), instanceId))?.version ?? -1;
       await commitEpisode(store(), anEpisode(instanceId, 'w', version));
-      const [seq] = (await findDueActivities(store(), T0, 100, ['anActivity'])).slice(-1);
+      const [seq] = (await findDueActivities(store(), dialect, T0, 100, ['anActivity'])).slice(-1);
       const first = await claimActivity(store(), seq ?? -1, 'a', T0, LEASE);
       expect(first).toMatchObject({ taskId: 0, name: 'anActivity', input: '"x"', claims: 1 });
       expect(await claimActivity(store(), seq ?? -1, 'b', T0 + 1, LEASE)).toBeUndefined();

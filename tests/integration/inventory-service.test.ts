@@ -5,7 +5,7 @@ import type { InventoryService } from '../../shared/inventory/inventory.service'
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { createTableStore, type TableStore } from '../../shared/platform/tables/tables';
 import { createObservedInventory, tableKey } from '../../shared/inventory/observed-inventory.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import type { EnvironmentKey } from '../../shared/inventory/environment';
 import { applyToCloud, inventoryOver, specificationApplied, TEST_PROJECT, urnOf, type TestResource } from '../support/inventory';
 
@@ -66,7 +66,7 @@ function countingTableStore(connection: string): { store: TableStore; read: { re
   return { store, read };
 }
 
-describe.each(DIALECTS)('inventory scans on %s', (dialect) => {
+describe.each(REPOSITORY_DIALECTS)('inventory scans on %s', (dialect) => {
   let server: RunningTableServer;
   let database: TestDatabase;
   let clock: ManualClock;

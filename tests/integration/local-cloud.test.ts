@@ -8,7 +8,7 @@ import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql
 import { allMigrations } from '../../shared/migrations';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { refusal } from '../support/refusal';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { recordingMssql } from '../support/recording-mssql';
 
 const BY_URN = '20261130-32-local-cloud-resources-by-urn';
@@ -54,7 +54,7 @@ const STACK_URNS: readonly (readonly [stack: string, urn: string])[] = [
 ];
 
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`local cloud on ${dialect}`, () => {
     let database: TestDatabase;
     let clock: ManualClock;
@@ -149,7 +149,9 @@ for (const dialect of DIALECTS) {
       expect(await cloud.listStack(`${target}-none`, ref('dev'))).toEqual([]);
     });
 
-    it('when a store made before the urn index holds resources, then the migrations keep them and listStack reads them (in scope unknown: no run names their stack)', async () => {
+    // Migrations and query plans are each dialect's own; the T-SQL shadow runs neither (its schema and plans are
+    // PostgreSQL's), and mssql-schema.test.ts checks the Azure SQL migrations.
+    it.skipIf(dialect === 'mssql')('when a store made before the urn index holds resources, then the migrations keep them and listStack reads them (in scope unknown: no run names their stack)', async () => {
       const old = await createTestDatabase(dialect, { migrate: false });
       try {
         const db = old.store.db;
@@ -168,7 +170,7 @@ for (const dialect of DIALECTS) {
       }
     });
 
-    it('when one stack of many is listed, then the store seeks the (target, scope, urn) index, and urns compare code point by code point', async () => {
+    it.skipIf(dialect === 'mssql')('when one stack of many is listed, then the store seeks the (target, scope, urn) index, and urns compare code point by code point', async () => {
       // 40 stacks of 50 resources, with statistics, so the planner weighs a real table rather than an empty one.
       const db = database.store.db;
       const rows = Array.from({ length: 2000 }, (_, i) => ({

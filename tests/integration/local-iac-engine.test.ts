@@ -10,7 +10,7 @@ import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const SECRET = 'hunter2-s3cr3t-value';
 
@@ -62,7 +62,7 @@ const resolveSecrets: ResolveReferences = (reference: ValueReference) => {
   return Promise.reject(new AppError('GOVERNANCE.SECRET_NOT_FOUND', 'not-found', 'no such secret'));
 };
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`local IaC engine on ${dialect}`, () => {
     let database: TestDatabase;
     let clock: ManualClock;

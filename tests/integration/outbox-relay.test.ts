@@ -8,7 +8,7 @@ import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-r
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { readTopic } from '../../shared/platform/bus/topic.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 type Db = Kysely<OutboxTables & BusTables>;
 
@@ -16,7 +16,7 @@ function leaseExpired(n: number): NewEvent {
   return { type: 'LeaseExpired', subject: `leases/${n}`, correlationId: `lease-${n}`, tenant: 't1', data: { n } };
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`outbox relay on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Db;
@@ -31,21 +31,21 @@ for (const dialect of DIALECTS) {
     });
 
     async function topicEvents(): Promise<{ messageId: string; n: unknown }[]> {
-      const messages = await readTopic(db, EVENTS_TOPIC, { limit: 1000 });
+      const messages = await readTopic(db, dialect, EVENTS_TOPIC, { limit: 1000 });
       return messages.map((m) => ({ messageId: m.messageId, n: (JSON.parse(m.body) as { data: { n: unknown } }).data.n }));
     }
 
     it('when the relay runs, then each pending event is published once, in outbox order, with its message properties', async () => {
       const before = (await topicEvents()).length;
       const written = await appendToOutbox(db, [1, 2, 3].map(leaseExpired), clock, randomIds);
-      const publisher = embeddedTopicPublisher(db, clock);
+      const publisher = embeddedTopicPublisher(db, dialect, clock);
 
       const first = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds, batchSize: 2 });
       const second = await relayOutbox(db, publisher, { dialect, clock, ids: randomIds });
 
       expect(first).toEqual({ published: 3 });
       expect(second).toEqual({ published: 0 });
-      const published = (await readTopic(db, EVENTS_TOPIC, { limit: 1000 })).slice(before);
+      const published = (await readTopic(db, dialect, EVENTS_TOPIC, { limit: 1000 })).slice(before);
       expect(published.map((m) => m.messageId)).toEqual(written.map((e) => e.id));
       expect(published[0]).toMatchObject({
         correlationId: 'lease-1',
@@ -74,8 +74,8 @@ for (const dialect of DIALECTS) {
         close: () => Promise.resolve(),
       });
       try {
-        const relayA = recording(embeddedTopicPublisher(db, clock));
-        const relayB = recording(embeddedTopicPublisher(other.db as Db, clock));
+        const relayA = recording(embeddedTopicPublisher(db, dialect, clock));
+        const relayB = recording(embeddedTopicPublisher(other.db as Db, dialect, clock));
         const runs = async (publisher: EventPublisher, store: Db) => {
           for (let i = 0; i < 8; i++) await relayOutbox(store, publisher, { dialect, clock, ids: randomIds, batchSize: 15 });
         };
@@ -94,7 +94,7 @@ for (const dialect of DIALECTS) {
     it('when a relay dies holding a claim, then another takes the events over after the lease and the topic keeps each once', async () => {
       const before = (await topicEvents()).length;
       const written = await appendToOutbox(db, [leaseExpired(900), leaseExpired(901)], clock, randomIds);
-      const publisher = embeddedTopicPublisher(db, clock);
+      const publisher = embeddedTopicPublisher(db, dialect, clock);
       // The dead relay claimed both and got the first onto the bus before it died.
       const claimed = await claimPending(db, { dialect, claimToken: 'dead-relay', now: clock.now().getTime(), leaseMs: 30_000, batchSize: 10 });
       expect(claimed.map((e) => e.eventId)).toEqual(written.map((e) => e.id));

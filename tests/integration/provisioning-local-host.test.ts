@@ -114,7 +114,7 @@ describe('provisioning on the local host', () => {
       return events.some((m) => m.body.type === 'ProvisioningApplied' || m.body.type === 'ProvisioningFailed') ? events : undefined;
     });
   const queueDrained = () =>
-    eventually(async () => ((await listActive(host.host.deps.sql.db as Kysely<BusTables>, QUEUE, { limit: 10 })).length === 0 ? true : undefined));
+    eventually(async () => ((await listActive(host.host.deps.sql.db as Kysely<BusTables>, host.host.deps.sql.dialect, QUEUE, { limit: 10 })).length === 0 ? true : undefined));
 
   it('when a development promotion is sent, then its run ends applied, one ProvisioningApplied is published and the resources are in the local cloud', async () => {
     // Arrange

@@ -12,7 +12,7 @@ import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
 import { acquireStackLock, getStackLock, provisioningDb, releaseStackLock } from '../../shared/provisioning/stack-lock.repository';
-import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
 import {
   addPoolProject,
@@ -34,7 +34,7 @@ import { provisioningFixture } from '../support/provisioning-fixture';
 
 const ALL = { kind: 'all' } as const;
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`provisioning runs on ${dialect}`, () => {
     const fixture = provisioningFixture(dialect, { prefix: 'rch-provisioning-', stackCopies: 40, references: true });
     const { clock, freshStack } = fixture;

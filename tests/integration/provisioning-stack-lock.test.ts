@@ -10,12 +10,12 @@ import {
 } from '../../shared/provisioning/stack-lock.repository';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { SqlStore } from '../../shared/platform/sql/database';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const TTL = 15_000;
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`stack locks on ${dialect}`, () => {
     let database: TestDatabase;
     let db: ProvisioningDb;

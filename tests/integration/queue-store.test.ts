@@ -16,7 +16,7 @@ import {
 } from '../../shared/platform/bus/queue.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const WINDOW = 10 * 60_000;
 const LOCK = 30_000;
@@ -32,7 +32,7 @@ function aMessage(overrides: Partial<OutgoingMessage> = {}): OutgoingMessage {
   };
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`embedded queue store on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Kysely<BusTables>;
@@ -59,10 +59,10 @@ for (const dialect of DIALECTS) {
     it('when a message is enqueued and received, then it is locked with delivery count 1 and its properties kept', async () => {
       const queue = aQueue();
       const message = aMessage();
-      const enqueued = await enqueue(db, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW });
+      const enqueued = await enqueue(db, dialect, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW });
       expect(enqueued.kind).toBe('enqueued');
 
-      const [received, ...more] = await receive(db, queue, receiveOptions());
+      const [received, ...more] = await receive(db, dialect, queue, receiveOptions());
 
       expect(more).toEqual([]);
       expect(received).toMatchObject({
@@ -75,44 +75,44 @@ for (const dialect of DIALECTS) {
         lockedUntil: new Date(now() + LOCK),
       });
       expect(received?.lockToken).toMatch(/^[0-9a-f-]{36}$/);
-      expect(await receive(db, queue, receiveOptions())).toEqual([]);
+      expect(await receive(db, dialect, queue, receiveOptions())).toEqual([]);
     });
 
     it('when a message is completed, then it is gone; completing with a stale lock token fails', async () => {
       const queue = aQueue();
-      await enqueue(db, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
-      const [received] = await receive(db, queue, receiveOptions());
+      await enqueue(db, dialect, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      const [received] = await receive(db, dialect, queue, receiveOptions());
       if (!received) throw new Error('nothing received');
 
       expect(await complete(db, { ...received, lockToken: randomUUID() })).toBe(false);
       expect(await complete(db, received)).toBe(true);
-      expect(await listActive(db, queue, { limit: 10 })).toEqual([]);
+      expect(await listActive(db, dialect, queue, { limit: 10 })).toEqual([]);
     });
 
     it('when the same messageId is sent twice within the window, then the second is dropped; after the window it is accepted', async () => {
       const queue = aQueue();
       const message = aMessage();
-      expect((await enqueue(db, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
+      expect((await enqueue(db, dialect, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
       // Even after the first was completed, the id is remembered for the window.
-      const [received] = await receive(db, queue, receiveOptions());
+      const [received] = await receive(db, dialect, queue, receiveOptions());
       if (!received) throw new Error('nothing received');
       await complete(db, received);
 
-      expect(await enqueue(db, queue, message, { now: now() + 1000, duplicateDetectionWindowMs: WINDOW })).toEqual({ kind: 'duplicate' });
-      expect(await listActive(db, queue, { limit: 10 })).toEqual([]);
-      expect((await enqueue(db, queue, message, { now: now() + WINDOW + 1, duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
+      expect(await enqueue(db, dialect, queue, message, { now: now() + 1000, duplicateDetectionWindowMs: WINDOW })).toEqual({ kind: 'duplicate' });
+      expect(await listActive(db, dialect, queue, { limit: 10 })).toEqual([]);
+      expect((await enqueue(db, dialect, queue, message, { now: now() + WINDOW + 1, duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
       // The same id on another queue is another message.
-      expect((await enqueue(db, aQueue(), message, { now: now(), duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
+      expect((await enqueue(db, dialect, aQueue(), message, { now: now(), duplicateDetectionWindowMs: WINDOW })).kind).toBe('enqueued');
     });
 
     it('when a message is abandoned, then it is redelivered with a higher delivery count', async () => {
       const queue = aQueue();
-      await enqueue(db, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
-      const [first] = await receive(db, queue, receiveOptions());
+      await enqueue(db, dialect, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      const [first] = await receive(db, dialect, queue, receiveOptions());
       if (!first) throw new Error('nothing received');
 
       expect(await abandon(db, first, { now: now(), maxDeliveryCount: 10 })).toBe('released');
-      const [second] = await receive(db, queue, receiveOptions());
+      const [second] = await receive(db, dialect, queue, receiveOptions());
 
       expect(second?.deliveryCount).toBe(2);
       expect(second?.lockToken).not.toBe(first.lockToken);
@@ -121,14 +121,14 @@ for (const dialect of DIALECTS) {
 
     it('when the lock lapses, then another receiver gets the message and the first one cannot settle it', async () => {
       const queue = aQueue();
-      await enqueue(db, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
-      const [first] = await receive(db, queue, receiveOptions());
+      await enqueue(db, dialect, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      const [first] = await receive(db, dialect, queue, receiveOptions());
       if (!first) throw new Error('nothing received');
       expect(await renewLock(db, first, { now: now() + LOCK - 1, lockDurationMs: LOCK })).toBe(true);
-      expect(await receive(db, queue, { ...receiveOptions(), now: now() + LOCK })).toEqual([]);
+      expect(await receive(db, dialect, queue, { ...receiveOptions(), now: now() + LOCK })).toEqual([]);
 
       const later = now() + 2 * LOCK;
-      const [second] = await receive(db, queue, { ...receiveOptions(), now: later });
+      const [second] = await receive(db, dialect, queue, { ...receiveOptions(), now: later });
 
       expect(second?.deliveryCount).toBe(2);
       expect(await complete(db, first)).toBe(false);
@@ -138,17 +138,17 @@ for (const dialect of DIALECTS) {
     it('when a message fails max-delivery-count times, then it is dead-lettered with reason MaxDeliveryCountExceeded', async () => {
       const queue = aQueue();
       const message = aMessage();
-      await enqueue(db, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW });
+      await enqueue(db, dialect, queue, message, { now: now(), duplicateDetectionWindowMs: WINDOW });
       const outcomes: string[] = [];
       for (let i = 0; i < 3; i++) {
-        const [received] = await receive(db, queue, receiveOptions(10, 3));
+        const [received] = await receive(db, dialect, queue, receiveOptions(10, 3));
         if (!received) throw new Error(`delivery ${i + 1} missing`);
         outcomes.push(await abandon(db, received, { now: now(), maxDeliveryCount: 3 }));
       }
 
       expect(outcomes).toEqual(['released', 'released', 'deadlettered']);
-      expect(await receive(db, queue, receiveOptions(10, 3))).toEqual([]);
-      const [dead, ...others] = await listDeadLettered(db, queue, { limit: 10 });
+      expect(await receive(db, dialect, queue, receiveOptions(10, 3))).toEqual([]);
+      const [dead, ...others] = await listDeadLettered(db, dialect, queue, { limit: 10 });
       expect(others).toEqual([]);
       expect(dead).toMatchObject({
         messageId: message.messageId,
@@ -159,29 +159,29 @@ for (const dialect of DIALECTS) {
 
     it('when the last allowed delivery lapses without settling, then the message is dead-lettered instead of delivered again', async () => {
       const queue = aQueue();
-      await enqueue(db, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
-      expect(await receive(db, queue, receiveOptions(10, 1))).toHaveLength(1);
+      await enqueue(db, dialect, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      expect(await receive(db, dialect, queue, receiveOptions(10, 1))).toHaveLength(1);
 
-      expect(await receive(db, queue, { ...receiveOptions(10, 1), now: now() + LOCK + 1 })).toEqual([]);
-      expect((await listDeadLettered(db, queue, { limit: 10 }))[0]?.deadLetter?.reason).toBe(MAX_DELIVERY_COUNT_EXCEEDED);
+      expect(await receive(db, dialect, queue, { ...receiveOptions(10, 1), now: now() + LOCK + 1 })).toEqual([]);
+      expect((await listDeadLettered(db, dialect, queue, { limit: 10 }))[0]?.deadLetter?.reason).toBe(MAX_DELIVERY_COUNT_EXCEEDED);
     });
 
     it('when a received message is released unstarted, then its delivery is not counted', async () => {
       const queue = aQueue();
-      await enqueue(db, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
-      const [first] = await receive(db, queue, receiveOptions());
+      await enqueue(db, dialect, queue, aMessage(), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      const [first] = await receive(db, dialect, queue, receiveOptions());
       if (!first) throw new Error('nothing received');
 
       expect(await release(db, first)).toBe(true);
-      expect((await receive(db, queue, receiveOptions()))[0]?.deliveryCount).toBe(1);
+      expect((await receive(db, dialect, queue, receiveOptions()))[0]?.deliveryCount).toBe(1);
     });
 
     it('when messages are received, then they come in enqueue order, at most max at a time', async () => {
       const queue = aQueue();
-      for (let i = 1; i <= 5; i++) await enqueue(db, queue, aMessage({ messageId: `m${i}` }), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      for (let i = 1; i <= 5; i++) await enqueue(db, dialect, queue, aMessage({ messageId: `m${i}` }), { now: now(), duplicateDetectionWindowMs: WINDOW });
 
-      const firstBatch = await receive(db, queue, receiveOptions(3));
-      const secondBatch = await receive(db, queue, receiveOptions(3));
+      const firstBatch = await receive(db, dialect, queue, receiveOptions(3));
+      const secondBatch = await receive(db, dialect, queue, receiveOptions(3));
 
       expect(firstBatch.map((m) => m.messageId)).toEqual(['m1', 'm2', 'm3']);
       expect(secondBatch.map((m) => m.messageId)).toEqual(['m4', 'm5']);
@@ -190,16 +190,16 @@ for (const dialect of DIALECTS) {
     it('when two receivers on separate connections compete, then every message is delivered to exactly one of them', async () => {
       const queue = aQueue();
       const count = 60;
-      for (let i = 0; i < count; i++) await enqueue(db, queue, aMessage({ messageId: `c${i}` }), { now: now(), duplicateDetectionWindowMs: WINDOW });
+      for (let i = 0; i < count; i++) await enqueue(db, dialect, queue, aMessage({ messageId: `c${i}` }), { now: now(), duplicateDetectionWindowMs: WINDOW });
       const other: SqlStore = database.connectAgain();
       try {
         const drain = async (store: Kysely<BusTables>) => {
           const got: string[] = [];
           for (;;) {
-            const batch = await receive(store, queue, receiveOptions(4));
+            const batch = await receive(store, dialect, queue, receiveOptions(4));
             if (batch.length === 0) {
               // Empty can also mean the other receiver won every candidate: stop only when nothing is left unlocked.
-              const left = (await listActive(store, queue, { limit: 1000 })).filter((m) => m.deliveryCount === 0);
+              const left = (await listActive(store, dialect, queue, { limit: 1000 })).filter((m) => m.deliveryCount === 0);
               if (left.length === 0) return got;
               continue;
             }
@@ -247,7 +247,7 @@ for (const dialect of DIALECTS) {
       await markInboundProcessed(db, { module, messageId: 'l-2', outcome: 'applied' }, clock);
       const [idle] = await inboxLag(db, [module], {}, now());
       const queue = `${PROMOTIONS_QUEUE}-${dialect}`;
-      await enqueue(db, queue, aMessage(), { now: start, duplicateDetectionWindowMs: WINDOW });
+      await enqueue(db, dialect, queue, aMessage(), { now: start, duplicateDetectionWindowMs: WINDOW });
       const [queued] = await inboxLag(db, [module], { [module]: [queue] }, now());
 
       expect(before).toEqual({ module, lagSeconds: 10, unprocessed: 2, waitingInQueues: 0 });

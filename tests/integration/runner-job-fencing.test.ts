@@ -8,7 +8,7 @@ import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
 import { hostClient } from '../../runner/host-client';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
@@ -30,7 +30,7 @@ async function startHost(database: TestDatabase, settings: Record<string, string
   return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides });
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`runner job tokens and fencing (${dialect})`, () => {
     let database: TestDatabase;
     let host: TestHost;

@@ -8,7 +8,7 @@ import { examplePromotion } from '../../local/example-repository';
 import { LocalRunnerAgents } from '../../local/runner-agents';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
@@ -43,7 +43,7 @@ async function startHost(database: TestDatabase, settings: Record<string, string
   return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides, components });
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`runner jobs on the local host's agents (${dialect})`, () => {
     let database: TestDatabase;
     let host: TestHost;

@@ -152,7 +152,7 @@ describe('embedded Service Bus, timers and bus endpoints on the local host', () 
     // A later message on the same queue: once it is handled, anything enqueued before it was handled too.
     await post('test-happy', { body: 'sentinel', messageId: 'after-dup-1' });
     await until(() => happy.calls.some((c) => c.metadata.messageId === 'after-dup-1'));
-    await until(async () => (await listActive(host.host.deps.sql.db as Kysely<BusTables>, 'test-happy', { limit: 10 })).length === 0);
+    await until(async () => (await listActive(host.host.deps.sql.db as Kysely<BusTables>, host.host.deps.sql.dialect, 'test-happy', { limit: 10 })).length === 0);
 
     expect(happy.calls.filter((c) => c.metadata.messageId === 'dup-1').map((c) => c.body)).toEqual(['first']);
   });
@@ -164,7 +164,7 @@ describe('embedded Service Bus, timers and bus endpoints on the local host', () 
 
     expect(calls.map((c) => c.metadata.deliveryCount)).toEqual([1, 2, 3]);
     expect(calls.map((c) => c.metadata.messageId)).toEqual(['flaky-1', 'flaky-1', 'flaky-1']);
-    await until(async () => (await listActive(host.host.deps.sql.db as Kysely<BusTables>, 'test-flaky', { limit: 10 })).length === 0);
+    await until(async () => (await listActive(host.host.deps.sql.db as Kysely<BusTables>, host.host.deps.sql.dialect, 'test-flaky', { limit: 10 })).length === 0);
   });
 
   it('when the handler always throws, then after the max deliveries the message is dead-lettered with MaxDeliveryCountExceeded', async () => {
@@ -269,7 +269,7 @@ describe('embedded Service Bus, timers and bus endpoints on the local host', () 
     const db = host.host.deps.sql.db as Kysely<BusTables>;
     expect(stoppedBeforeHandlerEnded).toBe(false);
     expect(blocking.calls.map((c) => c.metadata.messageId)).toEqual(['blocking-1']);
-    expect((await listActive(db, 'test-blocking', { limit: 10 })).map((m) => [m.messageId, m.deliveryCount])).toEqual([['blocking-2', 0]]);
+    expect((await listActive(db, host.host.deps.sql.dialect, 'test-blocking', { limit: 10 })).map((m) => [m.messageId, m.deliveryCount])).toEqual([['blocking-2', 0]]);
   });
 
   it('when a timer has a one-second schedule, then it fires with the Timer shape of the extension', async () => {

@@ -4,17 +4,17 @@ import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { listActive } from '../../shared/platform/bus/queue.repository';
 import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 /** Subscriptions of the embedded topic: each is a queue of its own that gets a copy of every message published after it exists. */
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`embedded topic subscriptions on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Kysely<BusTables>;
     const clock = new ManualClock('2026-12-01T08:00:00Z');
     const now = () => clock.now().getTime();
     const message = (id: string) => ({ messageId: id, body: JSON.stringify({ id }), contentType: 'application/json', applicationProperties: { type: 'PoolResizeRequested' } });
-    const bodiesIn = async (entity: string) => (await listActive(db, entity, { limit: 100 })).map((m) => m.messageId);
+    const bodiesIn = async (entity: string) => (await listActive(db, dialect, entity, { limit: 100 })).map((m) => m.messageId);
 
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
@@ -26,15 +26,15 @@ for (const dialect of DIALECTS) {
 
     it('when messages are published, then every subscription of the topic gets each new one once, from its creation on', async () => {
       // Arrange
-      await appendToTopic(db, 'events', [message('before')], now());
-      await ensureSubscription(db, 'events', 'provisioning', now());
-      await ensureSubscription(db, 'events', 'provisioning', now());
-      await ensureSubscription(db, 'events', 'audit', now());
-      await ensureSubscription(db, 'other-topic', 'provisioning', now());
+      await appendToTopic(db, dialect, 'events', [message('before')], now());
+      await ensureSubscription(db, dialect, 'events', 'provisioning', now());
+      await ensureSubscription(db, dialect, 'events', 'provisioning', now());
+      await ensureSubscription(db, dialect, 'events', 'audit', now());
+      await ensureSubscription(db, dialect, 'other-topic', 'provisioning', now());
 
       // Act
-      const added = await appendToTopic(db, 'events', [message('m1'), message('m2')], now());
-      const republished = await appendToTopic(db, 'events', [message('m2')], now());
+      const added = await appendToTopic(db, dialect, 'events', [message('m1'), message('m2')], now());
+      const republished = await appendToTopic(db, dialect, 'events', [message('m2')], now());
 
       // Assert
       expect(added).toBe(2);

@@ -1,21 +1,30 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Kysely } from 'kysely';
-import { inject } from 'vitest';
+import { expect, inject } from 'vitest';
 import type { OutboxTables } from '../../shared/platform/bus/outbox';
 import { createSqlStore, type SqlDialect, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { allMigrations } from '../../shared/migrations';
 import { assertOutboxMatchesContract } from './event-contracts';
 import { adminQuery } from './postgres-admin';
+import { checkTsql, describeTsqlProblems } from './tsql-grammar';
+import { tsqlShadowStore } from './tsql-shadow';
 
 /**
  * The dialects every store test runs against, as Kysely's own tests loop over theirs. PostgreSQL is included
  * when the global setup reached a server; otherwise its tests are skipped with the reason printed once.
  */
 export const DIALECTS: readonly SqlDialect[] = ['sqlite', 'postgres'];
+
+/**
+ * The dialects of the repositories' own test suites: `DIALECTS`, and `mssql`, the T-SQL shadow (tsql-shadow.ts):
+ * the repositories take their Azure SQL paths and build their Azure SQL statements, which run on PostgreSQL, and
+ * every statement compiled for Azure SQL is checked against a T-SQL grammar when the database is dropped.
+ */
+export const REPOSITORY_DIALECTS: readonly SqlDialect[] = [...DIALECTS, 'mssql'];
 
 export function postgresUrl(): string {
   return inject('postgresUrl');
@@ -25,17 +34,17 @@ export function postgresSkipReason(): string {
   return inject('postgresSkipReason');
 }
 
-/** True when this dialect's tests must be skipped here. */
+/** True when this dialect's tests must be skipped here (the T-SQL shadow runs on PostgreSQL). */
 export function skipDialect(dialect: SqlDialect): boolean {
-  return dialect === 'postgres' && postgresUrl() === '';
+  return dialect !== 'sqlite' && postgresUrl() === '';
 }
 
 export interface TestDatabase {
   readonly store: SqlStore;
   /** Settings that point a host (or a child process) at this same database. */
   readonly settings: Readonly<Record<string, string>>;
-  /** DepsOverrides for createDeps: the schema to use on PostgreSQL, the folder for SQLite. */
-  readonly overrides: { postgresSchema?: string; baseDir?: string };
+  /** DepsOverrides for createDeps: the schema to use on PostgreSQL, the folder for SQLite, the T-SQL shadow's store. */
+  readonly overrides: { postgresSchema?: string; baseDir?: string; store?: SqlStore };
   /** Opens another connection pool to the same database (a second host). */
   connectAgain(): SqlStore;
   /**
@@ -71,7 +80,7 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
       },
     };
   }
-  if (dialect !== 'postgres') throw new Error(`no test database for ${dialect}`);
+  if (dialect === 'mssql') return createTsqlShadowDatabase(options);
   const url = postgresUrl();
   if (!url) throw new Error(`PostgreSQL tests must be skipped: ${postgresSkipReason()}`);
   const schema = `t_${randomBytes(6).toString('hex')}`;
@@ -107,6 +116,38 @@ export async function createTestDatabase(dialect: SqlDialect, options: { migrate
   };
 }
 
+/**
+ * The T-SQL shadow of a fresh PostgreSQL schema (see tsql-shadow.ts). Its drop() also parses every distinct
+ * statement its stores compiled for Azure SQL, and throws when one is not T-SQL (see tsql-shadow.ts for why the
+ * check is here). A host in this process gets a shadow store of its own through `overrides` (each read makes one;
+ * the host's deps close it); the settings name the dialect `mssql` with a PostgreSQL URL, so a host in another
+ * process, which cannot share the shadow, fails to start instead of running the PostgreSQL paths unchecked.
+ */
+async function createTsqlShadowDatabase(options: { migrate?: boolean }): Promise<TestDatabase> {
+  const base = await createTestDatabase('postgres', options);
+  const schema = base.overrides.postgresSchema ?? '';
+  const recorded = new Set<string>();
+  const open = () => tsqlShadowStore({ connection: postgresUrl(), postgresSchema: schema }, recorded);
+  const store = open();
+  return {
+    store,
+    settings: { ...base.settings, RuntimeCloud__Store__Dialect: 'mssql' },
+    get overrides() {
+      return { store: open() };
+    },
+    connectAgain: open,
+    async drop() {
+      await store.close();
+      await base.drop();
+      const check = await checkTsql(recorded);
+      // RUNTIME_CLOUD_TEST_TSQL_REPORT=<file> appends what each shadow checked (JSON lines), to count it over a run.
+      const report = process.env.RUNTIME_CLOUD_TEST_TSQL_REPORT;
+      if (report) appendFileSync(report, `${JSON.stringify({ file: expect.getState().testPath, ...check, statements: [...recorded] })}\n`);
+      const problems = describeTsqlProblems(`of the T-SQL shadow of ${schema}`, check);
+      if (problems) throw new Error(problems);
+    },
+  };
+}
 
 /** Checks the outbox through a connection of its own: the test may have closed its store already. */
 async function checkEvents(open: () => SqlStore, where: string): Promise<void> {

@@ -72,6 +72,18 @@ describe('capacity on Azure SQL (compiled T-SQL)', () => {
     expect(statements().some((s) => / limit | for update/.test(s))).toBe(false);
   });
 
+  it('when a tenant is put, then its row is upserted by a MERGE that holds its key (WITH (HOLDLOCK)), not by ON CONFLICT', async () => {
+    const { capacity, statements } = recordingService((q) =>
+      /^select "name" from "capacity_editions"/.test(q.sql) ? { rows: [{ name: 'standard' }] } : { rows: [], numAffectedRows: 1n },
+    );
+    await capacity.putTenant({ id: 't1', edition: 'standard' });
+    expect(statements()).toContain(
+      'merge into "capacity_tenants" with (holdlock) using (select 1 as "one") as "source" on "capacity_tenants"."id" = @1 ' +
+        'when matched then update set "edition" = @2, "updated_at" = @3 when not matched then insert ("id", "edition", "updated_at") values (@4, @5, @6);',
+    );
+    expect(statements().some((s) => /on conflict/.test(s))).toBe(false);
+  });
+
   it('when the slot schema is created, then one key serves grants and releases, the sequence is created, and defaults are dropped before columns', async () => {
     const { db, queries } = recordingMssql();
     await capacityMigrations('mssql')['20261130-20-capacity-slots']?.up(db);

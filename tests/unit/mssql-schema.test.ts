@@ -4,6 +4,7 @@ import { recordInbound } from '../../shared/platform/bus/inbox.repository';
 import { claimPending } from '../../shared/platform/bus/outbox-relay.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { recordingMssql } from '../support/recording-mssql';
+import { checkTsql, describeTsqlProblems } from '../support/tsql-grammar';
 
 describe('the store schema on Azure SQL (compiled T-SQL)', () => {
   it('when every migration is compiled for Azure SQL, then none uses a type or clause T-SQL lacks', async () => {
@@ -20,6 +21,16 @@ describe('the store schema on Azure SQL (compiled T-SQL)', () => {
     // TEXT cannot be compared or indexed in T-SQL; SQLite's and PostgreSQL's auto-increment spellings do not exist there.
     expect(ddl).not.toMatch(/\btext\b|autoincrement|bigserial|without rowid|\bbytea\b|\bblob\b/i);
     expect(ddl).toMatch(/nvarchar\(max\)/);
+  });
+
+  it('when every migration is compiled for Azure SQL, then each of its statements parses as T-SQL', async () => {
+    const { db, queries } = recordingMssql();
+    for (const source of allMigrations) for (const migration of Object.values(source('mssql'))) await migration.up(db);
+
+    const check = await checkTsql(queries.map((q) => q.sql));
+
+    expect(describeTsqlProblems('of the migrations', check)).toBe('');
+    expect(check.checked).toBeGreaterThan(50);
   });
 
   it('when the outbox is created for Azure SQL, then its sequence is an identity column', async () => {

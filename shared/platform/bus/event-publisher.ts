@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import type { SqlDialect } from '../sql/dialect';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
 import type { OutgoingMessage } from './queue';
@@ -17,12 +18,12 @@ export interface EventPublisher {
 }
 
 /** The local host's adapter: the embedded topic in the SQL store. */
-export function embeddedTopicPublisher(db: Kysely<BusTables>, clock: Clock): EventPublisher {
+export function embeddedTopicPublisher(db: Kysely<BusTables>, dialect: SqlDialect, clock: Clock): EventPublisher {
   return {
     name: 'embedded-topic',
     async publish(topic, messages) {
       if (messages.length === 0) return;
-      await db.transaction().execute((trx) => appendToTopic(trx, topic, messages, clock.now().getTime()));
+      await db.transaction().execute((trx) => appendToTopic(trx, dialect, topic, messages, clock.now().getTime()));
     },
     close: () => Promise.resolve(),
   };

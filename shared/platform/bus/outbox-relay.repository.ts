@@ -1,5 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
-import type { SqlDialect } from '../sql/database';
+import { firstRows, type SqlDialect } from '../sql/dialect';
 import type { OutboxTables } from './outbox';
 
 /**
@@ -36,14 +36,11 @@ export interface ClaimOptions {
  * another relay nothing is claimed, so two relays never publish out of order against each other.
  */
 export async function claimPending(db: Db, options: ClaimOptions): Promise<PendingEvent[]> {
-  const head = await db
-    .selectFrom('outbox')
-    .select(['seq', 'claimed_until'])
-    .where('published_at', 'is', null)
-    .orderBy('seq')
-    .$if(options.dialect === 'mssql', (q) => q.top(options.batchSize))
-    .$if(options.dialect !== 'mssql', (q) => q.limit(options.batchSize))
-    .execute();
+  const head = await firstRows(
+    db.selectFrom('outbox').select(['seq', 'claimed_until']).where('published_at', 'is', null).orderBy('seq'),
+    options.dialect,
+    options.batchSize,
+  ).execute();
   const claimable: number[] = [];
   for (const row of head) {
     if (row.claimed_until !== null && row.claimed_until !== undefined && Number(row.claimed_until) > options.now) break;

@@ -1,5 +1,6 @@
 import type { ExpressionBuilder, Insertable, Kysely, Selectable, Transaction } from 'kysely';
-import type { BusTables, QueueMessageTable, StoredMessageColumns } from './bus.tables';
+import { firstRows, returningColumns, upsertRow, type SqlDialect } from '../sql/dialect';
+import type { BusTables, QueueMessageIdTable, QueueMessageTable, StoredMessageColumns } from './bus.tables';
 import {
   exhaustedDeliveries,
   MAX_DELIVERY_COUNT_EXCEEDED,
@@ -43,20 +44,17 @@ export function storedMessageColumns(message: OutgoingMessage, now: number): Omi
 }
 
 /** Adds a message unless a message with the same id was accepted on this queue within the detection window. */
-export async function enqueue(db: Kysely<BusTables>, queue: string, message: OutgoingMessage, options: EnqueueOptions): Promise<EnqueueResult> {
+export async function enqueue(db: Kysely<BusTables>, dialect: SqlDialect, queue: string, message: OutgoingMessage, options: EnqueueOptions): Promise<EnqueueResult> {
   return db.transaction().execute(async (trx) => {
-    const accepted = await trx
-      .insertInto('queue_message_ids')
-      .values({ queue, message_id: message.messageId, accepted_at: options.now })
-      .onConflict((oc) =>
-        oc
-          .columns(['queue', 'message_id'])
-          .doUpdateSet({ accepted_at: options.now })
-          .where('queue_message_ids.accepted_at', '<=', options.now - options.duplicateDetectionWindowMs),
-      )
-      .executeTakeFirst();
-    if (Number(accepted.numInsertedOrUpdatedRows ?? 0) === 0) return { kind: 'duplicate' } as const;
-    return { kind: 'enqueued', sequenceNumber: await insertActive(trx, queue, message, options.now) } as const;
+    // The id is accepted (again) unless it was accepted within the window: then nothing is set, and it is a duplicate.
+    const accepted = await upsertRow<QueueMessageIdTable>(trx, dialect, 'queue_message_ids', {
+      values: { queue, message_id: message.messageId, accepted_at: options.now },
+      key: ['queue', 'message_id'],
+      update: { accepted_at: options.now },
+      updateWhen: ['accepted_at', '<=', options.now - options.duplicateDetectionWindowMs],
+    });
+    if (accepted === 0) return { kind: 'duplicate' } as const;
+    return { kind: 'enqueued', sequenceNumber: await insertActive(trx, dialect, queue, message, options.now) } as const;
   });
 }
 
@@ -64,24 +62,42 @@ export async function enqueue(db: Kysely<BusTables>, queue: string, message: Out
  * Adds an active message to a queue (or a topic subscription) in the caller's transaction, without duplicate
  * detection: for copies of a message the topic has already deduplicated. Returns its sequence number.
  */
-export async function insertActive(db: Db, queue: string, message: OutgoingMessage, now: number): Promise<number> {
-  const row = await db
-    .insertInto('queue_messages')
-    .values({
-      queue,
-      ...storedMessageColumns(message, now),
-      delivery_count: 0,
-      lock_token: null,
-      locked_until: null,
-      state: ACTIVE,
-      dead_letter_reason: null,
-      dead_letter_description: null,
-      dead_lettered_at: null,
-    })
-    .returning('seq')
-    .executeTakeFirstOrThrow();
+export async function insertActive(db: Db, dialect: SqlDialect, queue: string, message: OutgoingMessage, now: number): Promise<number> {
+  const insert = db.insertInto('queue_messages').values({
+    queue,
+    ...storedMessageColumns(message, now),
+    delivery_count: 0,
+    lock_token: null,
+    locked_until: null,
+    state: ACTIVE,
+    dead_letter_reason: null,
+    dead_letter_description: null,
+    dead_lettered_at: null,
+  });
+  const [row] = await returningColumns<{ seq: number }>(insert, dialect, ['seq']).execute();
+  if (!row) throw new Error(`the insert into queue ${queue} returned no sequence number`);
   return Number(row.seq);
 }
+
+/** Every column of `queue_messages`, as a message is read back. */
+const QUEUE_MESSAGE_COLUMNS = [
+  'seq',
+  'queue',
+  'message_id',
+  'correlation_id',
+  'content_type',
+  'subject',
+  'application_properties',
+  'body',
+  'enqueued_at',
+  'delivery_count',
+  'lock_token',
+  'locked_until',
+  'state',
+  'dead_letter_reason',
+  'dead_letter_description',
+  'dead_lettered_at',
+] as const satisfies readonly (keyof QueueMessageTable)[];
 
 export interface ReceiveOptions {
   readonly now: number;
@@ -96,16 +112,12 @@ export interface ReceiveOptions {
 }
 
 /** Locks up to `max` available messages to the caller, oldest first; each delivery increments its count. */
-export async function receive(db: Db, queue: string, options: ReceiveOptions): Promise<ReceivedMessage[]> {
-  const candidates = await db
-    .selectFrom('queue_messages')
-    .select(['seq', 'delivery_count', 'lock_token'])
-    .where('queue', '=', queue)
-    .where('state', '=', ACTIVE)
-    .where(lockFree(options.now))
-    .orderBy('seq')
-    .limit(options.max)
-    .execute();
+export async function receive(db: Db, dialect: SqlDialect, queue: string, options: ReceiveOptions): Promise<ReceivedMessage[]> {
+  const candidates = await firstRows(
+    db.selectFrom('queue_messages').select(['seq', 'delivery_count', 'lock_token']).where('queue', '=', queue).where('state', '=', ACTIVE).where(lockFree(options.now)).orderBy('seq'),
+    dialect,
+    options.max,
+  ).execute();
   const received: ReceivedMessage[] = [];
   for (const candidate of candidates) {
     const available = lockFree(options.now);
@@ -120,12 +132,11 @@ export async function receive(db: Db, queue: string, options: ReceiveOptions): P
     }
     const lockToken = options.newLockToken();
     const lockedUntil = options.now + options.lockDurationMs;
-    const row = await updateRow(db, Number(candidate.seq))
+    const lock = updateRow(db, Number(candidate.seq))
       .set((eb) => ({ lock_token: lockToken, locked_until: lockedUntil, delivery_count: eb('delivery_count', '+', 1) }))
       .where('state', '=', ACTIVE)
-      .where(available)
-      .returningAll()
-      .executeTakeFirst();
+      .where(available);
+    const [row] = await returningColumns<Selectable<QueueMessageTable>>(lock, dialect, QUEUE_MESSAGE_COLUMNS).execute();
     // No row: another receiver locked it between our read and our update.
     if (row) received.push({ ...toQueuedMessage(row), lockToken, lockedUntil: new Date(lockedUntil) });
   }
@@ -243,25 +254,21 @@ export interface PageOptions {
 }
 
 /** The dead-letter sub-queue of a queue, in sequence order. */
-export async function listDeadLettered(db: Db, queue: string, page: PageOptions): Promise<QueuedMessage[]> {
-  return listByState(db, queue, DEAD_LETTERED, page);
+export async function listDeadLettered(db: Db, dialect: SqlDialect, queue: string, page: PageOptions): Promise<QueuedMessage[]> {
+  return listByState(db, dialect, queue, DEAD_LETTERED, page);
 }
 
 /** The active messages of a queue (locked or not), in sequence order. */
-export async function listActive(db: Db, queue: string, page: PageOptions): Promise<QueuedMessage[]> {
-  return listByState(db, queue, ACTIVE, page);
+export async function listActive(db: Db, dialect: SqlDialect, queue: string, page: PageOptions): Promise<QueuedMessage[]> {
+  return listByState(db, dialect, queue, ACTIVE, page);
 }
 
-async function listByState(db: Db, queue: string, state: string, page: PageOptions): Promise<QueuedMessage[]> {
-  const rows = await db
-    .selectFrom('queue_messages')
-    .selectAll()
-    .where('queue', '=', queue)
-    .where('state', '=', state)
-    .where('seq', '>', page.after ?? 0)
-    .orderBy('seq')
-    .limit(page.limit)
-    .execute();
+async function listByState(db: Db, dialect: SqlDialect, queue: string, state: string, page: PageOptions): Promise<QueuedMessage[]> {
+  const rows = await firstRows(
+    db.selectFrom('queue_messages').selectAll().where('queue', '=', queue).where('state', '=', state).where('seq', '>', page.after ?? 0).orderBy('seq'),
+    dialect,
+    page.limit,
+  ).execute();
   return rows.map(toQueuedMessage);
 }
 

@@ -1,5 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
-import type { BusTables } from './bus.tables';
+import { firstRows, upsertRow, type SqlDialect } from '../sql/dialect';
+import type { BusTables, TopicMessageTable, TopicSubscriptionTable } from './bus.tables';
 import type { ApplicationProperties, OutgoingMessage } from './queue';
 import { insertActive, storedMessageColumns } from './queue.repository';
 
@@ -23,20 +24,15 @@ export interface TopicMessage {
  * copied to every subscription of the topic, as a Service Bus topic does: a subscription is a queue of its own
  * (entity `<topic>/Subscriptions/<name>`) that receivers take messages from with peek-lock. Returns how many were new.
  */
-export async function appendToTopic(db: Db, topic: string, messages: readonly OutgoingMessage[], now: number): Promise<number> {
+export async function appendToTopic(db: Db, dialect: SqlDialect, topic: string, messages: readonly OutgoingMessage[], now: number): Promise<number> {
   const subscriptions = await db.selectFrom('topic_subscriptions').select('subscription').where('topic', '=', topic).orderBy('subscription').execute();
   let added = 0;
   // One row at a time keeps the sequence order equal to the given order on every dialect.
   for (const message of messages) {
-    const result = await db
-      .insertInto('topic_messages')
-      .values({ topic, ...storedMessageColumns(message, now) })
-      .onConflict((oc) => oc.columns(['topic', 'message_id']).doNothing())
-      .executeTakeFirst();
-    const isNew = Number(result.numInsertedOrUpdatedRows ?? 0) === 1;
-    if (!isNew) continue;
+    const inserted = await upsertRow<TopicMessageTable>(db, dialect, 'topic_messages', { values: { topic, ...storedMessageColumns(message, now) }, key: ['topic', 'message_id'] });
+    if (inserted !== 1) continue;
     added++;
-    for (const { subscription } of subscriptions) await insertActive(db, subscriptionEntity(topic, subscription), message, now);
+    for (const { subscription } of subscriptions) await insertActive(db, dialect, subscriptionEntity(topic, subscription), message, now);
   }
   return added;
 }
@@ -50,24 +46,17 @@ export function subscriptionEntity(topic: string, subscription: string): string 
  * Creates a subscription of a topic (nothing when it exists): from then on every message published to the topic is
  * copied to it. Messages published before are not, as with Service Bus.
  */
-export async function ensureSubscription(db: Db, topic: string, subscription: string, now: number): Promise<void> {
-  await db
-    .insertInto('topic_subscriptions')
-    .values({ topic, subscription, created_at: now })
-    .onConflict((oc) => oc.columns(['topic', 'subscription']).doNothing())
-    .execute();
+export async function ensureSubscription(db: Db, dialect: SqlDialect, topic: string, subscription: string, now: number): Promise<void> {
+  await upsertRow<TopicSubscriptionTable>(db, dialect, 'topic_subscriptions', { values: { topic, subscription, created_at: now }, key: ['topic', 'subscription'] });
 }
 
 /** Messages of a topic after a sequence number, oldest first. */
-export async function readTopic(db: Db, topic: string, page: { readonly after?: number; readonly limit: number }): Promise<TopicMessage[]> {
-  const rows = await db
-    .selectFrom('topic_messages')
-    .selectAll()
-    .where('topic', '=', topic)
-    .where('seq', '>', page.after ?? 0)
-    .orderBy('seq')
-    .limit(page.limit)
-    .execute();
+export async function readTopic(db: Db, dialect: SqlDialect, topic: string, page: { readonly after?: number; readonly limit: number }): Promise<TopicMessage[]> {
+  const rows = await firstRows(
+    db.selectFrom('topic_messages').selectAll().where('topic', '=', topic).where('seq', '>', page.after ?? 0).orderBy('seq'),
+    dialect,
+    page.limit,
+  ).execute();
   return rows.map((row) => ({
     sequenceNumber: Number(row.seq),
     topic: row.topic,

@@ -6,6 +6,7 @@ import {
   SqliteDialect,
   SqliteDriver,
   type DatabaseConnection,
+  type Dialect,
   type Driver,
   type QueryCompiler,
   type QueryResult,
@@ -196,6 +197,12 @@ const numericBigints = (driver: typeof pg): typeof pg.types.getTypeParser =>
       : (driver.types.getTypeParser as (oid: number, format: 'text' | 'binary') => unknown)(oid, format ?? 'text')) as typeof pg.types.getTypeParser;
 
 function postgresStore(options: SqlStoreOptions): SqlStore {
+  const db = new Kysely({ dialect: postgresDialect(options) });
+  return { db, dialect: 'postgres', close: () => db.destroy() };
+}
+
+/** The store's PostgreSQL dialect: its pool (search path, number parsing, named statements) and introspector. */
+export function postgresDialect(options: SqlStoreOptions): Dialect {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const driver = require('pg') as typeof pg;
   const pool = new driver.Pool({
@@ -209,8 +216,7 @@ function postgresStore(options: SqlStoreOptions): SqlStore {
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
     types: { getTypeParser: numericBigints(driver) },
   });
-  const db = new Kysely({ dialect: new SearchPathPostgresDialect({ pool: withNamedStatements(pool) }) });
-  return { db, dialect: 'postgres', close: () => db.destroy() };
+  return new SearchPathPostgresDialect({ pool: withNamedStatements(pool) });
 }
 
 /**

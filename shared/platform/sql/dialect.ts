@@ -1,4 +1,18 @@
-import { IdentifierNode, MssqlQueryCompiler, sql, type AliasNode, type Compilable, type RawBuilder } from 'kysely';
+import {
+  AliasNode,
+  IdentifierNode,
+  MssqlQueryCompiler,
+  sql,
+  type Compilable,
+  type ComparisonOperator,
+  type Insertable,
+  type Kysely,
+  type MergeQueryNode,
+  type OperationNode,
+  type RawBuilder,
+  type TableNode,
+  type Updateable,
+} from 'kysely';
 
 export type SqlDialect = 'sqlite' | 'postgres' | 'mssql';
 
@@ -51,11 +65,83 @@ export function lockingRows<Q extends { forUpdate(): Q; skipLocked(): Q }>(query
   return mode === 'skip' ? query.forUpdate().skipLocked() : query.forUpdate();
 }
 
-/** Kysely's T-SQL compiler, plus the lock hints for tables aliased by `LOCK_ALIAS`. */
+/**
+ * One row inserted, or, when a row with its key exists, updated or left as it is. Example:
+ * `{ values: { id, edition, updated_at: now }, key: ['id'], update: { edition, updated_at: now } }`.
+ */
+export interface Upsert<Row> {
+  /** The row to insert when none has its key. */
+  readonly values: Insertable<Row>;
+  /** The columns of the primary key or unique index that `values` must not repeat. Example: `['topic', 'message_id']`. */
+  readonly key: readonly (keyof Row & string)[];
+  /** What to set on the existing row; without it the existing row stays as it is (insert if absent). */
+  readonly update?: Updateable<Row>;
+  /** Updates the existing row only when it holds `column op value`. Example: `['accepted_at', '<=', cutoff]`. */
+  readonly updateWhen?: readonly [column: keyof Row & string, op: ComparisonOperator, value: unknown];
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- one statement for any table; `Row` types the columns
+type AnyTableDb = Kysely<any>;
+
+/**
+ * Runs an upsert (see `Upsert`) and resolves to the rows it inserted or updated: 1, or 0 when the key existed and
+ * nothing was set. PostgreSQL and SQLite say `INSERT … ON CONFLICT (key) DO NOTHING | DO UPDATE SET … [WHERE …]`;
+ * T-SQL has no ON CONFLICT and says `MERGE … WITH (HOLDLOCK)` on the key (the hint is the compiler's, below), with
+ * the same outcomes: a concurrent upsert of the same key waits for this one and then finds its row. Name the row
+ * type: `upsertRow<CapacityTenantTable>(trx, dialect, 'capacity_tenants', …)`.
+ */
+export async function upsertRow<Row>(db: AnyTableDb, dialect: SqlDialect, table: string, upsert: Upsert<Row>): Promise<number> {
+  const { values, key, update, updateWhen } = upsert as Upsert<Record<string, unknown>>;
+  if (dialect !== 'mssql') {
+    const result = await db
+      .insertInto(table)
+      .values(values)
+      .onConflict((oc) => {
+        const conflict = oc.columns(key);
+        if (!update) return conflict.doNothing();
+        const set = conflict.doUpdateSet(update);
+        return updateWhen ? set.where(`${table}.${updateWhen[0]}`, updateWhen[1], updateWhen[2]) : set;
+      })
+      .executeTakeFirst();
+    return Number(result.numInsertedOrUpdatedRows ?? 0n);
+  }
+  const merge = db
+    .mergeInto(table)
+    // One source row; the key's values are matched against the target, and inserted from `values`.
+    .using(db.selectNoFrom(sql.lit(1).as('one')).as('source'), (join) =>
+      key.reduce((on, column) => on.on(`${table}.${column}`, '=', values[column]), join),
+    );
+  const matched = !update
+    ? merge
+    : (updateWhen ? merge.whenMatchedAnd(`${table}.${updateWhen[0]}`, updateWhen[1], updateWhen[2]) : merge.whenMatched()).thenUpdateSet(update);
+  const result = await matched.whenNotMatched().thenInsertValues(values).executeTakeFirst();
+  return Number(result.numChangedRows ?? 0n);
+}
+
+/**
+ * Kysely's T-SQL compiler, plus the lock hints for tables aliased by `LOCK_ALIAS`, and `WITH (HOLDLOCK)` on the
+ * target of every MERGE: each is an upsert of one key (`upsertRow`), and without the hint two of them can both find
+ * no row and both insert, the second failing on the key; with it the first holds the key (range) until it commits.
+ */
 export class RuntimeCloudMssqlQueryCompiler extends MssqlQueryCompiler {
+  #mergeTarget: OperationNode | undefined;
+
   protected override visitAlias(node: AliasNode): void {
     super.visitAlias(node);
     const hint = IdentifierNode.is(node.alias) ? MSSQL_HINTS[node.alias.name] : undefined;
     if (hint) this.append(hint);
+  }
+
+  protected override visitMergeQuery(node: MergeQueryNode): void {
+    // T-SQL puts a MERGE's hint after its target table, before any alias: `merge into t with (holdlock) as a`.
+    this.#mergeTarget = AliasNode.is(node.into) ? node.into.node : node.into;
+    super.visitMergeQuery(node);
+  }
+
+  protected override visitTable(node: TableNode): void {
+    super.visitTable(node);
+    if (node !== this.#mergeTarget) return;
+    this.#mergeTarget = undefined;
+    this.append(' with (holdlock)');
   }
 }

@@ -12,6 +12,9 @@ import { AppError, ensureError } from '../errors/app-error';
  *   4. capacity slots, in (scope, slot) order; grants claim them with SKIP LOCKED / READPAST and never wait
  *   5. the outbox and the inbox (inserts only)
  *
+ * An upsert (`upsertRow`) locks the row of its key as a row of its kind, also when there is none yet: on Azure SQL
+ * its MERGE holds the key's range (HOLDLOCK) until the transaction ends.
+ *
  * Slot claims that skip locked rows never wait, so they may come before the lease row of the grant they belong
  * to (that row is new and nobody else can lock it). Anything that cannot follow the order (or meets a writer of
  * another process on SQLite) is covered by `inTransaction`, which retries deadlocks and serialization failures.
