@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appendJobLog, findJob, insertJob, JOB_LOG_CHARS, type StoredSpec } from '../../shared/provisioning/runner-jobs.repository';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 /**
  * A runner job's log excerpt is appended to by its heartbeats and by the host recording its target calls, which can
@@ -26,7 +26,7 @@ function aSpec(id: string): StoredSpec {
   };
 }
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`runner job logs (${dialect})`, () => {
     let database: TestDatabase;
     const stores: SqlStore[] = [];

@@ -37,12 +37,12 @@ export function firstRows<Q extends { limit(n: number): Q; top(n: number): Q }>(
 
 /**
  * `column` with `text` appended, cut to its last `n` characters, in the statement itself (a log excerpt appended to
- * by concurrent writers loses no line): `substr(…, -n)` in SQLite, `right(…, n)` in PostgreSQL and T-SQL.
+ * by concurrent writers loses no line): `substr(column || text, -n)` in SQLite; `right(concat(column, text), n)` in
+ * PostgreSQL and T-SQL, the text through `coalesce(…, '')`, which gives PostgreSQL's concat() a type for the parameter.
  */
 export function appendedKeepingLast(dialect: SqlDialect, column: string, text: string, n: number): RawBuilder<string> {
-  // `||` in SQLite and PostgreSQL (whose concat() cannot type a bare parameter), concat() in T-SQL.
-  const appended = dialect === 'mssql' ? sql<string>`concat(${sql.ref(column)}, ${text})` : sql<string>`${sql.ref(column)} || ${text}`;
-  return dialect === 'sqlite' ? sql<string>`substr(${appended}, ${-n})` : sql<string>`right(${appended}, ${n})`;
+  if (dialect === 'sqlite') return sql<string>`substr(${sql.ref(column)} || ${text}, ${-n})`;
+  return sql<string>`right(concat(${sql.ref(column)}, coalesce(${text}, '')), ${n})`;
 }
 
 /**
