@@ -92,20 +92,18 @@ const configPlatformEndpoint = config.get('configPlatformEndpoint');
  * accept where they are not the defaults (`<service>Audience`). Unset: the host reports the service unhealthy
  * and fails every call to it as unavailable.
  */
-const peerSettings: Record<string, string> = Object.fromEntries(
-  (
-    [
-      ['governance', 'Governance'],
-      ['controlPlane', 'ControlPlane'],
-      ['knowledge', 'Knowledge'],
-      ['configPlatform', 'ConfigPlatform'],
-    ] as const
-  ).flatMap(([key, setting]) => {
-    const endpoint = key === 'configPlatform' ? configPlatformEndpoint : config.get(`${key}Endpoint`);
-    const audience = config.get(`${key}Audience`);
-    return [...(endpoint ? [[`RuntimeCloud__${setting}__Endpoint`, endpoint]] : []), ...(audience ? [[`RuntimeCloud__${setting}__Audience`, audience]] : [])];
-  }),
-);
+const peerSettings: Record<string, string> = {};
+for (const [key, setting] of [
+  ['governance', 'Governance'],
+  ['controlPlane', 'ControlPlane'],
+  ['knowledge', 'Knowledge'],
+  ['configPlatform', 'ConfigPlatform'],
+] as const) {
+  const endpoint = key === 'configPlatform' ? configPlatformEndpoint : config.get(`${key}Endpoint`);
+  const audience = config.get(`${key}Audience`);
+  if (endpoint) peerSettings[`RuntimeCloud__${setting}__Endpoint`] = endpoint;
+  if (audience) peerSettings[`RuntimeCloud__${setting}__Audience`] = audience;
+}
 /** The day each seed secret's current value was set (YYYY-MM-DD): its expiry is that day plus its rotation period. */
 const secretsRotatedOn = config.requireObject<Record<string, string>>('secretsRotatedOn');
 

@@ -114,6 +114,13 @@ describe('infra under Pulumi mocks', () => {
     expect(config.tables.connection).toBe(`https://${account.name}.table.core.windows.net`);
     expect(config.serviceBus.connection).toBe(`${bus.name}.servicebus.windows.net`);
     expect(config.iac.runner).toBe('pulumi');
+    // The external services the host calls, with their audiences (the default unless the stack names another).
+    expect(config.peers).toMatchObject({
+      governance: { endpoint: 'https://governance.example.test', audience: 'api://connectsoft-governance' },
+      controlPlane: { endpoint: 'https://control-plane.example.test' },
+      knowledge: { endpoint: 'https://knowledge.example.test', audience: 'api://knowledge-example' },
+      configPlatform: { endpoint: 'https://config.example.test' },
+    });
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
     expect(config.targets).toMatchObject(TARGETS.map(({ id, kind, name }) => ({ id, kind, name })));
     // Each target with its pool and its runners' backend (per tenant), and an Azure target with its scope and the

@@ -47,6 +47,11 @@ export function validConfig(): Record<string, string> {
     runnerImage: RUNNER_IMAGE,
     runnerRegistryId: RUNNER_REGISTRY_ID,
     secretsRotatedOn: JSON.stringify(ROTATED_ON),
+    governanceEndpoint: 'https://governance.example.test',
+    controlPlaneEndpoint: 'https://control-plane.example.test',
+    knowledgeEndpoint: 'https://knowledge.example.test',
+    knowledgeAudience: 'api://knowledge-example',
+    configPlatformEndpoint: 'https://config.example.test',
     ...SECRET_VALUES,
   };
 }
