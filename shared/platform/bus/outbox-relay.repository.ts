@@ -1,5 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
-import { firstRows, type SqlDialect } from '../sql/dialect';
+import type { SqlDialect } from '../sql/dialect';
 import type { OutboxTables } from './outbox';
 
 /**
@@ -36,11 +36,10 @@ export interface ClaimOptions {
  * another relay nothing is claimed, so two relays never publish out of order against each other.
  */
 export async function claimPending(db: Db, options: ClaimOptions): Promise<PendingEvent[]> {
-  const head = await firstRows(
-    db.selectFrom('outbox').select(['seq', 'claimed_until']).where('published_at', 'is', null).orderBy('seq'),
-    options.dialect,
-    options.batchSize,
-  ).execute();
+  const oldest = db.selectFrom('outbox').select(['seq', 'claimed_until']).where('published_at', 'is', null).orderBy('seq');
+  // firstRows' TOP or LIMIT, spelled here: this module loads with the relay's timer function at registration, and
+  // dialect.ts would load Kysely with it (cold start).
+  const head = await (options.dialect === 'mssql' ? oldest.top(options.batchSize) : oldest.limit(options.batchSize)).execute();
   const claimable: number[] = [];
   for (const row of head) {
     if (row.claimed_until !== null && row.claimed_until !== undefined && Number(row.claimed_until) > options.now) break;
