@@ -118,10 +118,10 @@ export async function claimJob(
 ): Promise<ClaimedJob | undefined> {
   // A long poll: a dispatch on this host wakes the claim at once; one on another host is seen at the next look.
   const deadline = Date.now() + waitMs;
-  // The agent is online from its claim on; a successful claim records its job with it.
-  await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
-  for (;;) {
+  for (let looks = 0; ; looks++) {
     const claimed = await claimNow(ctx, pool, agent, resolve);
+    // The agent is online from its claim on: a successful claim records its job with it, a waiting one says so once.
+    if (!claimed && looks === 0) await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
     const left = deadline - Date.now();
     if (claimed || left <= 0) return claimed;
     await dispatchedOrAfter(pool, Math.min(left, CLAIM_LOOK_MS));
@@ -146,8 +146,13 @@ function dispatchedOrAfter(pool: string, ms: number): Promise<void> {
   });
 }
 
+/**
+ * One dispatched job wakes one waiting claim (the longest waiting): waking them all would have every other agent
+ * race for the same job and lose. A claim that finds nothing after all waits on; the others still look on their own.
+ */
 function wakeClaims(pool: string): void {
-  for (const wake of [...(waitingClaims.get(pool) ?? [])]) wake();
+  const [first] = waitingClaims.get(pool) ?? [];
+  first?.();
 }
 
 async function claimNow(

@@ -3,6 +3,7 @@ import { functionsWithTrigger, triggerOf } from '../../local/functions-core/regi
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
 import { parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscriptions';
 import {
   APP_PRINCIPAL_ID,
   clientIdOf,
@@ -188,6 +189,8 @@ describe('infra under Pulumi mocks', () => {
     };
     expect(passing('provisioning')).toEqual(['PoolResizeRequested']);
     expect(passing('inventory').sort()).toEqual(['ProvisioningApplied', 'ProvisioningFailed', 'SpecificationApplied']);
+    // The same filters as the embedded topic applies on the local host.
+    for (const [subscription, types] of Object.entries(EVENT_SUBSCRIPTION_TYPES)) expect(passing(subscription).sort()).toEqual([...types].sort());
   });
 
   it('when the SQL server is declared, then it accepts Entra authentication only, with an Entra group as administrator', () => {

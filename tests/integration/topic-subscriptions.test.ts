@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
+import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { listActive } from '../../shared/platform/bus/queue.repository';
 import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
@@ -43,6 +44,21 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(await bodiesIn(subscriptionEntity('events', 'audit'))).toEqual(['m1', 'm2']);
       expect(await bodiesIn(subscriptionEntity('other-topic', 'provisioning'))).toEqual([]);
       expect(subscriptionEntity('events', 'provisioning')).toBe('events/Subscriptions/provisioning');
+    });
+
+    it("when events are published to the events topic, then each of the host's subscriptions gets only the types its filter passes, as in Azure", async () => {
+      // Arrange
+      for (const subscription of ['inventory', 'provisioning', 'audit']) await ensureSubscription(db, dialect, EVENTS_TOPIC, subscription, now());
+      const event = (id: string, type: string) => ({ ...message(id), applicationProperties: { type } });
+
+      // Act
+      await appendToTopic(db, dialect, EVENTS_TOPIC, [event('e1', 'SpecificationApplied'), event('e2', 'RunnerJobDispatched'), event('e3', 'PoolResizeRequested'), { ...message('e4'), applicationProperties: {} }], now());
+
+      // Assert
+      expect(await bodiesIn(subscriptionEntity(EVENTS_TOPIC, 'inventory'))).toEqual(['e1']);
+      expect(await bodiesIn(subscriptionEntity(EVENTS_TOPIC, 'provisioning'))).toEqual(['e3']);
+      // A subscription with no filter of the host's passes everything ($Default).
+      expect(await bodiesIn(subscriptionEntity(EVENTS_TOPIC, 'audit'))).toEqual(['e1', 'e2', 'e3', 'e4']);
     });
   });
 }

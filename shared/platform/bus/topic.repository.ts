@@ -2,6 +2,7 @@ import type { Kysely, Transaction } from 'kysely';
 import { firstRows, upsertRow, type SqlDialect } from '../sql/dialect';
 import type { BusTables, TopicMessageTable, TopicSubscriptionTable } from './bus.tables';
 import type { ApplicationProperties, OutgoingMessage } from './queue';
+import { subscriptionTakes } from './subscriptions';
 import { insertActive, storedMessageColumns } from './queue.repository';
 
 /** The embedded topic (the local host's `runtime-cloud-events`): published messages in order, deduplicated by messageId. */
@@ -32,7 +33,9 @@ export async function appendToTopic(db: Db, dialect: SqlDialect, topic: string, 
     const inserted = await upsertRow<TopicMessageTable>(db, dialect, 'topic_messages', { values: { topic, ...storedMessageColumns(message, now) }, key: ['topic', 'message_id'] });
     if (inserted !== 1) continue;
     added++;
-    for (const { subscription } of subscriptions) await insertActive(db, dialect, subscriptionEntity(topic, subscription), message, now);
+    for (const { subscription } of subscriptions) {
+      if (subscriptionTakes(topic, subscription, message)) await insertActive(db, dialect, subscriptionEntity(topic, subscription), message, now);
+    }
   }
   return added;
 }
@@ -43,8 +46,8 @@ export function subscriptionEntity(topic: string, subscription: string): string 
 }
 
 /**
- * Creates a subscription of a topic (nothing when it exists): from then on every message published to the topic is
- * copied to it. Messages published before are not, as with Service Bus.
+ * Creates a subscription of a topic (nothing when it exists): from then on every message published to the topic that
+ * its filter passes (subscriptions.ts) is copied to it. Messages published before are not, as with Service Bus.
  */
 export async function ensureSubscription(db: Db, dialect: SqlDialect, topic: string, subscription: string, now: number): Promise<void> {
   await upsertRow<TopicSubscriptionTable>(db, dialect, 'topic_subscriptions', { values: { topic, subscription, created_at: now }, key: ['topic', 'subscription'] });
