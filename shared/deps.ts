@@ -220,6 +220,18 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       },
     },
     targetsCheck(config.targets),
+    {
+      // Each target's runner pool: event-driven pools have no agent while idle, so only jobs waiting with no agent
+      // online to claim them are a problem.
+      name: 'runner-pools',
+      critical: false,
+      async run() {
+        if (config.iac.execution !== 'runner-jobs') return { details: { execution: config.iac.execution } };
+        const pools = await provisioning.runners.pools();
+        const stuck = pools.filter((p) => p.jobsWaiting > 0 && p.agentsOnline === 0);
+        return stuck.length > 0 ? { status: 'degraded', error: `jobs wait with no agent online: ${stuck.map((p) => p.pool).join(', ')}`, details: { pools } } : { details: { pools } };
+      },
+    },
     ...peerHealthChecks(config.peers, peerTokens),
     ...inboxLagChecks(inboxLagReader, config.host.enabledModules),
   ];
