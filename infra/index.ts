@@ -455,7 +455,14 @@ function hostView(target: Target, observerClientId: string | undefined): Record<
     ...(location !== undefined ? { location } : {}),
     ...(endpoint !== undefined ? { endpoint } : {}),
     runnerPool: pool,
-    ...(isAzureTarget(target) ? { scope: target.scope, observerClientId, backend: targetBackend(stateNames(prefix, pulumi.getStack(), target)) } : { backend: target.backend }),
+    ...(isAzureTarget(target)
+      ? { scope: target.scope, observerClientId, backend: targetBackend(stateNames(prefix, pulumi.getStack(), target)) }
+      : {
+          backend: target.backend,
+          // Its drift scans reach its cluster only as the target says, with its own credential (never one kubeconfig for all).
+          ...(target.kubernetes ? { kubernetes: target.kubernetes } : {}),
+          ...(target.observerClientId ? { observerClientId: target.observerClientId } : {}),
+        }),
   };
 }
 

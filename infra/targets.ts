@@ -39,6 +39,13 @@ export interface CustomerHostedTarget extends TargetBase {
   readonly kind: 'aks-cluster' | 'on-prem';
   /** Where the customer's agents keep each tenant's state and key: `{tenant}` in both (the host's `backend`). */
   readonly backend: TargetBackend;
+  /**
+   * How the host's drift scans reach the target's cluster, as the host's `RuntimeCloud__Targets` takes it: an
+   * `aks-cluster` target's `server` and `certificateAuthorityData`, or a `kubeconfig` of the target's own.
+   */
+  readonly kubernetes?: Readonly<Record<string, unknown>>;
+  /** The client id of the identity whose Entra token reads an `aks-cluster` target's cluster. */
+  readonly observerClientId?: string;
 }
 export interface TargetBackend {
   readonly url: string;
@@ -55,7 +62,7 @@ const NAME = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,23}$/;
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Azure's rule for resource group names: 1–90 of letters, digits, `-_.()`, not ending in `.`. */
 const RESOURCE_GROUP = /^[-\w.()]{0,89}[-\w()]$/;
-const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners', 'backend'];
+const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners', 'backend', 'kubernetes', 'observerClientId'];
 
 /** The `targets` config, checked: every problem names the config path and what was given. */
 export function parseTargets(raw: unknown): Target[] {
@@ -90,9 +97,19 @@ function parseTarget(entry: unknown, at: string): Target {
     for (const key of ['scope', 'runners']) {
       if (t[key] !== undefined) throw new Error(`config ${at}.${key} applies to azure-subscription targets only (${id} is ${String(kind)})`);
     }
-    return { ...base, kind: kind as CustomerHostedTarget['kind'], backend: parseBackend(t.backend, `${at}.backend`) };
+    return {
+      ...base,
+      kind: kind as CustomerHostedTarget['kind'],
+      backend: parseBackend(t.backend, `${at}.backend`),
+      ...(t.kubernetes !== undefined ? { kubernetes: parseKubernetes(t.kubernetes, kind as CustomerHostedTarget['kind'], `${at}.kubernetes`) } : {}),
+      ...(t.observerClientId !== undefined ? { observerClientId: guid(t.observerClientId, `${at}.observerClientId`) } : {}),
+    };
   }
   if (t.backend !== undefined) throw new Error(`config ${at}.backend is this program's for an azure-subscription target (its state account and vault): remove it`);
+  // An Azure target's observer identity and cluster access are this program's (its observer identity reads ARM).
+  for (const key of ['kubernetes', 'observerClientId']) {
+    if (t[key] !== undefined) throw new Error(`config ${at}.${key} applies to customer-hosted targets only (${id} is azure-subscription)`);
+  }
   return { ...base, kind, scope: parseScope(t.scope, `${at}.scope`), maxRunners: parseRunners(t.runners, `${at}.runners`) };
 }
 
@@ -123,6 +140,30 @@ function parseBackend(raw: unknown, at: string): TargetBackend {
     return value;
   };
   return { url: perTenant(url, 'url'), ...(secretsProvider !== undefined ? { secretsProvider: perTenant(secretsProvider, 'secretsProvider') } : {}) };
+}
+
+/**
+ * A customer-hosted target's cluster access for drift scans: `server` (https) and `certificateAuthorityData` on an
+ * `aks-cluster`, or `kubeconfig: {path, context?}`; the host checks the rest of its shape when it starts.
+ */
+function parseKubernetes(raw: unknown, kind: CustomerHostedTarget['kind'], at: string): Readonly<Record<string, unknown>> {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`config ${at} must be an object (got ${show(raw)})`);
+  const { server, certificateAuthorityData, kubeconfig, ...rest } = raw as Record<string, unknown>;
+  const extra = Object.keys(rest)[0];
+  if (extra) throw new Error(`config ${at}.${extra} is not a kubernetes field (known: server, certificateAuthorityData, kubeconfig)`);
+  if (server !== undefined && (typeof server !== 'string' || !server.startsWith('https://'))) throw new Error(`config ${at}.server must be an https:// URL (got ${show(server)})`);
+  if ((server !== undefined || certificateAuthorityData !== undefined) && (kind !== 'aks-cluster' || kubeconfig !== undefined)) {
+    throw new Error(`config ${at}: server and certificateAuthorityData are for an aks-cluster target read with its Entra token, without a kubeconfig`);
+  }
+  if (kubeconfig !== undefined && (kubeconfig === null || typeof kubeconfig !== 'object' || typeof (kubeconfig as { path?: unknown }).path !== 'string')) {
+    throw new Error(`config ${at}.kubeconfig must be { "path": "<file>", "context": "<optional>" } (got ${show(kubeconfig)})`);
+  }
+  return raw as Record<string, unknown>;
+}
+
+function guid(raw: unknown, at: string): string {
+  if (typeof raw !== 'string' || !GUID.test(raw)) throw new Error(`config ${at} must be a client id (a GUID) (got ${show(raw)})`);
+  return raw;
 }
 
 function parseRunners(raw: unknown, at: string): number {

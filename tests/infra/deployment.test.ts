@@ -11,6 +11,7 @@ import {
   inventory,
   matchesSqlFilter,
   ON_PREM_BACKEND,
+  ON_PREM_CLUSTER,
   relayedPropertiesOf,
   principalIdOf,
   ROLE,
@@ -134,8 +135,10 @@ describe('infra under Pulumi mocks', () => {
     expect(JSON.parse(settings.RuntimeCloud__Targets!)).toEqual([
       { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a'), backend: state('a') },
       { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', runnerPool: 'pool-b', scope: TARGETS[1]!.scope, observerClientId: clientIdOf('observer-b'), backend: state('b') },
-      { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c', backend: ON_PREM_BACKEND },
+      // A customer-hosted target's cluster is reached for drift scans as the target says (here a kubeconfig of its own).
+      { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },
     ]);
+    expect(config.targets.find((t) => t.id === 'c')?.kubernetes).toEqual(ON_PREM_CLUSTER);
     expect(settings).toMatchObject({
       FUNCTIONS_EXTENSION_VERSION: '~4',
       FUNCTIONS_WORKER_RUNTIME: 'node',

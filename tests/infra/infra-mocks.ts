@@ -28,10 +28,12 @@ export const ROTATED_ON = { 'runtime-cloud-sql': '2026-11-02', 'messaging-transp
 export const TARGET_SUBSCRIPTIONS = { a: '00000000-0000-4000-8000-00000000000a', b: '00000000-0000-4000-8000-00000000000b' };
 /** The customer-hosted target's own state backend and secrets provider, per tenant. */
 export const ON_PREM_BACKEND = { url: 's3://dc-pulumi-state/{tenant}', secretsProvider: 'hashivault://pulumi-{tenant}' };
+/** How drift scans reach the customer-hosted target's cluster: a kubeconfig of its own. */
+export const ON_PREM_CLUSTER = { kubeconfig: { path: '/mnt/secrets/dc-observer.kubeconfig', context: 'dc-reader' } };
 export const TARGETS = [
   { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.a, resourceGroup: 'rg-target-a' } },
   { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 } },
-  { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', backend: ON_PREM_BACKEND },
+  { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },
 ];
 export const RUNNER_REGISTRY_ID = `/subscriptions/${SUBSCRIPTION_ID}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
 export const RUNNER_IMAGE = 'rchimages.azurecr.io/runtime-cloud-runner:2026.12.1';

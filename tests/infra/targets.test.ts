@@ -16,6 +16,11 @@ describe('infra targets config', () => {
       { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc', backend: BACKEND },
     ]);
     expect(parseTargets([azure({ pool: 'blue', runners: { max: 4 } })])[0]).toMatchObject({ pool: 'blue', maxRunners: 4 });
+    // A customer-hosted target says how drift scans reach its cluster: an AKS API server with its CA and the identity
+    // whose token reads it, or a kubeconfig of its own.
+    const aks = { server: 'https://aks-1.hcp.westeurope.azmk8s.io:443', certificateAuthorityData: 'LS0tLS1CRUdJTg==' };
+    expect(parseTargets([{ id: 'k', kind: 'aks-cluster', name: 'K', backend: BACKEND, kubernetes: aks, observerClientId: SUB }])[0]).toMatchObject({ kubernetes: aks, observerClientId: SUB });
+    expect(parseTargets([onPrem({ kubernetes: { kubeconfig: { path: '/mnt/dc.kubeconfig' } } })])[0]).toMatchObject({ kubernetes: { kubeconfig: { path: '/mnt/dc.kubeconfig' } } });
   });
 
   it.each([
@@ -30,7 +35,7 @@ describe('infra targets config', () => {
     ['a pool with a double hyphen', [azure({ pool: 'a--b' })], 'config targets[0].pool must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "a--b")'],
     ['the local cloud', [{ id: 'local', kind: 'local-cloud', name: 'Local' }], "config targets[0].kind local-cloud is the local host's own target and has no place in an Azure deployment"],
     ['an unknown kind', [{ id: 'x', kind: 'gcp-project', name: 'X' }], 'config targets[0].kind must be one of azure-subscription, aks-cluster, on-prem (got "gcp-project")'],
-    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners, backend)'],
+    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners, backend, kubernetes, observerClientId)'],
     ['no name', [azure({ name: ' ' })], 'config targets[0].name must be a non-empty string (got " ")'],
     ['no runners', [azure({ runners: { max: 0 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 0)'],
     ['a fraction of a runner', [azure({ runners: { max: 1.5 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 1.5)'],
@@ -41,6 +46,12 @@ describe('infra targets config', () => {
     ['one secrets key for all tenants', [onPrem({ backend: { url: 's3://dc/{tenant}', secretsProvider: 'hashivault://pulumi' } })], 'config targets[0].backend.secretsProvider must name {tenant}'],
     ['a backend field too many', [onPrem({ backend: { url: 's3://dc/{tenant}', region: 'x' } })], 'config targets[0].backend.region is not a backend field (known: url, secretsProvider)'],
     ['a backend on an Azure target', [azure({ backend: BACKEND })], "config targets[0].backend is this program's for an azure-subscription target"],
+    ['cluster access on an Azure target', [azure({ kubernetes: { kubeconfig: { path: '/k' } } })], 'config targets[0].kubernetes applies to customer-hosted targets only (prod-we is azure-subscription)'],
+    ['an API server on an on-prem target', [onPrem({ kubernetes: { server: 'https://dc:6443' } })], 'config targets[0].kubernetes: server and certificateAuthorityData are for an aks-cluster target'],
+    ['a plain-HTTP API server', [{ id: 'k', kind: 'aks-cluster', name: 'K', backend: BACKEND, kubernetes: { server: 'http://k:443' } }], 'config targets[0].kubernetes.server must be an https:// URL'],
+    ['a kubeconfig without a path', [onPrem({ kubernetes: { kubeconfig: { context: 'x' } } })], 'config targets[0].kubernetes.kubeconfig must be { "path": "<file>", "context": "<optional>" }'],
+    ['a cluster field too many', [onPrem({ kubernetes: { token: 'x' } })], 'config targets[0].kubernetes.token is not a kubernetes field'],
+    ['an observer that is no client id', [onPrem({ observerClientId: 'reader' })], 'config targets[0].observerClientId must be a client id (a GUID) (got "reader")'],
     ['the same id twice', [azure(), azure({ pool: 'other', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and prod-we have the same id prod-we: each target needs its own'],
     ['one pool for two targets', [azure(), azure({ id: 'b', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-2' } })], 'config targets prod-we and b have the same pool prod-we: each target needs its own'],
     ['one scope for two targets', [azure(), azure({ id: 'b', scope: { subscriptionId: SUB, resourceGroup: 'RG-PROD' } })], `config targets prod-we and b have the same scope /subscriptions/${SUB}/resourcegroups/rg-prod: each target needs its own`],
