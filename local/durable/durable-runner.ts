@@ -115,6 +115,8 @@ export class DurableRunner {
   #stopping = false;
   #started = false;
   #ticking = false;
+  /** The look for work in flight, if any (stop waits for it). */
+  #looking: Promise<void> = Promise.resolve();
   #again = false;
   #pollTimer: NodeJS.Timeout | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
@@ -152,19 +154,30 @@ export class DurableRunner {
     this.#pollTimer = setTimeout(() => void this.#tick(), 0);
   }
 
-  /** Stops taking work and waits (at most one lease period) for episodes and activities in flight. */
+  /**
+   * Stops taking work and waits (at most one lease period) for a look for work, and the episodes and activities, in
+   * flight: the store closes after this, and a look still running then would fail on a closed store.
+   */
   async stop(): Promise<void> {
     this.#stopping = true;
     clearTimeout(this.#pollTimer);
     clearInterval(this.#renewTimer);
-    const inFlight = Promise.allSettled([...this.#sessions.values(), ...this.#activities.values()]);
+    const inFlight = (async () => {
+      await this.#looking;
+      await Promise.allSettled([...this.#sessions.values(), ...this.#activities.values()]);
+    })();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([inFlight, new Promise((resolve) => (timer = setTimeout(resolve, this.#options.leaseMs)))]);
     clearTimeout(timer);
   }
 
-  async #tick(): Promise<void> {
-    if (this.#stopping) return;
+  #tick(): Promise<void> {
+    if (this.#stopping) return Promise.resolve();
+    this.#looking = this.#look();
+    return this.#looking;
+  }
+
+  async #look(): Promise<void> {
     this.#ticking = true;
     try {
       do {

@@ -4,6 +4,7 @@ import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
 import { parseConfig, settingKeys } from '../../shared/platform/config/config';
 import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscriptions';
+import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {
   APP_PRINCIPAL_ID,
   clientIdOf,
@@ -170,7 +171,8 @@ describe('infra under Pulumi mocks', () => {
   it('when the promotions queue is declared, then it has duplicate detection, dead-lettering on expiration and a max delivery count', () => {
     const queue = one('servicebus:Queue');
     expect(queue.name).toBe('runtime-cloud-promotions');
-    expect(queue.inputs).toMatchObject({ requiresDuplicateDetection: true, deadLetteringOnMessageExpiration: true, maxDeliveryCount: 10 });
+    // The intake knows a message's last delivery by this count (QUEUE_DEFAULTS): it must be the queue's own.
+    expect(queue.inputs).toMatchObject({ requiresDuplicateDetection: true, deadLetteringOnMessageExpiration: true, maxDeliveryCount: QUEUE_DEFAULTS.maxDeliveryCount });
     expect(field(queue, 'duplicateDetectionHistoryTimeWindow')).toMatch(/^P/);
     expect(field(queue, 'defaultMessageTimeToLive')).toMatch(/^P/);
 
