@@ -23,7 +23,9 @@
  *
  * Plans and applies run as runner jobs on each host's two local agents (issue 17). The same load runs again, in the
  * same run, with the engine in process (`RuntimeCloud__IaC__Execution=in-process`, today's path before runner jobs,
- * kept as this baseline), and the rows are printed side by side with their ratio. Per job, the dispatch cost is claim
+ * kept as this baseline), and the rows are printed side by side with their ratio. Both run twice, in the order runner
+ * jobs, in process, in process, runner jobs, so that a machine getting busier or quieter during the bench moves both
+ * alike; the ratio of both rounds together is the figure, each round's beside it. Per job, the dispatch cost is claim
  * → outcome accepted (the jobs table) less the engine's own time (the agent's `engineMs`).
  *
  * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
@@ -128,36 +130,46 @@ export async function run(args: string[]): Promise<void> {
   };
   try {
     process.stderr.write(`provisioning benchmark (${store}): ${promotions} development promotions over ${stacks} stacks, work dir ${work}\n`);
-    // Runner jobs (the product), the engine in process (its baseline), and dynamic concurrency off (issue 8's baseline).
+    // Runner jobs (the product) and the engine in process (its baseline) in two rounds, the second in the opposite
+    // order (A B B A), so that a machine that gets busier or quieter during the run moves both sides alike; then
+    // dynamic concurrency off (issue 8's baseline).
+    const inProcessEnv = { RuntimeCloud__IaC__Execution: 'in-process' };
     const passes = [
-      { name: 'runner-jobs', env: {} },
-      { name: 'in-process', env: { RuntimeCloud__IaC__Execution: 'in-process' } },
-      { name: 'dynamic-off', env: { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' } },
+      { name: 'runner-jobs', round: 1, env: {} },
+      { name: 'in-process', round: 1, env: inProcessEnv },
+      { name: 'in-process', round: 2, env: inProcessEnv },
+      { name: 'runner-jobs', round: 2, env: {} },
+      { name: 'dynamic-off', round: 1, env: { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' } },
     ] as const;
+    const rounds: Record<'runner-jobs' | 'in-process', Measured[]> = { 'runner-jobs': [], 'in-process': [] };
     for (const pass of passes) {
-      const stateDir = join(work, `state-${pass.name}`);
+      const stateDir = join(work, `state-${pass.name}-${pass.round}`);
       // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
       const keys = await ensureLocalKeys(stateDir);
-      const repository = await benchRepository(join(work, `source-${pass.name}`), stateDir, stacks);
+      const repository = await benchRepository(join(work, `source-${pass.name}-${pass.round}`), stateDir, stacks);
       writeExampleReferences(stateDir);
       const config = parseConfig({});
       const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
       const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
       await withHosts(store, stateDir, pass.env, async (hosts, jobs) => {
         const client = new BenchClient(hosts, tokens);
-        const unloaded = pass.name === 'runner-jobs' ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
+        const first = pass.name === 'runner-jobs' && pass.round === 1;
+        const unloaded = first ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
         );
         const loaded = await runAtOnce(client, load);
+        if (pass.name !== 'dynamic-off') rounds[pass.name].push(loaded);
         if (unloaded) {
           report(store, hosts.length, loaded, unloaded, client, print);
           baseline = loaded;
           const dispatch = await jobs();
           print({ name: 'runner job dispatch, claim → outcome accepted less engine (target ≤ 20 ms p50)', value: percentiles(dispatch), note: `${dispatch.length} jobs` });
-        } else if (baseline && pass.name === 'in-process') {
+        } else if (baseline && pass.name === 'in-process' && pass.round === 1) {
           reportInProcess(baseline, loaded, print);
-        } else if (baseline) {
+        } else if (pass.name === 'runner-jobs') {
+          reportRounds(rounds['runner-jobs'], rounds['in-process'], print);
+        } else if (baseline && pass.name === 'dynamic-off') {
           reportBaseline(baseline, loaded, client, print);
         }
         const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
@@ -552,6 +564,17 @@ function reportInProcess(runners: Measured, inProcess: Measured, print: (row: Ro
     name: '  host CPU per run, runner jobs | in process',
     value: runners.cpuMs === undefined || inProcess.cpuMs === undefined ? 'n/a' : `${(runners.cpuMs / runners.timelines.length).toFixed(1)} ms | ${(inProcess.cpuMs / inProcess.timelines.length).toFixed(1)} ms`,
     note: 'the host processes only; the agents are child processes of their own',
+  });
+}
+
+/** Both rounds of runner jobs against the engine in process: each round's ratio, and both rounds' runs over their time. */
+function reportRounds(runners: readonly Measured[], inProcess: readonly Measured[], print: (row: Row) => void): void {
+  const rate = (ms: readonly Measured[]) => ms.reduce((runs, m) => runs + m.timelines.length, 0) / (ms.reduce((wall, m) => wall + m.wallToFinished, 0) / 1000);
+  const perRound = runners.map((m, i) => (rate([m]) / rate([inProcess[i] as Measured])).toFixed(2));
+  print({
+    name: 'runs/s, both rounds (A B B A): runner jobs | in process (target ≥ 0.7×)',
+    value: `${rate(runners).toFixed(1)} | ${rate(inProcess).toFixed(1)}`,
+    note: `${(rate(runners) / rate(inProcess)).toFixed(2)}×; per round ${perRound.map((r) => `${r}×`).join(', ')}`,
   });
 }
 
