@@ -194,6 +194,8 @@ export class LocalHost {
 
   /** Graceful: stop accepting requests, let triggers finish or release in-flight work, then close the stores. */
   async stop(): Promise<void> {
+    // Agents' claims wait on the host for work: they answer now, so draining the requests in flight does not wait.
+    this.#deps?.provisioning.runners.endClaimWaits();
     for (const component of this.#started) await component.closing?.();
     await this.#http?.close();
     for (const component of this.#started.reverse()) await component.stop();

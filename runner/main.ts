@@ -52,6 +52,8 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
         ? pulumiEngine(claimed, workDir, env)
         : createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target }),
   });
+  // The agent is done: the IPC channel to a local host would keep this process alive until the host kills it.
+  if (process.connected) process.disconnect();
 }
 
 /** The Pulumi Automation API over the job's backend: its tenant's state container and secrets key on the target. */

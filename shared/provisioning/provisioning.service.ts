@@ -105,6 +105,11 @@ export interface ProvisioningService {
 export interface RunnerJobs {
   /** The next job of the pool for the agent, waiting up to `waitMs` for one (a long poll). */
   claim(pool: string, agent: string, waitMs?: number): Promise<ClaimedJob | undefined>;
+  /**
+   * The host is stopping: every waiting claim answers now, and every later one at once, without a job; so the host's
+   * drain of the requests in flight does not wait out the agents' long polls.
+   */
+  endClaimWaits(): void;
   // The job calls take their bodies as sent (JSON text) and validate them: 400 `REQUEST.INVALID` naming the fields.
   /** A heartbeat (`Heartbeat`). */
   heartbeat(jobId: string, token: string, body: string): Promise<{ leaseExpiresAt: string }>;
@@ -121,6 +126,7 @@ export interface RunnerJobs {
 
 export function createProvisioningService(options: ProvisioningServiceOptions): ProvisioningService {
   const ctx = createProvisioningContext(options);
+  const claimWaits = new AbortController();
   return {
     timings: ctx.timings,
     intake: (message) => intake(ctx, message),
@@ -150,7 +156,8 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
           failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: `no runner of pool ${job.pool} claimed ${job.kind} job ${job.id} within ${ctx.runners?.claimTimeoutMs ?? 0} ms` }),
       }),
     runners: {
-      claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs),
+      claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs, claimWaits.signal),
+      endClaimWaits: () => claimWaits.abort(),
       heartbeat: (jobId, token, body) => heartbeat(ctx, jobId, token, parseJsonBody(body || '{}', heartbeatSchema)),
       state: (jobId, token) => jobState(ctx, jobId, token),
       writeState: (jobId, token, body) => writeJobState(ctx, jobId, token, parseJsonBody(body, stackStateSchema)),

@@ -115,16 +115,20 @@ export async function claimJob(
   agent: string,
   resolve: (job: RunnerJob) => Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: NonNullable<RunnerJob['degraded']> }>,
   waitMs = 0,
+  /** Ends the wait (the host is stopping). */
+  waits?: AbortSignal,
 ): Promise<ClaimedJob | undefined> {
   // A long poll: a dispatch on this host wakes the claim at once; one on another host is seen at the next look.
   const deadline = Date.now() + waitMs;
   for (let looks = 0; ; looks++) {
+    // A stopping host hands out no job: the agent that got it would be stopped with it.
+    if (waits?.aborted) return undefined;
     const claimed = await claimNow(ctx, pool, agent, resolve);
     // The agent is online from its claim on: a successful claim records its job with it, a waiting one says so once.
     if (!claimed && looks === 0) await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
     const left = deadline - Date.now();
     if (claimed || left <= 0) return claimed;
-    await dispatchedOrAfter(pool, Math.min(left, CLAIM_LOOK_MS));
+    await dispatchedOrAfter(pool, Math.min(left, CLAIM_LOOK_MS), waits);
   }
 }
 
@@ -132,17 +136,19 @@ export async function claimJob(
 const CLAIM_LOOK_MS = 250;
 const waitingClaims = new Map<string, Set<() => void>>();
 
-function dispatchedOrAfter(pool: string, ms: number): Promise<void> {
+function dispatchedOrAfter(pool: string, ms: number, waits: AbortSignal | undefined): Promise<void> {
   return new Promise((done) => {
     const waiters = waitingClaims.get(pool) ?? new Set<() => void>();
     waitingClaims.set(pool, waiters);
     const wake = () => {
       clearTimeout(timer);
       waiters.delete(wake);
+      waits?.removeEventListener('abort', wake);
       done();
     };
     const timer = setTimeout(wake, ms);
     waiters.add(wake);
+    waits?.addEventListener('abort', wake);
   });
 }
 

@@ -24,17 +24,12 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { rowCollector, type Row } from './table';
 
 const ROOT = join(__dirname, '..', '..');
 const ENTRY = join(ROOT, 'dist', 'functions', 'index.js');
 const MiB = 1024 * 1024;
 const TARGET_RATIO = 1.5;
-
-interface Row {
-  readonly name: string;
-  readonly value: string;
-  readonly note?: string;
-}
 
 /** One fresh process: the time to require, memory after, and the packages it loaded. */
 interface Sample {
@@ -52,9 +47,9 @@ interface Subject {
   readonly env: NodeJS.ProcessEnv;
 }
 
-export async function run(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { runs: { type: 'string' }, build: { type: 'boolean' } } });
-  const runs = Number(values.runs ?? '5');
+export async function run(args: string[]): Promise<Row[]> {
+  const { values } = parseArgs({ args, options: { runs: { type: 'string' }, build: { type: 'boolean' }, quick: { type: 'boolean' } } });
+  const runs = Number(values.runs ?? (values.quick === true ? '2' : '5'));
   ensureBuilt(values.build ?? false);
 
   const defaults = withoutSettings(process.env);
@@ -86,11 +81,7 @@ export async function run(args: string[]): Promise<void> {
   }
   const [entry, azure, floor] = samples.map(median) as [Sample, Sample, Sample];
 
-  const rows: Row[] = [];
-  const print = (row: Row) => {
-    rows.push(row);
-    process.stderr.write(`  ${row.name}: ${row.value}${row.note ? ` (${row.note})` : ''}\n`);
-  };
+  const { rows, print } = rowCollector();
   subjects.forEach((subject, s) => {
     const m = median(samples[s]!);
     print({
@@ -109,10 +100,7 @@ export async function run(args: string[]): Promise<void> {
   const extra = entry.packages.filter((p) => !floor.packages.includes(p));
   const shown = extra.length > 12 ? `${extra.slice(0, 12).join(', ')}, … (${extra.length - 12} more)` : extra.join(', ') || '(none)';
   print({ name: 'packages the entry loads beyond the floor', value: String(extra.length), note: shown });
-
-  const width = Math.max(...rows.map((r) => r.name.length));
-  process.stdout.write(`\n${'row'.padEnd(width)} | value\n${'-'.repeat(width)}-|-${'-'.repeat(40)}\n`);
-  for (const row of rows) process.stdout.write(`${row.name.padEnd(width)} | ${row.value}${row.note ? `  (${row.note})` : ''}\n`);
+  return rows;
 }
 
 /** Requires `modules` in a fresh process and reads the clock and memory there. */

@@ -20,6 +20,7 @@ import { ManualClock } from '../../shared/platform/time/clock';
 import { allMigrations } from '../../shared/migrations';
 import { inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
 import { adminQuery } from '../support/postgres-admin';
+import type { Print } from './table';
 
 export interface ScanBenchOptions {
   readonly environments: number;
@@ -28,7 +29,6 @@ export interface ScanBenchOptions {
   readonly postgresUrl: string;
 }
 
-type Print = (row: { name: string; value: string; note?: string }) => void;
 
 export async function runScanBench(print: Print, options: ScanBenchOptions): Promise<void> {
   const { store, drop } = await openStore(options);

@@ -23,12 +23,7 @@ import { parseArgs } from 'node:util';
 import microdiff from 'microdiff';
 import { runScanBench } from './drift-scan';
 import { diffResources, type IgnoreRule, type Resources, type ResourceState } from '../../shared/inventory/drift';
-
-interface Row {
-  readonly name: string;
-  readonly value: string;
-  readonly note?: string;
-}
+import { rowCollector, type Row } from './table';
 
 interface Measured {
   readonly ms: number;
@@ -36,26 +31,32 @@ interface Measured {
 }
 
 const MiB = 1024 * 1024;
+const SIZE_NAMES = ['small', 'medium', 'large'];
 const NOW = new Date('2026-06-01T00:00:00.000Z');
 
-export async function run(args: string[]): Promise<void> {
+export async function run(args: string[]): Promise<Row[]> {
   const { values } = parseArgs({
     args,
-    options: { sizes: { type: 'string' }, runs: { type: 'string' }, environments: { type: 'string' }, resources: { type: 'string' }, store: { type: 'string' } },
+    options: {
+      sizes: { type: 'string' },
+      runs: { type: 'string' },
+      environments: { type: 'string' },
+      resources: { type: 'string' },
+      store: { type: 'string' },
+      quick: { type: 'boolean' },
+    },
   });
-  const sizes = (values.sizes ?? '1000,10000,100000').split(',').map(Number);
-  const runs = Number(values.runs ?? '5');
+  // --quick: a tenth of the sizes and of the scan, the same rows.
+  const quick = values.quick === true;
+  const sizes = (values.sizes ?? (quick ? '100,1000,10000' : '1000,10000,100000')).split(',').map(Number);
+  const runs = Number(values.runs ?? (quick ? '2' : '5'));
   setFlagsFromString('--expose-gc');
   const gc = runInNewContext('gc') as () => void;
 
-  const rows: Row[] = [];
-  const print = (row: Row) => {
-    rows.push(row);
-    process.stderr.write(`  ${row.name}: ${row.value}${row.note ? ` (${row.note})` : ''}\n`);
-  };
+  const { rows, print } = rowCollector();
   process.stderr.write(`drift benchmark: sizes ${sizes.join(', ')}, median of ${runs} runs each\n`);
   const ours = new Map<number, Measured>();
-  for (const size of sizes) {
+  for (const [index, size] of sizes.entries()) {
     const { desired, observed, expected } = environment(size);
     const rules = ignoreRules();
     const check = diffResources(desired, observed, rules, NOW);
@@ -64,31 +65,29 @@ export async function run(args: string[]): Promise<void> {
     const floor = measure(runs, gc, () => [JSON.stringify(desired), JSON.stringify(observed)]);
     const micro = measure(runs, gc, () => microdiff(desired, observed));
     ours.set(size, us);
-    const label = size.toLocaleString('en-US');
-    print({ name: `${label} resources: ours (ms)`, value: us.ms.toFixed(1), note: `heap +${us.heapMiB.toFixed(1)} MiB; ${counts}` });
+    // Named by rank, not by size, so that --quick gives the same rows.
+    const label = SIZE_NAMES[index] ?? `size ${index + 1}`;
+    print({ name: `${label} resources: ours (ms)`, value: us.ms.toFixed(1), note: `${size.toLocaleString('en-US')} resources; heap +${us.heapMiB.toFixed(1)} MiB; ${counts}` });
     print({ name: `${label} resources: JSON.stringify both (ms)`, value: floor.ms.toFixed(1), note: `heap +${floor.heapMiB.toFixed(1)} MiB` });
     print({ name: `${label} resources: microdiff (ms)`, value: micro.ms.toFixed(1), note: `heap +${micro.heapMiB.toFixed(1)} MiB` });
     print({ name: `${label} resources: ratio ours / microdiff (target ≤ 1.0)`, value: ratio(us.ms, micro.ms) });
     print({ name: `${label} resources: ratio ours / floor`, value: ratio(us.ms, floor.ms), note: `microdiff / floor ${ratio(micro.ms, floor.ms)}` });
   }
-  const small = ours.get(10_000);
-  const large = ours.get(100_000);
-  if (small && large) {
-    print({ name: 'growth 10k → 100k, time (target ≤ 12×)', value: ratio(large.ms, small.ms) });
-    print({ name: 'peak heap growth at 100k (target < 50 MiB)', value: `${large.heapMiB.toFixed(1)} MiB` });
+  const [, medium, large] = sizes.map((size) => ours.get(size));
+  if (medium && large) {
+    print({ name: 'growth medium → large, time (target ≤ 12× for 10k → 100k)', value: ratio(large.ms, medium.ms), note: `${sizes[1]?.toLocaleString('en-US')} → ${sizes[2]?.toLocaleString('en-US')} resources` });
+    print({ name: 'peak heap growth at large (target < 50 MiB at 100k)', value: `${large.heapMiB.toFixed(1)} MiB` });
   }
 
-  const environments = Number(values.environments ?? '200');
+  const environments = Number(values.environments ?? (quick ? '20' : '200'));
+  const resources = Number(values.resources ?? (quick ? '100' : '500'));
   const store = values.store ?? 'sqlite';
   if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--store ${store}: expected sqlite or postgres`);
   if (environments > 0) {
-    process.stderr.write(`drift scan: ${environments} environments × ${values.resources ?? '500'} resources on ${store}\n`);
-    await runScanBench(print, { environments, resources: Number(values.resources ?? '500'), store, postgresUrl: process.env.RUNTIME_CLOUD_BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test' });
+    process.stderr.write(`drift scan: ${environments} environments × ${resources} resources on ${store}\n`);
+    await runScanBench(print, { environments, resources, store, postgresUrl: process.env.RUNTIME_CLOUD_BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test' });
   }
-
-  const width = Math.max(...rows.map((r) => r.name.length));
-  process.stdout.write(`\n${'row'.padEnd(width)} | value\n${'-'.repeat(width)}-|-${'-'.repeat(40)}\n`);
-  for (const row of rows) process.stdout.write(`${row.name.padEnd(width)} | ${row.value}${row.note ? `  (${row.note})` : ''}\n`);
+  return rows;
 }
 
 /** One warm-up call, then `runs` timed calls; the median time and the largest heap growth (see the file comment). */

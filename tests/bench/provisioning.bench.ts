@@ -50,18 +50,13 @@ import { allMigrations } from '../../shared/migrations';
 import { adminQuery } from '../support/postgres-admin';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { aStackPromotion, writeExampleReferences } from '../support/provisioning';
+import { rowCollector, type Row } from './table';
 
 const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test';
 const QUEUE = 'runtime-cloud-promotions';
 const TERMINAL = ['ProvisioningApplied', 'ProvisioningFailed'];
 /** Promotions run one at a time before the load, for the unloaded split. */
 const UNLOADED_RUNS = 10;
-
-interface Row {
-  readonly name: string;
-  readonly value: string;
-  readonly note?: string;
-}
 
 interface RunDetail {
   runId: string;
@@ -114,20 +109,19 @@ interface Split {
   readonly publish: number;
 }
 
-export async function run(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' } } });
+export async function run(args: string[]): Promise<Row[]> {
+  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, quick: { type: 'boolean' } } });
+  // --quick: 20 promotions over 10 stacks and 3 unloaded runs, the same rows.
+  const quick = values.quick === true;
   const store = values.store ?? 'sqlite';
   if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--store ${store}: expected sqlite or postgres`);
-  const promotions = Number(values.promotions ?? '200');
-  const stacks = Number(values.stacks ?? '50');
+  const promotions = Number(values.promotions ?? (quick ? '20' : '200'));
+  const stacks = Number(values.stacks ?? (quick ? '10' : '50'));
+  const unloadedRuns = quick ? 3 : UNLOADED_RUNS;
   const work = mkdtempSync(join(tmpdir(), 'rch-bench-provisioning-'));
-  const rows: Row[] = [];
+  const { rows, print } = rowCollector();
   /** The loaded measurement with dynamic concurrency on, compared with the baseline's. */
   let baseline: Measured | undefined;
-  const print = (row: Row) => {
-    rows.push(row);
-    process.stderr.write(`  ${row.name}: ${row.value}${row.note ? ` (${row.note})` : ''}\n`);
-  };
   try {
     process.stderr.write(`provisioning benchmark (${store}): ${promotions} development promotions over ${stacks} stacks, work dir ${work}\n`);
     // Runner jobs (the product) and the engine in process (its baseline) in two rounds, the second in the opposite
@@ -143,6 +137,7 @@ export async function run(args: string[]): Promise<void> {
     ] as const;
     const rounds: Record<'runner-jobs' | 'in-process', Measured[]> = { 'runner-jobs': [], 'in-process': [] };
     for (const pass of passes) {
+      const passStarted = performance.now();
       const stateDir = join(work, `state-${pass.name}-${pass.round}`);
       // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
       const keys = await ensureLocalKeys(stateDir);
@@ -154,7 +149,7 @@ export async function run(args: string[]): Promise<void> {
       await withHosts(store, stateDir, pass.env, async (hosts, jobs) => {
         const client = new BenchClient(hosts, tokens);
         const first = pass.name === 'runner-jobs' && pass.round === 1;
-        const unloaded = first ? await runOneAtATime(client, repository, UNLOADED_RUNS) : undefined;
+        const unloaded = first ? await runOneAtATime(client, repository, unloadedRuns) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
         );
@@ -175,13 +170,12 @@ export async function run(args: string[]): Promise<void> {
         const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
         print({ name: `host warnings and errors (${pass.name})`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
       });
+      process.stderr.write(`  (pass ${pass.name} ${pass.round}: ${((performance.now() - passStarted) / 1000).toFixed(1)} s)\n`);
     }
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
-  const width = Math.max(...rows.map((r) => r.name.length));
-  process.stdout.write(`\n${'row'.padEnd(width)} | value\n${'-'.repeat(width)}-|-${'-'.repeat(40)}\n`);
-  for (const row of rows) process.stdout.write(`${row.name.padEnd(width)} | ${row.value}${row.note ? `  (${row.note})` : ''}\n`);
+  return rows;
 }
 
 /**
@@ -536,7 +530,7 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
   });
   print({ name: '  run finished → event published (relay)', value: percentiles(load.map((s) => s.publish)), note: 'the outboxRelay timer runs every 2 s' });
   print({ name: 'share of sent → seen outside the engine', value: `p50 ${pct(quantile(share, 0.5))}, p95 ${pct(quantile(share, 0.95))}` });
-  print({ name: `unloaded (${unloaded.timelines.length} runs one at a time): sent → seen`, value: percentiles(single.map((s) => s.latency)) });
+  print({ name: 'unloaded (runs one at a time): sent → seen', value: percentiles(single.map((s) => s.latency)), note: `${unloaded.timelines.length} runs` });
   print({ name: '  unloaded: IaC engine', value: percentiles(single.map((s) => s.engine)) });
   print({ name: '  unloaded: orchestration overhead', value: percentiles(single.map((s) => s.overhead)) });
   print({
