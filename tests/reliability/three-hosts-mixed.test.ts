@@ -8,21 +8,26 @@ import type { Kysely } from 'kysely';
 import { durableDb } from '../../local/durable/durable.repository';
 import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { parseConfig } from '../../shared/platform/config/config';
+import { createDeps, type Deps } from '../../shared/deps';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
+import { runCapacityWorkload, storeReader } from '../support/capacity-workload';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
 
+const HOSTS = 3;
 const PROMOTIONS = 20;
 const STACKS = 5;
-/** Runner jobs at a time in the local pool, for four agents. */
+/** Runner jobs at a time in the local pool, for the six agents. */
 const RUNNER_CAPACITY = 2;
+/** The lease workload beside the runs: its own tenant and pool, quota and capacity both binding at times. */
+const LEASES = { tenant: 'mixed-three', pool: 'mixed-three-sandbox', kind: 'sandbox', quota: 6, capacity: { initial: 8, min: 3, max: 10 } } as const;
 /** The states in which a run holds its stack's lock (a development run keeps it from planning through applying). */
 const ACTIVE_STATES = ['planning', 'applying'];
 const skip = skipDialect('postgres');
-if (skip) console.warn(`[provisioning-two-hosts] SKIPPED: ${postgresSkipReason()}`);
+if (skip) console.warn(`[three-hosts-mixed] SKIPPED: ${postgresSkipReason()}`);
 
 interface RunBody {
   runId: string;
@@ -41,28 +46,33 @@ interface TopicMessage {
 }
 
 /**
- * Two local hosts (child processes of `runtime-cloud start`) on one PostgreSQL schema, one Azurite and one state dir
- * (issuer key, example repository, references) take 20 development promotions over 5 stacks, sent to the shared
- * embedded queue through both. Each stack gets two promotions in each of two environments, so a queued run may be
- * superseded by the newer promotion of its environment while the newest of each environment always applies: every
- * stack has at least two runs competing for its lock. Plans and applies are runner jobs: the two agents of each host
- * claim them from the one jobs table, contending for a runner pool of two, while operators read the pools.
+ * Three local hosts (child processes of `runtime-cloud start`) on one PostgreSQL schema, as Functions instances share
+ * one Azure SQL, with one Azurite and one state dir (issuer key, example repository, references), take everything at
+ * once: 20 development promotions over 5 stacks, sent to the shared embedded queue through all three; a lease
+ * workload (acquire, renew, release, retries, resizes, expiry sweeps) on another tenant's pool; and drift scans of
+ * the environments the runs apply to. Each stack gets two promotions in each of two environments, so a queued run
+ * may be superseded by the newer promotion of its environment while the newest of each environment always applies:
+ * every stack has at least two runs competing for its lock. Plans and applies are runner jobs: the two agents of
+ * each host claim them from the one jobs table, contending for a runner pool of two, while operators read the pools.
  */
-describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQL', () => {
+describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, scans and sweeps together', () => {
   let database: TestDatabase;
   let tables: RunningTableServer;
   let root: string;
   let hosts: RunningChild[] = [];
+  /** One more instance of the app on the schema, built by the same composition root: the lease workload's sweeper. */
+  let sweeper: Deps;
   let promotions: PromotionApproved[];
   let admin: string;
   let operator: string;
+  let leaseToken: string;
   /** Every HTTP status answered to this test, by call. */
   const statuses: { what: string; status: number }[] = [];
 
   beforeAll(async () => {
     database = await createTestDatabase('postgres');
     tables = await startTableServer();
-    root = fs.mkdtempSync(join(tmpdir(), 'rch-provisioning-two-hosts-'));
+    root = fs.mkdtempSync(join(tmpdir(), 'rch-three-hosts-'));
     // One state dir, made before the hosts start: they share the issuer key, the example repository (with the stacks
     // development-1 … development-5) and the references, and find all three there instead of racing to make them.
     const stateDir = join(root, 'state');
@@ -73,14 +83,15 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
     const token = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ...claims });
     admin = await token({ roles: ['PlatformAdmin'] });
     operator = await token({ tenant: 'demo-team', roles: ['Operator'] });
+    leaseToken = await token({ tenant: LEASES.tenant, scopes: ['factory.capacity.lease', 'factory.runtime.read'], ttlSeconds: 3600 });
     promotions = Array.from({ length: PROMOTIONS }, (_, i) => {
       const stack = `development-${(i % STACKS) + 1}`;
       return aStackPromotion(example.repository, 'development', { stack, environmentId: `env-${stack}-${i % 2 === 0 ? 'a' : 'b'}` });
     });
-    hosts = await Promise.all(
-      [0, 1].map(() => startChildHost(stateDir, { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString })),
-    );
-    // The runner pool holds two jobs at a time, for the four agents of the two hosts (two each) to contend for.
+    const settings = { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString };
+    hosts = await Promise.all(Array.from({ length: HOSTS }, () => startChildHost(stateDir, settings)));
+    sweeper = await createDeps(parseConfig(settings), { jwks: keys.jwks, ...database.overrides });
+    // The runner pool holds two jobs at a time, for the six agents of the three hosts (two each) to contend for.
     const resized = await fetch(new URL('/runtime-cloud/pools/local-runner', host(0).url), {
       method: 'PUT',
       headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
@@ -91,6 +102,7 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
 
   afterAll(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
+    await sweeper?.close();
     await tables?.close();
     await database?.drop();
     if (root) fs.rmSync(root, { recursive: true, force: true });
@@ -109,7 +121,7 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
   const host = (i: number) => hosts[i % hosts.length] as RunningChild;
   const listRuns = async (i: number) => ((await call(host(i), '/runtime-cloud/runs?limit=1000', operator)) as { items: RunBody[] }).items;
 
-  it('when 20 promotions over 5 stacks reach two hosts at once, then one run per stack is active at a time, each promotion ends with one terminal event and each run applies at most once', async () => {
+  it('when 20 promotions over 5 stacks, a lease workload and drift scans reach three hosts at once, then one run per stack is active at a time, each promotion ends with one terminal event, each run applies at most once, no lease is over-granted and no host logs an error', async () => {
     // Arrange: sample the runs from both hosts while they work; at most one active run per stack in any sample.
     let sending = true;
     const samples: Record<string, number>[] = [];
@@ -123,7 +135,31 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
       }
     })();
 
-    // Act: every promotion sent at once, alternately through each host, messageId = promotionId as DeliveryHost does.
+    // Arrange: drift scans of the promotions' environments from every host while they run (404 before a first apply).
+    const scans: { environment: string; status: number }[] = [];
+    const environments = [...new Set(promotions.map((p) => p.environment.id))];
+    const scanner = (async () => {
+      for (let i = 0; sending; i++) {
+        const environment = environments[i % environments.length] as string;
+        const response = await fetch(new URL(`/runtime-cloud/environments/${environment}/scan`, host(i).url), { method: 'POST', headers: { authorization: `Bearer ${operator}` } });
+        await response.text();
+        scans.push({ environment, status: response.status });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })();
+
+    // Act: the lease workload on all three hosts for the first 15 s, and every promotion sent at once, alternately
+    // through each host, messageId = promotionId as DeliveryHost does.
+    const leaseWork = runCapacityWorkload({
+      name: 'three-hosts',
+      baseUrls: hosts.map((h) => h.url),
+      leaseToken,
+      adminToken: admin,
+      ...LEASES,
+      clients: 9,
+      durationMs: 15_000,
+      store: storeReader(database.store.db, async () => (await sweeper.capacity.sweepExpired()).expired),
+    });
     await Promise.all(
       promotions.map((promotion, i) =>
         call(host(i), '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { body: promotion, messageId: promotion.promotionId }),
@@ -139,12 +175,15 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
           if (!promotions.every((p) => ended.has(p.promotionId))) throw new Error(`${ended.size} of ${PROMOTIONS} promotions ended`);
           return items;
         },
-        { timeout: 45_000, interval: 200 },
+        { timeout: 90_000, interval: 200 },
       );
     } finally {
       sending = false;
       await sampler;
+      await scanner;
     }
+    const workload = await leaseWork;
+    console.log(workload.summary);
 
     // Assert: one active run per stack in every sample, and the sampler saw runs at work.
     expect(samples.filter((s) => Object.values(s).some((n) => n > 1))).toEqual([]);
@@ -222,10 +261,25 @@ describe.skipIf(skip)('provisioning runs across two local hosts on one PostgreSQ
     for (const edge of edges.sort((a, b) => a.at - b.at || a.held - b.held)) mostHeld = Math.max(mostHeld, (held += edge.held));
     expect(mostHeld).toBe(RUNNER_CAPACITY);
 
-    // Assert: both hosts ran orchestrations; every answer was 2xx (so no 5xx); nothing went wrong in either host's output.
+    // Assert: the lease workload beside the runs held its invariants, and did something.
+    const { violations, counts } = workload;
+    expect.soft(violations.serverErrors, 'no 5xx, no request without an answer, no failed sweep').toEqual([]);
+    expect.soft(violations.accounting, 'used equals the units of the active leases').toEqual([]);
+    expect.soft(violations.overGrant, 'use never above the quota, nor above the capacity except after a shrink').toEqual([]);
+    expect.soft(violations.fencing, 'fencing tokens unique and increasing per pool in grant order').toEqual([]);
+    expect.soft(violations.terminal, 'each lease ends in exactly one state').toEqual([]);
+    expect.soft(violations.contract, 'answers the API contract allows').toEqual([]);
+    expect.soft(counts.grants, 'grants').toBeGreaterThanOrEqual(20);
+    expect.soft(counts.expired, 'leases ended by expiry (the sweeps)').toBeGreaterThanOrEqual(1);
+
+    // Assert: the scans were answered without a 5xx, and scanned environments the runs had applied to.
+    expect(scans.filter((s) => s.status >= 500)).toEqual([]);
+    expect(scans.filter((s) => s.status < 300).length).toBeGreaterThanOrEqual(1);
+
+    // Assert: all three hosts ran orchestrations; every answer was 2xx (so no 5xx); nothing went wrong in any host's output.
     const workers = await durableDb(database.store.db).selectFrom('durable_history').select('recorded_by').distinct().execute();
-    expect(workers).toHaveLength(2);
+    expect(workers).toHaveLength(HOSTS);
     expect(statuses.filter((s) => s.status >= 300)).toEqual([]);
     for (const child of hosts) expect(child.output()).not.toMatch(/"level":"(error|critical|warning)"/);
-  }, 90_000);
+  }, 180_000);
 });
