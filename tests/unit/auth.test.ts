@@ -231,6 +231,28 @@ describe('the validated-token cache', () => {
       await new Promise((resolve) => server.close(resolve));
     }
   });
+
+  it('when the JWKS endpoint does not answer, then a token it has not verified is refused (fail closed); one verified before stays admitted from the cache until it expires', async () => {
+    // Arrange: a JWKS server that answers once, then stops; the keys are fetched again on every verification.
+    const server = createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(JSON.stringify({ keys: [publicJwk] }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const clock = new ManualClock(new Date());
+    const remote = createTokenValidator({ issuer: ISSUER, audience: AUDIENCE, keys: new URL(`http://127.0.0.1:${port}/jwks`), jwksMaxAgeMs: 0, clock });
+    const seen = await signed(privateKey, 'k1', clock, 300);
+    expect((await remote.authenticate(`Bearer ${seen}`)).subject).toBe('svc-1');
+    await new Promise((resolve) => server.close(resolve));
+
+    // Act
+    const unseen = await refusal(`Bearer ${await signed(privateKey, 'k1', clock, 299)}`, remote);
+
+    // Assert: refused, never admitted for want of keys.
+    expect(unseen).toMatchObject({ kind: 'unauthorized', code: 'AUTH.TOKEN_INVALID', message: 'the token could not be validated' });
+    expect((await remote.authenticate(`Bearer ${seen}`)).subject).toBe('svc-1');
+  });
 });
 
 describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
