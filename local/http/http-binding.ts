@@ -11,6 +11,9 @@ import { compileRoute, type CompiledRoute } from './route-template';
 /** The local host reads at most this much of a request body; the functions layer applies the product's own limit. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
+/** How long a request's body may take to arrive when the host is not told otherwise (config `RuntimeCloud__Local__BodyTimeoutMs`). */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+
 /** A request to a raw (non-function) route of the local host, such as the Durable Functions HTTP API. */
 export interface RawRequest {
   readonly method: string;
@@ -54,9 +57,16 @@ export class HttpBinding {
   readonly #prefix: string;
   readonly #log: LogHandler;
   readonly #invocations: InvocationContexts;
+  readonly #bodyTimeoutMs: number;
 
-  constructor(options: { routePrefix: string; log: LogHandler; invocations: InvocationContexts }) {
+  /**
+   * `bodyTimeoutMs`: how long a request's body may take to arrive once its headers are in; a client still sending
+   * then (trickling bytes, or stalled) is answered 408 and disconnected, so it holds no handler slot or socket.
+   * Example: `30000`.
+   */
+  constructor(options: { routePrefix: string; log: LogHandler; invocations: InvocationContexts; bodyTimeoutMs?: number }) {
     this.#invocations = options.invocations;
+    this.#bodyTimeoutMs = options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS;
     this.#prefix = options.routePrefix.replace(/^\/+|\/+$/g, '');
     this.#log = options.log;
     this.#server = createServer((req, res) => {
@@ -186,7 +196,20 @@ export class HttpBinding {
       );
       return;
     }
-    const body = await readBody(req);
+    const body = await readBody(req, this.#bodyTimeoutMs);
+    if (body === 'timed-out') {
+      const timedOut = problem({
+        status: 408,
+        code: 'REQUEST.BODY_TIMEOUT',
+        title: `the request body did not arrive within ${this.#bodyTimeoutMs} ms`,
+        extensions: { timeoutMs: this.#bodyTimeoutMs },
+      });
+      // The rest of the body is not read: the connection closes once the answer is out.
+      timedOut.headers.push(['connection', 'close']);
+      res.once('finish', () => req.destroy());
+      send(res, timedOut);
+      return;
+    }
     if (body === 'too-large') {
       send(
         res,
@@ -222,18 +245,30 @@ function flattenHeaders(req: IncomingMessage): Record<string, string> {
   return headers;
 }
 
-function readBody(req: IncomingMessage): Promise<Buffer | 'too-large'> {
+/** The whole body; 'too-large' past MAX_BODY_BYTES; 'timed-out' when it has not all arrived within `timeoutMs`. */
+function readBody(req: IncomingMessage, timeoutMs: number): Promise<Buffer | 'too-large' | 'timed-out'> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let tooLarge = false;
-    req.on('data', (chunk: Buffer) => {
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > MAX_BODY_BYTES) tooLarge = true;
       else chunks.push(chunk);
+    };
+    const timer = setTimeout(() => {
+      req.off('data', onData);
+      resolve('timed-out');
+    }, timeoutMs);
+    req.on('data', onData);
+    req.on('end', () => {
+      clearTimeout(timer);
+      resolve(tooLarge ? 'too-large' : Buffer.concat(chunks));
     });
-    req.on('end', () => resolve(tooLarge ? 'too-large' : Buffer.concat(chunks)));
-    req.on('error', reject);
+    req.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
   });
 }
 
