@@ -2,6 +2,7 @@ import { HttpRequest, HttpResponse, type HttpRequestInit, type HttpResponseInit,
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { internalProblem, problemResponse, type Problem, type ProblemResponse } from '../../shared/platform/http/problem';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import { triggerOf, type Registration } from '../functions-core/registry';
@@ -75,6 +76,7 @@ export class HttpBinding {
       void work.finally(() => this.#inFlight.delete(work));
     });
     this.#server.keepAliveTimeout = 5000;
+    this.#server.on('clientError', answerClientError);
   }
 
   /** Binds one registered `httpTrigger` function. */
@@ -224,6 +226,27 @@ export class HttpBinding {
     }
     send(res, await found.route.invoke(req, body, url, found.params));
   }
+}
+
+/**
+ * A request Node's parser refuses before any handler sees it (headers past its size limit, a malformed request line
+ * or header, headers too slow to arrive): answered with a problem, as every other refusal, instead of Node's bare
+ * status line, and the connection closed.
+ */
+function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const refused =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? { status: 431, code: 'REQUEST.HEADERS_TOO_LARGE', title: 'Request header fields too large', phrase: 'Request Header Fields Too Large' }
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' || error.code === 'HPE_HEADERS_TIMEOUT'
+        ? { status: 408, code: 'REQUEST.TIMEOUT', title: 'The request did not arrive in time', phrase: 'Request Timeout' }
+        : { status: 400, code: 'REQUEST.MALFORMED', title: 'The request could not be parsed', phrase: 'Bad Request' };
+  const response = problemResponse({ status: refused.status, code: refused.code, title: refused.title });
+  const head = [`HTTP/1.1 ${refused.status} ${refused.phrase}`, `content-type: ${response.headers['content-type'] ?? ''}`, `content-length: ${Buffer.byteLength(response.body)}`, 'connection: close'];
+  socket.end(`${head.join('\r\n')}\r\n\r\n${response.body}`);
 }
 
 /** The request line or Host header cannot be read: the client's fault, answered 400. */
