@@ -20,20 +20,22 @@ interface Operation {
   readonly method: string;
   readonly path: string;
   readonly body?: Schema;
+  /** The operation's `x-required-scope`. */
+  readonly scope?: string;
 }
 
 const LOCAL_ROUTES: readonly Operation[] = [
-  { method: 'POST', path: '/runtime-cloud/local/queues/{queue}/messages', body: { type: 'object', properties: { body: {}, messageId: { type: 'string' } }, required: ['body'] } },
-  { method: 'GET', path: '/runtime-cloud/local/queues/{queue}/deadletter' },
-  { method: 'GET', path: '/runtime-cloud/local/topics/{topic}/messages' },
+  { method: 'POST', path: '/runtime-cloud/local/queues/{queue}/messages', scope: 'factory.runtime.admin', body: { type: 'object', properties: { body: {}, messageId: { type: 'string' } }, required: ['body'] } },
+  { method: 'GET', path: '/runtime-cloud/local/queues/{queue}/deadletter', scope: 'factory.runtime.admin' },
+  { method: 'GET', path: '/runtime-cloud/local/topics/{topic}/messages', scope: 'factory.runtime.admin' },
 ];
 
 function operations(): Operation[] {
   const found: Operation[] = [];
-  for (const [path, item] of Object.entries(openapi.paths as unknown as Record<string, Record<string, { requestBody?: { content: Record<string, { schema: Schema }> } }>>)) {
+  for (const [path, item] of Object.entries(openapi.paths as unknown as Record<string, Record<string, { requestBody?: { content: Record<string, { schema: Schema }> }; 'x-required-scope'?: string }>>)) {
     for (const [method, op] of Object.entries(item)) {
       if (!['get', 'put', 'post', 'delete', 'patch'].includes(method)) continue;
-      found.push({ method: method.toUpperCase(), path, ...(op.requestBody ? { body: op.requestBody.content['application/json']?.schema } : {}) });
+      found.push({ method: method.toUpperCase(), path, scope: op['x-required-scope'], ...(op.requestBody ? { body: op.requestBody.content['application/json']?.schema } : {}) });
     }
   }
   return [...found, ...LOCAL_ROUTES];
@@ -53,6 +55,16 @@ interface Answer {
   status: number;
   contentType: string | undefined;
   body: string;
+}
+
+/**
+ * The good tokens that fit an operation's scope (indexes into `authorizations`): both tenants' for tenant routes,
+ * the admin's or the agent's where those are needed.
+ */
+function fittingTokens(scope: string | undefined): number[] {
+  if (scope === 'factory.runtime.admin') return [2];
+  if (scope === 'factory.runner.agent') return [3];
+  return [0, 1, 4];
 }
 
 /** The Authorization headers: good tokens of two tenants, an admin, an agent; expired, wrong audience or issuer, forged, malformed. */
@@ -96,7 +108,8 @@ function fuzzRequest(ops: readonly Operation[], auths: readonly string[]): fc.Ar
           let i = 0;
           return `${op.path.replace(/\{[^}]+\}/g, () => params[i++]!)}${tail}${q}`;
         }),
-      auth: fc.nat(auths.length - 1),
+      // Mostly good tokens, so most requests get past authentication to the validation and the use cases behind it.
+      auth: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...fittingTokens(op.scope)) }, { weight: 1, arbitrary: fc.nat(auths.length - 1) }),
       headers: fc.tuple(extraHeaders, contentType).map(([h, ct]) => (ct === undefined ? h : { ...h, 'content-type': ct })),
       body: bodyOf(op.body),
     }),
