@@ -168,7 +168,7 @@ export class LocalHost {
     await loadFunctionApp();
 
     const invocations = new InvocationContexts();
-    const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations });
+    const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations, bodyTimeoutMs: config.local.bodyTimeoutMs });
     this.#http = http;
     for (const registration of functionsWithTrigger('httpTrigger')) http.addFunction(registration);
 

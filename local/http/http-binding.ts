@@ -2,6 +2,7 @@ import { HttpRequest, HttpResponse, type HttpRequestInit, type HttpResponseInit,
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { internalProblem, problemResponse, type Problem, type ProblemResponse } from '../../shared/platform/http/problem';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import { triggerOf, type Registration } from '../functions-core/registry';
@@ -10,6 +11,9 @@ import { compileRoute, type CompiledRoute } from './route-template';
 
 /** The local host reads at most this much of a request body; the functions layer applies the product's own limit. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+/** How long a request's body may take to arrive when the host is not told otherwise (config `RuntimeCloud__Local__BodyTimeoutMs`). */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
 
 /** A request to a raw (non-function) route of the local host, such as the Durable Functions HTTP API. */
 export interface RawRequest {
@@ -54,9 +58,16 @@ export class HttpBinding {
   readonly #prefix: string;
   readonly #log: LogHandler;
   readonly #invocations: InvocationContexts;
+  readonly #bodyTimeoutMs: number;
 
-  constructor(options: { routePrefix: string; log: LogHandler; invocations: InvocationContexts }) {
+  /**
+   * `bodyTimeoutMs`: how long a request's body may take to arrive once its headers are in; a client still sending
+   * then (trickling bytes, or stalled) is answered 408 and disconnected, so it holds no handler slot or socket.
+   * Example: `30000`.
+   */
+  constructor(options: { routePrefix: string; log: LogHandler; invocations: InvocationContexts; bodyTimeoutMs?: number }) {
     this.#invocations = options.invocations;
+    this.#bodyTimeoutMs = options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS;
     this.#prefix = options.routePrefix.replace(/^\/+|\/+$/g, '');
     this.#log = options.log;
     this.#server = createServer((req, res) => {
@@ -65,6 +76,7 @@ export class HttpBinding {
       void work.finally(() => this.#inFlight.delete(work));
     });
     this.#server.keepAliveTimeout = 5000;
+    this.#server.on('clientError', answerClientError);
   }
 
   /** Binds one registered `httpTrigger` function. */
@@ -186,7 +198,20 @@ export class HttpBinding {
       );
       return;
     }
-    const body = await readBody(req);
+    const body = await readBody(req, this.#bodyTimeoutMs);
+    if (body === 'timed-out') {
+      const timedOut = problem({
+        status: 408,
+        code: 'REQUEST.BODY_TIMEOUT',
+        title: `the request body did not arrive within ${this.#bodyTimeoutMs} ms`,
+        extensions: { timeoutMs: this.#bodyTimeoutMs },
+      });
+      // The rest of the body is not read: the connection closes once the answer is out.
+      timedOut.headers.push(['connection', 'close']);
+      res.once('finish', () => req.destroy());
+      send(res, timedOut);
+      return;
+    }
     if (body === 'too-large') {
       send(
         res,
@@ -201,6 +226,27 @@ export class HttpBinding {
     }
     send(res, await found.route.invoke(req, body, url, found.params));
   }
+}
+
+/**
+ * A request Node's parser refuses before any handler sees it (headers past its size limit, a malformed request line
+ * or header, headers too slow to arrive): answered with a problem, as every other refusal, instead of Node's bare
+ * status line, and the connection closed.
+ */
+function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const refused =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? { status: 431, code: 'REQUEST.HEADERS_TOO_LARGE', title: 'Request header fields too large', phrase: 'Request Header Fields Too Large' }
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' || error.code === 'HPE_HEADERS_TIMEOUT'
+        ? { status: 408, code: 'REQUEST.TIMEOUT', title: 'The request did not arrive in time', phrase: 'Request Timeout' }
+        : { status: 400, code: 'REQUEST.MALFORMED', title: 'The request could not be parsed', phrase: 'Bad Request' };
+  const response = problemResponse({ status: refused.status, code: refused.code, title: refused.title });
+  const head = [`HTTP/1.1 ${refused.status} ${refused.phrase}`, `content-type: ${response.headers['content-type'] ?? ''}`, `content-length: ${Buffer.byteLength(response.body)}`, 'connection: close'];
+  socket.end(`${head.join('\r\n')}\r\n\r\n${response.body}`);
 }
 
 /** The request line or Host header cannot be read: the client's fault, answered 400. */
@@ -222,18 +268,30 @@ function flattenHeaders(req: IncomingMessage): Record<string, string> {
   return headers;
 }
 
-function readBody(req: IncomingMessage): Promise<Buffer | 'too-large'> {
+/** The whole body; 'too-large' past MAX_BODY_BYTES; 'timed-out' when it has not all arrived within `timeoutMs`. */
+function readBody(req: IncomingMessage, timeoutMs: number): Promise<Buffer | 'too-large' | 'timed-out'> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let tooLarge = false;
-    req.on('data', (chunk: Buffer) => {
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > MAX_BODY_BYTES) tooLarge = true;
       else chunks.push(chunk);
+    };
+    const timer = setTimeout(() => {
+      req.off('data', onData);
+      resolve('timed-out');
+    }, timeoutMs);
+    req.on('data', onData);
+    req.on('end', () => {
+      clearTimeout(timer);
+      resolve(tooLarge ? 'too-large' : Buffer.concat(chunks));
     });
-    req.on('end', () => resolve(tooLarge ? 'too-large' : Buffer.concat(chunks)));
-    req.on('error', reject);
+    req.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
   });
 }
 

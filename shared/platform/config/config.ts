@@ -246,6 +246,11 @@ export const settings = {
   /** Port of the local host's HTTP server (seed: https 8130). */
   RuntimeCloud__Local__Port: port.default(8130),
   /**
+   * How long the local host waits for a request's whole body, in milliseconds; a client still sending then (a slow
+   * or stalled upload) is answered 408 `REQUEST.BODY_TIMEOUT` and disconnected. Example: `30000`.
+   */
+  RuntimeCloud__Local__BodyTimeoutMs: z.coerce.number().int().min(10).max(300_000).default(30_000),
+  /**
    * Capacity seed file (editions, pools, tenants upserted at start-up), relative to the working directory; empty on
    * the local host means its bundled `local/capacity-seed.json`, `none` seeds nothing. Example: `config/capacity.json`.
    */
@@ -363,7 +368,7 @@ export interface Config {
     readonly deadlineMs: number;
     readonly clientId: string;
   };
-  readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number };
+  readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number; readonly bodyTimeoutMs: number };
   readonly serviceBus: { readonly connection: string };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
@@ -447,7 +452,7 @@ function toConfig(s: Settings): Config {
       deadlineMs: s.RuntimeCloud__Peers__DeadlineMs,
       clientId: s.RuntimeCloud__Peers__ClientId,
     },
-    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners },
+    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners, bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
