@@ -255,10 +255,43 @@ export function parseOrchestrationFailure(error: Error): { message: string; stat
 }
 
 /**
- * FailureDetails of an activity that threw. With an exception properties provider registered, the SDK's activity
- * wrapper replaces the message by a JSON payload of the details (`error/ExceptionPropertiesProvider.js`).
+ * How a failed task reaches the orchestrator. The Durable extension sends a failed activity's `Reason`
+ * (`Activity function '<name>' failed: <message>`) and `Details` (the stack) without FailureDetails, and the SDK
+ * throws them into the orchestrator as a plain `Error` whose message is `<Reason> \n <Details>`. With an exception
+ * properties provider registered, the SDK's activity wrapper sends a JSON payload of the details instead
+ * (`error/ExceptionPropertiesProvider.js`), which the extension passes on as FailureDetails: the SDK then throws a
+ * `TaskFailedError` carrying them (`error/TaskFailedError.js`).
  */
-export function failureDetailsOf(error: Error): FailureDetails {
+export interface TaskFailure {
+  readonly Reason: string;
+  readonly Details: string;
+  readonly FailureDetails?: FailureDetails;
+}
+
+/** The failure of activity `name`, which threw `error`. */
+export function activityFailure(name: string, error: Error): TaskFailure {
+  const details = error.stack ?? '';
+  const provided = providedFailureDetails(error);
+  if (provided) return { Reason: `Activity function '${name}' failed: ${provided.ErrorMessage}`, Details: details, FailureDetails: provided };
+  return { Reason: `Activity function '${name}' failed: ${error.message}`, Details: details };
+}
+
+/** The failure of a call to a function this host does not have, in the extension's words. */
+export function missingFunctionFailure(name: string, kind: 'activity' | 'orchestrator'): TaskFailure {
+  return { Reason: `The function '${name}' doesn't exist, is disabled, or is not an ${kind} function.`, Details: '' };
+}
+
+/** The failure of a sub-orchestration, as the extension reports it to the parent. */
+export function subOrchestrationFailure(name: string, message: string): TaskFailure {
+  return { Reason: `Sub orchestrator function '${name}' failed: ${message}`, Details: '' };
+}
+
+/** The output of a failed orchestration, in the extension's form. */
+export function orchestratorFailedMessage(name: string, message: string): string {
+  return `Orchestrator function '${name}' failed: ${message}`;
+}
+
+function providedFailureDetails(error: Error): FailureDetails | undefined {
   try {
     const parsed = JSON.parse(error.message) as Record<string, unknown>;
     if (parsed && typeof parsed.errorType === 'string' && typeof parsed.errorMessage === 'string') {
@@ -275,7 +308,7 @@ export function failureDetailsOf(error: Error): FailureDetails {
   } catch {
     // Not the provider's payload: an ordinary error message.
   }
-  return { ErrorType: error.name, ErrorMessage: error.message, ...(error.stack !== undefined ? { StackTrace: error.stack } : {}) };
+  return undefined;
 }
 
 /** The task hub name the local host reports to durable clients. */

@@ -8,11 +8,13 @@ import type { LogHandler } from '../http/http-binding';
 import {
   HistoryEventType,
   orchestrationPayload,
-  failureDetailsOf,
+  activityFailure,
   flattenActions,
+  missingFunctionFailure,
+  orchestratorFailedMessage,
   parseOrchestrationFailure,
   retryDelayMs,
-  type FailureDetails,
+  type TaskFailure,
   type HistoryEvent,
   type OrchestrationTriggerPayload,
   type OrchestratorStateShape,
@@ -88,7 +90,7 @@ export interface RetryChain {
   readonly startedAt: number;
   /** Retry timeout passed or the failure was non-retriable: remaining attempts fail at once without running. */
   readonly giveUp: boolean;
-  readonly lastFailure?: FailureDetails;
+  readonly lastFailure?: TaskFailure;
 }
 
 export function initialRunnerState(): RunnerState {
@@ -462,7 +464,7 @@ export class DurableRunner {
       const timerId = state.nextSeq++;
       const fireAt = new Date(now + (retrying ? retryDelayMs(chain.options, chain.attempts) : 0));
       this.#scheduleTimer(effects, executionId, timerId, fireAt, timestamp);
-      state.retries[String(timerId)] = { ...chain, giveUp, ...(fed.FailureDetails ? { lastFailure: fed.FailureDetails } : {}) };
+      state.retries[String(timerId)] = { ...chain, giveUp, ...(fed.Reason !== undefined ? { lastFailure: taskFailureOf(fed) } : {}) };
       return;
     }
     if (fed.EventType === HistoryEventType.TimerFired && fed.TimerId !== undefined) {
@@ -474,12 +476,12 @@ export class DurableRunner {
       const taskId = state.nextSeq++;
       effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: taskId, Timestamp: timestamp, IsPlayed: false, Name: chain.name, Input: chain.input });
       if (chain.giveUp) {
-        const failure = chain.lastFailure ?? { ErrorType: 'Error', ErrorMessage: 'retry timeout elapsed' };
+        const failure = chain.lastFailure ?? { Reason: `Activity function '${chain.name}' failed: retry timeout elapsed`, Details: '' };
         effects.inbox.push({
           executionId,
           dedupeKey: `task:${taskId}`,
           visibleAt: now,
-          event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: taskId, Reason: failure.ErrorMessage, FailureDetails: failure },
+          event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: taskId, ...failure },
         });
       } else {
         effects.activities.push({ taskId, name: chain.name, input: chain.input });
@@ -508,14 +510,14 @@ export class DurableRunner {
     now: number,
     failure: { message: string; customStatus?: unknown },
   ): Promise<HistoryEvent[]> {
+    const output = orchestratorFailedMessage(instance.name, failure.message);
     const completed: HistoryEvent = {
       EventType: HistoryEventType.ExecutionCompleted,
       EventId: -1,
       Timestamp: new Date(now).toISOString(),
       IsPlayed: false,
       OrchestrationStatus: 'Failed',
-      Result: JSON.stringify(failure.message),
-      FailureDetails: { ErrorType: 'OrchestrationFailure', ErrorMessage: failure.message },
+      Result: JSON.stringify(output),
     };
     return this.#commit(
       instance,
@@ -525,8 +527,8 @@ export class DurableRunner {
         consumedSeq: message?.seq,
         append: [...episodeEvents, completed],
         status: 'Failed',
-        output: JSON.stringify(failure.message),
-        failure: JSON.stringify({ message: failure.message }),
+        output: JSON.stringify(output),
+        failure: JSON.stringify({ message: output }),
         customStatus: failure.customStatus !== undefined ? JSON.stringify(failure.customStatus) : instance.customStatus,
         finished: true,
       },
@@ -587,18 +589,16 @@ export class DurableRunner {
   async #runActivity(work: ActivityWork): Promise<void> {
     const registration = this.#deps.registrations('activityTrigger').find((r) => r.metadata.name === work.name);
     let event: HistoryEvent;
-    const failed = (failure: FailureDetails): HistoryEvent => ({
+    const failed = (failure: TaskFailure): HistoryEvent => ({
       EventType: HistoryEventType.TaskFailed,
       EventId: -1,
       Timestamp: this.#deps.clock.now().toISOString(),
       IsPlayed: false,
       TaskScheduledId: work.taskId,
-      Reason: failure.ErrorMessage,
-      ...(failure.StackTrace !== undefined ? { Details: failure.StackTrace } : {}),
-      FailureDetails: failure,
+      ...failure,
     });
     if (!registration) {
-      event = failed({ ErrorType: 'ActivityNotFound', ErrorMessage: `activity function '${work.name}' is not registered on this host` });
+      event = failed(missingFunctionFailure(work.name, 'activity'));
     } else {
       try {
         const context = this.#deps.invocationContext(registration, {
@@ -618,7 +618,7 @@ export class DurableRunner {
           Result: JSON.stringify(result ?? null),
         };
       } catch (thrown) {
-        event = failed(failureDetailsOf(ensureError(thrown)));
+        event = failed(activityFailure(work.name, ensureError(thrown)));
       }
     }
     try {
@@ -628,6 +628,11 @@ export class DurableRunner {
       this.#deps.log('error', 'durable-runner', `recording activity ${work.name} of ${work.instanceId} failed`, ensureError(error));
     }
   }
+}
+
+/** The failure a TaskFailed event carries. */
+function taskFailureOf(event: HistoryEvent): TaskFailure {
+  return { Reason: event.Reason ?? '', Details: event.Details ?? '', ...(event.FailureDetails ? { FailureDetails: event.FailureDetails } : {}) };
 }
 
 interface Effects {

@@ -129,9 +129,17 @@ describe.each(DIALECTS)('local Durable runner on %s', (dialect) => {
     it('when a retried activity never succeeds, then the orchestration fails with its error and custom status', async () => {
       await client(host, 'start', id('failing-1'), { name: SampleOrchestrations.failing });
       const status = await waitForStatus(host, id('failing-1'), (s) => s.runtimeStatus === 'Failed');
-      expect(String(status.output)).toContain('the activity always fails');
+      // The extension's forms: the orchestrator's failure wraps the activity's, which the SDK threw as a plain Error.
+      expect(String(status.output)).toMatch(
+        new RegExp(`^Orchestrator function '${SampleOrchestrations.failing}' failed: Activity function 'durableSampleAlwaysFails' failed: the activity always fails \\n Error: the activity always fails`),
+      );
       expect(status.customStatus).toBe('about to fail');
       expect(count(status.history, 'TaskFailed')).toBe(2);
+    });
+
+    it('when a function is called with a query, then request.params carries its values beside the route values, the route winning', async () => {
+      const response = await host.fetch('/test/durable/params/from-route?instanceId=abc&name=from-query&tag=a&tag=b');
+      expect(await response.json()).toEqual({ name: 'from-route', instanceId: 'abc', tag: 'a,b' });
     });
 
     it('when an orchestration uses an action the local runner lacks, then it fails saying so', async () => {

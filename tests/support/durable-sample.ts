@@ -212,6 +212,14 @@ app.http('durableSampleStart', {
   },
 });
 
+/** Answers `request.params` as the function sees it (route and query values, as the real host gives them). */
+app.http('durableSampleParams', {
+  route: 'test/durable/params/{name}',
+  methods: ['GET'],
+  authLevel: 'anonymous',
+  handler: (request: HttpRequest) => Promise.resolve({ jsonBody: { ...request.params } }),
+});
+
 /** The other durable client operations: start, raise, status, terminate, purge (answers what the client returned or threw). */
 app.http('durableSampleClient', {
   route: 'test/durable-client/{operation}/{instanceId}/{eventName?}',
