@@ -12,6 +12,7 @@ import { hostJsonSetting } from './host-json';
 import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
 import { inspect } from 'node:util';
+import { hostname } from 'node:os';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
@@ -171,6 +172,7 @@ export class LocalHost {
     const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations });
     this.#http = http;
     for (const registration of functionsWithTrigger('httpTrigger')) http.addFunction(registration);
+    addHostStatusRoute(http, Date.now());
 
     const context: HostContext = {
       config,
@@ -217,6 +219,32 @@ async function loadFunctionApp(): Promise<void> {
   }
   await import('../functions/index.js');
 }
+
+/**
+ * `GET /admin/host/status`, as the Functions host answers it (Azure asks for the master key; the local host listens
+ * on loopback only and answers anyone). `state` is `Running` once functions are loaded.
+ */
+function addHostStatusRoute(http: HttpBinding, startedAt: number): void {
+  http.addRawRoute(['GET'], 'admin/host/status', () =>
+    Promise.resolve({
+      status: 200,
+      body: {
+        id: 'runtime-cloud-local',
+        state: 'Running',
+        version: HOST_VERSION,
+        versionDetails: `${HOST_VERSION} (runtime-cloud local host)`,
+        platformVersion: '',
+        instanceId: 'local',
+        computerName: hostname(),
+        processUptime: Date.now() - startedAt,
+        functionAppContentEditingState: 'NotAllowed',
+      },
+    }),
+  );
+}
+
+/** The Functions runtime version the local host stands in for. */
+const HOST_VERSION = '4.0.0';
 
 /** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */
 function readRoutePrefix(): string {

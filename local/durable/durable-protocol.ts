@@ -70,7 +70,7 @@ export const NO_TIMER_SPLITTING = '3650.00:00:00';
 export const OUT_OF_PROC_DATA_LABEL = '\n\n$OutOfProcData$:';
 
 /** `orchestrations/OrchestrationRuntimeStatus.js` values this host reports. */
-export type RuntimeStatus = 'Pending' | 'Running' | 'Completed' | 'Failed' | 'Terminated';
+export type RuntimeStatus = 'Pending' | 'Running' | 'Suspended' | 'Completed' | 'Failed' | 'Terminated';
 export const TERMINAL_STATUSES: readonly RuntimeStatus[] = ['Completed', 'Failed', 'Terminated'];
 
 /**

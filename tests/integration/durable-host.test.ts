@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { REWIND_NOT_SUPPORTED } from '../../local/durable/durable-api';
 import { localDurable } from '../../local/durable/durable-component';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { SampleOrchestrations, type SampleOutput } from '../support/durable-sample';
@@ -160,6 +161,54 @@ describe.each(DIALECTS)('local Durable runner on %s', (dialect) => {
       expect(gone.ok).toBe(false);
       expect(gone.error).toContain('404');
       expect((await client(host, 'raise', id('terminate-1'), 'x', 'go')).ok).toBe(false);
+    });
+
+    it('when an instance is suspended, then it reports Suspended and runs nothing until resumed, then completes', async () => {
+      await client(host, 'start', id('suspend-1'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await waitForStatus(host, id('suspend-1'), (s) => s.customStatus === 'waiting');
+      expect((await client(host, 'suspend', id('suspend-1'))).ok).toBe(true);
+      expect((await client(host, 'status', id('suspend-1'))).status?.runtimeStatus).toBe('Suspended');
+      // The event is accepted and waits: a suspended instance takes no step.
+      expect((await client(host, 'raise', id('suspend-1'), 'while suspended', 'go')).ok).toBe(true);
+      expect((await client(host, 'status', id('suspend-1'))).status?.runtimeStatus).toBe('Suspended');
+      expect((await client(host, 'resume', id('suspend-1'))).ok).toBe(true);
+      const status = await waitForStatus(host, id('suspend-1'), (s) => s.runtimeStatus === 'Completed');
+      expect(status.output).toEqual({ mode: 'event', result: 'while suspended', squared: 49 });
+      // Suspending an ended instance resolves (410), as the SDK's client treats it; an unknown one rejects.
+      expect((await client(host, 'suspend', id('suspend-1'))).ok).toBe(true);
+      expect((await client(host, 'suspend', id('no-such'))).error).toBe(`No instance with ID '${id('no-such')}' found.`);
+    });
+
+    it('when a rewind is asked, then the client is refused with a message naming the feature', async () => {
+      await client(host, 'start', id('rewind-1'), { name: SampleOrchestrations.failing });
+      await waitForStatus(host, id('rewind-1'), (s) => s.runtimeStatus === 'Failed');
+      const answer = await client(host, 'rewind', id('rewind-1'));
+      expect(answer).toEqual({ ok: false, error: REWIND_NOT_SUPPORTED });
+    });
+
+    it('when history is purged by filter, then ended instances of those statuses in the window go and the others stay', async () => {
+      const from = new Date().toISOString();
+      await client(host, 'start', id('purge-by-done'), { name: SampleOrchestrations.counter, input: 3 });
+      await client(host, 'start', id('purge-by-stopped'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await client(host, 'start', id('purge-by-running'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await waitForStatus(host, id('purge-by-done'), (s) => s.runtimeStatus === 'Completed');
+      await waitForStatus(host, id('purge-by-stopped'), (s) => s.customStatus === 'waiting');
+      await client(host, 'terminate', id('purge-by-stopped'));
+      await waitForStatus(host, id('purge-by-stopped'), (s) => s.runtimeStatus === 'Terminated');
+
+      expect((await client(host, 'purge-by', '-', { from, statuses: ['Completed'] })).result).toEqual({ instancesDeleted: 1 });
+      expect((await client(host, 'status', id('purge-by-done'))).ok).toBe(false);
+      expect((await client(host, 'status', id('purge-by-stopped'))).status?.runtimeStatus).toBe('Terminated');
+      // Running instances are never purged, whatever the filter says.
+      expect((await client(host, 'purge-by', '-', { from, statuses: ['Terminated', 'Running'] })).result).toEqual({ instancesDeleted: 1 });
+      expect((await client(host, 'status', id('purge-by-running'))).ok).toBe(true);
+      await client(host, 'terminate', id('purge-by-running'));
+    });
+
+    it('when the host status is asked, then it answers as the Functions host does', async () => {
+      const response = await host.fetch('/admin/host/status');
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({ state: 'Running', version: expect.stringMatching(/^4\./) as unknown });
     });
 
     it('when the local view is asked, then it needs an admin token and pages instances with a cursor', async () => {

@@ -246,6 +246,19 @@ app.http('durableSampleClient', {
           return { jsonBody: { ok: true } };
         case 'purge':
           return { jsonBody: { ok: true, result: await client.purgeInstanceHistory(instanceId) } };
+        case 'purge-by': {
+          const body = JSON.parse(await request.text()) as { from: string; statuses: df.OrchestrationRuntimeStatus[] };
+          return { jsonBody: { ok: true, result: await client.purgeInstanceHistoryBy({ createdTimeFrom: new Date(body.from), runtimeStatus: body.statuses }) } };
+        }
+        case 'suspend':
+          await client.suspend(instanceId, 'paused by test');
+          return { jsonBody: { ok: true } };
+        case 'resume':
+          await client.resume(instanceId, 'resumed by test');
+          return { jsonBody: { ok: true } };
+        case 'rewind':
+          await client.rewind(instanceId, 'rewound by test');
+          return { jsonBody: { ok: true } };
         default:
           return { status: 404 };
       }
