@@ -54,6 +54,9 @@ export class LocalDurableComponent implements HostComponent {
       origin: () => context.baseUrl().origin,
       workerId: runner.workerId,
     });
+    for (const entity of context.functionsWithTrigger('entityTrigger')) {
+      context.log('warning', 'durable', `entity function '${entity.metadata.name}' is registered, but durable entities are not supported by the local Durable host: calls to it fail as tasks the orchestrator can catch, and signals to it fail the orchestration`);
+    }
     runner.start();
     const retentionMs = historyRetentionDays() * DAY_MS;
     this.#purgeExpired = () => purgeInstancesBy(durableDb(context.deps.sql.db), { updatedBefore: context.deps.clock.now().getTime() - retentionMs });

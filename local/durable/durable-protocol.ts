@@ -169,11 +169,20 @@ export type Action =
   | { readonly kind: 'timer'; readonly fireAt: Date; readonly isCanceled: boolean }
   | { readonly kind: 'wait-event'; readonly name: string }
   | { readonly kind: 'continue-as-new'; readonly input: string | null }
+  /** A task the local host does not carry out: it fails, so the orchestrator can catch it. */
+  | { readonly kind: 'refused-task'; readonly feature: string; readonly retry?: RetryOptionsShape }
+  /** A fire-and-forget action (an entity signal) the local host does not carry out: it fails the orchestration. */
+  | { readonly kind: 'refused-signal'; readonly feature: string }
   | { readonly kind: 'unsupported'; readonly actionType: number };
 
 /** Whether an action takes one of the SDK's sequence numbers. */
 export function takesSequenceNumber(action: Action): boolean {
-  return action.kind === 'activity' || action.kind === 'timer';
+  return action.kind === 'activity' || action.kind === 'timer' || action.kind === 'refused-task' || action.kind === 'refused-signal';
+}
+
+/** The message of a task or signal the local host refuses: the feature named, and where it is supported. */
+export function notSupportedMessage(feature: string): string {
+  return `${feature} is not supported by the local Durable host (runtime-cloud); the Durable extension in Azure supports it`;
 }
 
 type RawAction = { actionType?: unknown; compoundActions?: unknown; [key: string]: unknown };
@@ -224,6 +233,16 @@ function decodeAction(raw: RawAction): Action {
       return { kind: 'wait-event', name: String(raw.externalEventName) };
     case ActionType.ContinueAsNew:
       return { kind: 'continue-as-new', input: inputAsJson(raw.input) };
+    case ActionType.CallSubOrchestrator:
+      return { kind: 'refused-task', feature: `callSubOrchestrator('${String(raw.functionName)}')` };
+    case ActionType.CallSubOrchestratorWithRetry:
+      return { kind: 'refused-task', feature: `callSubOrchestratorWithRetry('${String(raw.functionName)}')`, retry: raw.retryOptions as RetryOptionsShape };
+    case ActionType.CallEntity:
+      return { kind: 'refused-task', feature: 'callEntity (durable entities)' };
+    case ActionType.CallHttp:
+      return { kind: 'refused-task', feature: 'callHttp (durable HTTP calls)' };
+    case ActionType.SignalEntity:
+      return { kind: 'refused-signal', feature: 'signalEntity (durable entities)' };
     default:
       return { kind: 'unsupported', actionType: typeof raw.actionType === 'number' ? raw.actionType : -1 };
   }

@@ -11,6 +11,7 @@ import {
   activityFailure,
   flattenActions,
   missingFunctionFailure,
+  notSupportedMessage,
   orchestratorFailedMessage,
   parseOrchestrationFailure,
   retryDelayMs,
@@ -375,9 +376,17 @@ export class DurableRunner {
           state.actionIds.push(null);
           continueAsNew = { input: action.input };
           break;
+        case 'refused-task': {
+          const id = state.nextSeq++;
+          state.actionIds.push(id);
+          this.#refuseTask(effects, state, instance.executionId, id, action.feature, action.retry, now);
+          break;
+        }
+        case 'refused-signal':
+          return this.#fail(instance, state, history, episodeEvents, message, now, { message: notSupportedMessage(action.feature) });
         case 'unsupported':
           return this.#fail(instance, state, history, episodeEvents, message, now, {
-            message: `action type ${action.actionType} (sub-orchestrations, entities, HTTP) is not supported by the local Durable runner`,
+            message: `action type ${action.actionType} is not supported by the local Durable host (runtime-cloud)`,
           });
       }
     }
@@ -488,6 +497,23 @@ export class DurableRunner {
       }
       state.retries[String(taskId)] = { ...chain, attempts: chain.attempts + 1 };
     }
+  }
+
+  /**
+   * A task the local host does not carry out fails at once with a message naming the feature: the orchestrator can
+   * catch it. With retry options it fails every attempt (the SDK waits for each retry timer, which fires at once).
+   */
+  #refuseTask(effects: Effects, state: RunnerState, executionId: string, id: number, feature: string, retry: RetryOptionsShape | undefined, now: number): void {
+    const timestamp = new Date(now).toISOString();
+    const failure: TaskFailure = { Reason: notSupportedMessage(feature), Details: '' };
+    effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: id, Timestamp: timestamp, IsPlayed: false, Name: feature });
+    effects.inbox.push({
+      executionId,
+      dedupeKey: `task:${id}`,
+      visibleAt: now,
+      event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: id, ...failure },
+    });
+    if (retry) state.retries[String(id)] = { name: feature, input: null, options: retry, attempts: 1, startedAt: now, giveUp: true, lastFailure: failure };
   }
 
   #scheduleTimer(effects: Effects, executionId: string, id: number, fireAt: Date, timestamp: string): void {

@@ -189,10 +189,20 @@ df.app.orchestration(SampleOrchestrations.backoff, function* (context: Orchestra
   return 'unreachable';
 });
 
-/** Calls a sub-orchestration, which the local runner does not support: the instance fails saying so. */
+/** Calls a sub-orchestration and a durable HTTP endpoint, which the local runner refuses: it catches both failures. */
 df.app.orchestration(SampleOrchestrations.subOrchestrator, function* (context: OrchestrationContext) {
-  yield context.df.callSubOrchestrator(SampleOrchestrations.counter, 3);
-  return 'unreachable';
+  const caught: string[] = [];
+  try {
+    yield context.df.callSubOrchestratorWithRetry(SampleOrchestrations.counter, new df.RetryOptions(10, 2), 3);
+  } catch (error) {
+    caught.push(error instanceof Error ? error.message : String(error));
+  }
+  try {
+    yield context.df.callHttp({ method: 'GET', url: 'http://127.0.0.1:1/' });
+  } catch (error) {
+    caught.push(error instanceof Error ? error.message : String(error));
+  }
+  return caught;
 });
 
 /** Starts an orchestration through the durable client: POST /api-less route, body = input. */
