@@ -8,7 +8,8 @@ import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-i
 import { startStandIns, STAND_IN_NAMES, type StandInName, type StandIns } from './external-services/stand-in-servers';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
-import { hostJsonSetting } from './host-json';
+import { hostJsonSetting, useAppHostJson } from './host-json';
+import { functionAppEntryPoints } from './function-app';
 import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
 import { inspect } from 'node:util';
@@ -28,6 +29,12 @@ export interface LocalHostOptions {
   readonly inMemoryTables?: boolean;
   readonly depsOverrides?: DepsOverrides;
   readonly log?: LogHandler;
+  /**
+   * Folder of the Functions v4 Node app to host instead of this project's own (`runtime-cloud start --app DIR`): its
+   * package.json `main` (a file or a glob) registers the functions, its host.json configures the host.
+   * Example: `./tests/apps/durable-sample`.
+   */
+  readonly appDir?: string;
 }
 
 /**
@@ -166,7 +173,8 @@ export class LocalHost {
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });
-    await loadFunctionApp();
+    if (this.#options.appDir !== undefined) loadOtherFunctionApp(resolve(this.#options.appDir));
+    else await loadFunctionApp();
 
     const invocations = new InvocationContexts();
     const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations });
@@ -245,6 +253,13 @@ function addHostStatusRoute(http: HttpBinding, startedAt: number): void {
 
 /** The Functions runtime version the local host stands in for. */
 const HOST_VERSION = '4.0.0';
+
+/** Loads another app's functions from its package.json `main`, reading its host.json from then on. */
+function loadOtherFunctionApp(appDir: string): void {
+  useAppHostJson(appDir);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  for (const file of functionAppEntryPoints(appDir)) require(file);
+}
 
 /** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */
 function readRoutePrefix(): string {
