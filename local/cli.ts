@@ -6,7 +6,7 @@ import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
 const USAGE = `runtime-cloud: the local RuntimeCloudHost
 
 Usage:
-  runtime-cloud start [--port N] [--state-dir DIR]
+  runtime-cloud start [--port N] [--state-dir DIR] [--app DIR]
       Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
@@ -28,7 +28,9 @@ Settings (environment variables, Azure app-settings form):
   ${settingKeys.join('\n  ')}
 `;
 
-const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR]
+const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR] [--app DIR]
+  --app DIR         host another Functions v4 Node app: the functions its package.json "main" (a file or a glob)
+                    registers, with its host.json (routePrefix "api" unless it says otherwise)
   --port N          HTTP port (default 8130, or RuntimeCloud__Local__Port)
   --state-dir DIR   state folder (default .runtime-cloud, or RuntimeCloud__Local__StateDir); on first start it gets
                     the example repository desired-state.git and references.json
@@ -99,7 +101,7 @@ async function runner(args: string[]): Promise<number> {
 async function start(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: { port: { type: 'string' }, 'state-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+    options: { port: { type: 'string' }, 'state-dir': { type: 'string' }, app: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
   });
   if (values.help) {
     process.stdout.write(START_USAGE);
@@ -119,6 +121,7 @@ async function start(args: string[]): Promise<number> {
     {
       ...(values.port !== undefined ? { port: Number(values.port) } : {}),
       ...(values['state-dir'] !== undefined ? { stateDir: values['state-dir'] } : {}),
+      ...(values.app !== undefined ? { appDir: values.app } : {}),
       log: jsonLineLog('information'),
     },
     localComponents(),

@@ -21,9 +21,16 @@ export function hostJsonCount(...path: readonly string[]): number | undefined {
 }
 
 let file: unknown;
+let appDir = join(__dirname, '..');
+
+/** Reads host.json from the folder of the app the host runs (`runtime-cloud start --app DIR`) from now on. */
+export function useAppHostJson(dir: string): void {
+  appDir = dir;
+  file = undefined;
+}
 
 function hostJsonFile(): unknown {
-  file ??= JSON.parse(readFileSync(join(__dirname, '..', 'host.json'), 'utf8')) as unknown;
+  file ??= JSON.parse(readFileSync(join(appDir, 'host.json'), 'utf8')) as unknown;
   return file;
 }
 

@@ -8,10 +8,12 @@ import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-i
 import { startStandIns, STAND_IN_NAMES, type StandInName, type StandIns } from './external-services/stand-in-servers';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
-import { hostJsonSetting } from './host-json';
+import { hostJsonSetting, useAppHostJson } from './host-json';
+import { functionAppEntryPoints } from './function-app';
 import { InvocationContexts } from './functions-core/invocation-contexts';
 import { functionsWithTrigger, registeredFunctions, type Registration } from './functions-core/registry';
 import { inspect } from 'node:util';
+import { hostname } from 'node:os';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
@@ -27,6 +29,12 @@ export interface LocalHostOptions {
   readonly inMemoryTables?: boolean;
   readonly depsOverrides?: DepsOverrides;
   readonly log?: LogHandler;
+  /**
+   * Folder of the Functions v4 Node app to host instead of this project's own (`runtime-cloud start --app DIR`): its
+   * package.json `main` (a file or a glob) registers the functions, its host.json configures the host.
+   * Example: `./tests/apps/durable-sample`.
+   */
+  readonly appDir?: string;
 }
 
 /**
@@ -165,12 +173,14 @@ export class LocalHost {
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });
-    await loadFunctionApp();
+    if (this.#options.appDir !== undefined) loadOtherFunctionApp(resolve(this.#options.appDir));
+    else await loadFunctionApp();
 
     const invocations = new InvocationContexts();
     const http = new HttpBinding({ routePrefix: readRoutePrefix(), log, invocations, bodyTimeoutMs: config.local.bodyTimeoutMs });
     this.#http = http;
     for (const registration of functionsWithTrigger('httpTrigger')) http.addFunction(registration);
+    addHostStatusRoute(http, Date.now());
 
     const context: HostContext = {
       config,
@@ -218,6 +228,39 @@ async function loadFunctionApp(): Promise<void> {
     return;
   }
   await import('../functions/index.js');
+}
+
+/**
+ * `GET /admin/host/status`, as the Functions host answers it (Azure asks for the master key; the local host listens
+ * on loopback only and answers anyone). `state` is `Running` once functions are loaded.
+ */
+function addHostStatusRoute(http: HttpBinding, startedAt: number): void {
+  http.addRawRoute(['GET'], 'admin/host/status', () =>
+    Promise.resolve({
+      status: 200,
+      body: {
+        id: 'runtime-cloud-local',
+        state: 'Running',
+        version: HOST_VERSION,
+        versionDetails: `${HOST_VERSION} (runtime-cloud local host)`,
+        platformVersion: '',
+        instanceId: 'local',
+        computerName: hostname(),
+        processUptime: Date.now() - startedAt,
+        functionAppContentEditingState: 'NotAllowed',
+      },
+    }),
+  );
+}
+
+/** The Functions runtime version the local host stands in for. */
+const HOST_VERSION = '4.0.0';
+
+/** Loads another app's functions from its package.json `main`, reading its host.json from then on. */
+function loadOtherFunctionApp(appDir: string): void {
+  useAppHostJson(appDir);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  for (const file of functionAppEntryPoints(appDir)) require(file);
 }
 
 /** `extensions.http.routePrefix` of host.json, as the Functions host applies it (default `api`). */

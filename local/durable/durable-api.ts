@@ -14,7 +14,10 @@ import {
   listInstances,
   loadHistory,
   purgeInstance,
+  purgeInstancesBy,
   raiseEvent,
+  resumeInstance,
+  suspendInstance,
   startInstance,
   terminateInstance,
   type DurableInstance,
@@ -60,9 +63,12 @@ export function addDurableRoutes(http: HttpBinding, deps: DurableApiDeps): void 
   ] as const) {
     http.addRawRoute(['POST'], `${base}/orchestrators/{functionName}/{instanceId?}`, wrap((r) => api.start(r)));
     http.addRawRoute(['GET'], `${base}/instances/{instanceId?}`, wrap((r) => (r.params.instanceId ? api.status(r) : api.list(r))));
-    http.addRawRoute(['DELETE'], `${base}/instances/{instanceId}`, wrap((r) => api.purge(r)));
+    http.addRawRoute(['DELETE'], `${base}/instances/{instanceId?}`, wrap((r) => (r.params.instanceId ? api.purge(r) : api.purgeBy(r))));
     http.addRawRoute(['POST'], `${base}/instances/{instanceId}/raiseEvent/{eventName}`, wrap((r) => api.raise(r)));
     http.addRawRoute(['POST'], `${base}/instances/{instanceId}/terminate`, wrap((r) => api.terminate(r)));
+    http.addRawRoute(['POST'], `${base}/instances/{instanceId}/suspend`, wrap((r) => api.suspend(r)));
+    http.addRawRoute(['POST'], `${base}/instances/{instanceId}/resume`, wrap((r) => api.resume(r)));
+    http.addRawRoute(['POST'], `${base}/instances/{instanceId}/rewind`, wrap((r) => api.rewind(r)));
   }
   http.addRawRoute(['GET'], `${VIEW_BASE_PATH}/{instanceId?}`, (r) => adminOnly(deps.auth, r, () => api.view(r)));
 }
@@ -89,6 +95,19 @@ function inputText(body: Buffer): string | null {
 
 function parseOrNull(text: string | null): unknown {
   return text === null ? null : (JSON.parse(text) as unknown);
+}
+
+/** What a rewind answers: the feature named, and what to do instead. */
+export const REWIND_NOT_SUPPORTED =
+  'Rewind is not supported by the local Durable host (runtime-cloud): start the orchestration again, or use Azure, where the Durable extension supports it.';
+
+/** An ISO-8601 instant of the query, as epoch ms; a value that is not one is the caller's error. */
+function instantParameter(query: URLSearchParams, name: string): number | undefined {
+  const text = query.get(name);
+  if (text === null || text === '') return undefined;
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) throw new AppError('DURABLE.INVALID_TIME', 'validation', `${name} must be an ISO-8601 time`);
+  return at;
 }
 
 class DurableApi {
@@ -197,6 +216,47 @@ class DurableApi {
       throw new AppError('DURABLE.INSTANCE_ACTIVE', 'conflict', `instance '${instanceId}' is still pending or running; terminate it first`);
     }
     return { status: 200, body: { instancesDeleted: 1 } };
+  }
+
+  async suspend(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const outcome = await suspendInstance(this.#db, instanceId, this.#deps.clock.now().getTime());
+    if (outcome === 'not-found') return notFound(instanceId);
+    if (outcome === 'gone') return gone(instanceId);
+    return { status: 202 };
+  }
+
+  async resume(request: RawRequest): Promise<RawResponse> {
+    const instanceId = request.params.instanceId ?? '';
+    const outcome = await resumeInstance(this.#db, instanceId, this.#deps.clock.now().getTime());
+    if (outcome === 'not-found') return notFound(instanceId);
+    if (outcome === 'gone') return gone(instanceId);
+    this.#deps.wake();
+    return { status: 202 };
+  }
+
+  /**
+   * Rewind is not built locally. 501 is the answer the SDK's client turns into a rejection with the body as its
+   * message (`rewind` in `durableClient/DurableClient.js`), so the body is that message, as text.
+   */
+  async rewind(request: RawRequest): Promise<RawResponse> {
+    const instance = await getInstance(this.#db, request.params.instanceId ?? '');
+    if (!instance) return notFound(request.params.instanceId ?? '');
+    return { status: 501, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: REWIND_NOT_SUPPORTED };
+  }
+
+  /** purgeInstanceHistoryBy: ended instances created in the window, of the given statuses (default: every ended one). */
+  async purgeBy(request: RawRequest): Promise<RawResponse> {
+    const query = request.url.searchParams;
+    const from = instantParameter(query, 'createdTimeFrom');
+    const to = instantParameter(query, 'createdTimeTo');
+    const statuses = query.get('runtimeStatus')?.split(',').filter((s) => s !== '');
+    const deleted = await purgeInstancesBy(this.#db, {
+      ...(statuses ? { statuses } : {}),
+      ...(from !== undefined ? { createdFrom: from } : {}),
+      ...(to !== undefined ? { createdTo: to } : {}),
+    });
+    return { status: 200, body: { instancesDeleted: deleted } };
   }
 
   /** The local view: a page of instances, or one instance with its history summary. PlatformAdmin or factory.runtime.admin. */

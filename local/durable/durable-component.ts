@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { HostComponent, HostContext } from '../host';
-import { hostJsonCount } from '../host-json';
+import { hostJsonCount, hostJsonSetting } from '../host-json';
+import { durableDb, purgeInstancesBy } from './durable.repository';
 import { addDurableRoutes } from './durable-api';
 import { durableClientData } from './durable-protocol';
 import { DurableRunner, type DurableRunnerOptions } from './durable-runner';
@@ -14,6 +15,8 @@ export class LocalDurableComponent implements HostComponent {
   readonly name = 'durable';
   readonly #options: DurableRunnerOptions;
   #runner: DurableRunner | undefined;
+  #retention: NodeJS.Timeout | undefined;
+  #purgeExpired: (() => Promise<number>) | undefined;
 
   constructor(options: DurableRunnerOptions = {}) {
     this.#options = options;
@@ -51,11 +54,28 @@ export class LocalDurableComponent implements HostComponent {
       origin: () => context.baseUrl().origin,
       workerId: runner.workerId,
     });
+    for (const entity of context.functionsWithTrigger('entityTrigger')) {
+      context.log('warning', 'durable', `entity function '${entity.metadata.name}' is registered, but durable entities are not supported by the local Durable host: calls to it fail as tasks the orchestrator can catch, and signals to it fail the orchestration`);
+    }
     runner.start();
+    const retentionMs = historyRetentionDays() * DAY_MS;
+    this.#purgeExpired = () => purgeInstancesBy(durableDb(context.deps.sql.db), { updatedBefore: context.deps.clock.now().getTime() - retentionMs });
+    this.#retention = setInterval(() => void this.purgeExpiredHistory().catch((error: unknown) => context.log('warning', 'durable', 'purging expired durable history failed', error)), RETENTION_SWEEP_MS);
+    this.#retention.unref();
     return Promise.resolve();
   }
 
+  /**
+   * Purges ended instances (with their history) unchanged for longer than the retention, so history does not grow
+   * forever; runs hourly, and on demand (tests, with an injected clock). Returns how many were purged.
+   */
+  purgeExpiredHistory(): Promise<number> {
+    if (!this.#purgeExpired) throw new Error('the durable component is not started');
+    return this.#purgeExpired();
+  }
+
   async stop(): Promise<void> {
+    clearInterval(this.#retention);
     await this.#runner?.stop();
   }
 }
@@ -65,6 +85,19 @@ function hostJsonLimits(): DurableRunnerOptions {
   const orchestrations = hostJsonCount('extensions', 'durableTask', 'maxConcurrentOrchestratorFunctions');
   const activities = hostJsonCount('extensions', 'durableTask', 'maxConcurrentActivityFunctions');
   return { ...(orchestrations ? { maxConcurrentOrchestrations: orchestrations } : {}), ...(activities ? { maxConcurrentActivities: activities } : {}) };
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const RETENTION_SWEEP_MS = 60 * 60 * 1000;
+
+/**
+ * Days an ended instance's history is kept: host.json `extensions.durableTask.localHistoryRetentionDays` (or the app
+ * setting `AzureFunctionsJobHost__extensions__durableTask__localHistoryRetentionDays`), 30 by default. A setting of
+ * the local host only: Azure's task hub keeps history until it is purged.
+ */
+export function historyRetentionDays(): number {
+  const days = hostJsonSetting('extensions', 'durableTask', 'localHistoryRetentionDays');
+  return typeof days === 'number' && days > 0 ? days : 30;
 }
 
 /** The Durable component with its defaults (15 s leases, 100 ms polling, host.json's concurrency limits). */

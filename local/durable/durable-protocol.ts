@@ -70,7 +70,7 @@ export const NO_TIMER_SPLITTING = '3650.00:00:00';
 export const OUT_OF_PROC_DATA_LABEL = '\n\n$OutOfProcData$:';
 
 /** `orchestrations/OrchestrationRuntimeStatus.js` values this host reports. */
-export type RuntimeStatus = 'Pending' | 'Running' | 'Completed' | 'Failed' | 'Terminated';
+export type RuntimeStatus = 'Pending' | 'Running' | 'Suspended' | 'Completed' | 'Failed' | 'Terminated';
 export const TERMINAL_STATUSES: readonly RuntimeStatus[] = ['Completed', 'Failed', 'Terminated'];
 
 /**
@@ -169,11 +169,20 @@ export type Action =
   | { readonly kind: 'timer'; readonly fireAt: Date; readonly isCanceled: boolean }
   | { readonly kind: 'wait-event'; readonly name: string }
   | { readonly kind: 'continue-as-new'; readonly input: string | null }
+  /** A task the local host does not carry out: it fails, so the orchestrator can catch it. */
+  | { readonly kind: 'refused-task'; readonly feature: string; readonly retry?: RetryOptionsShape }
+  /** A fire-and-forget action (an entity signal) the local host does not carry out: it fails the orchestration. */
+  | { readonly kind: 'refused-signal'; readonly feature: string }
   | { readonly kind: 'unsupported'; readonly actionType: number };
 
 /** Whether an action takes one of the SDK's sequence numbers. */
 export function takesSequenceNumber(action: Action): boolean {
-  return action.kind === 'activity' || action.kind === 'timer';
+  return action.kind === 'activity' || action.kind === 'timer' || action.kind === 'refused-task' || action.kind === 'refused-signal';
+}
+
+/** The message of a task or signal the local host refuses: the feature named, and where it is supported. */
+export function notSupportedMessage(feature: string): string {
+  return `${feature} is not supported by the local Durable host (runtime-cloud); the Durable extension in Azure supports it`;
 }
 
 type RawAction = { actionType?: unknown; compoundActions?: unknown; [key: string]: unknown };
@@ -224,6 +233,16 @@ function decodeAction(raw: RawAction): Action {
       return { kind: 'wait-event', name: String(raw.externalEventName) };
     case ActionType.ContinueAsNew:
       return { kind: 'continue-as-new', input: inputAsJson(raw.input) };
+    case ActionType.CallSubOrchestrator:
+      return { kind: 'refused-task', feature: `callSubOrchestrator('${String(raw.functionName)}')` };
+    case ActionType.CallSubOrchestratorWithRetry:
+      return { kind: 'refused-task', feature: `callSubOrchestratorWithRetry('${String(raw.functionName)}')`, retry: raw.retryOptions as RetryOptionsShape };
+    case ActionType.CallEntity:
+      return { kind: 'refused-task', feature: 'callEntity (durable entities)' };
+    case ActionType.CallHttp:
+      return { kind: 'refused-task', feature: 'callHttp (durable HTTP calls)' };
+    case ActionType.SignalEntity:
+      return { kind: 'refused-signal', feature: 'signalEntity (durable entities)' };
     default:
       return { kind: 'unsupported', actionType: typeof raw.actionType === 'number' ? raw.actionType : -1 };
   }
@@ -255,10 +274,43 @@ export function parseOrchestrationFailure(error: Error): { message: string; stat
 }
 
 /**
- * FailureDetails of an activity that threw. With an exception properties provider registered, the SDK's activity
- * wrapper replaces the message by a JSON payload of the details (`error/ExceptionPropertiesProvider.js`).
+ * How a failed task reaches the orchestrator. The Durable extension sends a failed activity's `Reason`
+ * (`Activity function '<name>' failed: <message>`) and `Details` (the stack) without FailureDetails, and the SDK
+ * throws them into the orchestrator as a plain `Error` whose message is `<Reason> \n <Details>`. With an exception
+ * properties provider registered, the SDK's activity wrapper sends a JSON payload of the details instead
+ * (`error/ExceptionPropertiesProvider.js`), which the extension passes on as FailureDetails: the SDK then throws a
+ * `TaskFailedError` carrying them (`error/TaskFailedError.js`).
  */
-export function failureDetailsOf(error: Error): FailureDetails {
+export interface TaskFailure {
+  readonly Reason: string;
+  readonly Details: string;
+  readonly FailureDetails?: FailureDetails;
+}
+
+/** The failure of activity `name`, which threw `error`. */
+export function activityFailure(name: string, error: Error): TaskFailure {
+  const details = error.stack ?? '';
+  const provided = providedFailureDetails(error);
+  if (provided) return { Reason: `Activity function '${name}' failed: ${provided.ErrorMessage}`, Details: details, FailureDetails: provided };
+  return { Reason: `Activity function '${name}' failed: ${error.message}`, Details: details };
+}
+
+/** The failure of a call to a function this host does not have, in the extension's words. */
+export function missingFunctionFailure(name: string, kind: 'activity' | 'orchestrator'): TaskFailure {
+  return { Reason: `The function '${name}' doesn't exist, is disabled, or is not an ${kind} function.`, Details: '' };
+}
+
+/** The failure of a sub-orchestration, as the extension reports it to the parent. */
+export function subOrchestrationFailure(name: string, message: string): TaskFailure {
+  return { Reason: `Sub orchestrator function '${name}' failed: ${message}`, Details: '' };
+}
+
+/** The output of a failed orchestration, in the extension's form. */
+export function orchestratorFailedMessage(name: string, message: string): string {
+  return `Orchestrator function '${name}' failed: ${message}`;
+}
+
+function providedFailureDetails(error: Error): FailureDetails | undefined {
   try {
     const parsed = JSON.parse(error.message) as Record<string, unknown>;
     if (parsed && typeof parsed.errorType === 'string' && typeof parsed.errorMessage === 'string') {
@@ -275,7 +327,7 @@ export function failureDetailsOf(error: Error): FailureDetails {
   } catch {
     // Not the provider's payload: an ordinary error message.
   }
-  return { ErrorType: error.name, ErrorMessage: error.message, ...(error.stack !== undefined ? { StackTrace: error.stack } : {}) };
+  return undefined;
 }
 
 /** The task hub name the local host reports to durable clients. */

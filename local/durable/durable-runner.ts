@@ -8,11 +8,14 @@ import type { LogHandler } from '../http/http-binding';
 import {
   HistoryEventType,
   orchestrationPayload,
-  failureDetailsOf,
+  activityFailure,
   flattenActions,
+  missingFunctionFailure,
+  notSupportedMessage,
+  orchestratorFailedMessage,
   parseOrchestrationFailure,
   retryDelayMs,
-  type FailureDetails,
+  type TaskFailure,
   type HistoryEvent,
   type OrchestrationTriggerPayload,
   type OrchestratorStateShape,
@@ -88,7 +91,7 @@ export interface RetryChain {
   readonly startedAt: number;
   /** Retry timeout passed or the failure was non-retriable: remaining attempts fail at once without running. */
   readonly giveUp: boolean;
-  readonly lastFailure?: FailureDetails;
+  readonly lastFailure?: TaskFailure;
 }
 
 export function initialRunnerState(): RunnerState {
@@ -373,9 +376,17 @@ export class DurableRunner {
           state.actionIds.push(null);
           continueAsNew = { input: action.input };
           break;
+        case 'refused-task': {
+          const id = state.nextSeq++;
+          state.actionIds.push(id);
+          this.#refuseTask(effects, state, instance.executionId, id, action.feature, action.retry, now);
+          break;
+        }
+        case 'refused-signal':
+          return this.#fail(instance, state, history, episodeEvents, message, now, { message: notSupportedMessage(action.feature) });
         case 'unsupported':
           return this.#fail(instance, state, history, episodeEvents, message, now, {
-            message: `action type ${action.actionType} (sub-orchestrations, entities, HTTP) is not supported by the local Durable runner`,
+            message: `action type ${action.actionType} is not supported by the local Durable host (runtime-cloud)`,
           });
       }
     }
@@ -462,7 +473,7 @@ export class DurableRunner {
       const timerId = state.nextSeq++;
       const fireAt = new Date(now + (retrying ? retryDelayMs(chain.options, chain.attempts) : 0));
       this.#scheduleTimer(effects, executionId, timerId, fireAt, timestamp);
-      state.retries[String(timerId)] = { ...chain, giveUp, ...(fed.FailureDetails ? { lastFailure: fed.FailureDetails } : {}) };
+      state.retries[String(timerId)] = { ...chain, giveUp, ...(fed.Reason !== undefined ? { lastFailure: taskFailureOf(fed) } : {}) };
       return;
     }
     if (fed.EventType === HistoryEventType.TimerFired && fed.TimerId !== undefined) {
@@ -474,18 +485,35 @@ export class DurableRunner {
       const taskId = state.nextSeq++;
       effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: taskId, Timestamp: timestamp, IsPlayed: false, Name: chain.name, Input: chain.input });
       if (chain.giveUp) {
-        const failure = chain.lastFailure ?? { ErrorType: 'Error', ErrorMessage: 'retry timeout elapsed' };
+        const failure = chain.lastFailure ?? { Reason: `Activity function '${chain.name}' failed: retry timeout elapsed`, Details: '' };
         effects.inbox.push({
           executionId,
           dedupeKey: `task:${taskId}`,
           visibleAt: now,
-          event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: taskId, Reason: failure.ErrorMessage, FailureDetails: failure },
+          event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: taskId, ...failure },
         });
       } else {
         effects.activities.push({ taskId, name: chain.name, input: chain.input });
       }
       state.retries[String(taskId)] = { ...chain, attempts: chain.attempts + 1 };
     }
+  }
+
+  /**
+   * A task the local host does not carry out fails at once with a message naming the feature: the orchestrator can
+   * catch it. With retry options it fails every attempt (the SDK waits for each retry timer, which fires at once).
+   */
+  #refuseTask(effects: Effects, state: RunnerState, executionId: string, id: number, feature: string, retry: RetryOptionsShape | undefined, now: number): void {
+    const timestamp = new Date(now).toISOString();
+    const failure: TaskFailure = { Reason: notSupportedMessage(feature), Details: '' };
+    effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: id, Timestamp: timestamp, IsPlayed: false, Name: feature });
+    effects.inbox.push({
+      executionId,
+      dedupeKey: `task:${id}`,
+      visibleAt: now,
+      event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: id, ...failure },
+    });
+    if (retry) state.retries[String(id)] = { name: feature, input: null, options: retry, attempts: 1, startedAt: now, giveUp: true, lastFailure: failure };
   }
 
   #scheduleTimer(effects: Effects, executionId: string, id: number, fireAt: Date, timestamp: string): void {
@@ -508,14 +536,14 @@ export class DurableRunner {
     now: number,
     failure: { message: string; customStatus?: unknown },
   ): Promise<HistoryEvent[]> {
+    const output = orchestratorFailedMessage(instance.name, failure.message);
     const completed: HistoryEvent = {
       EventType: HistoryEventType.ExecutionCompleted,
       EventId: -1,
       Timestamp: new Date(now).toISOString(),
       IsPlayed: false,
       OrchestrationStatus: 'Failed',
-      Result: JSON.stringify(failure.message),
-      FailureDetails: { ErrorType: 'OrchestrationFailure', ErrorMessage: failure.message },
+      Result: JSON.stringify(output),
     };
     return this.#commit(
       instance,
@@ -525,8 +553,8 @@ export class DurableRunner {
         consumedSeq: message?.seq,
         append: [...episodeEvents, completed],
         status: 'Failed',
-        output: JSON.stringify(failure.message),
-        failure: JSON.stringify({ message: failure.message }),
+        output: JSON.stringify(output),
+        failure: JSON.stringify({ message: output }),
         customStatus: failure.customStatus !== undefined ? JSON.stringify(failure.customStatus) : instance.customStatus,
         finished: true,
       },
@@ -587,18 +615,16 @@ export class DurableRunner {
   async #runActivity(work: ActivityWork): Promise<void> {
     const registration = this.#deps.registrations('activityTrigger').find((r) => r.metadata.name === work.name);
     let event: HistoryEvent;
-    const failed = (failure: FailureDetails): HistoryEvent => ({
+    const failed = (failure: TaskFailure): HistoryEvent => ({
       EventType: HistoryEventType.TaskFailed,
       EventId: -1,
       Timestamp: this.#deps.clock.now().toISOString(),
       IsPlayed: false,
       TaskScheduledId: work.taskId,
-      Reason: failure.ErrorMessage,
-      ...(failure.StackTrace !== undefined ? { Details: failure.StackTrace } : {}),
-      FailureDetails: failure,
+      ...failure,
     });
     if (!registration) {
-      event = failed({ ErrorType: 'ActivityNotFound', ErrorMessage: `activity function '${work.name}' is not registered on this host` });
+      event = failed(missingFunctionFailure(work.name, 'activity'));
     } else {
       try {
         const context = this.#deps.invocationContext(registration, {
@@ -618,7 +644,7 @@ export class DurableRunner {
           Result: JSON.stringify(result ?? null),
         };
       } catch (thrown) {
-        event = failed(failureDetailsOf(ensureError(thrown)));
+        event = failed(activityFailure(work.name, ensureError(thrown)));
       }
     }
     try {
@@ -628,6 +654,11 @@ export class DurableRunner {
       this.#deps.log('error', 'durable-runner', `recording activity ${work.name} of ${work.instanceId} failed`, ensureError(error));
     }
   }
+}
+
+/** The failure a TaskFailed event carries. */
+function taskFailureOf(event: HistoryEvent): TaskFailure {
+  return { Reason: event.Reason ?? '', Details: event.Details ?? '', ...(event.FailureDetails ? { FailureDetails: event.FailureDetails } : {}) };
 }
 
 interface Effects {

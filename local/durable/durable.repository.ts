@@ -47,7 +47,8 @@ function instanceRowToInstance(row: DurableInstanceTable): DurableInstance {
   };
 }
 
-const ACTIVE: RuntimeStatus[] = ['Pending', 'Running'];
+/** Instances that have not ended: a suspended one still takes events and may be terminated. */
+const ACTIVE: RuntimeStatus[] = ['Pending', 'Running', 'Suspended'];
 const terminal = [...TERMINAL_STATUSES];
 
 /** An instance lost to another worker (lease expired and taken) or changed by terminate while an episode ran. */
@@ -528,6 +529,63 @@ export async function purgeInstance(db: Db, instanceId: string): Promise<'purged
     await deleteWork(trx, instanceId, { history: true });
     await trx.deleteFrom('durable_instances').where('instance_id', '=', instanceId).execute();
     return 'purged';
+  });
+}
+
+/**
+ * Suspends a pending or running instance: the runner leaves it alone (events wait in its inbox) until it is resumed.
+ * An episode in flight fails its commit on the version, and runs again after the resume.
+ */
+export async function suspendInstance(db: Db, instanceId: string, now: number): Promise<'suspended' | 'gone' | 'not-found'> {
+  const updated = await db
+    .updateTable('durable_instances')
+    .set((eb) => ({ status: 'Suspended', version: eb('version', '+', 1), updated_at: now }))
+    .where('instance_id', '=', instanceId)
+    .where('status', 'in', ['Pending', 'Running'])
+    .executeTakeFirst();
+  if (Number(updated.numUpdatedRows) === 1) return 'suspended';
+  return (await getInstance(db, instanceId)) ? 'gone' : 'not-found';
+}
+
+/** Resumes a suspended instance: Running again, or Pending when it was suspended before its first episode. */
+export async function resumeInstance(db: Db, instanceId: string, now: number): Promise<'resumed' | 'gone' | 'not-found'> {
+  const updated = await db
+    .updateTable('durable_instances')
+    .set((eb) => ({
+      status: eb.case().when('history_length', '=', 0).then('Pending').else('Running').end(),
+      version: eb('version', '+', 1),
+      updated_at: now,
+    }))
+    .where('instance_id', '=', instanceId)
+    .where('status', '=', 'Suspended')
+    .executeTakeFirst();
+  if (Number(updated.numUpdatedRows) === 1) return 'resumed';
+  return (await getInstance(db, instanceId)) ? 'gone' : 'not-found';
+}
+
+export interface PurgeFilter {
+  readonly statuses?: readonly string[];
+  readonly createdFrom?: number;
+  readonly createdTo?: number;
+  /** Only instances whose last change is older (the retention of completed runs' history). */
+  readonly updatedBefore?: number;
+}
+
+/** Deletes every ended instance the filter matches, with its history; returns how many. Active ones are never purged. */
+export async function purgeInstancesBy(db: Db, filter: PurgeFilter): Promise<number> {
+  const statuses = terminal.filter((s) => !filter.statuses || filter.statuses.length === 0 || filter.statuses.includes(s));
+  if (statuses.length === 0) return 0;
+  return db.transaction().execute(async (trx) => {
+    let select = trx.selectFrom('durable_instances').select('instance_id').where('status', 'in', statuses);
+    if (filter.createdFrom !== undefined) select = select.where('created_at', '>=', filter.createdFrom);
+    if (filter.createdTo !== undefined) select = select.where('created_at', '<=', filter.createdTo);
+    if (filter.updatedBefore !== undefined) select = select.where('updated_at', '<', filter.updatedBefore);
+    const ids = (await select.execute()).map((r) => r.instance_id);
+    for (const id of ids) {
+      await deleteWork(trx, id, { history: true });
+      await trx.deleteFrom('durable_instances').where('instance_id', '=', id).where('status', 'in', statuses).execute();
+    }
+    return ids.length;
   });
 }
 

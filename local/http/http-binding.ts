@@ -96,7 +96,7 @@ export class HttpBinding {
           method,
           url: url.toString(),
           query: Object.fromEntries(url.searchParams),
-          params,
+          params: streamModeParams(url.searchParams, params),
           nativeRequest,
         } as HttpRequestInit);
         const invocationId = randomUUID();
@@ -247,6 +247,17 @@ function answerClientError(error: Error & { code?: string }, socket: Duplex): vo
   const response = problemResponse({ status: refused.status, code: refused.code, title: refused.title });
   const head = [`HTTP/1.1 ${refused.status} ${refused.phrase}`, `content-type: ${response.headers['content-type'] ?? ''}`, `content-length: ${Buffer.byteLength(response.body)}`, 'connection: close'];
   socket.end(`${head.join('\r\n')}\r\n\r\n${response.body}`);
+}
+
+/**
+ * `request.params` as a function sees it on Azure with HTTP streams (the library's default on Node 20): the library
+ * builds it from the trigger metadata, which carries every query value as well as the route's values, the route's
+ * winning a name both have. A repeated query name carries its values joined by commas, as ASP.NET's query does.
+ */
+export function streamModeParams(query: URLSearchParams, routeParams: Readonly<Record<string, string>>): Record<string, string> {
+  const params: Record<string, string> = {};
+  for (const name of new Set(query.keys())) params[name] = query.getAll(name).join(',');
+  return { ...params, ...routeParams };
 }
 
 /** The request line or Host header cannot be read: the client's fault, answered 400. */

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { REWIND_NOT_SUPPORTED } from '../../local/durable/durable-api';
 import { localDurable } from '../../local/durable/durable-component';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { SampleOrchestrations, type SampleOutput } from '../support/durable-sample';
@@ -129,15 +130,29 @@ describe.each(DIALECTS)('local Durable runner on %s', (dialect) => {
     it('when a retried activity never succeeds, then the orchestration fails with its error and custom status', async () => {
       await client(host, 'start', id('failing-1'), { name: SampleOrchestrations.failing });
       const status = await waitForStatus(host, id('failing-1'), (s) => s.runtimeStatus === 'Failed');
-      expect(String(status.output)).toContain('the activity always fails');
+      // The extension's forms: the orchestrator's failure wraps the activity's, which the SDK threw as a plain Error.
+      expect(String(status.output)).toMatch(
+        new RegExp(`^Orchestrator function '${SampleOrchestrations.failing}' failed: Activity function 'durableSampleAlwaysFails' failed: the activity always fails \\n Error: the activity always fails`),
+      );
       expect(status.customStatus).toBe('about to fail');
       expect(count(status.history, 'TaskFailed')).toBe(2);
     });
 
-    it('when an orchestration uses an action the local runner lacks, then it fails saying so', async () => {
+    it('when a function is called with a query, then request.params carries its values beside the route values, the route winning', async () => {
+      const response = await host.fetch('/test/durable/params/from-route?instanceId=abc&name=from-query&tag=a&tag=b');
+      expect(await response.json()).toEqual({ name: 'from-route', instanceId: 'abc', tag: 'a,b' });
+    });
+
+    it('when an orchestration calls a feature the local host lacks, then each call fails as a task it can catch, naming the feature', async () => {
       await client(host, 'start', id('sub-1'), { name: SampleOrchestrations.subOrchestrator });
-      const status = await waitForStatus(host, id('sub-1'), (s) => s.runtimeStatus === 'Failed');
-      expect(String(status.output)).toContain('not supported by the local Durable runner');
+      const status = await waitForStatus(host, id('sub-1'), (s) => s.runtimeStatus !== 'Running' && s.runtimeStatus !== 'Pending');
+      expect(status.runtimeStatus).toBe('Completed');
+      expect(status.output).toEqual([
+        expect.stringMatching(/^callSubOrchestratorWithRetry\('durableSampleCounter'\) is not supported by the local Durable host/),
+        expect.stringMatching(/^callHttp \(durable HTTP calls\) is not supported by the local Durable host/),
+      ]);
+      // Both retry attempts failed, each after its retry timer.
+      expect(count(status.history, 'TaskFailed')).toBe(3);
     });
 
     it('when an instance is terminated, then it ends, late events are accepted and dropped, and purge removes it', async () => {
@@ -152,6 +167,54 @@ describe.each(DIALECTS)('local Durable runner on %s', (dialect) => {
       expect(gone.ok).toBe(false);
       expect(gone.error).toContain('404');
       expect((await client(host, 'raise', id('terminate-1'), 'x', 'go')).ok).toBe(false);
+    });
+
+    it('when an instance is suspended, then it reports Suspended and runs nothing until resumed, then completes', async () => {
+      await client(host, 'start', id('suspend-1'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await waitForStatus(host, id('suspend-1'), (s) => s.customStatus === 'waiting');
+      expect((await client(host, 'suspend', id('suspend-1'))).ok).toBe(true);
+      expect((await client(host, 'status', id('suspend-1'))).status?.runtimeStatus).toBe('Suspended');
+      // The event is accepted and waits: a suspended instance takes no step.
+      expect((await client(host, 'raise', id('suspend-1'), 'while suspended', 'go')).ok).toBe(true);
+      expect((await client(host, 'status', id('suspend-1'))).status?.runtimeStatus).toBe('Suspended');
+      expect((await client(host, 'resume', id('suspend-1'))).ok).toBe(true);
+      const status = await waitForStatus(host, id('suspend-1'), (s) => s.runtimeStatus === 'Completed');
+      expect(status.output).toEqual({ mode: 'event', result: 'while suspended', squared: 49 });
+      // Suspending an ended instance resolves (410), as the SDK's client treats it; an unknown one rejects.
+      expect((await client(host, 'suspend', id('suspend-1'))).ok).toBe(true);
+      expect((await client(host, 'suspend', id('no-such'))).error).toBe(`No instance with ID '${id('no-such')}' found.`);
+    });
+
+    it('when a rewind is asked, then the client is refused with a message naming the feature', async () => {
+      await client(host, 'start', id('rewind-1'), { name: SampleOrchestrations.failing });
+      await waitForStatus(host, id('rewind-1'), (s) => s.runtimeStatus === 'Failed');
+      const answer = await client(host, 'rewind', id('rewind-1'));
+      expect(answer).toEqual({ ok: false, error: REWIND_NOT_SUPPORTED });
+    });
+
+    it('when history is purged by filter, then ended instances of those statuses in the window go and the others stay', async () => {
+      const from = new Date().toISOString();
+      await client(host, 'start', id('purge-by-done'), { name: SampleOrchestrations.counter, input: 3 });
+      await client(host, 'start', id('purge-by-stopped'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await client(host, 'start', id('purge-by-running'), { name: SampleOrchestrations.crash, input: { mode: 'event', dir: '' } });
+      await waitForStatus(host, id('purge-by-done'), (s) => s.runtimeStatus === 'Completed');
+      await waitForStatus(host, id('purge-by-stopped'), (s) => s.customStatus === 'waiting');
+      await client(host, 'terminate', id('purge-by-stopped'));
+      await waitForStatus(host, id('purge-by-stopped'), (s) => s.runtimeStatus === 'Terminated');
+
+      expect((await client(host, 'purge-by', '-', { from, statuses: ['Completed'] })).result).toEqual({ instancesDeleted: 1 });
+      expect((await client(host, 'status', id('purge-by-done'))).ok).toBe(false);
+      expect((await client(host, 'status', id('purge-by-stopped'))).status?.runtimeStatus).toBe('Terminated');
+      // Running instances are never purged, whatever the filter says.
+      expect((await client(host, 'purge-by', '-', { from, statuses: ['Terminated', 'Running'] })).result).toEqual({ instancesDeleted: 1 });
+      expect((await client(host, 'status', id('purge-by-running'))).ok).toBe(true);
+      await client(host, 'terminate', id('purge-by-running'));
+    });
+
+    it('when the host status is asked, then it answers as the Functions host does', async () => {
+      const response = await host.fetch('/admin/host/status');
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({ state: 'Running', version: expect.stringMatching(/^4\./) as unknown });
     });
 
     it('when the local view is asked, then it needs an admin token and pages instances with a cursor', async () => {

@@ -19,14 +19,15 @@ export interface RunningChild {
 
 /**
  * Starts `runtime-cloud start --port 0` in a child process and waits for "listening on <origin>".
- * `env` adds settings (for example a shared PostgreSQL store).
+ * `env` adds settings (for example a shared PostgreSQL store); `args` more flags (`--app DIR`).
  */
 export async function startChildHost(
   stateDir: string,
   env: Record<string, string> = {},
   timeoutMs = 60_000,
+  args: readonly string[] = [],
 ): Promise<RunningChild> {
-  const child = spawn(process.execPath, [CLI, 'start', '--port', '0', '--state-dir', stateDir], {
+  const child = spawn(process.execPath, [CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

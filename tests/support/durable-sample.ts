@@ -189,10 +189,20 @@ df.app.orchestration(SampleOrchestrations.backoff, function* (context: Orchestra
   return 'unreachable';
 });
 
-/** Calls a sub-orchestration, which the local runner does not support: the instance fails saying so. */
+/** Calls a sub-orchestration and a durable HTTP endpoint, which the local runner refuses: it catches both failures. */
 df.app.orchestration(SampleOrchestrations.subOrchestrator, function* (context: OrchestrationContext) {
-  yield context.df.callSubOrchestrator(SampleOrchestrations.counter, 3);
-  return 'unreachable';
+  const caught: string[] = [];
+  try {
+    yield context.df.callSubOrchestratorWithRetry(SampleOrchestrations.counter, new df.RetryOptions(10, 2), 3);
+  } catch (error) {
+    caught.push(error instanceof Error ? error.message : String(error));
+  }
+  try {
+    yield context.df.callHttp({ method: 'GET', url: 'http://127.0.0.1:1/' });
+  } catch (error) {
+    caught.push(error instanceof Error ? error.message : String(error));
+  }
+  return caught;
 });
 
 /** Starts an orchestration through the durable client: POST /api-less route, body = input. */
@@ -210,6 +220,14 @@ app.http('durableSampleStart', {
     });
     return client.createCheckStatusResponse(request, instanceId);
   },
+});
+
+/** Answers `request.params` as the function sees it (route and query values, as the real host gives them). */
+app.http('durableSampleParams', {
+  route: 'test/durable/params/{name}',
+  methods: ['GET'],
+  authLevel: 'anonymous',
+  handler: (request: HttpRequest) => Promise.resolve({ jsonBody: { ...request.params } }),
 });
 
 /** The other durable client operations: start, raise, status, terminate, purge (answers what the client returned or threw). */
@@ -238,6 +256,19 @@ app.http('durableSampleClient', {
           return { jsonBody: { ok: true } };
         case 'purge':
           return { jsonBody: { ok: true, result: await client.purgeInstanceHistory(instanceId) } };
+        case 'purge-by': {
+          const body = JSON.parse(await request.text()) as { from: string; statuses: df.OrchestrationRuntimeStatus[] };
+          return { jsonBody: { ok: true, result: await client.purgeInstanceHistoryBy({ createdTimeFrom: new Date(body.from), runtimeStatus: body.statuses }) } };
+        }
+        case 'suspend':
+          await client.suspend(instanceId, 'paused by test');
+          return { jsonBody: { ok: true } };
+        case 'resume':
+          await client.resume(instanceId, 'resumed by test');
+          return { jsonBody: { ok: true } };
+        case 'rewind':
+          await client.rewind(instanceId, 'rewound by test');
+          return { jsonBody: { ok: true } };
         default:
           return { status: 404 };
       }
