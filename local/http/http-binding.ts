@@ -14,6 +14,8 @@ const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
 /** How long a request's body may take to arrive when the host is not told otherwise (config `RuntimeCloud__Local__BodyTimeoutMs`). */
 const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+/** How long a connection whose body timed out stays open after the 408, for the client to read it. */
+const BODY_TIMEOUT_LINGER_MS = 1000;
 
 /** A request to a raw (non-function) route of the local host, such as the Durable Functions HTTP API. */
 export interface RawRequest {
@@ -206,9 +208,10 @@ export class HttpBinding {
         title: `the request body did not arrive within ${this.#bodyTimeoutMs} ms`,
         extensions: { timeoutMs: this.#bodyTimeoutMs },
       });
-      // The rest of the body is not read: the connection closes once the answer is out.
-      timedOut.headers.push(['connection', 'close']);
-      res.once('finish', () => req.destroy());
+      // The connection closes a moment after the answer, the rest of the body read and dropped meanwhile: closing it
+      // with bytes unread would reset it, and the client could lose this answer.
+      req.resume();
+      res.once('finish', () => setTimeout(() => req.destroy(), BODY_TIMEOUT_LINGER_MS).unref());
       send(res, timedOut);
       return;
     }
