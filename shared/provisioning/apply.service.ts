@@ -117,6 +117,10 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   // GovernanceHost that does not answer throws (retried, nothing applied); a Config Platform that does not answer
   // degrades.
   const references = await resolveForApply(ctx, receipt.plan, { tenant: run.tenant, runId: run.id });
+  // Everything the receipt needs is read before the apply: between the engine's changes and the transaction that
+  // records them nothing may fail, since a retry of this step would find the state moved and call the run stale
+  // although its changes were made.
+  const runner = { name: engine.name, version: await engine.version() };
   const keeper = keepStackLock(ctx, run, stack.lock);
   let result;
   try {
@@ -129,7 +133,7 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
     stack: run.stack,
     qualifiedStack: qualifiedStackName(stackRef),
     commit: run.desiredState.commit,
-    runner: { name: engine.name, version: await engine.version() },
+    runner,
     result,
     ...(references.degraded.length > 0 ? { degraded: references.degraded } : {}),
   }, options);

@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner, type IacEngine } from '../../shared/platform/iac/iac-runner';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { randomIds } from '../../shared/platform/time/clock';
 import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
@@ -423,6 +423,40 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect((await resourcesOf(stack)).map((r) => r.type)).toEqual(['local:storage:Bucket']);
       const events = await eventsOf(run.id);
       expect(events.at(-1)).toMatchObject({ type: 'ProvisioningFailed', data: { code: 'PROVISIONING.STACK_LOCK_LOST' } });
+    });
+
+    it('when the engine fails right after its apply made the changes, then a retried step does not call the run stale: nothing between the apply and its record can fail', async () => {
+      // Arrange: an engine whose version() fails once, the first time it is asked after an apply made changes.
+      const inner = localIacRunner({ store: database.store, clock, ids: randomIds, cloud });
+      let appliedAndUnasked = false;
+      const engine: IacEngine = {
+        name: inner.name,
+        version: () => {
+          if (!appliedAndUnasked) return inner.version();
+          appliedAndUnasked = false;
+          return Promise.reject(new Error('the engine went away after its apply'));
+        },
+        preview: (...args) => inner.preview(...args),
+        apply: async (...args) => {
+          const result = await inner.apply(...args);
+          appliedAndUnasked = true;
+          return result;
+        },
+      };
+      const flaky = createProvisioningService({ ...serviceOptions(), engine });
+      const stack = freshStack('development');
+      const run = await accepted(aStackPromotion(example.repository, 'development', { stack }));
+      await flaky.plan(run.id);
+
+      // Act: the step, and its retry when it throws (as the orchestration's retry policy does).
+      const result = await flaky.apply(run.id).catch(() => flaky.apply(run.id));
+
+      // Assert: applied once, with its receipt and its events.
+      expect(result).toEqual({ outcome: 'ended', state: 'applied' });
+      const detail = await service.getRun(ALL, run.id);
+      expect(detail.run.state).toBe('applied');
+      expect(detail.applyReceipt?.result.status).toBe('applied');
+      expect(types(await eventsOf(run.id))).toContain('ProvisioningApplied');
     });
 
     it("when an apply runs longer than the stack lock's lease, then renewals keep the lock: no other run takes the stack meanwhile", async () => {
