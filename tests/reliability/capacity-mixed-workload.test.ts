@@ -6,7 +6,7 @@ import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer'
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createDeps, type Deps } from '../../shared/deps';
-import { runCapacityWorkload, storeReader, type WorkloadReport } from '../support/capacity-workload';
+import { expectWorkloadHeld, runCapacityWorkload, storeReader } from '../support/capacity-workload';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
@@ -22,28 +22,6 @@ import { startTestHost, type TestHost } from '../support/local-host';
  */
 const LEASE_SCOPES = ['factory.capacity.lease', 'factory.runtime.read'];
 const SHAPE = { kind: 'sandbox', quota: 10, capacity: { initial: 12, min: 4, max: 16 } } as const;
-
-function expectWorkloadHeld(report: WorkloadReport, minimum: { grants: number; releases: number; renews: number; resizes: number; expired: number }): void {
-  const { violations, counts } = report;
-  expect.soft(violations.serverErrors, 'no 5xx, no request without an answer, no failed sweep').toEqual([]);
-  expect.soft(violations.accounting, 'used (GET /capacity) equals the units of the active leases, per pool and per tenant').toEqual([]);
-  expect.soft(violations.overGrant, 'use never above the quota, nor above the capacity except after a shrink (and then never growing)').toEqual([]);
-  expect.soft(violations.fencing, 'fencing tokens unique and increasing per pool in grant order').toEqual([]);
-  expect.soft(violations.terminal, 'each lease ends in exactly one state, agreeing with every answer about it').toEqual([]);
-  expect.soft(violations.contract, 'answers the API contract allows').toEqual([]);
-  // A workload that silently did nothing must not pass.
-  expect.soft(counts.grants, 'grants').toBeGreaterThanOrEqual(minimum.grants);
-  expect.soft(counts.releases, 'releases answered 204').toBeGreaterThanOrEqual(minimum.releases);
-  expect.soft(counts.renews, 'renewals answered 200').toBeGreaterThanOrEqual(minimum.renews);
-  expect.soft(counts.resizes, 'pool resizes').toBeGreaterThanOrEqual(minimum.resizes);
-  expect.soft(counts.shrinksBelowUse, 'resizes below the use last sampled').toBeGreaterThanOrEqual(1);
-  expect.soft(counts.expired, 'leases ended by expiry').toBeGreaterThanOrEqual(minimum.expired);
-  expect.soft(counts.replays, 'idempotent replays').toBeGreaterThanOrEqual(3);
-  expect.soft(counts.duplicates, 'concurrent duplicates').toBeGreaterThanOrEqual(3);
-  expect.soft(counts.keyReuses, 'keys reused with another request').toBeGreaterThanOrEqual(1);
-  expect.soft(counts.samples, 'GET /capacity samples').toBeGreaterThanOrEqual(20);
-  expect.soft(counts.snapshotUnits, 'units held while used was compared with the leases').toBeGreaterThanOrEqual(1);
-}
 
 const skip = skipDialect('postgres');
 if (skip) console.warn(`[capacity-mixed-workload] PostgreSQL block SKIPPED: ${postgresSkipReason()}`);

@@ -1,3 +1,4 @@
+import { expect } from 'vitest';
 import type { AnyDb } from '../../shared/platform/sql/database';
 
 /**
@@ -952,4 +953,27 @@ function mulberry32(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** The workload's invariants held (soft assertions, each named), and it did at least `minimum` of each operation. */
+export function expectWorkloadHeld(report: WorkloadReport, minimum: { grants: number; releases: number; renews: number; resizes: number; expired: number }): void {
+  const { violations, counts } = report;
+  expect.soft(violations.serverErrors, 'no 5xx, no request without an answer, no failed sweep').toEqual([]);
+  expect.soft(violations.accounting, 'used (GET /capacity) equals the units of the active leases, per pool and per tenant').toEqual([]);
+  expect.soft(violations.overGrant, 'use never above the quota, nor above the capacity except after a shrink (and then never growing)').toEqual([]);
+  expect.soft(violations.fencing, 'fencing tokens unique and increasing per pool in grant order').toEqual([]);
+  expect.soft(violations.terminal, 'each lease ends in exactly one state, agreeing with every answer about it').toEqual([]);
+  expect.soft(violations.contract, 'answers the API contract allows').toEqual([]);
+  // A workload that silently did nothing must not pass.
+  expect.soft(counts.grants, 'grants').toBeGreaterThanOrEqual(minimum.grants);
+  expect.soft(counts.releases, 'releases answered 204').toBeGreaterThanOrEqual(minimum.releases);
+  expect.soft(counts.renews, 'renewals answered 200').toBeGreaterThanOrEqual(minimum.renews);
+  expect.soft(counts.resizes, 'pool resizes').toBeGreaterThanOrEqual(minimum.resizes);
+  expect.soft(counts.shrinksBelowUse, 'resizes below the use last sampled').toBeGreaterThanOrEqual(1);
+  expect.soft(counts.expired, 'leases ended by expiry').toBeGreaterThanOrEqual(minimum.expired);
+  expect.soft(counts.replays, 'idempotent replays').toBeGreaterThanOrEqual(3);
+  expect.soft(counts.duplicates, 'concurrent duplicates').toBeGreaterThanOrEqual(3);
+  expect.soft(counts.keyReuses, 'keys reused with another request').toBeGreaterThanOrEqual(1);
+  expect.soft(counts.samples, 'GET /capacity samples').toBeGreaterThanOrEqual(20);
+  expect.soft(counts.snapshotUnits, 'units held while used was compared with the leases').toBeGreaterThanOrEqual(1);
 }
