@@ -101,7 +101,7 @@ export async function collectJobActivity(input: RunRef & { jobId: string }, cont
  * After a step that may have released the run's stack (a plan that now waits for approval, an apply or a run that
  * ended, a plan gone stale), wakes the next run waiting for that stack. A run that is still waiting released nothing.
  */
-async function handOver(context: InvocationContext, runId: string, step: RunStep): Promise<RunStep> {
+export async function handOver(context: InvocationContext, runId: string, step: RunStep): Promise<RunStep> {
   if (step.outcome !== 'waiting' && step.outcome !== 'running') await wakeNextOnStack(context, (await getDeps()).provisioning, { runId });
   return step;
 }

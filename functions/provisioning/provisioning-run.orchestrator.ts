@@ -61,6 +61,17 @@ type RunningStep = Extract<RunStep, { outcome: 'running' }>;
 /** The event the host raises on a run's instance when it accepted its runner job's outcome. */
 export const RUNNER_RESULT_EVENT = 'runner-result';
 
+/**
+ * The result event's payload: the job, and the step its outcome led to when the result endpoint collected it
+ * (absent when it could not: the orchestration collects then).
+ *
+ * BREAKING-CHANGE SHAPE: stored in the history of running instances.
+ */
+export interface RunnerResultEvent {
+  readonly jobId: string;
+  readonly step?: RunStep;
+}
+
 export const provisioningRunOrchestrator: OrchestrationHandler = function* (context: OrchestrationContext) {
   const input = context.df.getInput<RunOrchestrationInput>();
   const { runId, timings } = input;
@@ -94,9 +105,10 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
 
 /**
  * Waits for the runner job of a plan or an apply: its result event, raced against the job's deadline (its claim
- * deadline while it waits for an agent, its lease while it runs), then collects it. The activity only collects
- * (and dispatches the apply job after a plan that needs no approval: a new job, waited for by the caller's loop); how
- * long an apply takes is the runner's, not this host's function timeout.
+ * deadline while it waits for an agent, its lease while it runs). The result event carries the step the result
+ * endpoint collected; at the deadline (or when the endpoint could not collect) the collect activity does it (and
+ * dispatches the apply job after a plan that needs no approval: a new job, waited for by the caller's loop). How long
+ * an apply takes is the runner's, not this host's function timeout.
  */
 function* waitForRunner(context: OrchestrationContext, runId: string, first: RunningStep): Generator<Task, RunStep, unknown> {
   let step: RunStep = first;
@@ -106,7 +118,9 @@ function* waitForRunner(context: OrchestrationContext, runId: string, first: Run
     const deadline = context.df.createTimer(at(step.until));
     const winner: unknown = yield context.df.Task.any([result, deadline]);
     if (winner !== deadline) deadline.cancel();
-    step = yield* callActivity(context, ProvisioningActivities.collectJob, { runId, jobId: first.jobId });
+    // An event of an earlier job (delivered after its run collected that job at a deadline) carries nothing for this one.
+    const sent = winner === result ? (result.result as RunnerResultEvent | undefined) : undefined;
+    step = sent?.jobId === first.jobId && sent.step ? sent.step : yield* callActivity(context, ProvisioningActivities.collectJob, { runId, jobId: first.jobId });
   }
   return step;
 }

@@ -7,7 +7,9 @@ import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { getDeps } from '../runtime';
 import { logOf } from '../log';
-import { RUNNER_RESULT_EVENT } from './provisioning-run.orchestrator';
+import type { RunStep } from '../../shared/provisioning/provisioning.service';
+import { handOver } from './provisioning-run.activities';
+import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.orchestrator';
 
 /**
  * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
@@ -91,17 +93,27 @@ export const jobTargetCall = jobEndpoint("A job's call to its local cloud target
   jsonBody: await deps.provisioning.runners.target(jobId, token, text),
 }));
 
-/** 202 once the outcome is accepted; the run's orchestration is woken to collect it. */
+/**
+ * 202 once the outcome is accepted. The outcome is collected here at once (the run's next step: its receipt, the
+ * apply job after a plan, the run's end) and handed to the run's orchestration with the result event, so it needs no
+ * collect step of its own; a collect that fails here is left to the orchestration, which collects it itself.
+ */
 export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
   const { runId } = await deps.provisioning.runners.accept(jobId, token, text);
-  await wakeRun(context, runId, jobId);
+  await wakeRun(context, deps, runId, jobId);
   return { status: 202, jsonBody: { accepted: true } };
 });
 
-/** Wakes the run's orchestration to collect its job; when the wake-up is lost, the job's deadline timer does it. */
-async function wakeRun(context: InvocationContext, runId: string, jobId: string): Promise<void> {
+/** Wakes the run's orchestration with its collected job; when the wake-up is lost, the job's deadline timer does it. */
+async function wakeRun(context: InvocationContext, deps: Deps, runId: string, jobId: string): Promise<void> {
+  let step: RunStep | undefined;
   try {
-    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, { jobId });
+    step = await handOver(context, runId, await deps.provisioning.collectJob(runId, jobId));
+  } catch (error) {
+    logOf(context).warn(`could not collect job ${jobId} of run ${runId}; its orchestration will: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  try {
+    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, (step ? { jobId, step } : { jobId }) satisfies RunnerResultEvent);
   } catch (error) {
     logOf(context).warn(`could not wake run ${runId} for job ${jobId}: ${error instanceof Error ? error.message : String(error)}`);
   }

@@ -8,9 +8,9 @@ import { recordRunEnded } from '../platform/telemetry/metrics';
 import { ExternalErrors, type ReferenceScope } from './external-services.client';
 import type { PlanOptions } from '../platform/iac/iac-runner';
 import type { ClaimedJob } from '../platform/iac/runner-job';
-import { configOf, planOptionsFor, type FinishedJob } from './plan.service';
+import { configOf, planOptionsFor } from './plan.service';
 import { clearStackRefresh, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, openJobStep } from './runner-jobs.service';
+import { dispatchJob, openJobStep, type FinishedJob } from './runner-jobs.service';
 import {
   appendEvents,
   existingRun,

@@ -37,12 +37,8 @@ import { specificationDeclared } from './run-events';
 import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
-import { stackNeedsRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, openJobStep } from './runner-jobs.service';
-import type { RunnerJobOutcome } from '../platform/iac/runner-job';
-
-/** A runner job whose outcome was accepted. */
-export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
+import { stackNeedsRefresh } from './runner-jobs.repository';
+import { dispatchJob, openJobStep, type FinishedJob } from './runner-jobs.service';
 
 /**
  * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and

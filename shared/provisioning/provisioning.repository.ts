@@ -431,6 +431,20 @@ export async function setWaiting(db: Executor, id: string, state: RunState, wait
 }
 
 /**
+ * Replaces what a run waits for only if it still waits for exactly `expected` (compare-and-set on the stored JSON);
+ * false when another writer changed it first.
+ */
+export async function replaceWaiting(db: Executor, id: string, expected: WaitingFor | null, next: WaitingFor | null, now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('provisioning_runs')
+    .set({ ...waitingColumns(next), updated_at: now })
+    .where('id', '=', id)
+    .where((eb) => (expected === null ? eb('waiting_for', 'is', null) : eb('waiting_for', '=', JSON.stringify(expected))))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
+
+/**
  * An earlier run of the stack that must take the stack before `run` does (FIFO): one still queued, or one approved
  * and waiting for the lock to apply. Runs waiting for an approval do not hold others up.
  */

@@ -7,7 +7,7 @@ import { parseJsonBody } from '../platform/validation/validation';
 import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
-import { checkPolicy, plan, planJobFinished, type FinishedJob } from './plan.service';
+import { checkPolicy, plan, planJobFinished } from './plan.service';
 import { poolResize, type PoolResizeResult } from './pool-resize.service';
 import { createProvisioningContext, failRun, failRunWith, type ProvisioningContext, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
 import type { Rejection, RunDetail } from './provisioning.repository';
@@ -24,6 +24,7 @@ import {
   runnerPools,
   targetCall,
   writeJobState,
+  type FinishedJob,
   type RunnerAgentView,
   type RunnerPoolView,
 } from './runner-jobs.service';

@@ -83,8 +83,12 @@ export type WaitingFor =
    * is recorded once the check allows it. `since`: when the check was asked for (ISO-8601 UTC).
    */
   | { readonly kind: 'policy'; readonly checkId: string; readonly planDigest: string; readonly since: string }
-  /** The run's plan or apply job waits for an agent of the target's runner pool (`position` is added by the views). */
-  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number };
+  /**
+   * The run's plan or apply job waits for an agent of the target's runner pool (`position` is added by the views).
+   * `collectingUntil` (ISO-8601 UTC, internal): a host is collecting the job's finished outcome until then, so no
+   * other takes it up meanwhile (the result endpoint collects at once; the run's deadline timer may fire meanwhile).
+   */
+  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number; readonly collectingUntil?: string };
 
 /** The step counts approval policy looks at; a plan's `counts` has them. */
 export interface PlanCounts {

@@ -7,8 +7,8 @@ import type { StackState } from '../platform/iac/plan';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
-import { findEnvironmentStack, setWaiting } from './provisioning.repository';
-import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep } from './run';
+import { findEnvironmentStack, replaceWaiting, setWaiting } from './provisioning.repository';
+import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import {
   appendJobLog,
   cancelJobsOfRun,
@@ -51,6 +51,9 @@ export const JobErrors = {
 /** What a dispatch hands to the job besides the run's stack and the lock: the step's inputs. */
 export type JobInputs = Pick<StoredSpec, 'files' | 'config' | 'options' | 'approvedPlan'>;
 
+/** A runner job whose outcome was accepted. */
+export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
+
 /** The open (queued or running) job of a run's step, as the step it makes the run wait on; undefined when none. */
 export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<RunStep | undefined> {
   if (!ctx.runners) return undefined;
@@ -84,15 +87,33 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
   };
   const at = nowOf(ctx);
   const dispatched = await inTransaction(ctx.db, async (trx) => {
-    if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return false;
+    if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return 'moved';
+    // The run's row is locked from here on: a second dispatch of its apply (two hosts collecting its plan job) sees
+    // the first one's job, and gives up its own, rolled back. A plan's apply is dispatched once, never twice.
+    if (kind === 'apply' && (await isApplyDispatched(trx, ctx, run.id))) throw new ApplyDispatched();
     await cancelJobsOfRun(trx, run.id, at);
     await insertJob(trx, spec, at);
     await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: spec.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
-    return true;
+    return 'dispatched';
+  }).catch((thrown: unknown) => {
+    if (thrown instanceof ApplyDispatched) return 'moved';
+    throw thrown;
   });
-  if (!dispatched) return stepOf(await existingRun(ctx, run.id));
+  if (dispatched === 'moved') {
+    const now = await existingRun(ctx, run.id);
+    return (await openJobStep(ctx, now)) ?? stepOf(now);
+  }
   wakeClaims(pool);
   return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
+}
+
+/** Rolls back a dispatch of an apply whose job is out already. */
+class ApplyDispatched extends Error {}
+
+/** Whether the run's latest job is an apply job (since its last plan job), not canceled. */
+async function isApplyDispatched(trx: Parameters<typeof latestJobOfRun>[0], ctx: ProvisioningContext, runId: string): Promise<boolean> {
+  const latest = await latestJobOfRun(trx, ctx.dialect, runId);
+  return latest !== undefined && latest.kind === 'apply' && latest.state !== 'canceled';
 }
 
 /** The runner pool of the target the run's environment is bound to (else the one the rules give). */
@@ -330,7 +351,7 @@ export async function collectJob(
   runId: string,
   jobId: string,
   handlers: {
-    readonly finished: (run: Run, job: RunnerJob & { readonly outcome: RunnerJobOutcome }) => Promise<RunStep>;
+    readonly finished: (run: Run, job: FinishedJob) => Promise<RunStep>;
     readonly lost: (run: Run, job: RunnerJob) => Promise<RunStep>;
     readonly unclaimed: (run: Run, job: RunnerJob) => Promise<RunStep>;
   },
@@ -344,7 +365,7 @@ export async function collectJob(
     await retryingContention(() => cancelJobsOfRun(ctx.db, run.id, at));
     return stepOf(run);
   }
-  if (job.state === 'done' && job.outcome) return handlers.finished(run, { ...job, outcome: job.outcome });
+  if (job.state === 'done' && job.outcome) return collectFinished(ctx, run, { ...job, outcome: job.outcome }, handlers.finished);
   if (job.state === 'queued') return at >= job.createdAt.getTime() + runners.claimTimeoutMs ? handlers.unclaimed(run, job) : runningStep(runners, job, at);
   if (job.state === 'running') {
     if ((job.leaseExpiresAt?.getTime() ?? 0) > at) return runningStep(runners, job, at);
@@ -355,6 +376,52 @@ export async function collectJob(
   if (job.state === 'lost') return handlers.lost(run, job);
   // Canceled: a newer job of the run, or none, is where the run stands.
   return (await openJobStep(ctx, run)) ?? stepOf(run);
+}
+
+/** How long one host may take to collect a finished job before another may take it over (it crashed meanwhile). */
+const COLLECT_CLAIM_MS = 60_000;
+
+/**
+ * Collects a finished job's outcome once: the result endpoint collects it at once, and the run's deadline timer may
+ * fire meanwhile, so the collector first claims the run's wait (a compare-and-set on it: `collectingUntil`, expiring
+ * after `COLLECT_CLAIM_MS`). A claim another holds answers "running" until it ends; a job collected already (the run
+ * moved on: a newer job, another state, another wait) answers where the run stands now. A collect that fails gives
+ * its claim back, so the orchestration's retries of it go on as before.
+ */
+async function collectFinished(
+  ctx: ProvisioningContext,
+  run: Run,
+  job: FinishedJob,
+  finished: (run: Run, job: FinishedJob) => Promise<RunStep>,
+): Promise<RunStep> {
+  const waiting = run.waitingFor ?? null;
+  if (!(await awaitsCollect(ctx, run, job))) return (await openJobStep(ctx, run)) ?? stepOf(run);
+  const at = nowOf(ctx);
+  if (waiting?.kind === 'runner' && waiting.collectingUntil !== undefined && Date.parse(waiting.collectingUntil) > at) {
+    return { outcome: 'running', jobId: job.id, kind: job.kind, until: waiting.collectingUntil };
+  }
+  const claim: WaitingFor = { kind: 'runner', pool: job.pool, jobId: job.id, collectingUntil: new Date(at + COLLECT_CLAIM_MS).toISOString() };
+  if (!(await retryingContention(() => replaceWaiting(ctx.db, run.id, waiting, claim, at)))) {
+    return collectFinished(ctx, await existingRun(ctx, run.id), job, finished);
+  }
+  try {
+    return await finished({ ...run, waitingFor: claim }, job);
+  } catch (thrown) {
+    await retryingContention(() => replaceWaiting(ctx.db, run.id, claim, null, nowOf(ctx))).catch(() => undefined);
+    throw thrown;
+  }
+}
+
+/**
+ * Whether the run still stands where its finished job left it: planning (not waiting for a policy check) or applying
+ * as the job's kind says, waiting for nothing but this job, which is its latest.
+ */
+async function awaitsCollect(ctx: ProvisioningContext, run: Run, job: FinishedJob): Promise<boolean> {
+  if (run.state !== (job.kind === 'plan' ? 'planning' : 'applying')) return false;
+  const waiting = run.waitingFor;
+  if (waiting && (waiting.kind !== 'runner' || waiting.jobId !== job.id)) return false;
+  const latest = await retryingContention(() => latestJobOfRun(ctx.db, ctx.dialect, run.id));
+  return latest?.id === job.id;
 }
 
 /**

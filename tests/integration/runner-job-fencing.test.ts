@@ -7,6 +7,7 @@ import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
 import { hostClient } from '../../runner/host-client';
+import type { RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
@@ -103,7 +104,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
       expect(nextApply.state).toEqual(next.state);
-      // A plan that needs no approval goes on to its apply job in the activity that collected the plan.
+      // The result endpoint collects each job (a plan that needs no approval goes on to its apply job there) and hands
+      // the step to the run with its result event: the orchestration schedules its plan step and no collect.
       await eventually(async () => {
         const body = (await (await host.fetch(`/runtime-cloud/runs/${next.job.runId}`, { claims: operator })).json()) as RunBody;
         return body.state === 'applied' ? body : undefined;
@@ -115,7 +117,40 @@ for (const dialect of REPOSITORY_DIALECTS) {
         .orderBy('position' as never)
         .execute();
       const activities = (history as { event: string }[]).map((row) => JSON.parse(row.event) as HistoryEvent).filter((e) => e.EventType === HistoryEventType.TaskScheduled);
-      expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan, ProvisioningActivities.collectJob, ProvisioningActivities.collectJob]);
+      expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan]);
+    }, 60_000);
+
+    it('when a finished plan job is collected by several at once (its result endpoint, the run\'s deadline, a retry), then its apply is dispatched once and every collect answers with that job', async () => {
+      // Arrange: the agent's outcome is taken in by the service, not the endpoint, so nothing has collected it yet.
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, examplePromotion('development', example.repository), 'collect-1');
+      const plan = await eventually(() => client.claim('collect-agent', 0), 30_000);
+      let outcome: RunnerJobOutcome | undefined;
+      const capturing: typeof client = { ...client, job: (claimed) => ({ ...client.job(claimed), result: (o) => Promise.resolve(void (outcome = o)) }) };
+      await runJob({ client: capturing, agent: 'collect-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      const { provisioning } = host.host.deps;
+      await provisioning.runners.accept(plan.job.id, plan.token, JSON.stringify(outcome));
+
+      // Act
+      const steps = await Promise.all(Array.from({ length: 4 }, () => provisioning.collectJob(plan.job.runId, plan.job.id)));
+      const again = await provisioning.collectJob(plan.job.runId, plan.job.id);
+
+      // Assert
+      const jobs = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_runner_jobs').select(['id', 'kind', 'state']).where('run_id', '=', plan.job.runId).execute();
+      const applies = jobs.filter((j) => j.kind === 'apply');
+      expect(applies).toHaveLength(1);
+      for (const step of [...steps, again]) expect(step).toMatchObject({ outcome: 'running', jobId: expect.stringMatching(/^job_/) });
+      // Each answers with the apply job, or (while another collects) with the plan job until that collect's claim ends.
+      for (const step of steps) expect([applies[0]?.id, plan.job.id]).toContain((step as { jobId: string }).jobId);
+      expect(steps.filter((step) => (step as { jobId: string }).jobId === applies[0]?.id).length).toBeGreaterThanOrEqual(1);
+      expect(again).toMatchObject({ jobId: applies[0]?.id, kind: 'apply' });
+      const apply = await eventually(() => client.claim('collect-agent', 0), 30_000);
+      await runJob({ client, agent: 'collect-agent', workRoot: join(root, 'work') }, apply, () => undefined);
+      await eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${plan.job.runId}`, { claims: operator })).json()) as RunBody;
+        return body.state === 'applied' ? body : undefined;
+      });
     }, 60_000);
 
     it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {

@@ -70,6 +70,25 @@ describe('provisioning run orchestrator', () => {
     expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
   });
 
+  it("when the result event carries the step its endpoint collected, then the orchestrator goes on with it and schedules no collect; an earlier job's event is collected", async () => {
+    const raised = (s: number, payload: object) => ev({ EventType: HistoryEventType.EventRaised, Name: 'runner-result', Input: JSON.stringify(payload), Timestamp: at(s) });
+    const planJob: RunStep = { outcome: 'running', jobId: 'job_plan', kind: 'plan', until: at(60) };
+    const applyJob: RunStep = { outcome: 'running', jobId: 'job_apply', kind: 'apply', until: at(120) };
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, planJob, 1), timerCreated(1, 1)];
+
+    // The plan job's endpoint collected it and dispatched the apply job: the run waits for the apply job at once.
+    history.push(started(2), raised(2, { jobId: 'job_plan', step: applyJob }));
+    expect((await run(history)).flat.slice(3).map(describeAction)).toEqual(['wait-event', `timer ${at(120)}`]);
+
+    // A late event of the plan job, carrying its step, says nothing of the apply job: that one is collected.
+    history.push(timerCreated(2, 2), started(3), raised(3, { jobId: 'job_plan', step: { outcome: 'ended', state: 'applied' } }));
+    expect(describeAction((await run(history)).flat[5])).toBe(`${ProvisioningActivities.collectJob} {"runId":"run_1","jobId":"job_apply"}`);
+
+    history.push(scheduled(3, ProvisioningActivities.collectJob, 3), started(4), completed(3, applyJob, 4), timerCreated(4, 4));
+    history.push(started(5), raised(5, { jobId: 'job_apply', step: { outcome: 'ended', state: 'applied' } }));
+    expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
+  });
+
   it('when the stack is busy, then the orchestrator waits for the stack-free event racing a timer of lockRetryMs; when the timer fires it asks again', async () => {
     const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } }, 1)];
     expect((await run(history)).flat.slice(1).map(describeAction)).toEqual(['wait-event', `timer ${at(2)}`]);
