@@ -76,8 +76,13 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
   const input = context.df.getInput<RunOrchestrationInput>();
   const { runId, timings } = input;
   try {
-    let step = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
+    let step: RunStep | typeof CONTINUE_AS_NEW = yield* untilNotWaiting(context, timings, () => callActivity(context, ProvisioningActivities.plan, { runId }));
     for (;;) {
+      if (step === CONTINUE_AS_NEW) {
+        // The new execution's first step (plan) finds the run where it stands (queued, or applying) and waits on.
+        context.df.continueAsNew(input);
+        return undefined;
+      }
       if (step.outcome === 'awaiting-approval' || step.outcome === 'stale') step = yield* waitForPerson(context, runId, timings, step);
       else if (step.outcome === 'awaiting-policy') {
         const waited = yield* waitForPolicy(context, input, step);
@@ -193,14 +198,29 @@ function expiryOf(step: Extract<RunStep, { outcome: 'awaiting-approval' }>, dead
 }
 
 /**
+ * Waits for the stack in one execution; then the orchestration continues as new, so a run waiting behind a long
+ * apply keeps a short history (a 10-minute apply at a 1 s retry would be about 600 activities and timers).
+ */
+export const STACK_WAITS_PER_EXECUTION = 50;
+
+/** What `untilNotWaiting` answers when the run should go on waiting in a new execution. */
+const CONTINUE_AS_NEW = Symbol('continue-as-new');
+
+/**
  * Repeats a step while it answers `waiting` (the stack is busy). Between tries the run sleeps until the run that
  * releases the stack wakes it (the stack-free event), or at the latest for `lockRetryMs` on a durable timer: the
- * fallback for a holder whose lease lapsed, or a wake-up that was lost.
+ * fallback for a holder whose lease lapsed, or a wake-up that was lost. After `STACK_WAITS_PER_EXECUTION` tries
+ * it answers `CONTINUE_AS_NEW`.
  */
-function* untilNotWaiting(context: OrchestrationContext, timings: OrchestrationTimings, step: () => Generator<Task, RunStep, unknown>): Generator<Task, RunStep, unknown> {
-  for (;;) {
+function* untilNotWaiting(
+  context: OrchestrationContext,
+  timings: OrchestrationTimings,
+  step: () => Generator<Task, RunStep, unknown>,
+): Generator<Task, RunStep | typeof CONTINUE_AS_NEW, unknown> {
+  for (let waits = 0; ; waits++) {
     const result = yield* step();
     if (result.outcome !== 'waiting') return result;
+    if (waits === STACK_WAITS_PER_EXECUTION) return CONTINUE_AS_NEW;
     context.df.setCustomStatus({ waitingFor: result.waitingFor });
     const freed = context.df.waitForExternalEvent(STACK_FREE_EVENT);
     const retry = context.df.createTimer(later(context.df.currentUtcDateTime, timings.lockRetryMs));

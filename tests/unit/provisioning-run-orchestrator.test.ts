@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { HistoryEventType, orchestrationPayload, flattenActions, type Action, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { functionsWithTrigger } from '../../local/functions-core/registry';
 import { ProvisioningActivities } from '../../functions/provisioning/provisioning-run.activities';
-import { POLICY_POLLS_PER_EXECUTION, ProvisioningOrchestrations, type RunOrchestrationInput } from '../../functions/provisioning/provisioning-run.orchestrator';
+import { POLICY_POLLS_PER_EXECUTION, ProvisioningOrchestrations, STACK_WAITS_PER_EXECUTION, type RunOrchestrationInput } from '../../functions/provisioning/provisioning-run.orchestrator';
 import type { RunStep } from '../../shared/provisioning/provisioning.service';
 
 type Callback = (payload: unknown, context: df.DummyOrchestrationContext) => Promise<{ isDone: boolean; actions: unknown[][]; output?: unknown; customStatus?: unknown }>;
@@ -87,6 +87,29 @@ describe('provisioning run orchestrator', () => {
     history.push(scheduled(3, ProvisioningActivities.collectJob, 3), started(4), completed(3, applyJob, 4), timerCreated(4, 4));
     history.push(started(5), raised(5, { jobId: 'job_apply', step: { outcome: 'ended', state: 'applied' } }));
     expect(await run(history)).toMatchObject({ isDone: true, output: { outcome: 'ended', state: 'applied' } });
+  });
+
+  it(`when a run waited ${STACK_WAITS_PER_EXECUTION} times for its stack, then it continues as new with its input, so a long wait keeps a short history`, async () => {
+    // Arrange: behind an apply the run's apply step answers "waiting" each time its 1 s timer fires.
+    const busy: RunStep = { outcome: 'waiting', waitingFor: { kind: 'stack-lock', stack: 's', heldBy: 'run_0' } };
+    const history = [...begin(), scheduled(0, ProvisioningActivities.plan, 0), started(1), completed(0, { outcome: 'applying' }, 1)];
+    let id = 1;
+    let s = 1;
+    for (let i = 0; i <= STACK_WAITS_PER_EXECUTION; i++, s += 2) {
+      history.push(scheduled(id, ProvisioningActivities.apply, s), started(s + 1), completed(id, busy, s + 1));
+      if (i < STACK_WAITS_PER_EXECUTION) history.push(timerCreated(id + 1, s + 1), started(s + 2), timerFired(id + 1, s + 2));
+      id += 2;
+    }
+
+    // Act
+    const continued = await run(history);
+    const fewer = await run(history.slice(0, -6));
+
+    // Assert
+    const action = continued.flat.at(-1);
+    expect(continued.isDone).toBe(true);
+    expect(action?.kind === 'continue-as-new' && JSON.parse(action.input ?? '{}')).toEqual(input);
+    expect(fewer.flat.at(-1)?.kind).not.toBe('continue-as-new');
   });
 
   it('when the stack is busy, then the orchestrator waits for the stack-free event racing a timer of lockRetryMs; when the timer fires it asks again', async () => {
