@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal, type Scope, type TenantFilter } from '../../shared/platform/auth/auth';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { errorProblem, internalProblem } from '../../shared/platform/http/problem';
+import { isStoreUnavailable, storeUnavailable } from '../../shared/platform/sql/transaction';
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { getDeps } from '../runtime';
@@ -85,6 +86,10 @@ export function endpointSpec(handler: object): EndpointSpec<unknown, unknown> | 
 export function errorResponse(thrown: unknown, context: InvocationContext): HttpResponseInit {
   const error = ensureError(thrown);
   if (error instanceof AppError) return errorProblem(error);
+  if (isStoreUnavailable(error)) {
+    logOf(context).warn(`the store is unavailable: ${error.message}`);
+    return errorProblem(storeUnavailable());
+  }
   const correlationId = randomUUID();
   logOf(context).error(`unhandled error [${correlationId}]: ${error.stack ?? error.message}`, {}, error);
   return internalProblem(correlationId);

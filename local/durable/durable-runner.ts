@@ -1,3 +1,4 @@
+import { isStoreUnavailable } from '../../shared/platform/sql/transaction';
 import type { InvocationContext, InvocationContextInit } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
@@ -189,7 +190,8 @@ export class DurableRunner {
         await this.#takeActivities();
       } while (this.#again && !this.#stopping);
     } catch (error) {
-      this.#deps.log('error', 'durable-runner', 'looking for durable work failed', ensureError(error));
+      // The store gone for a moment (its connections killed) is a fault the next look recovers from.
+      this.#deps.log(isStoreUnavailable(ensureError(error)) ? 'warning' : 'error', 'durable-runner', 'looking for durable work failed', ensureError(error));
     } finally {
       this.#ticking = false;
       if (!this.#stopping) this.#pollTimer = setTimeout(() => void this.#tick(), this.#options.pollMs);
@@ -276,7 +278,8 @@ export class DurableRunner {
       }
     } catch (error) {
       if (!(error instanceof LeaseLostError)) {
-        this.#deps.log('error', 'durable-runner', `durable instance ${instanceId} could not run`, ensureError(error));
+        // Its episode did not commit: the instance runs again at the next look (at once when only the store blinked).
+        this.#deps.log(isStoreUnavailable(ensureError(error)) ? 'warning' : 'error', 'durable-runner', `durable instance ${instanceId} could not run`, ensureError(error));
       }
     } finally {
       await releaseInstanceLease(this.#db, instanceId, this.workerId).catch((error: unknown) =>

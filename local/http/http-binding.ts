@@ -3,7 +3,9 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { internalProblem, problemResponse, type Problem, type ProblemResponse } from '../../shared/platform/http/problem';
+import { ensureError } from '../../shared/platform/errors/app-error';
+import { errorProblem, internalProblem, problemResponse, type Problem, type ProblemResponse } from '../../shared/platform/http/problem';
+import { isStoreUnavailable, storeUnavailable } from '../../shared/platform/sql/transaction';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import { BufferedRequest } from './buffered-request';
@@ -160,6 +162,13 @@ export class HttpBinding {
       if (error instanceof BadRequestLine) {
         req.resume();
         if (!res.headersSent) send(res, problem({ status: 400, code: 'REQUEST.BAD_TARGET', title: 'Bad request', detail: error.message }));
+        return;
+      }
+      // The store went away under a local endpoint (its connections killed, a restart): 503, as the API answers it.
+      if (isStoreUnavailable(ensureError(error))) {
+        this.#log('warning', 'local-host', `the store is unavailable for ${req.method ?? ''} ${url?.pathname ?? ''}: ${ensureError(error).message}`);
+        if (!res.headersSent) send(res, sentOf(errorProblem(storeUnavailable())));
+        else res.destroy();
         return;
       }
       // Handlers map their own errors; reaching here is a host defect, never the client's input.

@@ -1,3 +1,4 @@
+import { isStoreUnavailable } from '../../shared/platform/sql/transaction';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
@@ -151,7 +152,8 @@ class QueueReceiver {
             newLockToken: randomUUID,
           });
         } catch (thrown) {
-          this.#log('error', this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
+          // The store gone for a moment (its connections killed) is a fault the next receive recovers from.
+          this.#log(isStoreUnavailable(ensureError(thrown)) ? 'warning' : 'error', this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
         }
         level?.fetched(received.length, this.#inFlight.size);
       }

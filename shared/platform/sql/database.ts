@@ -216,6 +216,9 @@ export function postgresDialect(options: SqlStoreOptions): Dialect {
     // Counters and epoch-millisecond times are BIGINT; they fit a double, and the product treats them as numbers.
     types: { getTypeParser: numericBigints(driver) },
   });
+  // An idle connection the server ended (a restart, `pg_terminate_backend`) is an 'error' event of the pool, which
+  // drops that connection itself; unheard, the event would end the process. The next query opens a new one.
+  pool.on('error', () => undefined);
   return new SearchPathPostgresDialect({ pool: withNamedStatements(pool) });
 }
 
@@ -231,6 +234,10 @@ function withNamedStatements(pool: pg.Pool): pg.Pool {
     const client = await connect();
     if (!patched.has(client)) {
       patched.add(client);
+      // The server ending a connection that is checked out (a restart, `pg_terminate_backend`) is an 'error' event of
+      // the client, unheard by Kysely, which would end the process: the query in flight fails with it, and the pool
+      // drops the broken connection when it is given back.
+      client.on('error', () => undefined);
       const query = client.query.bind(client) as (...args: unknown[]) => unknown;
       (client as { query: unknown }).query = (text: unknown, values?: unknown) => {
         const name = typeof text === 'string' ? statementName(text) : undefined;

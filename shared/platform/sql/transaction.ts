@@ -73,3 +73,23 @@ export function isContention(error: Error): boolean {
   if (number === 1205 || number === 1222) return true;
   return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
 }
+
+/**
+ * The store cannot be reached or dropped the connection: PostgreSQL's connection and shutdown classes (08xxx;
+ * 57P01 admin shutdown, as `pg_terminate_backend` sends; 57P02 crash shutdown; 57P03 cannot connect now), the
+ * socket errors of a server that went away, the pg driver's "Connection terminated", and SQL Server's ESOCKET,
+ * ECONNCLOSED and ETIMEOUT. A request that meets it is answered 503 `STORE.UNAVAILABLE` with Retry-After (whether
+ * its last statement committed is unknown, so it is not retried here: every write the API takes is idempotent by
+ * key or guarded by state, and the client's retry is safe).
+ */
+export function isStoreUnavailable(error: Error): boolean {
+  const { code } = error as { code?: unknown };
+  if (typeof code === 'string' && (/^08[0-9A-Z]{3}$/.test(code) || code === '57P01' || code === '57P02' || code === '57P03')) return true;
+  if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT' || code === 'ESOCKET' || code === 'ECONNCLOSED' || code === 'ETIMEOUT') return true;
+  return /^Connection terminated|^Client has encountered a connection error|^timeout exceeded when trying to connect|^Connection is closed/.test(error.message);
+}
+
+/** The answer to a request that met `isStoreUnavailable`. */
+export function storeUnavailable(): AppError {
+  return new AppError('STORE.UNAVAILABLE', 'unavailable', 'the store is not reachable just now; retry shortly', { retryAfterSeconds: 2 });
+}
