@@ -250,7 +250,7 @@ describe.each(REPOSITORY_DIALECTS)('inventory scans on %s', (dialect) => {
   it.skipIf(skipDialect(dialect))('when an inventory is paged with a cursor, then every resource comes once, in stored key order, hashed and encoded urns included', async () => {
     const { id, stack } = await appliedEnvironment();
     const resources = manyResources(stack, 250);
-    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), resources, clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), resources, { at: clock.now(), scanId: 'scan-seeded' });
 
     const urns: string[] = [];
     const pageSizes: number[] = [];
@@ -277,7 +277,7 @@ describe.each(REPOSITORY_DIALECTS)('inventory scans on %s', (dialect) => {
 
   it.skipIf(skipDialect(dialect))('when a page of a large inventory is asked for, then about one page is read from Table storage, not the whole partition', async () => {
     const { id, stack } = await appliedEnvironment();
-    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), manyResources(stack, 1_000), clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), manyResources(stack, 1_000), { at: clock.now(), scanId: 'scan-seeded' });
     const { store, read } = countingTableStore(server.connectionString);
     const counted = inventoryOver(database.store, server.connectionString, clock, { tables: createObservedInventory(store) }).inventory;
 
