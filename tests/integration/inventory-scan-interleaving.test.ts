@@ -84,17 +84,28 @@ describe.each(DIALECTS.flatMap((dialect) => TABLE_SERVERS.map((tables) => [diale
     await cloud.update('local', api.id, { name: 'demo-api', size });
   };
 
+  /** Starts the first host's scan of `key`, held after its observation or at its first Table batch, once it is there. */
+  const heldScan = async (key: EnvironmentKey, at: 'observation' | 'batch') => {
+    const gate = new Gate();
+    if (at === 'observation') observationGate = gate;
+    const scan = firstHost(at === 'batch' ? gate : undefined).scan(key, { kind: 'timer' });
+    await gate.reached;
+    return { gate, scan };
+  };
+  /** A minute on, the second host scans `key` to its end. */
+  const laterScan = (key: EnvironmentKey) => {
+    clock.advance(60_000);
+    return later.scan(key, { kind: 'manual', by: 'op-1' });
+  };
+  const unreachable = () => new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'the target did not answer');
+
   it.skipIf(skipDialect(dialect))("when a scan's observation fails after another host's later scan observed the environment, then the environment stays observed and in sync, never stale", async () => {
     const key = await appliedEnvironment();
-    observationGate = new Gate();
-    const gate = observationGate;
-    const early = firstHost().scan(key, { kind: 'timer' });
-    await gate.reached;
-    clock.advance(60_000);
-    expect(await later.scan(key, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+    const early = await heldScan(key, 'observation');
+    expect(await laterScan(key)).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
 
-    gate.open(new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'the target did not answer'));
-    const failed = await early;
+    early.gate.open(unreachable());
+    const failed = await early.scan;
 
     expect(failed.outcome).toBe('failed');
     expect(failed.reason).toContain('a newer observation is recorded, so the environment is not marked stale');
@@ -104,32 +115,25 @@ describe.each(DIALECTS.flatMap((dialect) => TABLE_SERVERS.map((tables) => [diale
 
   it.skipIf(skipDialect(dialect))("when a scan's Table write fails after another host's later scan stored and recorded its observation, then the environment is not marked stale", async () => {
     const key = await appliedEnvironment();
-    const batchGate = new Gate();
-    const early = firstHost(batchGate).scan(key, { kind: 'timer' });
-    await batchGate.reached;
-    clock.advance(60_000);
-    expect(await later.scan(key, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed' });
+    const early = await heldScan(key, 'batch');
+    expect(await laterScan(key)).toMatchObject({ outcome: 'completed' });
 
-    batchGate.open(new Error('Table storage did not answer'));
+    early.gate.open(new Error('Table storage did not answer'));
 
-    expect(await early).toMatchObject({ outcome: 'failed', reason: expect.stringContaining('not marked stale') });
+    expect(await early.scan).toMatchObject({ outcome: 'failed', reason: expect.stringContaining('not marked stale') });
     expect(await driftOf(key)).toMatchObject({ status: 'in-sync', stale: false, lastObservedAt: clock.now().toISOString() });
   });
 
   it.skipIf(skipDialect(dialect))('when an older observation comes back after a newer one was recorded, then the newer one stays: its rows, its drift and its proposal', async () => {
     const key = await appliedEnvironment();
-    observationGate = new Gate();
-    const gate = observationGate;
     // The first host observes the environment in sync, and is held; then the target drifts and the second host sees it.
-    const early = firstHost().scan(key, { kind: 'timer' });
-    await gate.reached;
+    const early = await heldScan(key, 'observation');
     await tamper(key, 'large');
-    clock.advance(60_000);
-    expect(await later.scan(key, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
+    expect(await laterScan(key)).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
 
-    gate.open();
+    early.gate.open();
 
-    expect(await early).toMatchObject({ outcome: 'skipped', reason: expect.stringContaining('a newer observation is recorded') });
+    expect(await early.scan).toMatchObject({ outcome: 'skipped', reason: expect.stringContaining('a newer observation is recorded') });
     expect(await driftOf(key)).toMatchObject({ status: 'drifted', stale: false, lastObservedAt: clock.now().toISOString() });
     expect(await sizeInInventory(key)).toBe('large');
     expect((await later.listProposals({ kind: 'one', tenant: key.tenant }, { environment: key.id, status: 'open', limit: 10 })).items).toHaveLength(1);
@@ -137,17 +141,14 @@ describe.each(DIALECTS.flatMap((dialect) => TABLE_SERVERS.map((tables) => [diale
 
   it.skipIf(skipDialect(dialect))('when an older observation reaches Table storage after a newer one was stored, then its write is superseded there and nothing of it is recorded', async () => {
     const key = await appliedEnvironment();
-    const batchGate = new Gate();
     // Held after its desired-state check, with its Table transaction built on what it read.
-    const early = firstHost(batchGate).scan(key, { kind: 'timer' });
-    await batchGate.reached;
+    const early = await heldScan(key, 'batch');
     await tamper(key, 'medium');
-    clock.advance(60_000);
-    expect(await later.scan(key, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
+    expect(await laterScan(key)).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
 
-    batchGate.open();
+    early.gate.open();
 
-    expect(await early).toMatchObject({ outcome: 'skipped', reason: expect.stringContaining('a newer observation is stored') });
+    expect(await early.scan).toMatchObject({ outcome: 'skipped', reason: expect.stringContaining('a newer observation is stored') });
     expect(await driftOf(key)).toMatchObject({ status: 'drifted', stale: false, lastObservedAt: clock.now().toISOString() });
     expect(await sizeInInventory(key)).toBe('medium');
   });
@@ -158,27 +159,19 @@ describe.each(DIALECTS.flatMap((dialect) => TABLE_SERVERS.map((tables) => [diale
     await tamper(b, 'large');
 
     // tenant-a's late failure: no newer observation of its own environment, so it is stale.
-    observationGate = new Gate();
-    let gate = observationGate;
-    const failing = firstHost().scan(a, { kind: 'timer' });
-    await gate.reached;
-    clock.advance(60_000);
-    expect(await later.scan(b, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
-    gate.open(new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'the target did not answer'));
-    expect(await failing).toMatchObject({ outcome: 'failed', reason: 'INVENTORY.TARGET_UNREACHABLE: the target did not answer' });
+    const failing = await heldScan(a, 'observation');
+    expect(await laterScan(b)).toMatchObject({ outcome: 'completed', driftStatus: 'drifted' });
+    failing.gate.open(unreachable());
+    expect(await failing.scan).toMatchObject({ outcome: 'failed', reason: 'INVENTORY.TARGET_UNREACHABLE: the target did not answer' });
     expect(await driftOf(a)).toMatchObject({ status: 'unknown', stale: true });
     expect(await driftOf(b)).toMatchObject({ status: 'drifted', stale: false });
 
     // tenant-a's older observation, stored after tenant-b's newer one: its own, and kept.
     clock.advance(60_000);
-    observationGate = new Gate();
-    gate = observationGate;
-    const observing = firstHost().scan(a, { kind: 'timer' });
-    await gate.reached;
-    clock.advance(60_000);
-    expect(await later.scan(b, { kind: 'manual', by: 'op-1' })).toMatchObject({ outcome: 'completed' });
-    gate.open();
-    expect(await observing).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
+    const observing = await heldScan(a, 'observation');
+    expect(await laterScan(b)).toMatchObject({ outcome: 'completed' });
+    observing.gate.open();
+    expect(await observing.scan).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
     expect(await driftOf(a)).toMatchObject({ status: 'in-sync', stale: false });
     expect(await sizeInInventory(a)).toBe('small');
     expect(await sizeInInventory(b)).toBe('large');

@@ -2,7 +2,7 @@ import { TableClient } from '@azure/data-tables';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningTableServer } from '../../local/azurite/table-server';
 import type { EnvironmentKey } from '../../shared/inventory/environment';
-import { createObservedInventory, environmentPartition, INVENTORY_TABLE, type ObservedInventory, type ObservedRow } from '../../shared/inventory/observed-inventory.repository';
+import { createObservedInventory, environmentPartition, INVENTORY_TABLE, type Observation, type ObservedInventory, type ObservedRow } from '../../shared/inventory/observed-inventory.repository';
 import { createTableStore } from '../../shared/platform/tables/tables';
 import { Gate, startTableServerOf, TABLE_SERVERS, tableStoreHoldingBatch } from '../support/table-servers';
 
@@ -24,10 +24,12 @@ describe.each(TABLE_SERVERS)('observed inventory written by two hosts at once (%
     const rows = await reader.listPage(environment, { limit: 1000 });
     return { count: rows.length, sizes: [...new Set(rows.map((r) => r.resource.properties?.size))] };
   };
-  /** A host whose `n`-th Table transaction waits at the gate returned. */
-  const heldHost = (n: number) => {
+  /** Another host's write of an observation, held before its `n`-th Table transaction: resolves once it is there. */
+  const heldWrite = async (n: number, environment: EnvironmentKey, rows: ObservedRow[], observation: Observation) => {
     const gate = new Gate();
-    return { gate, inventory: createObservedInventory(tableStoreHoldingBatch(server.connectionString, n, gate)) };
+    const writing = createObservedInventory(tableStoreHoldingBatch(server.connectionString, n, gate)).replace(environment, rows, observation);
+    await gate.reached;
+    return { gate, writing };
   };
 
   beforeAll(async () => {
@@ -40,14 +42,12 @@ describe.each(TABLE_SERVERS)('observed inventory written by two hosts at once (%
 
   it('when an older observation reaches Table storage after a newer one was stored, then it is superseded and the newer one stays', async () => {
     const environment = anEnvironment();
-    const older = heldHost(1);
-    const writing = older.inventory.replace(environment, resources(20, 'old'), { at: t1, scanId: 'scan-old' });
-    await older.gate.reached;
+    const older = await heldWrite(1, environment, resources(20, 'old'), { at: t1, scanId: 'scan-old' });
 
     expect(await reader.replace(environment, resources(20, 'new'), { at: t2, scanId: 'scan-new' })).toMatchObject({ outcome: 'stored', written: 20 });
     older.gate.open();
 
-    expect(await writing).toEqual({ outcome: 'superseded', by: { scanId: 'scan-new', observedAt: t2.toISOString() } });
+    expect(await older.writing).toEqual({ outcome: 'superseded', by: { scanId: 'scan-new', observedAt: t2.toISOString() } });
     expect(await sizes(environment)).toEqual({ count: 20, sizes: ['new'] });
   });
 
@@ -55,14 +55,12 @@ describe.each(TABLE_SERVERS)('observed inventory written by two hosts at once (%
     const environment = anEnvironment();
     await reader.replace(environment, resources(250, 'first'), { at: new Date(t1.getTime() - 60_000), scanId: 'scan-first' });
     // The older writer's first batch is written; its second waits until the newer one has written the whole partition.
-    const older = heldHost(2);
-    const writing = older.inventory.replace(environment, resources(250, 'old'), { at: t1, scanId: 'scan-old' });
-    await older.gate.reached;
+    const older = await heldWrite(2, environment, resources(250, 'old'), { at: t1, scanId: 'scan-old' });
 
     expect(await reader.replace(environment, resources(240, 'new'), { at: t2, scanId: 'scan-new' })).toMatchObject({ outcome: 'stored', written: 240, deleted: 10 });
     older.gate.open();
 
-    expect(await writing).toMatchObject({ outcome: 'superseded', by: { scanId: 'scan-new' } });
+    expect(await older.writing).toMatchObject({ outcome: 'superseded', by: { scanId: 'scan-new' } });
     expect(await sizes(environment)).toEqual({ count: 240, sizes: ['new'] });
   });
 
@@ -76,24 +74,20 @@ describe.each(TABLE_SERVERS)('observed inventory written by two hosts at once (%
   it('when an older writer took the partition first and a newer one overtakes it, then the newer one re-reads on its conflict and completes', async () => {
     const environment = anEnvironment();
     // The newer writer reads the partition, then waits; the older one writes all of it meanwhile.
-    const newer = heldHost(1);
-    const writing = newer.inventory.replace(environment, resources(20, 'new'), { at: t2, scanId: 'scan-new' });
-    await newer.gate.reached;
+    const newer = await heldWrite(1, environment, resources(20, 'new'), { at: t2, scanId: 'scan-new' });
     expect(await reader.replace(environment, resources(25, 'old'), { at: t1, scanId: 'scan-old' })).toMatchObject({ outcome: 'stored', written: 25 });
     newer.gate.open();
 
     // Its held batch was built on what it read before: refused (412/409), read again, and written over the older one.
-    expect(await writing).toMatchObject({ outcome: 'stored', written: 20, deleted: 5 });
+    expect(await newer.writing).toMatchObject({ outcome: 'stored', written: 20, deleted: 5 });
     expect(await sizes(environment)).toEqual({ count: 20, sizes: ['new'] });
   });
 
   it('when a writer stopped half way, then the next observation completes the partition and an unchanged one after it writes no row', async () => {
     const environment = anEnvironment();
-    const stopped = heldHost(2);
-    const writing = stopped.inventory.replace(environment, resources(150, 'half'), { at: t1, scanId: 'scan-half' });
-    await stopped.gate.reached;
+    const stopped = await heldWrite(2, environment, resources(150, 'half'), { at: t1, scanId: 'scan-half' });
     stopped.gate.open(new Error('the host was stopped'));
-    await expect(writing).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE' });
+    await expect(stopped.writing).rejects.toMatchObject({ code: 'INVENTORY.TABLES_UNAVAILABLE' });
     expect((await sizes(environment)).count).toBe(99);
 
     expect(await reader.replace(environment, resources(150, 'half'), { at: t2, scanId: 'scan-next' })).toMatchObject({ outcome: 'stored', written: 51, deleted: 0 });
@@ -104,13 +98,11 @@ describe.each(TABLE_SERVERS)('observed inventory written by two hosts at once (%
   it('when two tenants have an environment of the same id, then a newer observation of one never supersedes an older one of the other', async () => {
     const a = anEnvironment('tenant-a');
     const b = { tenant: 'tenant-b', id: a.id };
-    const older = heldHost(1);
-    const writing = older.inventory.replace(a, resources(4, 'a'), { at: t1, scanId: 'scan-a' });
-    await older.gate.reached;
+    const older = await heldWrite(1, a, resources(4, 'a'), { at: t1, scanId: 'scan-a' });
     expect(await reader.replace(b, resources(6, 'b'), { at: t2, scanId: 'scan-b' })).toMatchObject({ outcome: 'stored', written: 6 });
     older.gate.open();
 
-    expect(await writing).toMatchObject({ outcome: 'stored', written: 4 });
+    expect(await older.writing).toMatchObject({ outcome: 'stored', written: 4 });
     expect(await sizes(a)).toEqual({ count: 4, sizes: ['a'] });
     expect(await sizes(b)).toEqual({ count: 6, sizes: ['b'] });
   });

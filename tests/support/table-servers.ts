@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { devConnectionString, startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
+import type { PipelinePolicy } from '@azure/core-rest-pipeline';
 import { createTableStore, type TableStore } from '../../shared/platform/tables/tables';
 
 /**
@@ -79,29 +80,34 @@ export class Gate {
   }
 }
 
-/**
- * A Table store whose clients hold their `n`-th transaction (`$batch` request, counted from 1) at `gate` before
- * sending it: another writer goes first, then the held batch is sent as it was built.
- */
-export function tableStoreHoldingBatch(connection: string, n: number, gate: Gate): TableStore {
+/** A Table store whose every table client sends its requests through `policy` first (to count, hold or inspect them). */
+export function tableStoreWithPolicy(connection: string, policy: PipelinePolicy): TableStore {
   const inner = createTableStore(connection);
   const wired = new Set<unknown>();
-  let batches = 0;
   return {
     ping: () => inner.ping(),
     async table(name) {
       const client = await inner.table(name);
       if (!wired.has(client)) {
         wired.add(client);
-        client.pipeline.addPolicy({
-          name: 'holdBatch',
-          async sendRequest(request, next) {
-            if (request.method === 'POST' && request.url.includes('$batch') && ++batches === n) await gate.pass();
-            return next(request);
-          },
-        });
+        client.pipeline.addPolicy(policy);
       }
       return client;
     },
   };
+}
+
+/**
+ * A Table store whose clients hold their `n`-th transaction (`$batch` request, counted from 1) at `gate` before
+ * sending it: another writer goes first, then the held batch is sent as it was built.
+ */
+export function tableStoreHoldingBatch(connection: string, n: number, gate: Gate): TableStore {
+  let batches = 0;
+  return tableStoreWithPolicy(connection, {
+    name: 'holdBatch',
+    async sendRequest(request, next) {
+      if (request.method === 'POST' && request.url.includes('$batch') && ++batches === n) await gate.pass();
+      return next(request);
+    },
+  });
 }
