@@ -124,6 +124,9 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
+  // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning and inventory only read them.
+  const knowsTenant = async (tenant: string) =>
+    (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined;
   const provisioning = createProvisioningService({
     store,
     clock,
@@ -146,9 +149,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     // endpoints (the local host's stand-ins on loopback, or Azure's services). One without an endpoint fails every
     // call as a service that does not answer, so no run passes a policy, an approval or a receipt unchecked.
     services: createPeerExternalServices({ ...config.peers, tokens: peerTokens, lastKnownConfig: tableLastKnownConfig(tables) }),
-    // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning only reads them.
-    knowsTenant: async (tenant) =>
-      (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined,
+    knowsTenant,
     // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
     desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
     // Repositories the installation allows, per tenant; local (file:) repositories only where the host says so.
@@ -200,6 +201,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
           .where('state', '=', 'applying')
           .executeTakeFirst()
       )?.id,
+    knowsTenant,
   });
 
   const healthChecks: HealthCheck[] = [

@@ -7,6 +7,11 @@ import { join } from 'node:path';
 const DEV_ACCOUNT = 'devstoreaccount1';
 const DEV_KEY = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
 
+/** The connection string of Azurite's development account on a Table endpoint of 127.0.0.1 (needs `allowInsecureConnection`). */
+export function devConnectionString(port: number | string): string {
+  return `DefaultEndpointsProtocol=http;AccountName=${DEV_ACCOUNT};AccountKey=${DEV_KEY};TableEndpoint=http://127.0.0.1:${port}/${DEV_ACCOUNT};`;
+}
+
 export interface RunningTableServer {
   /** Connection string for `@azure/data-tables` (needs `allowInsecureConnection`). */
   readonly connectionString: string;
@@ -43,9 +48,7 @@ export async function startTableServer(options: { dataDir?: string; port?: numbe
   await server.start();
   const port = new URL(`http://${server.getHttpServerAddress().replace(/^https?:\/\//, '')}`).port;
   return {
-    connectionString:
-      `DefaultEndpointsProtocol=http;AccountName=${DEV_ACCOUNT};AccountKey=${DEV_KEY};` +
-      `TableEndpoint=http://127.0.0.1:${port}/${DEV_ACCOUNT};`,
+    connectionString: devConnectionString(port),
     close: () => server.close(),
   };
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { isOpaque, SECRET_MASK, writePath, type JsonObject } from '../platform/iac/iac-values';
+import { fieldProblems, type FieldProblem } from '../platform/validation/validation';
 import {
   formatPath,
   ignoreRuleProblems,
@@ -74,9 +75,9 @@ export interface DesiredState {
 const PROJECT_RULES_EXPIRE = '9999-12-31T23:59:59.999Z';
 
 /** The desired state in a `SpecificationApplied`'s data, or the problems that make it unreadable. */
-export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems: string[] } {
+export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems: FieldProblem[] } {
   const parsed = specificationAppliedSchema.safeParse(data);
-  if (!parsed.success) return { problems: parsed.error.issues.map((i) => `${i.path.join('.') || '(data)'}: ${i.message}`) };
+  if (!parsed.success) return { problems: fieldProblems(parsed.error, '(data)') };
   const d = parsed.data;
   const resources: Record<string, { type: string; id?: string; properties: { [key: string]: JsonValue } }> = {};
   // A deleted resource is not in the target any more; one without properties (an older producer) is desired with none.
@@ -99,6 +100,47 @@ export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems
     }
   }
   return { ok: { runId: d.runId, tenant: d.tenantId, environment: d.environment, release: d.release, project: d.project, stack: d.stack, resources, projectRules } };
+}
+
+/** How a run ended, as `ProvisioningApplied` / `ProvisioningFailed` tell inventory (run-events.ts is the producer). */
+export interface RunOutcome {
+  readonly runId: string;
+  readonly environment: EnvironmentKey;
+  readonly state: string;
+  /** Epoch ms, when the event says. */
+  readonly finishedAt?: number;
+  readonly code?: string;
+}
+
+/** The members of a run's terminal event inventory reads. */
+const runOutcomeSchema = z.object({
+  runId: z.string().min(1),
+  tenantId: z.string().min(1),
+  environment: z.object({ id: z.string().min(1) }),
+  state: z.string().min(1),
+  finishedAt: z.iso.datetime({ offset: true }).optional(),
+  code: z.string().optional(),
+});
+
+/**
+ * The run outcome of a terminal event's `data`; `none` for a `ProvisioningFailed` of a message rejected before any
+ * run existed (it names the message, no run and no environment); or what is wrong with it.
+ */
+export function runOutcomeOf(data: unknown): { ok: RunOutcome } | { none: true } | { problems: FieldProblem[] } {
+  const d = data as { runId?: unknown; messageId?: unknown } | undefined;
+  if (d?.runId === undefined && typeof d?.messageId === 'string') return { none: true };
+  const parsed = runOutcomeSchema.safeParse(data);
+  if (!parsed.success) return { problems: fieldProblems(parsed.error, '(data)') };
+  const r = parsed.data;
+  return {
+    ok: {
+      runId: r.runId,
+      environment: { tenant: r.tenantId, id: r.environment.id },
+      state: r.state,
+      ...(r.finishedAt !== undefined ? { finishedAt: Date.parse(r.finishedAt) } : {}),
+      ...(r.code !== undefined ? { code: r.code } : {}),
+    },
+  };
 }
 
 /**

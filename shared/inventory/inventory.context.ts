@@ -107,6 +107,8 @@ export interface InventoryServiceOptions {
   readonly scopeOf: (environment: { readonly tenant: string; readonly id: string; readonly tier: string; readonly stack: StackRef }) => ObservationScope | Promise<ObservationScope>;
   /** The run applying to the stack right now, if any: a scan then is skipped (it would see a half-applied stack). */
   readonly applyingRun: (stack: StackRef) => Promise<string | undefined>;
+  /** Whether this host knows the tenant (the capacity module administers tenants): a desired state of another is refused. */
+  readonly knowsTenant: (tenant: string) => Promise<boolean>;
 }
 
 /**
@@ -127,6 +129,7 @@ export interface InventoryContext {
   readonly observeTimeoutMs: number;
   readonly scopeOf: InventoryServiceOptions['scopeOf'];
   readonly applyingRun: InventoryServiceOptions['applyingRun'];
+  readonly knowsTenant: InventoryServiceOptions['knowsTenant'];
 }
 
 export function createInventoryContext(options: InventoryServiceOptions): InventoryContext {

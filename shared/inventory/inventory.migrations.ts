@@ -76,6 +76,21 @@ export const inventoryMigrations: MigrationSource = (dialect) => {
     '20261201-13-inventory-environments-by-tenant': {
       up: (db: Kysely<unknown>) => environmentsByTenant(db, dialect),
     },
+    '20261203-30-inventory-rejections': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .createTable('inventory_rejections')
+          .addColumn('message_id', t.key, (c) => c.primaryKey())
+          .addColumn('event_id', t.key)
+          .addColumn('event_type', t.key)
+          .addColumn('tenant_id', t.key)
+          .addColumn('code', t.key, (c) => c.notNull())
+          .addColumn('reason', t.text, (c) => c.notNull())
+          .addColumn('problems', t.text, (c) => c.notNull())
+          .addColumn('received_at', 'bigint', (c) => c.notNull())
+          .execute();
+      },
+    },
   };
 };
 

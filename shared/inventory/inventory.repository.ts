@@ -2,6 +2,7 @@ import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { AnyDb, SqlDialect } from '../platform/sql/database';
 import { firstRows, LOCK_ALIAS, lockingRows } from '../platform/sql/dialect';
+import type { FieldProblem } from '../platform/validation/validation';
 import type { IgnoreRule } from './drift';
 import type { EnvironmentKey } from './environment';
 import type { InventoryEnvironmentTable, InventoryProposalTable, InventoryTables } from './inventory.tables';
@@ -212,4 +213,51 @@ export async function listProposals(
   if (query.environment !== undefined) q = q.where('environment_id', '=', query.environment);
   if (query.before !== undefined) q = q.where('id', '<', query.before);
   return firstRows(q.orderBy('id', 'desc'), dialect, query.limit).execute();
+}
+
+/** A message inventory could not take in, as recorded. */
+export interface InventoryRejection {
+  readonly messageId: string;
+  readonly eventId?: string;
+  readonly eventType?: string;
+  readonly tenantId?: string;
+  readonly code: string;
+  readonly reason: string;
+  readonly problems: readonly FieldProblem[];
+  readonly receivedAt: Date;
+}
+
+/** Records a rejection; false when its message was rejected before (a redelivery): the first record stands. */
+export async function insertRejection(db: InventoryDb, rejection: InventoryRejection): Promise<boolean> {
+  const known = await db.selectFrom('inventory_rejections').select('message_id').where('message_id', '=', rejection.messageId).executeTakeFirst();
+  if (known) return false;
+  await db
+    .insertInto('inventory_rejections')
+    .values({
+      message_id: rejection.messageId,
+      event_id: rejection.eventId ?? null,
+      event_type: rejection.eventType ?? null,
+      tenant_id: rejection.tenantId ?? null,
+      code: rejection.code,
+      reason: rejection.reason,
+      problems: JSON.stringify(rejection.problems),
+      received_at: rejection.receivedAt.getTime(),
+    })
+    .execute();
+  return true;
+}
+
+export async function findRejection(db: InventoryDb, messageId: string): Promise<InventoryRejection | undefined> {
+  const row = await db.selectFrom('inventory_rejections').selectAll().where('message_id', '=', messageId).executeTakeFirst();
+  if (!row) return undefined;
+  return {
+    messageId: row.message_id,
+    ...(row.event_id !== null ? { eventId: row.event_id } : {}),
+    ...(row.event_type !== null ? { eventType: row.event_type } : {}),
+    ...(row.tenant_id !== null ? { tenantId: row.tenant_id } : {}),
+    code: row.code,
+    reason: row.reason,
+    problems: JSON.parse(row.problems) as FieldProblem[],
+    receivedAt: new Date(Number(row.received_at)),
+  };
 }

@@ -4,19 +4,25 @@ import type { EnvironmentKey, ProposalStatus } from './environment';
 import { drift, getEnvironment, inventory, listEnvironments, setScanning } from './environments.service';
 import { addIgnoreRule, deleteIgnoreRule, listIgnoreRules } from './ignore-rules.service';
 import { createInventoryContext, type DriftView, type EnvironmentView, type InventoryServiceOptions, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
-import type { RecordedIgnoreRule } from './inventory.repository';
+import { getRejection, intake, type IntakeMessage, type IntakeResult } from './intake.service';
+import type { InventoryRejection, RecordedIgnoreRule } from './inventory.repository';
 import type { ScanRecord, StoredResource } from './observed-inventory.repository';
 import { acceptedAs, dismiss, getProposal, listProposals, reconciliationFor } from './proposals.service';
 import { scan, scanDue, type ScanTrigger } from './scan.service';
-import { recordRunOutcome, recordSpecification, type SpecificationOutcome } from './specification.service';
+import { recordSpecification, type SpecificationOutcome } from './specification.service';
 
-export type { DriftView, EnvironmentView, InventoryServiceOptions, Page, PageRequest, ProposalView, ReconciliationRequest, ScanTrigger };
+export type { DriftView, EnvironmentView, IntakeMessage, IntakeResult, InventoryRejection, InventoryServiceOptions, Page, PageRequest, ProposalView, ReconciliationRequest, ScanTrigger };
 
 export interface InventoryService {
   /** Records the desired state of a `SpecificationApplied`; an older one arriving late changes nothing. */
   recordSpecification(event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<SpecificationOutcome>;
-  /** Notes a run's end (`ProvisioningApplied`/`Failed`); a failed reconciliation run reopens its proposal. */
-  recordRunOutcome(data: unknown): Promise<void>;
+  /**
+   * Takes a message of inventory's subscription in (a desired state, a run's end), or records it as a rejection with
+   * its reason; a failed reconciliation run reopens its proposal.
+   */
+  intake(message: IntakeMessage): Promise<IntakeResult>;
+  /** The rejection recorded for a message of inventory's subscription, by its messageId. */
+  getRejection(messageId: string): Promise<InventoryRejection | undefined>;
   /** Observes one environment now, diffs it and records the outcome (also a skip or a failure, with why). */
   scan(environment: EnvironmentKey, trigger: ScanTrigger): Promise<ScanRecord>;
   /** Scans the environments that are due, at most `scanConcurrency` at once; returns the records of this round. */
@@ -54,7 +60,8 @@ export function createInventoryService(options: InventoryServiceOptions): Invent
   const ctx = createInventoryContext(options);
   return {
     recordSpecification: (event) => recordSpecification(ctx, event),
-    recordRunOutcome: (data) => recordRunOutcome(ctx, data),
+    intake: (message) => intake(ctx, message),
+    getRejection: (messageId) => getRejection(ctx, messageId),
     scan: (environment, trigger) => scan(ctx, environment, trigger),
     scanDue: () => scanDue(ctx),
     setScanning: (tenants, environmentId, request) => setScanning(ctx, tenants, environmentId, request),

@@ -100,8 +100,25 @@ export interface InventoryProposalTable {
   note: string | null;
 }
 
+/**
+ * A message of inventory's subscription that could not be taken in, keyed by its messageId, with what could be read
+ * of it and why (intake.service.ts). Its inbox entry says `rejected`.
+ */
+export interface InventoryRejectionTable {
+  message_id: string;
+  event_id: string | null;
+  event_type: string | null;
+  tenant_id: string | null;
+  code: string;
+  reason: string;
+  /** JSON: `FieldProblem[]`, the fields that are wrong. */
+  problems: string;
+  received_at: number;
+}
+
 export interface InventoryTables extends OutboxTables {
   inventory_environments: InventoryEnvironmentTable;
   inventory_ignore_rules: InventoryIgnoreRuleTable;
   inventory_proposals: InventoryProposalTable;
+  inventory_rejections: InventoryRejectionTable;
 }

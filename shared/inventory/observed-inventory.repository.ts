@@ -17,8 +17,18 @@ import type { EnvironmentKey } from './environment';
  * percent-encoded, and a key longer than 512 characters is replaced by its sha-256.
  *
  * A row is rewritten only when the resource changed (a sha-256 of its stored form is kept on the row), so an
- * unchanged fleet costs one read per environment and scan; `changedAt` is when the row last changed, and every row
- * of a partition was seen by the environment's last successful observation (`lastObservedAt`).
+ * unchanged fleet costs one read and one write (the head row, below) per environment and scan; `changedAt` is when
+ * the row last changed.
+ *
+ * Several hosts scan one environment at once (the timer on one, the scan endpoint on another, the scan after an
+ * apply on a third), and an older observation must never overwrite a newer one. Each partition has a head row
+ * (`HEAD_ROW`) naming the observation its rows are (`observedAt`, `scanId`) and, once every row of it is written,
+ * its `digest`. Every write is conditional: each batch updates the head with If-Match on the ETag this writer last
+ * saw (or creates it, create-only), rows are updated with If-Match on the ETag they were read with and inserted
+ * create-only, so a batch is refused whole (412 or 409) when another writer got in between. Then the head is read
+ * again and decided on: a newer observation there wins and this one is dropped (`superseded`); otherwise the
+ * partition is read again and the rest written. (The SDK's transaction sends deletes with If-Match `*`: they are
+ * fenced by the head in the same batch.)
  */
 
 export const INVENTORY_TABLE = 'RuntimeCloudInventory';
@@ -29,6 +39,14 @@ const MAX_PARTS = 15;
 /** Table transactions take at most 100 operations of one partition and 4 MiB; stay well under the latter. */
 const BATCH_OPERATIONS = 100;
 const BATCH_CHARS = 1_000_000;
+/**
+ * The head row's key: `tableKey` never makes it (it writes `%` only before two hex digits), and it is not empty
+ * (Azurite cannot delete an entity with an empty key, and the Cosmos DB Table API refuses one).
+ */
+const HEAD_ROW = '%head';
+const HEAD_CHARS = 500;
+/** Conflicts with other writers before a store gives up (each is another writer's progress). */
+const REPLACE_ATTEMPTS = 5;
 /** Table storage answers a query with at most 1,000 entities, and refuses a larger `$top`. */
 const QUERY_PAGE_MAX = 1_000;
 
@@ -65,6 +83,14 @@ export interface ScanRecord {
   readonly deleted?: number;
 }
 
+/** An observed resource as a scan hands it to be stored. */
+export interface ObservedRow {
+  readonly urn: string;
+  readonly type: string;
+  readonly id: string;
+  readonly properties: { readonly [key: string]: JsonValue };
+}
+
 /** A stored resource and where it stands in its environment's key order. */
 export interface KeyedResource {
   /**
@@ -75,9 +101,25 @@ export interface KeyedResource {
   readonly resource: StoredResource;
 }
 
+/** One observation of an environment: when it began (what orders observations) and the scan that made it. */
+export interface Observation {
+  readonly at: Date;
+  readonly scanId: string;
+}
+
+/** What `replace` did: stored the observation, or left a newer one in place. */
+export type ReplaceOutcome =
+  /** The partition holds exactly this observation; `digest` names it (sha-256 over its rows). */
+  | { readonly outcome: 'stored'; readonly written: number; readonly deleted: number; readonly digest: string }
+  /** A newer observation is stored; this one was not written (its older rows never replace newer ones). */
+  | { readonly outcome: 'superseded'; readonly by: { readonly scanId: string; readonly observedAt: string } };
+
 export interface ObservedInventory {
-  /** Makes the environment's partition hold exactly `resources`; returns the rows written and deleted. */
-  replace(environment: EnvironmentKey, resources: readonly { urn: string; type: string; id: string; properties: { readonly [key: string]: JsonValue } }[], at: Date): Promise<{ written: number; deleted: number }>;
+  /**
+   * Makes the environment's partition hold exactly `resources`, unless an observation newer than this one is stored
+   * there (then nothing is written). Conditional throughout: see the comment at the top of this file.
+   */
+  replace(environment: EnvironmentKey, resources: readonly ObservedRow[], observation: Observation): Promise<ReplaceOutcome>;
   /**
    * At most `limit` (1 or more) resources of the environment whose key comes after `after` (from the first without
    * it), in key order, which is Table storage's own order within a partition and not urn order. Reads about `limit`
@@ -91,36 +133,34 @@ export interface ObservedInventory {
 
 export function createObservedInventory(tables: TableStore): ObservedInventory {
   return {
-    async replace(environment, resources, at) {
-      const table = await tables.table(INVENTORY_TABLE);
+    async replace(environment, resources, observation) {
+      const table = await tableCall(() => tables.table(INVENTORY_TABLE));
       const partitionKey = environmentPartition(environment);
-      const existing = new Map<string, string>();
-      const rows = table.listEntities<{ digest?: string }>({ queryOptions: { filter: odata`PartitionKey eq ${partitionKey}`, select: ['RowKey', 'digest'] } });
-      for await (const row of rows) existing.set(row.rowKey!, row.digest ?? '');
-      const actions: { action: TransactionAction; chars: number }[] = [];
-      const seen = new Set<string>();
-      for (const resource of resources) {
-        const rowKey = tableKey(resource.urn);
-        seen.add(rowKey);
-        const entity = toEntity(partitionKey, rowKey, resource, at);
-        if (existing.get(rowKey) === entity.digest) continue;
-        actions.push({ action: ['upsert', entity, 'Replace'], chars: entity.chars });
+      const rows = resources.map((resource) => toEntity(partitionKey, tableKey(resource.urn), resource, observation.at));
+      const digest = partitionDigest(rows);
+      for (let attempt = 1; attempt <= REPLACE_ATTEMPTS; attempt++) {
+        const head = await tableCall(() => readHead(table, partitionKey));
+        if (head && Date.parse(head.observedAt) > observation.at.getTime()) {
+          return { outcome: 'superseded', by: { scanId: head.scanId, observedAt: head.observedAt } };
+        }
+        try {
+          return { outcome: 'stored', ...(await writeObservation(table, partitionKey, head, rows, { ...observation, digest })), digest };
+        } catch (thrown) {
+          // Another writer changed the partition after this one read it: read the head again and decide.
+          if (!isConditionFailure(thrown)) throw unavailable(thrown);
+        }
       }
-      let deleted = 0;
-      for (const rowKey of existing.keys()) {
-        if (seen.has(rowKey)) continue;
-        actions.push({ action: ['delete', { partitionKey, rowKey }], chars: 100 });
-        deleted++;
-      }
-      await submitInBatches(table, actions);
-      return { written: actions.length - deleted, deleted };
+      throw new AppError('INVENTORY.OBSERVATION_CONFLICT', 'unavailable', `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
     },
 
     async listPage(environment, { after, limit }) {
       return tableCall(async () => {
         const table = await tables.table(INVENTORY_TABLE);
         const partitionKey = environmentPartition(environment);
-        const filter = after === undefined ? odata`PartitionKey eq ${partitionKey}` : odata`PartitionKey eq ${partitionKey} and RowKey gt ${after}`;
+        const filter =
+          after === undefined
+            ? odata`PartitionKey eq ${partitionKey} and RowKey ne ${HEAD_ROW}`
+            : odata`PartitionKey eq ${partitionKey} and RowKey gt ${after} and RowKey ne ${HEAD_ROW}`;
         const out: KeyedResource[] = [];
         // A response may hold fewer rows than asked, with a continuation (Table storage stops a query after five
         // seconds), so pages are read until there are enough, and no further.
@@ -166,8 +206,104 @@ async function tableCall<T>(read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (thrown) {
-    throw new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${ensureError(thrown).message}`, { retryAfterSeconds: 5 });
+    throw unavailable(thrown);
   }
+}
+
+function unavailable(thrown: unknown): AppError {
+  const error = ensureError(thrown);
+  if (error instanceof AppError) return error;
+  return new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${error.message}`, { retryAfterSeconds: 5 });
+}
+
+/** 412 (an ETag that no longer matches) or 409 (a create-only row that exists): another writer got in first. */
+function isConditionFailure(thrown: unknown): boolean {
+  const status = (thrown as { statusCode?: unknown } | undefined)?.statusCode;
+  return status === 412 || status === 409;
+}
+
+/** The head row of a partition as read, with its ETag. */
+interface Head {
+  readonly etag: string;
+  readonly observedAt: string;
+  readonly scanId: string;
+  /** Empty while the observation's rows are being written. */
+  readonly digest: string;
+}
+
+async function readHead(table: TableClient, partitionKey: string): Promise<Head | undefined> {
+  try {
+    const row = await table.getEntity<{ observedAt: string; scanId: string; digest: string }>(partitionKey, HEAD_ROW);
+    return { etag: row.etag, observedAt: row.observedAt, scanId: row.scanId, digest: row.digest };
+  } catch (thrown) {
+    if ((thrown as { statusCode?: unknown }).statusCode === 404) return undefined;
+    throw thrown;
+  }
+}
+
+/**
+ * Writes the observation over what the partition holds, in batches of one partition, each led by the head row
+ * (If-Match on the ETag of this writer's last write of it, or create-only when there is none): a batch is refused
+ * whole when anyone else wrote the head since. The head's digest is set by the last batch only, so a writer that
+ * stops half way leaves a head that no later writer takes for complete.
+ */
+async function writeObservation(
+  table: TableClient,
+  partitionKey: string,
+  head: Head | undefined,
+  rows: readonly RowEntity[],
+  observation: Observation & { readonly digest: string },
+): Promise<{ written: number; deleted: number }> {
+  let etag = head?.etag;
+  const fence = (complete: boolean): TransactionAction => {
+    const entity = { partitionKey, rowKey: HEAD_ROW, observedAt: observation.at.toISOString(), scanId: observation.scanId, digest: complete ? observation.digest : '' };
+    return etag === undefined ? ['create', entity] : ['update', entity, 'Replace', { etag }];
+  };
+  const actions: { action: TransactionAction; chars: number }[] = [];
+  let deleted = 0;
+  // The same rows as the head says: only the head moves on to this observation.
+  if (head?.digest !== observation.digest) {
+    const existing = new Map<string, { digest: string; etag: string }>();
+    const listed = table.listEntities<{ digest?: string }>({ queryOptions: { filter: odata`PartitionKey eq ${partitionKey} and RowKey ne ${HEAD_ROW}`, select: ['RowKey', 'digest'] } });
+    for await (const row of listed) existing.set(row.rowKey!, { digest: row.digest ?? '', etag: row.etag });
+    for (const { entity, chars } of rows) {
+      const known = existing.get(entity.rowKey);
+      existing.delete(entity.rowKey);
+      if (known?.digest === entity.digest) continue;
+      actions.push({ action: known ? ['update', entity, 'Replace', { etag: known.etag }] : ['create', entity], chars });
+    }
+    for (const rowKey of existing.keys()) actions.push({ action: ['delete', { partitionKey, rowKey }], chars: 100 });
+    deleted = existing.size;
+  }
+  const batches = inBatches(actions);
+  for (let i = 0; i < batches.length; i++) {
+    const response = await table.submitTransaction([fence(i === batches.length - 1), ...batches[i]!]);
+    etag = response.subResponses[0]?.etag;
+  }
+  return { written: actions.length - deleted, deleted };
+}
+
+/** Batches of one Table transaction each, with room for the head row; at least one (the head alone). */
+function inBatches(actions: readonly { action: TransactionAction; chars: number }[]): TransactionAction[][] {
+  const batches: TransactionAction[][] = [[]];
+  let chars = HEAD_CHARS;
+  for (const { action, chars: size } of actions) {
+    const batch = batches[batches.length - 1]!;
+    if (batch.length > 0 && (batch.length + 1 >= BATCH_OPERATIONS || chars + size > BATCH_CHARS)) {
+      batches.push([action]);
+      chars = HEAD_CHARS + size;
+      continue;
+    }
+    batch.push(action);
+    chars += size;
+  }
+  return batches;
+}
+
+/** Names what a partition holds: sha-256 over its rows' keys and digests, in key order. */
+function partitionDigest(rows: readonly RowEntity[]): string {
+  const lines = rows.map((r) => `${r.entity.rowKey}\n${r.entity.digest}`).sort();
+  return createHash('sha256').update(lines.join('\n')).digest('hex');
 }
 
 /**
@@ -184,23 +320,24 @@ export function tableKey(text: string): string {
   return encoded.length <= 512 ? encoded : `sha256-${createHash('sha256').update(text).digest('hex')}`;
 }
 
-function toEntity(
-  partitionKey: string,
-  rowKey: string,
-  resource: { urn: string; type: string; id: string; properties: { readonly [key: string]: JsonValue } },
-  at: Date,
-): Record<string, unknown> & { partitionKey: string; rowKey: string; digest: string; chars: number } {
+/** A resource's row, and about how many characters it takes in a batch. */
+interface RowEntity {
+  readonly entity: Record<string, unknown> & { partitionKey: string; rowKey: string; digest: string };
+  readonly chars: number;
+}
+
+function toEntity(partitionKey: string, rowKey: string, resource: ObservedRow, at: Date): RowEntity {
   const json = canonicalJson(resource.properties);
   const digest = createHash('sha256').update(`${resource.type}\n${resource.id}\n${json}`).digest('hex');
   const base = { partitionKey, rowKey, urn: resource.urn, type: resource.type, id: resource.id, digest, changedAt: at.toISOString() };
   if (json.length > PART_CHARS * MAX_PARTS) {
     const summary = { bytes: Buffer.byteLength(json), sha256: createHash('sha256').update(json).digest('hex'), keys: Object.keys(resource.properties).sort().slice(0, 200) };
-    return { ...base, summary: JSON.stringify(summary), parts: 0, chars: 2_000 };
+    return { entity: { ...base, summary: JSON.stringify(summary), parts: 0 }, chars: 2_000 };
   }
   const parts: Record<string, string> = {};
   const count = Math.max(1, Math.ceil(json.length / PART_CHARS));
   for (let i = 0; i < count; i++) parts[`p${i}`] = json.slice(i * PART_CHARS, (i + 1) * PART_CHARS);
-  return { ...base, ...parts, parts: count, chars: json.length + 500 };
+  return { entity: { ...base, ...parts, parts: count }, chars: json.length + 500 };
 }
 
 function fromEntity(row: Record<string, unknown>): StoredResource {
@@ -210,21 +347,4 @@ function fromEntity(row: Record<string, unknown>): StoredResource {
   let json = '';
   for (let i = 0; i < parts; i++) json += typeof row[`p${i}`] === 'string' ? (row[`p${i}`] as string) : '';
   return { ...base, properties: JSON.parse(json) as { [key: string]: JsonValue } };
-}
-
-async function submitInBatches(table: TableClient, actions: readonly { action: TransactionAction; chars: number }[]): Promise<void> {
-  let batch: TransactionAction[] = [];
-  let chars = 0;
-  for (const { action, chars: size } of actions) {
-    if (batch.length > 0 && (batch.length >= BATCH_OPERATIONS || chars + size > BATCH_CHARS)) {
-      await table.submitTransaction(batch);
-      batch = [];
-      chars = 0;
-    }
-    // The sizing member is not part of the stored entity.
-    if (action[0] === 'upsert') delete (action[1] as { chars?: number }).chars;
-    batch.push(action);
-    chars += size;
-  }
-  if (batch.length > 0) await table.submitTransaction(batch);
 }

@@ -1,10 +1,9 @@
-import { createHash } from 'node:crypto';
 import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordDriftFindings } from '../platform/telemetry/metrics';
-import { canonicalJson, diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
+import { diffResources, type DriftReport, type IgnoreRule, type Resources } from './drift';
 import { desiredResources, desiredToCompare, groupByResource, observedForInventory, reconciliationPlan, scanIntervalMs, type EnvironmentKey } from './environment';
 import { againOnUniqueViolation, appendEvents, environmentByKey, intervalOf, keyOf, nowOf, stackOfRow, type InventoryContext } from './inventory.context';
 import { reconciliationProposed, runtimeDriftDetected } from './inventory-events';
@@ -12,6 +11,7 @@ import { manifestComparison } from './kubernetes-fields';
 import {
   claimScan,
   dueEnvironments,
+  findEnvironment,
   insertProposal,
   latestDecidedProposal,
   listIgnoreRules,
@@ -23,7 +23,7 @@ import {
   type EnvironmentRow,
 } from './inventory.repository';
 import type { InventoryTables } from './inventory.tables';
-import type { ScanRecord } from './observed-inventory.repository';
+import type { ObservedRow, ReplaceOutcome, ScanRecord } from './observed-inventory.repository';
 
 /**
  * Drift scans: observe one environment (never past the scan's timeout), store what was seen in Table storage, diff
@@ -45,11 +45,12 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
   const interval = intervalOf(ctx, row);
   const base = { scanId, tenantId: key.tenant, environmentId: key.id, trigger: trigger.kind, startedAt: new Date(startedAt).toISOString() };
 
+  const outcome = (outcome: 'failed' | 'skipped', reason: string) => finish(ctx, { ...base, outcome, reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
   const skip = async (reason: string, retryInMs: number) => {
     await retryingContention(() =>
       updateEnvironment(ctx.db, key, { last_scan_at: startedAt, last_scan_outcome: 'skipped', last_scan_reason: reason, next_scan_at: startedAt + retryInMs }),
     );
-    return finish(ctx, { ...base, outcome: 'skipped', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
+    return outcome('skipped', reason);
   };
   if (trigger.kind === 'timer' && row.scan_disabled_by !== null) {
     return skip(`scans are paused by ${row.scan_disabled_by}: ${row.scan_disabled_reason ?? ''}`, interval);
@@ -58,12 +59,10 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
   if (applying !== undefined) return skip(`the environment is busy applying (run ${applying})`, Math.min(interval, BUSY_RETRY_MS));
 
   const desired = JSON.parse(row.desired) as Resources;
-  let observed: Resources;
-  let compared: Resources;
-  let written = { written: 0, deleted: 0 };
-  let digest: string;
   const failed = async (reason: string) => {
-    await retryingContention(() =>
+    // Stale only if no observation at or after this scan's start is recorded: a late failure never marks stale an
+    // environment another scan has observed since.
+    const marked = await retryingContention(() =>
       ctx.db
         .updateTable('inventory_environments')
         .set((eb) => ({
@@ -76,27 +75,38 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
         }))
         .where('tenant_id', '=', key.tenant)
         .where('environment_id', '=', key.id)
-        .execute(),
+        .where((eb) => eb.or([eb('last_observed_at', 'is', null), eb('last_observed_at', '<', startedAt)]))
+        .executeTakeFirst(),
     );
-    return finish(ctx, { ...base, outcome: 'failed', reason, finishedAt: new Date(nowOf(ctx)).toISOString() });
+    return outcome('failed', Number(marked.numUpdatedRows) === 1 ? reason : `${reason}; a newer observation is recorded, so the environment is not marked stale`);
   };
+  let observed: Resources;
+  let compared: Resources;
+  let rows: ObservedRow[];
   try {
     const { scope, resources } = await observeWithTimeout(ctx, row, desired);
     observed = observedForInventory(desired, resources);
     // Only what the observer can see, and of that only what it could read back, is compared.
     const reaches = ctx.observer.reaches?.bind(ctx.observer);
     compared = desiredToCompare(desired, resources, reaches && ((resource) => reaches(scope, resource)));
-    const stored = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
-    digest = createHash('sha256').update(canonicalJson(stored.map((r) => [r.urn, r.type, r.id, r.properties]).sort())).digest('hex');
-    try {
-      if (digest !== row.observed_digest) written = await ctx.tables.replace(key, stored, new Date(startedAt));
-    } catch (thrown) {
-      // Observed but not stored: what the inventory shows would not be this observation, so it is stale too.
-      return await failed(`the observed inventory could not be stored: ${ensureError(thrown).message}`);
-    }
+    rows = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
   } catch (thrown) {
     const error = ensureError(thrown);
     return failed(error instanceof AppError ? `${error.code}: ${error.message}` : `the observation failed: ${error.message}`);
+  }
+
+  // Checked before anything is written: an observation made against a desired state that has changed since, or
+  // older than one recorded meanwhile, is not kept.
+  const before = outdatedBy(row, await retryingContention(() => findEnvironment(ctx.db, key)), startedAt);
+  if (before !== undefined) return outcome('skipped', before);
+  let stored: Extract<ReplaceOutcome, { outcome: 'stored' }>;
+  try {
+    const replaced = await ctx.tables.replace(key, rows, { at: new Date(startedAt), scanId });
+    if (replaced.outcome === 'superseded') return await outcome('skipped', `a newer observation is stored (scan ${replaced.by.scanId} at ${replaced.by.observedAt})`);
+    stored = replaced;
+  } catch (thrown) {
+    // Observed but not stored: what the inventory shows would not be this observation, so it is stale too.
+    return failed(`the observed inventory could not be stored: ${ensureError(thrown).message}`);
   }
 
   const recorded = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, key, { includeDeleted: false }));
@@ -105,10 +115,11 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
   // are not drift.
   const report = diffResources(compared, observed, rules, new Date(startedAt), manifestComparison);
   const status = report.findings.length === 0 ? 'in-sync' : 'drifted';
-  const current = await againOnUniqueViolation(() =>
-    inTransaction(ctx.db, async (trx): Promise<boolean> => {
+  const after = await againOnUniqueViolation(() =>
+    inTransaction(ctx.db, async (trx): Promise<string | undefined> => {
       const locked = await lockEnvironment(trx, ctx.dialect, key);
-      if (!locked || Number(locked.desired_at) !== Number(row.desired_at)) return false;
+      const outdated = outdatedBy(row, locked, startedAt);
+      if (outdated !== undefined || !locked) return outdated;
       await updateEnvironment(trx, key, {
         last_scan_at: startedAt,
         last_scan_outcome: 'completed',
@@ -118,16 +129,16 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
         stale_reason: null,
         drift_status: status,
         report: JSON.stringify(report),
-        observed_digest: digest,
+        observed_digest: stored.digest,
         next_scan_at: Math.max(Number(locked.next_scan_at), startedAt + interval),
       });
       await appendEvents(ctx, trx, await recordProposal(ctx, trx, locked, report, { scanId, at: startedAt }));
-      return true;
+      return undefined;
     }),
   );
-  // A newer desired state arrived while this scan observed: its findings are against the old one. The next scan
-  // (due at once) compares with the new one.
-  if (!current) return finish(ctx, { ...base, outcome: 'skipped', reason: 'the desired state changed during the scan', finishedAt: new Date(nowOf(ctx)).toISOString() });
+  // The desired state changed, or a newer observation was recorded, while this scan stored its own: its findings
+  // are not the environment's. (A new desired state makes the environment due at once.)
+  if (after !== undefined) return outcome('skipped', after);
   recordDriftFindings(report.findings);
   return finish(ctx, {
     ...base,
@@ -136,8 +147,22 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
     resources: Object.keys(observed).length,
     findings: report.findings.length,
     driftStatus: status,
-    ...written,
+    written: stored.written,
+    deleted: stored.deleted,
   });
+}
+
+/**
+ * Why what a scan observed is no longer the environment's (`current` is its row now, `scanned` as the scan began),
+ * or undefined: its desired state changed, or a scan that began after this one recorded its observation, or its
+ * failure (an older observation must not clear the stale marker of a newer failure).
+ */
+function outdatedBy(scanned: EnvironmentRow, current: EnvironmentRow | undefined, startedAt: number): string | undefined {
+  if (!current || Number(current.desired_at) !== Number(scanned.desired_at)) return 'the desired state changed during the scan';
+  const at = (ms: number | null) => new Date(Number(ms)).toISOString();
+  if (current.last_observed_at !== null && Number(current.last_observed_at) > startedAt) return `a newer observation is recorded (at ${at(current.last_observed_at)})`;
+  if (current.last_scan_outcome === 'failed' && Number(current.last_scan_at) > startedAt) return `a newer scan failed (at ${at(current.last_scan_at)}); the environment stays stale`;
+  return undefined;
 }
 
 async function finish(ctx: InventoryContext, record: ScanRecord): Promise<ScanRecord> {

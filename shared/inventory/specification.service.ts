@@ -1,6 +1,7 @@
 import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
-import { desiredStateOf, type EnvironmentKey } from './environment';
+import { describeFieldProblems } from '../platform/validation/validation';
+import { desiredStateOf, type DesiredState, type EnvironmentKey, type RunOutcome } from './environment';
 import { againOnUniqueViolation, nowOf, type InventoryContext } from './inventory.context';
 import { findProposalByRun, insertEnvironment, lockEnvironment, updateEnvironment, updateProposal } from './inventory.repository';
 
@@ -14,9 +15,13 @@ export type SpecificationOutcome = { readonly outcome: 'recorded' | 'outdated'; 
 /** Records the desired state of a `SpecificationApplied`; an older one arriving late changes nothing. */
 export async function recordSpecification(ctx: InventoryContext, event: { readonly id: string; readonly time: string; readonly data: unknown }): Promise<SpecificationOutcome> {
   const parsed = desiredStateOf(event.data);
-  if ('problems' in parsed) return { outcome: 'invalid' as const, reason: parsed.problems.join('; ') };
-  const desired = parsed.ok;
-  const at = Date.parse(event.time) || nowOf(ctx);
+  if ('problems' in parsed) return { outcome: 'invalid' as const, reason: describeFieldProblems(parsed.problems) };
+  return recordDesiredState(ctx, parsed.ok, event.time);
+}
+
+/** Records an environment's desired state as of `time` (the event's); an older one arriving late changes nothing. */
+export async function recordDesiredState(ctx: InventoryContext, desired: DesiredState, time: string): Promise<{ readonly outcome: 'recorded' | 'outdated'; readonly environment: EnvironmentKey }> {
+  const at = Date.parse(time) || nowOf(ctx);
   const fields = {
     tenant_id: desired.tenant,
     name: desired.environment.name,
@@ -35,7 +40,7 @@ export async function recordSpecification(ctx: InventoryContext, event: { readon
   // The environment of this tenant only: another tenant's environment of the same id is another row.
   const key = { tenant: desired.tenant, id: desired.environment.id };
   return againOnUniqueViolation(() =>
-    inTransaction(ctx.db, async (trx): Promise<SpecificationOutcome> => {
+    inTransaction(ctx.db, async (trx) => {
       const row = await lockEnvironment(trx, ctx.dialect, key);
       if (row && Number(row.desired_at) > at) return { outcome: 'outdated' as const, environment: key };
       if (row) await updateEnvironment(trx, key, fields);
@@ -45,27 +50,28 @@ export async function recordSpecification(ctx: InventoryContext, event: { readon
   );
 }
 
-export async function recordRunOutcome(ctx: InventoryContext, data: unknown): Promise<void> {
-  const d = data as { runId?: unknown; tenantId?: unknown; environment?: { id?: unknown }; state?: unknown; finishedAt?: unknown; code?: unknown; reason?: unknown };
-  if (typeof d.runId !== 'string' || typeof d.tenantId !== 'string' || typeof d.environment?.id !== 'string' || typeof d.state !== 'string') return;
-  const at = typeof d.finishedAt === 'string' ? Date.parse(d.finishedAt) || nowOf(ctx) : nowOf(ctx);
-  const runId = d.runId;
-  const tenant = d.tenantId;
-  const environmentId = d.environment.id;
-  await retryingContention(() =>
+/**
+ * Notes a run's end on its environment: false when nothing changed (inventory has no such environment, a pool's
+ * stack say, or a later end is noted already).
+ */
+export async function recordRunOutcome(ctx: InventoryContext, run: RunOutcome): Promise<boolean> {
+  const at = run.finishedAt ?? nowOf(ctx);
+  const runId = run.runId;
+  const updated = await retryingContention(() =>
     ctx.db
       .updateTable('inventory_environments')
-      .set({ last_run_id: runId, last_run_state: d.state as string, last_run_at: at })
-      .where('tenant_id', '=', tenant)
-      .where('environment_id', '=', environmentId)
+      .set({ last_run_id: runId, last_run_state: run.state, last_run_at: at })
+      .where('tenant_id', '=', run.environment.tenant)
+      .where('environment_id', '=', run.environment.id)
       .where((eb) => eb.or([eb('last_run_at', 'is', null), eb('last_run_at', '<=', at)]))
-      .execute(),
+      .executeTakeFirst(),
   );
-  if (d.state === 'applied') return;
+  const noted = Number(updated.numUpdatedRows) > 0;
+  if (run.state === 'applied') return noted;
   // A reconciliation run that did not apply gives its proposal back for another decision.
   const proposal = await retryingContention(() => findProposalByRun(ctx.db, runId));
-  if (proposal?.status !== 'accepted') return;
-  const note = `reconciliation run ${runId} ended ${d.state}${typeof d.code === 'string' ? ` (${d.code})` : ''}; open again`;
+  if (proposal?.status !== 'accepted') return noted;
+  const note = `reconciliation run ${runId} ended ${run.state}${run.code !== undefined ? ` (${run.code})` : ''}; open again`;
   try {
     await retryingContention(() => updateProposal(ctx.db, proposal.id, ['accepted'], { status: 'open', updated_at: nowOf(ctx), note }));
   } catch (thrown) {
@@ -73,8 +79,8 @@ export async function recordRunOutcome(ctx: InventoryContext, data: unknown): Pr
     if (!isUniqueViolation(thrown)) throw thrown;
     await retryingContention(() => updateProposal(ctx.db, proposal.id, ['accepted'], { status: 'superseded', updated_at: nowOf(ctx), note: `${note}, but a newer proposal is open` }));
   }
+  return noted;
 }
-
 
 function emptyChecks() {
   return {

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { randomUUID } from 'node:crypto';
 import { INVENTORY_SUBSCRIPTION } from '../../functions/inventory/inventory-intake';
 import { PROMOTIONS_QUEUE } from '../../functions/provisioning/promotion-intake';
@@ -10,11 +11,12 @@ import { exampleDesiredStateComponent } from '../../local/example-repository';
 import { jsonLineLog } from '../../local/host';
 import { ServiceBusBinding } from '../../local/service-bus/service-bus-binding';
 import { busDb } from '../../shared/platform/bus/bus-db';
-import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import { cloudEventSchema, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { QUEUE_DEFAULTS, type OutgoingMessage } from '../../shared/platform/bus/queue';
 import { enqueue, listActive, listDeadLettered } from '../../shared/platform/bus/queue.repository';
 import { subscriptionEntity } from '../../shared/platform/bus/topic.repository';
 import { aPromotion } from '../support/builders';
+import { specificationApplied } from '../support/inventory';
 import { eventually } from '../support/eventually';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { mutated } from './arbitraries';
@@ -55,9 +57,23 @@ const poolResize = fc.record({
   used: fc.nat(10),
 });
 
+/** A SpecificationApplied's data, of a seeded tenant or of one the host does not know. */
+const specification = fc
+  .record({ id: fc.constantFrom('env-dev', 'env-fuzz', ''), tenant: fc.constantFrom('demo-team', 'demo-free', 'contoso', 'Ünïcode') })
+  .map(({ id, tenant }) => specificationApplied({ id, stack: 'fuzz', tenant }, [{ name: 'api', type: 'local:compute:Service', properties: { size: 'small' } }]));
+
+/** A run's terminal event's data. */
+const runOutcome = fc.record({
+  runId: fc.constantFrom('run-1', 'run-2', ''),
+  tenantId: fc.constantFrom('demo-team', 'contoso'),
+  environment: fc.record({ id: fc.constantFrom('env-dev', 'env-fuzz') }),
+  state: fc.constantFrom('applied', 'failed', 'rejected'),
+  finishedAt: fc.constantFrom('2026-03-01T09:30:00.000Z', 'soon'),
+});
+
 const eventBody = cloudEvent(
   fc.constantFrom('PoolResizeRequested', 'SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed', 'LeaseExpired', 'Unknown'),
-  fc.oneof(poolResize, fc.jsonValue({ maxDepth: 3 }), fc.record({ runId: fc.string(), tenant: fc.constantFrom('contoso', 'fabrikam'), environment: fc.record({ id: fc.string() }) })),
+  fc.oneof(poolResize, specification, runOutcome, fc.jsonValue({ maxDepth: 3 }), fc.record({ runId: fc.string(), tenant: fc.constantFrom('contoso', 'fabrikam'), environment: fc.record({ id: fc.string() }) })),
 );
 
 /** A body as the wire carries it: valid-ish and mutated, any JSON, broken JSON, huge, deep. */
@@ -73,6 +89,17 @@ function wireBody(valid: fc.Arbitrary<unknown>): fc.Arbitrary<{ body: string; co
     { weight: 1, arbitrary: fc.integer({ min: 10_000, max: 250_000 }).map((n) => json({ ...aPromotion({ promotionId: randomUUID() }), requestedBy: 'x'.repeat(n) })) },
   );
 }
+
+/** The event types inventory takes in; a CloudEvent 1.0 of any other type is not for it. */
+const INVENTORY_TYPES = ['SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed'];
+const otherEvent = cloudEventSchema.extend({ type: z.string().min(1) });
+const parseOrUndefined = (text: string): unknown => {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+};
 
 /** Message ids: mostly fresh, some from a small pool (duplicates, and ids reused for another body). */
 const messageId = fc.oneof({ weight: 9, arbitrary: fc.uuid() }, { weight: 1, arbitrary: fc.constantFrom('dup-1', 'dup-2', 'dup-3') });
@@ -91,7 +118,7 @@ describe('queue message fuzzing', () => {
     await host?.stop();
   });
 
-  it('when 10,000 generated messages reach every queue and subscription, then each is taken in, recorded as a rejection with its reason, or dead-lettered with one', async () => {
+  it('when 10,000 generated messages reach every queue and subscription, then each is taken in, recorded as a rejection with its reason, or dead-lettered with one (the inventory subscription: taken in or rejected, or of a type not its own)', async () => {
     const { seed, numRuns } = fuzzSettings('queue-fuzz', 10_000);
     const { deps } = host.host;
     const db = busDb(deps.sql.db);
@@ -112,12 +139,13 @@ describe('queue message fuzzing', () => {
     for (const entity of Object.values(ENTITIES)) {
       for (const m of await listDeadLettered(db, deps.sql.dialect, entity, { limit: 100_000 })) deadLettered.set(`${entity}:${m.messageId}`, m.deadLetter?.reason ?? '');
     }
-    const inbox = new Map((await db.selectFrom('inbox').select(['message_id', 'outcome']).where('module', '=', 'provisioning').execute()).map((r) => [r.message_id, r.outcome]));
+    // What each module recorded of the messages it took in, by module and messageId.
+    const inbox = new Map((await db.selectFrom('inbox').select(['module', 'message_id', 'outcome', 'processed_at']).execute()).map((r) => [`${r.module}:${r.message_id}`, r]));
 
     const defects: string[] = [];
     const outcomes = new Map<string, number>();
     for (const { entity, message } of enqueued) {
-      const outcome = await fateOf(entity, message.messageId);
+      const outcome = await fateOf(entity, message.messageId, message.body);
       outcomes.set(`${entity}:${outcome.kind}`, (outcomes.get(`${entity}:${outcome.kind}`) ?? 0) + 1);
       if (outcome.defect) defects.push(`${entity} ${message.messageId}: ${outcome.defect} (body ${message.body.slice(0, 200)})`);
     }
@@ -125,17 +153,35 @@ describe('queue message fuzzing', () => {
     expect(defects.slice(0, 20)).toEqual([]);
 
     /** What became of one message: taken in, rejected with a reason, dead-lettered with a reason; or a defect. */
-    async function fateOf(entity: Entity, id: string): Promise<{ kind: string; defect?: string }> {
+    async function fateOf(entity: Entity, id: string, body: string): Promise<{ kind: string; defect?: string }> {
       const reason = deadLettered.get(`${ENTITIES[entity]}:${id}`);
       if (reason !== undefined) return reason ? { kind: 'dead-lettered' } : { kind: 'dead-lettered', defect: 'dead-lettered without a reason' };
-      // The inventory subscription reads every event of the topic; what it cannot use it logs and completes.
-      if (entity === 'inventory') return { kind: 'completed' };
+      if (entity === 'inventory') return inventoryFate(id, body);
       const rejection = await deps.provisioning.getRejection(id);
       if (rejection) return rejection.reason ? { kind: 'rejected' } : { kind: 'rejected', defect: 'a rejection without a reason' };
-      const recorded = inbox.get(id);
-      if (recorded !== undefined) return { kind: `inbox-${String(recorded)}` };
+      const recorded = inbox.get(`provisioning:${id}`);
+      if (recorded !== undefined) return { kind: `inbox-${String(recorded.outcome)}` };
       // Events of other types are not for provisioning (Azure's subscription rule filters them out).
       if (entity === 'provisioning') return { kind: 'not-for-provisioning' };
+      return { kind: 'lost', defect: 'completed with nothing recorded' };
+    }
+
+    /**
+     * The inventory subscription reads every event of the topic: each message is recorded as a rejection with its
+     * code and reason, or taken in (its inbox entry processed, with what came of it), or is a CloudEvent 1.0 of a
+     * type that is not inventory's (Azure's subscription rule filters those out). Nothing else, and no log line
+     * alone.
+     */
+    async function inventoryFate(id: string, body: string): Promise<{ kind: string; defect?: string }> {
+      const rejection = await deps.inventory.getRejection(id);
+      const recorded = inbox.get(`inventory:${id}`);
+      if (rejection) {
+        if (!rejection.reason || !rejection.code) return { kind: 'rejected', defect: 'a rejection without its code and reason' };
+        return recorded?.outcome === 'rejected' ? { kind: `rejected-${rejection.code}` } : { kind: 'rejected', defect: "a rejection the inbox does not say 'rejected' of" };
+      }
+      if (recorded !== undefined) return recorded.processed_at !== null && recorded.outcome ? { kind: `inbox-${recorded.outcome}` } : { kind: 'inbox', defect: 'an inbox entry never processed' };
+      const event = otherEvent.safeParse(parseOrUndefined(body));
+      if (event.success && !INVENTORY_TYPES.includes(event.data.type)) return { kind: 'not-for-inventory' };
       return { kind: 'lost', defect: 'completed with nothing recorded' };
     }
   }, 300_000);

@@ -8,6 +8,7 @@ import { createObservedInventory, tableKey } from '../../shared/inventory/observ
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import type { EnvironmentKey } from '../../shared/inventory/environment';
 import { applyToCloud, inventoryOver, specificationApplied, TEST_PROJECT, urnOf, type TestResource } from '../support/inventory';
+import { tableStoreWithPolicy } from '../support/table-servers';
 
 const ALL = { kind: 'all' } as const;
 /** The tenant of every environment of these tests (`specificationApplied`'s default). */
@@ -38,31 +39,19 @@ function manyResources(stack: string, count: number) {
 
 /** A Table store whose clients count the query requests sent and the entities they answered with. */
 function countingTableStore(connection: string): { store: TableStore; read: { requests: number; entities: number } } {
-  const inner = createTableStore(connection);
   const read = { requests: 0, entities: 0 };
-  const counted = new Set<unknown>();
-  const store: TableStore = {
-    ping: () => inner.ping(),
-    async table(name) {
-      const client = await inner.table(name);
-      if (!counted.has(client)) {
-        counted.add(client);
-        client.pipeline.addPolicy({
-          name: 'countEntitiesRead',
-          async sendRequest(request, next) {
-            const response = await next(request);
-            const body = request.method === 'GET' && response.bodyAsText ? (JSON.parse(response.bodyAsText) as { value?: unknown }) : {};
-            if (Array.isArray(body.value)) {
-              read.requests++;
-              read.entities += body.value.length;
-            }
-            return response;
-          },
-        });
+  const store = tableStoreWithPolicy(connection, {
+    name: 'countEntitiesRead',
+    async sendRequest(request, next) {
+      const response = await next(request);
+      const body = request.method === 'GET' && response.bodyAsText ? (JSON.parse(response.bodyAsText) as { value?: unknown }) : {};
+      if (Array.isArray(body.value)) {
+        read.requests++;
+        read.entities += body.value.length;
       }
-      return client;
+      return response;
     },
-  };
+  });
   return { store, read };
 }
 
@@ -250,7 +239,7 @@ describe.each(REPOSITORY_DIALECTS)('inventory scans on %s', (dialect) => {
   it.skipIf(skipDialect(dialect))('when an inventory is paged with a cursor, then every resource comes once, in stored key order, hashed and encoded urns included', async () => {
     const { id, stack } = await appliedEnvironment();
     const resources = manyResources(stack, 250);
-    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), resources, clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), resources, { at: clock.now(), scanId: 'scan-seeded' });
 
     const urns: string[] = [];
     const pageSizes: number[] = [];
@@ -277,7 +266,7 @@ describe.each(REPOSITORY_DIALECTS)('inventory scans on %s', (dialect) => {
 
   it.skipIf(skipDialect(dialect))('when a page of a large inventory is asked for, then about one page is read from Table storage, not the whole partition', async () => {
     const { id, stack } = await appliedEnvironment();
-    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), manyResources(stack, 1_000), clock.now());
+    await createObservedInventory(createTableStore(server.connectionString)).replace(keyOf(id), manyResources(stack, 1_000), { at: clock.now(), scanId: 'scan-seeded' });
     const { store, read } = countingTableStore(server.connectionString);
     const counted = inventoryOver(database.store, server.connectionString, clock, { tables: createObservedInventory(store) }).inventory;
 

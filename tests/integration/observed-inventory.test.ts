@@ -26,7 +26,7 @@ describe('observed inventory in Table storage', () => {
     await inventory.replace(env('env-large'), [
       { urn: 'urn:a', type: 't', id: 'a', properties: large },
       { urn: 'urn:b', type: 't', id: 'b', properties: huge },
-    ], at);
+    ], { at, scanId: 'scan-large' });
 
     const [a, b] = (await inventory.listPage(env('env-large'), { limit: 10 })).map((row) => row.resource);
     expect(a).toEqual({ urn: 'urn:a', type: 't', id: 'a', properties: large, changedAt: at.toISOString() });
@@ -41,9 +41,9 @@ describe('observed inventory in Table storage', () => {
 
   it('when an environment is observed again, then only changed rows are written and vanished ones deleted', async () => {
     const r = (urn: string, size: string) => ({ urn, type: 't', id: urn, properties: { size } });
-    expect(await inventory.replace(env('env-rewrite'), [r('urn:1/x', 's'), r('urn:2', 's'), r('urn:3', 's')], at)).toEqual({ written: 3, deleted: 0 });
+    expect(await inventory.replace(env('env-rewrite'), [r('urn:1/x', 's'), r('urn:2', 's'), r('urn:3', 's')], { at, scanId: 'scan-1' })).toMatchObject({ outcome: 'stored', written: 3, deleted: 0 });
     const later = new Date('2026-06-02T00:00:00Z');
-    expect(await inventory.replace(env('env-rewrite'), [r('urn:1/x', 's'), r('urn:2', 'l')], later)).toEqual({ written: 1, deleted: 1 });
+    expect(await inventory.replace(env('env-rewrite'), [r('urn:1/x', 's'), r('urn:2', 'l')], { at: later, scanId: 'scan-2' })).toMatchObject({ outcome: 'stored', written: 1, deleted: 1 });
     const rows = (await inventory.listPage(env('env-rewrite'), { limit: 10 })).map((row) => row.resource);
     expect(rows.map((row) => [row.urn, row.properties, row.changedAt])).toEqual([
       ['urn:1/x', { size: 's' }, at.toISOString()],
@@ -53,7 +53,7 @@ describe('observed inventory in Table storage', () => {
 
   it('when an environment is read a page at a time, then each page follows on from the last row key, in key order, and every resource carries its row key', async () => {
     const urns = Array.from({ length: 25 }, (_, i) => (i % 4 === 0 ? `urn:${'u'.repeat(600)}${i}` : i % 4 === 1 ? `urn:a/b#${i}` : `urn:plain-${String(i).padStart(2, '0')}`));
-    await inventory.replace(env('env-pages'), urns.map((urn) => ({ urn, type: 't', id: urn, properties: {} })), at);
+    await inventory.replace(env('env-pages'), urns.map((urn) => ({ urn, type: 't', id: urn, properties: {} })), { at, scanId: 'scan-pages' });
 
     const pages: { key: string; urn: string }[][] = [];
     let after: string | undefined;
@@ -80,8 +80,8 @@ describe('observed inventory in Table storage', () => {
       [env('b:c', 'a'), env('c', 'a:b')],
     ];
     for (const [first, second] of pairs) {
-      await inventory.replace(first, [r('urn:first')], at);
-      expect(await inventory.replace(second, [r('urn:second')], at)).toEqual({ written: 1, deleted: 0 });
+      await inventory.replace(first, [r('urn:first')], { at, scanId: 'scan-first' });
+      expect(await inventory.replace(second, [r('urn:second')], { at, scanId: 'scan-second' })).toMatchObject({ outcome: 'stored', written: 1, deleted: 0 });
       expect((await inventory.listPage(first, { limit: 10 })).map((row) => row.resource.urn)).toEqual(['urn:first']);
       expect((await inventory.listPage(second, { limit: 10 })).map((row) => row.resource.urn)).toEqual(['urn:second']);
       await inventory.recordScan({ scanId: `scan-${first.tenant}`, tenantId: first.tenant, environmentId: first.id, trigger: 'timer', outcome: 'completed', startedAt: at.toISOString(), finishedAt: at.toISOString() });

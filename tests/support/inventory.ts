@@ -71,6 +71,8 @@ export function inventoryOver(
     observeTimeoutMs: 5_000,
     scopeOf: (environment) => ({ tenant: environment.tenant, environmentId: environment.id, stack: environment.stack, target: 'local' }),
     applyingRun: async () => undefined,
+    // Every tenant is known unless a test says otherwise (the host asks its capacity module).
+    knowsTenant: async () => true,
     ...options,
   });
   return { inventory, cloud };

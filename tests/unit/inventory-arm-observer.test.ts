@@ -48,7 +48,7 @@ function desiredOf(declared: readonly Declared[]): Resources {
     stack: 'dev',
     resources: declared.map((r) => ({ urn: urnOf(r), type: r.type, name: r.name, op: 'same', ...(r.id ? { id: r.id } : {}), properties: r.inputs })),
   });
-  if (!('ok' in read)) throw new Error(read.problems.join('; '));
+  if (!('ok' in read)) throw new Error(JSON.stringify(read.problems));
   return read.ok.resources;
 }
 

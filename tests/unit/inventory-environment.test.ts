@@ -20,17 +20,17 @@ describe('inventory environment model', () => {
         { urn: 'u:b', type: 't:B', op: 'delete' },
       ],
     });
-    if (!('ok' in read)) throw new Error(read.problems.join());
+    if (!('ok' in read)) throw new Error(JSON.stringify(read.problems));
     expect(read.ok).toMatchObject({ tenant: 'tenant-a', project: 'app', stack: 'dev' });
     expect(read.ok.resources).toEqual({ 'u:a': { type: 't:A', properties: { size: 1 } } });
     expect(read.ok.projectRules.map((r) => [r.id, r.path, r.holdsOnApply])).toEqual([
       ['project:u:a:replicas', 'replicas', true],
       ['project:u:a:rules[0].port', 'rules.0.port', true],
     ]);
-    expect(desiredStateOf({ ...base, environment: { id: 'e' } })).toEqual({ problems: expect.arrayContaining([expect.stringContaining('environment.name')]) });
+    expect(desiredStateOf({ ...base, environment: { id: 'e' } })).toEqual({ problems: expect.arrayContaining([expect.objectContaining({ field: 'environment.name' })]) });
     // Without its project the stack is not known: two projects of a tenant may have a stack of the name.
     const { project: _project, ...withoutProject } = base;
-    expect(desiredStateOf({ ...withoutProject, resources: [] })).toEqual({ problems: expect.arrayContaining([expect.stringContaining('project')]) });
+    expect(desiredStateOf({ ...withoutProject, resources: [] })).toEqual({ problems: expect.arrayContaining([expect.objectContaining({ field: 'project' })]) });
   });
 
   it('when the desired value is a secret reference, then the observed value is replaced by it and not compared', () => {
