@@ -1,7 +1,7 @@
-import { isStoreUnavailable } from '../../shared/platform/sql/transaction';
 import type { InvocationContext, InvocationContextInit } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
+import { faultLevel } from '../../shared/platform/sql/transaction';
 import type { AnyDb, SqlDialect } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { Registration } from '../functions-core/registry';
@@ -190,8 +190,7 @@ export class DurableRunner {
         await this.#takeActivities();
       } while (this.#again && !this.#stopping);
     } catch (error) {
-      // The store gone for a moment (its connections killed) is a fault the next look recovers from.
-      this.#deps.log(isStoreUnavailable(ensureError(error)) ? 'warning' : 'error', 'durable-runner', 'looking for durable work failed', ensureError(error));
+      this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', 'looking for durable work failed', ensureError(error));
     } finally {
       this.#ticking = false;
       if (!this.#stopping) this.#pollTimer = setTimeout(() => void this.#tick(), this.#options.pollMs);
@@ -279,7 +278,7 @@ export class DurableRunner {
     } catch (error) {
       if (!(error instanceof LeaseLostError)) {
         // Its episode did not commit: the instance runs again at the next look (at once when only the store blinked).
-        this.#deps.log(isStoreUnavailable(ensureError(error)) ? 'warning' : 'error', 'durable-runner', `durable instance ${instanceId} could not run`, ensureError(error));
+        this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', `durable instance ${instanceId} could not run`, ensureError(error));
       }
     } finally {
       await releaseInstanceLease(this.#db, instanceId, this.workerId).catch((error: unknown) =>
@@ -654,7 +653,7 @@ export class DurableRunner {
       await completeActivity(this.#db, work, this.workerId, event, this.#deps.clock.now().getTime());
     } catch (error) {
       // The work item stays leased and runs again after the lease expires (at least once, as in Azure).
-      this.#deps.log('error', 'durable-runner', `recording activity ${work.name} of ${work.instanceId} failed`, ensureError(error));
+      this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', `recording activity ${work.name} of ${work.instanceId} failed`, ensureError(error));
     }
   }
 }

@@ -1,4 +1,4 @@
-import { isStoreUnavailable } from '../../shared/platform/sql/transaction';
+import { faultLevel } from '../../shared/platform/sql/transaction';
 import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
@@ -152,8 +152,7 @@ class QueueReceiver {
             newLockToken: randomUUID,
           });
         } catch (thrown) {
-          // The store gone for a moment (its connections killed) is a fault the next receive recovers from.
-          this.#log(isStoreUnavailable(ensureError(thrown)) ? 'warning' : 'error', this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
+          this.#log(faultLevel(ensureError(thrown)), this.name, `receiving from ${this.#queue} failed`, ensureError(thrown));
         }
         level?.fetched(received.length, this.#inFlight.size);
       }
@@ -229,7 +228,7 @@ class QueueReceiver {
       const ok = await action();
       if (ok === false) this.#log('warning', this.name, `${what} on ${this.#queue}: the message lock was lost`);
     } catch (thrown) {
-      this.#log('error', this.name, `${what} on ${this.#queue} failed`, ensureError(thrown));
+      this.#log(faultLevel(ensureError(thrown)), this.name, `${what} on ${this.#queue} failed`, ensureError(thrown));
     }
   }
 }

@@ -3,6 +3,7 @@ import type { InvocationContext, Timer } from '@azure/functions';
 import { Cron } from 'croner';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
+import { faultLevel } from '../../shared/platform/sql/transaction';
 import { triggerOf, type Registration } from '../functions-core/registry';
 import type { HostComponent, HostContext } from '../host';
 import type { LogHandler } from '../http/http-binding';
@@ -163,7 +164,7 @@ class ScheduledTimer {
       await (this.#registration.callback as unknown as TimerHandler)(timer, context);
     } catch (thrown) {
       // As in Azure, a failed tick is logged and the schedule goes on.
-      this.#log('error', name, `timer invocation failed`, ensureError(thrown));
+      this.#log(faultLevel(ensureError(thrown)), name, `timer invocation failed`, ensureError(thrown));
     }
   }
 }

@@ -3,14 +3,14 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Kysely } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { parseConfig } from '../../shared/platform/config/config';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
 import { adminQuery } from '../support/postgres-admin';
-import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
+import { aStackPromotion, provisioningExample, TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, writeExampleReferences, type TopicEvent } from '../support/provisioning';
 
 const PROMOTIONS = 10;
 const STACKS = 5;
@@ -118,19 +118,14 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
       await new Promise((resolve) => setTimeout(resolve, 400));
       await killConnections();
     }
-    const terminal = ['ProvisioningApplied', 'ProvisioningFailed'];
-    let events: { messageId: string; body: { type: string; data: { promotionId?: string } } }[] = [];
+    let events: readonly TopicEvent[] = [];
     try {
-      events = await vi.waitFor(
-        async () => {
-          const topic = await send('GET', '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin);
-          const items = (topic.json as { items?: typeof events } | undefined)?.items ?? [];
-          const ended = new Set(items.filter((m) => terminal.includes(m.body.type)).map((m) => m.body.data.promotionId));
-          if (!promotions.every((p) => ended.has(p.promotionId))) throw new Error(`${ended.size} of ${PROMOTIONS} promotions ended`);
-          return items;
-        },
-        { timeout: 90_000, interval: 250 },
-      );
+      // A promotion whose abandon met a killed connection stays locked until its lock lapses (60 s, as on Service
+      // Bus), then is delivered again: the wait allows for one such lapse.
+      events = await untilEveryPromotionEnded(async () => {
+        const topic = await send('GET', '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin);
+        return (topic.json as { items?: TopicEvent[] } | undefined)?.items ?? [];
+      }, promotions.map((p) => p.promotionId), 120_000);
     } finally {
       running = false;
       await leases;
@@ -142,7 +137,7 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     console.log(`[store-faults] ${answers.length} answers, ${failures.length} of them 503 STORE.*; ${granted.length} leases granted`);
 
     // Assert: each promotion ended once (one terminal event, one event id), and no event id was published twice.
-    for (const promotion of promotions) expect(events.filter((m) => terminal.includes(m.body.type) && m.body.data.promotionId === promotion.promotionId), promotion.promotionId).toHaveLength(1);
+    for (const promotion of promotions) expect(events.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotion.promotionId), promotion.promotionId).toHaveLength(1);
     expect(new Set(events.map((m) => m.messageId)).size).toBe(events.length);
 
     // Assert: every lease answered 201 is stored, and every one answered 204 to its release is released.
@@ -155,5 +150,7 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     const states = new Map(stored.map((row) => [row.id, row.state]));
     expect(granted.filter((id) => !states.has(id))).toEqual([]);
     expect([...released].filter((id) => states.get(id) !== 'released')).toEqual([]);
-  }, 150_000);
+    // The host logged the faults it met as warnings (each step retried), never as errors of its own.
+    expect(host.output().split('\n').filter((line) => line.includes('"level":"error"'))).toEqual([]);
+  }, 180_000);
 });

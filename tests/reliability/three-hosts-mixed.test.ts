@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import type { Kysely } from 'kysely';
@@ -15,7 +15,7 @@ import { provisioningDb } from '../../shared/provisioning/stack-lock.repository'
 import { expectWorkloadHeld, runCapacityWorkload, storeReader } from '../support/capacity-workload';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
-import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
+import { aStackPromotion, exampleStack, provisioningExample, TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, writeExampleReferences } from '../support/provisioning';
 
 const HOSTS = 3;
 const PROMOTIONS = 20;
@@ -169,17 +169,11 @@ describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, 
         call(host(i), '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { body: promotion, messageId: promotion.promotionId }),
       ),
     );
-    const terminalTypes = ['ProvisioningApplied', 'ProvisioningFailed'];
-    let topic: TopicMessage[] = [];
+    let topic: readonly TopicMessage[] = [];
     try {
-      topic = await vi.waitFor(
-        async () => {
-          const items = ((await call(host(0), '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin)) as { items: TopicMessage[] }).items;
-          const ended = new Set(items.filter((m) => terminalTypes.includes(m.body.type)).map((m) => m.body.data.promotionId));
-          if (!promotions.every((p) => ended.has(p.promotionId))) throw new Error(`${ended.size} of ${PROMOTIONS} promotions ended`);
-          return items;
-        },
-        { timeout: 90_000, interval: 200 },
+      topic = await untilEveryPromotionEnded(
+        async () => ((await call(host(0), '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin)) as { items: TopicMessage[] }).items,
+        promotions.map((p) => p.promotionId),
       );
     } finally {
       sending = false;
@@ -204,7 +198,7 @@ describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, 
     // Assert: exactly one terminal event per promotion (one event id), of the run's outcome; no event published twice.
     expect(new Set(topic.map((m) => m.messageId)).size).toBe(topic.length);
     for (const run of runs) {
-      const terminal = topic.filter((m) => terminalTypes.includes(m.body.type) && m.body.data.promotionId === run.promotionId);
+      const terminal = topic.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === run.promotionId);
       expect(terminal.map((m) => [m.body.type, m.correlationId, m.body.data.state]), run.promotionId).toEqual([
         [run.state === 'applied' ? 'ProvisioningApplied' : 'ProvisioningFailed', run.runId, run.state],
       ]);

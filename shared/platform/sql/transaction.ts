@@ -89,6 +89,15 @@ export function isStoreUnavailable(error: Error): boolean {
   return /^Connection terminated|^Client has encountered a connection error|^timeout exceeded when trying to connect|^Connection is closed/.test(error.message);
 }
 
+/**
+ * The level to log a failed background step at (a receive, a timer, a durable episode or activity record): a
+ * warning when the store was out of reach, a fault of the environment that the step's retry recovers from; an
+ * error otherwise.
+ */
+export function faultLevel(error: Error): 'warning' | 'error' {
+  return isStoreUnavailable(error) ? 'warning' : 'error';
+}
+
 /** The answer to a request that met `isStoreUnavailable`. */
 export function storeUnavailable(): AppError {
   return new AppError('STORE.UNAVAILABLE', 'unavailable', 'the store is not reachable just now; retry shortly', { retryAfterSeconds: 2 });
