@@ -10,7 +10,8 @@ import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
 import { adminQuery } from '../support/postgres-admin';
-import { aStackPromotion, provisioningExample, TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, writeExampleReferences, type TopicEvent } from '../support/provisioning';
+import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
+import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, type TopicEvent } from '../support/topic-events';
 
 const PROMOTIONS = 10;
 const STACKS = 5;

@@ -15,7 +15,8 @@ import { provisioningDb } from '../../shared/provisioning/stack-lock.repository'
 import { expectWorkloadHeld, runCapacityWorkload, storeReader } from '../support/capacity-workload';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
-import { aStackPromotion, exampleStack, provisioningExample, TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, writeExampleReferences } from '../support/provisioning';
+import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
+import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded } from '../support/topic-events';
 
 const HOSTS = 3;
 const PROMOTIONS = 20;

@@ -1,5 +1,4 @@
 import * as fs from 'node:fs';
-import { vi } from 'vitest';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
@@ -205,27 +204,4 @@ export function testSources(root: string): ProvisioningServiceOptions['sources']
 export async function outboxEvents(store: SqlStore, correlationId: string): Promise<CloudEvent[]> {
   const rows = await store.db.selectFrom('outbox').select('payload').where('correlation_id', '=', correlationId).orderBy('seq').execute();
   return rows.map((r) => JSON.parse(String(r.payload)) as CloudEvent);
-}
-
-/** The events a run ends with, one per promotion. */
-export const TERMINAL_EVENT_TYPES: readonly string[] = ['ProvisioningApplied', 'ProvisioningFailed'];
-
-/** A message of the events topic as the local topic endpoint lists it (the members these checks read). */
-export interface TopicEvent {
-  readonly messageId: string;
-  readonly body: { readonly type: string; readonly data: { readonly promotionId?: string } };
-}
-
-/** Reads the events topic (`read`) until every one of `promotionIds` has a terminal event; returns the last read. */
-export function untilEveryPromotionEnded<T extends TopicEvent>(read: () => Promise<readonly T[]>, promotionIds: readonly string[], timeoutMs = 90_000): Promise<readonly T[]> {
-  return vi.waitFor(
-    async () => {
-      const items = await read();
-      const ended = new Set(items.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type)).map((m) => m.body.data.promotionId));
-      const open = promotionIds.filter((id) => !ended.has(id));
-      if (open.length > 0) throw new Error(`${promotionIds.length - open.length} of ${promotionIds.length} promotions ended`);
-      return items;
-    },
-    { timeout: timeoutMs, interval: 200 },
-  );
 }
