@@ -322,7 +322,7 @@ function latestExpiry(lease: HistoryLease, o: LeaseOperation, skewMs: number): n
   let expiry = lease.grantBy + lease.ttlMost * 1000;
   for (const r of lease.later) {
     if (r !== o && r.op === 'renew' && r.outcome !== 'refused' && r.invokedAt < completion(o)) {
-      expiry = Math.max(expiry, completion(r) + (r.outcome === 'ok' ? (r.ttlSeconds ?? ttlMost) : ttlMost) * 1000);
+      expiry = Math.max(expiry, completion(r) + (r.ttlSeconds ?? ttlMost) * 1000);
     }
   }
   return expiry + skewMs;
