@@ -6,7 +6,8 @@
  *  - at no instant do the leases certainly held exceed a pool's capacity or a tenant's quota for a kind;
  *  - fencing tokens are distinct per pool, and a lease granted after another one's grant was answered has a larger one;
  *  - a renew or release presented after its lease certainly expired is refused, never ok;
- *  - one idempotency key (per tenant) names one lease, with one fencing token.
+ *  - one idempotency key (per tenant) names one lease, with one fencing token;
+ *  - no answer names another tenant's lease.
  *
  * The checker is sound under uncertainty: an operation's effect happened at some instant inside its window, so only
  * what holds for every such instant is flagged. An operation without a definite answer (5xx, network error, timeout,
@@ -50,6 +51,8 @@ export interface LeaseOperation {
   readonly status?: number;
   /** The problem code of a refusal or a 5xx. */
   readonly code?: string;
+  /** The tenant an ok answer's lease belongs to: always `tenant`, or tenants met. */
+  readonly answeredTenant?: string;
   /** An acquire answered 201 (a new lease) rather than 200 (the lease its idempotency key already names). */
   readonly created?: boolean;
   /** Why an indeterminate operation has no answer. */
@@ -171,7 +174,7 @@ export interface LeaseLimits {
   readonly quota?: Readonly<Record<string, Readonly<Record<string, number>>>>;
 }
 
-export type LeaseRule = 'capacity' | 'quota' | 'fencing' | 'expired-holder' | 'idempotency';
+export type LeaseRule = 'capacity' | 'quota' | 'fencing' | 'expired-holder' | 'idempotency' | 'tenant';
 
 export interface LeaseViolation {
   readonly rule: LeaseRule;
@@ -186,6 +189,9 @@ export interface LeaseViolation {
 export function checkLeaseHistory(operations: readonly LeaseOperation[], limits: LeaseLimits, clockSkewMs = 0): LeaseViolation[] {
   const leases = leasesOf(operations);
   return [
+    ...operations
+      .filter((o) => o.answeredTenant !== undefined && o.answeredTenant !== o.tenant)
+      .map((o) => ({ rule: 'tenant' as const, message: `tenant ${o.tenant} was answered with tenant ${String(o.answeredTenant)}'s lease: ${describeOperation(o)}` })),
     ...idempotencyViolations(operations, leases),
     ...holdViolations(leases, limits, clockSkewMs),
     ...fencingViolations(leases),
@@ -202,6 +208,18 @@ export function historyCounts(operations: readonly LeaseOperation[]): string {
     counts.set(o.op, byOutcome);
   }
   return [...counts].map(([op, byOutcome]) => `${op} ${[...byOutcome].map(([outcome, n]) => `${outcome}×${n}`).join(' ')}`).join('; ');
+}
+
+/**
+ * The most units of `pool` certainly held at one instant, the first instant that many were, and the leases held then
+ * (none: `units` 0, `at` NaN). Shows how close a run came to the capacity, and where an over-grant would be.
+ */
+export function peakHeld(operations: readonly LeaseOperation[], pool: string, clockSkewMs = 0): { units: number; at: number; leaseIds: string[] } {
+  let peak = { units: 0, at: Number.NaN, leaseIds: [] as string[] };
+  walkHeld(spansOf(leasesOf(operations), clockSkewMs).filter((s) => s.lease.pool === pool), (units, at, held) => {
+    if (units > peak.units) peak = { units, at, leaseIds: held.map((s) => s.lease.leaseId) };
+  });
+  return peak;
 }
 
 export function describeOperation(o: LeaseOperation): string {
@@ -334,9 +352,13 @@ interface Span {
   readonly until: number;
 }
 
+function spansOf(leases: readonly HistoryLease[], skewMs: number): Span[] {
+  return leases.map((lease) => ({ lease, ...certainlyHeld(lease, skewMs) })).filter((s) => s.until > s.from);
+}
+
 /** At no instant do the certainly held leases of a pool exceed its capacity, nor a tenant's of a kind its quota. */
 function holdViolations(leases: readonly HistoryLease[], limits: LeaseLimits, skewMs: number): LeaseViolation[] {
-  const spans = leases.map((lease) => ({ lease, ...certainlyHeld(lease, skewMs) })).filter((s) => s.until > s.from);
+  const spans = spansOf(leases, skewMs);
   const violations: LeaseViolation[] = [];
   for (const [pool, poolSpans] of groupBy(spans, (s) => s.lease.pool)) {
     const capacity = limits.poolCapacity[pool];
@@ -350,29 +372,38 @@ function holdViolations(leases: readonly HistoryLease[], limits: LeaseLimits, sk
   return violations;
 }
 
-/** Sweeps the spans in time order; reports each stretch where the units held exceed `limit`, at its first instant. */
+/** Reports each stretch where the units held exceed `limit`, at its first instant, with the leases held then. */
 function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'quota', what: string): LeaseViolation[] {
-  // Spans are half-open [from, until): at one instant, ends come before starts.
+  const violations: LeaseViolation[] = [];
+  let over = false;
+  walkHeld(spans, (units, at, held) => {
+    if (units > limit && !over) {
+      const which = held.map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
+      violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(at)}, more than its ${rule} of ${limit}: ${which.join('; ')}` });
+    }
+    over = units > limit;
+  });
+  return violations;
+}
+
+/**
+ * Sweeps the spans in time order and tells after each start or end the units held, the instant and the spans held.
+ * Spans are half-open [from, until): at one instant ends come before starts, so every sum told is one that held.
+ */
+function walkHeld(spans: readonly Span[], visit: (units: number, at: number, held: readonly Span[]) => void): void {
   const edges = spans.flatMap((s) => [
     { at: s.from, delta: s.lease.units, span: s },
     { at: s.until, delta: -s.lease.units, span: s },
   ]);
   edges.sort((a, b) => a.at - b.at || a.delta - b.delta);
-  const violations: LeaseViolation[] = [];
   const held = new Set<Span>();
   let units = 0;
-  let over = false;
   for (const edge of edges) {
     units += edge.delta;
     if (edge.delta > 0) held.add(edge.span);
     else held.delete(edge.span);
-    if (units > limit && !over) {
-      const which = [...held].map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
-      violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(edge.at)}, more than its ${rule} of ${limit}: ${which.join('; ')}` });
-    }
-    over = units > limit;
+    visit(units, edge.at, [...held]);
   }
-  return violations;
 }
 
 /** Per pool: every lease's fencing token distinct, and larger than that of every lease answered before it was asked. */
@@ -460,6 +491,7 @@ function leaseFields(answer: Readonly<Record<string, unknown>>): Partial<LeaseOp
   const expiresAt = typeof answer.expiresAt === 'string' ? Date.parse(answer.expiresAt) : undefined;
   return optional({
     leaseId: typeof answer.leaseId === 'string' ? answer.leaseId : undefined,
+    answeredTenant: typeof answer.tenant === 'string' ? answer.tenant : undefined,
     pool: typeof answer.pool === 'string' ? answer.pool : undefined,
     kind: typeof answer.kind === 'string' ? answer.kind : undefined,
     units: typeof answer.units === 'number' ? answer.units : undefined,

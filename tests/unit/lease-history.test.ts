@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { checkLeaseHistory, LeaseHistory, type LeaseLimits, type LeaseOperation, type LeaseOutcome, type LeaseSend } from '../support/lease-history';
+import { checkLeaseHistory, LeaseHistory, peakHeld, type LeaseLimits, type LeaseOperation, type LeaseOutcome, type LeaseSend } from '../support/lease-history';
 
 /** Hand-built histories: times are ms after T0; each operation's window is [invoked, completed]. */
 const T0 = Date.parse('2026-12-03T12:00:00.000Z');
@@ -93,6 +93,11 @@ describe('lease history checker: real violations are found', () => {
   it('when one idempotency key is answered with two leases, or one lease is created twice, then idempotency fails', () => {
     expect(rules([aGrant('a', 1, [0, 10], { idempotencyKey: 'k' }), aGrant('b', 2, [20, 30], { idempotencyKey: 'k' })])).toEqual(['idempotency']);
     expect(rules([aGrant('a', 1, [0, 10]), aGrant('a', 1, [20, 30])])).toEqual(['idempotency']);
+  });
+
+  it("when a tenant is answered with another tenant's lease, then the tenant rule fails", () => {
+    expect(rules([aGrant('a', 1, [0, 10], { tenant: 'team-b', answeredTenant: 'team-a' })])).toEqual(['tenant']);
+    expect(rules([aGrant('a', 1, [0, 10], { answeredTenant: 'team-a' })])).toEqual([]);
   });
 
   it('when a lease granted in a window that ends before another certainly expired is counted, then the overlap is an over-grant', () => {
@@ -189,6 +194,14 @@ describe('lease history checker: sound under uncertainty (no false alarms)', () 
   });
 });
 
+describe('lease history peak', () => {
+  it('when leases overlap, then the peak is the most units certainly held at one instant, and where', () => {
+    const ops = [aGrant('a', 1, [0, 10]), aGrant('b', 2, [20, 30], { units: 2 }), aRelease('a', 1, [100, 110], 'ok'), aGrant('c', 3, [200, 210])];
+    expect(peakHeld(ops, 'p')).toEqual({ units: 3, at: T0 + 30, leaseIds: ['a', 'b'] });
+    expect(peakHeld(ops, 'q')).toEqual({ units: 0, at: Number.NaN, leaseIds: [] });
+  });
+});
+
 describe('lease history recorder', () => {
   /** A send that answers from a script, one answer per request; 'throw' stands for no answer. */
   function scripted(...answers: Array<{ status: number; json?: unknown } | 'throw'>): { send: LeaseSend; sent: string[] } {
@@ -205,7 +218,7 @@ describe('lease history recorder', () => {
   const tick = () => (clock += 5);
 
   it('when leases are acquired, renewed and released, then each operation is recorded with its window and outcome', async () => {
-    const view = { leaseId: 'l-1', pool: 'p', kind: 'sandbox', units: 2, holder: 'w', fencingToken: 7, grantedAt: iso(0), expiresAt: iso(3_000) };
+    const view = { leaseId: 'l-1', tenant: 'team-a', pool: 'p', kind: 'sandbox', units: 2, holder: 'w', fencingToken: 7, grantedAt: iso(0), expiresAt: iso(3_000) };
     const { send, sent } = scripted(
       { status: 201, json: view },
       { status: 200, json: { ...view, renewedAt: iso(1_000), expiresAt: iso(4_000) } },
@@ -228,7 +241,7 @@ describe('lease history recorder', () => {
       'DELETE /runtime-cloud/leases/l-1?fencingToken=7',
       'POST /runtime-cloud/leases {"units":1,"kind":"sandbox","holder":"w","ttlSeconds":3}',
     ]);
-    expect(grant).toMatchObject({ op: 'acquire', tenant: 'team-a', outcome: 'ok', status: 201, created: true, leaseId: 'l-1', fencingToken: 7, pool: 'p', units: 2, ttlSeconds: 3, idempotencyKey: 'k' });
+    expect(grant).toMatchObject({ op: 'acquire', tenant: 'team-a', answeredTenant: 'team-a', outcome: 'ok', status: 201, created: true, leaseId: 'l-1', fencingToken: 7, pool: 'p', units: 2, ttlSeconds: 3, idempotencyKey: 'k' });
     expect(grant.completedAt! - grant.invokedAt).toBe(5);
     // A renew without a TTL records the one the answer shows (expiresAt - renewedAt), and the lease's pool and units.
     expect(renew).toMatchObject({ op: 'renew', outcome: 'ok', ttlSeconds: 3, presentedToken: 7, fencingToken: 7, pool: 'p', kind: 'sandbox', units: 2, expiresAt: T0 + 4_000 });
