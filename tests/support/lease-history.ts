@@ -372,14 +372,18 @@ function holdViolations(leases: readonly HistoryLease[], limits: LeaseLimits, sk
   return violations;
 }
 
+/** How many of the leases held at an over-grant its message names. */
+const LISTED = 10;
+
 /** Reports each stretch where the units held exceed `limit`, at its first instant, with the leases held then. */
 function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'quota', what: string): LeaseViolation[] {
   const violations: LeaseViolation[] = [];
   let over = false;
   walkHeld(spans, (units, at, held) => {
     if (units > limit && !over) {
-      const which = held.map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
-      violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(at)}, more than its ${rule} of ${limit}: ${which.join('; ')}` });
+      const which = held.slice(0, LISTED).map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
+      const more = held.length > LISTED ? `; and ${held.length - LISTED} more` : '';
+      violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(at)}, more than its ${rule} of ${limit}: ${which.join('; ')}${more}` });
     }
     over = units > limit;
   });

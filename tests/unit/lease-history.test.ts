@@ -61,6 +61,13 @@ describe('lease history checker: real violations are found', () => {
     expect(violations[0]!.message).toMatch(/^(?=.*\ba \()(?=.*\bb \()(?=.*\bx \()/);
   });
 
+  it('when many leases are held at an over-grant, then its message names ten of them and counts the rest', () => {
+    const ops = Array.from({ length: 12 }, (_, i) => aGrant(`l${i}`, i + 1, [i * 10, i * 10 + 5]));
+    const [violation] = checkLeaseHistory(ops, pool(11));
+    expect(violation!.message).toMatch(/^pool p: 12 units certainly held at .*l9 \(.*; and 2 more$/);
+    expect(violation!.message).not.toContain('l10 (');
+  });
+
   it("when a tenant holds more of a kind than its quota, across two pools, then the quota violation names the tenant", () => {
     const ops = [aGrant('a', 1, [0, 10]), aGrant('b', 1, [20, 30], { pool: 'q' })];
     const violations = checkLeaseHistory(ops, { poolCapacity: { p: 5, q: 5 }, quota: { 'team-a': { sandbox: 1 } } });
