@@ -217,7 +217,7 @@ export function historyCounts(operations: readonly LeaseOperation[]): string {
 export function peakHeld(operations: readonly LeaseOperation[], pool: string, clockSkewMs = 0): { units: number; at: number; leaseIds: string[] } {
   let peak = { units: 0, at: Number.NaN, leaseIds: [] as string[] };
   walkHeld(spansOf(leasesOf(operations), clockSkewMs).filter((s) => s.lease.pool === pool), (units, at, held) => {
-    if (units > peak.units) peak = { units, at, leaseIds: held.map((s) => s.lease.leaseId) };
+    if (units > peak.units) peak = { units, at, leaseIds: held().map((s) => s.lease.leaseId) };
   });
   return peak;
 }
@@ -381,8 +381,9 @@ function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'qu
   let over = false;
   walkHeld(spans, (units, at, held) => {
     if (units > limit && !over) {
-      const which = held.slice(0, LISTED).map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
-      const more = held.length > LISTED ? `; and ${held.length - LISTED} more` : '';
+      const spans = held();
+      const which = spans.slice(0, LISTED).map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
+      const more = spans.length > LISTED ? `; and ${spans.length - LISTED} more` : '';
       violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(at)}, more than its ${rule} of ${limit}: ${which.join('; ')}${more}` });
     }
     over = units > limit;
@@ -391,10 +392,11 @@ function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'qu
 }
 
 /**
- * Sweeps the spans in time order and tells after each start or end the units held, the instant and the spans held.
+ * Sweeps the spans in time order and tells after each start or end the units held, the instant and (when asked) the
+ * spans held.
  * Spans are half-open [from, until): at one instant ends come before starts, so every sum told is one that held.
  */
-function walkHeld(spans: readonly Span[], visit: (units: number, at: number, held: readonly Span[]) => void): void {
+function walkHeld(spans: readonly Span[], visit: (units: number, at: number, held: () => Span[]) => void): void {
   const edges = spans.flatMap((s) => [
     { at: s.from, delta: s.lease.units, span: s },
     { at: s.until, delta: -s.lease.units, span: s },
@@ -406,7 +408,7 @@ function walkHeld(spans: readonly Span[], visit: (units: number, at: number, hel
     units += edge.delta;
     if (edge.delta > 0) held.add(edge.span);
     else held.delete(edge.span);
-    visit(units, edge.at, [...held]);
+    visit(units, edge.at, () => [...held]);
   }
 }
 
