@@ -121,11 +121,12 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
       );
       const expiredHolders: LeaseOperation[] = [];
       const until = Date.now() + TRAFFIC_MS;
-      // The hosts' own sweep runs every 15 s; sweeping often gives expired units back while the traffic runs.
+      // The hosts' own sweep runs every 15 s; sweeping every 50 ms gives expired units back while the traffic runs, and
+      // races the renews at the edge of their expiry.
       const sweeping = (async () => {
         while (Date.now() < until) {
           await host.host.deps.capacity.sweepExpired();
-          await sleep(200);
+          await sleep(50);
         }
       })();
 

@@ -117,7 +117,8 @@ export class LeaseHistory {
         const fields = leaseFields(answer);
         const renewedAt = Date.parse(String(answer.renewedAt));
         const shown = fields.expiresAt !== undefined && !Number.isNaN(renewedAt) ? Math.round((fields.expiresAt - renewedAt) / 1000) : undefined;
-        return { ...fields, ...optional({ ttlSeconds: ttlSeconds ?? shown }) };
+        // The lease acted on stays the one asked for: an answer naming another shows as its token or tenant.
+        return { ...fields, leaseId: lease.leaseId, ...optional({ ttlSeconds: ttlSeconds ?? shown }) };
       },
     );
   }
@@ -224,7 +225,8 @@ export function peakHeld(operations: readonly LeaseOperation[], pool: string, cl
 
 export function describeOperation(o: LeaseOperation): string {
   const lease = o.leaseId !== undefined ? ` lease ${o.leaseId}` : '';
-  const token = o.fencingToken !== undefined ? ` token ${o.fencingToken}` : o.presentedToken !== undefined ? ` presenting token ${o.presentedToken}` : '';
+  const presented = o.presentedToken !== undefined ? ` presenting token ${o.presentedToken}` : '';
+  const token = o.fencingToken !== undefined && o.fencingToken !== o.presentedToken ? `${presented} answered with token ${o.fencingToken}` : presented || (o.fencingToken !== undefined ? ` token ${o.fencingToken}` : '');
   const answer = o.status !== undefined ? `${o.status}${o.code ? ` ${o.code}` : ''}` : (o.error ?? 'no answer yet');
   const window = `[${instant(o.invokedAt)} .. ${o.completedAt === undefined ? 'in flight' : instant(o.completedAt)}]`;
   return `${o.op} by ${o.tenant}/${o.holder ?? '?'} (pool ${o.pool ?? '?'}, ${o.units ?? '?'} ${o.kind ?? '?'})${lease}${token} ${window} → ${o.outcome} (${answer})`;
@@ -456,7 +458,7 @@ function expiredHolderViolations(leases: readonly HistoryLease[], skewMs: number
       lease.later.some((r) => r !== o && r.op === 'release' && r.outcome !== 'refused' && r.invokedAt < o.invokedAt && r.invokedAt <= latestExpiry(lease, r, skewMs));
     for (const o of lease.later) {
       if (o.outcome !== 'ok') continue;
-      if (o.presentedToken !== lease.fencingToken) {
+      if (o.presentedToken !== lease.fencingToken || (o.fencingToken !== undefined && o.fencingToken !== lease.fencingToken)) {
         violations.push({ rule: 'fencing', message: `lease ${lease.leaseId} holds fencing token ${lease.fencingToken}, yet ${describeOperation(o)}` });
         continue;
       }
