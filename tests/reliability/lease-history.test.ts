@@ -75,9 +75,9 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
   }
 
   /**
-   * One worker until the traffic ends: acquire (now and then with an idempotency key, replayed), then one of:
-   * renew a few times and release (now and then twice); renew just before the expiry (ok or refused, both allowed);
-   * or let the lease expire and come back with the old token (renew and release, both must be refused).
+   * One worker until the traffic ends: acquire (every third time with an idempotency key, replayed), then in turn:
+   * let the lease expire and come back with the old token (renew and release, both must be refused); renew just
+   * before the expiry (ok or refused, both allowed); twice renew a few times and release (now and then twice).
    */
   async function worker(history: LeaseHistory, worker: number, until: number, expiredHolders: LeaseOperation[]): Promise<void> {
     for (let i = 0; Date.now() < until; i++) {
@@ -90,17 +90,18 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
       }
       if (request.idempotencyKey !== undefined) await history.acquire(request);
       const lease = heldLease(grant);
-      const plan = Math.random();
-      if (plan < 0.25) {
+      // The plans take turns, so that each is run a fair number of times whatever the timing.
+      const plan = (worker + i) % 4;
+      if (plan === 0) {
         // The holder stalls past any expiry its lease can have had, then acts with its old token.
         await sleep(grant.completedAt! + ttlSeconds * 1000 + 100 - Date.now());
         expiredHolders.push(await history.renew(lease), await history.release(lease));
-      } else if (plan < 0.4) {
+      } else if (plan === 1) {
         await sleep(ttlSeconds * 1000 - between(0, 60));
         const renewed = await history.renew(lease);
         if (renewed.outcome === 'ok') await history.release(lease);
       } else {
-        for (let r = between(0, 2); r > 0; r--) {
+        for (let r = between(1, 2); r > 0; r--) {
           await sleep(between(50, 400));
           await history.renew(lease, between(1, 2));
         }
@@ -120,11 +121,12 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
       );
       const expiredHolders: LeaseOperation[] = [];
       const until = Date.now() + TRAFFIC_MS;
-      // The hosts' own sweep runs every 15 s; sweeping often gives expired units back while the traffic runs.
+      // The hosts' own sweep runs every 15 s; sweeping every 50 ms gives expired units back while the traffic runs, and
+      // races the renews at the edge of their expiry.
       const sweeping = (async () => {
         while (Date.now() < until) {
           await host.host.deps.capacity.sweepExpired();
-          await sleep(200);
+          await sleep(50);
         }
       })();
 
@@ -143,8 +145,8 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
       expect(operations.filter((o) => o.outcome === 'indeterminate'), 'no 5xx, every request answered').toEqual([]);
       const ok = (op: LeaseOperation['op']) => operations.filter((o) => o.op === op && o.outcome === 'ok').length;
       expect(ok('acquire')).toBeGreaterThanOrEqual(20);
-      expect(ok('renew')).toBeGreaterThanOrEqual(10);
-      expect(ok('release')).toBeGreaterThanOrEqual(10);
+      expect(ok('renew')).toBeGreaterThanOrEqual(8);
+      expect(ok('release')).toBeGreaterThanOrEqual(8);
       const refusedAcquires = new Set(operations.filter((o) => o.op === 'acquire' && o.outcome === 'refused').map((o) => o.code));
       expect([...refusedAcquires].sort()).toEqual(['CAPACITY.EXHAUSTED', 'CAPACITY.QUOTA_EXCEEDED']);
       expect(expiredHolders.length).toBeGreaterThanOrEqual(4);

@@ -117,7 +117,8 @@ export class LeaseHistory {
         const fields = leaseFields(answer);
         const renewedAt = Date.parse(String(answer.renewedAt));
         const shown = fields.expiresAt !== undefined && !Number.isNaN(renewedAt) ? Math.round((fields.expiresAt - renewedAt) / 1000) : undefined;
-        return { ...fields, ...optional({ ttlSeconds: ttlSeconds ?? shown }) };
+        // The lease acted on stays the one asked for: an answer naming another shows as its token or tenant.
+        return { ...fields, leaseId: lease.leaseId, ...optional({ ttlSeconds: ttlSeconds ?? shown }) };
       },
     );
   }
@@ -217,14 +218,15 @@ export function historyCounts(operations: readonly LeaseOperation[]): string {
 export function peakHeld(operations: readonly LeaseOperation[], pool: string, clockSkewMs = 0): { units: number; at: number; leaseIds: string[] } {
   let peak = { units: 0, at: Number.NaN, leaseIds: [] as string[] };
   walkHeld(spansOf(leasesOf(operations), clockSkewMs).filter((s) => s.lease.pool === pool), (units, at, held) => {
-    if (units > peak.units) peak = { units, at, leaseIds: held.map((s) => s.lease.leaseId) };
+    if (units > peak.units) peak = { units, at, leaseIds: held().map((s) => s.lease.leaseId) };
   });
   return peak;
 }
 
 export function describeOperation(o: LeaseOperation): string {
   const lease = o.leaseId !== undefined ? ` lease ${o.leaseId}` : '';
-  const token = o.fencingToken !== undefined ? ` token ${o.fencingToken}` : o.presentedToken !== undefined ? ` presenting token ${o.presentedToken}` : '';
+  const presented = o.presentedToken !== undefined ? ` presenting token ${o.presentedToken}` : '';
+  const token = o.fencingToken !== undefined && o.fencingToken !== o.presentedToken ? `${presented} answered with token ${o.fencingToken}` : presented || (o.fencingToken !== undefined ? ` token ${o.fencingToken}` : '');
   const answer = o.status !== undefined ? `${o.status}${o.code ? ` ${o.code}` : ''}` : (o.error ?? 'no answer yet');
   const window = `[${instant(o.invokedAt)} .. ${o.completedAt === undefined ? 'in flight' : instant(o.completedAt)}]`;
   return `${o.op} by ${o.tenant}/${o.holder ?? '?'} (pool ${o.pool ?? '?'}, ${o.units ?? '?'} ${o.kind ?? '?'})${lease}${token} ${window} → ${o.outcome} (${answer})`;
@@ -381,8 +383,9 @@ function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'qu
   let over = false;
   walkHeld(spans, (units, at, held) => {
     if (units > limit && !over) {
-      const which = held.slice(0, LISTED).map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
-      const more = held.length > LISTED ? `; and ${held.length - LISTED} more` : '';
+      const spans = held();
+      const which = spans.slice(0, LISTED).map((s) => `${s.lease.leaseId} (${s.lease.tenant}/${s.lease.holder}, ${s.lease.units} units, token ${s.lease.fencingToken}, certainly held ${instant(s.from)} .. ${instant(s.until)})`);
+      const more = spans.length > LISTED ? `; and ${spans.length - LISTED} more` : '';
       violations.push({ rule, message: `${what}: ${units} units certainly held at ${instant(at)}, more than its ${rule} of ${limit}: ${which.join('; ')}${more}` });
     }
     over = units > limit;
@@ -391,10 +394,11 @@ function overLimit(spans: readonly Span[], limit: number, rule: 'capacity' | 'qu
 }
 
 /**
- * Sweeps the spans in time order and tells after each start or end the units held, the instant and the spans held.
+ * Sweeps the spans in time order and tells after each start or end the units held, the instant and (when asked) the
+ * spans held.
  * Spans are half-open [from, until): at one instant ends come before starts, so every sum told is one that held.
  */
-function walkHeld(spans: readonly Span[], visit: (units: number, at: number, held: readonly Span[]) => void): void {
+function walkHeld(spans: readonly Span[], visit: (units: number, at: number, held: () => Span[]) => void): void {
   const edges = spans.flatMap((s) => [
     { at: s.from, delta: s.lease.units, span: s },
     { at: s.until, delta: -s.lease.units, span: s },
@@ -406,7 +410,7 @@ function walkHeld(spans: readonly Span[], visit: (units: number, at: number, hel
     units += edge.delta;
     if (edge.delta > 0) held.add(edge.span);
     else held.delete(edge.span);
-    visit(units, edge.at, [...held]);
+    visit(units, edge.at, () => [...held]);
   }
 }
 
@@ -454,7 +458,7 @@ function expiredHolderViolations(leases: readonly HistoryLease[], skewMs: number
       lease.later.some((r) => r !== o && r.op === 'release' && r.outcome !== 'refused' && r.invokedAt < o.invokedAt && r.invokedAt <= latestExpiry(lease, r, skewMs));
     for (const o of lease.later) {
       if (o.outcome !== 'ok') continue;
-      if (o.presentedToken !== lease.fencingToken) {
+      if (o.presentedToken !== lease.fencingToken || (o.fencingToken !== undefined && o.fencingToken !== lease.fencingToken)) {
         violations.push({ rule: 'fencing', message: `lease ${lease.leaseId} holds fencing token ${lease.fencingToken}, yet ${describeOperation(o)}` });
         continue;
       }

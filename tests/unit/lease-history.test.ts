@@ -92,9 +92,10 @@ describe('lease history checker: real violations are found', () => {
     expect(checkLeaseHistory([grant, aRenew('a', 1, [1_100, 1_110], 'ok')], pool(2))[0]!.message).toContain(`lease a (team-a/h-a, pool p) expired by ${iso(1_010)} at the latest`);
   });
 
-  it('when a renew or release with another fencing token than the lease\'s is answered ok, then fencing fails', () => {
+  it("when a renew or release with another fencing token than the lease's is answered ok, or a renew answers another token, then fencing fails", () => {
     expect(rules([aGrant('a', 7, [0, 10]), aRenew('a', 6, [20, 30], 'ok', { fencingToken: 7 })])).toEqual(['fencing']);
     expect(rules([aGrant('a', 7, [0, 10]), aRelease('a', 8, [20, 30], 'ok')])).toEqual(['fencing']);
+    expect(rules([aGrant('a', 7, [0, 10]), aRenew('a', 7, [20, 30], 'ok', { fencingToken: 8 })])).toEqual(['fencing']);
   });
 
   it('when one idempotency key is answered with two leases, or one lease is created twice, then idempotency fails', () => {
