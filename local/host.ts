@@ -17,6 +17,7 @@ import { hostname } from 'node:os';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
+import { markHostRunning } from './host-marker';
 
 export interface LocalHostOptions {
   /** Folder of the host's state. Example: `.runtime-cloud`. */
@@ -114,6 +115,7 @@ export class LocalHost {
   #started: HostComponent[] = [];
   #url: URL | undefined;
   #config: Config | undefined;
+  #unmark: (() => void) | undefined;
 
   constructor(options: LocalHostOptions, components: readonly HostComponent[] = []) {
     this.#options = options;
@@ -150,6 +152,8 @@ export class LocalHost {
     const defaults = { ...LOCAL_DEFAULTS, RuntimeCloud__Provisioning__Sources: localSourcesSetting(stateDir) };
     let config = configFromEnvironment({ defaults, overrides });
     const keys = await ensureLocalKeys(stateDir);
+    // Before the store opens: a restore that checks the marks then finds this host.
+    this.#unmark = markHostRunning(stateDir);
 
     if (!config.tables.connection) {
       this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
@@ -213,6 +217,7 @@ export class LocalHost {
     await this.#deps?.close();
     await this.#standIns?.close();
     await this.#tableServer?.close();
+    this.#unmark?.();
   }
 }
 

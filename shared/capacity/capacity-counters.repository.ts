@@ -3,6 +3,7 @@ import type { SqliteTransactions, SyncConnection } from '../platform/sql/databas
 import { Batcher, type BatchLimits } from '../platform/sql/batcher';
 import { affectedRows, Prepared } from '../platform/sql/prepared';
 import { upsertRow } from '../platform/sql/dialect';
+import { epochBase } from '../platform/sql/store-epoch';
 import { poolScope, quotaScope } from './slots';
 import type { CapacityScopeCounterTable, CapacityTables } from './capacity.tables';
 import { grantBatchKey, type CapacityLedger, type GrantOutcome, type GrantRequest, type ReleaseRequest, type ScopeUse } from './capacity-ledger.repository';
@@ -36,7 +37,10 @@ const takeQuotaQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'tenant'
     ),
 );
 
-/** Takes a pool's units if they fit and the pool is of the kind, drawing the pool's next fencing token. */
+/**
+ * Takes a pool's units if they fit and the pool is of the kind, drawing the pool's next fencing token: its counter
+ * within the store's epoch (platform/sql/store-epoch.ts), so a token drawn after a restore is larger than any before.
+ */
 const takePoolQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'pool' | 'kind', { fencing: number }>((db, _dialect, p) =>
   db
     .updateTable('capacity_scope_counters')
@@ -44,7 +48,7 @@ const takePoolQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'pool' | 
     .where('scope', '=', p('scope'))
     .where(sql<boolean>`used + ${p('units')} <= capacity`)
     .where((eb) => eb.exists(eb.selectFrom('capacity_pools as pk').select('pk.id').where('pk.id', '=', p('pool')).where('pk.kind', '=', p('kind'))))
-    .returning('fencing'),
+    .returning(sql<number>`${epochBase()} + fencing`.as('fencing')),
 );
 
 const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db, _dialect, p) =>
