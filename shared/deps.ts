@@ -38,6 +38,7 @@ import { parseSourcePolicy } from './provisioning/source-policy';
 import { findEnvironmentStack } from './provisioning/provisioning.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
+import { recoverAfterRestore, type StoreRecovery } from './store-restore';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
 export interface Deps {
@@ -57,6 +58,8 @@ export interface Deps {
   readonly provisioning: ProvisioningService;
   /** Desired and observed state, drift scans, ignore rules, reconciliation proposals. */
   readonly inventory: InventoryService;
+  /** The recovery this host began on start, when the store had been restored (see store-restore.ts). */
+  readonly recovery?: StoreRecovery;
   close(): Promise<void>;
 }
 
@@ -102,8 +105,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       baseDir: overrides.baseDir ?? config.local.stateDir,
       ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
     });
+  let recovery: StoreRecovery | undefined;
   try {
     if (!overrides.store) await migrateToLatest(store.db, store.dialect, allMigrations);
+    recovery = await recoverAfterRestore(store, clock);
   } catch (error) {
     await store.close();
     throw error;
@@ -252,6 +257,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     provisioning,
     inventory,
     events,
+    ...(recovery ? { recovery } : {}),
     async close() {
       stopInboxLagGauge();
       await inboxLagReader.close();

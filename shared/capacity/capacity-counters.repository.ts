@@ -59,7 +59,7 @@ const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db
 );
 
 /** Takes a lease's units from its quota and pool and inserts it, within the batch's transaction. */
-function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest }: GrantRequest): GrantOutcome {
+function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest, reRegistered }: GrantRequest): GrantOutcome {
   const quota = takeQuotaQuery.executeSync(connection, {
     scope: quotaScope(lease.tenant, lease.kind),
     units: lease.units,
@@ -75,8 +75,10 @@ function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest 
     giveBackQuery.executeSync(connection, { scope: quotaScope(lease.tenant, lease.kind), units: lease.units });
     return { shortOf: 'pool' };
   }
-  insertLeaseQuery.executeSync(connection, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: fencing });
-  return { fencingToken: Number(fencing) };
+  // A re-registered lease keeps its token; the pool's counter moved on all the same (tokens only grow).
+  const token = reRegistered ?? fencing;
+  insertLeaseQuery.executeSync(connection, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: token });
+  return { fencingToken: Number(token) };
 }
 
 /** What leases held, per scope, in scope order. */
@@ -145,8 +147,8 @@ export function counterLedger(sqlite: SqliteTransactions): CapacityLedger {
   const grants = new Batcher(grantBatch(sqlite), BATCHES);
   const releases = new Batcher(releaseBatch(sqlite), BATCHES);
   return {
-    grant: (db, lease, ttlSeconds, requestDigest) => {
-      const request = { db, lease, ttlSeconds, requestDigest };
+    grant: (db, lease, ttlSeconds, requestDigest, reRegistered) => {
+      const request = { db, lease, ttlSeconds, requestDigest, ...(reRegistered !== undefined ? { reRegistered } : {}) };
       return grants.submit(grantBatchKey(request, 'grants'), request);
     },
     release: (db, tenant, id, fencingToken, now) => releases.submit('releases', { db, tenant, id, fencingToken, now }),
