@@ -196,6 +196,11 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     let outcome: GrantOutcome;
     try {
       outcome = await retryingContention(() => ledger.grant(db, lease, ttlSeconds, null, fencingToken));
+      // The restored store holds the units of leases that expired while it was down until the sweep ends them: a
+      // holder re-registering should not wait for the sweep's next round.
+      if (!('fencingToken' in outcome) && (await service.sweepExpired()).expired > 0) {
+        outcome = await retryingContention(() => ledger.grant(db, lease, ttlSeconds, null, fencingToken));
+      }
     } catch (thrown) {
       const error = ensureError(thrown);
       if (!isUniqueViolation(error)) throw error;
