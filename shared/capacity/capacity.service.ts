@@ -132,6 +132,8 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
    * window the recovery opened. Read once: a store is restored only while no host runs on it.
    */
   let recoveryState: Promise<{ epoch: number; until: Map<CapacityKind, number> }> | undefined;
+  /** Once read: whether the store had a recovery window at all (most hosts never see one; their grants skip the look). */
+  let hadRecovery: boolean | undefined;
   function recovery() {
     recoveryState ??= (async () => {
       const state = await readStoreEpoch(store.db);
@@ -143,6 +145,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
           until.set(kind, Math.min(window.until.getTime(), longest));
         }
       }
+      hadRecovery = until.size > 0;
       return { epoch: state.epoch, until };
     })().catch((thrown: unknown) => {
       recoveryState = undefined;
@@ -381,7 +384,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
         if (earlier) return repeated(earlier, digest);
       }
-      await refuseWhileRecovering(request.kind);
+      if (hadRecovery !== false) await refuseWhileRecovering(request.kind);
       try {
         for (let round = 1; ; round++) {
           const result = await retryingContention(() => grantOnce(request, digest));
