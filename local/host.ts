@@ -174,6 +174,10 @@ export class LocalHost {
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
     this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
     this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
+    const recovery = this.#deps.recovery;
+    if (recovery) {
+      log('warning', 'runtime-cloud-host', `the store was restored (epoch ${recovery.epoch}): ${recovery.environmentsStale} environments are stale until re-scanned; capacity recovers until ${recovery.window.until.toISOString()} (holders re-register their leases, new grants wait)`);
+    }
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });

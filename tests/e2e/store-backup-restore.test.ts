@@ -131,6 +131,7 @@ describe('runtime-cloud backup and restore (real host processes, a real SQLite f
       host = await startChildHost(stateDir, env);
       const restartedAt = Date.now();
       base = host.url;
+      expect(host.output()).toMatch(/the store was restored \(epoch 1\): 0 environments are stale until re-scanned; capacity recovers until/);
       // Grants wait out the window (one TTL), then resume.
       await eventually(async () => (grants().filter((g) => g.invokedAt > restartedAt).length >= 6 ? true : undefined), 90_000);
       running = false;
