@@ -61,8 +61,12 @@ export interface ReleaseRequest {
  * fails the whole batch's statement or transaction.
  */
 export function grantBatchKey(request: GrantRequest, shape: string): string {
-  return request.lease.idempotencyKey === undefined && request.reRegistered === undefined ? shape : `alone:${request.lease.id}`;
+  if (request.reRegistered !== undefined) return `alone:${request.lease.id}:${++reRegistrations}`;
+  return request.lease.idempotencyKey === undefined ? shape : `alone:${request.lease.id}`;
 }
+
+/** Two re-registrations of one lease (a holder's retry) keep apart: each goes alone. */
+let reRegistrations = 0;
 
 /** What a scope's units say: free ones, held ones, and whether it is above its capacity waiting to be re-laid. */
 export interface ScopeUse {

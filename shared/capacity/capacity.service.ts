@@ -574,9 +574,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   return service;
 }
 
-/** A unique-index violation on any of the three dialects. */
+/** A unique-index or primary-key violation on any of the three dialects. */
 function isUniqueViolation(error: Error): boolean {
   const { code, number } = error as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2601 || number === 2627;
 }
 

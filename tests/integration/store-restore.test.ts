@@ -109,6 +109,19 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(late.code).toBe('CAPACITY.LEASE_NOT_FOUND');
     });
 
+    it('when a holder re-registers the same lease twice at once (a retry), then both answer that lease and its units are held once', async () => {
+      const { ta, pool } = await seeded(service());
+      const lost = (await service().acquire(aLeaseRequest({ tenant: ta, pool, units: 2 }))).lease;
+      const capacity = await restoreLosing([lost]);
+      const holding = { kind: lost.kind, pool, units: 2, holder: lost.holder };
+      const answers = await Promise.all([1, 2].map(() => capacity.renew(one(ta), lost.id, lost.fencingToken, 30, holding)));
+      expect(answers.map((a) => [a.id, a.fencingToken])).toEqual([
+        [lost.id, lost.fencingToken],
+        [lost.id, lost.fencingToken],
+      ]);
+      expect((await capacity.summary(one(ta))).pools.find((p) => p.id === pool)?.used).toBe(2);
+    });
+
     it('when a re-registration needs units that leases the backup holds still use, then it is refused as the pool is full', async () => {
       const first = service();
       const { ta, pool } = await seeded(first, { pool: 3 });
