@@ -39,6 +39,7 @@ import { findEnvironmentStack } from './provisioning/provisioning.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
 import { recoverAfterRestore, type StoreRecovery } from './store-restore';
+import { readStoreEpoch } from './platform/sql/store-epoch';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
 export interface Deps {
@@ -219,6 +220,19 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       },
     },
     { name: 'table-storage', critical: true, run: () => tables.ping() },
+    {
+      // The seed detects a lost store by readiness: after a restore, the host is degraded until capacity has recovered.
+      name: 'store-recovery',
+      critical: false,
+      async run() {
+        const { epoch, restoredAt, recovery: window } = await readStoreEpoch(store.db);
+        const details = { epoch, ...(restoredAt ? { restoredAt: restoredAt.toISOString() } : {}), ...(window ? { recoveringUntil: window.until.toISOString() } : {}) };
+        if (window && clock.now() < window.until) {
+          return { status: 'degraded', error: `the store was restored from a backup: capacity recovers until ${window.until.toISOString()}`, details };
+        }
+        return { details };
+      },
+    },
     {
       name: 'iac-runner',
       critical: false,

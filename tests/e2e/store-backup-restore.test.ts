@@ -55,7 +55,7 @@ describe('runtime-cloud backup and restore (real host processes, a real SQLite f
     let base = host.url;
     const tokens: Record<string, string> = {};
     for (const tenant of ['tenant-a', 'tenant-b']) {
-      const issued = await runCli(['token', '--state-dir', stateDir, '--tenant', tenant, '--scope', 'factory.capacity.lease', '--scope', 'factory.runtime.read']);
+      const issued = await runCli(['token', '--state-dir', stateDir, '--tenant', tenant, '--scope', 'factory.capacity.lease', '--scope', 'factory.runtime.read', '--scope', 'factory.health.read']);
       tokens[tenant] = issued.stdout.trim();
     }
     const answers: Answer[] = [];
@@ -132,6 +132,8 @@ describe('runtime-cloud backup and restore (real host processes, a real SQLite f
       const restartedAt = Date.now();
       base = host.url;
       expect(host.output()).toMatch(/the store was restored \(epoch 1\): 0 environments are stale until re-scanned; capacity recovers until/);
+      const health = (await (await fetch(new URL('/runtime-cloud/health', base), { headers: { authorization: `Bearer ${tokens['tenant-a']}` } })).json()) as { checks: { name: string; status: string }[] };
+      expect(health.checks.find((c) => c.name === 'store-recovery')).toMatchObject({ status: 'degraded', details: { epoch: 1 } });
       // Grants wait out the window (one TTL), then resume.
       await eventually(async () => (grants().filter((g) => g.invokedAt > restartedAt).length >= 6 ? true : undefined), 90_000);
       running = false;
