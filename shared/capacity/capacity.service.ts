@@ -9,7 +9,8 @@ import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordLeaseGrant, recordLeaseRefusal, recordSweep } from '../platform/telemetry/metrics';
 import type { Clock, Ids } from '../platform/time/clock';
 import type { CapacitySeed } from './capacity.seed';
-import { EPOCH_SPAN, readStoreEpoch } from '../platform/sql/store-epoch';
+import { EPOCH_SPAN } from '../platform/sql/store-epoch';
+import { recoveryWindow } from './recovery-window';
 import {
   capacityDb,
   editionExists,
@@ -18,7 +19,6 @@ import {
   ledgerFor,
   listEditions,
   listPools,
-  longestLeaseTtlSeconds,
   poolsOfKind,
   tenantLimit,
   tenantUse,
@@ -126,52 +126,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   const outbox = (trx: Transaction<CapacityTables>, events: readonly NewEvent[]) =>
     appendToOutbox(trx, events, clock, ids);
 
-  /**
-   * The store's epoch and, after a restore, each kind's recovery window: from the start of the recovery for the
-   * longest TTL of the kind any edition allows (a lease of the kind the store forgot lives no longer), within the
-   * window the recovery opened. Read once: a store is restored only while no host runs on it.
-   */
-  let recoveryState: Promise<{ epoch: number; until: Map<CapacityKind, number> }> | undefined;
-  /** Once read: whether the store had a recovery window at all (most hosts never see one; their grants skip the look). */
-  let hadRecovery: boolean | undefined;
-  function recovery() {
-    recoveryState ??= (async () => {
-      const state = await readStoreEpoch(store.db);
-      const until = new Map<CapacityKind, number>();
-      const window = state.recovery;
-      if (window) {
-        for (const kind of CAPACITY_KINDS) {
-          const longest = window.startedAt.getTime() + (await longestLeaseTtlSeconds(db, kind)) * 1000;
-          until.set(kind, Math.min(window.until.getTime(), longest));
-        }
-      }
-      hadRecovery = until.size > 0;
-      return { epoch: state.epoch, until };
-    })().catch((thrown: unknown) => {
-      recoveryState = undefined;
-      throw ensureError(thrown);
-    });
-    return recoveryState;
-  }
-
-  /** The end of a kind's recovery window (epoch ms), while it lasts. */
-  async function recoveringUntil(kind: CapacityKind, now: number): Promise<number | undefined> {
-    const until = (await recovery()).until.get(kind);
-    return until !== undefined && now < until ? until : undefined;
-  }
-
-  /** New grants wait out the recovery window: the units may be held by leases their holders have yet to re-register. */
-  async function refuseWhileRecovering(kind: CapacityKind): Promise<void> {
-    const now = clock.now().getTime();
-    const until = await recoveringUntil(kind, now);
-    if (until === undefined) return;
-    throw new AppError(
-      'CAPACITY.RECOVERING',
-      'unavailable',
-      `the store was restored from a backup: until ${new Date(until).toISOString()} holders re-register the ${kind} leases it does not know, and new grants wait`,
-      { kind, recoveringUntil: new Date(until).toISOString(), retryAfterSeconds: Math.ceil((until - now) / 1000) },
-    );
-  }
+  const recovery = recoveryWindow(store, clock);
 
   /**
    * Re-registers a lease the restored store does not know, for the caller's own tenant only: in the kind's recovery
@@ -180,11 +135,11 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
    */
   async function reRegister(tenants: TenantFilter, id: string, fencingToken: number, ttlSeconds: number | undefined, holding: LeaseHolding | undefined): Promise<Lease> {
     const now = clock.now().getTime();
-    if (tenants.kind !== 'one' || holding === undefined || (await recoveringUntil(holding.kind, now)) === undefined) throw leaseNotFound(id);
+    if (tenants.kind !== 'one' || holding === undefined || (await recovery.until(holding.kind, now)) === undefined) throw leaseNotFound(id);
     if (ttlSeconds === undefined) {
       throw new AppError('CAPACITY.TTL_REQUIRED', 'validation', 're-registering a lease after a restore needs its ttlSeconds');
     }
-    if (Math.floor(fencingToken / EPOCH_SPAN) >= (await recovery()).epoch) {
+    if (Math.floor(fencingToken / EPOCH_SPAN) >= (await recovery.epoch())) {
       throw new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', 'only a lease granted before the store was restored can be re-registered', { presented: fencingToken });
     }
     const request: LeaseRequest = { tenant: tenants.tenant, ...holding, ttlSeconds };
@@ -384,7 +339,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
         if (earlier) return repeated(earlier, digest);
       }
-      if (hadRecovery !== false) await refuseWhileRecovering(request.kind);
+      await recovery.refuseGrants(request.kind);
       try {
         for (let round = 1; ; round++) {
           const result = await retryingContention(() => grantOnce(request, digest));
@@ -427,8 +382,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       }
       const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, tenant, id, fencingToken, now, ttlSeconds));
       if (renewed) return renewed;
-      if (!(await getLease(db, tenant, id))) return reRegister(tenants, id, fencingToken, ttlSeconds, holding);
-      const { lease, state } = await notFoundOrGone(tenant, id);
+      const lease = await getLease(db, tenant, id);
+      if (!lease) return reRegister(tenants, id, fencingToken, ttlSeconds, holding);
+      const state = effectiveState(lease, clock.now());
       if (state !== 'active') {
         throw new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
       }
