@@ -10,7 +10,7 @@ import { recordLeaseGrant, recordLeaseRefusal, recordSweep } from '../platform/t
 import type { Clock, Ids } from '../platform/time/clock';
 import type { CapacitySeed } from './capacity.seed';
 import { EPOCH_SPAN } from '../platform/sql/store-epoch';
-import { recoveryWindow } from './recovery-window';
+import { recoveryWindow } from './recovery-window.service';
 import {
   capacityDb,
   editionExists,
