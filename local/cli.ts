@@ -20,6 +20,14 @@ Usage:
       Runs a runner agent for pool P against the host at URL: it claims the pool's plan and apply jobs one at a time
       with the pool credential in RuntimeCloud__Runner__Credential (local host: \`runtime-cloud token --runner-pool P\`).
       The local host starts RuntimeCloud__Local__Runners of them itself.
+  runtime-cloud backup [--state-dir DIR] [--to FILE]
+      Backs the embedded (SQLite) store up while the host runs (SQLite's online backup); prints the file.
+  runtime-cloud restore --from FILE [--state-dir DIR]
+      Replaces the embedded store by a backup (refused while a host runs on the state dir) and raises the store's
+      epoch; the next host to start marks every environment stale and opens capacity's recovery window.
+  runtime-cloud restored [--note TEXT] [--state-dir DIR]
+      Records that the configured store (PostgreSQL, Azure SQL) was restored by the database's own means (Azure SQL
+      point-in-time restore, pg_restore): raises its epoch, for the next host to start on it to recover.
   runtime-cloud openapi
       Prints the OpenAPI 3.1 document of the HTTP API (every module enabled); the repository keeps it as openapi.json.
   runtime-cloud <command> --help
@@ -54,6 +62,27 @@ const EXAMPLE_USAGE = `runtime-cloud example promotion <development|production> 
   --state-dir DIR            where the example repository desired-state.git is kept (default .runtime-cloud)
 `;
 
+const BACKUP_USAGE = `runtime-cloud backup [--state-dir DIR] [--to FILE]
+  --state-dir DIR   the state folder whose store is backed up (default .runtime-cloud, or RuntimeCloud__Local__StateDir)
+  --to FILE         the backup file, which must not exist (default <state dir>/backups/runtime-cloud-<time>.sqlite)
+  A PostgreSQL or Azure SQL store is backed up by the database's own means (pg_dump; Azure SQL's automatic backups).
+`;
+
+const RESTORE_USAGE = `runtime-cloud restore --from FILE [--state-dir DIR]
+  --from FILE       a file \`runtime-cloud backup\` wrote
+  --state-dir DIR   the state folder whose store is replaced (default .runtime-cloud); no host may run on it
+  The replaced store is kept beside it (<store>.before-restore-<time>). The next host to start on the state dir marks
+  every environment stale until re-scanned and opens capacity's recovery window (one longest lease TTL): holders
+  re-register the leases the backup does not know, new grants wait (503 CAPACITY.RECOVERING).
+`;
+
+const RESTORED_USAGE = `runtime-cloud restored [--note TEXT] [--state-dir DIR]
+  Records a restore of the configured store (RuntimeCloud__Store__Dialect and __Connection) done by the database's
+  own means, such as an Azure SQL point-in-time restore: the store's epoch is raised (fencing tokens stay
+  increasing) and its recovery is pending, for the first host to start on it. Run it before any host uses the store.
+  --note TEXT       what was restored, kept with the record (default "restored by the database's own means")
+`;
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h' || command === 'help') {
@@ -65,6 +94,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'example') return example(rest);
   if (command === 'openapi') return openapi();
   if (command === 'runner') return runner(rest);
+  if (command === 'backup' || command === 'restore' || command === 'restored') return storeCommand(command, rest);
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
   return 2;
 }
@@ -96,6 +126,53 @@ async function runner(args: string[]): Promise<number> {
   const { main: runAgentMain } = require('../runner/main') as typeof import('../runner/main');
   await runAgentMain(env);
   return 0;
+}
+
+/** backup, restore and restored (local/store-backup.ts): refusals print one line and exit 1. */
+async function storeCommand(command: 'backup' | 'restore' | 'restored', args: string[]): Promise<number> {
+  const usage = { backup: BACKUP_USAGE, restore: RESTORE_USAGE, restored: RESTORED_USAGE }[command];
+  let values: { 'state-dir'?: string; to?: string; from?: string; note?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: { 'state-dir': { type: 'string' }, to: { type: 'string' }, from: { type: 'string' }, note: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+    }));
+  } catch (error) {
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n\n${usage}`);
+    return 2;
+  }
+  if (values.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  if (command === 'restore' && !values.from) {
+    process.stderr.write(`restore needs --from FILE\n\n${usage}`);
+    return 2;
+  }
+  const config = configFromEnvironment({
+    defaults: { RuntimeCloud__Store__Dialect: 'sqlite' },
+    overrides: values['state-dir'] !== undefined ? { RuntimeCloud__Local__StateDir: values['state-dir'] } : {},
+  });
+  const stateDir = resolve(config.local.stateDir);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const store = require('./store-backup') as typeof import('./store-backup');
+  try {
+    if (command === 'backup') {
+      process.stdout.write(`${await store.backupStore(config, stateDir, values.to, new Date())}\n`);
+    } else if (command === 'restore') {
+      const report = await store.restoreStore(config, stateDir, values.from ?? '', new Date());
+      const kept = report.previous !== undefined ? `; the replaced store is kept as ${report.previous}` : '';
+      process.stdout.write(`restored ${report.store} from ${resolve(values.from ?? '')}: store epoch ${report.epoch}${kept}\n`);
+    } else {
+      const epoch = await store.recordStoreRestored(config, stateDir, values.note ?? "restored by the database's own means", new Date());
+      process.stdout.write(`recorded the restore: store epoch ${epoch}; the next host to start recovers\n`);
+    }
+    return 0;
+  } catch (error) {
+    if (!(error instanceof store.StoreCommandError)) throw error;
+    process.stderr.write(`runtime-cloud ${command}: ${error.message}\n`);
+    return 1;
+  }
 }
 
 async function start(args: string[]): Promise<number> {

@@ -17,6 +17,7 @@ import { hostname } from 'node:os';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
+import { markHostRunning } from './host-marker';
 
 export interface LocalHostOptions {
   /** Folder of the host's state. Example: `.runtime-cloud`. */
@@ -114,6 +115,7 @@ export class LocalHost {
   #started: HostComponent[] = [];
   #url: URL | undefined;
   #config: Config | undefined;
+  #unmark: (() => void) | undefined;
 
   constructor(options: LocalHostOptions, components: readonly HostComponent[] = []) {
     this.#options = options;
@@ -150,6 +152,8 @@ export class LocalHost {
     const defaults = { ...LOCAL_DEFAULTS, RuntimeCloud__Provisioning__Sources: localSourcesSetting(stateDir) };
     let config = configFromEnvironment({ defaults, overrides });
     const keys = await ensureLocalKeys(stateDir);
+    // Before the store opens: a restore that checks the marks then finds this host.
+    this.#unmark = markHostRunning(stateDir);
 
     if (!config.tables.connection) {
       this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
@@ -170,6 +174,10 @@ export class LocalHost {
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
     this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
     this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
+    const recovery = this.#deps.recovery;
+    if (recovery) {
+      log('warning', 'runtime-cloud-host', `the store was restored (epoch ${recovery.epoch}): ${recovery.environmentsStale} environments are stale until re-scanned; capacity recovers until ${recovery.window.until.toISOString()} (holders re-register their leases, new grants wait)`);
+    }
 
     installFunctionsCore();
     provideRuntime({ config, deps: this.#deps });
@@ -213,6 +221,7 @@ export class LocalHost {
     await this.#deps?.close();
     await this.#standIns?.close();
     await this.#tableServer?.close();
+    this.#unmark?.();
   }
 }
 

@@ -39,6 +39,8 @@ import { parseSourcePolicy } from './provisioning/source-policy';
 import { findEnvironmentStack } from './provisioning/provisioning.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
+import { recoverAfterRestore, type StoreRecovery } from './store-restore';
+import { readStoreEpoch } from './platform/sql/store-epoch';
 
 /** Everything the functions run on, built once per host by `createDeps`. */
 export interface Deps {
@@ -58,6 +60,8 @@ export interface Deps {
   readonly provisioning: ProvisioningService;
   /** Desired and observed state, drift scans, ignore rules, reconciliation proposals. */
   readonly inventory: InventoryService;
+  /** The recovery this host began on start, when the store had been restored (see store-restore.ts). */
+  readonly recovery?: StoreRecovery;
   close(): Promise<void>;
 }
 
@@ -104,8 +108,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       baseDir: overrides.baseDir ?? config.local.stateDir,
       ...(overrides.postgresSchema ? { postgresSchema: overrides.postgresSchema } : {}),
     });
+  let recovery: StoreRecovery | undefined;
   try {
     if (!overrides.store) await migrateToLatest(store.db, store.dialect, allMigrations);
+    recovery = await recoverAfterRestore(store, clock);
   } catch (error) {
     await store.close();
     throw error;
@@ -217,6 +223,19 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     },
     { name: 'table-storage', critical: true, run: () => tables.ping() },
     {
+      // The seed detects a lost store by readiness: after a restore, the host is degraded until capacity has recovered.
+      name: 'store-recovery',
+      critical: false,
+      async run() {
+        const { epoch, restoredAt, recovery: window } = await readStoreEpoch(store.db);
+        const details = { epoch, ...(restoredAt ? { restoredAt: restoredAt.toISOString() } : {}), ...(window ? { recoveringUntil: window.until.toISOString() } : {}) };
+        if (window && clock.now() < window.until) {
+          return { status: 'degraded', error: `the store was restored from a backup: capacity recovers until ${window.until.toISOString()}`, details };
+        }
+        return { details };
+      },
+    },
+    {
       name: 'iac-runner',
       critical: false,
       async run() {
@@ -254,6 +273,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     provisioning,
     inventory,
     events,
+    ...(recovery ? { recovery } : {}),
     async close() {
       stopInboxLagGauge();
       await inboxLagReader.close();

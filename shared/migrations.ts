@@ -6,7 +6,8 @@ import { localCloudMigrations } from './platform/cloud/local-cloud.migrations';
 import { durableMigrations } from './platform/durable/durable.migrations';
 import { localIacMigrations } from './platform/iac/stack-state.migrations';
 import type { MigrationSource } from './platform/sql/migrations';
+import { storeEpochMigrations } from './platform/sql/store-epoch';
 import { provisioningMigrations } from './provisioning/provisioning.migrations';
 
 /** Every migration source of the product, platform first. A module adds its source here. */
-export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations, inventoryMigrations];
+export const allMigrations: readonly MigrationSource[] = [storeEpochMigrations, outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations, inventoryMigrations];

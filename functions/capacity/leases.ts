@@ -39,11 +39,30 @@ export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: ac
   };
 });
 
-const renewBody = z.object({ fencingToken: z.number().int().nonnegative(), ttlSeconds: z.number().int().positive().optional() });
+/**
+ * Body of `POST /leases/{id}/renew`. Changing this shape is a breaking change for workers and the tool executor.
+ * `lease` (what the holder holds) is read only in the recovery window after a restore of the store, to re-register
+ * a lease the restored store does not know; holders send it with every renew so a restore needs nothing new of them.
+ */
+const renewBody = z.object({
+  fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+  ttlSeconds: z.number().int().positive().optional(),
+  lease: z
+    .object({
+      kind: z.enum(CAPACITY_KINDS),
+      pool: z.string().min(1).max(200),
+      units: z.number().int().positive().default(1),
+      holder: z.string().min(1).max(200),
+    })
+    .optional(),
+});
 
-/** Extends a lease: 410 when it has expired or was released, 409 when the fencing token is not the lease's. */
+/**
+ * Extends a lease: 410 when it has expired or was released, 409 when the fencing token is not the lease's. After a
+ * restore, a lease the store does not know is re-registered from `lease` within the recovery window.
+ */
 export const renewLease = endpoint({ scope: 'factory.capacity.lease', body: renewBody }, async ({ request, deps, tenants, body }) => {
-  const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds);
+  const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds, body.lease);
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
 

@@ -3,6 +3,7 @@ import type { SqliteTransactions, SyncConnection } from '../platform/sql/databas
 import { Batcher, type BatchLimits } from '../platform/sql/batcher';
 import { affectedRows, Prepared } from '../platform/sql/prepared';
 import { upsertRow } from '../platform/sql/dialect';
+import { epochBase } from '../platform/sql/store-epoch';
 import { poolScope, quotaScope } from './slots';
 import type { CapacityScopeCounterTable, CapacityTables } from './capacity.tables';
 import { grantBatchKey, type CapacityLedger, type GrantOutcome, type GrantRequest, type ReleaseRequest, type ScopeUse } from './capacity-ledger.repository';
@@ -36,7 +37,10 @@ const takeQuotaQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'tenant'
     ),
 );
 
-/** Takes a pool's units if they fit and the pool is of the kind, drawing the pool's next fencing token. */
+/**
+ * Takes a pool's units if they fit and the pool is of the kind, drawing the pool's next fencing token: its counter
+ * within the store's epoch (platform/sql/store-epoch.ts), so a token drawn after a restore is larger than any before.
+ */
 const takePoolQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'pool' | 'kind', { fencing: number }>((db, _dialect, p) =>
   db
     .updateTable('capacity_scope_counters')
@@ -44,7 +48,7 @@ const takePoolQuery = new Prepared<CapacityTables, 'scope' | 'units' | 'pool' | 
     .where('scope', '=', p('scope'))
     .where(sql<boolean>`used + ${p('units')} <= capacity`)
     .where((eb) => eb.exists(eb.selectFrom('capacity_pools as pk').select('pk.id').where('pk.id', '=', p('pool')).where('pk.kind', '=', p('kind'))))
-    .returning('fencing'),
+    .returning(sql<number>`${epochBase()} + fencing`.as('fencing')),
 );
 
 const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db, _dialect, p) =>
@@ -55,7 +59,7 @@ const giveBackQuery = new Prepared<CapacityTables, 'scope' | 'units', never>((db
 );
 
 /** Takes a lease's units from its quota and pool and inserts it, within the batch's transaction. */
-function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest }: GrantRequest): GrantOutcome {
+function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest, reRegistered }: GrantRequest): GrantOutcome {
   const quota = takeQuotaQuery.executeSync(connection, {
     scope: quotaScope(lease.tenant, lease.kind),
     units: lease.units,
@@ -71,8 +75,10 @@ function grantIn(connection: SyncConnection, { lease, ttlSeconds, requestDigest 
     giveBackQuery.executeSync(connection, { scope: quotaScope(lease.tenant, lease.kind), units: lease.units });
     return { shortOf: 'pool' };
   }
-  insertLeaseQuery.executeSync(connection, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: fencing });
-  return { fencingToken: Number(fencing) };
+  // A re-registered lease keeps its token; the pool's counter moved on all the same (tokens only grow).
+  const token = reRegistered ?? fencing;
+  insertLeaseQuery.executeSync(connection, { ...leaseRow(lease, ttlSeconds, requestDigest), fencing_token: token });
+  return { fencingToken: Number(token) };
 }
 
 /** What leases held, per scope, in scope order. */
@@ -141,8 +147,8 @@ export function counterLedger(sqlite: SqliteTransactions): CapacityLedger {
   const grants = new Batcher(grantBatch(sqlite), BATCHES);
   const releases = new Batcher(releaseBatch(sqlite), BATCHES);
   return {
-    grant: (db, lease, ttlSeconds, requestDigest) => {
-      const request = { db, lease, ttlSeconds, requestDigest };
+    grant: (db, lease, ttlSeconds, requestDigest, reRegistered) => {
+      const request = { db, lease, ttlSeconds, requestDigest, ...(reRegistered !== undefined ? { reRegistered } : {}) };
       return grants.submit(grantBatchKey(request, 'grants'), request);
     },
     release: (db, tenant, id, fencingToken, now) => releases.submit('releases', { db, tenant, id, fencingToken, now }),

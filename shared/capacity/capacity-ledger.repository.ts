@@ -15,8 +15,11 @@ import type { CapacityDb, CapacityExecutor, EndedLease } from './lease.repositor
  *   in at a time anyway, so a counter costs nothing in concurrency there and writes the fewest pages.
  */
 export interface CapacityLedger {
-  /** Takes the lease's units from its tenant's quota and its pool and inserts it, all or nothing. */
-  grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Promise<GrantOutcome>;
+  /**
+   * Takes the lease's units from its tenant's quota and its pool and inserts it, all or nothing, with the pool's next
+   * fencing token, or with `reRegistered`: the token of a lease granted before a restore that its holder re-registers.
+   */
+  grant(db: CapacityDb, lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null, reRegistered?: number): Promise<GrantOutcome>;
   /** Ends a tenant's active lease presented with its fencing token and gives its units back; undefined when it was not so. */
   release(db: CapacityDb, tenant: string, id: string, fencingToken: number, now: number): Promise<EndedLease | undefined>;
   /** Gives back the units of leases the sweep ended, inside its transaction. */
@@ -39,6 +42,8 @@ export interface GrantRequest {
   readonly lease: Omit<Lease, 'fencingToken'>;
   readonly ttlSeconds: number;
   readonly requestDigest: string | null;
+  /** The fencing token of a lease re-registered after a restore (see `CapacityLedger.grant`). */
+  readonly reRegistered?: number;
 }
 
 /** One `release` call, as the ledgers batch them. */
@@ -52,11 +57,16 @@ export interface ReleaseRequest {
 
 /**
  * The batch a grant joins: `shape` names the grants that may share one (per ledger). A grant with an idempotency
- * key goes alone, since a duplicate key fails the whole batch's statement or transaction.
+ * key, and a re-registration (whose lease id a concurrent one may insert first), go alone, since a duplicate key
+ * fails the whole batch's statement or transaction.
  */
 export function grantBatchKey(request: GrantRequest, shape: string): string {
+  if (request.reRegistered !== undefined) return `alone:${request.lease.id}:${++reRegistrations}`;
   return request.lease.idempotencyKey === undefined ? shape : `alone:${request.lease.id}`;
 }
+
+/** Two re-registrations of one lease (a holder's retry) keep apart: each goes alone. */
+let reRegistrations = 0;
 
 /** What a scope's units say: free ones, held ones, and whether it is above its capacity waiting to be re-laid. */
 export interface ScopeUse {

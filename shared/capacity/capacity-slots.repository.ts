@@ -15,6 +15,7 @@ import {
   ENDED_COLUMNS,
   endedRowToEndedLease,
   insertLeaseQuery,
+  insertReRegisteredLeaseQuery,
   LEASE_COLUMNS,
   leaseRow,
   nextFencingToken,
@@ -218,8 +219,9 @@ async function grantBatch(items: readonly GrantRequest[]): Promise<GrantOutcome[
 }
 
 /**
- * Azure SQL: claims quota and pool rows for a lease and inserts it, in a short transaction of three statements.
- * Nothing is held when a scope ran short (the quota is claimed, and reported, first).
+ * Azure SQL (and re-registrations on PostgreSQL): claims quota and pool rows for a lease and inserts it, in a short
+ * transaction of three statements. Nothing is held when a scope ran short (the quota is claimed, and reported,
+ * first). A re-registered lease is inserted with its own token.
  */
 async function grantInTransaction(
   db: CapacityDb,
@@ -227,6 +229,7 @@ async function grantInTransaction(
   lease: Omit<Lease, 'fencingToken'>,
   ttlSeconds: number,
   requestDigest: string | null,
+  reRegistered: number | undefined,
 ): Promise<GrantOutcome> {
   const claim: ClaimRequest = { lease: lease.id, tenant: lease.tenant, kind: lease.kind, units: lease.units, ttlSeconds };
   const row = leaseRow(lease, ttlSeconds, requestDigest);
@@ -234,7 +237,8 @@ async function grantInTransaction(
     return await db.transaction().execute(async (trx) => {
       if (!(await claimQuota(trx, dialect, claim))) throw new RanShort('quota');
       if (!(await claimPool(trx, dialect, claim, lease.pool))) throw new RanShort('pool');
-      const { rows } = await insertLeaseQuery.execute(trx, dialect, { ...row, fencing_token: null });
+      const insert = reRegistered === undefined ? insertLeaseQuery : insertReRegisteredLeaseQuery;
+      const { rows } = await insert.execute(trx, dialect, { ...row, fencing_token: reRegistered ?? null });
       return { fencingToken: Number(rows[0]?.fencing_token) };
     });
   } catch (thrown) {
@@ -436,8 +440,8 @@ export function slotLedger(dialect: SqlDialect): CapacityLedger {
   const grants = new Batcher(grantBatch, BATCHES);
   const releases = new Batcher(releaseBatch, BATCHES);
   return {
-    grant: (db, lease, ttlSeconds, requestDigest) => {
-      if (dialect !== 'postgres') return grantInTransaction(db, dialect, lease, ttlSeconds, requestDigest);
+    grant: (db, lease, ttlSeconds, requestDigest, reRegistered) => {
+      if (dialect !== 'postgres' || reRegistered !== undefined) return grantInTransaction(db, dialect, lease, ttlSeconds, requestDigest, reRegistered);
       const request = { db, lease, ttlSeconds, requestDigest };
       // Grants share a statement when of one tenant, kind, pool, units and TTL.
       return grants.submit(grantBatchKey(request, JSON.stringify([lease.tenant, lease.kind, lease.pool, lease.units, ttlSeconds])), request);

@@ -235,3 +235,11 @@ export async function expireDueLeases(trx: Transaction<CapacityTables>, dialect:
   if (ended.length > 0) await ledger.free(trx, ended);
   return ended;
 }
+
+/** The longest lease TTL any edition allows (of a kind, or of any), in seconds; 0 when none does. */
+export async function longestLeaseTtlSeconds(db: CapacityExecutor, kind?: CapacityKind): Promise<number> {
+  let query = db.selectFrom('capacity_edition_limits').select((eb) => eb.fn.max<number>('max_ttl_seconds').as('longest'));
+  if (kind !== undefined) query = query.where('kind', '=', kind);
+  const row = await query.executeTakeFirst();
+  return Number(row?.longest ?? 0);
+}

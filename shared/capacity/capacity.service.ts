@@ -9,6 +9,8 @@ import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordLeaseGrant, recordLeaseRefusal, recordSweep } from '../platform/telemetry/metrics';
 import type { Clock, Ids } from '../platform/time/clock';
 import type { CapacitySeed } from './capacity.seed';
+import { EPOCH_SPAN } from '../platform/sql/store-epoch';
+import { recoveryWindow } from './recovery-window.service';
 import {
   capacityDb,
   editionExists,
@@ -24,7 +26,7 @@ import {
   upsertPool,
   upsertTenant,
 } from './capacity.repository';
-import type { ScopeOwner } from './capacity-ledger.repository';
+import type { GrantOutcome, ScopeOwner } from './capacity-ledger.repository';
 import { findLeaseByIdempotencyKey, getLease, leaseTenant, listLeases, renewActiveLease, soonestExpiry, type EndedLease } from './lease.repository';
 import type { CapacityTables } from './capacity.tables';
 import {
@@ -77,7 +79,12 @@ export interface SweepResult {
 /** The capacity use cases; built once per host by `createDeps`. */
 export interface CapacityService {
   acquire(request: LeaseRequest): Promise<AcquireResult>;
-  renew(tenants: TenantFilter, id: string, fencingToken: number, ttlSeconds?: number): Promise<Lease>;
+  /**
+   * Extends a lease. In the recovery window after a restore, a lease the store does not know is re-registered from
+   * `holding` (what its holder says it holds) with its fencing token, if it was granted before the restore and
+   * the capacity allows; `ttlSeconds` is then required.
+   */
+  renew(tenants: TenantFilter, id: string, fencingToken: number, ttlSeconds?: number, holding?: LeaseHolding): Promise<Lease>;
   /** Releases a lease whose holder proves itself with the lease's fencing token. */
   release(tenants: TenantFilter, id: string, fencingToken: number): Promise<ReleaseResult>;
   getLease(tenants: TenantFilter, id: string): Promise<Lease>;
@@ -92,6 +99,9 @@ export interface CapacityService {
   /** Upserts the editions, then the tenants and pools of a seed file; running it again changes nothing. */
   applySeed(seed: CapacitySeed): Promise<void>;
 }
+
+/** What a holder re-registering a lease after a restore says it holds. */
+export type LeaseHolding = Pick<Lease, 'kind' | 'pool' | 'units' | 'holder'>;
 
 export interface CapacityServiceOptions {
   readonly store: SqlStore;
@@ -115,6 +125,53 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   const ledger = ledgerFor(store);
   const outbox = (trx: Transaction<CapacityTables>, events: readonly NewEvent[]) =>
     appendToOutbox(trx, events, clock, ids);
+
+  const recovery = recoveryWindow(store, clock);
+
+  /**
+   * Re-registers a lease the restored store does not know, for the caller's own tenant only: in the kind's recovery
+   * window, for a token of an earlier epoch (granted before the restore), when the tenant's quota and the pool have
+   * the units. Otherwise the lease is unknown, as outside a recovery.
+   */
+  async function reRegister(tenants: TenantFilter, id: string, fencingToken: number, ttlSeconds: number | undefined, holding: LeaseHolding | undefined): Promise<Lease> {
+    const now = clock.now().getTime();
+    if (tenants.kind !== 'one' || holding === undefined || (await recovery.until(holding.kind, now)) === undefined) throw leaseNotFound(id);
+    if (ttlSeconds === undefined) {
+      throw new AppError('CAPACITY.TTL_REQUIRED', 'validation', 're-registering a lease after a restore needs its ttlSeconds');
+    }
+    if (Math.floor(fencingToken / EPOCH_SPAN) >= (await recovery.epoch())) {
+      throw new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', 'only a lease granted before the store was restored can be re-registered', { presented: fencingToken });
+    }
+    const request: LeaseRequest = { tenant: tenants.tenant, ...holding, ttlSeconds };
+    const lease: Omit<Lease, 'fencingToken'> = {
+      id,
+      tenant: tenants.tenant,
+      ...holding,
+      grantedAt: new Date(now),
+      expiresAt: new Date(now + ttlSeconds * 1000),
+      state: 'active',
+    };
+    let outcome: GrantOutcome;
+    try {
+      outcome = await retryingContention(() => ledger.grant(db, lease, ttlSeconds, null, fencingToken));
+      // The restored store holds the units of leases that expired while it was down until the sweep ends them: a
+      // holder re-registering should not wait for the sweep's next round.
+      if (!('fencingToken' in outcome) && (await service.sweepExpired()).expired > 0) {
+        outcome = await retryingContention(() => ledger.grant(db, lease, ttlSeconds, null, fencingToken));
+      }
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      if (!isUniqueViolation(error)) throw error;
+      // The same holder re-registered it meanwhile (a retry): renew that. Else the id is another tenant's.
+      const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, tenants.tenant, id, fencingToken, now, ttlSeconds));
+      if (renewed) return renewed;
+      throw new AppError('CAPACITY.LEASE_CONFLICT', 'conflict', `lease ${id} cannot be re-registered`);
+    }
+    if ('fencingToken' in outcome) return { ...lease, fencingToken: outcome.fencingToken };
+    if (outcome.shortOf === 'quota') throw (await quotaRefusal(request, now)).refusal;
+    await refuseUnfitPool(holding.pool, holding.kind);
+    throw await exhaustedRefusal(request, now, false);
+  }
 
   /** The answer to a request that repeats an idempotency key: the earlier lease, if it asked for the same. */
   function repeated(earlier: { lease: Lease; requestDigest: string | null }, digest: string): AcquireResult {
@@ -282,6 +339,7 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
         const earlier = await findLeaseByIdempotencyKey(db, dialect, request.tenant, key);
         if (earlier) return repeated(earlier, digest);
       }
+      await recovery.refuseGrants(request.kind);
       try {
         for (let round = 1; ; round++) {
           const result = await retryingContention(() => grantOnce(request, digest));
@@ -307,11 +365,12 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       }
     },
 
-    async renew(tenants, id, fencingToken, ttlSeconds) {
+    async renew(tenants, id, fencingToken, ttlSeconds, holding) {
       const now = clock.now().getTime();
       const tenant = await tenantOfLease(tenants, id);
       if (ttlSeconds !== undefined) {
-        const { lease } = await notFoundOrGone(tenant, id);
+        const lease = await getLease(db, tenant, id);
+        if (!lease) return reRegister(tenants, id, fencingToken, ttlSeconds, holding);
         const view = await tenantLimit(db, ledger, lease.tenant, lease.kind);
         const problem = ttlProblem(ttlSeconds, view?.limit);
         if (problem) {
@@ -323,7 +382,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       }
       const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, dialect, tenant, id, fencingToken, now, ttlSeconds));
       if (renewed) return renewed;
-      const { lease, state } = await notFoundOrGone(tenant, id);
+      const lease = await getLease(db, tenant, id);
+      if (!lease) return reRegister(tenants, id, fencingToken, ttlSeconds, holding);
+      const state = effectiveState(lease, clock.now());
       if (state !== 'active') {
         throw new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
       }
@@ -469,9 +530,9 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
   return service;
 }
 
-/** A unique-index violation on any of the three dialects. */
+/** A unique-index or primary-key violation on any of the three dialects. */
 function isUniqueViolation(error: Error): boolean {
   const { code, number } = error as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2601 || number === 2627;
 }
 

@@ -3,6 +3,7 @@ import type { TenantFilter } from '../platform/auth/auth';
 import { firstRows, LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
 import type { SyncConnection } from '../platform/sql/database';
 import { Prepared } from '../platform/sql/prepared';
+import { epochBase } from '../platform/sql/store-epoch';
 import type { Lease, LeaseState } from './lease';
 import type { CapacityKind } from './pool';
 import type { CapacityLeaseTable, CapacityTables } from './capacity.tables';
@@ -48,44 +49,54 @@ export function leaseRowToLease(row: CapacityLeaseTable): Lease {
 
 /**
  * The next fencing token, drawn inside the lease INSERT from one sequence on PostgreSQL and Azure SQL (no row to
- * queue on). SQLite has no sequences: its ledger bumps the pool's counter row in the grant and passes the token.
+ * queue on), within the store's epoch (see platform/sql/store-epoch.ts): a token drawn after a restore is larger
+ * than any drawn before it. SQLite has no sequences: its ledger bumps the pool's counter row in the grant and
+ * passes the token, epoch included.
  */
 export function nextFencingToken(dialect: SqlDialect, given: unknown) {
   switch (dialect) {
     case 'postgres':
-      return sql<number>`nextval('capacity_fencing')`;
+      return sql<number>`${epochBase()} + nextval('capacity_fencing')`;
     case 'mssql':
-      return sql<number>`next value for capacity_fencing`;
+      return sql<number>`${epochBase()} + next value for capacity_fencing`;
     case 'sqlite':
       return sql<number>`${given}`;
   }
 }
 
 export type LeaseColumn = Exclude<keyof CapacityLeaseTable, 'fencing_token'>;
+
+function insertLeaseStatement(token: (dialect: SqlDialect, given: unknown) => unknown) {
+  return new Prepared<CapacityTables, LeaseColumn | 'fencing_token', { fencing_token: number }>((db, dialect, p) =>
+    returningColumns(
+      db.insertInto('capacity_leases').values({
+        id: p('id'),
+        tenant_id: p('tenant_id'),
+        kind: p('kind'),
+        pool_id: p('pool_id'),
+        units: p('units'),
+        holder: p('holder'),
+        fencing_token: token(dialect, p('fencing_token')) as number,
+        ttl_seconds: p('ttl_seconds'),
+        granted_at: p('granted_at'),
+        expires_at: p('expires_at'),
+        renewed_at: p('renewed_at'),
+        ended_at: p('ended_at'),
+        state: p('state'),
+        idempotency_key: p('idempotency_key'),
+        request_digest: p('request_digest'),
+      }),
+      dialect,
+      ['fencing_token'],
+    ),
+  );
+}
+
 /** Inserts a granted lease; `fencing_token` is read only on SQLite (see `nextFencingToken`). */
-export const insertLeaseQuery = new Prepared<CapacityTables, LeaseColumn | 'fencing_token', { fencing_token: number }>((db, dialect, p) =>
-  returningColumns(
-    db.insertInto('capacity_leases').values({
-      id: p('id'),
-      tenant_id: p('tenant_id'),
-      kind: p('kind'),
-      pool_id: p('pool_id'),
-      units: p('units'),
-      holder: p('holder'),
-      fencing_token: nextFencingToken(dialect, p('fencing_token')),
-      ttl_seconds: p('ttl_seconds'),
-      granted_at: p('granted_at'),
-      expires_at: p('expires_at'),
-      renewed_at: p('renewed_at'),
-      ended_at: p('ended_at'),
-      state: p('state'),
-      idempotency_key: p('idempotency_key'),
-      request_digest: p('request_digest'),
-    }),
-    dialect,
-    ['fencing_token'],
-  ),
-);
+export const insertLeaseQuery = insertLeaseStatement(nextFencingToken);
+
+/** Inserts a lease re-registered after a restore, with the fencing token it was granted with before. */
+export const insertReRegisteredLeaseQuery = insertLeaseStatement((_dialect, given) => given);
 
 /** The row of a granted lease, without its fencing token (drawn by the ledger). */
 export function leaseRow(lease: Omit<Lease, 'fencingToken'>, ttlSeconds: number, requestDigest: string | null): Omit<CapacityLeaseTable, 'fencing_token'> {

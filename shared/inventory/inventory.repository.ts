@@ -261,3 +261,15 @@ export async function findRejection(db: InventoryDb, messageId: string): Promise
     receivedAt: new Date(Number(row.received_at)),
   };
 }
+
+/**
+ * Marks every environment stale as of `at` and due for a scan now (after a restore of the store, which may have
+ * lost observations): stale until a scan that starts after `at` observes it. Returns how many there are.
+ */
+export async function markEveryEnvironmentStale(db: InventoryDb, at: number, reason: string): Promise<number> {
+  const result = await db
+    .updateTable('inventory_environments')
+    .set({ stale_since: at, stale_reason: reason, next_scan_at: at })
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

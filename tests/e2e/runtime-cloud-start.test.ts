@@ -37,6 +37,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
       [
         ['runtime-cloud-store', 'healthy'],
         ['table-storage', 'healthy'],
+        ['store-recovery', 'healthy'],
         ['iac-runner', 'healthy'],
         ['targets', 'healthy'],
         ['runner-pools', 'healthy'],
