@@ -24,7 +24,7 @@ describe.skipIf(skip)('random crashes under load: PostgreSQL', () => {
     expect(report.duplicateIds).toEqual([]);
     expect(report.appliedTwice).toEqual([]);
     expect(report.violations).toEqual([]);
-    expect(report.leaseOps.length).toBeGreaterThanOrEqual(500);
+    expect(report.leaseOps.filter((o) => o.status !== undefined).length).toBeGreaterThanOrEqual(500);
     expect(report.killedAtMs).toHaveLength(5);
     expect(report.errorLines).toEqual([]);
   }, 400_000);

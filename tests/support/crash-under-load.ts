@@ -97,7 +97,8 @@ export async function crashUnderLoad(load: CrashLoad): Promise<CrashLoadReport> 
         return new LeaseHistory(tenant, (method, path, body) => send(method, path, bearer, body));
       }),
     );
-    const operations = () => histories.reduce((n, h) => n + h.operations.length, 0);
+    // Operations the host answered (those sent while it was down are recorded too, as indeterminate, but not counted).
+    const operations = () => histories.reduce((n, h) => n + h.operations.filter((o) => o.status !== undefined).length, 0);
     const holders = histories.flatMap((history) => Array.from({ length: HOLDERS_PER_TENANT }, (_, i) => holdLeases(history, `holder-${i}`, () => operations() < load.leaseOperations, random)));
 
     // Act: SIGKILL the host at random moments, starting it again each time.
@@ -180,7 +181,7 @@ async function holdLeases(history: LeaseHistory, holder: string, more: () => boo
   for (let i = 0; more(); i++) {
     const grant = await history.acquire({ kind: POOL.kind, pool: POOL.id, holder, ttlSeconds: 2, idempotencyKey: `${holder}-${i}` });
     if (grant.outcome !== 'ok') {
-      await sleep(grant.outcome === 'indeterminate' ? 200 : 50);
+      await sleep(grant.outcome === 'indeterminate' ? 500 : 50);
       continue;
     }
     const lease = heldLease(grant);
