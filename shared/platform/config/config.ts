@@ -312,6 +312,12 @@ export const settings = {
     z.record(z.string().regex(/^.+\/[^/]+$/, 'a key is <tenant>/<environment id>'), observationScopeSchema),
     '{}',
   ),
+  /**
+   * When an event written with a state change is published: `after-commit` (the default: by the invocation that
+   * committed it, right after the commit, with the outbox relay's 2 s timer as the fallback for what that misses) or
+   * `relay` (by the relay's timer only). Example: `relay`.
+   */
+  RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -370,6 +376,8 @@ export interface Config {
   };
   readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number; readonly bodyTimeoutMs: number };
   readonly serviceBus: { readonly connection: string };
+  /** When outbox events are published: right after their commit (relay as fallback), or by the relay only. */
+  readonly outbox: { readonly publish: 'after-commit' | 'relay' };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
@@ -454,6 +462,7 @@ function toConfig(s: Settings): Config {
     },
     local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners, bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
+    outbox: { publish: s.RuntimeCloud__Outbox__Publish },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {
