@@ -3,6 +3,7 @@ import type { SqlDialect } from '../sql/dialect';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
 import type { OutgoingMessage } from './queue';
+import { announceArrival } from './arrivals';
 import { appendToTopic } from './topic.repository';
 
 /**
@@ -36,7 +37,8 @@ export function embeddedTopicPublisher(db: Kysely<BusTables>, dialect: SqlDialec
     publishBudgetMs: EMBEDDED_PUBLISH_BUDGET_MS,
     async publish(topic, messages) {
       if (messages.length === 0) return;
-      await db.transaction().execute((trx) => appendToTopic(trx, dialect, topic, messages, clock.now().getTime()));
+      const added = await db.transaction().execute((trx) => appendToTopic(trx, dialect, topic, messages, clock.now().getTime()));
+      if (added > 0) announceArrival(db, topic);
     },
     close: () => Promise.resolve(),
   };
