@@ -11,6 +11,8 @@ import { serviceBusPublisher } from '../../shared/platform/bus/service-bus-publi
 import { readTopic } from '../../shared/platform/bus/topic.repository';
 import { inTransaction } from '../../shared/platform/sql/transaction';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
+import { createDeps } from '../../shared/deps';
+import { parseConfig } from '../../shared/platform/config/config';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 /**
@@ -18,6 +20,9 @@ import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '..
  * send's retry budget, and events published right after their commit without losing any when that fails.
  */
 type Db = Kysely<OutboxTables & BusTables>;
+
+/** Table storage the deps below never reach: it is opened on first use, and nothing here uses it. */
+const NEVER_CONTACTED_TABLES = 'DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/devstoreaccount1;';
 
 /** The `n`th event of the stream of lease `lease` (its fencing token carries `n`). */
 function runEvent(lease: string, n: number, tenant = 't1'): NewEvent {
@@ -226,6 +231,23 @@ for (const dialect of DIALECTS) {
       expect(await relayOutbox(db, embedded, { dialect, clock, ids: randomIds })).toEqual({ published: 1 });
       expect(await onTopic(run)).toEqual([1]);
     });
+
+    for (const publish of ['after-commit', 'relay'] as const) {
+      it(`when the host is built with RuntimeCloud__Outbox__Publish=${publish}, then an event is published ${publish === 'relay' ? 'only by the relay' : 'by the commit'}`, async () => {
+        const run = `run-setting-${publish}`;
+        // No timer runs here: closing the deps waits for every after-commit publish they started.
+        const deps = await createDeps(parseConfig({ ...database.settings, RuntimeCloud__IaC__Runner: 'local', RuntimeCloud__Tables__Connection: NEVER_CONTACTED_TABLES, RuntimeCloud__Outbox__Publish: publish }), {
+          ...database.overrides,
+          jwks: { keys: [] },
+        });
+        try {
+          await inTransaction(deps.sql.db as Db, (trx) => appendToOutbox(trx, [runEvent(run, 1)], clock, randomIds));
+        } finally {
+          await deps.close();
+        }
+        expect(await onTopic(run)).toEqual(publish === 'relay' ? [] : [1]);
+      });
+    }
 
     it('when a transaction that appended events rolls back, then nothing is published after it', async () => {
       const handed: string[] = [];

@@ -137,6 +137,8 @@ export async function appendToOutbox(
   const cloudEvents = events.map((e) => toCloudEvent(e, clock, ids));
   const now = clock.now().getTime();
   const lanes = [...new Set(cloudEvents.map((e) => laneOf(streamOf(e))))].sort((a, b) => a - b);
+  // One statement per lane, in lane order: a single UPDATE of an IN list locks its rows in whatever order the plan
+  // visits them (a sequential scan: the physical order), which could deadlock with another writer.
   for (const lane of lanes) await trx.updateTable('outbox_lanes').set({ appended_at: now }).where('lane', '=', lane).execute();
   await trx
     .insertInto('outbox')
