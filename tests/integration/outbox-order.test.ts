@@ -7,7 +7,7 @@ import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, laneOf, streamOf, toCloudEvent, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
 import { CLAIM_MARGIN_MS, relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
-import { serviceBusPublisher } from '../../shared/platform/bus/service-bus-publisher';
+import { sendBudgetMs, serviceBusPublisher } from '../../shared/platform/bus/service-bus-publisher';
 import { readTopic } from '../../shared/platform/bus/topic.repository';
 import { inTransaction } from '../../shared/platform/sql/transaction';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
@@ -61,6 +61,19 @@ describe('streams and lanes', () => {
     expect(streamOf(a)).toBe('tenant-a/run-1');
     expect(streamOf(b)).toBe('tenant-b/run-1');
     expect(laneOf(streamOf(a))).toBe(laneOf('tenant-a/run-1'));
+  });
+});
+
+describe('the budget of one Service Bus send', () => {
+  it('when retries are exponential, then it is every try to its timeout and the longest delay @azure/core-amqp may wait between them', () => {
+    // 4 tries of 60 s; delays min(0.8 s × 1.2 × (2^n − 1), 60 s) for n = 1..3: 0.96 + 2.88 + 6.72 s.
+    expect(sendBudgetMs({ mode: 'exponential', maxRetries: 3, retryDelayInMs: 800, maxRetryDelayInMs: 60_000, timeoutInMs: 60_000 })).toBe(250_560);
+    // The cap: 2 s × 1.2 × 31 = 74.4 s is cut to 10 s.
+    expect(sendBudgetMs({ mode: 'exponential', maxRetries: 5, retryDelayInMs: 2_000, maxRetryDelayInMs: 10_000, timeoutInMs: 1_000 })).toBe(6 * 1_000 + 2_400 + 7_200 + 10_000 + 10_000 + 10_000);
+  });
+
+  it('when options are left out, then the SDK\'s own apply: fixed 30 s delays, 3 retries, 60 s per try', () => {
+    expect(sendBudgetMs({})).toBe(4 * 60_000 + 3 * 30_000);
   });
 });
 
