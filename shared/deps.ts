@@ -1,4 +1,5 @@
 import type { JSONWebKeySet } from 'jose';
+import { armCrashPoints } from './platform/faults/crash-points';
 import { sql, type Kysely } from 'kysely';
 import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
@@ -95,6 +96,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const ids = overrides.ids ?? randomIds;
   // Metrics to Azure Monitor when APPLICATIONINSIGHTS_CONNECTION_STRING is set; served at GET /runtime-cloud/metrics.
   await startTelemetry(config.telemetry);
+  armCrashPoints({ points: config.faults.crashAt, markers: config.faults.markers });
   const store =
     overrides.store ??
     createSqlStore({

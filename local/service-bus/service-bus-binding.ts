@@ -53,7 +53,7 @@ export class ServiceBusBinding implements HostComponent {
   async start(context: HostContext): Promise<void> {
     const settings: ReceiverSettings = {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
-      lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
+      lockDurationMs: this.#options.lockDurationMs ?? context.config.local.queueLockMs,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
       maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJsonCount('extensions', 'serviceBus', 'maxConcurrentCalls') ?? 16,
     };
@@ -67,8 +67,13 @@ export class ServiceBusBinding implements HostComponent {
       const level = health ? new ConcurrencyLevel(health, settings.maxConcurrentCalls) : undefined;
       const receiver = new QueueReceiver(registration, entity.path, db, context.deps.sql.dialect, context.deps.clock, { ...settings, level }, context.log, context.invocations);
       this.#receivers.push(receiver);
-      receiver.start();
     }
+  }
+
+  /** Receiving begins once the host listens: a handler's durable client carries the host's URL. */
+  listening(): Promise<void> {
+    for (const receiver of this.#receivers) receiver.start();
+    return Promise.resolve();
   }
 
   /** Stops receiving, lets running handlers finish (and settle), gives back what was received but not started. */

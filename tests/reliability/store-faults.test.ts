@@ -9,6 +9,7 @@ import { parseConfig } from '../../shared/platform/config/config';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
+import { checkLeaseHistory, describeOperation, heldLease, historyCounts, LeaseHistory, peakHeld } from '../support/lease-history';
 import { adminQuery } from '../support/postgres-admin';
 import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
 import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, type TopicEvent } from '../support/topic-events';
@@ -18,6 +19,8 @@ const STACKS = 5;
 /** Times every connection of the host is killed while the work runs. */
 const KILLS = 4;
 const LEASES = { tenant: 'faults', pool: 'faults-sandbox', kind: 'sandbox' } as const;
+const LEASE_POOL_CAPACITY = 1000;
+const LEASE_QUOTA = 1000;
 const skip = skipDialect('postgres');
 if (skip) console.warn(`[store-faults] SKIPPED: ${postgresSkipReason()}`);
 
@@ -62,9 +65,9 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     const connection = `${database.settings.RuntimeCloud__Store__Connection}&application_name=${application}`;
     host = await startChildHost(stateDir, { ...database.settings, RuntimeCloud__Store__Connection: connection });
     for (const [path, body] of [
-      [`/runtime-cloud/editions/faults-edition`, { limits: { [LEASES.kind]: { maxUnits: 1000, maxTtlSeconds: 3600 } } }],
+      [`/runtime-cloud/editions/faults-edition`, { limits: { [LEASES.kind]: { maxUnits: LEASE_QUOTA, maxTtlSeconds: 3600 } } }],
       [`/runtime-cloud/tenants/${LEASES.tenant}`, { edition: 'faults-edition' }],
-      [`/runtime-cloud/pools/${LEASES.pool}`, { kind: LEASES.kind, target: 'local', capacity: 1000, min: 0, max: 1000, labels: {} }],
+      [`/runtime-cloud/pools/${LEASES.pool}`, { kind: LEASES.kind, target: 'local', capacity: LEASE_POOL_CAPACITY, min: 0, max: LEASE_POOL_CAPACITY, labels: {} }],
     ] as const) {
       expect((await send('PUT', path, admin, body)).status, path).toBeLessThan(300);
     }
@@ -93,20 +96,16 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
   const killConnections = () => adminQuery(postgresUrl(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${application}'`);
 
   it(`when every connection of the host is killed ${KILLS} times while promotions and leases run, then clients see at worst 503 STORE.* with Retry-After, nothing answered as done is lost, and every promotion ends with one terminal event`, async () => {
-    // Arrange: lease traffic (acquire, then release half) until the promotions have ended.
+    // Arrange: lease traffic (acquire, then release half and renew the other half), recorded as a history, until the
+    // promotions have ended.
     let running = true;
-    const granted: string[] = [];
-    const released = new Set<string>();
+    const history = new LeaseHistory(LEASES.tenant, (method, path, body) => send(method, path, leaseToken, body));
     const leases = (async () => {
       for (let i = 0; running; i++) {
-        const acquired = await send('POST', '/runtime-cloud/leases', leaseToken, { kind: LEASES.kind, pool: LEASES.pool, holder: `h-${i}`, ttlSeconds: 600, idempotencyKey: `fault-${i}` });
-        const lease = acquired.json as { leaseId?: string; fencingToken?: number } | undefined;
-        if (acquired.status === 201 && lease?.leaseId) {
-          granted.push(lease.leaseId);
-          if (i % 2 === 0) {
-            const release = await send('DELETE', `/runtime-cloud/leases/${lease.leaseId}?fencingToken=${lease.fencingToken}`, leaseToken);
-            if (release.status === 204) released.add(lease.leaseId);
-          }
+        const acquired = await history.acquire({ kind: LEASES.kind, pool: LEASES.pool, holder: `h-${i}`, ttlSeconds: 600, idempotencyKey: `fault-${i}` });
+        if (acquired.outcome === 'ok' && acquired.created) {
+          if (i % 2 === 0) await history.release(heldLease(acquired));
+          else await history.renew(heldLease(acquired));
         }
         await send('GET', '/runtime-cloud/runs?limit=1000', operator);
         await new Promise((resolve) => setTimeout(resolve, 10));
@@ -135,13 +134,23 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     // Assert: no 500; every 5xx is a 503 STORE.* problem with Retry-After.
     const failures = answers.filter((a) => a.status >= 500);
     expect(failures.filter((a) => a.status !== 503 || !a.code?.startsWith('STORE.') || a.retryAfter === null)).toEqual([]);
-    console.log(`[store-faults] ${answers.length} answers, ${failures.length} of them 503 STORE.*; ${granted.length} leases granted`);
+    const granted = history.operations.filter((o) => o.op === 'acquire' && o.outcome === 'ok' && o.created).map((o) => o.leaseId!);
+    const released = history.operations.filter((o) => o.op === 'release' && o.outcome === 'ok').map((o) => o.leaseId!);
+    const violations = checkLeaseHistory(history.operations, { poolCapacity: { [LEASES.pool]: LEASE_POOL_CAPACITY }, quota: { [LEASES.tenant]: { [LEASES.kind]: LEASE_QUOTA } } });
+    console.log(
+      `[store-faults] ${answers.length} answers, ${failures.length} of them 503 STORE.*; ${granted.length} leases granted; ` +
+        `lease history: ${history.operations.length} operations (${historyCounts(history.operations)}), ${violations.length} violations, ` +
+        `at most ${peakHeld(history.operations, LEASES.pool).units} of ${LEASE_POOL_CAPACITY} units certainly held at once`,
+    );
 
     // Assert: each promotion ended once (one terminal event, one event id), and no event id was published twice.
     for (const promotion of promotions) expect(events.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotion.promotionId), promotion.promotionId).toHaveLength(1);
     expect(new Set(events.map((m) => m.messageId)).size).toBe(events.length);
 
-    // Assert: every lease answered 201 is stored, and every one answered 204 to its release is released.
+    // Assert: the lease history keeps every rule (tests/support/lease-history.ts), every lease request was answered
+    // (a 503 at worst), every lease answered 201 is stored, and every one answered 204 to its release is released.
+    expect(violations.map((v) => v.message)).toEqual([]);
+    expect(history.operations.filter((o) => o.status === undefined).map(describeOperation)).toEqual([]);
     expect(granted.length).toBeGreaterThan(0);
     const stored = await (database.store.db as Kysely<{ capacity_leases: { id: string; pool_id: string; state: string } }>)
       .selectFrom('capacity_leases')
@@ -150,7 +159,7 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
       .execute();
     const states = new Map(stored.map((row) => [row.id, row.state]));
     expect(granted.filter((id) => !states.has(id))).toEqual([]);
-    expect([...released].filter((id) => states.get(id) !== 'released')).toEqual([]);
+    expect(released.filter((id) => states.get(id) !== 'released')).toEqual([]);
     // The host logged the faults it met as warnings (each step retried), never as errors of its own.
     expect(host.output().split('\n').filter((line) => line.includes('"level":"error"'))).toEqual([]);
   }, 180_000);
