@@ -3,6 +3,7 @@ import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
 import { randomUUID } from 'node:crypto';
+import { onArrival } from '../../shared/platform/bus/arrivals';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shared/platform/bus/queue';
@@ -106,6 +107,9 @@ class QueueReceiver {
   #stopped = false;
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
+  /** Messages arrived on the entity since the last look (arrivals.ts): the next sleep is skipped. */
+  #arrived = false;
+  #stopListening: (() => void) | undefined;
 
   constructor(
     registration: Registration,
@@ -132,11 +136,18 @@ class QueueReceiver {
   }
 
   start(): void {
+    // Messages enqueued or published in this process wake the receiver at once; the poll finds the others.
+    this.#stopListening = onArrival(this.#db, (entity) => {
+      if (entity !== this.#queue && !this.#queue.startsWith(`${entity}/Subscriptions/`)) return;
+      this.#arrived = true;
+      this.#wake?.();
+    });
     this.#loop = this.#run();
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#stopListening?.();
     this.#wake?.();
     await this.#loop;
     await Promise.allSettled([...this.#inFlight]);
@@ -180,8 +191,13 @@ class QueueReceiver {
   }
 
   #sleep(ms = this.#settings.pollIntervalMs): Promise<void> {
+    if (this.#arrived) {
+      this.#arrived = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const done = () => {
+        this.#arrived = false;
         clearTimeout(timer);
         this.#wake = undefined;
         resolve();

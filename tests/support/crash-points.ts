@@ -110,7 +110,10 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
     for (;;) {
       if (!host || host.child.exitCode !== null || host.child.signalCode !== null) return false;
       try {
-        if ((await events()).some((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotionId)) return true;
+        const terminal = (await events()).find((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotionId);
+        // The event is published right after the commit that ends the run, before its orchestration has taken its
+        // last steps (their crash points): the run has ended once its instance has too.
+        if (terminal && (await instanceEnded(terminal.body.data.runId ?? ''))) return true;
       } catch {
         // The host is going down: the next look sees it dead.
       }
@@ -118,6 +121,8 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   };
+  const instanceEnded = async (instanceId: string): Promise<boolean> =>
+    ['Completed', 'Failed', 'Terminated'].includes(((await call('GET', `/runtime-cloud/local/durable/instances/${instanceId}`)) as { runtimeStatus: string }).runtimeStatus);
   const fired = (): Map<string, string> =>
     new Map(
       fs

@@ -335,6 +335,12 @@ export const settings = {
     z.record(z.string().regex(/^.+\/[^/]+$/, 'a key is <tenant>/<environment id>'), observationScopeSchema),
     '{}',
   ),
+  /**
+   * When an event written with a state change is published: `after-commit` (the default: by the invocation that
+   * committed it, right after the commit, with the outbox relay's 2 s timer as the fallback for what that misses) or
+   * `relay` (by the relay's timer only). Example: `relay`.
+   */
+  RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -402,6 +408,8 @@ export interface Config {
   /** Crash points (tests only): the host's, its agents', and where they mark that they fired. */
   readonly faults: { readonly crashAt: readonly string[]; readonly agentCrashAt: readonly string[]; readonly markers: string };
   readonly serviceBus: { readonly connection: string };
+  /** When outbox events are published: right after their commit (relay as fallback), or by the relay only. */
+  readonly outbox: { readonly publish: 'after-commit' | 'relay' };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
@@ -494,6 +502,7 @@ function toConfig(s: Settings): Config {
     },
     faults: { crashAt: s.RuntimeCloud__Faults__CrashAt, agentCrashAt: s.RuntimeCloud__Faults__AgentCrashAt, markers: s.RuntimeCloud__Faults__CrashMarkers },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
+    outbox: { publish: s.RuntimeCloud__Outbox__Publish },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {
