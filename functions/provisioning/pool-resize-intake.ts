@@ -1,3 +1,4 @@
+import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
@@ -25,7 +26,9 @@ export async function poolResizeIntake(message: unknown, context: InvocationCont
   const result = await deps.provisioning.poolResize({ messageId, body: message });
   switch (result.outcome) {
     case 'accepted':
+      crashPoint('pool-resize:recorded', result.run.id);
       await startRun(df.getClient(context), result.run, deps.provisioning.timings);
+      crashPoint('pool-resize:started', result.run.id);
       logOf(context, { messageId }).info(`pool resize of ${result.run.poolResize?.pool ?? ''} queued as a run`, { runId: result.run.id, stack: result.run.stack });
       return;
     case 'duplicate':

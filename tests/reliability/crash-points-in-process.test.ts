@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { crashEveryPoint } from '../support/crash-points';
+import { crashEveryPoint, type DriveContext, type TopicMessage } from '../support/crash-points';
+import { addPoolProject, aPoolPromotion, POOL_PROJECT, qualifiedExampleStack } from '../support/provisioning';
 
 /**
  * Every step boundary of a run is a crash point (issue 19), with the engine in the host: the host is SIGKILLed at
@@ -23,9 +24,11 @@ const POINTS = [
   'durable:episode-decided:provisioningRun#3',
 ];
 
+const IN_PROCESS = { RuntimeCloud__IaC__Execution: 'in-process', RuntimeCloud__Local__Runners: '0' };
+
 describe('crash points: the engine in the host', () => {
   it(`when the host is SIGKILLed at each of ${POINTS.length} step boundaries of a run and started again, then every run ends once, with its receipts, applied at most once`, async () => {
-    const report = await crashEveryPoint({ settings: { RuntimeCloud__IaC__Execution: 'in-process', RuntimeCloud__Local__Runners: '0' }, hostPoints: POINTS });
+    const report = await crashEveryPoint({ settings: IN_PROCESS, hostPoints: POINTS });
     console.log(`[crash-points in-process] ${report.fired.size} points fired over ${report.runs.length} runs; ${report.hostStarts} host starts, ${report.hostCrashes} host crashes`);
 
     expect([...report.fired.keys()].sort()).toEqual([...POINTS].sort());
@@ -46,4 +49,34 @@ describe('crash points: the engine in the host', () => {
       }
     }
   }, 600_000);
+
+  it("when the host is SIGKILLed at the boundaries of a pool resize's intake (its run recorded; its orchestration started, the event not yet settled), then each resize run ends once, applied once", async () => {
+    // A pool sized by a stack: the pool project applied on it first; each run then resizes the pool to a new size.
+    const pool = { id: 'crash-pool', iacStack: qualifiedExampleStack('pool-workers', POOL_PROJECT) };
+    const putPool = (drive: DriveContext, capacity: number) => drive.call('PUT', `/runtime-cloud/pools/${pool.id}`, { kind: 'build', target: 'local', capacity, max: 20, iacStack: pool.iacStack });
+    const report = await crashEveryPoint({
+      settings: IN_PROCESS,
+      hostPoints: ['pool-resize:recorded', 'pool-resize:started'],
+      async setup(drive) {
+        const promotion = aPoolPromotion(await addPoolProject(drive.example), 'pool-workers');
+        await drive.call('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', { body: promotion, messageId: promotion.promotionId });
+        await drive.ended((event) => event.body.data.promotionId === promotion.promotionId);
+        await putPool(drive, 2);
+      },
+      async startRun(i, drive) {
+        const capacity = 3 + i;
+        await putPool(drive, capacity);
+        return (event: TopicMessage) => event.body.data.poolResize?.toCapacity === capacity;
+      },
+    });
+    console.log(`[crash-points pool resize] ${report.fired.size} points fired over ${report.runs.length} runs; ${report.hostStarts} host starts, ${report.hostCrashes} host crashes`);
+
+    expect([...report.fired.keys()].sort()).toEqual(['pool-resize:recorded', 'pool-resize:started']);
+    for (const run of report.runs) {
+      const what = `${run.point ?? 'no crash'} (${run.runId})`;
+      expect(run.terminal.map((m) => m.body.type), what).toEqual(['ProvisioningApplied']);
+      expect(run.view.applyReceipt, what).toBeDefined();
+      expect(run.applies, what).toBe(1);
+    }
+  }, 300_000);
 });

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { parseConfig } from '../../shared/platform/config/config';
 import { startChildHost, type RunningChild } from './child-process';
-import { aStackPromotion, provisioningExample, writeExampleReferences } from './provisioning';
+import { aStackPromotion, provisioningExample, writeExampleReferences, type ProvisioningExample } from './provisioning';
 import { TERMINAL_EVENT_TYPES } from './topic-events';
 
 /**
@@ -20,10 +20,24 @@ export interface CrashDrive {
   readonly settings: Readonly<Record<string, string>>;
   readonly hostPoints: readonly string[];
   readonly agentPoints?: readonly string[];
+  /**
+   * Starts the i-th run and answers which events are its own: by default a promotion of the example onto a stack of
+   * its own. (A pool resize or a reconciliation starts its run otherwise; its steps after are a promotion's.)
+   */
+  readonly startRun?: (i: number, drive: DriveContext) => Promise<(event: TopicMessage) => boolean>;
+  /** Done once before the runs, on the armed host: it must reach no point (a pool's stack applied first). */
+  readonly setup?: (drive: DriveContext) => Promise<void>;
+}
+
+/** What a drive's own steps use: the host's API as a platform admin, the example, and the runs' end. */
+export interface DriveContext {
+  readonly call: (method: string, path: string, body?: unknown) => Promise<unknown>;
+  readonly example: ProvisioningExample;
+  /** Waits for a run that is to reach no point to end. */
+  readonly ended: (mine: (event: TopicMessage) => boolean) => Promise<void>;
 }
 
 export interface CrashedRun {
-  readonly promotionId: string;
   readonly runId: string;
   /** The point the run crashed at, if one fired for it. */
   readonly point?: string;
@@ -44,9 +58,12 @@ export interface CrashReport {
   readonly fired: ReadonlyMap<string, string>;
 }
 
-interface TopicMessage {
+export interface TopicMessage {
   readonly messageId: string;
-  readonly body: { readonly type: string; readonly data: { readonly promotionId?: string; readonly runId?: string; readonly code?: string } };
+  readonly body: {
+    readonly type: string;
+    readonly data: { readonly promotionId?: string; readonly runId?: string; readonly code?: string; readonly poolResize?: { readonly toCapacity?: number } };
+  };
 }
 
 export interface RunView {
@@ -104,20 +121,20 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
     host = await startChildHost(stateDir, env);
     hostStarts++;
   };
-  /** Waits until the promotion's run ended (true) or the host died (false). */
-  const untilEndedOrDead = async (promotionId: string): Promise<boolean> => {
+  /** Waits until the run ended (true) or the host died (false). */
+  const untilEndedOrDead = async (mine: (event: TopicMessage) => boolean): Promise<boolean> => {
     const deadline = Date.now() + RUN_TIMEOUT_MS;
     for (;;) {
       if (!host || host.child.exitCode !== null || host.child.signalCode !== null) return false;
       try {
-        const terminal = (await events()).find((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotionId);
+        const terminal = (await events()).find((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && mine(m));
         // The event is published right after the commit that ends the run, before its orchestration has taken its
         // last steps (their crash points): the run has ended once its instance has too.
         if (terminal && (await instanceEnded(terminal.body.data.runId ?? ''))) return true;
       } catch {
         // The host is going down: the next look sees it dead.
       }
-      if (Date.now() > deadline) throw new Error(`promotion ${promotionId} did not end in ${RUN_TIMEOUT_MS} ms:\n${host.output().slice(-3000)}`);
+      if (Date.now() > deadline) throw new Error(`a run did not end in ${RUN_TIMEOUT_MS} ms:\n${host.output().slice(-3000)}`);
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   };
@@ -131,36 +148,42 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
         .map((f) => [decodeURIComponent(f.slice('point-'.length)), fs.readFileSync(join(markers, f), 'utf8')]),
     );
 
-  const promotionIds: string[] = [];
+  const context: DriveContext = {
+    call,
+    example,
+    async ended(mine) {
+      if (!(await untilEndedOrDead(mine))) throw new Error(`the host died in a run that was to reach no point:\n${host?.output().slice(-3000) ?? ''}`);
+    },
+  };
+  const startRun = drive.startRun ?? startPromotion;
+  const started: ((event: TopicMessage) => boolean)[] = [];
   try {
+    await ensureHost();
+    await drive.setup?.(context);
     while (fired().size < points.length) {
-      if (promotionIds.length > points.length) throw new Error(`after ${promotionIds.length} runs these points never fired: ${points.filter((p) => !fired().has(p)).join(', ')}`);
+      if (started.length > points.length) throw new Error(`after ${started.length} runs these points never fired: ${points.filter((p) => !fired().has(p)).join(', ')}`);
       await ensureHost();
-      const promotion = aStackPromotion(example.repository, 'development', { stack: `development-${promotionIds.length + 1}`, environmentId: `env-crash-${promotionIds.length + 1}` });
-      promotionIds.push(promotion.promotionId);
       const before = fired().size;
-      await call('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', { body: promotion, messageId: promotion.promotionId });
+      const mine = await startRun(started.length, context);
+      started.push(mine);
       // Until it ended, restarting the host each time it died; a run crashes once at most.
-      while (!(await untilEndedOrDead(promotion.promotionId))) await ensureHost();
-      if (fired().size === before) throw new Error(`run of ${promotion.promotionId} ended without reaching any of: ${points.filter((p) => !fired().has(p)).join(', ')}`);
+      while (!(await untilEndedOrDead(mine))) await ensureHost();
+      if (fired().size === before) throw new Error(`run ${started.length} ended without reaching any of: ${points.filter((p) => !fired().has(p)).join(', ')}`);
     }
     await ensureHost();
     const all = await events();
     const byRun = new Map([...fired()].map(([point, subject]) => [subject, point]));
     const runs: CrashedRun[] = [];
-    const views: RunView[] = [];
-    for (const promotionId of promotionIds) {
-      const mine = all.filter((m) => m.body.data.promotionId === promotionId);
-      const runId = mine.find((m) => m.body.data.runId)?.body.data.runId ?? '';
+    for (const mine of started) {
+      const own = all.filter(mine);
+      const runId = own.find((m) => m.body.data.runId)?.body.data.runId ?? '';
       const view = (await call('GET', `/runtime-cloud/runs/${runId}`)) as RunView;
-      views.push(view);
       const point = byRun.get(runId);
       runs.push({
-        promotionId,
         runId,
         ...(point ? { point } : {}),
-        terminal: mine.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type)),
-        eventIds: mine.map((m) => m.messageId),
+        terminal: own.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type)),
+        eventIds: own.map((m) => m.messageId),
         view,
         applies: 0,
       });
@@ -174,6 +197,13 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
     await host?.stop('SIGKILL').catch(() => undefined);
     fs.rmSync(root, { recursive: true, force: true });
   }
+}
+
+/** The default run: a promotion of the example onto a stack and environment of its own. */
+async function startPromotion(i: number, { call, example }: DriveContext): Promise<(event: TopicMessage) => boolean> {
+  const promotion = aStackPromotion(example.repository, 'development', { stack: `development-${i + 1}`, environmentId: `env-crash-${i + 1}` });
+  await call('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', { body: promotion, messageId: promotion.promotionId });
+  return (event) => event.body.data.promotionId === promotion.promotionId;
 }
 
 /** The local cloud's record of the applies begun, counted by (qualified stack, plan digest). */
