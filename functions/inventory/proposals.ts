@@ -1,3 +1,4 @@
+import { crashPoint } from '../../shared/platform/faults/crash-points';
 import * as df from 'durable-functions';
 import { z } from 'zod';
 import { PROPOSAL_STATUSES } from '../../shared/inventory/environment';
@@ -31,7 +32,9 @@ export const getProposal = endpoint({ scope: 'factory.runtime.read' }, async ({ 
 export const acceptProposal = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, tenants, principal }) => {
   const request_ = await deps.inventory.reconciliationFor(tenants(), request.params.id ?? '', principal.subject);
   const result = await deps.provisioning.reconcile(request_);
+  crashPoint('reconciliation:recorded', result.run.id);
   if (!isTerminal(result.run.state)) await startRun(df.getClient(context), result.run, deps.provisioning.timings, { onlyIfAbsent: result.outcome === 'duplicate' });
+  crashPoint('reconciliation:started', result.run.id);
   return { status: 200, jsonBody: await deps.inventory.acceptedAs(request_.proposalId, result.run.id, principal.subject) };
 });
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { crashEveryPoint, type DriveContext, type TopicMessage } from '../support/crash-points';
-import { addPoolProject, aPoolPromotion, POOL_PROJECT, qualifiedExampleStack } from '../support/provisioning';
+import { eventually } from '../support/eventually';
+import { addPoolProject, aPoolPromotion, aStackPromotion, POOL_PROJECT, qualifiedExampleStack } from '../support/provisioning';
 
 /**
  * Every step boundary of a run is a crash point (issue 19), with the engine in the host: the host is SIGKILLed at
@@ -72,6 +73,40 @@ describe('crash points: the engine in the host', () => {
     console.log(`[crash-points pool resize] ${report.fired.size} points fired over ${report.runs.length} runs; ${report.hostStarts} host starts, ${report.hostCrashes} host crashes`);
 
     expect([...report.fired.keys()].sort()).toEqual(['pool-resize:recorded', 'pool-resize:started']);
+    for (const run of report.runs) {
+      const what = `${run.point ?? 'no crash'} (${run.runId})`;
+      expect(run.terminal.map((m) => m.body.type), what).toEqual(['ProvisioningApplied']);
+      expect(run.view.applyReceipt, what).toBeDefined();
+      expect(run.applies, what).toBe(1);
+    }
+  }, 300_000);
+
+  it("when the host is SIGKILLed at the boundaries of a reconciliation's accept (its run recorded; its orchestration started, the proposal not yet marked), and the operator accepts again, then each reconciliation run ends once, applied once", async () => {
+    const report = await crashEveryPoint({
+      settings: IN_PROCESS,
+      hostPoints: ['reconciliation:recorded', 'reconciliation:started'],
+      async startRun(i, drive) {
+        // An environment applied, then drifted out of band (a bucket's versioning turned off) and scanned: one proposal.
+        const environment = `env-reconcile-${i + 1}`;
+        const operator = await drive.token({ tenant: 'demo-team', roles: ['Operator'] });
+        const promotion = aStackPromotion(drive.example.repository, 'development', { stack: `development-${i + 1}`, environmentId: environment });
+        await drive.call('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', { body: promotion, messageId: promotion.promotionId });
+        await drive.ended((event) => event.body.data.promotionId === promotion.promotionId);
+        const resources = (await drive.call('GET', `/runtime-cloud/local/cloud/resources?stack=development-${i + 1}&tenant=demo-team`)) as { items: { urn: string; type: string }[] };
+        const bucket = resources.items.find((r) => r.type === 'local:storage:Bucket');
+        await drive.call('PATCH', `/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket?.urn ?? '')}`, { versioning: false });
+        const proposal = await eventually(async () => {
+          await drive.call('POST', `/runtime-cloud/environments/${environment}/scan`, undefined, operator);
+          return ((await drive.call('GET', `/runtime-cloud/proposals?status=open&environment=${environment}`, undefined, operator)) as { items: { id: string }[] }).items[0];
+        });
+        // The accept, again as a client does when its answer was lost with the host.
+        const accepted = (await drive.again(() => drive.call('POST', `/runtime-cloud/proposals/${proposal.id}/accept`, undefined, operator))) as { runId: string };
+        return (event: TopicMessage) => event.body.data.runId === accepted.runId;
+      },
+    });
+    console.log(`[crash-points reconciliation] ${report.fired.size} points fired over ${report.runs.length} runs; ${report.hostStarts} host starts, ${report.hostCrashes} host crashes`);
+
+    expect([...report.fired.keys()].sort()).toEqual(['reconciliation:recorded', 'reconciliation:started']);
     for (const run of report.runs) {
       const what = `${run.point ?? 'no crash'} (${run.runId})`;
       expect(run.terminal.map((m) => m.body.type), what).toEqual(['ProvisioningApplied']);

@@ -31,7 +31,12 @@ export interface CrashDrive {
 
 /** What a drive's own steps use: the host's API as a platform admin, the example, and the runs' end. */
 export interface DriveContext {
-  readonly call: (method: string, path: string, body?: unknown) => Promise<unknown>;
+  /** Calls the host as a platform admin, or (`bearer`) as whoever the token names. */
+  readonly call: (method: string, path: string, body?: unknown, bearer?: string) => Promise<unknown>;
+  /** A token of the host's issuer for these claims. */
+  readonly token: (claims: object) => Promise<string>;
+  /** Calls `step` until it is answered, starting the host again when it died meanwhile (a client retrying a lost answer). */
+  readonly again: <T>(step: () => Promise<T>) => Promise<T>;
   readonly example: ProvisioningExample;
   /** Waits for a run that is to reach no point to end. */
   readonly ended: (mine: (event: TopicMessage) => boolean) => Promise<void>;
@@ -89,7 +94,8 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
   writeExampleReferences(stateDir);
   const keys = await ensureLocalKeys(stateDir);
   const config = parseConfig({});
-  const admin = await issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, roles: ['PlatformAdmin'] });
+  const token = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
+  const admin = await token({ roles: ['PlatformAdmin'] });
   const env = {
     ...FAST_RECOVERY,
     ...drive.settings,
@@ -100,12 +106,12 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
   let host: RunningChild | undefined;
   let hostStarts = 0;
   let hostCrashes = 0;
-  const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
+  const call = async (method: string, path: string, body?: unknown, bearer = admin): Promise<unknown> => {
     if (!host) throw new Error('no host');
     const response = await fetch(new URL(path, host.url), {
       method,
       signal: AbortSignal.timeout(10_000),
-      headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+      headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${await response.text()}`);
@@ -150,7 +156,18 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
 
   const context: DriveContext = {
     call,
+    token,
     example,
+    async again(step) {
+      for (;;) {
+        try {
+          return await step();
+        } catch (error) {
+          if (host && host.child.exitCode === null && host.child.signalCode === null) throw error;
+          await ensureHost();
+        }
+      }
+    },
     async ended(mine) {
       if (!(await untilEndedOrDead(mine))) throw new Error(`the host died in a run that was to reach no point:\n${host?.output().slice(-3000) ?? ''}`);
     },
