@@ -95,6 +95,9 @@ export class LocalRunnerAgents implements HostComponent {
         RuntimeCloud__Runner__Agent: agent,
         RuntimeCloud__Runner__WorkDir: join(workRoot, agent),
         RuntimeCloud__Runner__Engine: 'local',
+        ...(context.config.faults.agentCrashAt.length > 0
+          ? { RuntimeCloud__Runner__CrashAt: context.config.faults.agentCrashAt.join(','), RuntimeCloud__Runner__CrashMarkers: context.config.faults.markers }
+          : {}),
       },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });

@@ -1,3 +1,4 @@
+import { crashPoint } from '../shared/platform/faults/crash-points';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { AppError, ensureError } from '../shared/platform/errors/app-error';
@@ -59,6 +60,7 @@ export async function runJob(options: AgentOptions, claimed: ClaimedJob, log: (l
   const client = options.client.job(claimed);
   const workDir = resolve(options.workRoot, job.id);
   const lines: string[] = [`${new Date().toISOString()} ${options.agent} claimed ${job.kind} job ${job.id} of stack ${qualifiedStackName(job.stack)}`];
+  crashPoint('agent:claimed', job.runId);
   const beat = new Beat(client, claimed.heartbeatMs, lines);
   let outcome: RunnerJobOutcome;
   try {
@@ -74,11 +76,35 @@ export async function runJob(options: AgentOptions, claimed: ClaimedJob, log: (l
     await rm(workDir, { recursive: true, force: true });
   }
   await beat.stop();
+  crashPoint(`agent:evaluated:${job.kind}`, job.runId);
   try {
-    await client.result(outcome);
+    await postResult(() => client.result(outcome), options.signal);
     log(`${job.kind} job ${job.id}: outcome accepted`);
   } catch (error) {
     log(`${job.kind} job ${job.id}: outcome refused: ${ensureError(error).message}`);
+  }
+}
+
+/** How long an agent goes on offering an outcome the host did not answer: the default job lease, after which the host has given up on the job. */
+const RESULT_RETRY_MS = 60_000;
+
+/**
+ * Posts the outcome until the host answers it: a host restarting or briefly unavailable (a connection refused, a
+ * 503) would otherwise lose an apply that was made (its run would fail `RUNNER_LOST`). An answer that refuses the
+ * outcome (the job superseded, its token invalid) is final; a repeated post of an accepted outcome is refused too,
+ * its job having ended.
+ */
+export async function postResult(post: () => Promise<void>, signal: AbortSignal | undefined): Promise<void> {
+  const giveUpAt = Date.now() + RESULT_RETRY_MS;
+  for (let delayMs = 250; ; delayMs = Math.min(delayMs * 2, 5000)) {
+    try {
+      return await post();
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      const transient = !(error instanceof AppError) || error.kind === 'unavailable' || error.kind === 'internal';
+      if (!transient || signal?.aborted || Date.now() + delayMs > giveUpAt) throw error;
+      await sleep(delayMs, signal);
+    }
   }
 }
 

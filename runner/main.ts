@@ -1,3 +1,4 @@
+import { armCrashPoints } from '../shared/platform/faults/crash-points';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
@@ -29,12 +30,16 @@ const settings = z.object({
   RuntimeCloud__Runner__WorkDir: z.string().default(join(tmpdir(), 'runtime-cloud-runner')),
   RuntimeCloud__Runner__Agent: z.string().default(`${hostname()}-${process.pid}`),
   RuntimeCloud__Runner__OneJob: z.enum(['true', 'false']).default('false'),
+  /** Crash points of the agent and their markers folder (the crash tests only; see shared/platform/faults/crash-points.ts). */
+  RuntimeCloud__Runner__CrashAt: z.string().default(''),
+  RuntimeCloud__Runner__CrashMarkers: z.string().default(''),
 });
 
 export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const parsed = settings.safeParse(env);
   if (!parsed.success) throw new Error(`runner settings: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const s = parsed.data;
+  armCrashPoints({ points: s.RuntimeCloud__Runner__CrashAt.split(',').filter((p) => p.length > 0), markers: s.RuntimeCloud__Runner__CrashMarkers });
   const controller = new AbortController();
   process.once('SIGTERM', () => controller.abort());
   process.once('SIGINT', () => controller.abort());

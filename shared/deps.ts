@@ -1,4 +1,5 @@
 import type { JSONWebKeySet } from 'jose';
+import { armCrashPoints } from './platform/faults/crash-points';
 import { sql, type Kysely } from 'kysely';
 import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
@@ -6,6 +7,7 @@ import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks } from './platform/bus/bus.health';
 import type { EventPublisher } from './platform/bus/event-publisher';
 import { createEventPublisher, createInboxLagReader } from './platform/bus/publishers';
+import { startAfterCommitPublish } from './platform/bus/after-commit-publish';
 import type { Config } from './platform/config/config';
 import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from './platform/config/targets';
 import { AppError } from './platform/errors/app-error';
@@ -98,6 +100,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const ids = overrides.ids ?? randomIds;
   // Metrics to Azure Monitor when APPLICATIONINSIGHTS_CONNECTION_STRING is set; served at GET /runtime-cloud/metrics.
   await startTelemetry(config.telemetry);
+  armCrashPoints({ points: config.faults.crashAt, markers: config.faults.markers });
   const store =
     overrides.store ??
     createSqlStore({
@@ -167,6 +170,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   });
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
+  // Events go out right after the commit that wrote them; the relay's timer is the fallback (outbox-relay.service.ts).
+  const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids }) : undefined;
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
   const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
 
@@ -275,6 +280,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     async close() {
       stopInboxLagGauge();
       await inboxLagReader.close();
+      await afterCommitPublish?.stop();
       await events.close();
       await store.close();
     },

@@ -7,9 +7,11 @@ import { logOf } from '../log';
 
 /**
  * Publishes the outbox: every event written with a state change goes to the `runtime-cloud-events` topic (Service
- * Bus in Azure, the embedded topic on the local host, as `deps.events` decides). The timer drives the relay on both
- * hosts, and nothing else does, so an event is never published by two mechanisms; rows are claimed, so even two
- * overlapping runs do not publish the same event twice in the normal path.
+ * Bus in Azure, the embedded topic on the local host, as `deps.events` decides). With
+ * `RuntimeCloud__Outbox__Publish=after-commit` (the default) the invocation that committed an event publishes it
+ * right away, and this timer is the fallback for what that missed; with `relay`, the timer publishes everything.
+ * Both take the same lane claims (outbox-relay.repository.ts), so two of them never publish one lane at once, and
+ * a republish after a crash carries the same messageId.
  */
 export async function outboxRelay(_timer: Timer, context: InvocationContext): Promise<void> {
   const deps = await getDeps();

@@ -1,3 +1,4 @@
+import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import type { DurableClient } from 'durable-functions';
@@ -25,7 +26,10 @@ export async function promotionIntake(message: unknown, context: InvocationConte
   const result = await deps.provisioning.intake({ messageId, body: message, lastDelivery: isLastDelivery(context) });
   switch (result.outcome) {
     case 'accepted':
+      crashPoint('intake:recorded', result.run.id);
       await startRun(df.getClient(context), result.run, deps.provisioning.timings);
+      // The run is recorded and started; the message is not yet completed (delivered again after a crash here).
+      crashPoint('intake:started', result.run.id);
       log.info('promotion queued as a run', { promotionId: result.run.promotionId, runId: result.run.id, stack: result.run.stack });
       return;
     case 'duplicate':

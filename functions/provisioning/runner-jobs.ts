@@ -1,3 +1,4 @@
+import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
 import { z } from 'zod';
@@ -100,6 +101,7 @@ export const jobTargetCall = jobEndpoint("A job's call to its local cloud target
  */
 export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
   const { runId } = await deps.provisioning.runners.accept(jobId, token, text);
+  crashPoint('runner-result:accepted', runId);
   await wakeRun(context, deps, runId, jobId);
   return { status: 202, jsonBody: { accepted: true } };
 });
@@ -112,6 +114,7 @@ async function wakeRun(context: InvocationContext, deps: Deps, runId: string, jo
   } catch (error) {
     logOf(context).warn(`could not collect job ${jobId} of run ${runId}; its orchestration will: ${error instanceof Error ? error.message : String(error)}`);
   }
+  crashPoint('runner-result:collected', runId);
   try {
     await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, (step ? { jobId, step } : { jobId }) satisfies RunnerResultEvent);
   } catch (error) {

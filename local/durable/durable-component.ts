@@ -39,7 +39,7 @@ export class LocalDurableComponent implements HostComponent {
         registrations: context.functionsWithTrigger,
         invocationContext: (registration, init) => context.invocations.create(registration, init),
       },
-      { ...hostJsonLimits(), ...this.#options },
+      { ...hostJsonLimits(), leaseMs: context.config.local.durableLeaseMs, ...this.#options },
     );
     this.#runner = runner;
     context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
@@ -57,11 +57,19 @@ export class LocalDurableComponent implements HostComponent {
     for (const entity of context.functionsWithTrigger('entityTrigger')) {
       context.log('warning', 'durable', `entity function '${entity.metadata.name}' is registered, but durable entities are not supported by the local Durable host: calls to it fail as tasks the orchestrator can catch, and signals to it fail the orchestration`);
     }
-    runner.start();
     const retentionMs = historyRetentionDays() * DAY_MS;
     this.#purgeExpired = () => purgeInstancesBy(durableDb(context.deps.sql.db), { updatedBefore: context.deps.clock.now().getTime() - retentionMs });
     this.#retention = setInterval(() => void this.purgeExpiredHistory().catch((error: unknown) => context.log('warning', 'durable', 'purging expired durable history failed', error)), RETENTION_SWEEP_MS);
     this.#retention.unref();
+    return Promise.resolve();
+  }
+
+  /**
+   * Work is taken once the host listens: an activity's durable client (and an orchestration's) carries the host's
+   * URL, which a host restarting on a store with work in it does not know before.
+   */
+  listening(): Promise<void> {
+    this.#runner?.start();
     return Promise.resolve();
   }
 

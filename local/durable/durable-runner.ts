@@ -1,3 +1,4 @@
+import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { InvocationContext, InvocationContextInit } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
 import { ensureError } from '../../shared/platform/errors/app-error';
@@ -586,6 +587,7 @@ export class DurableRunner {
     now: number,
   ): Promise<HistoryEvent[]> {
     const appendAt = change.resetFrom !== undefined ? 0 : history.length;
+    crashPoint(`durable:episode-decided:${instance.name}`, instance.instanceId);
     await commitEpisode(this.#db, {
       instanceId: instance.instanceId,
       owner: this.workerId,
@@ -610,6 +612,7 @@ export class DurableRunner {
       ...(change.resetFrom !== undefined ? { resetFrom: change.resetFrom } : {}),
       finished: change.finished ?? false,
     });
+    crashPoint(`durable:episode-committed:${instance.name}`, instance.instanceId);
     return change.resetFrom !== undefined ? [] : [...history, ...change.append];
   }
 
@@ -636,7 +639,9 @@ export class DurableRunner {
           logHandler: (level, ...args) => this.#deps.log(level, work.name, ...args),
         });
         const input = work.input === null ? undefined : (JSON.parse(work.input) as unknown);
+        crashPoint(`durable:activity-started:${work.name}`, work.instanceId);
         const result = await (registration.callback as unknown as ActivityCallback)(input, context);
+        crashPoint(`durable:activity-returned:${work.name}`, work.instanceId);
         event = {
           EventType: HistoryEventType.TaskCompleted,
           EventId: -1,
@@ -651,6 +656,7 @@ export class DurableRunner {
     }
     try {
       await completeActivity(this.#db, work, this.workerId, event, this.#deps.clock.now().getTime());
+      crashPoint(`durable:activity-recorded:${work.name}`, work.instanceId);
     } catch (error) {
       // The work item stays leased and runs again after the lease expires (at least once, as in Azure).
       this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', `recording activity ${work.name} of ${work.instanceId} failed`, ensureError(error));

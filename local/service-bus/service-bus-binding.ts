@@ -3,6 +3,7 @@ import type { InvocationContexts } from '../functions-core/invocation-contexts';
 import type { InvocationContext } from '@azure/functions';
 import type { Kysely } from 'kysely';
 import { randomUUID } from 'node:crypto';
+import { onArrival } from '../../shared/platform/bus/arrivals';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { bodyForHandler, QUEUE_DEFAULTS, type ReceivedMessage } from '../../shared/platform/bus/queue';
@@ -52,7 +53,7 @@ export class ServiceBusBinding implements HostComponent {
   async start(context: HostContext): Promise<void> {
     const settings: ReceiverSettings = {
       maxDeliveryCount: this.#options.maxDeliveryCount ?? QUEUE_DEFAULTS.maxDeliveryCount,
-      lockDurationMs: this.#options.lockDurationMs ?? QUEUE_DEFAULTS.lockDurationMs,
+      lockDurationMs: this.#options.lockDurationMs ?? context.config.local.queueLockMs,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
       maxConcurrentCalls: this.#options.maxConcurrentCalls ?? hostJsonCount('extensions', 'serviceBus', 'maxConcurrentCalls') ?? 16,
     };
@@ -66,8 +67,13 @@ export class ServiceBusBinding implements HostComponent {
       const level = health ? new ConcurrencyLevel(health, settings.maxConcurrentCalls) : undefined;
       const receiver = new QueueReceiver(registration, entity.path, db, context.deps.sql.dialect, context.deps.clock, { ...settings, level }, context.log, context.invocations);
       this.#receivers.push(receiver);
-      receiver.start();
     }
+  }
+
+  /** Receiving begins once the host listens: a handler's durable client carries the host's URL. */
+  listening(): Promise<void> {
+    for (const receiver of this.#receivers) receiver.start();
+    return Promise.resolve();
   }
 
   /** Stops receiving, lets running handlers finish (and settle), gives back what was received but not started. */
@@ -101,6 +107,9 @@ class QueueReceiver {
   #stopped = false;
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
+  /** Messages arrived on the entity since the last look (arrivals.ts): the next sleep is skipped. */
+  #arrived = false;
+  #stopListening: (() => void) | undefined;
 
   constructor(
     registration: Registration,
@@ -127,11 +136,18 @@ class QueueReceiver {
   }
 
   start(): void {
+    // Messages enqueued or published in this process wake the receiver at once; the poll finds the others.
+    this.#stopListening = onArrival(this.#db, (entity) => {
+      if (entity !== this.#queue && !this.#queue.startsWith(`${entity}/Subscriptions/`)) return;
+      this.#arrived = true;
+      this.#wake?.();
+    });
     this.#loop = this.#run();
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#stopListening?.();
     this.#wake?.();
     await this.#loop;
     await Promise.allSettled([...this.#inFlight]);
@@ -175,8 +191,13 @@ class QueueReceiver {
   }
 
   #sleep(ms = this.#settings.pollIntervalMs): Promise<void> {
+    if (this.#arrived) {
+      this.#arrived = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const done = () => {
+        this.#arrived = false;
         clearTimeout(timer);
         this.#wake = undefined;
         resolve();

@@ -42,8 +42,13 @@ export class TimerBinding implements HostComponent {
         continue;
       }
       this.#timers.push(timer);
-      timer.start();
     }
+    return Promise.resolve();
+  }
+
+  /** Timers fire once the host listens: a function's durable client carries the host's URL. */
+  listening(): Promise<void> {
+    for (const timer of this.#timers) timer.start();
     return Promise.resolve();
   }
 

@@ -1,4 +1,5 @@
 import { AppError, ensureError } from '../platform/errors/app-error';
+import { crashPoint } from '../platform/faults/crash-points';
 import type { DesiredState } from '../platform/git/desired-state';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
@@ -24,7 +25,7 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import { findRunDetail, insertArtifact, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference, type PlanReceipt } from './provisioning.repository';
+import { findRunDetail, insertArtifact, markApplyBegan, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference, type PlanReceipt } from './provisioning.repository';
 import { provisioningApplied, provisioningFailed, specificationAppliedOf } from './run-events';
 import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
@@ -101,6 +102,8 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   if (ctx.runners) return dispatchJob(ctx, ctx.runners, run, 'apply', stack.lock, { files: desired.files, config: configOf(run), options, approvedPlan: receipt.plan });
   const engine = ctx.engine;
   if (!engine) return failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: 'the configured IaC runner cannot apply on this host' });
+  // An earlier try began the engine's changes and did not record their end (the host died in between).
+  if (run.applyBeganAt) return applyInterrupted(ctx, run, engine.name, run.applyBeganAt, options);
   let current: Plan;
   try {
     // Only the state's serial is read here: no refresh (the apply refreshes, and a target that cannot be read
@@ -121,6 +124,8 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   // records them nothing may fail, since a retry of this step would find the state moved and call the run stale
   // although its changes were made.
   const runner = { name: engine.name, version: await engine.version() };
+  // From here the stack may change: a try of this step that finds the mark never applies again.
+  if (!(await retryingContention(() => markApplyBegan(ctx.db, runId, nowOf(ctx))))) return stepOf(await existingRun(ctx, runId));
   const keeper = keepStackLock(ctx, run, stack.lock);
   let result;
   try {
@@ -128,6 +133,7 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   } finally {
     await keeper.stop();
   }
+  crashPoint('apply:engine-applied', runId);
   return recordApplied(ctx, run, receipt, {
     runId,
     stack: run.stack,
@@ -163,20 +169,44 @@ export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: 
  * never dispatched again.
  */
 export async function applyRunnerLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
+  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} went silent (its lease lapsed at ${job.leaseExpiresAt?.toISOString() ?? 'its claim'}); what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
+  return recordUnknownApply(ctx, run, { code: RunErrors.runnerLost, message }, {
+    runner: { name: job.spec.engine, version: 'unknown', ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    startedAt: job.claimedAt ?? job.createdAt,
+    runnerLost: { ...(job.agent ? { agent: job.agent } : {}), ...(job.leaseExpiresAt ? { lastHeardAt: job.leaseExpiresAt.toISOString() } : {}), log: job.log },
+    options: job.spec.options,
+  });
+}
+
+/**
+ * The host died while its own engine applied (a try of the apply step found the apply begun and not recorded): the
+ * run fails `PROVISIONING.APPLY_INTERRUPTED` with a receipt, the stack is marked to refresh before its next plan,
+ * and the apply is never repeated.
+ */
+function applyInterrupted(ctx: ProvisioningContext, run: Run, engine: string, beganAt: Date, options: PlanOptions): Promise<RunStep> {
+  const message = `the host stopped while its engine applied the plan (begun at ${beganAt.toISOString()}); what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
+  return recordUnknownApply(ctx, run, { code: RunErrors.applyInterrupted, message }, { runner: { name: engine, version: 'unknown' }, startedAt: beganAt, options });
+}
+
+/** Ends an apply whose changes are not known: a failed receipt listing the plan's steps as unknown, the stack marked to refresh. */
+async function recordUnknownApply(
+  ctx: ProvisioningContext,
+  run: Run,
+  error: Failure,
+  known: { readonly runner: ApplyReceipt['runner']; readonly startedAt: Date; readonly runnerLost?: ApplyReceipt['runnerLost']; readonly options: PlanOptions },
+): Promise<RunStep> {
   const receipt = await retryingContention(() => readPlanReceipt(ctx.db, run.id));
   if (!receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: 'the run has no plan receipt' });
   const plan = receipt.plan;
   const at = nowOf(ctx);
-  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} went silent (its lease lapsed at ${job.leaseExpiresAt?.toISOString() ?? 'its claim'}); what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
-  const error = { code: RunErrors.runnerLost, message };
   const stackRef = stackOf(run);
-  await retryingContention(() => markStackForRefresh(ctx.db, stackRef, run.id, message, at));
+  await retryingContention(() => markStackForRefresh(ctx.db, stackRef, run.id, error.message, at));
   return recordApplied(ctx, run, receipt, {
     runId: run.id,
     stack: run.stack,
     qualifiedStack: qualifiedStackName(stackRef),
     commit: run.desiredState.commit,
-    runner: { name: job.spec.engine, version: 'unknown', ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    runner: known.runner,
     result: {
       status: 'failed',
       stack: run.stack,
@@ -185,11 +215,11 @@ export async function applyRunnerLost(ctx: ProvisioningContext, run: Run, job: R
       resources: plan.steps.map((s) => ({ urn: s.urn, name: s.name, type: s.type, op: s.op, status: 'unknown' as const })),
       outputs: {},
       error,
-      startedAt: (job.claimedAt ?? job.createdAt).toISOString(),
+      startedAt: known.startedAt.toISOString(),
       finishedAt: new Date(at).toISOString(),
     },
-    runnerLost: { ...(job.agent ? { agent: job.agent } : {}), ...(job.leaseExpiresAt ? { lastHeardAt: job.leaseExpiresAt.toISOString() } : {}), log: job.log },
-  }, job.spec.options);
+    ...(known.runnerLost ? { runnerLost: known.runnerLost } : {}),
+  }, known.options);
 }
 
 function stateMoved(run: Run, planned: number, now: number): Failure {

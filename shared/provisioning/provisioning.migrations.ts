@@ -235,6 +235,13 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
         await db.schema.alterTable('provisioning_environment_stacks').addColumn('target', t.key).execute();
       },
     },
+    // When an apply in the host began its engine's changes: a retry of its step that finds it set knows the engine
+    // may have changed the stack, and never applies again (a crash between the changes and their record).
+    '20261203-10-provisioning-apply-began': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_runs').addColumn('apply_began_at', 'bigint').execute();
+      },
+    },
   };
 };
 

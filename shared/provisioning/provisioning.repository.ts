@@ -189,6 +189,7 @@ const RUN_COLUMNS = [
   'error_code',
   'error_message',
   'superseded_by',
+  'apply_began_at',
   'created_at',
   'updated_at',
   'finished_at',
@@ -219,6 +220,7 @@ export function runRowToRun(row: RunRow): Run {
     ...(row.approval_required !== null ? { approvalRequired: Number(row.approval_required) === 1 } : {}),
     ...(row.error_code !== null ? { error: { code: row.error_code, message: row.error_message ?? '' } } : {}),
     ...(row.superseded_by !== null ? { supersededBy: row.superseded_by } : {}),
+    ...(row.apply_began_at !== null ? { applyBeganAt: new Date(Number(row.apply_began_at)) } : {}),
     createdAt: new Date(Number(row.created_at)),
     updatedAt: new Date(Number(row.updated_at)),
     ...(row.finished_at !== null ? { finishedAt: new Date(Number(row.finished_at)) } : {}),
@@ -417,6 +419,21 @@ function waitingColumns(waitingFor: WaitingFor | null | undefined): Partial<Pick
   if (waitingFor === undefined) return {};
   if (waitingFor === null) return { waiting_kind: null, waiting_for: null };
   return { waiting_kind: waitingFor.kind, waiting_for: JSON.stringify(waitingFor) };
+}
+
+/**
+ * Records that the host's engine begins the run's apply, while the run is still applying and not begun; false when
+ * it is not so (an earlier try of the step began it).
+ */
+export async function markApplyBegan(db: Executor, id: string, now: number): Promise<boolean> {
+  const result = await db
+    .updateTable('provisioning_runs')
+    .set({ apply_began_at: now, updated_at: now })
+    .where('id', '=', id)
+    .where('state', '=', 'applying')
+    .where('apply_began_at', 'is', null)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
 }
 
 /** Records (or clears) what a run waits for, while it stays in `state`; false when it has moved on meanwhile. */

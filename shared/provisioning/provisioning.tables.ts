@@ -85,6 +85,8 @@ export interface ProvisioningRunTable {
   error_code: string | null;
   error_message: string | null;
   superseded_by: string | null;
+  /** When an apply in the host began its engine's changes (null: not begun, or the apply runs as a runner job). */
+  apply_began_at: number | null;
   created_at: number;
   updated_at: number;
   finished_at: number | null;

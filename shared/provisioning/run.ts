@@ -196,6 +196,8 @@ export interface Run {
   readonly error?: { readonly code: string; readonly message: string };
   /** A superseded run points at the newer run of the same environment and stack. */
   readonly supersededBy?: string;
+  /** When the host's engine began the run's apply (an apply in the host only; a runner job is its own record). */
+  readonly applyBeganAt?: Date;
   readonly createdAt: Date;
   readonly updatedAt: Date;
   readonly finishedAt?: Date;
@@ -288,6 +290,11 @@ export const RunErrors = {
   runnerUnavailable: 'PROVISIONING.RUNNER_UNAVAILABLE',
   /** The runner of an apply went silent (its job's lease lapsed): the run fails, never applied a second time. */
   runnerLost: 'PROVISIONING.RUNNER_LOST',
+  /**
+   * The host stopped (killed, crashed) while its own engine applied the plan: what it changed is not known, so the
+   * run fails, never applied a second time (an apply in the host; a runner job's is `RUNNER_LOST`).
+   */
+  applyInterrupted: 'PROVISIONING.APPLY_INTERRUPTED',
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',
 } as const;

@@ -190,7 +190,10 @@ async function claimNow(
 ): Promise<ClaimedJob | undefined> {
   const runners = requireRunners(ctx);
   for (const queued of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, pool, 20))) {
-    const lease = await runners.leases.acquire({ tenant: queued.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}` });
+    // Keyed by this claim, not by the job: a claim that died holding the lease (its host killed before the claim
+    // was recorded, or a fail-fast service down) must not keep every later claim of the job from its lease, and
+    // the lease it leaves lapses with its TTL.
+    const lease = await runners.leases.acquire({ tenant: queued.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}:${randomBytes(8).toString('hex')}` });
     // This tenant's runner quota is used up: a job of another tenant may go first.
     if ('refused' in lease) continue;
     const job = await retryingContention(() => findJob(ctx.db, queued.id));

@@ -77,7 +77,7 @@ interface TopicMessage {
 }
 
 /** One run's moments, epoch ms: the bench's own (sent, seen) and those the host recorded. */
-interface Timeline {
+export interface Timeline {
   readonly runId: string;
   readonly stack: string;
   readonly sent: number;
@@ -183,7 +183,7 @@ export async function run(args: string[]): Promise<Row[]> {
  * repository in the state dir. Only development copies: every run reads the whole project folder, so copies no run
  * uses would only add reads.
  */
-async function benchRepository(source: string, stateDir: string, stacks: number): Promise<ExampleRepository> {
+export async function benchRepository(source: string, stateDir: string, stacks: number): Promise<ExampleRepository> {
   cpSync(EXAMPLES_DIR, source, { recursive: true });
   const project = join(source, EXAMPLE_PROJECT_PATH);
   for (let i = 1; i <= stacks; i++) copyFileSync(join(project, 'Pulumi.development.yaml'), join(project, `Pulumi.development-${i}.yaml`));
@@ -254,7 +254,7 @@ async function dispatchCosts(sqlStore: SqlStore): Promise<number[]> {
 }
 
 /** HTTP to the hosts (round-robin), counting answers that are not 2xx. */
-class BenchClient {
+export class BenchClient {
   #next = 0;
   readonly failures: string[] = [];
 
@@ -353,7 +353,7 @@ class TerminalWatcher {
   }
 }
 
-interface Measured {
+export interface Measured {
   readonly timelines: readonly Timeline[];
   /** Sent first → last seen, and → last run finished, ms. */
   readonly wallToSeen: number;
@@ -405,7 +405,7 @@ function hostsCpuMs(hosts: readonly RunningChild[]): number | undefined {
 }
 
 /** Sends `count` promotions to the example's own stack, each once the one before has been seen ending. */
-async function runOneAtATime(client: BenchClient, repository: ExampleRepository, count: number): Promise<Measured> {
+export async function runOneAtATime(client: BenchClient, repository: ExampleRepository, count: number): Promise<Measured> {
   const watcher = new TerminalWatcher(client);
   await watcher.start();
   const sent = new Map<string, number>();
@@ -602,12 +602,12 @@ function reportBaseline(dynamic: Measured, baseline: Measured, client: BenchClie
   print({ name: '  baseline: non-2xx answers to the bench', value: String(client.failures.length) });
 }
 
-function quantile(values: readonly number[], q: number): number {
+export function quantile(values: readonly number[], q: number): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
-function percentiles(values: readonly number[]): string {
+export function percentiles(values: readonly number[]): string {
   if (values.length === 0) return 'none';
   return `p50 ${quantile(values, 0.5).toFixed(0)} ms, p95 ${quantile(values, 0.95).toFixed(0)} ms`;
 }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import * as capacityBench from './capacity.bench';
 import * as coldstartBench from './coldstart.bench';
 import * as driftBench from './drift.bench';
+import * as eventsBench from './events.bench';
 import * as provisioningBench from './provisioning.bench';
 import { figureOf, tableOf, type Row } from './table';
 
@@ -19,6 +20,7 @@ const BENCHES: Readonly<Record<string, { run(args: string[]): Promise<Row[]> }>>
   drift: driftBench,
   capacity: capacityBench,
   provisioning: provisioningBench,
+  events: eventsBench,
 };
 
 const RESULTS = join(__dirname, '..', '..', 'bench', 'results.json');

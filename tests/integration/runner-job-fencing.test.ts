@@ -12,7 +12,7 @@ import { provisioningDb } from '../../shared/provisioning/stack-lock.repository'
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
-import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Runner job tokens and fencing (issue 17), with the test as the agent speaking the protocol over HTTP: a job's calls
@@ -43,7 +43,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       root = fs.mkdtempSync(join(tmpdir(), 'rch-fencing-'));
       // No agents of its own: the test is the agent, speaking the protocol over HTTP.
       host = await startHost(database, { RuntimeCloud__Local__Runners: '0', RuntimeCloud__Runners__LeaseSeconds: '5' });
-      example = await provisioningExample(root, host.stateDir, 0);
+      example = await provisioningExample(root, host.stateDir, 1);
       writeExampleReferences(host.stateDir);
     });
     afterAll(async () => {
@@ -171,6 +171,26 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: 'local-runner', jobId: expect.stringMatching(/^job_/), position: 1 });
       expect(claimed?.job.runId).toBe(waiting.runId);
       expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
+    });
+
+    it("when a claim took a job's runner lease and died before recording the claim, then another agent claims the job", async () => {
+      // Arrange: the job queued, and its runner lease taken by a claim of an agent that died right after (found by
+      // the crash-under-load test: the job's lease was keyed by the job, so no other agent could ever claim it).
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-claim-died' }), 'claim-died-1');
+      const waiting = await eventually(async () => {
+        const runs = (await (await host.fetch('/runtime-cloud/runs?environment=env-claim-died', { claims: operator })).json()) as { items: RunBody[] };
+        return runs.items.find((r) => r.waitingFor?.kind === 'runner');
+      });
+      const jobId = String((waiting.waitingFor as { jobId?: string }).jobId);
+      await host.host.deps.capacity.acquire({ tenant: 'demo-team', kind: 'runner', units: 1, ttlSeconds: 5, holder: 'dead-agent', pool: 'local-runner', idempotencyKey: `runner-job:${jobId}` });
+
+      // Act
+      const claimed = await eventually(() => client.claim('live-agent', 0), 10_000);
+
+      // Assert
+      expect(claimed?.job.id).toBe(jobId);
     });
   });
 }

@@ -250,11 +250,13 @@ describe('embedded Service Bus, timers and bus endpoints on the local host', () 
     const binding = new ServiceBusBinding({ pollIntervalMs: 25 });
     const log = () => undefined;
     await binding.start({
+      config: host.host.config,
       deps: host.host.deps,
       log,
       invocations: new InvocationContexts(),
       functionsWithTrigger: () => registration,
     } as unknown as HostContext);
+    await binding.listening();
     await post('test-blocking', { body: 'slow work', messageId: 'blocking-1' });
     await blocking.until(1);
 

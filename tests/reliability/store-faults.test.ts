@@ -9,15 +9,17 @@ import { parseConfig } from '../../shared/platform/config/config';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
+import { checkLeaseHistory, describeOperation, heldLease, historyCounts, LeaseHistory, peakHeld } from '../support/lease-history';
 import { adminQuery } from '../support/postgres-admin';
+import { privatePostgresBin, startPrivatePostgres } from '../support/private-postgres';
 import { aStackPromotion, provisioningExample, writeExampleReferences } from '../support/provisioning';
 import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded, type TopicEvent } from '../support/topic-events';
 
 const PROMOTIONS = 10;
 const STACKS = 5;
-/** Times every connection of the host is killed while the work runs. */
-const KILLS = 4;
 const LEASES = { tenant: 'faults', pool: 'faults-sandbox', kind: 'sandbox' } as const;
+const LEASE_POOL_CAPACITY = 1000;
+const LEASE_QUOTA = 1000;
 const skip = skipDialect('postgres');
 if (skip) console.warn(`[store-faults] SKIPPED: ${postgresSkipReason()}`);
 
@@ -28,15 +30,48 @@ interface Answer {
   readonly retryAfter: string | null;
 }
 
+/** A fault of the database, struck `times` times while the work runs, 400 ms apart. */
+interface DatabaseFault {
+  readonly name: string;
+  readonly times: number;
+  /** Whether the fault needs a server of the test's own (the PostgreSQL binaries on this machine). */
+  readonly ownServer: boolean;
+  /** The database, and how to strike it; `application` names the host's connections. */
+  start(application: string): Promise<{ database: TestDatabase; strike: () => Promise<unknown> }>;
+}
+
+const FAULTS: readonly DatabaseFault[] = [
+  {
+    // As a failover or an administrator does; the host's own connections, found by its application_name, so other
+    // tests on the shared server are not touched.
+    name: 'every connection of the host is killed (pg_terminate_backend)',
+    times: 4,
+    ownServer: false,
+    async start(application) {
+      const database = await createTestDatabase('postgres');
+      return { database, strike: () => adminQuery(postgresUrl(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${application}'`) };
+    },
+  },
+  {
+    // The server itself stopped and started again (a maintenance restart): a private server, since restarting the
+    // shared one would cut every other test's connections.
+    name: 'the PostgreSQL server is restarted',
+    times: 2,
+    ownServer: true,
+    async start() {
+      const server = await startPrivatePostgres();
+      return { database: server.database, strike: () => server.restart() };
+    },
+  },
+];
+
 /**
  * Database faults (issue 19): a local host in a child process on PostgreSQL takes promotions and lease traffic while
- * every one of its connections is killed (`pg_terminate_backend`, as a failover or an administrator does), again and
- * again. Clients see at worst 503 `STORE.*` with Retry-After, never a 500; nothing the host answered as committed is
- * lost; the work resumes by itself (every promotion ends, with one terminal event). The connections are found by the
- * host's own application_name, so other tests on the same server are not touched. (A restart of the server itself
- * would end every other test's connections too, so it is not run in the suite.)
+ * the database fails under it, again and again. Clients see at worst 503 `STORE.*` with Retry-After, never a 500;
+ * nothing the host answered as committed is lost; the work resumes by itself (every promotion ends, with one
+ * terminal event).
  */
-describe.skipIf(skip)('database faults: every connection of a host killed mid-run', () => {
+for (const fault of FAULTS) describe.skipIf(skip || (fault.ownServer && !privatePostgresBin()))(`database faults: ${fault.name}`, () => {
   let database: TestDatabase;
   let root: string;
   let host: RunningChild;
@@ -45,9 +80,10 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
   let leaseToken: string;
   let promotions: PromotionApproved[];
   const application = `rch-faults-${randomUUID().slice(0, 8)}`;
+  let strike: () => Promise<unknown>;
 
   beforeAll(async () => {
-    database = await createTestDatabase('postgres');
+    ({ database, strike } = await fault.start(application));
     root = fs.mkdtempSync(join(tmpdir(), 'rch-faults-'));
     const stateDir = join(root, 'state');
     const keys = await ensureLocalKeys(stateDir);
@@ -60,11 +96,12 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     leaseToken = await token({ tenant: LEASES.tenant, scopes: ['factory.capacity.lease', 'factory.runtime.read'] });
     promotions = Array.from({ length: PROMOTIONS }, (_, i) => aStackPromotion(example.repository, 'development', { stack: `development-${(i % STACKS) + 1}`, environmentId: `env-fault-${i}` }));
     const connection = `${database.settings.RuntimeCloud__Store__Connection}&application_name=${application}`;
-    host = await startChildHost(stateDir, { ...database.settings, RuntimeCloud__Store__Connection: connection });
+    // A message lock of 5 s (60 s on Service Bus by default): a delivery whose settle met the fault is given again soon.
+    host = await startChildHost(stateDir, { ...database.settings, RuntimeCloud__Store__Connection: connection, RuntimeCloud__Local__QueueLockSeconds: '5' });
     for (const [path, body] of [
-      [`/runtime-cloud/editions/faults-edition`, { limits: { [LEASES.kind]: { maxUnits: 1000, maxTtlSeconds: 3600 } } }],
+      [`/runtime-cloud/editions/faults-edition`, { limits: { [LEASES.kind]: { maxUnits: LEASE_QUOTA, maxTtlSeconds: 3600 } } }],
       [`/runtime-cloud/tenants/${LEASES.tenant}`, { edition: 'faults-edition' }],
-      [`/runtime-cloud/pools/${LEASES.pool}`, { kind: LEASES.kind, target: 'local', capacity: 1000, min: 0, max: 1000, labels: {} }],
+      [`/runtime-cloud/pools/${LEASES.pool}`, { kind: LEASES.kind, target: 'local', capacity: LEASE_POOL_CAPACITY, min: 0, max: LEASE_POOL_CAPACITY, labels: {} }],
     ] as const) {
       expect((await send('PUT', path, admin, body)).status, path).toBeLessThan(300);
     }
@@ -90,39 +127,33 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     answers.push({ what: `${method} ${path}`, status: response.status, code: (json as { code?: string } | undefined)?.code, retryAfter: response.headers.get('retry-after') });
     return { status: response.status, json };
   }
-  const killConnections = () => adminQuery(postgresUrl(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${application}'`);
 
-  it(`when every connection of the host is killed ${KILLS} times while promotions and leases run, then clients see at worst 503 STORE.* with Retry-After, nothing answered as done is lost, and every promotion ends with one terminal event`, async () => {
-    // Arrange: lease traffic (acquire, then release half) until the promotions have ended.
+  it(`when ${fault.name}, ${fault.times} times while promotions and leases run, then clients see at worst 503 STORE.* with Retry-After, nothing answered as done is lost, and every promotion ends with one terminal event`, async () => {
+    // Arrange: lease traffic (acquire, then release half and renew the other half), recorded as a history, until the
+    // promotions have ended.
     let running = true;
-    const granted: string[] = [];
-    const released = new Set<string>();
+    const history = new LeaseHistory(LEASES.tenant, (method, path, body) => send(method, path, leaseToken, body));
     const leases = (async () => {
       for (let i = 0; running; i++) {
-        const acquired = await send('POST', '/runtime-cloud/leases', leaseToken, { kind: LEASES.kind, pool: LEASES.pool, holder: `h-${i}`, ttlSeconds: 600, idempotencyKey: `fault-${i}` });
-        const lease = acquired.json as { leaseId?: string; fencingToken?: number } | undefined;
-        if (acquired.status === 201 && lease?.leaseId) {
-          granted.push(lease.leaseId);
-          if (i % 2 === 0) {
-            const release = await send('DELETE', `/runtime-cloud/leases/${lease.leaseId}?fencingToken=${lease.fencingToken}`, leaseToken);
-            if (release.status === 204) released.add(lease.leaseId);
-          }
+        const acquired = await history.acquire({ kind: LEASES.kind, pool: LEASES.pool, holder: `h-${i}`, ttlSeconds: 600, idempotencyKey: `fault-${i}` });
+        if (acquired.outcome === 'ok' && acquired.created) {
+          if (i % 2 === 0) await history.release(heldLease(acquired));
+          else await history.renew(heldLease(acquired));
         }
         await send('GET', '/runtime-cloud/runs?limit=1000', operator);
         await new Promise((resolve) => setTimeout(resolve, 10));
       }
     })();
 
-    // Act: the promotions sent, and the host's connections killed every 400 ms meanwhile.
+    // Act: the promotions sent, and the fault struck every 400 ms meanwhile.
     await Promise.all(promotions.map((p) => send('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { body: p, messageId: p.promotionId })));
-    for (let k = 0; k < KILLS; k++) {
+    for (let k = 0; k < fault.times; k++) {
       await new Promise((resolve) => setTimeout(resolve, 400));
-      await killConnections();
+      await strike();
     }
     let events: readonly TopicEvent[] = [];
     try {
-      // A promotion whose abandon met a killed connection stays locked until its lock lapses (60 s, as on Service
-      // Bus), then is delivered again: the wait allows for one such lapse.
+      // A promotion whose abandon met the fault stays locked until its lock lapses, then is delivered again.
       events = await untilEveryPromotionEnded(async () => {
         const topic = await send('GET', '/runtime-cloud/local/topics/runtime-cloud-events/messages?after=0&limit=1000', admin);
         return (topic.json as { items?: TopicEvent[] } | undefined)?.items ?? [];
@@ -135,13 +166,23 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
     // Assert: no 500; every 5xx is a 503 STORE.* problem with Retry-After.
     const failures = answers.filter((a) => a.status >= 500);
     expect(failures.filter((a) => a.status !== 503 || !a.code?.startsWith('STORE.') || a.retryAfter === null)).toEqual([]);
-    console.log(`[store-faults] ${answers.length} answers, ${failures.length} of them 503 STORE.*; ${granted.length} leases granted`);
+    const granted = history.operations.filter((o) => o.op === 'acquire' && o.outcome === 'ok' && o.created).map((o) => o.leaseId!);
+    const released = history.operations.filter((o) => o.op === 'release' && o.outcome === 'ok').map((o) => o.leaseId!);
+    const violations = checkLeaseHistory(history.operations, { poolCapacity: { [LEASES.pool]: LEASE_POOL_CAPACITY }, quota: { [LEASES.tenant]: { [LEASES.kind]: LEASE_QUOTA } } });
+    console.log(
+      `[store-faults: ${fault.name}] ${answers.length} answers, ${failures.length} of them 503 STORE.*; ${granted.length} leases granted; ` +
+        `lease history: ${history.operations.length} operations (${historyCounts(history.operations)}), ${violations.length} violations, ` +
+        `at most ${peakHeld(history.operations, LEASES.pool).units} of ${LEASE_POOL_CAPACITY} units certainly held at once`,
+    );
 
     // Assert: each promotion ended once (one terminal event, one event id), and no event id was published twice.
     for (const promotion of promotions) expect(events.filter((m) => TERMINAL_EVENT_TYPES.includes(m.body.type) && m.body.data.promotionId === promotion.promotionId), promotion.promotionId).toHaveLength(1);
     expect(new Set(events.map((m) => m.messageId)).size).toBe(events.length);
 
-    // Assert: every lease answered 201 is stored, and every one answered 204 to its release is released.
+    // Assert: the lease history keeps every rule (tests/support/lease-history.ts), every lease request was answered
+    // (a 503 at worst), every lease answered 201 is stored, and every one answered 204 to its release is released.
+    expect(violations.map((v) => v.message)).toEqual([]);
+    expect(history.operations.filter((o) => o.status === undefined).map(describeOperation)).toEqual([]);
     expect(granted.length).toBeGreaterThan(0);
     const stored = await (database.store.db as Kysely<{ capacity_leases: { id: string; pool_id: string; state: string } }>)
       .selectFrom('capacity_leases')
@@ -150,7 +191,7 @@ describe.skipIf(skip)('database faults: every connection of a host killed mid-ru
       .execute();
     const states = new Map(stored.map((row) => [row.id, row.state]));
     expect(granted.filter((id) => !states.has(id))).toEqual([]);
-    expect([...released].filter((id) => states.get(id) !== 'released')).toEqual([]);
+    expect(released.filter((id) => states.get(id) !== 'released')).toEqual([]);
     // The host logged the faults it met as warnings (each step retried), never as errors of its own.
     expect(host.output().split('\n').filter((line) => line.includes('"level":"error"'))).toEqual([]);
   }, 180_000);

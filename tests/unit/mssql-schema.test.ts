@@ -46,18 +46,18 @@ describe('the store schema on Azure SQL (compiled T-SQL)', () => {
 });
 
 describe('the outbox relay on Azure SQL (compiled T-SQL)', () => {
-  it('when pending rows are claimed, then the head is read with TOP and claimed by a conditional UPDATE', async () => {
-    const { db, queries } = recordingMssql((q) => (/^select/.test(q.sql) && /"claimed_until"/.test(q.sql) ? { rows: [{ seq: 7, claimed_until: null }] } : { rows: [], numAffectedRows: 1n }));
+  it('when pending rows are claimed, then the head is read with TOP and its lanes claimed by a conditional UPDATE', async () => {
+    const { db, queries } = recordingMssql((q) => (/^select top\(100\) "lane"/.test(q.sql) ? { rows: [{ lane: 7 }, { lane: 3 }, { lane: 7 }] } : { rows: [], numAffectedRows: 1n }));
     await claimPending(db, { claimToken: 'c1', now: 1000, leaseMs: 30_000, batchSize: 100, dialect: 'mssql' });
-    expect(queries).toEqual([
-      { sql: 'select top(100) "seq", "claimed_until" from "outbox" where "published_at" is null order by "seq"', parameters: [] },
+    expect(queries.slice(0, 3)).toEqual([
+      { sql: 'select top(100) "lane" from "outbox" where "published_at" is null order by "seq"', parameters: [] },
       {
-        sql: 'update "outbox" set "claimed_by" = @1, "claimed_until" = @2 where "seq" in (@3) and "published_at" is null and ("claimed_until" is null or "claimed_until" <= @4)',
-        // The claim lasts until now + lease, for the head row read above, if still unclaimed at now.
-        parameters: ['c1', 31_000, 7, 1000],
+        sql: 'update "outbox_lanes" set "claimed_by" = @1, "claimed_until" = @2 where "lane" in (@3, @4) and ("claimed_until" is null or "claimed_until" <= @5)',
+        // The claim lasts until now + lease, for the lanes of the head rows read above, if free at now.
+        parameters: ['c1', 31_000, 7, 3, 1000],
       },
       {
-        sql: 'select "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "claimed_by" = @1 and "published_at" is null order by "seq"',
+        sql: 'select top(100) "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "lane" in (select "lane" from "outbox_lanes" where "claimed_by" = @1) and "published_at" is null order by "seq"',
         parameters: ['c1'],
       },
     ]);

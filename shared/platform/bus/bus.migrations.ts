@@ -13,7 +13,7 @@ function withMessageColumns<C extends string>(table: CreateTableBuilder<string, 
     .addColumn('enqueued_at', 'bigint', (c) => c.notNull());
 }
 
-/** The embedded queue, topic and topic subscriptions (local host), the inbox, and the relay's claim on outbox rows. */
+/** The embedded queue, topic and topic subscriptions (local host), the inbox, and the relay's claim on outbox rows (since 20261203-01 on lanes instead: outbox.ts). */
 export const busMigrations: MigrationSource = (dialect) => {
   const t = sqlTypes(dialect);
   const queue: Migration = {

@@ -3,9 +3,11 @@ import type { SqlDialect } from '../sql/dialect';
 import type { OutboxTables } from './outbox';
 
 /**
- * The relay's hold on outbox rows. A relay claims the oldest pending rows with a claim token and a lease; a second
- * relay sees them claimed and waits, so in the normal path each event is published by one relay, in `seq` order.
- * A relay that dies leaves a claim that lapses, and the rows are taken over (and published again: at least once).
+ * The relay's hold on outbox lanes (outbox.ts, PUBLISH ORDER). A relay claims the lanes of the oldest pending rows
+ * with a claim token and a lease, publishes their rows in `seq` order and gives the lanes back; a second relay skips
+ * claimed lanes, so a lane is published by one relay at a time. A relay that dies leaves a claim that lapses, and the
+ * lanes are taken over (their rows published again: at least once). The lease must outlast one publish, else a second
+ * relay could publish a lane's later rows while the first still sends its earlier ones (outbox-relay.service.ts).
  */
 type Db = Kysely<OutboxTables> | Transaction<OutboxTables>;
 
@@ -20,48 +22,50 @@ export interface PendingEvent {
 }
 
 export interface ClaimOptions {
-  /** Identifies this claim; the rows are settled with it. */
+  /** Identifies this claim; the lanes are given back with it. */
   readonly claimToken: string;
   readonly now: number;
-  /** How long the claim holds. Example: `30000`. */
+  /** How long the claim holds. Example: `260560`. */
   readonly leaseMs: number;
-  /** Example: `100`. */
+  /** Rows at most. Example: `100`. */
   readonly batchSize: number;
+  /** Only these lanes (an after-commit publish: the lanes its transaction appended to); default all. */
+  readonly lanes?: readonly number[];
   /** Azure SQL has TOP where the others have LIMIT. */
   readonly dialect: SqlDialect;
 }
 
 /**
- * Claims the oldest pending rows, but only from the head of the outbox: while an older pending row is claimed by
- * another relay nothing is claimed, so two relays never publish out of order against each other.
+ * Claims the free lanes of the oldest pending rows and returns their pending rows in `seq` order. A lane's writers
+ * hold it until they commit and the claim waits for them, so the rows read after it are a prefix of the lane's
+ * `seq` order: no later row of the lane can commit before an earlier one (outbox.ts).
  */
 export async function claimPending(db: Db, options: ClaimOptions): Promise<PendingEvent[]> {
-  const oldest = db.selectFrom('outbox').select(['seq', 'claimed_until']).where('published_at', 'is', null).orderBy('seq');
+  if (options.lanes?.length === 0) return [];
+  let oldest = db.selectFrom('outbox').select('lane').where('published_at', 'is', null).orderBy('seq');
+  if (options.lanes) oldest = oldest.where('lane', 'in', [...options.lanes]);
   // firstRows' TOP or LIMIT, spelled here: this module loads with the relay's timer function at registration, and
   // dialect.ts would load Kysely with it (cold start).
   const head = await (options.dialect === 'mssql' ? oldest.top(options.batchSize) : oldest.limit(options.batchSize)).execute();
-  const claimable: number[] = [];
-  for (const row of head) {
-    if (row.claimed_until !== null && row.claimed_until !== undefined && Number(row.claimed_until) > options.now) break;
-    claimable.push(Number(row.seq));
-  }
-  if (claimable.length === 0) return [];
-  // The conditions are re-checked by the UPDATE itself: a row another relay claimed since our read is skipped.
+  const lanes = [...new Set(head.map((row) => Number(row.lane)))];
+  if (lanes.length === 0) return [];
+  // Lanes another relay holds are left to it; the condition is checked by the UPDATE itself.
   await db
-    .updateTable('outbox')
+    .updateTable('outbox_lanes')
     .set({ claimed_by: options.claimToken, claimed_until: options.now + options.leaseMs })
-    .where('seq', 'in', claimable)
-    .where('published_at', 'is', null)
+    .where('lane', 'in', lanes)
     .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<=', options.now)]))
     .execute();
-  const rows = await db
+  const claimed = db.selectFrom('outbox_lanes').select('lane').where('claimed_by', '=', options.claimToken);
+  const rows = db
     .selectFrom('outbox')
     .select(['seq', 'event_id', 'topic', 'correlation_id', 'payload', 'attempts'])
-    .where('claimed_by', '=', options.claimToken)
+    .where('lane', 'in', claimed)
     .where('published_at', 'is', null)
-    .orderBy('seq')
-    .execute();
-  return rows.map((r) => ({
+    .orderBy('seq');
+  const pending = await (options.dialect === 'mssql' ? rows.top(options.batchSize) : rows.limit(options.batchSize)).execute();
+  if (pending.length === 0) await releaseLanes(db, options.claimToken);
+  return pending.map((r) => ({
     seq: Number(r.seq),
     eventId: r.event_id,
     topic: r.topic,
@@ -71,26 +75,37 @@ export async function claimPending(db: Db, options: ClaimOptions): Promise<Pendi
   }));
 }
 
-/** Marks the claimed rows published, after the bus confirmed them. */
+/** Marks rows published, after the bus confirmed them, and gives the claim's lanes back. */
 export async function markPublished(db: Db, claimToken: string, seqs: readonly number[], now: number): Promise<void> {
-  if (seqs.length === 0) return;
-  await db
-    .updateTable('outbox')
-    .set((eb) => ({ published_at: now, claimed_by: null, claimed_until: null, attempts: eb('attempts', '+', 1) }))
-    .where('claimed_by', '=', claimToken)
-    .where('seq', 'in', [...seqs])
-    .execute();
+  if (seqs.length > 0) {
+    await db
+      .updateTable('outbox')
+      .set((eb) => ({ published_at: now, attempts: eb('attempts', '+', 1) }))
+      .where('seq', 'in', [...seqs])
+      .where('published_at', 'is', null)
+      .execute();
+  }
+  await releaseLanes(db, claimToken);
 }
 
-/** Gives the claimed rows back after a failed publish, recording the error; the next run tries again. */
-export async function releaseClaim(db: Db, claimToken: string, error: string, now: number, retryAfterMs: number): Promise<void> {
-  await db
-    .updateTable('outbox')
-    // The claim is kept until the back-off ends, so a failing bus is not hammered by every relay at once.
-    .set((eb) => ({ claimed_until: now + retryAfterMs, attempts: eb('attempts', '+', 1), last_error: error.slice(0, 2000) }))
-    .where('claimed_by', '=', claimToken)
-    .where('published_at', 'is', null)
-    .execute();
+/**
+ * After a failed publish: records the error on the rows and keeps the claim's lanes until the back-off ends, so a
+ * failing bus is not hammered by every relay at once; then any relay tries again.
+ */
+export async function releaseClaim(db: Db, claimToken: string, seqs: readonly number[], error: string, now: number, retryAfterMs: number): Promise<void> {
+  if (seqs.length > 0) {
+    await db
+      .updateTable('outbox')
+      .set((eb) => ({ attempts: eb('attempts', '+', 1), last_error: error.slice(0, 2000) }))
+      .where('seq', 'in', [...seqs])
+      .where('published_at', 'is', null)
+      .execute();
+  }
+  await db.updateTable('outbox_lanes').set({ claimed_until: now + retryAfterMs }).where('claimed_by', '=', claimToken).execute();
+}
+
+async function releaseLanes(db: Db, claimToken: string): Promise<void> {
+  await db.updateTable('outbox_lanes').set({ claimed_by: null, claimed_until: null }).where('claimed_by', '=', claimToken).execute();
 }
 
 /** How many events wait, and since when (epoch ms), for health and tests. */

@@ -15,8 +15,14 @@ export interface RelayOptions {
   readonly ids: Ids;
   /** Rows per claim. Example: `100`. */
   readonly batchSize?: number;
-  /** How long a claim holds before another relay may take the rows over. Example: `30000`. */
+  /**
+   * How long a claim holds before another relay may take its lanes over. Default: the publisher's
+   * `publishBudgetMs` plus `CLAIM_MARGIN_MS`, so the claim outlasts a publish with every retry it may make.
+   * Example: `260560`.
+   */
   readonly leaseMs?: number;
+  /** Only these lanes (the after-commit publish of one transaction); default every lane. Example: `[17]`. */
+  readonly lanes?: readonly number[];
   /** Stop after this many batches, so one run (one timer tick) stays short. Example: `20`. */
   readonly maxBatches?: number;
   /** After a failed publish the rows wait this long. Example: `5000`. */
@@ -28,24 +34,29 @@ export interface RelayResult {
   readonly failed?: { readonly error: string; readonly events: number };
 }
 
+/** What a claim holds beyond the publisher's budget: the relay's own statements around the publish. */
+export const CLAIM_MARGIN_MS = 10_000;
+
 /**
- * One relay run: moves pending outbox rows to the bus in `seq` order, batch by batch, until none are left (or
- * `maxBatches`). A row is marked published only after the publisher confirmed it; a failed batch stays pending
- * and the run stops there, so later events never overtake it.
+ * One relay run: claims the lanes of the oldest pending rows (outbox.ts, PUBLISH ORDER), moves their rows to the bus
+ * in `seq` order, batch by batch, until none are left (or `maxBatches`). A row is marked published only after the
+ * publisher confirmed it; a failed batch stays pending with its lanes held for the back-off, and the run stops there,
+ * so later events of those lanes never overtake it.
  */
 export async function relayOutbox(db: Kysely<OutboxTables>, publisher: EventPublisher, options: RelayOptions): Promise<RelayResult> {
   const batchSize = options.batchSize ?? 100;
-  const leaseMs = options.leaseMs ?? 30_000;
+  const leaseMs = options.leaseMs ?? publisher.publishBudgetMs + CLAIM_MARGIN_MS;
   let published = 0;
   for (let batch = 0; batch < (options.maxBatches ?? 20); batch++) {
     const claimToken = options.ids.next('relay');
-    const events = await claimPending(db, { claimToken, now: options.clock.now().getTime(), leaseMs, batchSize, dialect: options.dialect });
+    const now = options.clock.now().getTime();
+    const events = await claimPending(db, { claimToken, now, leaseMs, batchSize, dialect: options.dialect, ...(options.lanes ? { lanes: options.lanes } : {}) });
     if (events.length === 0) break;
     try {
       for (const [topic, messages] of byTopicInOrder(events)) await publisher.publish(topic, messages);
     } catch (thrown) {
       const error = ensureError(thrown);
-      await releaseClaim(db, claimToken, error.message, options.clock.now().getTime(), options.retryAfterMs ?? 5_000);
+      await releaseClaim(db, claimToken, events.map((e) => e.seq), error.message, options.clock.now().getTime(), options.retryAfterMs ?? 5_000);
       return { published, failed: { error: error.message, events: events.length } };
     }
     const publishedAt = options.clock.now().getTime();

@@ -1,13 +1,30 @@
-import type { Generated, Kysely, Migration, Transaction } from 'kysely';
+import { createHash } from 'node:crypto';
+import { sql, type Generated, type Kysely, type Migration, type Transaction } from 'kysely';
 import type { Clock, Ids } from '../time/clock';
 import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
+import { afterCommit } from '../sql/transaction';
 import { EVENT_SOURCE, EVENTS_TOPIC, type CloudEvent, type NewEvent } from './events';
+
+/*
+ * PUBLISH ORDER. The order the outbox keeps is per stream: the events of one run, promotion, scan, proposal or
+ * lease (their correlation id, within their tenant), which is the order a consumer of one of them relies on. Events
+ * of different streams may be published in any order. Each stream hashes to one of `OUTBOX_LANES` lanes; a writer
+ * updates its lanes' rows before it inserts (holding them until it commits), so two writers of one lane commit in
+ * the order of their `seq`; a relay claims lanes, not rows, and publishes a lane's committed rows in `seq` order,
+ * one relay per lane at a time (outbox-relay.repository.ts). Hence within a lane, and so within a stream, publish
+ * order = `seq` order = commit order. Streams that share a lane only share its order.
+ */
+
+/** Lanes the outbox's streams hash to: enough that unrelated writers rarely wait for each other. */
+export const OUTBOX_LANES = 1024;
 
 /** Row of `outbox`: one event awaiting publication, written in the transaction of the change that caused it. */
 export interface OutboxTable {
-  /** Insertion order; the relay publishes in this order. */
+  /** Insertion order; within a lane also commit order, and the order the lane is published in. */
   seq: Generated<number>;
   event_id: string;
+  /** The lane of the event's stream (`laneOf`). */
+  lane: number;
   topic: string;
   correlation_id: string | null;
   /** The CloudEvent JSON. */
@@ -17,14 +34,22 @@ export interface OutboxTable {
   published_at: number | null;
   attempts: number;
   last_error: string | null;
-  /** The relay batch that holds this row while publishing it (see outbox-relay.repository.ts); null when free. */
-  claimed_by?: string | null;
-  /** Epoch ms when that claim lapses, so a crashed relay's rows are taken over. */
-  claimed_until?: number | null;
+}
+
+/** Row of `outbox_lanes`, one per lane, all made by the migration (so writers only ever update them). */
+export interface OutboxLaneTable {
+  lane: number;
+  /** Epoch ms of the last append: the writers' update of this column is their hold on the lane until they commit. */
+  appended_at: number;
+  /** The relay run that publishes the lane now (outbox-relay.repository.ts); null when free. */
+  claimed_by: string | null;
+  /** Epoch ms when that claim lapses, so a crashed relay's lane is taken over. */
+  claimed_until: number | null;
 }
 
 export interface OutboxTables {
   outbox: OutboxTable;
+  outbox_lanes: OutboxLaneTable;
 }
 
 export const outboxMigrations: MigrationSource = (dialect) => {
@@ -44,8 +69,41 @@ export const outboxMigrations: MigrationSource = (dialect) => {
       await db.schema.createIndex('outbox_pending').on('outbox').columns(['published_at', 'seq']).execute();
     },
   };
-  return { '20261130-01-platform-outbox': migration };
+  const lanes: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('outbox').addColumn('lane', 'integer', (c) => c.notNull().defaultTo(0)).execute();
+      // Events written before lanes existed never had an order across writers; any lane will do.
+      await sql`update outbox set lane = seq % ${sql.lit(OUTBOX_LANES)}`.execute(db);
+      await db.schema.createIndex('outbox_lane_pending').on('outbox').columns(['lane', 'published_at', 'seq']).execute();
+      // The relay's claim moves from rows to lanes (bus.migrations.ts added these columns).
+      await db.schema.alterTable('outbox').dropColumn('claimed_by').execute();
+      await db.schema.alterTable('outbox').dropColumn('claimed_until').execute();
+      await db.schema
+        .createTable('outbox_lanes')
+        .addColumn('lane', 'integer', (c) => c.primaryKey())
+        .addColumn('appended_at', 'bigint', (c) => c.notNull())
+        .addColumn('claimed_by', t.key)
+        .addColumn('claimed_until', 'bigint')
+        .execute();
+      // Azure SQL takes at most 1000 rows per VALUES.
+      for (let first = 0; first < OUTBOX_LANES; first += 512) {
+        const values = Array.from({ length: Math.min(512, OUTBOX_LANES - first) }, (_, i) => ({ lane: first + i, appended_at: 0 }));
+        await (db as Kysely<OutboxTables>).insertInto('outbox_lanes').values(values).execute();
+      }
+    },
+  };
+  return { '20261130-01-platform-outbox': migration, '20261203-01-platform-outbox-lanes': lanes };
 };
+
+/** The stream of an event (see PUBLISH ORDER): its tenant and correlation id, else the event alone. */
+export function streamOf(event: CloudEvent): string {
+  return event.correlationid !== undefined ? `${event.tenant ?? ''}/${event.correlationid}` : event.id;
+}
+
+/** The lane of a stream: the same on every host. */
+export function laneOf(stream: string): number {
+  return createHash('sha256').update(stream).digest().readUInt32BE(0) % OUTBOX_LANES;
+}
 
 export function toCloudEvent(event: NewEvent, clock: Clock, ids: Ids): CloudEvent {
   return {
@@ -64,7 +122,10 @@ export function toCloudEvent(event: NewEvent, clock: Clock, ids: Ids): CloudEven
 
 /**
  * Records events in the outbox inside the caller's transaction, so an event exists exactly when the state change
- * that caused it committed. The relay publishes them afterwards (at least once; consumers dedupe by id).
+ * that caused it committed. Its lanes are updated first, in lane order (the lock order's last step, transaction.ts),
+ * which holds them until the commit: a second writer of a lane waits there and takes its `seq` after this one
+ * committed. Once committed, the events are published at once where the host set that up (`publishAfterCommit`), else
+ * by the relay's timer; at least once either way (messageId = event id, so a republish is dropped by the bus).
  */
 export async function appendToOutbox(
   trx: Transaction<OutboxTables> | Kysely<OutboxTables>,
@@ -75,11 +136,16 @@ export async function appendToOutbox(
   if (events.length === 0) return [];
   const cloudEvents = events.map((e) => toCloudEvent(e, clock, ids));
   const now = clock.now().getTime();
+  const lanes = [...new Set(cloudEvents.map((e) => laneOf(streamOf(e))))].sort((a, b) => a - b);
+  // One statement per lane, in lane order: a single UPDATE of an IN list locks its rows in whatever order the plan
+  // visits them (a sequential scan: the physical order), which could deadlock with another writer.
+  for (const lane of lanes) await trx.updateTable('outbox_lanes').set({ appended_at: now }).where('lane', '=', lane).execute();
   await trx
     .insertInto('outbox')
     .values(
       cloudEvents.map((e) => ({
         event_id: e.id,
+        lane: laneOf(streamOf(e)),
         topic: EVENTS_TOPIC,
         correlation_id: e.correlationid ?? null,
         payload: JSON.stringify(e),
@@ -90,5 +156,19 @@ export async function appendToOutbox(
       })),
     )
     .execute();
+  afterCommit(trx, (db) => afterCommitPublishers.get(db)?.(lanes));
   return cloudEvents;
+}
+
+/** Per store (its Kysely instance): what publishes the lanes a transaction appended to, right after it commits. */
+const afterCommitPublishers = new WeakMap<object, (lanes: readonly number[]) => Promise<void>>();
+
+/**
+ * Makes every transaction on `db` (run by `inTransaction`) that appends events publish them right after it commits:
+ * `publish` gets the lanes appended to. The relay's timer stays the fallback for whatever that misses. Returns the undo.
+ * Example: `publishAfterCommit(store.db, (lanes) => relayOutbox(db, publisher, { ...options, lanes }).then(() => undefined))`.
+ */
+export function publishAfterCommit(db: object, publish: (lanes: readonly number[]) => Promise<void>): () => void {
+  afterCommitPublishers.set(db, publish);
+  return () => afterCommitPublishers.delete(db);
 }

@@ -1,6 +1,7 @@
 import type { ExpressionBuilder, Insertable, Kysely, Selectable, Transaction } from 'kysely';
 import { firstRows, returningColumns, upsertRow, type SqlDialect } from '../sql/dialect';
 import type { BusTables, QueueMessageIdTable, QueueMessageTable, StoredMessageColumns } from './bus.tables';
+import { announceArrival } from './arrivals';
 import {
   exhaustedDeliveries,
   MAX_DELIVERY_COUNT_EXCEEDED,
@@ -45,7 +46,7 @@ export function storedMessageColumns(message: OutgoingMessage, now: number): Omi
 
 /** Adds a message unless a message with the same id was accepted on this queue within the detection window. */
 export async function enqueue(db: Kysely<BusTables>, dialect: SqlDialect, queue: string, message: OutgoingMessage, options: EnqueueOptions): Promise<EnqueueResult> {
-  return db.transaction().execute(async (trx) => {
+  const result = await db.transaction().execute(async (trx) => {
     // The id is accepted (again) unless it was accepted within the window: then nothing is set, and it is a duplicate.
     const accepted = await upsertRow<QueueMessageIdTable>(trx, dialect, 'queue_message_ids', {
       values: { queue, message_id: message.messageId, accepted_at: options.now },
@@ -56,6 +57,8 @@ export async function enqueue(db: Kysely<BusTables>, dialect: SqlDialect, queue:
     if (accepted === 0) return { kind: 'duplicate' } as const;
     return { kind: 'enqueued', sequenceNumber: await insertActive(trx, dialect, queue, message, options.now) } as const;
   });
+  if (result.kind === 'enqueued') announceArrival(db, queue);
+  return result;
 }
 
 /**

@@ -241,6 +241,29 @@ export const settings = {
   RuntimeCloud__Peers__DeadlineMs: z.coerce.number().int().min(100).max(60_000).default(5000),
   /** The client id of the user-assigned identity the host calls external services with; empty: the default credential. */
   RuntimeCloud__Peers__ClientId: z.string().default(''),
+  /**
+   * How long a message the local host's Service Bus receives stays locked to its receiver, in seconds (on Azure a
+   * property of the queue, set by infra). A host that dies holding a message leaves it locked this long. Example: `60`.
+   */
+  RuntimeCloud__Local__QueueLockSeconds: z.coerce.number().int().min(1).max(300).default(60),
+  /**
+   * How long the local Durable runner's hold of an orchestration or activity lasts without renewal, in seconds: a
+   * host that dies leaves its work to another (or to itself restarted) after this long. Example: `15`.
+   */
+  RuntimeCloud__Local__DurableLeaseSeconds: z.coerce.number().int().min(1).max(300).default(15),
+  /**
+   * Fault injection for the crash tests (issue 19; never set in a deployment): the crash points at which this
+   * process kills itself with SIGKILL, comma-separated, each crashing once (see shared/platform/faults/crash-points.ts).
+   * Empty: none. Example: `apply:engine-applied,durable:episode-decided:provisioningRun#2`.
+   */
+  RuntimeCloud__Faults__CrashAt: list(''),
+  /** The crash points of the local host's runner agents (as `RuntimeCloud__Faults__CrashAt`). Example: `agent:applied`. */
+  RuntimeCloud__Faults__AgentCrashAt: list(''),
+  /**
+   * The folder where a crash point marks that it fired, so that each fires once across restarts (and across the
+   * host's agents). Required when a crash point is set. Example: `/tmp/crash-markers`.
+   */
+  RuntimeCloud__Faults__CrashMarkers: z.string().default(''),
   /** Folder of the local host's state (SQLite file, Azurite data, token keys). */
   RuntimeCloud__Local__StateDir: z.string().min(1).default('.runtime-cloud'),
   /** Port of the local host's HTTP server (seed: https 8130). */
@@ -312,6 +335,12 @@ export const settings = {
     z.record(z.string().regex(/^.+\/[^/]+$/, 'a key is <tenant>/<environment id>'), observationScopeSchema),
     '{}',
   ),
+  /**
+   * When an event written with a state change is published: `after-commit` (the default: by the invocation that
+   * committed it, right after the commit, with the outbox relay's 2 s timer as the fallback for what that misses) or
+   * `relay` (by the relay's timer only). Example: `relay`.
+   */
+  RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -368,8 +397,19 @@ export interface Config {
     readonly deadlineMs: number;
     readonly clientId: string;
   };
-  readonly local: { readonly stateDir: string; readonly port: number; readonly runners: number; readonly bodyTimeoutMs: number };
+  readonly local: {
+    readonly stateDir: string;
+    readonly port: number;
+    readonly runners: number;
+    readonly bodyTimeoutMs: number;
+    readonly queueLockMs: number;
+    readonly durableLeaseMs: number;
+  };
+  /** Crash points (tests only): the host's, its agents', and where they mark that they fired. */
+  readonly faults: { readonly crashAt: readonly string[]; readonly agentCrashAt: readonly string[]; readonly markers: string };
   readonly serviceBus: { readonly connection: string };
+  /** When outbox events are published: right after their commit (relay as fallback), or by the relay only. */
+  readonly outbox: { readonly publish: 'after-commit' | 'relay' };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
@@ -452,8 +492,17 @@ function toConfig(s: Settings): Config {
       deadlineMs: s.RuntimeCloud__Peers__DeadlineMs,
       clientId: s.RuntimeCloud__Peers__ClientId,
     },
-    local: { stateDir: s.RuntimeCloud__Local__StateDir, port: s.RuntimeCloud__Local__Port, runners: s.RuntimeCloud__Local__Runners, bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs },
+    local: {
+      stateDir: s.RuntimeCloud__Local__StateDir,
+      port: s.RuntimeCloud__Local__Port,
+      runners: s.RuntimeCloud__Local__Runners,
+      bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs,
+      queueLockMs: s.RuntimeCloud__Local__QueueLockSeconds * 1000,
+      durableLeaseMs: s.RuntimeCloud__Local__DurableLeaseSeconds * 1000,
+    },
+    faults: { crashAt: s.RuntimeCloud__Faults__CrashAt, agentCrashAt: s.RuntimeCloud__Faults__AgentCrashAt, markers: s.RuntimeCloud__Faults__CrashMarkers },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
+    outbox: { publish: s.RuntimeCloud__Outbox__Publish },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {

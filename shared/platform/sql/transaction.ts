@@ -10,7 +10,8 @@ import { AppError, ensureError } from '../errors/app-error';
  *      environment row, then its proposals): no transaction holds rows of both modules
  *   3. capacity leases (one lease, or a sweep batch in expiry order)
  *   4. capacity slots, in (scope, slot) order; grants claim them with SKIP LOCKED / READPAST and never wait
- *   5. the outbox and the inbox (inserts only)
+ *   5. the outbox and the inbox: outbox lanes in lane order (an update of each lane appended to, held until the
+ *      commit, so a lane's writers commit in `seq` order: outbox.ts, PUBLISH ORDER), then inserts only
  *
  * An upsert (`upsertRow`) locks the row of its key as a row of its kind, also when there is none yet: on Azure SQL
  * its MERGE holds the key's range (HOLDLOCK) until the transaction ends.
@@ -31,14 +32,42 @@ export interface RetryOptions {
 
 const DEFAULTS = { attempts: 8, baseDelayMs: 4, maxDelayMs: 200 } as const;
 
+/** Work registered in a transaction to run once it has committed; it gets the store the transaction ran on. */
+export type AfterCommit = (db: object) => Promise<void> | undefined;
+
+const afterCommits = new WeakMap<object, AfterCommit[]>();
+
+/**
+ * Runs `hook` once the transaction `trx` (run by `inTransaction`) has committed, never when it rolls back; a
+ * transaction not run by `inTransaction` (or no transaction) runs no hooks. Hooks are started, not awaited: the
+ * caller's answer does not wait for them, and what they do must be covered by something else if they fail or the
+ * process ends first (the outbox's relay, for its after-commit publish).
+ */
+export function afterCommit(trx: object, hook: AfterCommit): void {
+  afterCommits.get(trx)?.push(hook);
+}
+
 /**
  * Runs `work` in a transaction and runs it again, after a jittered backoff, when the store reports a deadlock, a
  * serialization failure or a lock timeout. `work` must therefore be safe
  * to repeat: everything it did is rolled back before the next attempt. When the attempts run out, contention
- * becomes `STORE.CONTENTION` (503 with Retry-After), never a 500.
+ * becomes `STORE.CONTENTION` (503 with Retry-After), never a 500. Once it committed, its `afterCommit` hooks start.
  */
 export async function inTransaction<DB, T>(db: Kysely<DB>, work: (trx: Transaction<DB>) => Promise<T>, options: RetryOptions = {}): Promise<T> {
-  return retryingContention(() => db.transaction().execute(work), options);
+  let hooks: AfterCommit[] = [];
+  const result = await retryingContention(
+    () =>
+      db.transaction().execute((trx) => {
+        // A fresh list per attempt: the hooks of an attempt that rolled back are dropped with it.
+        hooks = [];
+        afterCommits.set(trx, hooks);
+        return work(trx);
+      }),
+    options,
+  );
+  // A hook that fails is dropped: what it does is covered elsewhere (see afterCommit).
+  for (const hook of hooks) void (async () => hook(db))().catch(() => undefined);
+  return result;
 }
 
 /** The retry of `inTransaction`, for work that is one autocommitted statement (no explicit transaction). */
