@@ -10,4 +10,4 @@ import { storeEpochMigrations } from './platform/sql/store-epoch';
 import { provisioningMigrations } from './provisioning/provisioning.migrations';
 
 /** Every migration source of the product, platform first. A module adds its source here. */
-export const allMigrations: readonly MigrationSource[] = [storeEpochMigrations, outboxMigrations, busMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations, inventoryMigrations];
+export const allMigrations: readonly MigrationSource[] = [outboxMigrations, busMigrations, storeEpochMigrations, capacityMigrations, durableMigrations, provisioningMigrations, localCloudMigrations, localIacMigrations, inventoryMigrations];

@@ -71,6 +71,20 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(Math.floor(granted.fencingToken / EPOCH_SPAN)).toBe(epoch + 1);
     });
 
+    // Hosts share a server database; several SQLite connections in one process would block the thread each waits on.
+    it.skipIf(dialect === 'sqlite')('when several hosts start on a restored store at once, then exactly one begins the recovery, and a later start finds none pending', async () => {
+      const store = harness.database.store;
+      await recordRestore(store.db, { at: harness.clock.now(), from: 'test backup' });
+      const others = [1, 2, 3].map(() => harness.database.connectAgain());
+      try {
+        const begun = await Promise.all([store, ...others].map((s) => recoverAfterRestore(s, harness.clock)));
+        expect(begun.filter((r) => r !== undefined)).toHaveLength(1);
+        expect(await recoverAfterRestore(store, harness.clock)).toBeUndefined();
+      } finally {
+        await Promise.all(others.map((s) => s.close()));
+      }
+    });
+
     it('when the store is restored, then every environment is stale until a scan after the restore observes it', async () => {
       const { inventory, cloud, clock } = harness;
       const id = `env-${dialect}-${run}`;

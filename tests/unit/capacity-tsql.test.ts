@@ -7,7 +7,9 @@ import { recordingMssql, type RecordedQuery } from '../support/recording-mssql';
 
 /** What Azure SQL would receive: the product's T-SQL compiler, statements recorded instead of sent. */
 function recordingService(answer?: (query: RecordedQuery) => { rows: unknown[]; numAffectedRows?: bigint }) {
-  const { db, queries } = recordingMssql(answer);
+  // The store's epoch (platform/sql/store-epoch.ts): never restored.
+  const epoch = { id: 1, epoch: 0, restored_at: null, restored_from: null, recovery_pending: 0, recovery_started_at: null, recovery_until: null };
+  const { db, queries } = recordingMssql((q) => (/^select \* from "runtime_cloud_store"/.test(q.sql) ? { rows: [epoch] } : answer ? answer(q) : { rows: [], numAffectedRows: 1n }));
   const capacity = createCapacityService({ store: { db, dialect: 'mssql', close: () => Promise.resolve() }, clock: new ManualClock(), ids: randomIds });
   return { capacity, statements: () => queries.map((q) => q.sql) };
 }
@@ -35,12 +37,14 @@ describe('capacity on Azure SQL (compiled T-SQL)', () => {
     );
     await capacity.acquire(aLeaseRequest({ pool: 'pool-attempt', units: 3 }));
     expect(statements()).toEqual([
+      'select * from "runtime_cloud_store" where "id" = @1',
       'begin transaction',
       claim(3, quotaAllows) + claimUpdate(8),
       claim(3, poolAllows) + claimUpdate(7),
       'insert into "capacity_leases" ("id", "tenant_id", "kind", "pool_id", "units", "holder", "fencing_token", "ttl_seconds", "granted_at", ' +
         '"expires_at", "renewed_at", "ended_at", "state", "idempotency_key", "request_digest") output "inserted"."fencing_token" ' +
-        'values (@1, @2, @3, @4, @5, @6, next value for capacity_fencing, @7, @8, @9, @10, @11, @12, @13, @14)',
+        'values (@1, @2, @3, @4, @5, @6, (select epoch * 1000000000000 from runtime_cloud_store where id = 1) + next value for capacity_fencing, ' +
+        '@7, @8, @9, @10, @11, @12, @13, @14)',
       'commit',
     ]);
   });
