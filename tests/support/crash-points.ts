@@ -163,6 +163,8 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
         try {
           return await step();
         } catch (error) {
+          // The answer was lost with the host: its exit is seen shortly after the connection closed.
+          for (let looks = 0; looks < 40 && host && host.child.exitCode === null && host.child.signalCode === null; looks++) await new Promise((resolve) => setTimeout(resolve, 50));
           if (host && host.child.exitCode === null && host.child.signalCode === null) throw error;
           await ensureHost();
         }
