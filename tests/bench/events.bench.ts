@@ -1,7 +1,7 @@
 /**
  * Events benchmark (`npm run bench -- events`): how soon a run's `ProvisioningApplied` is on the events topic once
  * the run has finished, unloaded, on the local host (issue 19: p50 ≤ 150 ms from sent to seen). Nothing is asserted.
- * Options: `--runs N` (default 20; `--quick` 3, one round of each setting).
+ * Options: `--runs N` (default 20; `--quick` 2, one round of each setting).
  *
  * Development promotions of the example project run one at a time (each sent once the one before was seen ending)
  * on a local host in a child process on SQLite, with the runs' plans and applies as runner jobs. Two settings of
@@ -27,7 +27,7 @@ type Publish = 'relay' | 'after-commit';
 
 export async function run(args: string[]): Promise<Row[]> {
   const { values } = parseArgs({ args, options: { runs: { type: 'string' }, quick: { type: 'boolean' } } });
-  const runs = Number(values.runs ?? (values.quick === true ? '3' : '20'));
+  const runs = Number(values.runs ?? (values.quick === true ? '2' : '20'));
   const work = mkdtempSync(join(tmpdir(), 'rch-bench-events-'));
   const { rows, print } = rowCollector();
   const measured: Record<Publish, Timeline[]> = { relay: [], 'after-commit': [] };

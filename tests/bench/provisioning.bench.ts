@@ -528,7 +528,7 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     value: loaded.cpuMs === undefined ? 'n/a' : `${(loaded.cpuMs / count).toFixed(1)} ms`,
     ...(loaded.cpuMs === undefined ? { note: 'no /proc here' } : { note: `${((loaded.cpuMs / loaded.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
   });
-  print({ name: '  run finished → event published (relay)', value: percentiles(load.map((s) => s.publish)), note: 'the outboxRelay timer runs every 2 s' });
+  print({ name: '  run finished → event published', value: percentiles(load.map((s) => s.publish)), note: 'published after the commit that ends the run (RuntimeCloud__Outbox__Publish); the 2 s outboxRelay timer is the fallback' });
   print({ name: 'share of sent → seen outside the engine', value: `p50 ${pct(quantile(share, 0.5))}, p95 ${pct(quantile(share, 0.95))}` });
   print({ name: 'unloaded (runs one at a time): sent → seen', value: percentiles(single.map((s) => s.latency)), note: `${unloaded.timelines.length} runs` });
   print({ name: '  unloaded: IaC engine', value: percentiles(single.map((s) => s.engine)) });

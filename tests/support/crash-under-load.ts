@@ -9,6 +9,7 @@ import type { LocalCloudTables } from '../../shared/platform/cloud/local-cloud.t
 import { parseConfig } from '../../shared/platform/config/config';
 import type { SqlDialect } from '../../shared/platform/sql/database';
 import { startChildHost, type RunningChild } from './child-process';
+import { FAST_RECOVERY } from './crash-points';
 import { createTestDatabase } from './databases';
 import { checkLeaseHistory, historyCounts, LeaseHistory, heldLease, type LeaseOperation, type LeaseViolation } from './lease-history';
 import { aStackPromotion, provisioningExample, writeExampleReferences } from './provisioning';
@@ -46,7 +47,6 @@ export interface CrashLoadReport {
   readonly errorLines: readonly string[];
 }
 
-const FAST_RECOVERY = { RuntimeCloud__Local__QueueLockSeconds: '2', RuntimeCloud__Local__DurableLeaseSeconds: '2', RuntimeCloud__Runners__LeaseSeconds: '5' };
 const STACKS = 20;
 const POOL = { id: 'crash-sandbox', kind: 'sandbox', capacity: 5, quota: 3 } as const;
 const TENANTS = ['crash-a', 'crash-b'] as const;
@@ -105,7 +105,7 @@ export async function crashUnderLoad(load: CrashLoad): Promise<CrashLoadReport> 
     const started = Date.now();
     const killedAtMs: number[] = [];
     for (let k = 0; k < load.kills; k++) {
-      await sleep(300 + random() * 2500);
+      await sleep(300 + random() * 1500);
       killedAtMs.push(Date.now() - started);
       host.child.kill('SIGKILL');
       await host.stop('SIGKILL').catch(() => undefined);
