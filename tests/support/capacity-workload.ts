@@ -944,7 +944,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 /** A small seeded PRNG, so a run's choices follow from the seed it prints. */
-function mulberry32(seed: number): () => number {
+export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

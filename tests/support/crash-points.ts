@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import * as fs from 'node:fs';
+import { expect } from 'vitest';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
@@ -215,6 +216,23 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
   } finally {
     await host?.stop('SIGKILL').catch(() => undefined);
     fs.rmSync(root, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Every point fired, and each run ended with exactly one terminal event (the type and code `outcome` expects after
+ * its point), its events under distinct ids, its plan and apply receipts, and one apply begun by the local cloud.
+ */
+export function expectEachRunEndedOnce(report: CrashReport, points: readonly string[], outcome: (point: string | undefined) => readonly [type: string, code: string | undefined]): void {
+  expect([...report.fired.keys()].sort()).toEqual([...points].sort());
+  for (const run of report.runs) {
+    const what = `${run.point ?? 'no crash'} (${run.runId})`;
+    expect(run.terminal, what).toHaveLength(1);
+    expect(new Set(run.eventIds).size, what).toBe(run.eventIds.length);
+    expect(run.view.planReceipt, what).toBeDefined();
+    expect(run.view.applyReceipt, what).toBeDefined();
+    expect(run.applies, what).toBe(1);
+    expect([what, run.terminal[0]?.body.type, run.terminal[0]?.body.data.code]).toEqual([what, ...outcome(run.point)]);
   }
 }
 

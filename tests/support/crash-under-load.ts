@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { expect } from 'vitest';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Kysely } from 'kysely';
@@ -9,6 +10,7 @@ import type { LocalCloudTables } from '../../shared/platform/cloud/local-cloud.t
 import { parseConfig } from '../../shared/platform/config/config';
 import type { SqlDialect } from '../../shared/platform/sql/database';
 import { startChildHost, type RunningChild } from './child-process';
+import { mulberry32 } from './capacity-workload';
 import { FAST_RECOVERY } from './crash-points';
 import { createTestDatabase } from './databases';
 import { checkLeaseHistory, historyCounts, LeaseHistory, heldLease, type LeaseOperation, type LeaseViolation } from './lease-history';
@@ -53,7 +55,7 @@ const TENANTS = ['crash-a', 'crash-b'] as const;
 const HOLDERS_PER_TENANT = 3;
 
 export async function crashUnderLoad(load: CrashLoad): Promise<CrashLoadReport> {
-  const random = seeded(load.seed);
+  const random = mulberry32(load.seed);
   const database = await createTestDatabase(load.dialect);
   const root = fs.mkdtempSync(join(tmpdir(), 'rch-crash-load-'));
   const stateDir = join(root, 'state');
@@ -163,6 +165,22 @@ export async function crashUnderLoad(load: CrashLoad): Promise<CrashLoadReport> 
   }
 }
 
+/**
+ * Every invariant of the issue: one terminal event per promotion; no outbox event lost or on the topic twice; no
+ * stack and plan applied more often than runs ended with it; no lease-history violation; the load as asked; no
+ * error line in any host's log.
+ */
+export function expectInvariantsHeld(report: CrashLoadReport, load: Pick<CrashLoad, 'leaseOperations' | 'kills'>): void {
+  expect([...report.terminal].filter(([, n]) => n !== 1)).toEqual([]);
+  expect(report.lostEvents).toEqual([]);
+  expect(report.duplicateIds).toEqual([]);
+  expect(report.appliedTwice).toEqual([]);
+  expect(report.violations).toEqual([]);
+  expect(report.leaseOps.filter((o) => o.status !== undefined).length).toBeGreaterThanOrEqual(load.leaseOperations);
+  expect(report.killedAtMs).toHaveLength(load.kills);
+  expect(report.errorLines).toEqual([]);
+}
+
 /** The counts a report prints. */
 export function describeReport(report: CrashLoadReport): string {
   return [
@@ -227,18 +245,6 @@ async function untilEnded(read: () => Promise<TopicEventRow[]>, promotionIds: re
     if (Date.now() > deadline) throw new Error(`${open.length} of ${promotionIds.length} promotions did not end in ${timeoutMs} ms`);
     await sleep(250);
   }
-}
-
-/** mulberry32: a small seeded generator, so a run's kill moments and holder choices can be replayed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function countBy(keys: readonly string[]): Map<string, number> {

@@ -1,11 +1,11 @@
 import { execFile } from 'node:child_process';
 import { chownSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createSqlStore } from '../../shared/platform/sql/database';
 import type { TestDatabase } from './databases';
+import { freePort } from './table-servers';
 
 const run = promisify(execFile);
 
@@ -60,15 +60,4 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       await tool('pg_ctl', ['restart', '-m', 'fast', ...options]);
     },
   };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
