@@ -10,6 +10,7 @@ import {
   type LeaseLimits,
   type LeaseOperation,
   type LeaseSend,
+  sendJson,
 } from '../support/lease-history';
 import { startTestHost, type TestHost } from '../support/local-host';
 
@@ -62,16 +63,7 @@ describe.each(DIALECTS)('lease history on a local host (%s)', (dialect: SqlDiale
   });
 
   function sendAs(bearer: string): LeaseSend {
-    return async (method, path, body) => {
-      const response = await fetch(new URL(path, host.url), {
-        method,
-        signal: AbortSignal.timeout(10_000),
-        headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      });
-      const text = await response.text();
-      return { status: response.status, json: text ? (JSON.parse(text) as unknown) : undefined };
-    };
+    return (method, path, body) => sendJson(host.url, method, path, bearer, body);
   }
 
   /**

@@ -13,7 +13,7 @@ import { startChildHost, type RunningChild } from './child-process';
 import { mulberry32 } from './capacity-workload';
 import { FAST_RECOVERY } from './crash-points';
 import { createTestDatabase } from './databases';
-import { checkLeaseHistory, historyCounts, LeaseHistory, heldLease, type LeaseOperation, type LeaseViolation } from './lease-history';
+import { checkLeaseHistory, historyCounts, LeaseHistory, heldLease, sendJson, type LeaseOperation, type LeaseViolation } from './lease-history';
 import { aStackPromotion, provisioningExample, writeExampleReferences } from './provisioning';
 import { TERMINAL_EVENT_TYPES } from './topic-events';
 
@@ -69,16 +69,8 @@ export async function crashUnderLoad(load: CrashLoad): Promise<CrashLoadReport> 
   const outputs: string[] = [];
   let host: RunningChild = await startChildHost(stateDir, env);
   let hostStarts = 1;
-  const send = async (method: string, path: string, bearer: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
-    const response = await fetch(new URL(path, host.url), {
-      method,
-      signal: AbortSignal.timeout(10_000),
-      headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return { status: response.status, json: text ? (JSON.parse(text) as unknown) : undefined };
-  };
+  // The host of the moment: a restarted host listens on a new port.
+  const send = (method: string, path: string, bearer: string, body?: unknown) => sendJson(host.url, method, path, bearer, body);
   const ok = async (method: string, path: string, body?: unknown): Promise<unknown> => {
     const answer = await send(method, path, admin, body);
     if (answer.status >= 300) throw new Error(`${method} ${path}: ${answer.status} ${JSON.stringify(answer.json)}`);

@@ -62,6 +62,18 @@ export interface LeaseOperation {
 /** What the recorder sends through: one HTTP exchange with a host, as the caller's tenant. Throws when no answer. */
 export type LeaseSend = (method: 'POST' | 'DELETE', path: string, body?: Readonly<Record<string, unknown>>) => Promise<{ status: number; json: unknown }>;
 
+/** One JSON exchange with a host as `bearer`: its status and parsed body; throws when the host does not answer. */
+export async function sendJson(base: URL, method: string, path: string, bearer: string, body?: unknown): Promise<{ status: number; json: unknown }> {
+  const response = await fetch(new URL(path, base), {
+    method,
+    signal: AbortSignal.timeout(10_000),
+    headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  return { status: response.status, json: text ? (JSON.parse(text) as unknown) : undefined };
+}
+
 export interface AcquireRequest {
   readonly kind: string;
   readonly ttlSeconds: number;
