@@ -15,6 +15,9 @@ import {
   type JsonValue,
   type PathSegment,
 } from './iac-values';
+import { parseResource, type ResourceDeclaration } from './pulumi-yaml-resource';
+
+export type { ResourceDeclaration } from './pulumi-yaml-resource';
 
 /**
  * The Pulumi YAML project model of the local engine: `Pulumi.yaml` (`runtime: yaml`: config declarations,
@@ -35,21 +38,6 @@ export interface ConfigDeclaration {
   readonly default?: JsonValue;
   /** A secret key only accepts a `{ secretRef }` value, so no secret is ever written in Git in the clear. */
   readonly secret: boolean;
-}
-
-export interface ResourceDeclaration {
-  /** Logical name, unique in the project; `${name.property}` refers to it. */
-  readonly name: string;
-  /** Type token `package:module:Type`. */
-  readonly type: string;
-  /** As written: `${...}` not yet evaluated. */
-  readonly properties: JsonObject;
-  /** Names of resources this one must come after, besides those its properties refer to. */
-  readonly dependsOn: readonly string[];
-  /** A protected resource is never deleted or replaced: such a plan is refused (`IAC.PROTECTED`). */
-  readonly protect: boolean;
-  /** Property paths whose changes are ignored: an update keeps the stack state's value there. */
-  readonly ignoreChanges: readonly string[];
 }
 
 export interface PulumiProject {
@@ -92,11 +80,8 @@ export function loadProgram(files: ProjectFiles, stack: string, overrides: Reado
 // Parsing
 
 const NAME = /^[A-Za-z_][\w-]*$/;
-const TYPE_TOKEN = /^[\w-]+:[\w\-/.]*:[\w.-]+$/;
 /** The root of an interpolation: a name, or a config key with its namespace (`aws:region`). */
 const ROOT = /^[A-Za-z_][\w-]*(?::[A-Za-z_][\w-]*)?/;
-const RESOURCE_KEYS = new Set(['type', 'properties', 'options']);
-const OPTION_KEYS = new Set(['dependsOn', 'protect', 'ignoreChanges']);
 const DECLARATION_KEYS = new Set(['type', 'default', 'secret', 'description', 'items']);
 
 /**
@@ -161,44 +146,6 @@ function optionalMap(document: JsonObject, key: string): JsonObject {
   if (value === undefined || value === null) return {};
   if (!isPlainObject(value)) throw invalidProject(`${key} must be a mapping`, { path: key });
   return value;
-}
-
-function parseResource(name: string, value: JsonValue): ResourceDeclaration {
-  const path = `resources.${name}`;
-  if (!isPlainObject(value)) throw invalidProject(`${path} must be a mapping`, { path });
-  for (const key of Object.keys(value)) {
-    // Silently ignoring a feature (get, defaultProvider, ...) would plan something other than what was written.
-    if (!RESOURCE_KEYS.has(key)) throw invalidProject(`${path}.${key} is not supported by the local engine`, { path: `${path}.${key}` });
-  }
-  const type = value.type;
-  if (typeof type !== 'string' || !TYPE_TOKEN.test(type)) {
-    throw invalidProject(`${path}.type must be a type token package:module:Type`, { path: `${path}.type` });
-  }
-  const properties = value.properties ?? {};
-  if (!isPlainObject(properties)) throw invalidProject(`${path}.properties must be a mapping`, { path: `${path}.properties` });
-  const options = value.options ?? {};
-  if (!isPlainObject(options)) throw invalidProject(`${path}.options must be a mapping`, { path: `${path}.options` });
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.has(key)) throw invalidProject(`${path}.options.${key} is not supported by the local engine`, { path: `${path}.options.${key}` });
-  }
-  const protect = options.protect ?? false;
-  if (typeof protect !== 'boolean') throw invalidProject(`${path}.options.protect must be true or false`, { path: `${path}.options.protect` });
-  const dependsOn = stringList(options.dependsOn, `${path}.options.dependsOn`).map((entry, i) => {
-    const match = /^\$\{([A-Za-z_][\w-]*)\}$/.exec(entry);
-    if (!match?.[1]) throw invalidProject(`${path}.options.dependsOn[${i}] must be a resource reference \${name}`, { path: `${path}.options.dependsOn[${i}]` });
-    return match[1];
-  });
-  const ignoreChanges = stringList(options.ignoreChanges, `${path}.options.ignoreChanges`);
-  ignoreChanges.forEach((entry, i) => {
-    if (!parsePath(entry)) throw invalidProject(`${path}.options.ignoreChanges[${i}] is not a property path`, { path: `${path}.options.ignoreChanges[${i}]` });
-  });
-  return { name, type, properties, dependsOn, protect, ignoreChanges };
-}
-
-function stringList(value: JsonValue | undefined, path: string): string[] {
-  if (value === undefined || value === null) return [];
-  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw invalidProject(`${path} must be a list of strings`, { path });
-  return [...(value)];
 }
 
 function parseDeclarations(config: JsonObject, project: string): ConfigDeclaration[] {
