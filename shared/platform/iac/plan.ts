@@ -4,6 +4,8 @@ import { AppError } from '../errors/app-error';
 import {
   collectReferences,
   computed,
+  invalidProject,
+  SECRET_MASK,
   formatPath,
   ignorePathProblem,
   isOpaque,
@@ -19,7 +21,10 @@ import {
   type PathSegment,
   type ValueReference,
 } from './iac-values';
+import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
+import { getRoots, isProviderType, type CustomTimeouts } from './pulumi-yaml-resource';
+import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
 
 /**
  * The diff and plan engine: desired resources (a loaded Pulumi YAML program) against a stack's state give one
@@ -30,13 +35,22 @@ import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, t
 export type StepOp = 'create' | 'update' | 'replace' | 'delete' | 'same';
 export const STEP_OPS: readonly StepOp[] = ['create', 'update', 'replace', 'delete', 'same'];
 
+/** Why a delete (or the old half of a replace) leaves the resource in the target: only the state forgets it. */
+export type RetainReason = 'retainOnDelete' | 'deletedWith';
+
 /**
- * One step of a plan.
+ * One step of a plan. Pulumi's `import` is a create with `import` (nothing is created: the target's resource is
+ * adopted), its `read` (a `get:` resource) a same with `read`, as pulumi-mapping.ts maps Pulumi's own steps.
+ * Members for resource options are present only when the option is used, so plans of programs without them
+ * keep their digests.
  *
  * BREAKING-CHANGE SHAPE: plan receipts store it and the digest covers it; changing it changes every digest.
  */
 export interface PlanStep {
-  /** `urn:pulumi:<stack>::<project>::<type>::<name>`, the resource as it is after the step (as it was, for delete). */
+  /**
+   * `urn:pulumi:<stack>::<project>::<type>::<name>`, the resource as it is after the step (as it was, for delete);
+   * a child's type is `parentType$type`.
+   */
   readonly urn: string;
   readonly name: string;
   readonly type: string;
@@ -52,6 +66,27 @@ export interface PlanStep {
   /** urns of the resources this one depends on, recorded in state so deletes can run in reverse order. */
   readonly dependencies: readonly string[];
   readonly protect: boolean;
+  /** The parent's urn (`options.parent`). */
+  readonly parent?: string;
+  /** The urn of the program's provider resource the resource uses; absent for the package's default provider. */
+  readonly provider?: string;
+  /** create: the id of the target's resource this step adopts (`options.import`) instead of creating one. */
+  readonly import?: string;
+  /** same: a `get:` resource, read from the target, never changed by this stack. */
+  readonly read?: true;
+  /** The urn the state knew the resource by, when an alias found it under another. */
+  readonly oldUrn?: string;
+  /** replace: the old resource is deleted before its replacement is created (`options.deleteBeforeReplace`). */
+  readonly deleteBeforeReplace?: true;
+  /** replace: what forced it besides a type change (`replaceOnChanges`, `replacementTrigger`, `replaceWith`, `provider`). */
+  readonly replaceBecause?: string;
+  /** delete, replace: the (old) resource stays in the target. */
+  readonly retain?: RetainReason;
+  /** `options.hideDiffs`: `inputs` shows `[hidden]` there; `hiddenDigest` binds the values to the digest. */
+  readonly hiddenPaths?: readonly string[];
+  readonly hiddenDigest?: string;
+  readonly version?: string;
+  readonly customTimeouts?: CustomTimeouts;
 }
 
 /**
@@ -69,7 +104,7 @@ export interface Plan {
   /** Creates, updates, replaces and sames in dependency order, then deletes in reverse dependency order. */
   readonly steps: readonly PlanStep[];
   readonly counts: Readonly<Record<StepOp, number>>;
-  /** Stack outputs as far as known at plan time (ids to be created are computed values). */
+  /** Stack outputs as far as known at plan time (ids to be created are computed values, secrets masked). */
   readonly outputs: JsonObject;
   /** The references the apply resolves (those of creates, updates and replaces), each once, sorted: never values. */
   readonly references: readonly ValueReference[];
@@ -91,6 +126,7 @@ export interface StackState {
   readonly resources: readonly StateResource[];
 }
 
+/** Members after `dependencies` are optional: states written before them read as without the option. */
 export interface StateResource {
   readonly urn: string;
   readonly name: string;
@@ -98,13 +134,70 @@ export interface StateResource {
   readonly id: string;
   /** As planned: references unresolved, so secrets never reach the state. */
   readonly inputs: JsonObject;
-  /** Inputs plus `id`. */
+  /** Inputs plus `id`, plus what an emulated provider computed (emulated-providers.ts). */
   readonly outputs: JsonObject;
   readonly protect: boolean;
   readonly dependencies: readonly string[];
+  readonly parent?: string;
+  /** The provider's urn: a provider resource of the program, or the package's default (`…::pulumi:providers:<pkg>::default`). */
+  readonly provider?: string;
+  readonly retainOnDelete?: true;
+  /** The urn of the resource whose delete takes this one with it (`options.deletedWith`). */
+  readonly deletedWith?: string;
+  /** Outputs masked wherever they are shown: the provider's secret outputs and `additionalSecretOutputs`. */
+  readonly secretOutputs?: readonly string[];
+  /** A `get:` resource: read from the target, not this stack's to delete. */
+  readonly external?: true;
+  /** The old half of a create-before-delete replace whose delete has not happened yet: the next plan deletes it. */
+  readonly pendingDelete?: true;
+  /** The evaluated `replacementTrigger` of the last apply. */
+  readonly replacementTrigger?: JsonValue;
+  readonly version?: string;
+  readonly customTimeouts?: CustomTimeouts;
 }
 
 const jsonObject = z.record(z.string(), z.json());
+const customTimeoutsSchema = z.object({ create: z.string(), update: z.string(), delete: z.string(), read: z.string() }).partial().strict();
+
+/** The schema of one plan step (a step read back from a receipt). */
+export const planStepSchema = z.object({
+  urn: z.string(),
+  name: z.string(),
+  type: z.string(),
+  op: z.enum(['create', 'update', 'replace', 'delete', 'same']),
+  id: z.string().optional(),
+  oldType: z.string().optional(),
+  changedPaths: z.array(z.string()),
+  inputs: jsonObject.optional(),
+  dependencies: z.array(z.string()),
+  protect: z.boolean(),
+  parent: z.string().optional(),
+  provider: z.string().optional(),
+  import: z.string().optional(),
+  read: z.literal(true).optional(),
+  oldUrn: z.string().optional(),
+  deleteBeforeReplace: z.literal(true).optional(),
+  replaceBecause: z.string().optional(),
+  retain: z.enum(['retainOnDelete', 'deletedWith']).optional(),
+  hiddenPaths: z.array(z.string()).optional(),
+  hiddenDigest: z.string().optional(),
+  version: z.string().optional(),
+  customTimeouts: customTimeoutsSchema.optional(),
+});
+
+/** The optional members of a state resource (runner-job.ts validates states written by jobs with them). */
+export const stateResourceOptionalSchema = {
+  parent: z.string().optional(),
+  provider: z.string().optional(),
+  retainOnDelete: z.literal(true).optional(),
+  deletedWith: z.string().optional(),
+  secretOutputs: z.array(z.string()).optional(),
+  external: z.literal(true).optional(),
+  pendingDelete: z.literal(true).optional(),
+  replacementTrigger: z.json().optional(),
+  version: z.string().optional(),
+  customTimeouts: customTimeoutsSchema.optional(),
+};
 
 /** The schema of a serialized plan (a plan read back from a receipt). */
 export const planSchema = z.object({
@@ -112,28 +205,31 @@ export const planSchema = z.object({
   project: z.string(),
   stack: z.string(),
   baseSerial: z.number().int().nonnegative(),
-  steps: z.array(
-    z.object({
-      urn: z.string(),
-      name: z.string(),
-      type: z.string(),
-      op: z.enum(['create', 'update', 'replace', 'delete', 'same']),
-      id: z.string().optional(),
-      oldType: z.string().optional(),
-      changedPaths: z.array(z.string()),
-      inputs: jsonObject.optional(),
-      dependencies: z.array(z.string()),
-      protect: z.boolean(),
-    }),
-  ),
+  steps: z.array(planStepSchema),
   counts: z.object({ create: z.number(), update: z.number(), replace: z.number(), delete: z.number(), same: z.number() }),
   outputs: jsonObject,
   references: z.array(z.union([z.object({ secretRef: z.string() }).strict(), z.object({ configRef: z.string() }).strict()])),
   digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
 });
 
-export function resourceUrn(stack: string, project: string, type: string, name: string): string {
-  return `urn:pulumi:${stack}::${project}::${type}::${name}`;
+export { resourceUrn } from './resource-identity';
+
+/** A resource of the target as a plan reads it (for `get:` and `import`). */
+export interface TargetResource {
+  readonly id: string;
+  readonly type: string;
+  readonly properties: JsonObject;
+}
+
+/**
+ * Thrown by `planStack` when it must read a resource of the target that `PlanInput.target` does not hold yet:
+ * the caller reads it (null when the target has none for the stack's tenant) and plans again. Plans stay pure;
+ * the engine does the I/O (local-engine.ts).
+ */
+export class TargetReadNeeded extends Error {
+  constructor(readonly id: string) {
+    super(`the plan needs the target's resource ${id}`);
+  }
 }
 
 export interface PlanInput {
@@ -143,6 +239,11 @@ export interface PlanInput {
   readonly state: StackState | undefined;
   /** Operator ignore rules that hold on apply, over the program's own `ignoreChanges` (see `keepHeld`). */
   readonly ignore?: readonly HeldIgnoreRule[];
+  /**
+   * Target resources by id, as far as read: null for one the target does not have in the stack's tenant's scope.
+   * An id the plan needs and this lacks throws `TargetReadNeeded`.
+   */
+  readonly target?: ReadonlyMap<string, TargetResource | null>;
 }
 
 /**
@@ -161,69 +262,29 @@ export interface HeldIgnoreRule {
   readonly path: string;
 }
 
+/** The text a plan shows in place of a value under `hideDiffs`. */
+export const HIDDEN_VALUE = '[hidden]';
+
 /**
- * Plans `program` against `state`. Throws the project's plan errors (see pulumi-yaml.ts) and `IAC.PROTECTED`
- * when a protected resource would be deleted or replaced.
+ * Plans `program` against `state`. Throws the project's plan errors (see pulumi-yaml.ts), `IAC.PROTECTED` when a
+ * protected resource would be deleted or replaced, the get and import errors (`IAC.GET_NOT_FOUND`,
+ * `IAC.IMPORT_NOT_FOUND`, `IAC.IMPORT_MISMATCH`, ...), `IAC.UNKNOWN_OUTPUT` for an output no provider here
+ * computes, and `TargetReadNeeded`.
  */
-export function planStack({ stack, program, state, ignore = [] }: PlanInput): Plan {
-  const { project, config } = program;
+export function planStack({ stack, program, state, ignore = [], target }: PlanInput): Plan {
+  const { project } = program;
   for (const rule of ignore) {
     const problem = heldIgnoreProblem(rule.path);
     if (problem) throw invalidIgnoreRule(rule, problem);
   }
-  const graph = projectGraph(project, config);
-  const current = new Map((state?.resources ?? []).map((r) => [r.name, r]));
-  const declarations = new Map(project.resources.map((r) => [r.name, r]));
-  const urns = new Map(project.resources.map((r) => [r.name, resourceUrn(stack, project.name, r.type, r.name)]));
-  const outputs = new Map<string, JsonObject>();
-  const evaluator = new ProgramEvaluator(project, config, (name) => outputs.get(name) ?? {});
-
-  const steps: PlanStep[] = [];
-  for (const name of graph.order) {
-    const declaration = declarations.get(name) as ResourceDeclaration;
-    const urn = urns.get(name) as string;
-    const old = current.get(name);
-    const desired = evaluator.resourceInputs(declaration);
-    const common = {
-      urn,
-      name,
-      type: declaration.type,
-      dependencies: (graph.dependencies.get(name) ?? []).map((d) => urns.get(d) as string),
-      protect: declaration.protect,
-    };
-    let step: PlanStep;
-    if (!old) {
-      step = { ...common, op: 'create', changedPaths: [], inputs: desired };
-    } else if (old.type !== declaration.type) {
-      if (old.protect || declaration.protect) throw protectedResource(old, 'replace');
-      step = { ...common, op: 'replace', id: old.id, oldType: old.type, changedPaths: changedPaths(old.inputs, desired), inputs: desired };
-    } else {
-      const inputs = keepHeld(keepIgnored(desired, old.inputs, declaration.ignoreChanges), old.inputs, heldRulesOf(ignore, urn, declaration.type));
-      const changed = changedPaths(old.inputs, inputs);
-      step = { ...common, op: changed.length > 0 ? 'update' : 'same', id: old.id, changedPaths: changed, inputs };
-    }
-    steps.push(step);
-    // A resource that keeps its id exposes it now; a new or replaced one only once the apply has created it.
-    const id = step.op === 'same' || step.op === 'update' ? (step.id as string) : computed(`\${${name}.id}`);
-    outputs.set(name, { ...step.inputs, id, urn });
-  }
-
-  const gone = (state?.resources ?? []).filter((r) => !declarations.has(r.name));
-  const goneByUrn = new Map(gone.map((r) => [r.urn, r.name]));
-  const goneDeps = new Map(gone.map((r) => [r.name, r.dependencies.flatMap((u) => goneByUrn.get(u) ?? [])]));
-  // A resource goes before what it depends on: the reverse of the order in which they were created.
-  for (const name of topologicalOrder(gone.map((r) => r.name), goneDeps).reverse()) {
-    const old = current.get(name) as StateResource;
-    if (old.protect) throw protectedResource(old, 'delete');
-    steps.push({ urn: old.urn, name, type: old.type, op: 'delete', id: old.id, changedPaths: [], dependencies: old.dependencies, protect: old.protect });
-  }
-
-  const stackOutputs = evaluator.outputs();
+  const planner = new Planner(stack, program, state, ignore, target);
+  const steps = [...planner.resourceSteps(), ...planner.deleteSteps()];
+  const stackOutputs = planner.stackOutputs();
   const counts = Object.fromEntries(STEP_OPS.map((op) => [op, steps.filter((s) => s.op === op).length])) as Record<StepOp, number>;
   const references = new Map<string, ValueReference>();
   // Only steps that send inputs to the target need their references resolved.
-  for (const step of steps.filter((s) => s.op === 'create' || s.op === 'update' || s.op === 'replace')) {
-    for (const reference of collectReferences(step.inputs ?? {})) references.set(referenceKey(reference), reference);
+  for (const step of steps.filter((s) => (s.op === 'create' && s.import === undefined) || s.op === 'update' || s.op === 'replace')) {
+    for (const reference of collectReferences(planner.inputsOf(step.name) ?? {})) references.set(referenceKey(reference), reference);
   }
   return {
     schemaVersion: 1,
@@ -236,6 +297,329 @@ export function planStack({ stack, program, state, ignore = [] }: PlanInput): Pl
     references: [...references.keys()].sort().map((k) => references.get(k) as ValueReference),
     digest: planDigest({ schemaVersion: 1, project: project.name, stack, steps, outputs: stackOutputs }),
   };
+}
+
+/**
+ * The names of the secret outputs of a declared resource: its provider's (emulated-providers.ts) and its
+ * `additionalSecretOutputs`.
+ */
+export function secretOutputsOf(declaration: ResourceDeclaration): string[] {
+  return [...new Set([...(emulationOf(declaration.type)?.secret ?? []), ...(declaration.options?.additionalSecretOutputs ?? [])])];
+}
+
+/** Outputs as plans, states' inputs and receipts show them: secret outputs masked. */
+export function shownOutputs(outputs: JsonObject, secret: readonly string[]): JsonObject {
+  return maskOutputs(outputs, secret, SECRET_MASK);
+}
+
+/** One planning: the program's resources against the state, in dependency order. */
+class Planner {
+  readonly #declarations: ReadonlyMap<string, ResourceDeclaration>;
+  readonly #identities: ReadonlyMap<string, ResourceIdentity>;
+  readonly #order: readonly string[];
+  readonly #dependencies: ReadonlyMap<string, readonly string[]>;
+  readonly #claimed: ReadonlyMap<string, StateResource>;
+  /** Outputs as the evaluator sees them at plan time: secrets masked, what the apply creates computed. */
+  readonly #outputs = new Map<string, JsonObject>();
+  /** Inputs of the planned steps, not hidden (the step shows `hideDiffs` paths hidden). */
+  readonly #inputs = new Map<string, JsonObject>();
+  readonly #steps = new Map<string, PlanStep>();
+  readonly #evaluator: ProgramEvaluator;
+
+  constructor(
+    private readonly stack: string,
+    private readonly program: LoadedProgram,
+    private readonly state: StackState | undefined,
+    private readonly ignore: readonly HeldIgnoreRule[],
+    private readonly target: ReadonlyMap<string, TargetResource | null> | undefined,
+  ) {
+    const { project, config } = program;
+    this.#declarations = new Map(project.resources.map((r) => [r.name, r]));
+    for (const d of project.resources) assertTypeAllowed(d.type, `resources.${d.name}.type`);
+    this.#identities = resourceIdentities(stack, project.name, project.resources);
+    const graph = projectGraph(project, config);
+    // A get's id and state may name resources, which the project graph (properties only) does not see.
+    const dependencies = new Map<string, readonly string[]>();
+    for (const d of project.resources) {
+      const fromGet = d.get ? getRoots(d.get).filter((n) => this.#declarations.has(n) && n !== d.name) : [];
+      const all = new Set([...(graph.dependencies.get(d.name) ?? []), ...fromGet]);
+      dependencies.set(d.name, project.resources.map((r) => r.name).filter((n) => all.has(n)));
+    }
+    this.#dependencies = dependencies;
+    this.#order = fromGetAcyclic(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
+    this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {});
+    this.#claimed = this.claimState();
+  }
+
+  /**
+   * Which state resource each declaration is: the one with its urn; else, among the rest, one an alias names;
+   * else one of its name whose urn differs only in its own type (a type change, planned as a replace).
+   */
+  private claimState(): Map<string, StateResource> {
+    const live = (this.state?.resources ?? []).filter((r) => r.pendingDelete !== true);
+    const byUrn = new Map(live.map((r) => [r.urn, r]));
+    const taken = new Set<StateResource>();
+    const claimed = new Map<string, StateResource>();
+    const claim = (name: string, resource: StateResource | undefined) => {
+      if (!resource || taken.has(resource) || claimed.has(name)) return;
+      taken.add(resource);
+      claimed.set(name, resource);
+    };
+    for (const name of this.#order) claim(name, byUrn.get(this.identity(name).urn));
+    for (const name of this.#order) {
+      const d = this.declaration(name);
+      const context = { stack: this.stack, project: this.program.project.name };
+      for (const urn of aliasUrns(d, this.#identities, context, (v, p) => this.evaluate(v, p))) claim(name, byUrn.get(urn));
+      const identity = this.identity(name);
+      const typeChanged = live.find((r) => r.name === name && !taken.has(r) && r.type !== d.type && r.urn === identity.urn.replace(`${d.type}::`, `${r.type}::`));
+      claim(name, typeChanged);
+    }
+    return claimed;
+  }
+
+  resourceSteps(): PlanStep[] {
+    return this.#order.map((name) => {
+      const step = this.planResource(this.declaration(name));
+      this.#steps.set(name, step);
+      return step;
+    });
+  }
+
+  inputsOf(name: string): JsonObject | undefined {
+    return this.#inputs.get(name);
+  }
+
+  stackOutputs(): JsonObject {
+    return this.withOutputErrors(() => this.#evaluator.outputs());
+  }
+
+  private planResource(d: ResourceDeclaration): PlanStep {
+    const identity = this.identity(d.name);
+    const old = this.#claimed.get(d.name);
+    const options = d.options ?? {};
+    const common = {
+      urn: identity.urn,
+      name: d.name,
+      type: d.type,
+      dependencies: (this.#dependencies.get(d.name) ?? []).map((n) => this.identity(n).urn),
+      protect: d.protect,
+      ...(identity.parent ? { parent: identity.parent } : {}),
+      ...(identity.provider ? { provider: identity.provider } : {}),
+      ...(old && old.urn !== identity.urn ? { oldUrn: old.urn } : {}),
+      ...(options.version ? { version: options.version } : {}),
+      ...(options.customTimeouts ? { customTimeouts: options.customTimeouts } : {}),
+    };
+    if (d.get) return this.planRead(d, common, old);
+    const desired = this.withOutputErrors(() => this.#evaluator.resourceInputs(d));
+    const secret = secretOutputsOf(d);
+    const emulation = emulationOf(d.type);
+    let step: PlanStep;
+    let inputs = desired;
+    if (!old) {
+      if (options.import !== undefined) this.checkImport(d, desired, options.import);
+      step = { ...common, op: 'create', changedPaths: [], inputs: desired, ...(options.import !== undefined ? { import: options.import } : {}) };
+    } else if (old.external) {
+      throw invalidProject(`resources.${d.name}: the stack reads ${old.urn} with get; it cannot manage it as well (remove the get first)`, { path: `resources.${d.name}` });
+    } else if (old.type !== d.type) {
+      step = { ...common, op: 'replace', id: old.id, oldType: old.type, changedPaths: changedPaths(old.inputs, desired), inputs: desired };
+    } else {
+      inputs = keepHeld(keepIgnored(desired, old.inputs, d.ignoreChanges), old.inputs, heldRulesOf(this.ignore, identity.urn, d.type));
+      const changed = changedPaths(old.inputs, inputs);
+      const because = this.replaceReason(d, old, changed, emulation);
+      step = because
+        ? { ...common, op: 'replace', id: old.id, changedPaths: changed, inputs, replaceBecause: because }
+        : { ...common, op: changed.length > 0 ? 'update' : 'same', id: old.id, changedPaths: changed, inputs };
+    }
+    if (step.op === 'replace') {
+      if (old?.protect || d.protect) throw protectedResource(old as StateResource, 'replace');
+      step = { ...step, ...(options.deleteBeforeReplace ? { deleteBeforeReplace: true as const } : {}), ...(options.retainOnDelete ? { retain: 'retainOnDelete' as const } : {}) };
+    }
+    this.#inputs.set(d.name, inputs);
+    // A resource that keeps its id exposes it now; a new or replaced one only once the apply has created it.
+    const kept = step.op === 'same' || step.op === 'update';
+    const id = kept ? (step.id as string) : step.import !== undefined ? step.import : computed(`\${${d.name}.id}`);
+    const generated = kept && old ? generatedOutputs(d.type, old.outputs) : Object.fromEntries((emulation?.outputs ?? []).map((o) => [o, computed(`\${${d.name}.${o}}`)]));
+    this.#outputs.set(d.name, { ...shownOutputs({ ...inputs, id, ...generated }, secret), urn: identity.urn });
+    return hideDiffs(step, options.hideDiffs ?? []);
+  }
+
+  /** Why an update must be a replace, or undefined. */
+  private replaceReason(d: ResourceDeclaration, old: StateResource, changed: readonly string[], emulation: Emulation | undefined): string | undefined {
+    const options = d.options ?? {};
+    const forcing = (options.replaceOnChanges ?? []).find((entry) => changed.some((path) => pathCovers(entry, path)));
+    if (forcing !== undefined) return `replaceOnChanges ${forcing}`;
+    if (emulation?.replaceOnChange && changed.length > 0) return `${d.type} replaces on any change`;
+    if (options.replacementTrigger !== undefined && old.replacementTrigger !== undefined) {
+      const trigger = this.evaluate(options.replacementTrigger, ['resources', d.name, 'options', 'replacementTrigger']);
+      if (!jsonEqual(trigger, old.replacementTrigger)) return 'replacementTrigger';
+    }
+    const by = (options.replaceWith ?? []).find((n) => this.#steps.get(n)?.op === 'replace');
+    if (by !== undefined) return `replaceWith ${by}`;
+    const provider = this.identity(d.name).providerOfRecord;
+    // A resource moved to another provider is another provider's resource: Pulumi replaces it.
+    if (old.provider !== undefined && provider !== undefined && old.provider !== provider && !this.isRenamedProvider(old.provider)) return `provider ${provider}`;
+    return undefined;
+  }
+
+  /** An old provider urn that an alias of a provider of the program carried over (its rename is not a move). */
+  private isRenamedProvider(urn: string): boolean {
+    return [...this.#claimed.entries()].some(([name, r]) => r.urn === urn && isProviderType(this.declaration(name).type));
+  }
+
+  /** A get: the target's resource by id, its outputs what the target holds. */
+  private planRead(d: ResourceDeclaration, common: Omit<PlanStep, 'op' | 'changedPaths'>, old: StateResource | undefined): PlanStep {
+    const get = d.get as NonNullable<ResourceDeclaration['get']>;
+    const path = `resources.${d.name}.get`;
+    if (old && !old.external) throw invalidProject(`${path}: ${d.name} is managed by this stack; it cannot become a get (remove it first)`, { path });
+    const id = this.evaluate(get.id, ['resources', d.name, 'get', 'id']);
+    if (typeof id !== 'string') throw invalidProject(`${path}.id must be text known at plan time (the id of a resource the target holds)`, { path: `${path}.id` });
+    const found = this.read(id);
+    if (!found) throw new AppError('IAC.GET_NOT_FOUND', 'validation', `${path}.id: the target holds no resource ${id} for this tenant`, { path: `${path}.id`, id });
+    if (found.type !== d.type) {
+      throw new AppError('IAC.GET_TYPE_MISMATCH', 'validation', `${path}.id: ${id} is a ${found.type}, not a ${d.type}`, { path: `${path}.id`, id, found: found.type, declared: d.type });
+    }
+    const state = this.evaluate(get.state, ['resources', d.name, 'get', 'state']) as JsonObject;
+    const differing = Object.keys(state).filter((k) => !isOpaque(state[k]) && !jsonEqual(state[k], found.properties[k])).sort();
+    if (differing.length > 0) {
+      throw new AppError('IAC.GET_STATE_MISMATCH', 'validation', `${path}.state: ${id} holds other values at ${differing.join(', ')}`, { path: `${path}.state`, id, paths: differing });
+    }
+    this.#outputs.set(d.name, { ...shownOutputs({ ...found.properties, id }, secretOutputsOf(d)), urn: common.urn });
+    return { ...common, op: 'same', id, changedPaths: [], inputs: state, read: true };
+  }
+
+  /** An import must find the resource in the target, of the type, holding what the program says. */
+  private checkImport(d: ResourceDeclaration, desired: JsonObject, id: string): void {
+    const path = `resources.${d.name}.options.import`;
+    const found = this.read(id);
+    if (!found) throw new AppError('IAC.IMPORT_NOT_FOUND', 'validation', `${path}: the target holds no resource ${id} for this tenant`, { path, id });
+    if (found.type !== d.type) throw new AppError('IAC.IMPORT_MISMATCH', 'validation', `${path}: ${id} is a ${found.type}, not a ${d.type}`, { path, id, found: found.type, declared: d.type });
+    const managed = (this.state?.resources ?? []).find((r) => r.id === id);
+    if (managed) throw new AppError('IAC.IMPORT_MISMATCH', 'validation', `${path}: ${id} is already this stack's ${managed.name}`, { path, id, urn: managed.urn });
+    // Where the program holds a reference or a computed value, what the target holds cannot be compared.
+    const held = keepIgnored(refreshedInputs(desired, found.properties), desired, d.ignoreChanges);
+    const differing = changedPaths(held, keepIgnored(desired, desired, d.ignoreChanges));
+    if (differing.length > 0) {
+      throw new AppError('IAC.IMPORT_MISMATCH', 'validation', `${path}: ${id} holds other values than the program at ${differing.join(', ')}; make the properties what the target holds`, {
+        path,
+        id,
+        paths: differing,
+      });
+    }
+  }
+
+  private read(id: string): TargetResource | null {
+    const found = this.target?.get(id);
+    if (found === undefined) throw new TargetReadNeeded(id);
+    return found;
+  }
+
+  deleteSteps(): PlanStep[] {
+    const claimed = new Set(this.#claimed.values());
+    const gone = (this.state?.resources ?? []).filter((r) => !claimed.has(r));
+    const deleted = new Set(gone.map((r) => r.urn));
+    const key = (r: StateResource) => `${r.urn}#${r.id}`;
+    const byUrn = new Map(gone.map((r) => [r.urn, key(r)]));
+    const goneDeps = new Map(gone.map((r) => [key(r), r.dependencies.flatMap((u) => byUrn.get(u) ?? [])]));
+    const byKey = new Map(gone.map((r) => [key(r), r]));
+    // A resource goes before what it depends on: the reverse of the order in which they were created.
+    return topologicalOrder(gone.map(key), goneDeps)
+      .reverse()
+      .map((k) => {
+        const old = byKey.get(k) as StateResource;
+        if (old.protect) throw protectedResource(old, 'delete');
+        const retain: RetainReason | undefined = old.retainOnDelete ? 'retainOnDelete' : old.deletedWith !== undefined && deleted.has(old.deletedWith) ? 'deletedWith' : undefined;
+        return {
+          urn: old.urn,
+          name: old.name,
+          type: old.type,
+          op: 'delete' as const,
+          id: old.id,
+          changedPaths: [],
+          dependencies: old.dependencies,
+          protect: old.protect,
+          ...(retain ? { retain } : {}),
+          ...(old.external ? { read: true as const } : {}),
+        };
+      });
+  }
+
+  private declaration(name: string): ResourceDeclaration {
+    return this.#declarations.get(name) as ResourceDeclaration;
+  }
+
+  private identity(name: string): ResourceIdentity {
+    return this.#identities.get(name) as ResourceIdentity;
+  }
+
+  private evaluate(value: JsonValue, path: PathSegment[]): JsonValue {
+    return this.withOutputErrors(() => this.#evaluator.evaluate(value, path));
+  }
+
+  /** An unknown member of a resource's outputs is `IAC.UNKNOWN_OUTPUT`, naming the resource, the output and the type. */
+  private withOutputErrors<T>(work: () => T): T {
+    try {
+      return work();
+    } catch (error) {
+      if (!(error instanceof AppError) || error.code !== 'IAC.UNKNOWN_REFERENCE') throw error;
+      const reference = typeof error.details.reference === 'string' ? parsePath(error.details.reference) : undefined;
+      const [root, member] = reference ?? [];
+      const d = typeof root === 'string' ? this.#declarations.get(root) : undefined;
+      const outputs = d ? this.#outputs.get(d.name) : undefined;
+      if (!d || typeof member !== 'string' || !outputs || outputs[member] !== undefined) throw error;
+      throw unknownOutput(d, member, error.details.path);
+    }
+  }
+}
+
+/** Undefined when a get's references make a cycle with the rest (the order is then not a dependency order). */
+function fromGetAcyclic(order: readonly string[], dependencies: ReadonlyMap<string, readonly string[]>): string[] {
+  const placed = new Set<string>();
+  for (const name of order) {
+    const missing = (dependencies.get(name) ?? []).find((d) => !placed.has(d));
+    if (missing !== undefined) throw new AppError('IAC.PLAN_CYCLE', 'validation', `the project has a dependency cycle through ${name} and ${missing}`, { path: `resources.${name}` });
+    placed.add(name);
+  }
+  return [...order];
+}
+
+function unknownOutput(d: ResourceDeclaration, output: string, path: unknown): AppError {
+  const emulation = emulationOf(d.type);
+  const why = emulation?.notEmulated.includes(output)
+    ? `the local engine does not emulate ${d.type}'s ${output}`
+    : emulation
+      ? `${d.type} has the outputs ${[...emulation.outputs, 'and its inputs'].join(', ')}`
+      : `the local engine knows a ${d.type}'s inputs and id only (no provider computes its outputs here)`;
+  return new AppError('IAC.UNKNOWN_OUTPUT', 'validation', `${typeof path === 'string' ? `${path}: ` : ''}\${${d.name}.${output}}: ${d.name} (${d.type}) has no output ${output}: ${why}`, {
+    ...(typeof path === 'string' ? { path } : {}),
+    resource: d.name,
+    output,
+    type: d.type,
+  });
+}
+
+/** A replaceOnChanges entry covers a changed path at, under or above it; `*` covers any, `[*]` any index. */
+function pathCovers(entry: string, changed: string): boolean {
+  if (entry === '*') return true;
+  const pattern = new RegExp(`^${entry.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\\\[\\\*\\\]/g, '\\[\\d+\\]')}`);
+  const match = pattern.exec(changed);
+  if (match && (changed.length === match[0].length || changed[match[0].length] === '.' || changed[match[0].length] === '[')) return true;
+  // A change above the entry (the whole `tags` replaced) changes it too.
+  return entry.startsWith(changed) && (entry[changed.length] === '.' || entry[changed.length] === '[');
+}
+
+/** The step with `hideDiffs` paths shown as `[hidden]`; their values still bind the digest through a hash. */
+function hideDiffs(step: PlanStep, paths: readonly string[]): PlanStep {
+  if (paths.length === 0 || !step.inputs) return step;
+  let shown: JsonValue = step.inputs;
+  const hidden: JsonValue[] = [];
+  for (const path of paths) {
+    const segments = parsePath(path) as PathSegment[];
+    const value = readPath(step.inputs, segments);
+    hidden.push(value ?? null);
+    if (value !== undefined) shown = writePath(shown, segments, HIDDEN_VALUE);
+  }
+  const hiddenDigest = `sha256:${createHash('sha256').update(canonicalJson(hidden)).digest('hex')}`;
+  return { ...step, inputs: shown as JsonObject, hiddenPaths: paths, hiddenDigest };
 }
 
 /** The digest of a plan's content: equal content gives an equal digest, any change another. */

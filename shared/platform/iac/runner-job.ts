@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { ConfigOverrides, PlanOptions } from './iac-runner';
 import type { JsonValue } from './iac-values';
-import { planSchema, type ApplyResult, type Plan, type StackState } from './plan';
+import { planSchema, stateResourceOptionalSchema, type ApplyResult, type Plan, type StackState } from './plan';
 import type { ProjectFiles } from './pulumi-yaml';
 import type { StackRef } from './stack-ref';
 
@@ -171,6 +171,7 @@ export const stackStateSchema: z.ZodType<StackState> = z.object({
       protect: z.boolean(),
       dependencies: z.array(z.string()),
       ignoreChanges: z.array(z.string()).optional(),
+      ...stateResourceOptionalSchema,
     }),
   ),
 });

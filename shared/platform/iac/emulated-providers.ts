@@ -1,0 +1,342 @@
+import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { canonicalJson, type JsonObject, type JsonValue } from './iac-values';
+import { unsupported } from './pulumi-yaml-resource';
+
+/**
+ * The providers that programs without a cloud use most, emulated by the local engine: `random` (values drawn
+ * from a generator seeded by tenant, urn and inputs, so one resource always draws the same, and two tenants
+ * with the same names draw different ones) and `tls` (keys from node:crypto). Outputs carry the providers' real
+ * names (the Pulumi registry's random and tls schemas). The apply computes them once and the stack state keeps
+ * them; a plan sees them from the state, or as computed values while the resource is still to be created.
+ *
+ * Every other type is a plain local cloud resource: its outputs are its inputs and `id`. `command:*` is refused:
+ * it would run code on the host. Pure but for key generation (RSA keys cannot be drawn from a seed with
+ * node:crypto: an RSA key is random, and kept in the state like every other output).
+ */
+
+/** What the emulation of one type knows. */
+export interface Emulation {
+  /** Outputs the provider computes, besides the inputs (`id` among them where the provider sets it). */
+  readonly outputs: readonly string[];
+  /** Outputs the provider marks secret: masked wherever values are shown. */
+  readonly secret: readonly string[];
+  /** Outputs the real provider has and the emulation does not compute: a reference to one fails the plan. */
+  readonly notEmulated: readonly string[];
+  /** The provider replaces the resource on any input change (every input of these types is ForceNew). */
+  readonly replaceOnChange: boolean;
+  /** The computed outputs, from the inputs as the target receives them (references resolved). */
+  generate(inputs: JsonObject, seed: Seed): JsonObject;
+}
+
+/** What a resource's values are drawn from: the same tenant, urn and inputs draw the same values. */
+export interface Seed {
+  readonly tenant: string;
+  readonly urn: string;
+  /** The inputs as recorded (references unresolved), so the seed never holds a secret. */
+  readonly inputs: JsonObject;
+}
+
+/** The emulation of `type`, or undefined for a plain resource. */
+export function emulationOf(type: string): Emulation | undefined {
+  return Object.hasOwn(EMULATIONS, type) ? EMULATIONS[type] : undefined;
+}
+
+/** Throws `IAC.UNSUPPORTED` for a type the local engine must not carry out (`path` is the resource's type). */
+export function assertTypeAllowed(type: string, path: string): void {
+  if (type.startsWith('command:') || type === 'pulumi:providers:command') {
+    throw unsupported(type, path, 'a command resource would run code on the host that applies the plan');
+  }
+}
+
+/**
+ * The outputs a resource has after an apply: its inputs, `id`, and what its emulation computed (which wins:
+ * RandomPet's `id` is the pet name, as the provider has it).
+ */
+export function outputsFor(inputs: JsonObject, id: string, generated: JsonObject = {}): JsonObject {
+  return { ...inputs, id, ...generated };
+}
+
+/** The outputs of `outputs` the emulation of `type` computed (for keeping them across a refresh). */
+export function generatedOutputs(type: string, outputs: JsonObject): JsonObject {
+  const emulation = emulationOf(type);
+  if (!emulation) return {};
+  return Object.fromEntries(emulation.outputs.filter((name) => outputs[name] !== undefined).map((name) => [name, outputs[name] as JsonValue]));
+}
+
+/** The outputs with every named one masked as Pulumi prints a secret. */
+export function maskOutputs(outputs: JsonObject, names: readonly string[], mask: string): JsonObject {
+  if (names.length === 0) return outputs;
+  return Object.fromEntries(Object.entries(outputs).map(([k, v]) => [k, names.includes(k) ? mask : v]));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The generator
+
+/** A deterministic byte stream: SHA-256 of the seed and a counter, block after block. */
+class Draw {
+  readonly #key: Buffer;
+  #counter = 0;
+  #buffer = Buffer.alloc(0);
+
+  constructor(seed: Seed, purpose: string) {
+    this.#key = createHash('sha256').update(`${purpose}\0${seed.tenant}\0${seed.urn}\0${canonicalJson(seed.inputs)}`).digest();
+  }
+
+  bytes(count: number): Buffer {
+    while (this.#buffer.length < count) {
+      const block = createHash('sha256').update(this.#key).update(String(this.#counter++)).digest();
+      this.#buffer = Buffer.concat([this.#buffer, block]);
+    }
+    const out = this.#buffer.subarray(0, count);
+    this.#buffer = this.#buffer.subarray(count);
+    return Buffer.from(out);
+  }
+
+  /** A uniform integer in [0, bound), by rejection: no modulo bias. */
+  below(bound: number): number {
+    if (bound <= 1) return 0;
+    const limit = Math.floor(0x1_0000_0000 / bound) * bound;
+    for (;;) {
+      const value = this.bytes(4).readUInt32BE(0);
+      if (value < limit) return value % bound;
+    }
+  }
+
+  shuffle<T>(items: readonly T[]): T[] {
+    const copy = [...items];
+    for (let i = copy.length - 1; i > 0; i--) {
+      const j = this.below(i + 1);
+      [copy[i], copy[j]] = [copy[j] as T, copy[i] as T];
+    }
+    return copy;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// random
+
+const LOWER = 'abcdefghijklmnopqrstuvwxyz';
+const UPPER = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+const NUMERIC = '0123456789';
+/** The provider's default special characters. */
+const SPECIAL = '!@#$%&*()-_=+[]{}<>:?';
+
+function int(inputs: JsonObject, key: string, fallback?: number): number {
+  const value = inputs[key] ?? fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw new Error(`${key} must be an integer`);
+  return value;
+}
+
+function bool(inputs: JsonObject, key: string, fallback: boolean): boolean {
+  const value = inputs[key];
+  return typeof value === 'boolean' ? value : fallback;
+}
+
+/** RandomString and RandomPassword: the provider's rules (min counts from each class first, then any, shuffled). */
+function randomText(inputs: JsonObject, draw: Draw): string {
+  const length = int(inputs, 'length');
+  if (length < 1) throw new Error('length must be at least 1');
+  const special = typeof inputs.overrideSpecial === 'string' ? inputs.overrideSpecial : SPECIAL;
+  const numeric = bool(inputs, 'numeric', bool(inputs, 'number', true));
+  const classes: [boolean, string, number][] = [
+    [bool(inputs, 'lower', true), LOWER, int(inputs, 'minLower', 0)],
+    [bool(inputs, 'upper', true), UPPER, int(inputs, 'minUpper', 0)],
+    [numeric, NUMERIC, int(inputs, 'minNumeric', 0)],
+    [bool(inputs, 'special', true), special, int(inputs, 'minSpecial', 0)],
+  ];
+  const all = classes.filter(([on]) => on).map(([, chars]) => chars).join('');
+  if (all.length === 0) throw new Error('at least one character class must be enabled');
+  const chars: string[] = [];
+  for (const [on, set, min] of classes) for (let i = 0; on && i < min; i++) chars.push(set[draw.below(set.length)] as string);
+  while (chars.length < length) chars.push(all[draw.below(all.length)] as string);
+  return draw.shuffle(chars).join('');
+}
+
+const ADJECTIVES = ['amused', 'brave', 'calm', 'eager', 'fair', 'gentle', 'happy', 'jolly', 'kind', 'lively', 'merry', 'neat', 'proud', 'quick', 'quiet', 'smart', 'still', 'sunny', 'tidy', 'witty'];
+const ADVERBS = ['boldly', 'briskly', 'calmly', 'deeply', 'firmly', 'freely', 'gladly', 'kindly', 'neatly', 'openly', 'really', 'simply', 'slowly', 'subtly', 'truly', 'vastly', 'warmly', 'wholly', 'wildly', 'wisely'];
+const NAMES = ['badger', 'bison', 'crane', 'dingo', 'eagle', 'ferret', 'gecko', 'heron', 'ibis', 'koala', 'lemur', 'marten', 'newt', 'otter', 'panda', 'quail', 'raven', 'seal', 'tapir', 'walrus'];
+
+function uuidOf(bytes: Buffer): string {
+  const b = Buffer.from(bytes.subarray(0, 16));
+  b[6] = ((b[6] as number) & 0x0f) | 0x40;
+  b[8] = ((b[8] as number) & 0x3f) | 0x80;
+  const hex = b.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+const random = (outputs: string[], secret: string[], notEmulated: string[], generate: (inputs: JsonObject, draw: Draw) => JsonObject): Emulation => ({
+  outputs,
+  secret,
+  notEmulated,
+  replaceOnChange: true,
+  generate: (inputs, seed) => generate(inputs, new Draw(seed, 'random')),
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// tls
+
+/** The curves of tls PrivateKey's `ecdsaCurve`, by node's name, with their private scalar length. */
+const CURVES: Readonly<Record<string, { readonly name: string; readonly bytes: number; readonly oid: string; readonly ssh?: string }>> = {
+  P224: { name: 'secp224r1', bytes: 28, oid: '1.3.132.0.33' },
+  P256: { name: 'prime256v1', bytes: 32, oid: '1.2.840.10045.3.1.7', ssh: 'nistp256' },
+  P384: { name: 'secp384r1', bytes: 48, oid: '1.3.132.0.34', ssh: 'nistp384' },
+  P521: { name: 'secp521r1', bytes: 66, oid: '1.3.132.0.35', ssh: 'nistp521' },
+};
+
+/** A minimal DER encoder: enough for an EC private key (SEC1). */
+function der(tag: number, content: Buffer): Buffer {
+  const length = content.length;
+  const header = length < 0x80 ? Buffer.from([tag, length]) : length < 0x100 ? Buffer.from([tag, 0x81, length]) : Buffer.from([tag, 0x82, length >> 8, length & 0xff]);
+  return Buffer.concat([header, content]);
+}
+
+function derOid(oid: string): Buffer {
+  const [a, b, ...rest] = oid.split('.').map(Number) as [number, number, ...number[]];
+  const bytes = [40 * a + b];
+  for (const part of rest) {
+    const chunk: number[] = [];
+    let value = part;
+    do {
+      chunk.unshift(value & 0x7f);
+      value = Math.floor(value / 128);
+    } while (value > 0);
+    for (let i = 0; i < chunk.length - 1; i++) chunk[i] = (chunk[i] as number) | 0x80;
+    bytes.push(...chunk);
+  }
+  return der(0x06, Buffer.from(bytes));
+}
+
+/** An ECDSA key whose private scalar is drawn from the seed (a drawn value past the curve's order is drawn again). */
+function ecdsaKey(curve: (typeof CURVES)[string], draw: Draw): KeyObject {
+  for (;;) {
+    const scalar = draw.bytes(curve.bytes);
+    if (curve.bytes === 66) scalar[0] = (scalar[0] as number) & 0x01;
+    try {
+      const ecdh = createECDH(curve.name);
+      ecdh.setPrivateKey(scalar);
+      const sec1 = der(
+        0x30,
+        Buffer.concat([
+          der(0x02, Buffer.from([1])),
+          der(0x04, scalar),
+          der(0xa0, derOid(curve.oid)),
+          der(0xa1, der(0x03, Buffer.concat([Buffer.from([0]), ecdh.getPublicKey()]))),
+        ]),
+      );
+      return createPrivateKey({ key: sec1, format: 'der', type: 'sec1' });
+    } catch {
+      // Zero or not below the order: draw again (as likely as a hash collision for the larger curves).
+    }
+  }
+}
+
+/** An Ed25519 key from a drawn 32-byte seed (PKCS#8 of RFC 8410). */
+function ed25519Key(draw: Draw): KeyObject {
+  const prefix = Buffer.from('302e020100300506032b657004220420', 'hex');
+  return createPrivateKey({ key: Buffer.concat([prefix, draw.bytes(32)]), format: 'der', type: 'pkcs8' });
+}
+
+function sshString(value: Buffer | string): Buffer {
+  const bytes = typeof value === 'string' ? Buffer.from(value) : value;
+  const length = Buffer.alloc(4);
+  length.writeUInt32BE(bytes.length);
+  return Buffer.concat([length, bytes]);
+}
+
+function sshMpint(value: Buffer): Buffer {
+  let bytes = value;
+  while (bytes.length > 1 && bytes[0] === 0) bytes = bytes.subarray(1);
+  return sshString((bytes[0] as number) & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
+}
+
+/** The public key in OpenSSH's wire format (RFC 4253, 5656, 8709), or undefined (P224 has no OpenSSH name). */
+function sshPublicKey(key: KeyObject, algorithm: string, curve?: (typeof CURVES)[string]): { type: string; blob: Buffer } | undefined {
+  const jwk = createPublicKey(key).export({ format: 'jwk' });
+  const b64 = (v: string | undefined) => Buffer.from(v ?? '', 'base64url');
+  if (algorithm === 'ED25519') return { type: 'ssh-ed25519', blob: Buffer.concat([sshString('ssh-ed25519'), sshString(b64(jwk.x))]) };
+  if (algorithm === 'RSA') return { type: 'ssh-rsa', blob: Buffer.concat([sshString('ssh-rsa'), sshMpint(b64(jwk.e)), sshMpint(b64(jwk.n))]) };
+  if (!curve?.ssh) return undefined;
+  const point = Buffer.concat([Buffer.from([4]), b64(jwk.x), b64(jwk.y)]);
+  const type = `ecdsa-sha2-${curve.ssh}`;
+  return { type, blob: Buffer.concat([sshString(type), sshString(curve.ssh), sshString(point)]) };
+}
+
+function privateKey(inputs: JsonObject, seed: Seed): JsonObject {
+  const algorithm = inputs.algorithm;
+  const draw = new Draw(seed, 'tls');
+  let key: KeyObject;
+  let curve: (typeof CURVES)[string] | undefined;
+  if (algorithm === 'ED25519') key = ed25519Key(draw);
+  else if (algorithm === 'ECDSA') {
+    const name = typeof inputs.ecdsaCurve === 'string' ? inputs.ecdsaCurve : 'P224';
+    curve = CURVES[name];
+    if (!curve) throw new Error(`ecdsaCurve must be one of ${Object.keys(CURVES).join(', ')}`);
+    key = ecdsaKey(curve, draw);
+  } else if (algorithm === 'RSA') {
+    key = generateKeyPairSync('rsa', { modulusLength: int(inputs, 'rsaBits', 2048) }).privateKey;
+  } else throw new Error('algorithm must be RSA, ECDSA or ED25519');
+  const publicKey = createPublicKey(key);
+  const pem = (value: string | Buffer) => value.toString();
+  const traditional = algorithm === 'RSA' ? key.export({ format: 'pem', type: 'pkcs1' }) : algorithm === 'ECDSA' ? key.export({ format: 'pem', type: 'sec1' }) : key.export({ format: 'pem', type: 'pkcs8' });
+  const ssh = sshPublicKey(key, algorithm, curve);
+  return {
+    privateKeyPem: pem(traditional),
+    privateKeyPemPkcs8: pem(key.export({ format: 'pem', type: 'pkcs8' })),
+    publicKeyPem: pem(publicKey.export({ format: 'pem', type: 'spki' })),
+    publicKeyOpenssh: ssh ? `${ssh.type} ${ssh.blob.toString('base64')}\n` : '',
+    publicKeyFingerprintMd5: ssh ? (createHash('md5').update(ssh.blob).digest('hex').match(/../g) ?? []).join(':') : '',
+    publicKeyFingerprintSha256: ssh ? `SHA256:${createHash('sha256').update(ssh.blob).digest('base64').replace(/=+$/, '')}` : '',
+    // The provider's id: the SHA-1 of the public key, hex.
+    id: createHash('sha1').update(publicKey.export({ format: 'der', type: 'spki' })).digest('hex'),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The table
+
+const EMULATIONS: Readonly<Record<string, Emulation>> = {
+  'random:index:RandomPassword': random(['result', 'id'], ['result'], ['bcryptHash'], (inputs, draw) => ({ result: randomText(inputs, draw), id: 'none' })),
+  'random:index:RandomString': random(['result', 'id'], [], [], (inputs, draw) => {
+    const result = randomText(inputs, draw);
+    return { result, id: result };
+  }),
+  'random:index:RandomId': random(['hex', 'b64Std', 'b64Url', 'dec', 'id'], [], [], (inputs, draw) => {
+    const bytes = draw.bytes(int(inputs, 'byteLength'));
+    const prefix = typeof inputs.prefix === 'string' ? inputs.prefix : '';
+    const b64Url = bytes.toString('base64url');
+    return { hex: prefix + bytes.toString('hex'), b64Std: prefix + bytes.toString('base64'), b64Url: prefix + b64Url, dec: prefix + BigInt(`0x${bytes.toString('hex') || '0'}`).toString(), id: b64Url };
+  }),
+  'random:index:RandomInteger': random(['result', 'id'], [], [], (inputs, draw) => {
+    const min = int(inputs, 'min');
+    const max = int(inputs, 'max');
+    if (max < min) throw new Error('max must not be less than min');
+    const result = min + draw.below(max - min + 1);
+    return { result, id: String(result) };
+  }),
+  'random:index:RandomPet': random(['id'], [], [], (inputs, draw) => {
+    const length = int(inputs, 'length', 2);
+    const separator = typeof inputs.separator === 'string' ? inputs.separator : '-';
+    const words = [...Array.from({ length: Math.max(0, length - 2) }, () => ADVERBS[draw.below(ADVERBS.length)]), ...(length >= 2 ? [ADJECTIVES[draw.below(ADJECTIVES.length)]] : []), NAMES[draw.below(NAMES.length)]];
+    const pet = words.join(separator);
+    return { id: typeof inputs.prefix === 'string' ? `${inputs.prefix}${separator}${pet}` : pet };
+  }),
+  'random:index:RandomUuid': random(['result', 'id'], [], [], (_, draw) => {
+    const result = uuidOf(draw.bytes(16));
+    return { result, id: result };
+  }),
+  'random:index:RandomShuffle': random(['results', 'id'], [], [], (inputs, draw) => {
+    const items = inputs.inputs;
+    if (!Array.isArray(items) || !items.every((i) => typeof i === 'string')) throw new Error('inputs must be a list of strings');
+    const shuffled = draw.shuffle(items);
+    const count = inputs.resultCount === undefined ? shuffled.length : int(inputs, 'resultCount');
+    return { results: shuffled.slice(0, count), id: '-' };
+  }),
+  'tls:index:PrivateKey': {
+    outputs: ['id', 'privateKeyPem', 'privateKeyPemPkcs8', 'publicKeyPem', 'publicKeyOpenssh', 'publicKeyFingerprintMd5', 'publicKeyFingerprintSha256'],
+    secret: ['privateKeyPem', 'privateKeyPemPkcs8'],
+    notEmulated: ['privateKeyOpenssh'],
+    replaceOnChange: true,
+    generate: privateKey,
+  },
+};
+
