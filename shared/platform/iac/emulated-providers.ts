@@ -1,5 +1,5 @@
 import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { canonicalJson, type JsonObject, type JsonValue } from './iac-values';
+import { canonicalJson, isComputed, type JsonObject, type JsonValue } from './iac-values';
 import { unsupported } from './pulumi-yaml-resource';
 
 /**
@@ -63,10 +63,13 @@ export function generatedOutputs(type: string, outputs: JsonObject): JsonObject 
   return Object.fromEntries(emulation.outputs.filter((name) => outputs[name] !== undefined).map((name) => [name, outputs[name] as JsonValue]));
 }
 
-/** The outputs with every named one masked as Pulumi prints a secret. */
+/**
+ * The outputs with every named one masked as Pulumi prints a secret. A computed value stays: what reads it must
+ * see that it is still unknown (and so changes when a replace draws a new secret), not a mask equal to the last.
+ */
 export function maskOutputs(outputs: JsonObject, names: readonly string[], mask: string): JsonObject {
   if (names.length === 0) return outputs;
-  return Object.fromEntries(Object.entries(outputs).map(([k, v]) => [k, names.includes(k) ? mask : v]));
+  return Object.fromEntries(Object.entries(outputs).map(([k, v]) => [k, names.includes(k) && !isComputed(v) ? mask : v]));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
