@@ -23,7 +23,7 @@ import {
 } from './iac-values';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
-import { getRoots, isProviderType, type CustomTimeouts } from './pulumi-yaml-resource';
+import { getRoots, type CustomTimeouts } from './pulumi-yaml-resource';
 import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
 
 /**
@@ -457,13 +457,15 @@ class Planner {
     if (by !== undefined) return `replaceWith ${by}`;
     const provider = this.identity(d.name).providerOfRecord;
     // A resource moved to another provider is another provider's resource: Pulumi replaces it.
-    if (old.provider !== undefined && provider !== undefined && old.provider !== provider && !this.isRenamedProvider(old.provider)) return `provider ${provider}`;
+    if (old.provider !== undefined && provider !== undefined && !this.isSameProvider(old.provider, provider)) return `provider ${provider}`;
     return undefined;
   }
 
-  /** An old provider urn that an alias of a provider of the program carried over (its rename is not a move). */
-  private isRenamedProvider(urn: string): boolean {
-    return [...this.#claimed.entries()].some(([name, r]) => r.urn === urn && isProviderType(this.declaration(name).type));
+  /** The provider the state recorded is `provider`, or was renamed to it (an alias carried it over). */
+  private isSameProvider(recorded: string, provider: string): boolean {
+    if (recorded === provider) return true;
+    const renamed = [...this.#claimed.entries()].find(([, r]) => r.urn === recorded)?.[0];
+    return renamed !== undefined && this.identity(renamed).urn === provider;
   }
 
   /** A get: the target's resource by id, its outputs what the target holds. */
