@@ -1,4 +1,4 @@
-import { createPrivateKey, createPublicKey } from 'node:crypto';
+import { createPrivateKey, createPublicKey, X509Certificate } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
@@ -375,6 +375,31 @@ for (const dialect of DIALECTS) {
       expect(app?.properties.key).toBe(outputs.ed?.privateKeyPem);
       expect((await state(stack))?.resources.find((r) => r.name === 'app')?.inputs).toEqual({ key: '[secret]', pub: outputs.ed?.publicKeyOpenssh });
       expect(JSON.stringify(result)).not.toContain('PRIVATE KEY');
+    });
+
+    it('when a self-signed certificate is applied, then certPem is an X.509 certificate its key verifies, with the subject, names, uses and validity asked for', async () => {
+      const stack = stackOf('tenant-a');
+      const files = project(
+        `  key:\n    type: tls:PrivateKey\n    properties: { algorithm: ECDSA, ecdsaCurve: P256 }\n` +
+          `  cert:\n    type: tls:SelfSignedCert\n    properties:\n      privateKeyPem: \${key.privateKeyPem}\n      validityPeriodHours: 48\n      subject: { commonName: shop.local, organization: Shop }\n      dnsNames: [shop.local, www.shop.local]\n      ipAddresses: [10.0.0.7]\n      allowedUses: [digital_signature, key_encipherment, server_auth]\n      setSubjectKeyId: true\n`,
+        'outputs:\n  cert: ${cert.certPem}\n',
+      );
+      const { result } = await apply(stack, files);
+      expect(result.status).toBe('applied');
+      const outputs = Object.fromEntries(((await state(stack))?.resources ?? []).map((r) => [r.name, r.outputs]));
+      const certificate = new X509Certificate(outputs.cert?.certPem as string);
+      expect(certificate.verify(createPublicKey(outputs.key?.publicKeyPem as string))).toBe(true);
+      expect(certificate.subject).toBe('O=Shop\nCN=shop.local');
+      expect(certificate.issuer).toBe(certificate.subject);
+      expect(certificate.subjectAltName).toBe('DNS:shop.local, DNS:www.shop.local, IP Address:10.0.0.7');
+      expect(certificate.keyUsage).toEqual(['1.3.6.1.5.5.7.3.1']);
+      expect(certificate.ca).toBe(false);
+      expect(new Date(certificate.validFrom).toISOString()).toBe('2026-03-01T10:00:00.000Z');
+      expect(new Date(certificate.validTo).toISOString()).toBe('2026-03-03T10:00:00.000Z');
+      expect(outputs.cert).toMatchObject({ keyAlgorithm: 'ECDSA', validityStartTime: '2026-03-01T10:00:00Z', validityEndTime: '2026-03-03T10:00:00Z', readyForRenewal: false, id: BigInt(`0x${certificate.serialNumber}`).toString() });
+      // The certificate is no secret; the key it was signed with is.
+      expect(result.outputs.cert).toBe(outputs.cert?.certPem);
+      expect((await state(stack))?.resources.find((r) => r.name === 'cert')?.inputs.privateKeyPem).toBe('[secret]');
     });
 
     it('when a command resource is in the program, then the preview refuses it and nothing runs', async () => {

@@ -1,4 +1,5 @@
-import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import { isIP } from 'node:net';
 import { canonicalJson, isComputed, type JsonObject, type JsonValue } from './iac-values';
 import { unsupported } from './pulumi-yaml-resource';
 
@@ -24,8 +25,8 @@ export interface Emulation {
   readonly notEmulated: readonly string[];
   /** The provider replaces the resource on any input change (every input of these types is ForceNew). */
   readonly replaceOnChange: boolean;
-  /** The computed outputs, from the inputs as the target receives them (references resolved). */
-  generate(inputs: JsonObject, seed: Seed): JsonObject;
+  /** The computed outputs, from the inputs as the target receives them (references resolved), at `now`. */
+  generate(inputs: JsonObject, seed: Seed, now: Date): JsonObject;
 }
 
 /** What a resource's values are drawn from: the same tenant, urn and inputs draw the same values. */
@@ -294,6 +295,163 @@ function privateKey(inputs: JsonObject, seed: Seed): JsonObject {
   };
 }
 
+
+/** The DER of an unsigned integer (a leading zero keeps it positive). */
+function derUnsigned(value: Buffer): Buffer {
+  let bytes = value;
+  while (bytes.length > 1 && bytes[0] === 0) bytes = bytes.subarray(1);
+  return der(0x02, (bytes[0] as number) & 0x80 ? Buffer.concat([Buffer.from([0]), bytes]) : bytes);
+}
+
+const seq = (...items: Buffer[]) => der(0x30, Buffer.concat(items));
+
+/** X.509 Time: UTCTime before 2050, GeneralizedTime from then on (RFC 5280 4.1.2.5). */
+function derTime(at: Date): Buffer {
+  const iso = at.toISOString().replace(/[-:T]/g, '').slice(0, 14);
+  return at.getUTCFullYear() < 2050 ? der(0x17, Buffer.from(`${iso.slice(2)}Z`)) : der(0x18, Buffer.from(`${iso}Z`));
+}
+
+/** tls SelfSignedCert's `subject` members, with their attribute OIDs (PrintableString where X.520 says so). */
+const SUBJECT: readonly [string, string, boolean][] = [
+  ['country', '2.5.4.6', true],
+  ['province', '2.5.4.8', false],
+  ['locality', '2.5.4.7', false],
+  ['streetAddresses', '2.5.4.9', false],
+  ['postalCode', '2.5.4.17', false],
+  ['organization', '2.5.4.10', false],
+  ['organizationalUnit', '2.5.4.11', false],
+  ['commonName', '2.5.4.3', false],
+  ['serialNumber', '2.5.4.5', true],
+];
+
+function derName(subject: JsonValue | undefined): Buffer {
+  const members = subject !== null && typeof subject === 'object' && !Array.isArray(subject) ? (subject as JsonObject) : {};
+  const rdns: Buffer[] = [];
+  for (const [key, oid, printable] of SUBJECT) {
+    const value = members[key];
+    const values = Array.isArray(value) ? (value as readonly JsonValue[]) : value === undefined ? [] : [value];
+    for (const v of values) {
+      if (typeof v !== 'string') throw new Error(`subject.${key} must be text`);
+      rdns.push(der(0x31, seq(derOid(oid), der(printable ? 0x13 : 0x0c, Buffer.from(v)))));
+    }
+  }
+  return seq(...rdns);
+}
+
+/** tls `allowedUses`: key usage bits (RFC 5280 4.2.1.3) and extended key usage OIDs (4.2.1.12). */
+const KEY_USAGE_BITS: Readonly<Record<string, number>> = {
+  digital_signature: 0,
+  content_commitment: 1,
+  key_encipherment: 2,
+  data_encipherment: 3,
+  key_agreement: 4,
+  cert_signing: 5,
+  crl_signing: 6,
+  encipher_only: 7,
+  decipher_only: 8,
+};
+const EXTENDED_KEY_USAGES: Readonly<Record<string, string>> = {
+  any_extended: '2.5.29.37.0',
+  server_auth: '1.3.6.1.5.5.7.3.1',
+  client_auth: '1.3.6.1.5.5.7.3.2',
+  code_signing: '1.3.6.1.5.5.7.3.3',
+  email_protection: '1.3.6.1.5.5.7.3.4',
+  ipsec_end_system: '1.3.6.1.5.5.7.3.5',
+  ipsec_tunnel: '1.3.6.1.5.5.7.3.6',
+  ipsec_user: '1.3.6.1.5.5.7.3.7',
+  timestamping: '1.3.6.1.5.5.7.3.8',
+  ocsp_signing: '1.3.6.1.5.5.7.3.9',
+};
+
+function extension(oid: string, critical: boolean, value: Buffer): Buffer {
+  return seq(derOid(oid), ...(critical ? [Buffer.from([0x01, 0x01, 0xff])] : []), der(0x04, value));
+}
+
+function strings(inputs: JsonObject, key: string): string[] {
+  const value = inputs[key] ?? [];
+  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw new Error(`${key} must be a list of strings`);
+  return [...(value as readonly string[])];
+}
+
+/** The signature algorithm of a key, as X.509 names it, and the hash `crypto.sign` takes (null: the key's own). */
+function signatureOf(key: KeyObject): { algorithm: Buffer; hash: string | null; name: string } {
+  if (key.asymmetricKeyType === 'rsa') return { algorithm: seq(derOid('1.2.840.113549.1.1.11'), Buffer.from([0x05, 0x00])), hash: 'sha256', name: 'RSA' };
+  if (key.asymmetricKeyType === 'ed25519') return { algorithm: seq(derOid('1.3.101.112')), hash: null, name: 'ED25519' };
+  if (key.asymmetricKeyType === 'ec') {
+    const curve = key.asymmetricKeyDetails?.namedCurve;
+    const [oid, hash] = curve === 'secp384r1' ? ['1.2.840.10045.4.3.3', 'sha384'] : curve === 'secp521r1' ? ['1.2.840.10045.4.3.4', 'sha512'] : ['1.2.840.10045.4.3.2', 'sha256'];
+    return { algorithm: seq(derOid(oid)), hash, name: 'ECDSA' };
+  }
+  throw new Error(`privateKeyPem holds a ${key.asymmetricKeyType ?? 'unknown'} key; RSA, ECDSA and ED25519 are supported`);
+}
+
+/** A self-signed X.509 v3 certificate, as the tls provider makes one, signed with `privateKeyPem`. */
+function selfSignedCert(inputs: JsonObject, seed: Seed, now: Date): JsonObject {
+  if (typeof inputs.privateKeyPem !== 'string') throw new Error('privateKeyPem must be a PEM private key');
+  const key = createPrivateKey(inputs.privateKeyPem);
+  const signature = signatureOf(key);
+  const hours = int(inputs, 'validityPeriodHours');
+  if (hours < 1) throw new Error('validityPeriodHours must be at least 1');
+  const notBefore = new Date(Math.floor(now.getTime() / 1000) * 1000);
+  const notAfter = new Date(notBefore.getTime() + hours * 3_600_000);
+  const serial = new Draw(seed, 'tls-serial').bytes(16);
+  serial[0] = (serial[0] as number) & 0x7f;
+  const spki = createPublicKey(key).export({ format: 'der', type: 'spki' });
+
+  const uses = strings(inputs, 'allowedUses');
+  const unknown = uses.find((u) => KEY_USAGE_BITS[u] === undefined && EXTENDED_KEY_USAGES[u] === undefined);
+  if (unknown !== undefined) throw new Error(`allowedUses: ${unknown} is not a key usage`);
+  const extensions: Buffer[] = [extension('2.5.29.19', true, inputs.isCaCertificate === true ? seq(Buffer.from([0x01, 0x01, 0xff])) : seq())];
+  const bits = uses.map((u) => KEY_USAGE_BITS[u]).filter((b): b is number => b !== undefined);
+  if (bits.length > 0) {
+    const bytes = Buffer.alloc(Math.floor(Math.max(...bits) / 8) + 1);
+    for (const bit of bits) bytes[bit >> 3] = (bytes[bit >> 3] as number) | (0x80 >> (bit & 7));
+    const last = bytes[bytes.length - 1] as number;
+    let unused = 0;
+    while (unused < 7 && (last & (1 << unused)) === 0) unused++;
+    extensions.push(extension('2.5.29.15', true, der(0x03, Buffer.concat([Buffer.from([unused]), bytes]))));
+  }
+  const extended = uses.map((u) => EXTENDED_KEY_USAGES[u]).filter((o): o is string => o !== undefined);
+  if (extended.length > 0) extensions.push(extension('2.5.29.37', false, seq(...extended.map(derOid))));
+  const names = [
+    ...strings(inputs, 'dnsNames').map((n) => der(0x82, Buffer.from(n))),
+    ...strings(inputs, 'ipAddresses').map((ip) => {
+      if (isIP(ip) === 4) return der(0x87, Buffer.from(ip.split('.').map(Number)));
+      throw new Error(`ipAddresses: ${ip} is not an IPv4 address (IPv6 is not emulated)`);
+    }),
+    ...strings(inputs, 'uris').map((u) => der(0x86, Buffer.from(u))),
+  ];
+  if (names.length > 0) extensions.push(extension('2.5.29.17', false, seq(...names)));
+  if (inputs.setSubjectKeyId === true) {
+    // RFC 5280 4.2.1.2 method 1: the SHA-1 of the subject public key bits.
+    extensions.push(extension('2.5.29.14', false, der(0x04, createHash('sha1').update(publicKeyBits(key)).digest())));
+  }
+
+  const name = derName(inputs.subject);
+  const tbs = seq(der(0xa0, der(0x02, Buffer.from([2]))), derUnsigned(serial), signature.algorithm, name, seq(derTime(notBefore), derTime(notAfter)), name, spki, der(0xa3, seq(...extensions)));
+  const signed = sign(signature.hash, tbs, key);
+  const certificate = seq(tbs, signature.algorithm, der(0x03, Buffer.concat([Buffer.from([0]), signed])));
+  const early = typeof inputs.earlyRenewalHours === 'number' ? inputs.earlyRenewalHours : 0;
+  return {
+    certPem: `-----BEGIN CERTIFICATE-----\n${(certificate.toString('base64').match(/.{1,64}/g) ?? []).join('\n')}\n-----END CERTIFICATE-----\n`,
+    keyAlgorithm: signature.name,
+    validityStartTime: notBefore.toISOString().replace('.000Z', 'Z'),
+    validityEndTime: notAfter.toISOString().replace('.000Z', 'Z'),
+    readyForRenewal: now.getTime() >= notAfter.getTime() - early * 3_600_000,
+    // The provider's id: the serial number in decimal.
+    id: BigInt(`0x${serial.toString('hex')}`).toString(),
+  };
+}
+
+/** The subject public key bits of an SPKI (RFC 5280 4.1.2.7): PKCS#1 for RSA, the point for EC, the key for Ed25519. */
+function publicKeyBits(key: KeyObject): Buffer {
+  const publicKey = createPublicKey(key);
+  if (publicKey.asymmetricKeyType === 'rsa') return publicKey.export({ format: 'der', type: 'pkcs1' });
+  const jwk = publicKey.export({ format: 'jwk' });
+  const x = Buffer.from(jwk.x ?? '', 'base64url');
+  return publicKey.asymmetricKeyType === 'ec' ? Buffer.concat([Buffer.from([4]), x, Buffer.from(jwk.y ?? '', 'base64url')]) : x;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The table
 
@@ -340,6 +498,13 @@ const EMULATIONS: Readonly<Record<string, Emulation>> = {
     notEmulated: ['privateKeyOpenssh'],
     replaceOnChange: true,
     generate: privateKey,
+  },
+  'tls:index:SelfSignedCert': {
+    outputs: ['id', 'certPem', 'keyAlgorithm', 'validityStartTime', 'validityEndTime', 'readyForRenewal'],
+    secret: [],
+    notEmulated: [],
+    replaceOnChange: true,
+    generate: selfSignedCert,
   },
 };
 

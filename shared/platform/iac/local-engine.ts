@@ -432,7 +432,7 @@ class StepRunner {
     const emulation = emulationOf(step.type);
     if (!emulation) return {};
     try {
-      return emulation.generate(this.resolve(this.cloudInputsOf(step)) as JsonObject, { tenant: this.context.stack.tenant, urn: step.urn, inputs });
+      return emulation.generate(this.resolve(this.cloudInputsOf(step)) as JsonObject, { tenant: this.context.stack.tenant, urn: step.urn, inputs }, this.context.clock.now());
     } catch (thrown) {
       throw new AppError('IAC.EMULATION_FAILED', 'validation', `${step.name} (${step.type}): ${ensureError(thrown).message}`, { urn: step.urn });
     }
