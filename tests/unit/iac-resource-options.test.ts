@@ -243,6 +243,10 @@ describe('resource options: what a plan shows', () => {
   it('when version and customTimeouts are set, then the step records them', () => {
     const p = program(child('    options:\n      version: 4.2.0\n      customTimeouts: { create: 10m }\n'));
     expect(plan(p).steps[0]).toMatchObject({ version: '4.2.0', customTimeouts: { create: '10m' } });
+    // A timeout may come from config, as upstream's l2-resource-option-custom-timeouts does; it must still be a duration.
+    const fromConfig = (value: string) => program(child('    options:\n      customTimeouts:\n        create: ${createTimeout}\n        delete: 1m\n'), `config:\n  createTimeout: ${value}\n`);
+    expect(plan(fromConfig('7m')).steps[0]?.customTimeouts).toEqual({ create: '7m', delete: '1m' });
+    expect(refusal(() => plan(fromConfig('soon')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.customTimeouts.create' } });
   });
 
   it('when a program uses none of the new options, then its plans keep the digests they had before them', () => {
@@ -346,6 +350,11 @@ describe('import and get', () => {
     const reads = target([['lcr-net', { id: 'lcr-net', type: 'local:network:VirtualNetwork', properties: { cidr: '10.9.0.0/16' } }]]);
     const state = appliedFrom(plan(got(), undefined, reads), { shared: { external: true } });
     expect(plan(program('  other:\n    type: local:a:B\n'), state).steps.find((s) => s.name === 'shared')).toMatchObject({ op: 'delete', read: true });
+  });
+
+  it("when a get's id is an output this plan still has to create, then IAC.UNSUPPORTED: the read happens at plan time (after what the id names)", () => {
+    const p = program(`  net:\n    type: local:network:VirtualNetwork\n  shared:\n    type: local:network:VirtualNetwork\n    get:\n      id: \${net.id}\n`);
+    expect(refusal(() => plan(p))).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'get.id', path: 'resources.shared.get.id' } });
   });
 
   it('when a get has properties, then IAC.INVALID_PROJECT', () => {

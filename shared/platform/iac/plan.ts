@@ -5,6 +5,7 @@ import {
   collectReferences,
   computed,
   invalidProject,
+  isComputed,
   SECRET_MASK,
   formatPath,
   ignorePathProblem,
@@ -23,7 +24,7 @@ import {
 } from './iac-values';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
-import { getRoots, type CustomTimeouts } from './pulumi-yaml-resource';
+import { getRoots, isDuration, unsupported, type CustomTimeouts } from './pulumi-yaml-resource';
 import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
 
 /**
@@ -407,7 +408,7 @@ class Planner {
       ...(identity.provider ? { provider: identity.provider } : {}),
       ...(old && old.urn !== identity.urn ? { oldUrn: old.urn } : {}),
       ...(options.version ? { version: options.version } : {}),
-      ...(options.customTimeouts ? { customTimeouts: options.customTimeouts } : {}),
+      ...(options.customTimeouts ? { customTimeouts: this.customTimeouts(d) } : {}),
     };
     if (d.get) return this.planRead(d, common, old);
     const desired = this.withOutputErrors(() => this.#evaluator.resourceInputs(d));
@@ -443,6 +444,16 @@ class Planner {
     return hideDiffs(step, options.hideDiffs ?? []);
   }
 
+  /** The custom timeouts evaluated: each must be a duration. */
+  private customTimeouts(d: ResourceDeclaration): CustomTimeouts {
+    const path = ['resources', d.name, 'options', 'customTimeouts'];
+    const evaluated = this.evaluate((d.options?.customTimeouts ?? {}), path) as JsonObject;
+    for (const [key, value] of Object.entries(evaluated)) {
+      if (!isDuration(value)) throw invalidProject(`${formatPath([...path, key])} must be a duration such as 30s, 5m or 1h30m`, { path: formatPath([...path, key]) });
+    }
+    return evaluated;
+  }
+
   /** Why an update must be a replace, or undefined. */
   private replaceReason(d: ResourceDeclaration, old: StateResource, changed: readonly string[], emulation: Emulation | undefined): string | undefined {
     const options = d.options ?? {};
@@ -474,7 +485,8 @@ class Planner {
     const path = `resources.${d.name}.get`;
     if (old && !old.external) throw invalidProject(`${path}: ${d.name} is managed by this stack; it cannot become a get (remove it first)`, { path });
     const id = this.evaluate(get.id, ['resources', d.name, 'get', 'id']);
-    if (typeof id !== 'string') throw invalidProject(`${path}.id must be text known at plan time (the id of a resource the target holds)`, { path: `${path}.id` });
+    if (isComputed(id)) throw unsupported('get.id', `${path}.id`, 'the id must be known at plan time; an output of a resource this plan creates is not');
+    if (typeof id !== 'string') throw invalidProject(`${path}.id must be text (the id of a resource the target holds)`, { path: `${path}.id` });
     const found = this.read(id);
     if (!found) throw new AppError('IAC.GET_NOT_FOUND', 'validation', `${path}.id: the target holds no resource ${id} for this tenant`, { path: `${path}.id`, id });
     if (found.type !== d.type) {
@@ -590,7 +602,7 @@ function unknownOutput(d: ResourceDeclaration, output: string, path: unknown): A
     ? `the local engine does not emulate ${d.type}'s ${output}`
     : emulation
       ? `${d.type} has the outputs ${[...emulation.outputs, 'and its inputs'].join(', ')}`
-      : `the local engine knows a ${d.type}'s inputs and id only (no provider computes its outputs here)`;
+      : `the local engine knows only the inputs and id of ${d.type} (no provider computes its outputs here)`;
   return new AppError('IAC.UNKNOWN_OUTPUT', 'validation', `${typeof path === 'string' ? `${path}: ` : ''}\${${d.name}.${output}}: ${d.name} (${d.type}) has no output ${output}: ${why}`, {
     ...(typeof path === 'string' ? { path } : {}),
     resource: d.name,

@@ -301,12 +301,18 @@ function aliasList(value: JsonValue, path: string): JsonValue[] {
   });
 }
 
+/** A Go duration, as Pulumi parses custom timeouts. */
+export function isDuration(value: JsonValue): boolean {
+  return typeof value === 'string' && DURATION.test(value);
+}
+
+/** As written: a duration, or an interpolation the plan evaluates and checks (`${createTimeout}`). */
 function customTimeouts(value: JsonValue, path: string): CustomTimeouts {
   if (!isPlainObject(value)) throw invalidProject(`${path} must be a mapping of create, update, delete, read`, { path });
   const timeouts: Record<string, string> = {};
   for (const [key, duration] of Object.entries(value)) {
     if (!(TIMEOUT_KEYS as readonly string[]).includes(key)) throw invalidProject(`${path}.${key} is not a timeout (create, update, delete, read)`, { path: `${path}.${key}` });
-    if (typeof duration !== 'string' || !DURATION.test(duration)) {
+    if (typeof duration !== 'string' || !(isDuration(duration) || duration.includes('${'))) {
       throw invalidProject(`${path}.${key} must be a duration such as 30s, 5m or 1h30m`, { path: `${path}.${key}` });
     }
     timeouts[key] = duration;
