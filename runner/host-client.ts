@@ -80,6 +80,7 @@ export function hostClient(options: {
         cloud: {
           create: (t, resource) => (t === targetName ? resourceOf({ op: 'create', urn: resource.urn, type: resource.type, properties: resource.properties as Record<string, never> }) : notForJobs()),
           update: (t, id, properties) => (t === targetName ? resourceOf({ op: 'update', id, properties: properties as Record<string, never> }) : notForJobs()),
+          adopt: (t, id, urn) => (t === targetName ? resourceOf({ op: 'adopt', id, urn }) : notForJobs()),
           delete: async (t, id) => (t === targetName ? ((await target({ op: 'delete', id })).deleted ?? false) : notForJobs()),
           get: async (t, id) => (t === targetName ? (await target({ op: 'get', id })).resource : notForJobs()),
           recordApply: async (t, apply) => void (t === targetName ? await target({ op: 'recordApply', planDigest: apply.planDigest }) : notForJobs()),

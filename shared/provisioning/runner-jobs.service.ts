@@ -314,6 +314,14 @@ export async function targetCall(ctx: ProvisioningContext, jobId: string, token:
       await record(`updated ${resource.type} ${resource.id}`);
       return { resource };
     }
+    case 'adopt': {
+      // Pulumi's import: a resource of the job's tenant becomes one of the job's stack.
+      if (!call.urn.startsWith(`urn:pulumi:${job.spec.stack.stack}::${job.spec.stack.project}::`)) throw refused(job, `the urn ${call.urn} is not of the job's stack`);
+      if (!(await own(call.id))) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `there is no resource ${call.id}`);
+      const resource = await cloud.adopt(target, call.id, call.urn);
+      await record(`adopted ${resource.type} ${resource.id} as ${resource.urn}`);
+      return { resource };
+    }
     case 'delete': {
       if (!(await own(call.id))) return { deleted: false };
       const deleted = await cloud.delete(target, call.id);

@@ -99,6 +99,16 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(await refusal(cloud.update(target, 'lcr_missing', {}))).toMatchObject({ code: 'LOCAL_CLOUD.NOT_FOUND', kind: 'not-found' });
     });
 
+    it("when a stack adopts a resource, then it takes the stack's urn, keeps its properties, and listStack finds it; a missing one is NOT_FOUND", async () => {
+      const stack = { tenant: TENANT, project: 'shop', stack: 'dev' };
+      const legacy = await cloud.create(target, { scope: TENANT, urn: 'urn:pulumi:old::ops::local:storage:Bucket::logs', type: 'local:storage:Bucket', properties: { tier: 'hot' } });
+      clock.advance(1000);
+      const adopted = await cloud.adopt(target, legacy.id, 'urn:pulumi:dev::shop::local:storage:Bucket::logs');
+      expect(adopted).toEqual({ ...legacy, urn: 'urn:pulumi:dev::shop::local:storage:Bucket::logs', updatedAt: '2026-03-01T10:00:01.000Z' });
+      expect((await cloud.listStack(target, stack)).map((r) => r.id)).toEqual([legacy.id]);
+      expect(await refusal(cloud.adopt(target, 'lcr_missing', 'urn:x'))).toMatchObject({ code: 'LOCAL_CLOUD.NOT_FOUND' });
+    });
+
     it('when a target is switched unreachable, then every resource call fails with TARGET_UNREACHABLE until it is switched back', async () => {
       const a = await cloud.create(target, { scope: TENANT, urn: 'urn:a', type: 'local:web:App', properties: {} });
       expect(await cloud.isReachable(target)).toBe(true);

@@ -181,6 +181,9 @@ for (const dialect of DIALECTS) {
       ]);
       expect(log.calls).toEqual([expect.stringMatching(/^create app /)]);
       expect((await inTarget('app'))[0]?.properties.logs).toBe(existing.id);
+      // Adopted: from now on it is among the stack's resources in the target, as inventory's scans read them.
+      expect((await cloud.listStack(target, stack)).map((r) => r.id)).toContain(existing.id);
+      expect((await cloud.get(target, theirs.id))?.urn).toBe('urn:pulumi:legacy::ops::local:storage:Bucket::old-logs');
       expect(ops(await engine.preview(stack, importing(existing.id), {}))).toEqual(['same logs', 'same app']);
     });
 

@@ -69,6 +69,12 @@ export async function updateResourceProperties(db: LocalCloudDb, target: string,
 }
 
 /** True when the resource existed. */
+export async function updateResourceUrn(db: LocalCloudDb, target: string, id: string, urn: string, now: number): Promise<boolean> {
+  const result = await db.updateTable('local_cloud_resources').set({ urn, updated_at: now }).where('target', '=', target).where('id', '=', id).executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+/** True when the resource existed. */
 export async function deleteResource(db: LocalCloudDb, target: string, id: string): Promise<boolean> {
   const result = await db.deleteFrom('local_cloud_resources').where('target', '=', target).where('id', '=', id).executeTakeFirst();
   return Number(result.numDeletedRows) > 0;

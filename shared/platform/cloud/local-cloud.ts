@@ -14,6 +14,7 @@ import {
   localCloudDb,
   readReachable,
   updateResourceProperties,
+  updateResourceUrn,
   writeReachable,
   type LocalCloudDb,
   type ResourceRecord,
@@ -33,6 +34,11 @@ export interface LocalCloud {
   create(target: string, resource: NewCloudResource): Promise<CloudResource>;
   /** Replaces a resource's properties; `LOCAL_CLOUD.NOT_FOUND` when it does not exist. */
   update(target: string, id: string, properties: Readonly<Record<string, unknown>>): Promise<CloudResource>;
+  /**
+   * Gives a resource another urn: a stack adopts it (Pulumi's `import`), so it is found among the stack's from now
+   * on. Properties stay as they are. `LOCAL_CLOUD.NOT_FOUND` when it does not exist.
+   */
+  adopt(target: string, id: string, urn: string): Promise<CloudResource>;
   /** Deletes a resource; false when there was none. */
   delete(target: string, id: string): Promise<boolean>;
   get(target: string, id: string): Promise<CloudResource | undefined>;
@@ -112,6 +118,13 @@ export function createLocalCloud({ store, clock, ids }: LocalCloudOptions): Loca
     async update(target, id, properties) {
       await assertReachable(target);
       if (!(await retryingContention(() => updateResourceProperties(db, target, id, properties, now())))) {
+        throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `the target ${target} has no resource ${id}`, { target, id });
+      }
+      return found(target, id);
+    },
+    async adopt(target, id, urn) {
+      await assertReachable(target);
+      if (!(await retryingContention(() => updateResourceUrn(db, target, id, urn, now())))) {
         throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `the target ${target} has no resource ${id}`, { target, id });
       }
       return found(target, id);

@@ -371,7 +371,8 @@ class StepRunner {
       case 'create': {
         const inputs = this.inputsOf(step);
         if (step.import !== undefined) {
-          // Adopted: the target already holds it, as the plan checked.
+          // Adopted: the target already holds it, as the plan checked; from now on it is the stack's.
+          await cloud.adopt(target, step.import, step.urn);
           await this.checkpoint(this.stateResource(step, step.import, inputs, outputsFor(inputs, step.import, this.generate(step, inputs))), undefined);
           return done('succeeded', step.import);
         }

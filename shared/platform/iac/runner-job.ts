@@ -151,6 +151,7 @@ export const targetCallSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('create'), urn: z.string().min(1).max(2000), type: z.string().min(1).max(400), properties: jsonObject }),
   z.object({ op: z.literal('update'), id: z.string().min(1).max(400), properties: jsonObject }),
   z.object({ op: z.literal('delete'), id: z.string().min(1).max(400) }),
+  z.object({ op: z.literal('adopt'), id: z.string().min(1).max(400), urn: z.string().min(1).max(2000) }),
   z.object({ op: z.literal('recordApply'), planDigest: z.string().min(1).max(200) }),
 ]);
 export type TargetCall = z.infer<typeof targetCallSchema>;
