@@ -101,6 +101,8 @@ export interface AppliedResource {
   readonly id?: string;
   readonly inputs?: Readonly<Record<string, unknown>>;
   readonly ignoreChanges?: readonly string[];
+  /** A resource the stack only reads (a `get:`): another's, so not part of what the environment must hold. */
+  readonly read?: boolean;
 }
 
 /**
@@ -116,7 +118,7 @@ export function specificationAppliedOf(
 ): NewEvent {
   return specificationApplied(run, repository, {
     planDigest: result.planDigest,
-    resources: result.resources.map((r) => ({
+    resources: result.resources.filter((r) => r.read !== true).map((r) => ({
       urn: r.urn,
       type: r.type,
       name: r.name,

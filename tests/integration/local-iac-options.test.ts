@@ -8,6 +8,8 @@ import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import { stackStateSchema } from '../../shared/platform/iac/runner-job';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { sqlStackStates } from '../../shared/platform/iac/stack-state.repository';
+import type { Run } from '../../shared/provisioning/run';
+import { specificationAppliedOf } from '../../shared/provisioning/run-events';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
@@ -20,6 +22,28 @@ import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '..
 const noReferences: ResolveReferences = () => Promise.reject(new AppError('GOVERNANCE.SECRET_NOT_FOUND', 'not-found', 'no references in these programs'));
 const project = (resources: string, extra = ''): ProjectFiles => ({ 'Pulumi.yaml': `name: shop\nruntime: yaml\n${extra}resources:\n${resources}` });
 const ops = (plan: Plan) => plan.steps.map((s) => `${s.op} ${s.name}`);
+
+/** A run of `stack` that applied, as run-events.ts takes one. */
+function aRun(stack: StackRef): Run {
+  const at = new Date('2026-03-01T10:00:00Z');
+  return {
+    id: `run-${stack.stack}`,
+    seq: 1,
+    promotionId: `promotion-${stack.stack}`,
+    tenant: stack.tenant,
+    environment: { id: `env-${stack.stack}`, name: 'development', tier: 'development' },
+    release: { name: 'shop', version: '1.0.0' },
+    project: stack.project,
+    stack: stack.stack,
+    desiredState: { repository: 'https://git.example.com/shop.git', commit: 'a'.repeat(40), path: 'shop' },
+    requestedBy: 'delivery-host',
+    reason: 'promotion',
+    state: 'applied',
+    createdAt: at,
+    updatedAt: at,
+    finishedAt: at,
+  };
+}
 
 /** The local cloud with a log of its changing calls, and a switch that fails the next delete. */
 function recorded(cloud: LocalCloud) {
@@ -197,6 +221,13 @@ for (const dialect of DIALECTS) {
         ['create', 'app', undefined],
       ]);
       expect(result.status).toBe('applied');
+      expect(result.resources.map((r) => [r.name, r.read])).toEqual([
+        ['hub', true],
+        ['app', undefined],
+      ]);
+      // The environment does not hold what it only reads: inventory is not told to look for it among the stack's.
+      const applied = specificationAppliedOf(aRun(stack), 'https://git.example.com/shop.git', result);
+      expect((applied.data.resources as { urn: string }[]).map((r) => r.urn)).toEqual([`urn:pulumi:${stack.stack}::shop::local:web:App::app`]);
       expect((await inTarget('app'))[0]?.properties).toEqual({ cidr: '10.8.0.0/16', net: shared.id });
       expect((await state())?.resources.find((r) => r.name === 'hub')).toMatchObject({ external: true, id: shared.id, outputs: { cidr: '10.8.0.0/16', id: shared.id } });
       expect(log.calls).toEqual([expect.stringMatching(/^create app /)]);

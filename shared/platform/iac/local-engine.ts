@@ -356,6 +356,7 @@ class StepRunner {
         ...(id ? { id } : {}),
         ...(inputs ? { inputs } : {}),
         ...(ignoreChanges.length > 0 ? { ignoreChanges } : {}),
+        ...(step.read ? { read: true as const } : {}),
       };
     };
     const old = step.id === undefined ? undefined : this.#resources.find((r) => r.id === step.id && r.urn === (step.oldUrn ?? step.urn));

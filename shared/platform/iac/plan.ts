@@ -791,6 +791,8 @@ export interface ResourceResult {
   readonly inputs?: JsonObject;
   /** The project's `ignoreChanges` of the resource, when it has any: drift there is not the apply's to undo. */
   readonly ignoreChanges?: readonly string[];
+  /** A `get:` resource: read, not the stack's, so not what the stack's environment must hold (run-events.ts). */
+  readonly read?: true;
   readonly error?: ApplyError;
 }
 

@@ -120,6 +120,7 @@ const applyResultSchema = z.object({
       id: z.string().optional(),
       inputs: jsonObject.optional(),
       ignoreChanges: z.array(z.string()).optional(),
+      read: z.literal(true).optional(),
       error: jobError.optional(),
     }),
   ),
