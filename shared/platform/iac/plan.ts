@@ -347,7 +347,7 @@ class Planner {
       dependencies.set(d.name, project.resources.map((r) => r.name).filter((n) => all.has(n)));
     }
     this.#dependencies = dependencies;
-    this.#order = fromGetAcyclic(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
+    this.#order = checkedOrder(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
     this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {});
     this.#claimed = this.claimState();
   }
@@ -585,8 +585,11 @@ class Planner {
   }
 }
 
-/** Undefined when a get's references make a cycle with the rest (the order is then not a dependency order). */
-function fromGetAcyclic(order: readonly string[], dependencies: ReadonlyMap<string, readonly string[]>): string[] {
+/**
+ * `order`, checked to be a dependency order: the project graph has refused cycles among properties and options,
+ * but a get's references (which it does not see) can still close one: `IAC.PLAN_CYCLE`.
+ */
+function checkedOrder(order: readonly string[], dependencies: ReadonlyMap<string, readonly string[]>): string[] {
   const placed = new Set<string>();
   for (const name of order) {
     const missing = (dependencies.get(name) ?? []).find((d) => !placed.has(d));
