@@ -246,6 +246,15 @@ for (const dialect of DIALECTS) {
       expect(await cloud.get(target, shared.id)).toBeDefined();
     });
 
+    it("when a get's id is another get's output, then the plan reads them one after the other", async () => {
+      const spoke = await cloud.create(target, { scope: 'tenant-a', urn: 'urn:pulumi:prod::network::local:network:VirtualNetwork::spoke', type: 'local:network:VirtualNetwork', properties: { cidr: '10.7.0.0/16' } });
+      const hub = await cloud.create(target, { scope: 'tenant-a', urn: 'urn:pulumi:prod::network::local:network:VirtualNetwork::hub', type: 'local:network:VirtualNetwork', properties: { peer: spoke.id } });
+      const chained = project(`  hub:\n    type: local:network:VirtualNetwork\n    get:\n      id: ${hub.id}\n  spoke:\n    type: local:network:VirtualNetwork\n    get:\n      id: \${hub.peer}\n`, 'outputs:\n  spokeCidr: ${spoke.cidr}\n');
+      const { plan, result } = await apply(chained);
+      expect(plan.outputs).toEqual({ spokeCidr: '10.7.0.0/16' });
+      expect(result.outputs).toEqual({ spokeCidr: '10.7.0.0/16' });
+    });
+
     it('when a resource names an explicit provider, then the provider is a resource in the target and the state records which provider each resource uses', async () => {
       const files = project(`  west:\n    type: pulumi:providers:local\n    properties: { region: west }\n  logs:\n    type: local:storage:Bucket\n    options:\n      provider: \${west}\n      version: 2.1.0\n  app:\n    type: local:web:App\n`);
       const { result } = await apply(files);

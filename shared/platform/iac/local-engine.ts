@@ -144,6 +144,16 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
    */
   async function planAgainstTarget(stack: StackRef, input: Omit<PlanInput, 'target'>): Promise<{ plan: Plan; reads: ReadonlyMap<string, TargetResource | null> }> {
     const reads = new Map<string, TargetResource | null>();
+    // Ids known without the plan are read up front: imports the state does not hold yet, and get ids of text,
+    // config and variables. One that names a resource's output (a get of a get) costs a round of planning.
+    const held = new Set((input.state?.resources ?? []).map((r) => r.id));
+    const { project, config } = input.program;
+    const early = new ProgramEvaluator(project, config, () => ({}));
+    for (const d of project.resources) {
+      const imported = d.options?.import !== undefined && !held.has(d.options.import) ? d.options.import : undefined;
+      const id = imported ?? (d.get ? knownId(early, d.get.id, ['resources', d.name, 'get', 'id']) : undefined);
+      if (id !== undefined && !reads.has(id)) reads.set(id, await readOwn(stack, id));
+    }
     for (;;) {
       try {
         return { plan: planStack({ ...input, target: reads }), reads };
@@ -223,6 +233,17 @@ function assertProject(stack: StackRef, program: LoadedProgram): void {
     stack: qualifiedStackName(stack),
     project: program.project.name,
   });
+}
+
+/** A get's id as far as config and variables say it, or undefined (the plan evaluates it and reports what is wrong). */
+function knownId(evaluator: ProgramEvaluator, id: JsonValue, path: (string | number)[]): string | undefined {
+  try {
+    const value = evaluator.evaluate(id, path);
+    return typeof value === 'string' ? value : undefined;
+  } catch {
+    // It names a resource (not known yet) or is malformed: the plan's own evaluation says which.
+    return undefined;
+  }
 }
 
 async function resolveAll(plan: Plan, resolve: ResolveReferences): Promise<ReadonlyMap<string, JsonValue>> {
