@@ -340,11 +340,13 @@ class Planner {
     this.#identities = resourceIdentities(stack, project.name, project.resources);
     const graph = projectGraph(project, config);
     // A get's id and state may name resources, which the project graph (properties only) does not see.
-    const dependencies = new Map<string, readonly string[]>();
+    const dependencies = new Map<string, readonly string[]>(graph.dependencies);
+    const position = new Map(project.resources.map((r, i) => [r.name, i]));
     for (const d of project.resources) {
       const fromGet = d.get ? getRoots(d.get).filter((n) => this.#declarations.has(n) && n !== d.name) : [];
+      if (fromGet.length === 0) continue;
       const all = new Set([...(graph.dependencies.get(d.name) ?? []), ...fromGet]);
-      dependencies.set(d.name, project.resources.map((r) => r.name).filter((n) => all.has(n)));
+      dependencies.set(d.name, [...all].sort((x, y) => (position.get(x) ?? 0) - (position.get(y) ?? 0)));
     }
     this.#dependencies = dependencies;
     this.#order = checkedOrder(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
@@ -367,12 +369,15 @@ class Planner {
       claimed.set(name, resource);
     };
     for (const name of this.#order) claim(name, byUrn.get(this.identity(name).urn));
+    const byName = new Map<string, StateResource[]>();
+    for (const r of live) byName.set(r.name, [...(byName.get(r.name) ?? []), r]);
     for (const name of this.#order) {
+      if (claimed.has(name)) continue;
       const d = this.declaration(name);
       const context = { stack: this.stack, project: this.program.project.name };
       for (const urn of aliasUrns(d, this.#identities, context, (v, p) => this.evaluate(v, p))) claim(name, byUrn.get(urn));
       const identity = this.identity(name);
-      const typeChanged = live.find((r) => r.name === name && !taken.has(r) && r.type !== d.type && r.urn === identity.urn.replace(`${d.type}::`, `${r.type}::`));
+      const typeChanged = (byName.get(name) ?? []).find((r) => !taken.has(r) && r.type !== d.type && r.urn === identity.urn.replace(`${d.type}::`, `${r.type}::`));
       claim(name, typeChanged);
     }
     return claimed;
