@@ -11,7 +11,10 @@ async function body(request) {
 const operations = {
   start: async (client, instanceId, request) => {
     const { name, input } = await body(request);
-    return { id: await client.startNew(name, { ...(instanceId ? { instanceId } : {}), ...(input !== undefined ? { input } : {}) }) };
+    const id = await client.startNew(name, { ...(instanceId ? { instanceId } : {}), ...(input !== undefined ? { input } : {}) });
+    // The management URLs, as createCheckStatusResponse hands them to HTTP callers (on the request's origin;
+    // createHttpManagementPayload would name localhost:7071, as the SDK does wherever WEBSITE_HOSTNAME is unset).
+    return { id, links: await client.createCheckStatusResponse(request, id).json() };
   },
   raise: async (client, instanceId, request) => {
     const { eventName, data } = await body(request);
