@@ -161,6 +161,20 @@ describe.each(DIALECTS)('local Durable sub-orchestrations on %s', (dialect) => {
       await s.call('terminate', id('taken'));
     });
 
+    it('when a child names an orchestration this host lacks or the parent\'s own id, then each call fails as a task the parent catches', async () => {
+      await s.start(id('refusals'), 'SubOrchestratorRefusals');
+      expect(await s.waitFor(id('refusals'), s.ended)).toMatchObject({
+        runtimeStatus: 'Completed',
+        output: [
+          "Sub orchestrator function 'NoSuchOrchestrator' failed: The function 'NoSuchOrchestrator' doesn't exist, is disabled, or is not an orchestrator function. \n ",
+          "Sub orchestrator function 'SayHelloInline' failed: The instance ID of a sub-orchestration must be different than the instance ID of a parent orchestration. \n ",
+        ],
+      });
+      // Neither child was created.
+      expect(s.ofType(await s.history(id('refusals')), HistoryEventType.SubOrchestrationInstanceFailed)).toHaveLength(2);
+      expect(await s.store().selectFrom('durable_instances').select('instance_id').where('parent_instance_id', '=', id('refusals')).execute()).toEqual([]);
+    });
+
     it('when a parent is purged, then its children stay, as the Durable client purges one instance', async () => {
       await s.start(id('purged-parent'), 'SubOrchestratorParent', { names: ['Cairo'], ids: [id('kept-child')] });
       await s.waitFor(id('purged-parent'), s.ended);

@@ -54,3 +54,19 @@ df.app.orchestration('ParentOfWaitingChild', function* (context) {
   const result = yield context.df.callSubOrchestrator('WaitingChild', null, childId);
   return `parent saw: ${result}`;
 });
+
+/** Children the host cannot start: an orchestration it does not have, and the parent's own id. Both are caught. */
+df.app.orchestration('SubOrchestratorRefusals', function* (context) {
+  const caught = [];
+  for (const [name, instanceId] of [
+    ['NoSuchOrchestrator', undefined],
+    ['SayHelloInline', context.df.instanceId],
+  ]) {
+    try {
+      yield context.df.callSubOrchestrator(name, 'x', instanceId);
+    } catch (error) {
+      caught.push(error.message);
+    }
+  }
+  return caught;
+});
