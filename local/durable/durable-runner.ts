@@ -122,6 +122,9 @@ const DEFAULTS = { leaseMs: 15_000, pollMs: 100, maxConcurrentOrchestrations: 16
  * SDK's own replay, and runs their activities. Any number of runners (hosts) may share one store: an instance is
  * executed only under a lease on its row, renewed while work goes on and taken over only after it expired; an episode
  * commits only if the lease and the instance's version still hold, so a worker that lost its lease changes nothing.
+ * A sub-orchestration is an instance like any other: the parent's episode creates it in its own commit, and the
+ * child's last commit (or its termination) puts its output or failure in the parent's inbox, so the handoff holds
+ * across crashes and hosts the way activity results do.
  */
 export class DurableRunner {
   readonly workerId: string;
@@ -555,9 +558,11 @@ export class DurableRunner {
   }
 
   /**
-   * Retries of CallActivityWithRetry, which the host carries out: a failed attempt with attempts left gets a retry
-   * timer on the SDK's next id (first × backoff^(n−1), capped); a fired retry timer gets the next attempt on the id
-   * after it. After the last failure the SDK still waits for a timer (then fails the task), so one fires at once.
+   * Retries of CallActivityWithRetry and CallSubOrchestratorWithRetry, which the host carries out: a failed attempt
+   * with attempts left gets a retry timer on the SDK's next id (first × backoff^(n−1), capped); a fired retry timer
+   * gets the next attempt on the id after it (a new activity run, or a new child: the caller's id again, or one
+   * derived from the new task id). After the last failure the SDK still waits for a timer (then fails the task), so
+   * one fires at once.
    */
   #continueRetry(state: RunnerState, fed: HistoryEvent, effects: Effects, instance: DurableInstance, now: number): void {
     const { executionId } = instance;
