@@ -240,3 +240,51 @@ describe('local Durable sub-orchestration retries on a manual clock', () => {
     expect(await getInstance(s.store(), 'retry-2-child')).toMatchObject({ status: 'Failed', parent: { instanceId: 'retry-2', taskId: 2 } });
   });
 });
+
+describe.skipIf(skipDialect('postgres'))('local Durable sub-orchestrations on two hosts sharing one PostgreSQL', () => {
+  let db: TestDatabase;
+  const hosts: TestHost[] = [];
+  beforeAll(async () => {
+    db = await createTestDatabase('postgres');
+    for (let i = 0; i < 2; i++) {
+      hosts.push(await startTestHost({ settings: db.settings, depsOverrides: db.overrides, components: [localDurable({ pollMs: 20 })] }));
+    }
+  });
+  afterAll(async () => {
+    for (const host of hosts) await host.stop();
+    await db?.drop();
+  });
+
+  it('when parents and their children run on either host, then each child is created once and each output reaches its parent once', async () => {
+    const parents = Array.from({ length: 10 }, (_, i) => `two-hosts-${i}`);
+    await Promise.all(
+      parents.map(async (instanceId, i) => {
+        const response = await hosts[i % 2]?.fetch(`/client/start/${instanceId}`, {
+          method: 'POST',
+          body: JSON.stringify({ name: 'SubOrchestratorParent', input: { names: ['a', 'b', 'c'].map((n) => `${n}${i}`) } }),
+        });
+        expect(await response?.json()).toMatchObject({ ok: true });
+      }),
+    );
+    const store = durableDb(db.store.db);
+    await vi.waitFor(
+      async () => expect(await store.selectFrom('durable_instances').select('instance_id').where('status', '=', 'Completed').execute()).toHaveLength(40),
+      { timeout: 60_000, interval: 100 },
+    );
+    for (const [i, parentId] of parents.entries()) {
+      const parent = await getInstance(store, parentId);
+      expect((JSON.parse(parent?.output ?? 'null') as { greeting: string }[]).map((o) => o.greeting)).toEqual(['a', 'b', 'c'].map((n) => `Hello ${n}${i}!`));
+      const events = await loadHistory(store, parentId);
+      const created = events.filter((e) => e.EventType === HistoryEventType.SubOrchestrationInstanceCreated);
+      expect(created.map((e) => e.InstanceId)).toEqual([0, 1, 2].map((n) => `${parent?.executionId ?? ''}:${n}`));
+      expect(events.filter((e) => e.EventType === HistoryEventType.SubOrchestrationInstanceCompleted).map((e) => e.TaskScheduledId).sort()).toEqual([0, 1, 2]);
+      for (const child of created) {
+        expect((await loadHistory(store, child.InstanceId ?? '')).filter((e) => e.EventType === HistoryEventType.ExecutionCompleted)).toHaveLength(1);
+      }
+    }
+    // Both hosts took part, and nothing is left pending.
+    const recorders = await store.selectFrom('durable_history').select('recorded_by').distinct().execute();
+    expect(recorders).toHaveLength(2);
+    expect(await store.selectFrom('durable_inbox').select('seq').execute()).toEqual([]);
+  });
+});
