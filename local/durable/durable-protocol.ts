@@ -188,7 +188,7 @@ export type Action =
   | { readonly kind: 'wait-event'; readonly name: string }
   | { readonly kind: 'continue-as-new'; readonly input: string | null }
   /** A task the local host does not carry out: it fails, so the orchestrator can catch it. */
-  | { readonly kind: 'refused-task'; readonly feature: string; readonly retry?: RetryOptionsShape }
+  | { readonly kind: 'refused-task'; readonly feature: string }
   /** A fire-and-forget action (an entity signal) the local host does not carry out: it fails the orchestration. */
   | { readonly kind: 'refused-signal'; readonly feature: string }
   | { readonly kind: 'unsupported'; readonly actionType: number };

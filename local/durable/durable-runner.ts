@@ -417,7 +417,7 @@ export class DurableRunner {
         case 'refused-task': {
           const id = state.nextSeq++;
           state.actionIds.push(id);
-          this.#refuseTask(effects, state, instance.executionId, id, action.feature, action.retry, now);
+          this.#refuseTask(effects, instance.executionId, id, action.feature, now);
           break;
         }
         case 'refused-signal':
@@ -620,10 +620,10 @@ export class DurableRunner {
   }
 
   /**
-   * A task the local host does not carry out fails at once with a message naming the feature: the orchestrator can
-   * catch it. With retry options it fails every attempt (the SDK waits for each retry timer, which fires at once).
+   * A task the local host does not carry out (an entity call, a durable HTTP call) fails at once with a message
+   * naming the feature: the orchestrator can catch it.
    */
-  #refuseTask(effects: Effects, state: RunnerState, executionId: string, id: number, feature: string, retry: RetryOptionsShape | undefined, now: number): void {
+  #refuseTask(effects: Effects, executionId: string, id: number, feature: string, now: number): void {
     const timestamp = new Date(now).toISOString();
     const failure: TaskFailure = { Reason: notSupportedMessage(feature), Details: '' };
     effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: id, Timestamp: timestamp, IsPlayed: false, Name: feature });
@@ -633,7 +633,6 @@ export class DurableRunner {
       visibleAt: now,
       event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: id, ...failure },
     });
-    if (retry) state.retries[String(id)] = { name: feature, input: null, options: retry, attempts: 1, startedAt: now, giveUp: true, lastFailure: failure };
   }
 
   #scheduleTimer(effects: Effects, executionId: string, id: number, fireAt: Date, timestamp: string): void {
