@@ -1,3 +1,4 @@
+import * as df from 'durable-functions';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { localDurable } from '../../local/durable/durable-component';
 import { durableDb, getInstance, loadHistory } from '../../local/durable/durable.repository';
@@ -238,6 +239,26 @@ describe('local Durable sub-orchestration retries on a manual clock', () => {
     expect(created.map((e) => e.InstanceId)).toEqual(['retry-2-child', 'retry-2-child']);
     expect(s.ofType(await s.history('retry-2'), HistoryEventType.SubOrchestrationInstanceFailed)).toHaveLength(2);
     expect(await getInstance(s.store(), 'retry-2-child')).toMatchObject({ status: 'Failed', parent: { instanceId: 'retry-2', taskId: 2 } });
+  });
+});
+
+describe('local Durable sub-orchestrations with an exception properties provider', () => {
+  const s = subOrchestrationSuite('sqlite');
+  // The provider is the SDK's, for the whole process: set for this block only (the file's tests run one at a time).
+  beforeAll(() => df.app.setExceptionPropertiesProvider({ getExceptionProperties: (error) => ({ source: 'provider', was: (error as Error).message }) }));
+  afterAll(() => df.app.setExceptionPropertiesProvider(undefined));
+
+  it('when the child fails on an activity failure it did not catch, then the parent catches a TaskFailedError with its details', async () => {
+    await s.start('details-1', 'SubOrchestratorRetry', { failures: 5, attempts: 1, first: 10 });
+    expect(await s.waitFor('details-1', s.ended)).toMatchObject({
+      runtimeStatus: 'Completed',
+      output: { caught: 'Error: attempt 1 failed', type: 'TaskFailedError', properties: { source: 'provider', was: 'attempt 1 failed' } },
+    });
+    const [failed] = s.ofType(await s.history('details-1'), HistoryEventType.SubOrchestrationInstanceFailed);
+    expect(failed).toMatchObject({
+      Reason: "Sub orchestrator function 'FlakyChild' failed: Error: attempt 1 failed",
+      FailureDetails: { ErrorType: 'Error', ErrorMessage: 'attempt 1 failed' },
+    });
   });
 });
 

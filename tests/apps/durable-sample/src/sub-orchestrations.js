@@ -37,7 +37,8 @@ df.app.orchestration('SubOrchestratorRetry', function* (context) {
   try {
     return yield context.df.callSubOrchestratorWithRetry('FlakyChild', options, { key: context.df.instanceId, failures }, childId);
   } catch (error) {
-    return { caught: error.message };
+    // A TaskFailedError (the child failed on an activity's failure details) carries them; a plain Error does not.
+    return { caught: error.message, type: error.name, properties: error.failureDetails?.properties ?? null };
   }
 });
 
