@@ -12,6 +12,8 @@ interface ClientAnswer {
   error?: string;
   id?: string;
   links?: Links;
+  /** What `createHttpManagementPayload` gives for the started instance. */
+  payload?: Links;
   status?: Status;
   result?: { instancesDeleted: number };
 }
@@ -79,6 +81,13 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
   const raiseUrl = (links: Links, eventName: string) => links.sendEventPostUri.replace('{eventName}', eventName);
   const withReason = (url: string, reason: string) => url.replace('{text}', encodeURIComponent(reason));
   const count = (status: Status, type: string) => (status.history ?? []).filter((e) => e.type === type).length;
+
+  it('when an app builds management URLs with createHttpManagementPayload, then they name this host, not localhost:7071', async () => {
+    const answer = await client('start', `payload-${++n}`, { name: 'helloCities' });
+    expect(answer.ok).toBe(true);
+    expect(new URL(answer.payload?.statusQueryGetUri ?? '').host).toBe(host.url.host);
+    expect(new URL(answer.payload?.statusQueryGetUri ?? '').pathname).toBe(new URL(answer.links?.statusQueryGetUri ?? '').pathname);
+  });
 
   describe('external events', () => {
     it('when the event is raised through the HTTP API before the timeout, then the event wins', async () => {

@@ -12,9 +12,9 @@ const operations = {
   start: async (client, instanceId, request) => {
     const { name, input } = await body(request);
     const id = await client.startNew(name, { ...(instanceId ? { instanceId } : {}), ...(input !== undefined ? { input } : {}) });
-    // The management URLs, as createCheckStatusResponse hands them to HTTP callers (on the request's origin;
-    // createHttpManagementPayload would name localhost:7071, as the SDK does wherever WEBSITE_HOSTNAME is unset).
-    return { id, links: await client.createCheckStatusResponse(request, id).json() };
+    // The management URLs, as createCheckStatusResponse hands them to HTTP callers (on the request's origin), and
+    // as createHttpManagementPayload names them (on the host's address: the SDK reads WEBSITE_HOSTNAME for it).
+    return { id, links: await client.createCheckStatusResponse(request, id).json(), payload: client.createHttpManagementPayload(id) };
   },
   raise: async (client, instanceId, request) => {
     const { eventName, data } = await body(request);
