@@ -256,12 +256,12 @@ resources:
 
   it('when a value is marked fn::secret, then resources get the value and the stack outputs show it as secret', () => {
     const program = loadProgram(
-      { 'Pulumi.yaml': `${HEAD}variables:\n  pw: { fn::secret: hunter2 }\nresources:\n  db:\n    type: local:a:Db\n    properties:\n      password: \${pw}\n      conn: "pw=\${pw}"\noutputs:\n  pw: \${pw}\n  len: { fn::length: "\${pw}" }\n  open: { fn::unsecret: "\${pw}" }\n` },
+      { 'Pulumi.yaml': `${HEAD}variables:\n  pw: { fn::secret: hunter2 }\nresources:\n  db:\n    type: local:a:Db\n    properties:\n      password: \${pw}\n      conn: "pw=\${pw}"\noutputs:\n  pw: \${pw}\n  text: "pw=\${pw}"\n  len: { fn::length: "\${pw}" }\n  open: { fn::unsecret: "\${pw}" }\n` },
       'dev',
     );
     const evaluated = evaluateAll(program);
     expect(evaluated.db).toEqual({ password: 'hunter2', conn: 'pw=hunter2' });
-    expect(evaluated.outputs).toEqual({ pw: SECRET_MASK, len: SECRET_MASK, open: 'hunter2' });
+    expect(evaluated.outputs).toEqual({ pw: SECRET_MASK, text: SECRET_MASK, len: SECRET_MASK, open: 'hunter2' });
   });
 
   it('when fn::invoke (or its short form) is called and no emulation answers, then UNSUPPORTED names the token, file and line', () => {

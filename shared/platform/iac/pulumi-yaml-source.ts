@@ -59,15 +59,6 @@ export function findProgram(files: ProjectFiles, projectFile: string, main: Json
 /** In the order the language host probes them. */
 export const PROGRAM_FILES = ['Main.json', 'Main.yaml', 'Pulumi.yaml'] as const;
 
-/**
- * Every file a project's program may be read from, by any `main`: `Main.json`, `Main.yaml` in any folder, and a
- * `Pulumi.yaml` in a subfolder (the program of a `main:` folder without a Main file). The program policy checks all
- * of these, so whatever the engine reads was checked.
- */
-export function isProgramFile(path: string): boolean {
-  return /(^|\/)Main\.(ya?ml|json)$/.test(path) || /\/Pulumi\.yaml$/.test(path);
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Parsing
 
