@@ -67,6 +67,11 @@ describe('Pulumi YAML programs: where the program is', () => {
     expect(error).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources', file: 'Pulumi.yaml', line: 3 } });
   });
 
+  it('when the program is made by a compiler (runtime options), then UNSUPPORTED: Pulumi.yaml\'s own program is not the program', () => {
+    const error = thrown(() => loadProgram({ 'Pulumi.yaml': 'name: cue\nruntime:\n  name: yaml\n  options:\n    compiler: cue export\n' }, 'dev'));
+    expect(error).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'runtime option compiler', file: 'Pulumi.yaml', line: 5 } });
+  });
+
   it('when an error is in Main.yaml, then it names Main.yaml and the line', () => {
     const error = thrown(() => loadProgram({ 'Pulumi.yaml': HEAD, 'Main.yaml': 'variables:\n  a: 1\n  b:\n    fn::nope: 1\n' }, 'dev'));
     expect(error).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'fn::nope', file: 'Main.yaml', line: 4, path: 'variables.b["fn::nope"]' } });

@@ -209,6 +209,11 @@ export function parseProject(files: ProjectFiles, projectFile = 'Pulumi.yaml'): 
     if (runtime !== 'yaml') {
       throw invalidProject(`${projectFile}: the local engine evaluates runtime: yaml projects only (found ${JSON.stringify(runtime ?? null)})`, { path: 'runtime' });
     }
+    const runtimeOptions = isPlainObject(projectDocument.runtime) ? projectDocument.runtime.options : undefined;
+    for (const option of Object.keys(isPlainObject(runtimeOptions) ? runtimeOptions : {})) {
+      // `compiler` makes the program the output of a command (CUE, jsonnet): Pulumi.yaml's own program is not it.
+      throw unsupported(`runtime option ${option}`, `runtime.options.${option}`);
+    }
     return { name: projectName, main: projectDocument.main };
   });
   const { programFile } = located([projectSource], () => findProgram(files, projectFile, main));
