@@ -130,6 +130,18 @@ describe('Pulumi YAML programs: config as Pulumi passes it', () => {
     expect(Object.fromEntries(program.config)).toEqual({ 'shop:a': 3, 'shop:b': true, 'shop:c': '01234', 'shop:d': [1], 'shop:e': 'westeurope' });
   });
 
+  it('when a declaration reads another key (name:), then the program refers to it by its own key, and keys may hold any character', () => {
+    const program = loadProgram(
+      { 'Pulumi.yaml': `${HEAD}config:\n  short:\n    type: bool\n    name: "cC-Charlie.😃⁉️"\noutputs:\n  v: \${short}\n`, 'Pulumi.dev.yaml': 'config:\n  "shop:cC-Charlie.😃⁉️": "true"\n' },
+      'dev',
+    );
+    expect(evaluateAll(program).outputs).toEqual({ v: true });
+  });
+
+  it('when a declared key has no value, then MISSING_CONFIG names the line of its declaration', () => {
+    expect(thrown(() => loadProgram({ 'Pulumi.yaml': `${HEAD}config:\n  a: { type: string }\n` }, 'dev'))).toMatchObject({ code: 'IAC.MISSING_CONFIG', details: { key: 'shop:a', line: 4 } });
+  });
+
   it('when a declared type is not one Pulumi YAML knows, then INVALID_PROJECT names it', () => {
     expect(thrown(() => loadProgram({ 'Pulumi.yaml': `${HEAD}config:\n  a: { type: map }\n` }, 'dev'))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'config.a.type', line: 4 } });
   });

@@ -53,6 +53,13 @@ export interface ConfigDeclaration {
   readonly value?: JsonValue;
   /** A secret key only accepts a `{ secretRef }` value, so no secret is ever written in Git in the clear. */
   readonly secret: boolean;
+  /** Where it is declared (`config.poolSize`), so config errors name the line. */
+  readonly path?: string;
+  /**
+   * The key the program refers to it by, when `name:` reads another key (`key` is then `project:<name>`): Pulumi
+   * YAML reads the value under `name` and registers it under the map key (run.go `registerConfig`).
+   */
+  readonly programKey?: string;
 }
 
 export interface PulumiProject {
@@ -319,13 +326,14 @@ function parseDeclarations(config: JsonObject, project: string, section: string)
     const path = `${section}.${rawKey}`;
     if (!isPlainObject(raw)) {
       const key = fullConfigKey(rawKey, project, path);
-      return rawKey.includes(':') ? { key, value: raw, secret: false } : { key, default: raw, secret: false };
+      return rawKey.includes(':') ? { key, value: raw, secret: false, path } : { key, default: raw, secret: false, path };
     }
     const value = canonicalKeys(raw, CONFIG_FIELDS, path);
     for (const k of Object.keys(value)) if (!CONFIG_FIELDS.has(k.toLowerCase())) throw unsupported(`config field ${k}`, `${path}.${k}`);
     const renamed = value.name;
     if (renamed !== undefined && (typeof renamed !== 'string' || renamed === '')) throw invalidProject(`${path}.name must be a config key`, { path: `${path}.name` });
     const key = fullConfigKey(renamed ?? rawKey, project, path);
+    const programKey = renamed === undefined ? undefined : fullConfigKey(rawKey, project, path);
     if (value.type === undefined && value.default === undefined && value.value === undefined) {
       throw invalidProject(`${path}: unable to infer type: either 'default' or 'type' is required`, { path });
     }
@@ -337,6 +345,8 @@ function parseDeclarations(config: JsonObject, project: string, section: string)
     const declaration: ConfigDeclaration = {
       key,
       secret,
+      path,
+      ...(programKey && programKey !== key ? { programKey } : {}),
       ...(parsedType ? { type: parsedType.type } : {}),
       ...(items ? { items } : {}),
       ...(value.default !== undefined ? { default: value.default } : {}),
@@ -368,7 +378,8 @@ function configType(value: JsonValue, path: string): { type: ConfigType; items?:
 
 /** `key` → `project:key`; `ns:key` stays. */
 function fullConfigKey(key: string, project: string, path: string): string {
-  if (!/^(?:[A-Za-z_][\w.-]*:)?[A-Za-z_][\w-]*$/.test(key)) {
+  // Any name Pulumi takes (`cC-Charlie_charlie.😃⁉️` too), with at most one namespace.
+  if (!/^(?:[^:\s]+:)?[^:\s]+$/u.test(key)) {
     throw new AppError('IAC.INVALID_CONFIG', 'validation', `${path}: ${JSON.stringify(key)} is not a config key`, { path });
   }
   return key.includes(':') ? key : `${project}:${key}`;
@@ -413,13 +424,15 @@ export function resolveConfig(project: PulumiProject, stackValues: Readonly<Reco
     values.set(key, value);
     paths.set(key, `overrides.${rawKey}`);
   }
-  const declaredKeys = new Set(project.config.map((d) => d.key));
+  const declaredKeys = new Set(project.config.flatMap((d) => [d.key, ...(d.programKey ? [d.programKey] : [])]));
   for (const declaration of project.config) {
     const value = values.get(declaration.key);
     if (value === undefined) {
-      throw new AppError('IAC.MISSING_CONFIG', 'validation', `config ${declaration.key} is declared without a default and has no value`, { key: declaration.key });
+      throw new AppError('IAC.MISSING_CONFIG', 'validation', `config ${declaration.key} is declared without a default and has no value`, { key: declaration.key, ...(declaration.path ? { path: declaration.path } : {}) });
     }
-    values.set(declaration.key, convertConfigValue(declaration, value));
+    const converted = convertConfigValue(declaration, value);
+    values.set(declaration.key, converted);
+    if (declaration.programKey) values.set(declaration.programKey, converted);
   }
   for (const [key, value] of values) if (!declaredKeys.has(key) && typeof value === 'string') values.set(key, untypedConfigValue(value));
   return values;
@@ -429,7 +442,7 @@ export function resolveConfig(project: PulumiProject, stackValues: Readonly<Reco
 function convertConfigValue(declaration: ConfigDeclaration, value: JsonValue): JsonValue {
   const reference = asValueReference(value);
   if (declaration.secret && !(reference && 'secretRef' in reference)) {
-    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} is secret: give it as { secretRef: ... }`, { key: declaration.key });
+    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} is secret: give it as { secretRef: ... }`, { key: declaration.key, ...(declaration.path ? { path: declaration.path } : {}) });
   }
   // A reference's value is known only at apply; its type is the referenced system's business.
   const type = declaration.type ?? inferredType(value);
@@ -438,7 +451,7 @@ function convertConfigValue(declaration: ConfigDeclaration, value: JsonValue): J
   const ok = converted !== undefined && (type !== 'array' || !declaration.items || (converted as readonly JsonValue[]).every((item) => hasType(declaration.items as ConfigType, item)));
   if (!ok) {
     const expected = declaration.items ? `List<${declaration.items}>` : type;
-    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} must be of type ${expected}`, { key: declaration.key, expected });
+    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} must be of type ${expected}`, { key: declaration.key, expected, ...(declaration.path ? { path: declaration.path } : {}) });
   }
   return converted;
 }
