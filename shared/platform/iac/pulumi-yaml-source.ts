@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml';
 import { AppError } from '../errors/app-error';
 import { deepFreeze } from '../values/deep-freeze';
-import { assertJson, formatPath, invalidProject, type JsonValue, type PathSegment } from './iac-values';
+import { assertJson, formatPath, invalidProject, isPlainObject, type JsonObject, type JsonValue, type PathSegment } from './iac-values';
 
 /**
  * Where a Pulumi YAML program is and where each of its values was written: program discovery as the Pulumi YAML
@@ -165,4 +165,35 @@ export function located<T>(sources: readonly SourceFile[], work: () => T): T {
   } catch (error) {
     throw withLocation(error, sources);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Key spelling
+
+/**
+ * Keys Pulumi YAML reads without case (ast/template.go `parseRecord` matches field names with `strings.EqualFold`):
+ * by section, the canonical spelling of each lower-cased key.
+ */
+export const canonical = (names: readonly string[]): ReadonlyMap<string, string> => new Map(names.map((n) => [n.toLowerCase(), n]));
+
+/** `value` with its known keys in their canonical spelling; two spellings of one key are an error. */
+export function canonicalKeys(value: JsonObject, keys: ReadonlyMap<string, string>, path: string): JsonObject {
+  const result: Record<string, JsonValue> = {};
+  const writtenAs = new Map<string, string>();
+  for (const [key, inner] of Object.entries(value)) {
+    const name = keys.get(key.toLowerCase()) ?? key;
+    const other = writtenAs.get(name);
+    if (other !== undefined) throw invalidProject(`${path}: ${other} and ${key} are the same key`, { path: path ? `${path}.${key}` : key });
+    writtenAs.set(name, key);
+    result[name] = inner;
+  }
+  return result;
+}
+
+/** A section of a document that must be a mapping when present; absent (or null) is empty. */
+export function optionalMap(document: JsonObject, key: string): JsonObject {
+  const value = document[key];
+  if (value === undefined || value === null) return {};
+  if (!isPlainObject(value)) throw invalidProject(`${key} must be a mapping`, { path: key });
+  return value;
 }
