@@ -152,6 +152,18 @@ describe('Pulumi YAML programs: interpolation', () => {
     expect(outputsOf('config:\n  env: prod\noutputs:\n  tags:\n    "team-${env}": core\n    "$${literal}": x\n')).toEqual({ tags: { 'team-prod': 'core', '${literal}': 'x' } });
   });
 
+  it('when a resource\'s property name holds ${...}, then it stays a name, as Pulumi YAML reads property names', () => {
+    const program = loadProgram({ 'Pulumi.yaml': `${HEAD}config:\n  env: prod\nresources:\n  app:\n    type: local:a:App\n    properties:\n      "\${env}": 1\n      tags: { "\${env}": 2 }\n` }, 'dev');
+    expect(evaluateAll(program).app).toEqual({ '${env}': 1, tags: { prod: 2 } });
+  });
+
+  it('when a resource declaration is malformed, then its error names the file and line too', () => {
+    expect(thrown(() => loadProgram({ 'Pulumi.yaml': HEAD, 'Main.yaml': 'resources:\n  a:\n    type: local:a:B\n  b:\n    type: bucket\n' }, 'dev'))).toMatchObject({
+      code: 'IAC.INVALID_PROJECT',
+      details: { path: 'resources.b.type', file: 'Main.yaml', line: 5 },
+    });
+  });
+
   it('when a whole resource is used as a value, then it is the resource\'s id, alone or in text', () => {
     const program = loadProgram({ 'Pulumi.yaml': `${HEAD}resources:\n  net:\n    type: local:a:Net\n  app:\n    type: local:a:App\n    properties:\n      network: \${net}\n      text: id=\${net}\n` }, 'dev');
     expect(evaluateAll(program).app).toEqual({ network: 'net-id', text: 'id=net-id' });

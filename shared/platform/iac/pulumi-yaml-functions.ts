@@ -145,6 +145,7 @@ export function checkCall(call: FunctionCall, path: readonly PathSegment[]): voi
     case 'fn::assetArchive': {
       if (!isPlainObject(call.args)) throw fail('the argument to fn::assetArchive must be an object');
       for (const [key, value] of Object.entries(call.args)) {
+        if (key.includes('${')) throw invalidProject(`${formatPath([...at, key])}: keys in fn::assetArchive arguments must be string literals`, { path: formatPath([...at, key]) });
         const inner = isPlainObject(value) ? functionCall(value, [...at, key]) : undefined;
         if (!inner || !isAssetOrArchiveCall(inner)) throw invalidProject(`${formatPath([...at, key])}: value must be an asset or an archive`, { path: formatPath([...at, key]) });
       }

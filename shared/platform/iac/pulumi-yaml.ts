@@ -264,7 +264,9 @@ function buildProject({ name, files, programFolder, sources, program, projectCon
   }
 
   for (const [key, value] of Object.entries(variables)) checkExpressions(value, ['variables', key]);
-  for (const resource of resources) checkExpressions(resource.properties, ['resources', resource.name, 'properties']);
+  for (const resource of resources) {
+    for (const [key, value] of Object.entries(resource.properties)) checkExpressions(value, ['resources', resource.name, 'properties', key]);
+  }
   for (const [key, value] of Object.entries(outputs)) checkExpressions(value, ['outputs', key]);
   return { name, config, variables, resources, outputs, files, programFolder, sources };
 }
@@ -419,7 +421,9 @@ function buildGraph(project: PulumiProject, config: ResolvedConfig): ProjectGrap
   }
   for (const resource of project.resources) {
     const from: NodeKey = `resources.${resource.name}`;
-    visitInterpolations(resource.properties, ['resources', resource.name, 'properties'], (i, path) => link(from, String(i.segments[0]), path, i.expression));
+    for (const [key, value] of Object.entries(resource.properties)) {
+      visitInterpolations(value, ['resources', resource.name, 'properties', key], (i, path) => link(from, String(i.segments[0]), path, i.expression));
+    }
     resource.dependsOn.forEach((name, i) => {
       const path = ['resources', resource.name, 'options', 'dependsOn', i];
       if (!resources.has(name)) throw unknownReference(path, name);
@@ -537,9 +541,13 @@ export class ProgramEvaluator {
     this.#context = context;
   }
 
-  /** The resource's properties with every expression evaluated. */
+  /**
+   * The resource's properties with every expression evaluated. Property names are names, not expressions (ast/
+   * template.go `PropertyMapDecl`), so only keys of objects inside the properties are interpolated.
+   */
   resourceInputs(resource: ResourceDeclaration): JsonObject {
-    return this.evaluate(resource.properties, ['resources', resource.name, 'properties']) as JsonObject;
+    const path = ['resources', resource.name, 'properties'];
+    return located(this.project.sources, () => Object.fromEntries(Object.entries(resource.properties).map(([k, v]) => [k, replaceSecrets(this.value(v, [...path, k]))])));
   }
 
   /** The stack outputs; a secret value shows as `SECRET_MASK`. */
