@@ -62,6 +62,12 @@ describe('Pulumi YAML programs: where the program is', () => {
     expect(error).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { file: 'app/Main.json' } });
   });
 
+  it('when the project file is Pulumi.yml, then its program is a Main file: the language host reads no program from Pulumi.yml', () => {
+    const files = { 'Pulumi.yml': `${HEAD}${resource('inYml')}` };
+    expect(thrown(() => loadProgram(files, 'dev'))).toMatchObject({ code: 'IAC.INVALID_PROJECT', message: expect.stringContaining('does not read a program from Pulumi.yml') });
+    expect(loadProgram({ ...files, 'Pulumi.yml': HEAD, 'Main.yaml': resource('inMain') }, 'dev').project.resources.map((r) => r.name)).toEqual(['inMain']);
+  });
+
   it('when Pulumi.yaml declares resources but the program is Main.yaml, then INVALID_PROJECT: Pulumi YAML would ignore them', () => {
     const error = thrown(() => loadProgram({ 'Pulumi.yaml': `${HEAD}${resource('lost')}`, 'Main.yaml': resource('kept') }, 'dev'));
     expect(error).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources', file: 'Pulumi.yaml', line: 3 } });

@@ -53,7 +53,9 @@ export function findProgram(files: ProjectFiles, projectFile: string, main: Json
   }
   // As the language host says it: the first name it looked for.
   const expected = `${folder}${PROGRAM_FILES[0]}`;
-  throw invalidProject(`the project has no program: none of ${PROGRAM_FILES.map((n) => folder + n).join(', ')} exists`, { path: expected, file: expected });
+  // The language host reads `Pulumi.yaml` only: a `Pulumi.yml` project needs its program in a Main file.
+  const note = projectFile === 'Pulumi.yaml' || folder !== '' ? '' : ` (Pulumi YAML does not read a program from ${projectFile})`;
+  throw invalidProject(`the project has no program: none of ${PROGRAM_FILES.map((n) => folder + n).join(', ')} exists${note}`, { path: expected, file: expected });
 }
 
 /** In the order the language host probes them. */
