@@ -83,9 +83,9 @@ const PROJECT_KEYS: Readonly<Record<string, Check>> = {
   // Read only by `pulumi new` when a stack is created from a template; nothing in a plan or apply reads it.
   template: allowed,
   // The YAML runtime's program: allowed, and checked for what reads outside the folder or downloads plugins.
-  variables: programProblems,
-  resources: programProblems,
-  outputs: programProblems,
+  variables: programProblems(''),
+  resources: programProblems(''),
+  outputs: programProblems(''),
   // The YAML runtime's CLI settings: `requiredVersion` only checks the CLI version.
   pulumi: (value, key) => unknownKeys(value, key, ['requiredVersion']),
 };
@@ -94,18 +94,18 @@ const PROJECT_KEYS: Readonly<Record<string, Check>> = {
  * Keys of a program file other than `Pulumi.yaml` (`Main.yaml`, `Main.json`, a `main:` folder's `Pulumi.yaml`): a
  * Pulumi YAML template's (pulumi-yaml ast/template.go `TemplateDecl`).
  */
-const MAIN_KEYS: Readonly<Record<string, Check>> = {
+const mainKeys = (folder: string): Readonly<Record<string, Check>> => ({
   config: configProblems,
   configuration: allowed,
-  variables: programProblems,
-  resources: programProblems,
-  outputs: programProblems,
+  variables: programProblems(folder),
+  resources: programProblems(folder),
+  outputs: programProblems(folder),
   // Metadata that nothing evaluates.
   name: allowed,
   description: allowed,
   // The YAML runtime's CLI settings: `requiredVersion` only checks the CLI version.
   pulumi: (value, key) => unknownKeys(value, key, ['requiredVersion']),
-};
+});
 
 /** Keys of `Pulumi.<stack>.yaml`. */
 const STACK_KEYS: Readonly<Record<string, Check>> = {
@@ -146,7 +146,7 @@ export function projectProblems(files: PolicyProjectFiles, policy: ProjectPolicy
   const all = files.files ?? {};
   const program = programFileOf(files.project, all);
   for (const [path, text] of Object.entries(all)) {
-    if (path === program || /(^|\/)Main\.(ya?ml|json)$/.test(path)) check(path, text, MAIN_KEYS, []);
+    if (path === program || /(^|\/)Main\.(ya?ml|json)$/.test(path)) check(path, text, mainKeys(posix.dirname(path)), []);
   }
   return problems;
 }
@@ -277,9 +277,14 @@ const REMOTE_FUNCTIONS = new Set(['fn::remoteasset', 'fn::remotearchive']);
  * `pluginDownloadURL`: a provider binary from anywhere), a file function (`fn::readFile`, `fn::filebase64`,
  * `fn::filebase64sha256`, `fn::fileAsset`, `fn::fileArchive`) whose path is not a constant inside the folder (Pulumi YAML allows any constant absolute path,
  * such as a runner's token file), and a remote asset or archive (content from outside the commit, fetched by the
- * runner). Function names are matched without case, as Pulumi YAML accepts `Fn::` too.
+ * runner). Function names are matched without case, as Pulumi YAML accepts `Fn::` too. A file path is read from the
+ * program's folder (`folder`, as the language host runs there), and must stay inside the project folder.
  */
-function programProblems(value: unknown, key: string): Omit<ProjectProblem, 'file'>[] {
+function programProblems(folder: string): Check {
+  return (value, key) => programProblemsIn(folder, value, key);
+}
+
+function programProblemsIn(folder: string, value: unknown, key: string): Omit<ProjectProblem, 'file'>[] {
   const problems: Omit<ProjectProblem, 'file'>[] = [];
   const walk = (node: unknown, path: string) => {
     if (Array.isArray(node)) {
@@ -293,7 +298,7 @@ function programProblems(value: unknown, key: string): Omit<ProjectProblem, 'fil
       if (lower === 'plugindownloadurl') {
         problems.push({ key: at, reason: 'downloads a provider plugin from a URL the program names, instead of the installation\'s plugins' });
       } else if (FILE_FUNCTIONS.has(lower)) {
-        if (typeof v !== 'string' || v.includes('${') || !insideFolder(v)) {
+        if (typeof v !== 'string' || v.includes('${') || posix.isAbsolute(v) || !insideFolder(posix.join(folder, v))) {
           problems.push({ key: at, reason: 'reads a file that is not a constant path inside the project folder' });
         }
       } else if (REMOTE_FUNCTIONS.has(lower)) {

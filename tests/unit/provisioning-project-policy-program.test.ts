@@ -34,4 +34,10 @@ describe('projectProblems: the program files', () => {
   it('when a Main.yaml lies in a folder the program is not read from, then it is still checked', () => {
     expect(keysOf(withFiles(BASE, { 'other/Main.yaml': EVIL }))).toEqual(['other/Main.yaml:resources.p.options.pluginDownloadURL']);
   });
+
+  it('when a program in a main folder reads a file, then its path is read from that folder, as the engine reads it', () => {
+    const project = `${BASE}main: src\n`;
+    expect(keysOf(withFiles(project, { 'src/Main.yaml': 'variables:\n  a: { fn::readFile: ../README.md }\n' }))).toEqual([]);
+    expect(keysOf(withFiles(project, { 'src/Main.yaml': 'variables:\n  a: { fn::readFile: ../../x }\n' }))).toEqual(['src/Main.yaml:variables.a.fn::readFile']);
+  });
 });
