@@ -144,6 +144,12 @@ describe('Pulumi YAML programs: config as Pulumi passes it', () => {
     expect(evaluateAll(program).outputs).toEqual({ v: true });
   });
 
+  it('when a stack file\'s value does not have the declared type, then INVALID_CONFIG names the stack file and its line', () => {
+    const files = { 'Pulumi.yaml': `${HEAD}config:\n  count: { type: integer }\n`, 'Pulumi.dev.yaml': 'config:\n  other: 1\n  shop:count: three\n' };
+    expect(thrown(() => loadProgram(files, 'dev'))).toMatchObject({ code: 'IAC.INVALID_CONFIG', details: { file: 'Pulumi.dev.yaml', line: 3, path: 'config["shop:count"]' } });
+    expect(thrown(() => loadProgram(files, 'dev', { count: 'x' }))).toMatchObject({ code: 'IAC.INVALID_CONFIG', details: { path: 'overrides.count' } });
+  });
+
   it('when a declared key has no value, then MISSING_CONFIG names the line of its declaration', () => {
     expect(thrown(() => loadProgram({ 'Pulumi.yaml': `${HEAD}config:\n  a: { type: string }\n` }, 'dev'))).toMatchObject({ code: 'IAC.MISSING_CONFIG', details: { key: 'shop:a', line: 4 } });
   });

@@ -1,6 +1,6 @@
 import { AppError } from '../errors/app-error';
-import { asValueReference, invalidProject, isPlainObject, unsupported, type JsonObject, type JsonValue } from './iac-values';
-import { canonical, canonicalKeys, located, optionalMap, parseYamlSource } from './pulumi-yaml-source';
+import { asValueReference, formatPath, invalidProject, isPlainObject, unsupported, type JsonObject, type JsonValue } from './iac-values';
+import { canonical, canonicalKeys, located, optionalMap, parseYamlSource, type SourceFile } from './pulumi-yaml-source';
 
 /**
  * Config of a Pulumi YAML project as the language host reads it: declarations (`config:` / `configuration:` of the
@@ -105,22 +105,35 @@ function fullConfigKey(key: string, project: string, path: string): string {
   return key.includes(':') ? key : `${project}:${key}`;
 }
 
-/** The `config` of `Pulumi.<stack>.yaml`, by full key. */
-export function parseStackConfig(text: string, project: string, file = 'Pulumi.<stack>.yaml'): Record<string, JsonValue> {
+/** Where a config value was written: the stack file and the value's path in it (`config.poolSize`). */
+export interface ConfigOrigin {
+  readonly file: string;
+  readonly path: string;
+}
+
+/** The `config` of `Pulumi.<stack>.yaml`: values and where each was written, by full key. */
+export interface StackConfig {
+  readonly values: Readonly<Record<string, JsonValue>>;
+  readonly origins: Readonly<Record<string, ConfigOrigin>>;
+  readonly source: SourceFile;
+}
+
+export function readStackConfig(text: string, project: string, file = 'Pulumi.<stack>.yaml'): StackConfig {
   const { value: document, source } = parseYamlSource(text, file);
   return located([source], () => {
     if (document !== null && !isPlainObject(document)) throw invalidProject(`${file} must be a mapping`, { path: file, file });
     const values: Record<string, JsonValue> = {};
+    const origins: Record<string, ConfigOrigin> = {};
     for (const [rawKey, value] of Object.entries(optionalMap(document ?? {}, 'config'))) {
-      const key = fullConfigKey(rawKey, project, `config.${rawKey}`);
+      const path = formatPath(['config', rawKey]);
+      const key = fullConfigKey(rawKey, project, path);
       if (isPlainObject(value) && Object.keys(value).length === 1 && typeof value.secure === 'string') {
-        throw new AppError('IAC.INVALID_CONFIG', 'validation', `config.${rawKey}: encrypted values need the Pulumi CLI; give a { secretRef: ... } instead`, {
-          path: `config.${rawKey}`,
-        });
+        throw new AppError('IAC.INVALID_CONFIG', 'validation', `${path}: encrypted values need the Pulumi CLI; give a { secretRef: ... } instead`, { path });
       }
       values[key] = value;
+      origins[key] = { file, path };
     }
-    return values;
+    return { values, origins, source };
   });
 }
 
@@ -130,19 +143,29 @@ export function parseStackConfig(text: string, project: string, file = 'Pulumi.<
  * set` writes them (`"3"`, `"true"`, JSON for objects and lists) or typed as YAML writes them; a declared key's value
  * is converted to its type, an undeclared key's text as the language host converts it (pkg/server/server.go `Run`).
  */
-export function resolveConfig(project: { readonly name: string; readonly config: readonly ConfigDeclaration[] }, stackValues: Readonly<Record<string, JsonValue>>, overrides: Readonly<Record<string, JsonValue>> = {}): ResolvedConfig {
+export function resolveConfig(
+  project: { readonly name: string; readonly config: readonly ConfigDeclaration[] },
+  stackValues: Readonly<Record<string, JsonValue>>,
+  overrides: Readonly<Record<string, JsonValue>> = {},
+  origins: Readonly<Record<string, ConfigOrigin>> = {},
+): ResolvedConfig {
   const values = new Map<string, JsonValue>();
-  const paths = new Map<string, string>();
+  /** Where each value comes from, for errors: a stack file's line, else the declaration's. */
+  const from = new Map<string, Readonly<Record<string, string>>>();
   for (const declaration of project.config) {
     // The first declaration's default wins: the CLI applies Pulumi.yaml's before the program's is read.
     if (declaration.default !== undefined && !values.has(declaration.key)) values.set(declaration.key, declaration.default);
   }
   for (const declaration of project.config) if (declaration.value !== undefined) values.set(declaration.key, declaration.value);
-  for (const [key, value] of Object.entries(stackValues)) values.set(key, value);
+  for (const [key, value] of Object.entries(stackValues)) {
+    values.set(key, value);
+    const origin = origins[key];
+    if (origin) from.set(key, { file: origin.file, path: origin.path });
+  }
   for (const [rawKey, value] of Object.entries(overrides)) {
     const key = fullConfigKey(rawKey, project.name, `overrides.${rawKey}`);
     values.set(key, value);
-    paths.set(key, `overrides.${rawKey}`);
+    from.set(key, { path: `overrides.${rawKey}` });
   }
   const declaredKeys = new Set(project.config.flatMap((d) => [d.key, ...(d.programKey ? [d.programKey] : [])]));
   for (const declaration of project.config) {
@@ -150,7 +173,7 @@ export function resolveConfig(project: { readonly name: string; readonly config:
     if (value === undefined) {
       throw new AppError('IAC.MISSING_CONFIG', 'validation', `config ${declaration.key} is declared without a default and has no value`, { key: declaration.key, ...(declaration.path ? { path: declaration.path } : {}) });
     }
-    const converted = convertConfigValue(declaration, value);
+    const converted = convertConfigValue(declaration, value, from.get(declaration.key) ?? (declaration.path ? { path: declaration.path } : {}));
     values.set(declaration.key, converted);
     if (declaration.programKey) values.set(declaration.programKey, converted);
   }
@@ -159,10 +182,10 @@ export function resolveConfig(project: { readonly name: string; readonly config:
 }
 
 /** A declared key's value in its type, from text or from a typed value; anything else is `IAC.INVALID_CONFIG`. */
-function convertConfigValue(declaration: ConfigDeclaration, value: JsonValue): JsonValue {
+function convertConfigValue(declaration: ConfigDeclaration, value: JsonValue, where: Readonly<Record<string, string>> = declaration.path ? { path: declaration.path } : {}): JsonValue {
   const reference = asValueReference(value);
   if (declaration.secret && !(reference && 'secretRef' in reference)) {
-    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} is secret: give it as { secretRef: ... }`, { key: declaration.key, ...(declaration.path ? { path: declaration.path } : {}) });
+    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} is secret: give it as { secretRef: ... }`, { key: declaration.key, ...where });
   }
   // A reference's value is known only at apply; its type is the referenced system's business.
   const type = declaration.type ?? inferredType(value);
@@ -171,7 +194,7 @@ function convertConfigValue(declaration: ConfigDeclaration, value: JsonValue): J
   const ok = converted !== undefined && (type !== 'array' || !declaration.items || (converted as readonly JsonValue[]).every((item) => hasType(declaration.items as ConfigType, item)));
   if (!ok) {
     const expected = declaration.items ? `List<${declaration.items}>` : type;
-    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} must be of type ${expected}`, { key: declaration.key, expected, ...(declaration.path ? { path: declaration.path } : {}) });
+    throw new AppError('IAC.INVALID_CONFIG', 'validation', `config ${declaration.key} must be of type ${expected}`, { key: declaration.key, expected, ...where });
   }
   return converted;
 }

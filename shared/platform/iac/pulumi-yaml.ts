@@ -21,13 +21,14 @@ import {
 } from './iac-values';
 import { applyFunction, checkCall, functionCall, invokeArguments, scanValue, type FunctionCall, type FunctionHost } from './pulumi-yaml-functions';
 import { expandTypeToken, parseResource, type ResourceDeclaration } from './pulumi-yaml-resource';
-import { parseDeclarations, resolveConfig, parseStackConfig, type ConfigDeclaration, type ResolvedConfig } from './pulumi-yaml-config';
+import { parseDeclarations, readStackConfig, resolveConfig, type ConfigDeclaration, type ResolvedConfig } from './pulumi-yaml-config';
 import { canonical, canonicalKeys, findProgram, located, optionalMap, parseYamlSource, type ProjectFiles, type SourceFile } from './pulumi-yaml-source';
 
 export type { ResourceDeclaration } from './pulumi-yaml-resource';
 export type { ProjectFiles, SourceFile } from './pulumi-yaml-source';
 export type { ConfigDeclaration, ConfigType, ResolvedConfig } from './pulumi-yaml-config';
-export { parseStackConfig, resolveConfig } from './pulumi-yaml-config';
+export { readStackConfig, resolveConfig } from './pulumi-yaml-config';
+export type { ConfigOrigin, StackConfig } from './pulumi-yaml-config';
 
 /**
  * The Pulumi YAML project model of the local engine, read as the Pulumi YAML language host reads it: `Pulumi.yaml`
@@ -101,8 +102,10 @@ export function loadProgram(files: ProjectFiles, stack: string, overrides: Reado
   const project = parseProject(files, projectFile);
   const stackFile = files[`Pulumi.${stack}.yaml`] !== undefined || files[`Pulumi.${stack}.yml`] === undefined ? `Pulumi.${stack}.yaml` : `Pulumi.${stack}.yml`;
   const stackText = files[stackFile];
-  const stackValues = stackText === undefined ? {} : parseStackConfig(stackText, project.name, stackFile);
-  const config = located(project.sources, () => resolveConfig(project, stackValues, overrides));
+  const stackConfig = stackText === undefined ? undefined : readStackConfig(stackText, project.name, stackFile);
+  // The stack file last: a declaration's path (`config.size`) is found in the project first; a value's error names its file.
+  const sources = [...project.sources, ...(stackConfig ? [stackConfig.source] : [])];
+  const config = located(sources, () => resolveConfig(project, stackConfig?.values ?? {}, overrides, stackConfig?.origins ?? {}));
   const context: ProgramContext = {
     stack,
     organization: options.organization ?? DEFAULT_ORGANIZATION,
