@@ -206,6 +206,10 @@ export class LocalHost {
       this.#started.push(component);
     }
     this.#url = await http.listen(config.local.port);
+    // The Functions host names the app's address in WEBSITE_HOSTNAME (Core Tools: localhost:7071); without it the
+    // durable-functions client rewrites every management URL to localhost:7071 (getClient.js). The SDK only checks
+    // that it is set, so the first host of a process names it and each host's URLs stay its own.
+    process.env.WEBSITE_HOSTNAME ??= this.#url.host;
     for (const component of this.#started) await component.listening?.();
     return this.#url;
   }

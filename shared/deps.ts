@@ -171,7 +171,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
 
   const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
   // Events go out right after the commit that wrote them; the relay's timer is the fallback (outbox-relay.service.ts).
-  const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids }) : undefined;
+  const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids, ...(config.outbox.claimMs ? { leaseMs: config.outbox.claimMs } : {}) }) : undefined;
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
   const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
 

@@ -15,7 +15,12 @@ import { logOf } from '../log';
  */
 export async function outboxRelay(_timer: Timer, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
-  const result = await relayOutbox(busDb(deps.sql.db), deps.events, { dialect: deps.sql.dialect, clock: deps.clock, ids: deps.ids });
+  const result = await relayOutbox(busDb(deps.sql.db), deps.events, {
+    dialect: deps.sql.dialect,
+    clock: deps.clock,
+    ids: deps.ids,
+    ...(deps.config.outbox.claimMs ? { leaseMs: deps.config.outbox.claimMs } : {}),
+  });
   if (result.failed) {
     // Left pending: the next tick retries after the back-off; the error is kept on the rows (outbox.last_error).
     logOf(context).warn(`${result.failed.events} event(s) not published via ${deps.events.name}: ${result.failed.error}`);

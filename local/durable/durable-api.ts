@@ -7,7 +7,15 @@ import type { AnyDb, SqlDialect } from '../../shared/platform/sql/database';
 import type { Clock } from '../../shared/platform/time/clock';
 import type { HttpBinding, RawRequest, RawResponse } from '../http/http-binding';
 import { adminOnly, answeringProblems } from '../http/raw-problems';
-import { HistoryEventType, TERMINAL_STATUSES, durableClientData, summarizeEvent, type HistoryEvent } from './durable-protocol';
+import {
+  HistoryEventType,
+  INSTANCE_ID_RULES,
+  MAX_INSTANCE_ID_LENGTH,
+  TERMINAL_STATUSES,
+  durableClientData,
+  summarizeEvent,
+  type HistoryEvent,
+} from './durable-protocol';
 import {
   durableDb,
   getInstance,
@@ -30,8 +38,6 @@ export const RPC_BASE_PATH = 'runtime-cloud/local/durable/rpc';
 export const WEBHOOK_BASE_PATH = 'runtime/webhooks/durabletask';
 /** The local view of instances, for people (bearer token with factory.runtime.admin). */
 export const VIEW_BASE_PATH = 'runtime-cloud/local/durable/instances';
-
-const MAX_INSTANCE_ID_LENGTH = 200;
 
 export interface DurableApiDeps {
   readonly db: AnyDb;
@@ -129,7 +135,7 @@ class DurableApi {
     }
     const instanceId = request.params.instanceId ?? randomUUID().replace(/-/g, '');
     if (instanceId.length > MAX_INSTANCE_ID_LENGTH || /[/\\#?]/.test(instanceId)) {
-      throw new AppError('DURABLE.INVALID_INSTANCE_ID', 'validation', 'instance ids have at most 200 characters and no / \\ # ?');
+      throw new AppError('DURABLE.INVALID_INSTANCE_ID', 'validation', INSTANCE_ID_RULES);
     }
     const input = inputText(request.body);
     const outcome = await startInstance(this.#db, {
@@ -272,6 +278,7 @@ class DurableApi {
           ...statusOf(instance, true),
           failure: parseOrNull(instance.failure),
           executionId: instance.executionId,
+          parent: instance.parent,
           history: history.map(summarizeEvent),
         },
       };

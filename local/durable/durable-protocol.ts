@@ -9,10 +9,12 @@
  *   `OrchestratorStateShape` whose `actions` are cumulative since the execution started: only the tail past what
  *   the host already dispatched is new. A failed orchestration makes the callback throw an error whose message ends
  *   in `OUT_OF_PROC_DATA_LABEL` + the state JSON.
- * - Tasks are matched by the SDK's sequence numbers: each activity and each timer takes the next number in
- *   flattened action order (WaitForExternalEvent takes none; it is matched by name). TaskScheduled/TimerCreated
- *   carry the number as `EventId`; TaskCompleted/TaskFailed name it as `TaskScheduledId`, TimerFired as `TimerId`.
- * - Retries (CallActivityWithRetry) are the host's job: the action is emitted once; after each failure the SDK takes
+ * - Tasks are matched by the SDK's sequence numbers: each activity, sub-orchestration and timer takes the next
+ *   number in flattened action order (WaitForExternalEvent takes none; it is matched by name).
+ *   TaskScheduled/SubOrchestrationInstanceCreated/TimerCreated carry the number as `EventId`;
+ *   TaskCompleted/TaskFailed and SubOrchestrationInstanceCompleted/Failed name it as `TaskScheduledId`, TimerFired
+ *   as `TimerId`.
+ * - Retries (CallActivityWithRetry, CallSubOrchestratorWithRetry) are the host's job: the action is emitted once; after each failure the SDK takes
  *   the next number for a retry timer and, once that timer fired, the next one for the new attempt (or fails the
  *   task when attempts are exhausted).
  * - The host feeds one new event per episode (after an OrchestratorStarted whose Timestamp becomes
@@ -31,6 +33,9 @@ export const HistoryEventType = {
   TaskScheduled: 4,
   TaskCompleted: 5,
   TaskFailed: 6,
+  SubOrchestrationInstanceCreated: 7,
+  SubOrchestrationInstanceCompleted: 8,
+  SubOrchestrationInstanceFailed: 9,
   TimerCreated: 10,
   TimerFired: 11,
   OrchestratorStarted: 12,
@@ -86,9 +91,11 @@ export interface HistoryEvent {
   /** True for events of past episodes. */
   IsPlayed: boolean;
   readonly Name?: string;
-  /** JSON text (ExecutionStarted, EventRaised). */
+  /** The child's instance id (SubOrchestrationInstanceCreated). */
+  readonly InstanceId?: string;
+  /** JSON text (ExecutionStarted, EventRaised, SubOrchestrationInstanceCreated). */
   readonly Input?: string | null;
-  /** JSON text (TaskCompleted, ExecutionCompleted). */
+  /** JSON text (TaskCompleted, SubOrchestrationInstanceCompleted, ExecutionCompleted). */
   readonly Result?: string | null;
   readonly TaskScheduledId?: number;
   readonly TimerId?: number;
@@ -99,7 +106,7 @@ export interface HistoryEvent {
   readonly OrchestrationStatus?: string;
 }
 
-/** `FailureDetails` of TaskFailed (`history/FailureDetailsPayload.js`). */
+/** `FailureDetails` of TaskFailed and SubOrchestrationInstanceFailed (`history/FailureDetailsPayload.js`). */
 export interface FailureDetails {
   readonly ErrorType: string;
   readonly ErrorMessage: string;
@@ -125,19 +132,20 @@ export interface OrchestrationTriggerPayload {
 
 /**
  * The trigger payload of one episode, with the settings every call shares: the replay schema, timers never split
- * into sub-timers, no parent (sub-orchestrations are not supported locally).
+ * into sub-timers. `parentInstanceId` is set for a sub-orchestration (`context.df.parentInstanceId`).
  */
 export function orchestrationPayload(episode: {
   history: HistoryEvent[];
   input: unknown;
   instanceId: string;
   isReplaying: boolean;
+  parentInstanceId?: string | undefined;
 }): OrchestrationTriggerPayload {
   return {
     ...episode,
     upperSchemaVersion: REPLAY_SCHEMA_VERSION,
     upperSchemaVersionNew: REPLAY_SCHEMA_VERSION,
-    parentInstanceId: undefined,
+    parentInstanceId: episode.parentInstanceId,
     maximumShortTimerDuration: NO_TIMER_SPLITTING,
     longRunningTimerIntervalDuration: NO_TIMER_SPLITTING,
     defaultHttpAsyncRequestSleepTimeMillseconds: 30_000,
@@ -152,9 +160,11 @@ export interface OrchestratorStateShape {
   readonly error?: string;
   readonly customStatus?: unknown;
   readonly schemaVersion: number;
+  /** Set when the orchestrator failed with a TaskFailedError (`orchestrations/OrchestratorState.js`). */
+  readonly failureDetails?: FailureDetails;
 }
 
-/** The retry options of CallActivityWithRetry (`RetryOptions.js`); optional fields are absent unless set. */
+/** The retry options of CallActivityWithRetry and CallSubOrchestratorWithRetry (`RetryOptions.js`); optional fields are absent unless set. */
 export interface RetryOptionsShape {
   readonly firstRetryIntervalInMilliseconds: number;
   readonly maxNumberOfAttempts: number;
@@ -166,19 +176,60 @@ export interface RetryOptionsShape {
 /** A leaf action, decoded from the SDK's action objects. */
 export type Action =
   | { readonly kind: 'activity'; readonly name: string; readonly input: string | null; readonly retry?: RetryOptionsShape }
+  /** `instanceId` is the caller's; without one the host derives the child's id (`subOrchestrationInstanceId`). */
+  | {
+      readonly kind: 'sub-orchestration';
+      readonly name: string;
+      readonly input: string | null;
+      readonly instanceId?: string;
+      readonly retry?: RetryOptionsShape;
+    }
   | { readonly kind: 'timer'; readonly fireAt: Date; readonly isCanceled: boolean }
   | { readonly kind: 'wait-event'; readonly name: string }
   | { readonly kind: 'continue-as-new'; readonly input: string | null }
   /** A task the local host does not carry out: it fails, so the orchestrator can catch it. */
-  | { readonly kind: 'refused-task'; readonly feature: string; readonly retry?: RetryOptionsShape }
+  | { readonly kind: 'refused-task'; readonly feature: string }
   /** A fire-and-forget action (an entity signal) the local host does not carry out: it fails the orchestration. */
   | { readonly kind: 'refused-signal'; readonly feature: string }
   | { readonly kind: 'unsupported'; readonly actionType: number };
 
 /** Whether an action takes one of the SDK's sequence numbers. */
 export function takesSequenceNumber(action: Action): boolean {
-  return action.kind === 'activity' || action.kind === 'timer' || action.kind === 'refused-task' || action.kind === 'refused-signal';
+  return (
+    action.kind === 'activity' ||
+    action.kind === 'sub-orchestration' ||
+    action.kind === 'timer' ||
+    action.kind === 'refused-task' ||
+    action.kind === 'refused-signal'
+  );
 }
+
+/**
+ * The id of a sub-orchestration started without one, as DurableTask.Core derives it
+ * (`TaskOrchestrationContext.CreateSubOrchestrationInstanceCore`): the parent's execution id, a colon, and the
+ * task's sequence number. Deterministic across replays, and unique per execution and task (each retry attempt
+ * takes a new number, so it gets a new child).
+ */
+export function subOrchestrationInstanceId(parentExecutionId: string, taskId: number): string {
+  return `${parentExecutionId}:${taskId}`;
+}
+
+/**
+ * Why a caller-chosen instance id cannot be a child's (the extension's checks, `DurableOrchestrationContext`
+ * `CallDurableTaskFunctionAsync`, and the local host's id rules); undefined when it can.
+ */
+export function invalidChildInstanceId(childId: string, parentId: string, grandparentId: string | null): string | undefined {
+  if (childId.toLowerCase() === parentId.toLowerCase() || (grandparentId !== null && childId.toLowerCase() === grandparentId.toLowerCase())) {
+    return 'The instance ID of a sub-orchestration must be different than the instance ID of a parent orchestration.';
+  }
+  if (childId.startsWith('@')) return 'Orchestration instance ids must not start with @';
+  if (childId.length > MAX_INSTANCE_ID_LENGTH || /[/\\#?]/.test(childId)) return INSTANCE_ID_RULES;
+  return undefined;
+}
+
+/** Instance ids of this host: what the Durable HTTP API and sub-orchestrations accept. */
+export const MAX_INSTANCE_ID_LENGTH = 200;
+export const INSTANCE_ID_RULES = 'instance ids have at most 200 characters and no / \\ # ?';
 
 /** The message of a task or signal the local host refuses: the feature named, and where it is supported. */
 export function notSupportedMessage(feature: string): string {
@@ -234,9 +285,15 @@ function decodeAction(raw: RawAction): Action {
     case ActionType.ContinueAsNew:
       return { kind: 'continue-as-new', input: inputAsJson(raw.input) };
     case ActionType.CallSubOrchestrator:
-      return { kind: 'refused-task', feature: `callSubOrchestrator('${String(raw.functionName)}')` };
     case ActionType.CallSubOrchestratorWithRetry:
-      return { kind: 'refused-task', feature: `callSubOrchestratorWithRetry('${String(raw.functionName)}')`, retry: raw.retryOptions as RetryOptionsShape };
+      // The SDK hands the input over as given (no stringifying, unlike activities): it is always serialized here.
+      return {
+        kind: 'sub-orchestration',
+        name: String(raw.functionName),
+        input: raw.input === undefined ? null : JSON.stringify(raw.input),
+        ...(typeof raw.instanceId === 'string' && raw.instanceId !== '' ? { instanceId: raw.instanceId } : {}),
+        ...(raw.actionType === ActionType.CallSubOrchestratorWithRetry ? { retry: raw.retryOptions as RetryOptionsShape } : {}),
+      };
     case ActionType.CallEntity:
       return { kind: 'refused-task', feature: 'callEntity (durable entities)' };
     case ActionType.CallHttp:
@@ -300,9 +357,19 @@ export function missingFunctionFailure(name: string, kind: 'activity' | 'orchest
   return { Reason: `The function '${name}' doesn't exist, is disabled, or is not an ${kind} function.`, Details: '' };
 }
 
-/** The failure of a sub-orchestration, as the extension reports it to the parent. */
-export function subOrchestrationFailure(name: string, message: string): TaskFailure {
-  return { Reason: `Sub orchestrator function '${name}' failed: ${message}`, Details: '' };
+/**
+ * The failure of a sub-orchestration, as the extension reports it to the parent (the SDK's own test histories,
+ * `GetSayHelloWithSubOrchestratorFail`): `Sub orchestrator function '<name>' failed: <message>`. The SDK throws it
+ * into the parent as a plain `Error` (`<Reason> \n <Details>`), or, when the child failed with a TaskFailedError
+ * (an activity's failure details it did not catch), as a `TaskFailedError` carrying those details.
+ */
+export function subOrchestrationFailure(name: string, message: string, failureDetails?: FailureDetails): TaskFailure {
+  return { Reason: `Sub orchestrator function '${name}' failed: ${message}`, Details: '', ...(failureDetails ? { FailureDetails: failureDetails } : {}) };
+}
+
+/** What a child that was terminated reports to its parent (DurableTask.Core sends it as a sub-orchestration failure). */
+export function subOrchestrationTerminatedMessage(reason: string): string {
+  return `the sub-orchestration was terminated: ${reason}`;
 }
 
 /** The output of a failed orchestration, in the extension's form. */
@@ -375,6 +442,7 @@ export function summarizeEvent(event: HistoryEvent): Record<string, unknown> {
     ...(event.Name !== undefined ? { name: event.Name } : {}),
     ...(event.TaskScheduledId !== undefined ? { taskId: event.TaskScheduledId } : {}),
     ...(event.TimerId !== undefined ? { timerId: event.TimerId } : {}),
+    ...(event.InstanceId !== undefined ? { instanceId: event.InstanceId } : {}),
     ...(event.FireAt !== undefined ? { fireAt: event.FireAt } : {}),
     ...(event.FailureDetails ? { error: `${event.FailureDetails.ErrorType}: ${event.FailureDetails.ErrorMessage}` } : {}),
     ...(event.OrchestrationStatus !== undefined ? { status: event.OrchestrationStatus } : {}),

@@ -12,11 +12,15 @@ import {
   orchestrationPayload,
   activityFailure,
   flattenActions,
+  invalidChildInstanceId,
   missingFunctionFailure,
+  subOrchestrationFailure,
+  subOrchestrationInstanceId,
   notSupportedMessage,
   orchestratorFailedMessage,
   parseOrchestrationFailure,
   retryDelayMs,
+  type FailureDetails,
   type TaskFailure,
   type HistoryEvent,
   type OrchestrationTriggerPayload,
@@ -42,6 +46,7 @@ import {
   type EpisodeCommit,
   type InboxMessage,
   type NewActivity,
+  type NewChild,
   type NewInboxMessage,
 } from './durable.repository';
 
@@ -80,11 +85,18 @@ export interface RunnerState {
   actionIds: (number | null)[];
   /** Timers the orchestrator cancelled. */
   canceledTimers: number[];
-  /** Retry chains of CallActivityWithRetry, keyed by the id awaited next (the attempt's task or the retry timer). */
+  /**
+   * Retry chains of CallActivityWithRetry and CallSubOrchestratorWithRetry, keyed by the id awaited next (the
+   * attempt's task or the retry timer).
+   */
   retries: Record<string, RetryChain>;
 }
 
 export interface RetryChain {
+  /** What each attempt runs; absent in chains stored before sub-orchestrations existed (activities). */
+  readonly kind?: 'activity' | 'sub-orchestration';
+  /** A sub-orchestration's caller-chosen instance id, reused by every attempt (absent: derived per attempt). */
+  readonly instanceId?: string;
   readonly name: string;
   readonly input: string | null;
   readonly options: RetryOptionsShape;
@@ -110,6 +122,9 @@ const DEFAULTS = { leaseMs: 15_000, pollMs: 100, maxConcurrentOrchestrations: 16
  * SDK's own replay, and runs their activities. Any number of runners (hosts) may share one store: an instance is
  * executed only under a lease on its row, renewed while work goes on and taken over only after it expired; an episode
  * commits only if the lease and the instance's version still hold, so a worker that lost its lease changes nothing.
+ * A sub-orchestration is an instance like any other: the parent's episode creates it in its own commit, and the
+ * child's last commit (or its termination) puts its output or failure in the parent's inbox, so the handoff holds
+ * across crashes and hosts the way activity results do.
  */
 export class DurableRunner {
   readonly workerId: string;
@@ -307,9 +322,9 @@ export class DurableRunner {
     const timestamp = new Date(now).toISOString();
     const orchestratorStarted: HistoryEvent = { EventType: HistoryEventType.OrchestratorStarted, EventId: -1, Timestamp: timestamp, IsPlayed: false };
     const fed: HistoryEvent = { ...newEvent, IsPlayed: false };
-    const effects: Effects = { append: [], activities: [], inbox: [], cancelTimers: [] };
+    const effects: Effects = { append: [], activities: [], inbox: [], cancelTimers: [], children: [] };
 
-    this.#continueRetry(state, fed, effects, instance.executionId, now);
+    this.#continueRetry(state, fed, effects, instance, now);
 
     const registration = this.#deps.registrations('orchestrationTrigger').find((r) => r.metadata.name === instance.name);
     const payload = orchestrationPayload({
@@ -317,6 +332,7 @@ export class DurableRunner {
       input: instance.input === null ? undefined : (JSON.parse(instance.input) as unknown),
       instanceId: instance.instanceId,
       isReplaying: history.length > 0,
+      parentInstanceId: instance.parent?.instanceId,
     });
     const episodeEvents = [orchestratorStarted, fed];
     if (!registration) {
@@ -337,6 +353,7 @@ export class DurableRunner {
       return this.#fail(instance, state, history, episodeEvents, message, now, {
         message: failure.message,
         ...(failure.state?.customStatus !== undefined ? { customStatus: failure.state.customStatus } : {}),
+        ...(failure.state?.failureDetails ? { failureDetails: failure.state.failureDetails } : {}),
       });
     }
 
@@ -362,6 +379,24 @@ export class DurableRunner {
           }
           break;
         }
+        case 'sub-orchestration': {
+          const id = state.nextSeq++;
+          state.actionIds.push(id);
+          this.#startChild(effects, instance, id, action, now);
+          if (action.retry) {
+            state.retries[String(id)] = {
+              kind: 'sub-orchestration',
+              ...(action.instanceId !== undefined ? { instanceId: action.instanceId } : {}),
+              name: action.name,
+              input: action.input,
+              options: action.retry,
+              attempts: 1,
+              startedAt: now,
+              giveUp: false,
+            };
+          }
+          break;
+        }
         case 'timer': {
           const id = state.nextSeq++;
           state.actionIds.push(id);
@@ -382,7 +417,7 @@ export class DurableRunner {
         case 'refused-task': {
           const id = state.nextSeq++;
           state.actionIds.push(id);
-          this.#refuseTask(effects, state, instance.executionId, id, action.feature, action.retry, now);
+          this.#refuseTask(effects, instance.executionId, id, action.feature, now);
           break;
         }
         case 'refused-signal':
@@ -432,11 +467,23 @@ export class DurableRunner {
         OrchestrationStatus: 'Completed',
         Result: output,
       };
+      // A sub-orchestration's output goes to its parent in the same commit.
+      const toParent: HistoryEvent | undefined = instance.parent
+        ? { EventType: HistoryEventType.SubOrchestrationInstanceCompleted, EventId: -1, Timestamp: timestamp, IsPlayed: false, Result: output }
+        : undefined;
       return this.#commit(
         instance,
         state,
         history,
-        { consumedSeq: message?.seq, append: [...episodeEvents, ...effects.append, completed], status: 'Completed', output, customStatus, finished: true },
+        {
+          consumedSeq: message?.seq,
+          append: [...episodeEvents, ...effects.append, completed],
+          status: 'Completed',
+          output,
+          customStatus,
+          finished: true,
+          ...(toParent ? { toParent } : {}),
+        },
         now,
       );
     }
@@ -453,19 +500,75 @@ export class DurableRunner {
         activities: effects.activities,
         inbox: effects.inbox,
         cancelTimers: effects.cancelTimers,
+        children: effects.children,
       },
       now,
     );
   }
 
   /**
-   * Retries of CallActivityWithRetry, which the host carries out: a failed attempt with attempts left gets a retry
-   * timer on the SDK's next id (first × backoff^(n−1), capped); a fired retry timer gets the next attempt on the id
-   * after it. After the last failure the SDK still waits for a timer (then fails the task), so one fires at once.
+   * Starts a sub-orchestration on task `id`: records SubOrchestrationInstanceCreated and has the commit create the
+   * child instance (id given, or derived from this execution and the task id). A child this host cannot run (an
+   * unknown orchestration, an id the extension refuses) fails the task at once, so the parent can catch it.
    */
-  #continueRetry(state: RunnerState, fed: HistoryEvent, effects: Effects, executionId: string, now: number): void {
+  #startChild(
+    effects: Effects,
+    instance: DurableInstance,
+    id: number,
+    call: { name: string; input: string | null; instanceId?: string | undefined },
+    now: number,
+  ): void {
     const timestamp = new Date(now).toISOString();
-    if (fed.EventType === HistoryEventType.TaskFailed && fed.TaskScheduledId !== undefined) {
+    const childId = call.instanceId ?? subOrchestrationInstanceId(instance.executionId, id);
+    const registered = this.#deps
+      .registrations('orchestrationTrigger')
+      .find((r) => r.metadata.name.toLowerCase() === call.name.toLowerCase())?.metadata.name;
+    effects.append.push({
+      EventType: HistoryEventType.SubOrchestrationInstanceCreated,
+      EventId: id,
+      Timestamp: timestamp,
+      IsPlayed: false,
+      Name: registered ?? call.name,
+      InstanceId: childId,
+      Input: call.input,
+    });
+    const failed = (failure: TaskFailure): HistoryEvent => ({
+      EventType: HistoryEventType.SubOrchestrationInstanceFailed,
+      EventId: -1,
+      Timestamp: timestamp,
+      IsPlayed: false,
+      TaskScheduledId: id,
+      ...failure,
+    });
+    const refusal = call.instanceId !== undefined ? invalidChildInstanceId(call.instanceId, instance.instanceId, instance.parent?.instanceId ?? null) : undefined;
+    if (!registered || refusal) {
+      const failure = refusal ? subOrchestrationFailure(call.name, refusal) : subOrchestrationFailure(call.name, missingFunctionFailure(call.name, 'orchestrator').Reason);
+      effects.inbox.push({ executionId: instance.executionId, dedupeKey: `task:${id}`, visibleAt: now, event: failed(failure) });
+      return;
+    }
+    effects.children.push({
+      taskId: id,
+      instanceId: childId,
+      name: registered,
+      executionId: randomUUID(),
+      input: call.input,
+      runnerState: JSON.stringify(initialRunnerState()),
+      conflict: failed(subOrchestrationFailure(registered, `an orchestration instance with the ID '${childId}' is already pending, running or suspended`)),
+    });
+  }
+
+  /**
+   * Retries of CallActivityWithRetry and CallSubOrchestratorWithRetry, which the host carries out: a failed attempt
+   * with attempts left gets a retry timer on the SDK's next id (first × backoff^(n−1), capped); a fired retry timer
+   * gets the next attempt on the id after it (a new activity run, or a new child: the caller's id again, or one
+   * derived from the new task id). After the last failure the SDK still waits for a timer (then fails the task), so
+   * one fires at once.
+   */
+  #continueRetry(state: RunnerState, fed: HistoryEvent, effects: Effects, instance: DurableInstance, now: number): void {
+    const { executionId } = instance;
+    const timestamp = new Date(now).toISOString();
+    const failed = fed.EventType === HistoryEventType.TaskFailed || fed.EventType === HistoryEventType.SubOrchestrationInstanceFailed;
+    if (failed && fed.TaskScheduledId !== undefined) {
       const chain = state.retries[String(fed.TaskScheduledId)];
       if (!chain) return;
       delete state.retries[String(fed.TaskScheduledId)];
@@ -486,6 +589,21 @@ export class DurableRunner {
       // Attempts exhausted: the SDK fails the task on this timer and takes no id.
       if (chain.attempts >= chain.options.maxNumberOfAttempts) return;
       const taskId = state.nextSeq++;
+      state.retries[String(taskId)] = { ...chain, attempts: chain.attempts + 1 };
+      if (chain.kind === 'sub-orchestration') {
+        if (chain.giveUp) {
+          const failure = chain.lastFailure ?? subOrchestrationFailure(chain.name, 'retry timeout elapsed');
+          effects.inbox.push({
+            executionId,
+            dedupeKey: `task:${taskId}`,
+            visibleAt: now,
+            event: { EventType: HistoryEventType.SubOrchestrationInstanceFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: taskId, ...failure },
+          });
+        } else {
+          this.#startChild(effects, instance, taskId, chain, now);
+        }
+        return;
+      }
       effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: taskId, Timestamp: timestamp, IsPlayed: false, Name: chain.name, Input: chain.input });
       if (chain.giveUp) {
         const failure = chain.lastFailure ?? { Reason: `Activity function '${chain.name}' failed: retry timeout elapsed`, Details: '' };
@@ -498,15 +616,14 @@ export class DurableRunner {
       } else {
         effects.activities.push({ taskId, name: chain.name, input: chain.input });
       }
-      state.retries[String(taskId)] = { ...chain, attempts: chain.attempts + 1 };
     }
   }
 
   /**
-   * A task the local host does not carry out fails at once with a message naming the feature: the orchestrator can
-   * catch it. With retry options it fails every attempt (the SDK waits for each retry timer, which fires at once).
+   * A task the local host does not carry out (an entity call, a durable HTTP call) fails at once with a message
+   * naming the feature: the orchestrator can catch it.
    */
-  #refuseTask(effects: Effects, state: RunnerState, executionId: string, id: number, feature: string, retry: RetryOptionsShape | undefined, now: number): void {
+  #refuseTask(effects: Effects, executionId: string, id: number, feature: string, now: number): void {
     const timestamp = new Date(now).toISOString();
     const failure: TaskFailure = { Reason: notSupportedMessage(feature), Details: '' };
     effects.append.push({ EventType: HistoryEventType.TaskScheduled, EventId: id, Timestamp: timestamp, IsPlayed: false, Name: feature });
@@ -516,7 +633,6 @@ export class DurableRunner {
       visibleAt: now,
       event: { EventType: HistoryEventType.TaskFailed, EventId: -1, Timestamp: timestamp, IsPlayed: false, TaskScheduledId: id, ...failure },
     });
-    if (retry) state.retries[String(id)] = { name: feature, input: null, options: retry, attempts: 1, startedAt: now, giveUp: true, lastFailure: failure };
   }
 
   #scheduleTimer(effects: Effects, executionId: string, id: number, fireAt: Date, timestamp: string): void {
@@ -537,17 +653,28 @@ export class DurableRunner {
     episodeEvents: readonly HistoryEvent[],
     message: InboxMessage | undefined,
     now: number,
-    failure: { message: string; customStatus?: unknown },
+    failure: { message: string; customStatus?: unknown; failureDetails?: FailureDetails },
   ): Promise<HistoryEvent[]> {
     const output = orchestratorFailedMessage(instance.name, failure.message);
+    const timestamp = new Date(now).toISOString();
     const completed: HistoryEvent = {
       EventType: HistoryEventType.ExecutionCompleted,
       EventId: -1,
-      Timestamp: new Date(now).toISOString(),
+      Timestamp: timestamp,
       IsPlayed: false,
       OrchestrationStatus: 'Failed',
       Result: JSON.stringify(output),
     };
+    // A failed sub-orchestration fails its parent's task, in the same commit.
+    const toParent: HistoryEvent | undefined = instance.parent
+      ? {
+          EventType: HistoryEventType.SubOrchestrationInstanceFailed,
+          EventId: -1,
+          Timestamp: timestamp,
+          IsPlayed: false,
+          ...subOrchestrationFailure(instance.name, failure.message, failure.failureDetails),
+        }
+      : undefined;
     return this.#commit(
       instance,
       state,
@@ -560,6 +687,7 @@ export class DurableRunner {
         failure: JSON.stringify({ message: output }),
         customStatus: failure.customStatus !== undefined ? JSON.stringify(failure.customStatus) : instance.customStatus,
         finished: true,
+        ...(toParent ? { toParent } : {}),
       },
       now,
     );
@@ -581,6 +709,8 @@ export class DurableRunner {
       activities?: readonly NewActivity[];
       inbox?: readonly NewInboxMessage[];
       cancelTimers?: readonly number[];
+      children?: readonly NewChild[];
+      toParent?: HistoryEvent;
       resetFrom?: string;
       finished?: boolean;
     },
@@ -609,6 +739,8 @@ export class DurableRunner {
       activities: change.activities ?? [],
       inbox: change.inbox ?? [],
       cancelTimers: change.cancelTimers ?? [],
+      children: change.children ?? [],
+      ...(change.toParent ? { toParent: change.toParent } : {}),
       ...(change.resetFrom !== undefined ? { resetFrom: change.resetFrom } : {}),
       finished: change.finished ?? false,
     });
@@ -674,4 +806,5 @@ interface Effects {
   activities: NewActivity[];
   inbox: NewInboxMessage[];
   cancelTimers: number[];
+  children: NewChild[];
 }

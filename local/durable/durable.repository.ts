@@ -1,7 +1,14 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
-import { HistoryEventType, TERMINAL_STATUSES, type HistoryEvent, type RuntimeStatus } from './durable-protocol';
+import {
+  HistoryEventType,
+  TERMINAL_STATUSES,
+  subOrchestrationFailure,
+  subOrchestrationTerminatedMessage,
+  type HistoryEvent,
+  type RuntimeStatus,
+} from './durable-protocol';
 import type { DurableInstanceTable, DurableTables } from './durable.tables';
 
 type Db = Kysely<DurableTables>;
@@ -26,6 +33,15 @@ export interface DurableInstance {
   readonly leaseOwner: string | null;
   readonly createdAt: number;
   readonly updatedAt: number;
+  /** Set for a sub-orchestration: the parent execution and task its end is delivered to. */
+  readonly parent: ParentLink | null;
+}
+
+/** Where a sub-orchestration's end goes: the parent instance, the execution that awaits it, and its task id there. */
+export interface ParentLink {
+  readonly instanceId: string;
+  readonly executionId: string;
+  readonly taskId: number;
 }
 
 function instanceRowToInstance(row: DurableInstanceTable): DurableInstance {
@@ -44,12 +60,22 @@ function instanceRowToInstance(row: DurableInstanceTable): DurableInstance {
     leaseOwner: row.lease_owner,
     createdAt: Number(row.created_at),
     updatedAt: Number(row.updated_at),
+    parent:
+      row.parent_instance_id !== null && row.parent_execution_id !== null && row.parent_task_id !== null
+        ? { instanceId: row.parent_instance_id, executionId: row.parent_execution_id, taskId: Number(row.parent_task_id) }
+        : null,
   };
 }
 
 /** Instances that have not ended: a suspended one still takes events and may be terminated. */
 const ACTIVE: RuntimeStatus[] = ['Pending', 'Running', 'Suspended'];
 const terminal = [...TERMINAL_STATUSES];
+
+/**
+ * Lock order of the task hub's transactions: an instance's row first, then (a parent's episode creating a child)
+ * the child's row. A child's end never locks its parent's row: it reads it (without locking) to check the awaiting
+ * execution is still active and adds the result to the parent's inbox, so parent and child never wait on each other.
+ */
 
 /** An instance lost to another worker (lease expired and taken) or changed by terminate while an episode ran. */
 export class LeaseLostError extends Error {
@@ -66,6 +92,8 @@ export interface NewInstance {
   readonly input: string | null;
   readonly runnerState: string;
   readonly now: number;
+  /** Set when a parent's episode starts this instance as its sub-orchestration. */
+  readonly parent?: ParentLink;
 }
 
 /**
@@ -73,44 +101,49 @@ export interface NewInstance {
  * Refused while an instance with this id is pending or running.
  */
 export async function startInstance(db: Db, instance: NewInstance): Promise<'started' | 'conflict'> {
-  return db.transaction().execute(async (trx) => {
-    const fields = {
-      name: instance.name,
-      execution_id: instance.executionId,
-      status: 'Pending',
-      input: instance.input,
-      output: null,
-      custom_status: null,
-      failure: null,
-      runner_state: instance.runnerState,
-      history_length: 0,
-      lease_owner: null,
-      lease_expires_at: null,
-      created_at: instance.now,
-      updated_at: instance.now,
-    };
-    const restarted = await trx
-      .updateTable('durable_instances')
-      .set((eb) => ({ ...fields, version: eb('version', '+', 1) }))
-      .where('instance_id', '=', instance.instanceId)
-      .where('status', 'in', terminal)
-      .executeTakeFirst();
-    if (Number(restarted.numUpdatedRows) === 1) {
-      await deleteWork(trx, instance.instanceId, { history: true });
-      return 'started';
-    }
-    const existing = await trx
-      .selectFrom('durable_instances')
-      .select('status')
-      .where('instance_id', '=', instance.instanceId)
-      .executeTakeFirst();
-    if (existing) return 'conflict';
-    await trx
-      .insertInto('durable_instances')
-      .values({ instance_id: instance.instanceId, ...fields, version: 0 })
-      .execute();
+  return db.transaction().execute((trx) => startInstanceIn(trx, instance));
+}
+
+async function startInstanceIn(trx: Trx, instance: NewInstance): Promise<'started' | 'conflict'> {
+  const fields = {
+    name: instance.name,
+    execution_id: instance.executionId,
+    status: 'Pending',
+    input: instance.input,
+    output: null,
+    custom_status: null,
+    failure: null,
+    runner_state: instance.runnerState,
+    history_length: 0,
+    lease_owner: null,
+    lease_expires_at: null,
+    created_at: instance.now,
+    updated_at: instance.now,
+    parent_instance_id: instance.parent?.instanceId ?? null,
+    parent_execution_id: instance.parent?.executionId ?? null,
+    parent_task_id: instance.parent?.taskId ?? null,
+  };
+  const restarted = await trx
+    .updateTable('durable_instances')
+    .set((eb) => ({ ...fields, version: eb('version', '+', 1) }))
+    .where('instance_id', '=', instance.instanceId)
+    .where('status', 'in', terminal)
+    .executeTakeFirst();
+  if (Number(restarted.numUpdatedRows) === 1) {
+    await deleteWork(trx, instance.instanceId, { history: true });
     return 'started';
-  });
+  }
+  const existing = await trx
+    .selectFrom('durable_instances')
+    .select('status')
+    .where('instance_id', '=', instance.instanceId)
+    .executeTakeFirst();
+  if (existing) return 'conflict';
+  await trx
+    .insertInto('durable_instances')
+    .values({ instance_id: instance.instanceId, ...fields, version: 0 })
+    .execute();
+  return 'started';
 }
 
 async function deleteWork(trx: Trx, instanceId: string, what: { history: boolean }): Promise<void> {
@@ -241,6 +274,18 @@ export interface NewActivity {
   readonly input: string | null;
 }
 
+/** A sub-orchestration an episode starts: created in the episode's own transaction, so it exists once or not at all. */
+export interface NewChild {
+  readonly taskId: number;
+  readonly instanceId: string;
+  readonly name: string;
+  readonly executionId: string;
+  readonly input: string | null;
+  readonly runnerState: string;
+  /** The parent's failure when the id is taken by an instance still pending, running or suspended. */
+  readonly conflict: HistoryEvent;
+}
+
 /** Everything one episode changes, committed atomically over the version the episode started from. */
 export interface EpisodeCommit {
   readonly instanceId: string;
@@ -264,6 +309,10 @@ export interface EpisodeCommit {
   readonly append: readonly HistoryEvent[];
   readonly activities: readonly NewActivity[];
   readonly inbox: readonly NewInboxMessage[];
+  /** Sub-orchestrations to start (none by default). */
+  readonly children?: readonly NewChild[];
+  /** A sub-orchestration's end (SubOrchestrationInstanceCompleted/Failed), for its parent's inbox. */
+  readonly toParent?: HistoryEvent;
   /** Timer ids whose pending TimerFired is dropped (the orchestrator cancelled them). */
   readonly cancelTimers: readonly number[];
   /** ContinueAsNew: the old execution's history and work go; raised events stay for the new execution. */
@@ -357,7 +406,53 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
         .execute();
     }
     if (commit.inbox.length > 0) await insertInbox(trx, commit.instanceId, commit.inbox, commit.now);
+    for (const child of commit.children ?? []) {
+      const started = await startInstanceIn(trx, {
+        instanceId: child.instanceId,
+        name: child.name,
+        executionId: child.executionId,
+        input: child.input,
+        runnerState: child.runnerState,
+        now: commit.now,
+        parent: { instanceId: commit.instanceId, executionId: instance.executionId, taskId: child.taskId },
+      });
+      if (started === 'conflict') {
+        await insertInbox(
+          trx,
+          commit.instanceId,
+          [{ executionId: instance.executionId, dedupeKey: `task:${child.taskId}`, event: child.conflict, visibleAt: commit.now }],
+          commit.now,
+        );
+      }
+    }
+    if (commit.toParent) await deliverToParent(trx, commit.instanceId, commit.toParent, commit.now);
   });
+}
+
+/**
+ * Adds a sub-orchestration's end to its parent's inbox, when the execution that awaits it is still active (a parent
+ * that ended, was purged or restarted under its id gets nothing). The dedupe key makes a second delivery impossible.
+ */
+async function deliverToParent(trx: Trx, childId: string, event: HistoryEvent, now: number): Promise<void> {
+  const child = await trx
+    .selectFrom('durable_instances')
+    .select(['parent_instance_id', 'parent_execution_id', 'parent_task_id'])
+    .where('instance_id', '=', childId)
+    .executeTakeFirst();
+  if (!child?.parent_instance_id || child.parent_execution_id === null || child.parent_task_id === null) return;
+  const parent = await trx
+    .selectFrom('durable_instances')
+    .select(['status', 'execution_id'])
+    .where('instance_id', '=', child.parent_instance_id)
+    .executeTakeFirst();
+  if (!parent || parent.execution_id !== child.parent_execution_id || !ACTIVE.includes(parent.status as RuntimeStatus)) return;
+  const taskId = Number(child.parent_task_id);
+  await insertInbox(
+    trx,
+    child.parent_instance_id,
+    [{ executionId: child.parent_execution_id, dedupeKey: `task:${taskId}`, event: { ...event, TaskScheduledId: taskId }, visibleAt: now }],
+    now,
+  );
 }
 
 async function insertInbox(trx: Trx | Db, instanceId: string, messages: readonly NewInboxMessage[], now: number): Promise<void> {
@@ -466,7 +561,11 @@ export async function raiseEvent(db: Db, instanceId: string, event: HistoryEvent
   });
 }
 
-/** Ends a pending or running instance at once; an episode in flight then fails its commit on the version. */
+/**
+ * Ends a pending or running instance at once; an episode in flight then fails its commit on the version. As in
+ * Durable Functions, its sub-orchestrations run on (termination does not propagate); a terminated sub-orchestration
+ * fails its parent's task (DurableTask.Core reports it as SubOrchestrationInstanceFailed).
+ */
 export async function terminateInstance(
   db: Db,
   instanceId: string,
@@ -493,7 +592,7 @@ export async function terminateInstance(
     }
     const row = await trx
       .selectFrom('durable_instances')
-      .select(['history_length', 'execution_id'])
+      .select(['history_length', 'execution_id', 'name'])
       .where('instance_id', '=', instanceId)
       .executeTakeFirstOrThrow();
     const event: HistoryEvent = {
@@ -516,11 +615,21 @@ export async function terminateInstance(
       })
       .execute();
     await deleteWork(trx, instanceId, { history: false });
+    const failure = subOrchestrationFailure(row.name, subOrchestrationTerminatedMessage(reason));
+    await deliverToParent(
+      trx,
+      instanceId,
+      { EventType: HistoryEventType.SubOrchestrationInstanceFailed, EventId: -1, Timestamp: new Date(now).toISOString(), IsPlayed: false, ...failure },
+      now,
+    );
     return 'terminated';
   });
 }
 
-/** Deletes an ended instance with its history; a pending or running one is refused. */
+/**
+ * Deletes an ended instance with its history; a pending or running one is refused. Its sub-orchestrations stay
+ * (each is an instance of its own, purged by its own id or by filter), as the Durable client's purge does.
+ */
 export async function purgeInstance(db: Db, instanceId: string): Promise<'purged' | 'active' | 'not-found'> {
   return db.transaction().execute(async (trx) => {
     const row = await trx.selectFrom('durable_instances').select('status').where('instance_id', '=', instanceId).executeTakeFirst();

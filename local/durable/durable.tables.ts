@@ -31,6 +31,12 @@ export interface DurableInstanceTable {
   lease_expires_at: number | null;
   created_at: number;
   updated_at: number;
+  /** A sub-orchestration's parent instance; null for an instance started by a client. */
+  parent_instance_id: string | null;
+  /** The parent's execution that awaits this child (a later execution of the parent id ignores it). */
+  parent_execution_id: string | null;
+  /** The parent's task id (its SDK sequence number) that this child's end completes. */
+  parent_task_id: number | null;
 }
 
 export interface DurableHistoryTable {

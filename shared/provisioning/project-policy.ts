@@ -3,6 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { parseDocument } from 'yaml';
 import { AppError } from '../platform/errors/app-error';
 import { deepFreeze } from '../platform/values/deep-freeze';
+import { findProgram } from '../platform/iac/pulumi-yaml-source';
 
 /**
  * Which Pulumi projects the installation lets a runner evaluate, checked on the files read at the commit before
@@ -27,7 +28,10 @@ export interface ProjectPolicy {
 export interface PolicyProjectFiles {
   readonly project: string;
   readonly stacks: Readonly<Record<string, string>>;
-  /** Every file by its path in the folder; `Main.yaml` files in it hold program too (`main` of a YAML project). */
+  /**
+   * Every file by its path in the folder. The program the local engine reads (`Main.json`, `Main.yaml`, or in the
+   * folder `main` names, its `Pulumi.yaml`) is checked like `Pulumi.yaml`'s program, and so is every `Main.*`.
+   */
   readonly files?: Readonly<Record<string, string>>;
 }
 
@@ -79,21 +83,29 @@ const PROJECT_KEYS: Readonly<Record<string, Check>> = {
   // Read only by `pulumi new` when a stack is created from a template; nothing in a plan or apply reads it.
   template: allowed,
   // The YAML runtime's program: allowed, and checked for what reads outside the folder or downloads plugins.
-  variables: programProblems,
-  resources: programProblems,
-  outputs: programProblems,
+  variables: programProblems(''),
+  resources: programProblems(''),
+  outputs: programProblems(''),
   // The YAML runtime's CLI settings: `requiredVersion` only checks the CLI version.
   pulumi: (value, key) => unknownKeys(value, key, ['requiredVersion']),
 };
 
-/** Keys of a `Main.yaml` (the program `main` points a YAML project at). */
-const MAIN_KEYS: Readonly<Record<string, Check>> = {
+/**
+ * Keys of a program file other than `Pulumi.yaml` (`Main.yaml`, `Main.json`, a `main:` folder's `Pulumi.yaml`): a
+ * Pulumi YAML template's (pulumi-yaml ast/template.go `TemplateDecl`).
+ */
+const mainKeys = (folder: string): Readonly<Record<string, Check>> => ({
   config: configProblems,
   configuration: allowed,
-  variables: programProblems,
-  resources: programProblems,
-  outputs: programProblems,
-};
+  variables: programProblems(folder),
+  resources: programProblems(folder),
+  outputs: programProblems(folder),
+  // Metadata that nothing evaluates.
+  name: allowed,
+  description: allowed,
+  // The YAML runtime's CLI settings: `requiredVersion` only checks the CLI version.
+  pulumi: (value, key) => unknownKeys(value, key, ['requiredVersion']),
+});
 
 /** Keys of `Pulumi.<stack>.yaml`. */
 const STACK_KEYS: Readonly<Record<string, Check>> = {
@@ -122,17 +134,38 @@ export function projectProblems(files: PolicyProjectFiles, policy: ProjectPolicy
     }
     for (const key of required) if (!(key in document)) problems.push({ file, key, reason: 'is required' });
     for (const [key, value] of Object.entries(document)) {
-      const checkKey = Object.hasOwn(keys, key) ? keys[key] : undefined;
+      // Pulumi YAML reads its sections without case (`Resources`), so every spelling of a key is judged as that key.
+      const known = Object.hasOwn(keys, key) ? key : Object.keys(keys).find((k) => k.toLowerCase() === key.toLowerCase());
+      const checkKey = known === undefined ? undefined : keys[known];
       const found = checkKey ? checkKey(value, key, policy) : [{ key, reason: 'is not a key this installation knows, so it is not allowed' }];
       problems.push(...found.map((problem) => ({ file, ...problem })));
     }
   };
   check('Pulumi.yaml', files.project, PROJECT_KEYS, ['runtime']);
   for (const [stack, text] of Object.entries(files.stacks)) check(`Pulumi.${stack}.yaml`, text, STACK_KEYS, []);
-  for (const [path, text] of Object.entries(files.files ?? {})) {
-    if (/(^|\/)Main\.ya?ml$/.test(path)) check(path, text, MAIN_KEYS, []);
+  const all = files.files ?? {};
+  const program = programFileOf(files.project, all);
+  for (const [path, text] of Object.entries(all)) {
+    if (path === program || /(^|\/)Main\.(ya?ml|json)$/.test(path)) check(path, text, mainKeys(posix.dirname(path)), []);
   }
   return problems;
+}
+
+/**
+ * The file the local engine reads the program from (pulumi-yaml-source.ts `findProgram`, so both always agree), when
+ * it is not `Pulumi.yaml` itself; undefined when there is none to find (the engine then refuses the project).
+ */
+function programFileOf(projectText: string, files: Readonly<Record<string, string>>): string | undefined {
+  const document = readMapping(projectText);
+  if (typeof document === 'string') return undefined;
+  const main = typeof document.main === 'string' ? document.main : undefined;
+  try {
+    const { programFile } = findProgram({ ...files, 'Pulumi.yaml': projectText }, 'Pulumi.yaml', main);
+    return programFile === 'Pulumi.yaml' ? undefined : programFile;
+  } catch {
+    // No program, or a main outside the folder: `main` is refused above, and the engine refuses a project without one.
+    return undefined;
+  }
 }
 
 /** The AppError that fails a plan whose project has problems: `PROVISIONING.PROJECT_NOT_ALLOWED`, naming each key. */
@@ -236,17 +269,22 @@ function stackConfigProblems(value: unknown, key: string): Omit<ProjectProblem, 
     .map(([k]) => ({ key: `${key}.${k}`, reason: 'is an encrypted value; a secret is given as a Secret Broker reference ({ secretRef: ... })' }));
 }
 
-const FILE_FUNCTIONS = new Set(['fn::readfile', 'fn::fileasset', 'fn::filearchive']);
+const FILE_FUNCTIONS = new Set(['fn::readfile', 'fn::filebase64', 'fn::filebase64sha256', 'fn::fileasset', 'fn::filearchive']);
 const REMOTE_FUNCTIONS = new Set(['fn::remoteasset', 'fn::remotearchive']);
 
 /**
  * The YAML program (variables, resources, outputs): refused are a plugin download URL (a resource's or an invoke's
- * `pluginDownloadURL`: a provider binary from anywhere), a file function (`fn::readFile`, `fn::fileAsset`,
- * `fn::fileArchive`) whose path is not a constant inside the folder (Pulumi YAML allows any constant absolute path,
+ * `pluginDownloadURL`: a provider binary from anywhere), a file function (`fn::readFile`, `fn::filebase64`,
+ * `fn::filebase64sha256`, `fn::fileAsset`, `fn::fileArchive`) whose path is not a constant inside the folder (Pulumi YAML allows any constant absolute path,
  * such as a runner's token file), and a remote asset or archive (content from outside the commit, fetched by the
- * runner). Function names are matched without case, as Pulumi YAML accepts `Fn::` too.
+ * runner). Function names are matched without case, as Pulumi YAML accepts `Fn::` too. A file path is read from the
+ * program's folder (`folder`, as the language host runs there), and must stay inside the project folder.
  */
-function programProblems(value: unknown, key: string): Omit<ProjectProblem, 'file'>[] {
+function programProblems(folder: string): Check {
+  return (value, key) => programProblemsIn(folder, value, key);
+}
+
+function programProblemsIn(folder: string, value: unknown, key: string): Omit<ProjectProblem, 'file'>[] {
   const problems: Omit<ProjectProblem, 'file'>[] = [];
   const walk = (node: unknown, path: string) => {
     if (Array.isArray(node)) {
@@ -260,7 +298,7 @@ function programProblems(value: unknown, key: string): Omit<ProjectProblem, 'fil
       if (lower === 'plugindownloadurl') {
         problems.push({ key: at, reason: 'downloads a provider plugin from a URL the program names, instead of the installation\'s plugins' });
       } else if (FILE_FUNCTIONS.has(lower)) {
-        if (typeof v !== 'string' || v.includes('${') || !insideFolder(v)) {
+        if (typeof v !== 'string' || v.includes('${') || posix.isAbsolute(v) || !insideFolder(posix.join(folder, v))) {
           problems.push({ key: at, reason: 'reads a file that is not a constant path inside the project folder' });
         }
       } else if (REMOTE_FUNCTIONS.has(lower)) {

@@ -12,11 +12,14 @@ import { createDeps, type Deps } from '../../shared/deps';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { expectWorkloadHeld, runCapacityWorkload, storeReader } from '../support/capacity-workload';
+import { expectWorkloadHeld, runCapacityWorkload, storeReader, type WorkloadMinimum } from '../support/capacity-workload';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
 import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded } from '../support/topic-events';
+
+/** What the workload must have done (its loop runs on past its duration until it has). */
+const WORKLOAD_MINIMUM: WorkloadMinimum = { grants: 20, releases: 10, renews: 10, resizes: 5, expired: 1 };
 
 const HOSTS = 3;
 const PROMOTIONS = 20;
@@ -163,6 +166,7 @@ describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, 
       ...LEASES,
       clients: 9,
       durationMs: 15_000,
+      minimum: WORKLOAD_MINIMUM,
       store: storeReader(database.store.db, async () => (await sweeper.capacity.sweepExpired()).expired),
     });
     await Promise.all(
@@ -255,7 +259,7 @@ describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, 
     expect(leaseRows.length).toBeGreaterThanOrEqual(jobs.filter((j) => j.state === 'done').length);
 
     // Assert: the lease workload beside the runs held its invariants, and did something.
-    expectWorkloadHeld(workload, { grants: 20, releases: 10, renews: 10, resizes: 5, expired: 1 });
+    expectWorkloadHeld(workload, WORKLOAD_MINIMUM);
 
     // Assert: the scans were answered without a 5xx, and scanned environments the runs had applied to.
     expect(scans.filter((s) => s.status >= 500)).toEqual([]);

@@ -82,7 +82,12 @@ export interface RunView {
 }
 
 /** Leases and locks short enough that a dead host's work is taken over in about a second (a runner job's in 5 s, its least). */
-export const FAST_RECOVERY = { RuntimeCloud__Local__QueueLockSeconds: '1', RuntimeCloud__Local__DurableLeaseSeconds: '1', RuntimeCloud__Runners__LeaseSeconds: '5' };
+export const FAST_RECOVERY = {
+  RuntimeCloud__Local__QueueLockSeconds: '1',
+  RuntimeCloud__Local__DurableLeaseSeconds: '1',
+  RuntimeCloud__Runners__LeaseSeconds: '5',
+  RuntimeCloud__Outbox__ClaimSeconds: '2',
+};
 const RUN_TIMEOUT_MS = 60_000;
 
 export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {

@@ -81,7 +81,7 @@ resources:
   });
 
   it('when a value does not have the declared type, then INVALID_CONFIG names the key and the type', () => {
-    const error = thrown(() => loadProgram(project(body, 'config:\n  enabled: true\n  poolSize: "3"\n  azure:location: x\n'), 'dev'));
+    const error = thrown(() => loadProgram(project(body, 'config:\n  enabled: true\n  poolSize: "three"\n  azure:location: x\n'), 'dev'));
     expect(error).toMatchObject({ code: 'IAC.INVALID_CONFIG', details: { key: 'shop:poolSize', expected: 'integer' } });
   });
 
@@ -259,8 +259,10 @@ describe('Pulumi YAML projects: malformed documents', () => {
     ['an unsupported resource field', 'resources:\n  a:\n    type: local:a:B\n    get: { id: x }\n', 'resources.a.get'],
     ['an unsupported option', 'resources:\n  a:\n    type: local:a:B\n    options:\n      deleteBeforeReplace: true\n', 'resources.a.options.deleteBeforeReplace'],
     ['a dependsOn entry that is not a reference', 'resources:\n  a:\n    type: local:a:B\n    options:\n      dependsOn: [b]\n', 'resources.a.options.dependsOn[0]'],
-    ['an unsupported function', 'variables:\n  v:\n    fn::invoke: { function: x }\n', 'variables.v["fn::invoke"]'],
-    ['a malformed interpolation', 'resources:\n  a:\n    type: local:a:B\n    properties:\n      x: "${a b}"\n', 'resources.a.properties.x'],
+    ['a function beside other keys', 'variables:\n  v:\n    fn::join: ["", []]\n    other: 1\n', 'variables.v["fn::join"]'],
+    ['a function with arguments of the wrong shape', 'variables:\n  v:\n    fn::select: [0]\n', 'variables.v["fn::select"]'],
+    ['a malformed interpolation', 'resources:\n  a:\n    type: local:a:B\n    properties:\n      x: "${a.b"\n', 'resources.a.properties.x'],
+    ['a malformed key interpolation', 'resources:\n  a:\n    type: local:a:B\n    properties:\n      x:\n        "${a[x]}": 1\n', 'resources.a.properties.x["${a[x]}"]'],
     ['a variable named like a resource', 'variables:\n  a: 1\nresources:\n  a:\n    type: local:a:B\n', 'variables.a'],
     ['an infinite number', 'variables:\n  v: .inf\n', 'variables.v'],
     ['an ignoreChanges index past 10,000', 'resources:\n  a:\n    type: local:a:B\n    options:\n      ignoreChanges: ["items[999999999].x"]\n', 'resources.a.options.ignoreChanges[0]'],

@@ -341,6 +341,13 @@ export const settings = {
    * `relay` (by the relay's timer only). Example: `relay`.
    */
   RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
+  /**
+   * How long a relay's claim of outbox lanes holds, in seconds: a host that dies mid-publish leaves its lanes' events
+   * to another relay after this long. Default (0): the publisher's budget plus a margin (30 s on the local host, about
+   * 260 s with Service Bus), so a claim outlasts a publish with every retry it may make. Shorter only where a
+   * republish is harmless and fast (the crash tests; the embedded topic keeps one copy per messageId). Example: `2`.
+   */
+  RuntimeCloud__Outbox__ClaimSeconds: z.coerce.number().int().min(0).max(600).default(0),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -409,7 +416,7 @@ export interface Config {
   readonly faults: { readonly crashAt: readonly string[]; readonly agentCrashAt: readonly string[]; readonly markers: string };
   readonly serviceBus: { readonly connection: string };
   /** When outbox events are published: right after their commit (relay as fallback), or by the relay only. */
-  readonly outbox: { readonly publish: 'after-commit' | 'relay' };
+  readonly outbox: { readonly publish: 'after-commit' | 'relay'; /** Undefined: the relay's default (RelayOptions.leaseMs). */ readonly claimMs?: number };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
@@ -502,7 +509,7 @@ function toConfig(s: Settings): Config {
     },
     faults: { crashAt: s.RuntimeCloud__Faults__CrashAt, agentCrashAt: s.RuntimeCloud__Faults__AgentCrashAt, markers: s.RuntimeCloud__Faults__CrashMarkers },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
-    outbox: { publish: s.RuntimeCloud__Outbox__Publish },
+    outbox: { publish: s.RuntimeCloud__Outbox__Publish, ...(s.RuntimeCloud__Outbox__ClaimSeconds > 0 ? { claimMs: s.RuntimeCloud__Outbox__ClaimSeconds * 1000 } : {}) },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {

@@ -69,5 +69,14 @@ export const durableMigrations: MigrationSource = (dialect) => {
       await db.schema.createIndex('durable_activities_due').on('durable_activities').columns(['lease_expires_at']).execute();
     },
   };
-  return { '20261130-05-platform-durable-task-hub': migration };
+  // Sub-orchestrations: a child instance names the parent execution and task awaiting it, so its end (completion,
+  // failure, termination) is delivered to that parent in the same transaction that records it.
+  const parents: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('durable_instances').addColumn('parent_instance_id', t.key).execute();
+      await db.schema.alterTable('durable_instances').addColumn('parent_execution_id', t.key).execute();
+      await db.schema.alterTable('durable_instances').addColumn('parent_task_id', 'integer').execute();
+    },
+  };
+  return { '20261130-05-platform-durable-task-hub': migration, '20261204-05-platform-durable-parents': parents };
 };

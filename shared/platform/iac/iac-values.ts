@@ -244,3 +244,64 @@ export function assertJson(value: unknown, where: string, path: readonly PathSeg
 export function invalidProject(message: string, details: Record<string, unknown> = {}): AppError {
   return new AppError('IAC.INVALID_PROJECT', 'validation', message, details);
 }
+
+/**
+ * `IAC.UNSUPPORTED`: the program uses a construct the local engine does not implement (a function, a resource
+ * option, an invoke of a provider function it cannot call), so the plan fails naming it rather than planning
+ * something other than what was written. `path` is where the construct is; the file and line are attached where
+ * the error passes out of the program's parsing or evaluation (pulumi-yaml-source.ts `withLocation`).
+ */
+export function unsupported(construct: string, path: string, details: Record<string, unknown> = {}): AppError {
+  return new AppError('IAC.UNSUPPORTED', 'validation', `${path}: ${construct} is not supported by the local engine`, { ...details, construct, path });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pulumi's special values, in the shape its SDKs put them on the wire (sdk/go/common/resource/sig): an object whose
+// signature key names what it is. Assets and archives are resource inputs like any other value: a plan carries them
+// as these objects, and equal ones diff as equal.
+
+/** The key that marks one of Pulumi's special values inside an object. */
+export const SIG_KEY = '4dabf18193072939515e22adb298388d';
+/** An asset: `{ [SIG_KEY]: ASSET_SIG, text | path | uri }`. */
+export const ASSET_SIG = 'c44067f5952c0a294b673a41bacd8c17';
+/** An archive: `{ [SIG_KEY]: ARCHIVE_SIG, assets | path | uri }`. */
+export const ARCHIVE_SIG = '0def7320c3a5731c473e5ecbe6d01bc7';
+/** A secret: `{ [SIG_KEY]: SECRET_SIG, value }`. */
+export const SECRET_SIG = '1b47061264138c4ac30d75fd1eb44270';
+
+export function asset(kind: 'text' | 'path' | 'uri', value: string): JsonObject {
+  return { [SIG_KEY]: ASSET_SIG, [kind]: value };
+}
+
+export function archive(kind: 'assets' | 'path' | 'uri', value: string | JsonObject): JsonObject {
+  return { [SIG_KEY]: ARCHIVE_SIG, [kind]: value };
+}
+
+/**
+ * A value the program marked secret (`fn::secret`), as Pulumi's wire shape. It lives only inside the evaluation of
+ * a program: resource inputs get the plain value (the value is in the program's text already, and the target needs
+ * it), and stack outputs show `SECRET_MASK` in its place, as the `pulumi` runner shows a secret output.
+ */
+export function secretValue(value: JsonValue): JsonObject {
+  return { [SIG_KEY]: SECRET_SIG, value };
+}
+
+export function isSecretValue(value: unknown): value is { readonly value: JsonValue } {
+  return isPlainObject(value) && value[SIG_KEY] === SECRET_SIG && Object.keys(value).length === 2 && 'value' in value;
+}
+
+/** `value` with every secret marker replaced by what it holds (`mask` undefined) or by `mask`. */
+export function replaceSecrets(value: JsonValue, mask?: JsonValue): JsonValue {
+  if (isSecretValue(value)) return mask ?? replaceSecrets(value.value);
+  if (Array.isArray(value)) return (value as readonly JsonValue[]).map((v) => replaceSecrets(v, mask));
+  if (isPlainObject(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, replaceSecrets(v, mask)]));
+  return value;
+}
+
+/** Whether `value` holds a computed value anywhere. */
+export function containsComputed(value: JsonValue): boolean {
+  if (isComputed(value)) return true;
+  if (Array.isArray(value)) return (value as readonly JsonValue[]).some(containsComputed);
+  if (isPlainObject(value)) return Object.values(value).some(containsComputed);
+  return false;
+}
