@@ -90,11 +90,11 @@ ${PARENT}  logs:
     expect(logs?.options).toMatchObject({ parent: 'app', provider: 'prov', deletedWith: 'app', replaceWith: ['other'], version: '1.2.3', customTimeouts: { create: '5m', update: '1h30m', delete: '300ms' } });
   });
 
-  it('when pluginDownloadURL or envVarMappings is used, then IAC.UNSUPPORTED names the construct and its path; an option Pulumi does not have is refused too', () => {
+  it('when pluginDownloadURL or envVarMappings is used, then IAC.UNSUPPORTED names the construct and its path; an option Pulumi does not have is INVALID_PROJECT', () => {
+    expect(refusal(() => program(child('    options:\n      noSuchOption: true\n')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.noSuchOption' } });
     for (const [option, value] of [
       ['pluginDownloadURL', 'https://example.com/plugins'],
       ['envVarMappings', '{ A: B }'],
-      ['noSuchOption', 'true'],
     ] as const) {
       expect(refusal(() => program(child(`    options:\n      ${option}: ${value}\n`)))).toMatchObject({
         code: 'IAC.UNSUPPORTED',

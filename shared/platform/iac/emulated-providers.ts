@@ -1,7 +1,7 @@
 import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
 import { canonicalJson, isComputed, type JsonObject, type JsonValue } from './iac-values';
-import { unsupported } from './pulumi-yaml-resource';
+import { unsupportedBecause } from './pulumi-yaml-resource';
 
 /**
  * The providers that programs without a cloud use most, emulated by the local engine: `random` (values drawn
@@ -45,7 +45,7 @@ export function emulationOf(type: string): Emulation | undefined {
 /** Throws `IAC.UNSUPPORTED` for a type the local engine must not carry out (`path` is the resource's type). */
 export function assertTypeAllowed(type: string, path: string): void {
   if (type.startsWith('command:') || type === 'pulumi:providers:command') {
-    throw unsupported(type, path, 'a command resource would run code on the host that applies the plan');
+    throw unsupportedBecause(type, path, 'a command resource would run code on the host that applies the plan');
   }
 }
 

@@ -24,7 +24,7 @@ import {
 } from './iac-values';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
-import { getRoots, isDuration, unsupported, type CustomTimeouts } from './pulumi-yaml-resource';
+import { getRoots, isDuration, unsupportedBecause, type CustomTimeouts } from './pulumi-yaml-resource';
 import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
 
 /**
@@ -490,7 +490,7 @@ class Planner {
     const path = `resources.${d.name}.get`;
     if (old && !old.external) throw invalidProject(`${path}: ${d.name} is managed by this stack; it cannot become a get (remove it first)`, { path });
     const id = this.evaluate(get.id, ['resources', d.name, 'get', 'id']);
-    if (isComputed(id)) throw unsupported('get.id', `${path}.id`, 'the id must be known at plan time; an output of a resource this plan creates is not');
+    if (isComputed(id)) throw unsupportedBecause('get.id', `${path}.id`, 'the id must be known at plan time; an output of a resource this plan creates is not');
     if (typeof id !== 'string') throw invalidProject(`${path}.id must be text (the id of a resource the target holds)`, { path: `${path}.id` });
     const found = this.read(id);
     if (!found) throw new AppError('IAC.GET_NOT_FOUND', 'validation', `${path}.id: the target holds no resource ${id} for this tenant`, { path: `${path}.id`, id });

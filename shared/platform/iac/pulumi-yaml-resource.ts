@@ -1,5 +1,5 @@
 import { AppError } from '../errors/app-error';
-import { invalidProject, isPlainObject, parsePath, type JsonObject, type JsonValue } from './iac-values';
+import { invalidProject, isPlainObject, parsePath, unsupported, type JsonObject, type JsonValue } from './iac-values';
 
 /**
  * A resource of a Pulumi YAML program as written: its type token, its properties (interpolations not yet
@@ -102,12 +102,10 @@ export function isProviderType(type: string): boolean {
   return type.startsWith('pulumi:providers:');
 }
 
-/**
- * A construct the local engine does not carry out. `details.path` is the dotted path of the construct in
- * `Pulumi.yaml`, which the project loader turns into file and line.
- */
-export function unsupported(construct: string, path: string, why: string): AppError {
-  return new AppError('IAC.UNSUPPORTED', 'validation', `${path}: ${construct} is not supported by the local engine: ${why}`, { construct, path });
+/** iac-values.ts `unsupported`, saying why in its message (and `details.reason`). */
+export function unsupportedBecause(construct: string, path: string, why: string): AppError {
+  const error = unsupported(construct, path, { reason: why });
+  return new AppError(error.code, error.kind, `${error.message}: ${why}`, error.details);
 }
 
 const RESOURCE_KEYS = new Set(['type', 'properties', 'options', 'get', 'name', 'defaultProvider']);
@@ -148,7 +146,7 @@ export function parseResource(name: string, value: JsonValue): ResourceDeclarati
   const path = `resources.${name}`;
   if (!isPlainObject(value)) throw invalidProject(`${path} must be a mapping`, { path });
   for (const key of Object.keys(value)) {
-    if (!RESOURCE_KEYS.has(key)) throw unsupported(key, `${path}.${key}`, 'not a member of a resource in Pulumi YAML');
+    if (!RESOURCE_KEYS.has(key)) throw invalidProject(`${path}.${key} is not a member of a resource in Pulumi YAML`, { path: `${path}.${key}` });
   }
   const type = typeof value.type === 'string' ? expandTypeToken(value.type) : undefined;
   if (type === undefined) {
@@ -160,8 +158,8 @@ export function parseResource(name: string, value: JsonValue): ResourceDeclarati
   if (!isPlainObject(options)) throw invalidProject(`${path}.options must be a mapping`, { path: `${path}.options` });
   for (const key of Object.keys(options)) {
     const refused = REFUSED_OPTIONS[key];
-    if (refused) throw unsupported(`options.${key}`, `${path}.options.${key}`, refused);
-    if (!OPTION_KEYS.has(key)) throw unsupported(`options.${key}`, `${path}.options.${key}`, 'not a resource option of Pulumi YAML');
+    if (refused) throw unsupportedBecause(`options.${key}`, `${path}.options.${key}`, refused);
+    if (!OPTION_KEYS.has(key)) throw invalidProject(`${path}.options.${key} is not a resource option of Pulumi YAML`, { path: `${path}.options.${key}` });
   }
   const at = (key: string) => `${path}.options.${key}`;
   const protect = options.protect ?? false;
