@@ -275,6 +275,12 @@ for (const dialect of DIALECTS) {
       ]);
     });
 
+    it("when a program reads the stack's context, then it is the stack's: organization is its tenant", async () => {
+      const { plan } = await apply(project(`  logs:\n    type: local:storage:Bucket\n    properties:\n      name: \${pulumi.organization}-\${pulumi.project}-\${pulumi.stack}\n`));
+      expect(plan.steps[0]?.inputs).toEqual({ name: `tenant-a-shop-${stack.stack}` });
+      expect((await inTarget('logs'))[0]?.properties).toEqual({ name: `tenant-a-shop-${stack.stack}` });
+    });
+
     it('when a stack state was written before the options existed, then it reads as without them and plans same', async () => {
       const files = project(`  logs:\n    type: local:storage:Bucket\n    properties: { tier: hot }\n`);
       const created = await cloud.create(target, { scope: stack.tenant, urn: `urn:pulumi:${stack.stack}::shop::local:storage:Bucket::logs`, type: 'local:storage:Bucket', properties: { tier: 'hot' } });

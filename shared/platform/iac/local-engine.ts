@@ -148,7 +148,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
     // config and variables. One that names a resource's output (a get of a get) costs a round of planning.
     const held = new Set((input.state?.resources ?? []).map((r) => r.id));
     const { project, config } = input.program;
-    const early = new ProgramEvaluator(project, config, () => ({}));
+    const early = new ProgramEvaluator(project, config, () => ({}), input.program.context);
     for (const d of project.resources) {
       const imported = d.options?.import !== undefined && !held.has(d.options.import) ? d.options.import : undefined;
       const id = imported ?? (d.get ? knownId(early, d.get.id, ['resources', d.name, 'get', 'id']) : undefined);
@@ -171,7 +171,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       return LOCAL_ENGINE_VERSION;
     },
     async preview(stack, files, config = {}, planOptions = {}) {
-      const program = loadProgram(files, stack.stack, config);
+      const program = loadProgram(files, stack.stack, config, { organization: stack.tenant });
       assertProject(stack, program);
       const state = await planningState(stack, planOptions.refresh);
       return (await planAgainstTarget(stack, { stack: stack.stack, program, state, ...(planOptions.ignore ? { ignore: planOptions.ignore } : {}) })).plan;
@@ -189,7 +189,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       let plan: Plan;
       let reads: ReadonlyMap<string, TargetResource | null>;
       try {
-        program = loadProgram(files, stack.stack, config);
+        program = loadProgram(files, stack.stack, config, { organization: stack.tenant });
         assertProject(stack, program);
         // With refresh, the same reading of the target as the preview's: what changed there since moves the digest.
         state = await planningState(stack, options.refresh);
@@ -488,11 +488,17 @@ class StepRunner {
 
   /** Evaluates the program over the state so far: `recorded` masks secret outputs, `real` is for the target only. */
   private evaluator(mode: 'recorded' | 'real'): ProgramEvaluator {
-    return new ProgramEvaluator(this.context.program.project, this.context.program.config, (name) => {
-      const resource = this.live(name);
-      if (!resource) return {};
-      return { ...(mode === 'real' ? resource.outputs : shownOutputs(resource.outputs, resource.secretOutputs ?? [])), urn: resource.urn };
-    });
+    const { project, config, context } = this.context.program;
+    return new ProgramEvaluator(
+      project,
+      config,
+      (name) => {
+        const resource = this.live(name);
+        if (!resource) return {};
+        return { ...(mode === 'real' ? resource.outputs : shownOutputs(resource.outputs, resource.secretOutputs ?? [])), urn: resource.urn };
+      },
+      context,
+    );
   }
 
   /** The state's resource a program name is now (not an old half waiting for its delete). */

@@ -350,7 +350,7 @@ class Planner {
     }
     this.#dependencies = dependencies;
     this.#order = checkedOrder(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
-    this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {});
+    this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {}, program.context);
     this.#claimed = this.claimState();
   }
 
