@@ -1,4 +1,8 @@
+import { execFileSync, spawnSync } from 'node:child_process';
 import { createPrivateKey, createPublicKey, X509Certificate } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
@@ -22,6 +26,12 @@ import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '..
 const noReferences: ResolveReferences = () => Promise.reject(new AppError('GOVERNANCE.SECRET_NOT_FOUND', 'not-found', 'no references in these programs'));
 const project = (resources: string, extra = ''): ProjectFiles => ({ 'Pulumi.yaml': `name: shop\nruntime: yaml\n${extra}resources:\n${resources}` });
 const ops = (plan: Plan) => plan.steps.map((s) => `${s.op} ${s.name}`);
+
+/** Whether OpenSSH's ssh-keygen is on this machine (the OpenSSH key test reads keys back with it). */
+function hasSshKeygen(): boolean {
+  // Only a missing program sets `error`; ssh-keygen's own refusal of the empty file is an exit code.
+  return spawnSync('ssh-keygen', ['-y', '-f', '/dev/null'], { stdio: 'ignore' }).error === undefined;
+}
 
 /** A run of `stack` that applied, as run-events.ts takes one. */
 function aRun(stack: StackRef): Run {
@@ -424,6 +434,23 @@ for (const dialect of DIALECTS) {
       expect(app?.properties.key).toBe(outputs.ed?.privateKeyPem);
       expect((await state(stack))?.resources.find((r) => r.name === 'app')?.inputs).toEqual({ key: '[secret]', pub: outputs.ed?.publicKeyOpenssh });
       expect(JSON.stringify(result)).not.toContain('PRIVATE KEY');
+    });
+
+    it.skipIf(!hasSshKeygen())('when tls private keys are applied, then ssh-keygen reads their privateKeyOpenssh back to their publicKeyOpenssh', async () => {
+      const stack = stackOf('tenant-a');
+      const files = project(`  ed:\n    type: tls:PrivateKey\n    properties: { algorithm: ED25519 }\n  ec:\n    type: tls:PrivateKey\n    properties: { algorithm: ECDSA, ecdsaCurve: P384 }\n  rsa:\n    type: tls:PrivateKey\n    properties: { algorithm: RSA, rsaBits: 2048 }\n`);
+      expect((await apply(stack, files)).result.status).toBe('applied');
+      const directory = mkdtempSync(join(tmpdir(), 'rch-ssh-'));
+      try {
+        for (const r of (await state(stack))?.resources ?? []) {
+          const file = join(directory, r.name);
+          writeFileSync(file, r.outputs.privateKeyOpenssh as string, { mode: 0o600 });
+          const derived = execFileSync('ssh-keygen', ['-y', '-f', file], { encoding: 'utf8' });
+          expect(derived.trim(), r.name).toBe((r.outputs.publicKeyOpenssh as string).trim());
+        }
+      } finally {
+        rmSync(directory, { recursive: true, force: true });
+      }
     });
 
     it('when a self-signed certificate is applied, then certPem is an X.509 certificate its key verifies, with the subject, names, uses and validity asked for', async () => {

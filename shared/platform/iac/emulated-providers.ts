@@ -265,6 +265,26 @@ function sshPublicKey(key: KeyObject, algorithm: string, curve?: (typeof CURVES)
   return { type, blob: Buffer.concat([sshString(type), sshString(curve.ssh), sshString(point)]) };
 }
 
+/**
+ * The private key in OpenSSH's own format (PROTOCOL.key: unencrypted, one key), or '' where OpenSSH has no name for
+ * the key (P224). The check integers come from the seed, so one key always writes the same text.
+ */
+function sshPrivateKey(key: KeyObject, ssh: { type: string; blob: Buffer } | undefined, curve: (typeof CURVES)[string] | undefined, draw: Draw): string {
+  if (!ssh) return '';
+  const jwk = key.export({ format: 'jwk' });
+  const b64 = (v: string | undefined) => Buffer.from(v ?? '', 'base64url');
+  let secret: Buffer;
+  if (ssh.type === 'ssh-ed25519') secret = Buffer.concat([sshString(b64(jwk.x)), sshString(Buffer.concat([b64(jwk.d), b64(jwk.x)]))]);
+  else if (ssh.type === 'ssh-rsa') secret = Buffer.concat([sshMpint(b64(jwk.n)), sshMpint(b64(jwk.e)), sshMpint(b64(jwk.d)), sshMpint(b64(jwk.qi)), sshMpint(b64(jwk.p)), sshMpint(b64(jwk.q))]);
+  else secret = Buffer.concat([sshString(curve?.ssh ?? ''), sshString(Buffer.concat([Buffer.from([4]), b64(jwk.x), b64(jwk.y)])), sshMpint(b64(jwk.d))]);
+  const check = draw.bytes(4);
+  const body = Buffer.concat([check, check, sshString(ssh.type), secret, sshString('')]);
+  const padding = Buffer.from(Array.from({ length: (8 - (body.length % 8)) % 8 }, (_, i) => i + 1));
+  const none = sshString('none');
+  const file = Buffer.concat([Buffer.from('openssh-key-v1\0'), none, none, sshString(''), Buffer.from([0, 0, 0, 1]), sshString(ssh.blob), sshString(Buffer.concat([body, padding]))]);
+  return `-----BEGIN OPENSSH PRIVATE KEY-----\n${(file.toString('base64').match(/.{1,70}/g) ?? []).join('\n')}\n-----END OPENSSH PRIVATE KEY-----\n`;
+}
+
 function privateKey(inputs: JsonObject, seed: Seed): JsonObject {
   const algorithm = inputs.algorithm;
   const draw = new Draw(seed, 'tls');
@@ -286,6 +306,7 @@ function privateKey(inputs: JsonObject, seed: Seed): JsonObject {
   return {
     privateKeyPem: pem(traditional),
     privateKeyPemPkcs8: pem(key.export({ format: 'pem', type: 'pkcs8' })),
+    privateKeyOpenssh: sshPrivateKey(key, ssh, curve, draw),
     publicKeyPem: pem(publicKey.export({ format: 'pem', type: 'spki' })),
     publicKeyOpenssh: ssh ? `${ssh.type} ${ssh.blob.toString('base64')}\n` : '',
     publicKeyFingerprintMd5: ssh ? (createHash('md5').update(ssh.blob).digest('hex').match(/../g) ?? []).join(':') : '',
@@ -493,9 +514,9 @@ const EMULATIONS: Readonly<Record<string, Emulation>> = {
     return { results: shuffled.slice(0, count), id: '-' };
   }),
   'tls:index:PrivateKey': {
-    outputs: ['id', 'privateKeyPem', 'privateKeyPemPkcs8', 'publicKeyPem', 'publicKeyOpenssh', 'publicKeyFingerprintMd5', 'publicKeyFingerprintSha256'],
-    secret: ['privateKeyPem', 'privateKeyPemPkcs8'],
-    notEmulated: ['privateKeyOpenssh'],
+    outputs: ['id', 'privateKeyPem', 'privateKeyPemPkcs8', 'privateKeyOpenssh', 'publicKeyPem', 'publicKeyOpenssh', 'publicKeyFingerprintMd5', 'publicKeyFingerprintSha256'],
+    secret: ['privateKeyPem', 'privateKeyPemPkcs8', 'privateKeyOpenssh'],
+    notEmulated: [],
     replaceOnChange: true,
     generate: privateKey,
   },
