@@ -256,6 +256,20 @@ describe('std functions: what pulumi-std computes beyond the examples (ported fr
     expect(result('format', { input: '%.2f %x %q %#x %+d', args: [2.005, 'hi', 'a"b', 255, 3] })).toBe('2.00 6869 "a\\"b" 0xff +3');
   });
 
+  it('when format is asked for what the port cannot print as Go does, then it fails rather than print something else', () => {
+    expect(thrown(() => result('format', { input: '%[1]s', args: ['a'] })).message).toContain('argument indexes ([n]) and * widths are not supported');
+    expect(thrown(() => result('format', { input: '%*d', args: [3, 1] })).details).toMatchObject({ argument: 'input' });
+    expect(thrown(() => result('format', { input: '%x', args: [1.5] })).message).toContain('%x of a fractional number');
+    expect(thrown(() => result('format', { input: '%99999d', args: [1] })).message).toContain('widths and precisions above 10000');
+    expect(result('format', { input: '%q|%U|%c', args: ['\u0001\u0007', 65, 65] })).toBe('"\\x01\\a"|U+0041|A');
+  });
+
+  it('when a plan would need unbounded time or memory, then the function fails instead (range, indent, substr offsets)', () => {
+    expect(thrown(() => result('range', { limit: 1e9 })).message).toContain('more than 1000000 numbers');
+    expect(thrown(() => result('indent', { input: 'a', spaces: 1e7 })).details).toMatchObject({ argument: 'spaces' });
+    expect(result('substr', { input: 'hello', offset: -1e15 - 2, length: 2 })).toBe('lo');
+  });
+
   it('when numbers are printed as text, then they read as Go prints a float64 (%v)', () => {
     expect(result('tostring', { input: 1000000 })).toBe('1e+06');
     expect(result('tostring', { input: 0.00001 })).toBe('1e-05');

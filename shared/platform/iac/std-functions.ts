@@ -243,8 +243,12 @@ function pad(text: string, spec: Spec, numeric: boolean): string {
   return ' '.repeat(width - length) + text;
 }
 
+/** strconv.Quote: JSON's escapes, but Go's \a, \v and \xNN for other control bytes, and \u for U+2028/9. */
 function goQuote(text: string): string {
-  return JSON.stringify(text).replace(/[\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  return JSON.stringify(text)
+    .replace(/\\u00([01][0-9a-f])/g, (_m, hex: string) => (hex === '07' ? '\\a' : hex === '0b' ? '\\v' : `\\x${hex}`))
+    .replace(/[\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`)
+    .replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
 }
 
 function goTypeOf(value: JsonValue, integral: boolean): string {
@@ -330,13 +334,24 @@ function formatOne(verb: string, value: JsonValue, spec: Spec, topLevel: boolean
         return pad(String.fromCodePoint(Number(n)), spec, false);
       case 'q':
         return pad(`'${String.fromCodePoint(Number(n))}'`, spec, false);
+      case 'U':
+        return pad(`U+${n.toString(16).toUpperCase().padStart(4, '0')}`, spec, false);
       default:
         return badVerb(verb, value, true);
     }
   }
   if ('eEfFgGv'.includes(verb)) return formatFloat(value as number, verb === 'v' ? 'g' : verb, spec);
+  if ('bxX'.includes(verb)) throw new FormatUnsupported(`%${verb} of a fractional number`);
   return badVerb(verb, value, false);
 }
+
+/** A directive the port does not print as Go would; refused rather than printed differently. */
+class FormatUnsupported extends Error {}
+
+/** Bounds that keep a plan's memory finite where Go would allocate whatever it is asked to. */
+const MAX_FORMAT_WIDTH = 10_000;
+const MAX_RANGE_LENGTH = 1_000_000;
+const MAX_INDENT = 10_000;
 
 /** fmt.Sprintf(input, args...) with pulumi-std's formattable wrapping each argument. */
 function goSprintf(input: string, args: readonly JsonValue[]): string {
@@ -362,9 +377,11 @@ function goSprintf(input: string, args: readonly JsonValue[]): string {
       else break;
     }
     const digits = (): number | undefined => {
+      if (input[i] === '*' || input[i] === '[') throw new FormatUnsupported('argument indexes ([n]) and * widths');
       const m = /^\d+/.exec(input.slice(i));
       if (!m) return undefined;
       i += m[0].length;
+      if (Number(m[0]) > MAX_FORMAT_WIDTH) throw new FormatUnsupported(`widths and precisions above ${MAX_FORMAT_WIDTH}`);
       return Number(m[0]);
     };
     spec.width = digits();
@@ -394,6 +411,15 @@ function goSprintf(input: string, args: readonly JsonValue[]): string {
     out += `%!(EXTRA ${extra.join(', ')})`;
   }
   return out;
+}
+
+function sprintf(r: ArgReader, input: string, args: readonly JsonValue[]): string {
+  try {
+    return goSprintf(input, args);
+  } catch (e) {
+    if (e instanceof FormatUnsupported) throw r.fail(`${e.message} are not supported by the local engine`, 'input');
+    throw e;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -673,12 +699,12 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
   max: (r) => {
     const input = r.numbers('input');
     if (input.length === 0) throw r.fail('input list must not be empty');
-    return Math.max(...input);
+    return input.reduce((a, b) => Math.max(a, b));
   },
   min: (r) => {
     const input = r.numbers('input');
     if (input.length === 0) throw r.fail('input list must not be empty');
-    return Math.min(...input);
+    return input.reduce((a, b) => Math.min(a, b));
   },
   pow: (r) => finite(r, Math.pow(r.number('base'), r.number('exponent'))),
   signum: (r) => Math.sign(r.number('input')) || 0,
@@ -699,20 +725,20 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
 
   // Strings.
   chomp: (r) => r.string('input').replace(/(?:\r\n?|\n)*$/, ''),
-  format: (r) => goSprintf(r.string('input'), r.optional('args') === undefined ? [] : r.list('args')),
+  format: (r) => sprintf(r, r.string('input'), r.optional('args') === undefined ? [] : r.list('args')),
   formatlist: (r) => {
     const input = r.string('input');
     const args = r.optional('args') === undefined ? [] : r.list('args');
     const lengths = new Set(args.filter((a) => Array.isArray(a)).map((a) => (a as readonly JsonValue[]).length));
     if (lengths.size > 1) throw r.fail('all list arguments must be of the same length');
     const [length] = [...lengths];
-    if (length === undefined) return [goSprintf(input, args)];
-    return Array.from({ length }, (_, i) => goSprintf(input, args.map((a) => (Array.isArray(a) ? ((a as readonly JsonValue[])[i] as JsonValue) : a))));
+    if (length === undefined) return [sprintf(r, input, args)];
+    return Array.from({ length }, (_, i) => sprintf(r, input, args.map((a) => (Array.isArray(a) ? ((a as readonly JsonValue[])[i] as JsonValue) : a))));
   },
   indent: (r) => {
     const input = r.string('input');
     const spaces = r.int('spaces');
-    if (spaces < 0) throw r.fail('must not be negative', 'spaces');
+    if (spaces < 0 || spaces > MAX_INDENT) throw r.fail(`must be between 0 and ${MAX_INDENT}`, 'spaces');
     return input.replaceAll('\n', `\n${' '.repeat(spaces)}`);
   },
   join: (r) => r.strings('input').join(r.string('separator')),
@@ -749,7 +775,8 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
     if (length === 0) return '';
     const bytes = Buffer.byteLength(input, 'utf8');
     if (offset < 0 && bytes === 0) throw r.fail('a negative offset needs a non-empty input', 'offset');
-    while (offset < 0) offset += bytes;
+    // Upstream adds the byte length until the offset is not negative: the same as this remainder.
+    if (offset < 0) offset = (offset % bytes) + (offset % bytes < 0 ? bytes : 0);
     const rest = graphemes(input).slice(offset);
     return (length < 0 ? rest : rest.slice(0, length)).join('');
   },
@@ -911,6 +938,7 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
     if (step === 0) step = start < limit ? 1 : -1;
     else if ((start < limit && step < 0) || (start > limit && step > 0)) return [];
     const length = Math.ceil((limit - start) / step);
+    if (length > MAX_RANGE_LENGTH) throw r.fail(`a range of more than ${MAX_RANGE_LENGTH} numbers is not supported by the local engine`);
     return Array.from({ length }, (_, i) => start + i * step);
   },
   reverse: (r) => [...r.list('input')].reverse(),
