@@ -283,6 +283,18 @@ describe('std functions: what pulumi-std computes beyond the examples (ported fr
     expect(result('replace', { text: 'a1', search: '/([a-z])/', replace: '$1x' })).toBe('1');
   });
 
+  it('when a pattern uses RE2 syntax, then it means what it means in Go, and what RE2 rejects is an error', () => {
+    expect(result('regex', { pattern: '[[:digit:]]+', string: 'ab12c' })).toBe('12');
+    expect(result('regex', { pattern: '\\pL+', string: '12éa3' })).toBe('éa');
+    expect(result('regex', { pattern: '\\Aab\\z', string: 'ab' })).toBe('ab');
+    expect(result('regex', { pattern: '[]a]+', string: 'x]a]' })).toBe(']a]');
+    expect(result('regexall', { pattern: '\\s', string: 'a\u00a0b c' })).toEqual([' ']);
+    expect(result('regex', { pattern: '(?i)HELLO', string: 'say hello' })).toBe('hello');
+    for (const pattern of ['(a)\\1', '(?=a)', '(?<!a)b', '(?U)a+']) {
+      expect(thrown(() => result('regex', { pattern, string: 'aa' }))).toMatchObject({ code: 'IAC.INVALID_FUNCTION', details: { argument: 'pattern' } });
+    }
+  });
+
   it('when an optional result is nil upstream (tostring/tobool/tonumber of null), then the answer has no result field', () => {
     expect(stdInvoke('std:index:tostring', { input: null })).toEqual({});
     expect(stdInvoke('std:index:tobool', { input: null })).toEqual({});

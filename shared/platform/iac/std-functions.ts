@@ -435,12 +435,83 @@ function goRegExp(r: ArgReader, pattern: string, key: string, global: boolean): 
     flags += inline[1] ?? '';
     source = source.slice(inline[0].length);
   }
-  source = source.replace(/\(\?P</g, '(?<').replace(/\\z/g, '$(?![\\s\\S])');
   try {
-    return new RegExp(source, flags);
+    return new RegExp(translateRe2(source), flags);
   } catch (e) {
     throw r.fail(`error parsing regexp: ${e instanceof Error ? e.message : String(e)}`, key);
   }
+}
+
+class Re2Unsupported extends Error {}
+
+const POSIX_CLASSES: Readonly<Record<string, string>> = {
+  alnum: '0-9A-Za-z',
+  alpha: 'A-Za-z',
+  ascii: '\\x00-\\x7f',
+  blank: '\\t ',
+  cntrl: '\\x00-\\x1f\\x7f',
+  digit: '0-9',
+  graph: '!-~',
+  lower: 'a-z',
+  print: ' -~',
+  punct: '!-\\/:-@\\[-`{-~',
+  space: '\\t\\n\\v\\f\\r ',
+  upper: 'A-Z',
+  word: '0-9A-Za-z_',
+  xdigit: '0-9A-Fa-f',
+};
+
+/**
+ * RE2 syntax as JavaScript's: `(?P<name>`, `\A`, `\z`, `\pL`, Go's ASCII `\s`, `[[:alpha:]]`. What RE2 rejects but
+ * JavaScript would accept (backreferences, lookarounds) is an error, as it is upstream, rather than a match.
+ */
+function translateRe2(source: string): string {
+  let out = '';
+  let inClass = false;
+  for (let i = 0; i < source.length; i += 1) {
+    const c = source[i] as string;
+    const rest = source.slice(i);
+    if (c === '\\') {
+      const e = source[i + 1] ?? '';
+      i += 1;
+      if (/[1-9]/.test(e)) throw new Re2Unsupported('invalid escape sequence: backreferences are not RE2');
+      if (e === 'A' && !inClass) out += '^';
+      else if (e === 'z' && !inClass) out += '$';
+      else if ((e === 'p' || e === 'P') && /^[A-Za-z]$/.test(source[i + 1] ?? '')) {
+        out += `\\${e}{${source[i + 1] as string}}`;
+        i += 1;
+      } else if (e === 's' || e === 'S') {
+        const space = '\\t\\n\\f\\r ';
+        out += inClass ? (e === 's' ? space : '') : e === 's' ? `[${space}]` : `[^${space}]`;
+        if (inClass && e === 'S') throw new Re2Unsupported('\\S inside a character class is not supported by the local engine');
+      } else out += `\\${e}`;
+    } else if (inClass) {
+      const posix = /^\[:(\^?)([a-z]+):\]/.exec(rest);
+      if (posix) {
+        const chars = POSIX_CLASSES[posix[2] as string];
+        if (posix[1] || chars === undefined) throw new Re2Unsupported(`the class [:${posix[1] ?? ''}${posix[2] ?? ''}:] is not supported by the local engine`);
+        out += chars;
+        i += posix[0].length - 1;
+      } else {
+        if (c === ']') inClass = false;
+        out += c;
+      }
+    } else if (c === '[') {
+      inClass = true;
+      out += c;
+      // A `]` first in a class (after an optional `^`) is a literal in RE2.
+      const literal = /^\[(\^?)\]/.exec(rest);
+      if (literal) {
+        out += `${literal[1] ?? ''}\\]`;
+        i += literal[0].length - 1;
+      }
+    } else if (/^\(\?(=|!|<=|<!)/.test(rest)) throw new Re2Unsupported('invalid or unsupported Perl syntax: lookarounds are not RE2');
+    else if (rest.startsWith('(?P<')) {
+      out += '(?<';
+      i += 3;
+    } else out += c;
+  }
+  return out;
 }
 
 function groupNames(re: RegExp): (string | undefined)[] {
