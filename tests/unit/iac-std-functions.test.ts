@@ -336,6 +336,8 @@ describe('std functions: what is refused', () => {
 describe('std functions: bad arguments', () => {
   it.each<[string, JsonObject, string, string | undefined]>([
     ['abs', {}, "argument 'input': is required", 'input'],
+    ['abs', { input: 1, inptu: 2 }, "argument 'inptu': is not an argument of this function", 'inptu'],
+    ['matchkeys', { values: [], keys: [], searchList: [] }, "argument 'keys': is not an argument of this function", 'keys'],
     ['abs', { input: 'x' }, "argument 'input': must be a number, not a string", 'input'],
     ['upper', { input: 3 }, "argument 'input': must be a string, not a number", 'input'],
     ['join', { input: ['a', 1], separator: '-' }, 'must be a list of strings, found a number at index 1', 'input'],

@@ -13,10 +13,12 @@ import { canonicalJson, computed, containsComputed, isPlainObject, type JsonObje
  *
  * Refused (undefined, so the plan fails `IAC.UNSUPPORTED` naming the function), because a plan must be reproducible
  * and a tenant's program may not read the host: `timestamp`, `uuid`, `bcrypt` (salted: a new value each run),
- * `rsadecrypt` (takes a private key; not a plan-time computation we vouch for), `timeadd`/`timecmp` (not in our
- * list yet), `file*`, `pathexpand`, `abspath`, `fileexists` and `base64gzip` (not in our list yet).
+ * `rsadecrypt` (it needs a private key in the program), `file*`, `fileexists`, `pathexpand` and `abspath` (the
+ * host's files, home and working folder). Not ported yet, so refused the same way: `timeadd`, `timecmp`, and
+ * `base64gzip` (its bytes are Go's compressor's, which zlib does not reproduce exactly).
  *
- * Bad arguments (a missing required one, a wrong type) and the peer's own errors are `IAC.INVALID_FUNCTION`.
+ * Bad arguments (a missing required one, a wrong type, one the function does not take) and the peer's own errors
+ * are `IAC.INVALID_FUNCTION`.
  */
 
 type Args = JsonObject;
@@ -37,7 +39,12 @@ export function stdInvoke(token: string, args: JsonObject): JsonValue | undefine
   if (name === undefined || fn === undefined) return undefined;
   // An argument not known until apply makes the result unknown too, as the CLI's preview shows it.
   if (containsComputed(args)) return computed(canonicalJson({ 'fn::invoke': { function: `std:index:${name}`, arguments: args } }));
-  const result = fn(new ArgReader(name, args));
+  const reader = new ArgReader(name, args);
+  const result = fn(reader);
+  // Every function reads all its arguments on the way to a result, so a key it did not read is one it does not take
+  // (a misspelt optional argument would otherwise be ignored).
+  const unknown = Object.keys(args).find((key) => !reader.read.has(key));
+  if (unknown !== undefined) throw invalid(name, 'is not an argument of this function', unknown);
   return result === NO_RESULT ? {} : { result };
 }
 
@@ -57,6 +64,8 @@ function typeName(value: JsonValue): string {
 
 /** Reads one function's arguments by their schema names, checking each against its Go type. */
 class ArgReader {
+  readonly read = new Set<string>();
+
   constructor(
     readonly name: string,
     private readonly args: Args,
@@ -67,6 +76,7 @@ class ArgReader {
   }
 
   private raw(key: string): JsonValue | undefined {
+    this.read.add(key);
     return Object.hasOwn(this.args, key) ? this.args[key] : undefined;
   }
 
@@ -796,10 +806,10 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
 
   // Strings.
   chomp: (r) => r.string('input').replace(/(?:\r\n?|\n)*$/, ''),
-  format: (r) => sprintf(r, r.string('input'), r.optional('args') === undefined ? [] : r.list('args')),
+  format: (r) => sprintf(r, r.string('input'), r.list('args')),
   formatlist: (r) => {
     const input = r.string('input');
-    const args = r.optional('args') === undefined ? [] : r.list('args');
+    const args = r.list('args');
     const lengths = new Set(args.filter((a) => Array.isArray(a)).map((a) => (a as readonly JsonValue[]).length));
     if (lengths.size > 1) throw r.fail('all list arguments must be of the same length');
     const [length] = [...lengths];
@@ -972,8 +982,8 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
   lookup: (r) => {
     const map = r.object('map');
     const key = r.string('key');
-    if (Object.hasOwn(map, key)) return map[key] as JsonValue;
     const fallback = r.optional('default');
+    if (Object.hasOwn(map, key)) return map[key] as JsonValue;
     if (fallback !== undefined) return fallback;
     throw r.fail('key not found in input map');
   },
