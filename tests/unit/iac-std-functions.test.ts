@@ -261,6 +261,8 @@ describe('std functions: what pulumi-std computes beyond the examples (ported fr
     expect(thrown(() => result('format', { input: '%*d', args: [3, 1] })).details).toMatchObject({ argument: 'input' });
     expect(thrown(() => result('format', { input: '%x', args: [1.5] })).message).toContain('%x of a fractional number');
     expect(thrown(() => result('format', { input: '%99999d', args: [1] })).message).toContain('widths and precisions above 10000');
+    expect(thrown(() => result('format', { input: '%.200f', args: [1.5] })).message).toContain('float precisions above 100');
+    expect(result('format', { input: '%.1f|%.3g|%g', args: [1e22 + 0.5, 1234.5678, 0.000012] })).toBe('10000000000000000000000.0|1.23e+03|1.2e-05');
     expect(result('format', { input: '%q|%U|%c', args: ['\u0001\u0007', 65, 65] })).toBe('"\\x01\\a"|U+0041|A');
   });
 

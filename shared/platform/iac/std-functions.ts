@@ -289,12 +289,18 @@ function formatInteger(n: bigint, verb: string, spec: Spec): string {
 
 function formatFloat(x: number, verb: string, spec: Spec): string {
   const upper = verb === 'E' || verb === 'G';
+  // JavaScript's toFixed/toExponential/toPrecision stop at 100 digits.
+  if ((spec.precision ?? 0) > 100) throw new FormatUnsupported('float precisions above 100');
   let body: string;
   if (!Number.isFinite(x)) body = Number.isNaN(x) ? 'NaN' : x > 0 ? '+Inf' : '-Inf';
   else if (verb === 'e' || verb === 'E') {
     const [mantissa = '', exponent = '0'] = Math.abs(x).toExponential(spec.precision ?? 6).split('e');
     body = `${x < 0 ? '-' : ''}${mantissa}${twoDigitExponent(Number(exponent), upper)}`;
-  } else if (verb === 'f' || verb === 'F') body = x.toFixed(spec.precision ?? 6);
+  } else if (verb === 'f' || verb === 'F') {
+    // toFixed turns to exponent form from 1e21; such a float64 is an integer, so its digits are exact as a bigint.
+    const precision = spec.precision ?? 6;
+    body = Math.abs(x) >= 1e21 ? `${BigInt(x).toString()}${precision > 0 ? `.${'0'.repeat(precision)}` : ''}` : x.toFixed(precision);
+  }
   else body = goFloatG(x, spec.precision, upper);
   if (!body.startsWith('-') && !body.startsWith('+')) body = (spec.plus ? '+' : spec.space ? ' ' : '') + body;
   return pad(body, spec, Number.isFinite(x));
