@@ -272,6 +272,11 @@ describe('std functions: what pulumi-std computes beyond the examples (ported fr
     expect(result('substr', { input: 'hello', offset: -1e15 - 2, length: 2 })).toBe('lo');
   });
 
+  it('when text changes case, then each character maps on its own, as strings.ToUpper/ToLower do', () => {
+    expect(result('upper', { input: 'straße' })).toBe('STRAßE');
+    expect(result('lower', { input: 'ΣΑΣ İ' })).toBe('σασ i');
+  });
+
   it('when numbers are printed as text, then they read as Go prints a float64 (%v)', () => {
     expect(result('tostring', { input: 1000000 })).toBe('1e+06');
     expect(result('tostring', { input: 0.00001 })).toBe('1e-05');

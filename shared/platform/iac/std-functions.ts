@@ -223,6 +223,20 @@ function sortedKeys(object: JsonObject): string[] {
 const GO_SPACE = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
 const TRIM_SPACE = new RegExp(`^[${GO_SPACE}]+|[${GO_SPACE}]+$`, 'g');
 
+/**
+ * strings.ToUpper/ToLower: Unicode's simple, per-character mapping. JavaScript applies the full one (ß → SS, a final
+ * sigma by context), so a character whose full mapping is not one character keeps Go's simple answer.
+ */
+function goCase(text: string, upper: boolean): string {
+  return [...text]
+    .map((c) => {
+      if (!upper && c === '\u0130') return 'i';
+      const mapped = upper ? c.toUpperCase() : c.toLowerCase();
+      return [...mapped].length === 1 ? mapped : c;
+    })
+    .join('');
+}
+
 function graphemes(text: string): string[] {
   return [...new Intl.Segmenter().segment(text)].map((s) => s.segment);
 }
@@ -829,8 +843,8 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
     return input.replaceAll('\n', `\n${' '.repeat(spaces)}`);
   },
   join: (r) => r.strings('input').join(r.string('separator')),
-  lower: (r) => r.string('input').toLowerCase(),
-  upper: (r) => r.string('input').toUpperCase(),
+  lower: (r) => goCase(r.string('input'), false),
+  upper: (r) => goCase(r.string('input'), true),
   replace: (r) => {
     const text = r.string('text');
     const search = r.string('search');
@@ -869,7 +883,7 @@ const FUNCTIONS: Readonly<Record<string, StdFunction>> = {
   },
   title: (r) => r.string('input').replace(/[\p{L}\p{N}\p{M}_'’]+/gu, (word) => {
     const [first = '', ...rest] = [...word];
-    return first.toUpperCase() + rest.join('').toLowerCase();
+    return goCase(first, true) + goCase(rest.join(''), false);
   }),
   trim: (r) => {
     const cutset = new Set(r.string('cutset'));
