@@ -171,9 +171,11 @@ const PEER: [string, string, JsonObject, PeerExpectation][] = [
 ];
 
 /**
- * Functions the peer's acceptance program does not call: the examples of Terraform's function reference (which
- * pulumi-std ports, developer.hashicorp.com/terraform/language/functions/<name>), the FIPS 180-2 "abc" digests, and
- * for `map`/`matchkeys` what their Go source (provider/map.go, provider/matchkeys.go) computes.
+ * Cases beyond the peer's acceptance program, first of all for the 17 functions it does not call. Where the row is
+ * named like a Terraform call it follows the examples of Terraform's function reference, which pulumi-std ports
+ * (developer.hashicorp.com/terraform/language/functions/<name>; recalled, not copied, so a few arguments differ);
+ * the digests are the FIPS 180-2 "abc" test vectors; `map`, `matchkeys`, `indent`, `length` and the padded `format`
+ * row are worked out by hand from the Go source named (provider/<name>.go), not published by anyone.
  */
 const DOCUMENTED: [string, string, JsonObject, JsonValue][] = [
   ['ceil(5.1)', 'ceil', { input: 5.1 }, 6],
