@@ -92,5 +92,6 @@ describe('local Durable sub-orchestrations across host crashes', () => {
     const childHistory = history('crash-child');
     expect(ofType(childHistory, HistoryEventType.ExecutionStarted)).toHaveLength(1);
     expect(ofType(childHistory, HistoryEventType.ExecutionCompleted)).toHaveLength(1);
-  });
+    // Three host starts: a loaded machine takes several seconds for each.
+  }, 120_000);
 });
