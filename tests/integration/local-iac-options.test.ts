@@ -291,6 +291,14 @@ for (const dialect of DIALECTS) {
       expect((await inTarget('logs'))[0]?.properties).toEqual({ name: `tenant-a-shop-${stack.stack}` });
     });
 
+    it('when a resource property invokes a std function, then plan and apply compute it; another function is UNSUPPORTED', async () => {
+      const invoking = (fn: string) => project(`  logs:\n    type: local:storage:Bucket\n    properties:\n      name:\n        fn::invoke:\n          function: ${fn}\n          arguments: { input: shop-logs }\n          return: result\n`);
+      const { plan } = await apply(invoking('std:upper'));
+      expect(plan.steps[0]?.inputs).toEqual({ name: 'SHOP-LOGS' });
+      expect((await inTarget('logs'))[0]?.properties).toEqual({ name: 'SHOP-LOGS' });
+      await expect(engine.preview(stack, invoking('aws:s3:getBucket'), {})).rejects.toMatchObject({ code: 'IAC.UNSUPPORTED' });
+    });
+
     it('when a stack state was written before the options existed, then it reads as without them and plans same', async () => {
       const files = project(`  logs:\n    type: local:storage:Bucket\n    properties: { tier: hot }\n`);
       const created = await cloud.create(target, { scope: stack.tenant, urn: `urn:pulumi:${stack.stack}::shop::local:storage:Bucket::logs`, type: 'local:storage:Bucket', properties: { tier: 'hot' } });

@@ -9,6 +9,7 @@ import {
   keepHeld,
   keepIgnored,
   planSchema,
+  evaluatorContext,
   planStack,
   refreshedInputs,
   secretOutputsOf,
@@ -148,7 +149,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
     // config and variables. One that names a resource's output (a get of a get) costs a round of planning.
     const held = new Set((input.state?.resources ?? []).map((r) => r.id));
     const { project, config } = input.program;
-    const early = new ProgramEvaluator(project, config, () => ({}), input.program.context);
+    const early = new ProgramEvaluator(project, config, () => ({}), evaluatorContext(input.program));
     for (const d of project.resources) {
       const imported = d.options?.import !== undefined && !held.has(d.options.import) ? d.options.import : undefined;
       const id = imported ?? (d.get ? knownId(early, d.get.id, ['resources', d.name, 'get', 'id']) : undefined);
@@ -488,7 +489,7 @@ class StepRunner {
 
   /** Evaluates the program over the state so far: `recorded` masks secret outputs, `real` is for the target only. */
   private evaluator(mode: 'recorded' | 'real'): ProgramEvaluator {
-    const { project, config, context } = this.context.program;
+    const { project, config } = this.context.program;
     return new ProgramEvaluator(
       project,
       config,
@@ -497,7 +498,7 @@ class StepRunner {
         if (!resource) return {};
         return { ...(mode === 'real' ? resource.outputs : shownOutputs(resource.outputs, resource.secretOutputs ?? [])), urn: resource.urn };
       },
-      context,
+      evaluatorContext(this.context.program),
     );
   }
 

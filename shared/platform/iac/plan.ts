@@ -23,7 +23,8 @@ import {
   type ValueReference,
 } from './iac-values';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
-import { ProgramEvaluator, projectGraph, topologicalOrder, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
+import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
+import { stdInvoke } from './std-functions';
 import { getRoots, isDuration, unsupportedBecause, type CustomTimeouts } from './pulumi-yaml-resource';
 import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
 
@@ -313,6 +314,14 @@ export function shownOutputs(outputs: JsonObject, secret: readonly string[]): Js
   return maskOutputs(outputs, secret, SECRET_MASK);
 }
 
+/**
+ * What the evaluations of a plan and its apply know besides the program: the stack's context (`${pulumi.*}`) and
+ * the provider functions the local engine answers (the `std` functions; any other `fn::invoke` is UNSUPPORTED).
+ */
+export function evaluatorContext(program: LoadedProgram): EvaluatorContext {
+  return { ...program.context, invoke: stdInvoke };
+}
+
 /** One planning: the program's resources against the state, in dependency order. */
 class Planner {
   readonly #declarations: ReadonlyMap<string, ResourceDeclaration>;
@@ -350,7 +359,7 @@ class Planner {
     }
     this.#dependencies = dependencies;
     this.#order = checkedOrder(topologicalOrder(project.resources.map((r) => r.name), dependencies), dependencies);
-    this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {}, program.context);
+    this.#evaluator = new ProgramEvaluator(project, config, (name) => this.#outputs.get(name) ?? {}, evaluatorContext(program));
     this.#claimed = this.claimState();
   }
 
