@@ -5,8 +5,8 @@ import { unsupportedBecause } from './pulumi-yaml-resource';
 
 /**
  * The providers that programs without a cloud use most, emulated by the local engine: `random` (values drawn
- * from a generator seeded by tenant, urn and inputs, so one resource always draws the same, and two tenants
- * with the same names draw different ones) and `tls` (keys from node:crypto). Outputs carry the providers' real
+ * from a generator seeded by tenant, urn, inputs and fresh entropy: a password nobody can work out from the
+ * stack's names, and two tenants with the same names never draw alike) and `tls` (keys from node:crypto). Outputs carry the providers' real
  * names (the Pulumi registry's random and tls schemas). The apply computes them once and the stack state keeps
  * them; a plan sees them from the state, or as computed values while the resource is still to be created.
  *
@@ -29,12 +29,17 @@ export interface Emulation {
   generate(inputs: JsonObject, seed: Seed, now: Date): JsonObject;
 }
 
-/** What a resource's values are drawn from: the same tenant, urn and inputs draw the same values. */
+/** What a resource's values are drawn from: the same seed draws the same values. */
 export interface Seed {
   readonly tenant: string;
   readonly urn: string;
   /** The inputs as recorded (references unresolved), so the seed never holds a secret. */
   readonly inputs: JsonObject;
+  /**
+   * Random bytes of this creation (the apply draws them; tests fix them): without them a RandomPassword would be
+   * a function of names anyone may know. What was drawn is kept in the state, so the resource keeps its values.
+   */
+  readonly entropy: Uint8Array;
 }
 
 /** The emulation of `type`, or undefined for a plain resource. */
@@ -83,7 +88,7 @@ class Draw {
   #buffer = Buffer.alloc(0);
 
   constructor(seed: Seed, purpose: string) {
-    this.#key = createHash('sha256').update(`${purpose}\0${seed.tenant}\0${seed.urn}\0${canonicalJson(seed.inputs)}`).digest();
+    this.#key = createHash('sha256').update(`${purpose}\0${seed.tenant}\0${seed.urn}\0${canonicalJson(seed.inputs)}\0`).update(seed.entropy).digest();
   }
 
   bytes(count: number): Buffer {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
 import { AppError, ensureError, expectedAppError } from '../errors/app-error';
 import type { SqlStore } from '../sql/database';
@@ -451,12 +452,12 @@ class StepRunner {
     return found.id;
   }
 
-  /** What the step's emulated provider computes (emulated-providers.ts), seeded by tenant, urn and inputs. */
+  /** What the step's emulated provider computes (emulated-providers.ts), seeded by tenant, urn, inputs and fresh entropy. */
   private generate(step: PlanStep, inputs: JsonObject): JsonObject {
     const emulation = emulationOf(step.type);
     if (!emulation) return {};
     try {
-      return emulation.generate(this.resolve(this.cloudInputsOf(step)) as JsonObject, { tenant: this.context.stack.tenant, urn: step.urn, inputs }, this.context.clock.now());
+      return emulation.generate(this.resolve(this.cloudInputsOf(step)) as JsonObject, { tenant: this.context.stack.tenant, urn: step.urn, inputs, entropy: randomBytes(32) }, this.context.clock.now());
     } catch (thrown) {
       throw new AppError('IAC.EMULATION_FAILED', 'validation', `${step.name} (${step.type}): ${ensureError(thrown).message}`, { urn: step.urn });
     }
