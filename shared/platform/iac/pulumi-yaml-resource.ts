@@ -108,7 +108,9 @@ export function unsupportedBecause(construct: string, path: string, why: string)
   return new AppError(error.code, error.kind, `${error.message}: ${why}`, error.details);
 }
 
-const RESOURCE_KEYS = new Set(['type', 'properties', 'options', 'get', 'name', 'defaultProvider']);
+/** The members of a resource in Pulumi YAML (upstream's `ResourceDecl`). */
+export const RESOURCE_MEMBERS = ['type', 'properties', 'options', 'get', 'name', 'defaultProvider'] as const;
+const RESOURCE_KEYS = new Set<string>(RESOURCE_MEMBERS);
 
 /** Every option of upstream's `ResourceOptionsDecl`, and why the refused ones are refused. */
 const REFUSED_OPTIONS: Readonly<Record<string, string>> = {
@@ -135,8 +137,11 @@ const OPTION_KEYS = new Set([
   'hideDiffs',
   'replacementTrigger',
 ]);
+/** Every option name upstream knows, the refused ones among them. */
+export const OPTION_NAMES: readonly string[] = [...OPTION_KEYS, ...Object.keys(REFUSED_OPTIONS)];
+/** The members of `customTimeouts`. */
+export const TIMEOUT_KEYS = ['create', 'update', 'delete', 'read'] as const;
 const ALIAS_KEYS = new Set(['urn', 'name', 'type', 'parent', 'noParent', 'stack', 'project']);
-const TIMEOUT_KEYS = ['create', 'update', 'delete', 'read'] as const;
 /** A Go duration as Pulumi parses custom timeouts: `300ms`, `1.5h`, `2h45m`. */
 const DURATION = /^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$/;
 const SEMVER = /^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;

@@ -20,7 +20,7 @@ import {
   type PathSegment,
 } from './iac-values';
 import { applyFunction, checkCall, functionCall, invokeArguments, scanValue, type FunctionCall, type FunctionHost } from './pulumi-yaml-functions';
-import { expandTypeToken, parseResource, type ResourceDeclaration } from './pulumi-yaml-resource';
+import { expandTypeToken, OPTION_NAMES, parseResource, RESOURCE_MEMBERS, TIMEOUT_KEYS, type ResourceDeclaration } from './pulumi-yaml-resource';
 import { parseDeclarations, readStackConfig, resolveConfig, type ConfigDeclaration, type ResolvedConfig } from './pulumi-yaml-config';
 import { canonical, canonicalKeys, findProgram, located, optionalMap, parseYamlSource, type ProjectFiles, type SourceFile } from './pulumi-yaml-source';
 
@@ -126,32 +126,10 @@ function programCwd(rootDirectory: string, programFolder: string): string {
 const PULUMI = 'pulumi';
 
 const TEMPLATE_KEYS = canonical(['name', 'namespace', 'description', 'version', 'pulumi', 'configuration', 'config', 'variables', 'resources', 'outputs', 'components']);
-const RESOURCE_FIELDS = canonical(['type', 'name', 'defaultProvider', 'properties', 'options', 'get']);
-const OPTION_FIELDS = canonical([
-  'additionalSecretOutputs',
-  'aliases',
-  'customTimeouts',
-  'deleteBeforeReplace',
-  'dependsOn',
-  'ignoreChanges',
-  'import',
-  'parent',
-  'protect',
-  'provider',
-  'providers',
-  'version',
-  'pluginDownloadURL',
-  'replaceOnChanges',
-  'retainOnDelete',
-  'replaceWith',
-  'deletedWith',
-  'hideDiffs',
-  'replacementTrigger',
-  'envVarMappings',
-]);
+const RESOURCE_FIELDS = canonical(RESOURCE_MEMBERS);
+const OPTION_FIELDS = canonical(OPTION_NAMES);
 const GET_FIELDS = canonical(['id', 'state']);
-const TIMEOUT_FIELDS = canonical(['create', 'update', 'delete', 'read']);
-
+const TIMEOUT_FIELDS = canonical(TIMEOUT_KEYS);
 
 /** A resource as `parseResource` reads it: its fields, options, `get` and `customTimeouts` keys canonical. */
 function canonicalResource(value: JsonValue, path: string): JsonValue {
