@@ -9,3 +9,14 @@ export async function refusal(promise: Promise<unknown>): Promise<AppError> {
   if (!(error instanceof AppError)) throw new Error(`expected an AppError, got ${String(error)}`);
   return error;
 }
+
+/** The AppError `work` throws; fails the test when it throws nothing or something else. */
+export function thrown(work: () => unknown): AppError {
+  try {
+    work();
+  } catch (error) {
+    if (error instanceof AppError) return error;
+    throw error;
+  }
+  throw new Error('expected an AppError, nothing was thrown');
+}

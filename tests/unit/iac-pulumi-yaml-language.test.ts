@@ -1,20 +1,10 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import { ASSET_SIG, ARCHIVE_SIG, SECRET_MASK, SIG_KEY, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { loadProgram, ProgramEvaluator, projectGraph, type EvaluatorContext, type LoadedProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 
 /** The Pulumi YAML language as the local engine reads it: program discovery, key spelling, config, expressions. */
-
-function thrown(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError, nothing was thrown');
-}
 
 const HEAD = 'name: shop\nruntime: yaml\n';
 

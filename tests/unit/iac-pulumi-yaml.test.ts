@@ -1,17 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
 import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
-
-function thrown(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError, nothing was thrown');
-}
 
 function project(body: string, stackYaml?: string): ProjectFiles {
   return { 'Pulumi.yaml': `name: shop\nruntime: yaml\n${body}`, ...(stackYaml === undefined ? {} : { 'Pulumi.dev.yaml': stackYaml }) };

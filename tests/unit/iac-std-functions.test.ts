@@ -1,20 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import { type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { loadProgram, ProgramEvaluator, projectGraph } from '../../shared/platform/iac/pulumi-yaml';
 import { stdInvoke } from '../../shared/platform/iac/std-functions';
 
 /** The Pulumi Standard Library functions the local engine computes for `fn::invoke`, checked against the peer. */
-
-function thrown(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError, nothing was thrown');
-}
 
 function result(name: string, args: JsonObject): JsonValue {
   const answer = stdInvoke(`std:index:${name}`, args);
