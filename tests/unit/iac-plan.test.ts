@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import { MAX_PATH_INDEX, type JsonObject } from '../../shared/platform/iac/iac-values';
 import { changedPaths, planSchema, planStack, refreshedInputs, resourceUrn, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
 import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
@@ -34,16 +34,6 @@ function applied(p: LoadedProgram, serial = 1, protect: readonly string[] = []):
 
 function ops(plan: Plan): string[] {
   return plan.steps.map((s) => `${s.op} ${s.name}`);
-}
-
-function refusal(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError');
 }
 
 const NETWORK = `  net:
@@ -128,12 +118,12 @@ describe('plans: ops', () => {
   it('when a protected resource would be deleted or replaced, then PROTECTED names it; an update of it is fine', () => {
     const p = program(NETWORK + DB);
     const state = applied(p, 1, ['net']);
-    expect(refusal(() => planStack({ stack: STACK, program: program(`  other:\n    type: local:a:B\n`), state }))).toMatchObject({
+    expect(thrown(() => planStack({ stack: STACK, program: program(`  other:\n    type: local:a:B\n`), state }))).toMatchObject({
       code: 'IAC.PROTECTED',
       details: { urn: 'urn:pulumi:dev::shop::local:network:VirtualNetwork::net', op: 'delete' },
     });
     const retyped = program(NETWORK.replace('VirtualNetwork', 'Vnet2').concat('    options:\n      protect: true\n') + DB);
-    expect(refusal(() => planStack({ stack: STACK, program: retyped, state: applied(p) }))).toMatchObject({ code: 'IAC.PROTECTED', details: { op: 'replace' } });
+    expect(thrown(() => planStack({ stack: STACK, program: retyped, state: applied(p) }))).toMatchObject({ code: 'IAC.PROTECTED', details: { op: 'replace' } });
     expect(ops(planStack({ stack: STACK, program: program(NETWORK.replace('cidr: 10.0.0.0/16', 'cidr: 10.2.0.0/16') + DB), state }))).toEqual(['update net', 'same db']);
   });
 });
@@ -249,13 +239,13 @@ describe('held ignore rules', () => {
 
   it('when a rule path is not dot-separated names with * last only, then IAC.INVALID_IGNORE_RULE', () => {
     for (const path of ['tags..env', '*.env', 'a.*.b', '.tags']) {
-      expect(refusal(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
+      expect(thrown(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation' });
     }
   });
 
   it('when a rule names an array index past 10,000, then IAC.INVALID_IGNORE_RULE; up to it the rule is read', () => {
     for (const path of ['rules.999999999.port', `rules.${MAX_PATH_INDEX + 1}`]) {
-      expect(refusal(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation', details: { path } });
+      expect(thrown(() => plan([{ scope: { urn: net.urn }, path }]))).toMatchObject({ code: 'IAC.INVALID_IGNORE_RULE', kind: 'validation', details: { path } });
     }
     expect(plan([{ scope: { urn: net.urn }, path: `rules.${MAX_PATH_INDEX}.port` }]).steps[0]?.changedPaths).toEqual(plan([]).steps[0]?.changedPaths);
   });

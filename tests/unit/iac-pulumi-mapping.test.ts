@@ -1,6 +1,6 @@
 import { DiffKind, type EngineEvent, type OpType, type StepEventMetadata, type StepEventStateMetadata } from '@pulumi/pulumi/automation';
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import { computed } from '../../shared/platform/iac/iac-values';
 import { planDigest, planSchema, type Plan } from '../../shared/platform/iac/plan';
 import {
@@ -169,16 +169,6 @@ function secondUpdatePlan(): PulumiUpdatePlan {
   });
 }
 
-function refusal(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError');
-}
-
 describe('Pulumi ops onto plan steps', () => {
   it.each([
     ['create', 'create'],
@@ -208,7 +198,7 @@ describe('Pulumi ops onto plan steps', () => {
   });
 
   it('when pulumi reports an op this host does not know, then planning stops with IAC.UNSUPPORTED_STEP', () => {
-    const error = refusal(() => collapseOps(['same', 'teleport'], NET_URN));
+    const error = thrown(() => collapseOps(['same', 'teleport'], NET_URN));
     expect(error.code).toBe('IAC.UNSUPPORTED_STEP');
     expect(error.details).toMatchObject({ op: 'teleport', urn: NET_URN });
   });
@@ -266,7 +256,7 @@ describe('values from pulumi', () => {
   it('when the plan file is wrapped with its version, then it reads the same', () => {
     const plan = { resourcePlans: { [NET_URN]: { goal: { type: NET, name: 'net', protect: false }, steps: ['create'] } } };
     expect(parseUpdatePlan({ version: 1, plan })).toEqual(parseUpdatePlan(plan));
-    expect(refusal(() => parseUpdatePlan({ resourcePlans: { [NET_URN]: { steps: 'create' } } })).code).toBe('IAC.PULUMI_PLAN_UNREADABLE');
+    expect(thrown(() => parseUpdatePlan({ resourcePlans: { [NET_URN]: { steps: 'create' } } })).code).toBe('IAC.PULUMI_PLAN_UNREADABLE');
   });
 });
 
@@ -337,7 +327,7 @@ describe('a preview as a plan', () => {
     const events = secondPreview().filter((e) => e.resourcePreEvent?.metadata.urn !== CACHE_URN && e.resOutputsEvent?.metadata.urn !== CACHE_URN);
     const plan = secondUpdatePlan();
     delete (plan.resourcePlans as Record<string, unknown>)[CACHE_URN];
-    const error = refusal(() => planFromPreview(observation(events, plan)));
+    const error = thrown(() => planFromPreview(observation(events, plan)));
     expect(error.code).toBe('IAC.PULUMI_EVENTS_INCOMPLETE');
     expect(error.details).toMatchObject({ reported: { delete: 1 }, described: { delete: 0 } });
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AppError } from '../../shared/platform/errors/app-error';
+import { thrown } from '../support/refusal';
 import { planStack, TargetReadNeeded, type Plan, type PlanInput, type StackState, type StateResource, type TargetResource } from '../../shared/platform/iac/plan';
 import { loadProgram, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
 
@@ -12,16 +12,6 @@ const STACK = 'dev';
 
 function program(resources: string, extra = ''): LoadedProgram {
   return loadProgram({ 'Pulumi.yaml': `name: shop\nruntime: yaml\n${extra}resources:\n${resources}` }, STACK);
-}
-
-function refusal(work: () => unknown): AppError {
-  try {
-    work();
-  } catch (error) {
-    if (error instanceof AppError) return error;
-    throw error;
-  }
-  throw new Error('expected an AppError');
 }
 
 const ops = (plan: Plan) => plan.steps.map((s) => `${s.op} ${s.name}`);
@@ -91,12 +81,12 @@ ${PARENT}  logs:
   });
 
   it('when pluginDownloadURL or envVarMappings is used, then IAC.UNSUPPORTED names the construct and its path; an option Pulumi does not have is INVALID_PROJECT', () => {
-    expect(refusal(() => program(child('    options:\n      noSuchOption: true\n')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.noSuchOption' } });
+    expect(thrown(() => program(child('    options:\n      noSuchOption: true\n')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.noSuchOption' } });
     for (const [option, value] of [
       ['pluginDownloadURL', 'https://example.com/plugins'],
       ['envVarMappings', '{ A: B }'],
     ] as const) {
-      expect(refusal(() => program(child(`    options:\n      ${option}: ${value}\n`)))).toMatchObject({
+      expect(thrown(() => program(child(`    options:\n      ${option}: ${value}\n`)))).toMatchObject({
         code: 'IAC.UNSUPPORTED',
         kind: 'validation',
         details: { construct: `options.${option}`, path: `resources.logs.options.${option}` },
@@ -116,12 +106,12 @@ ${PARENT}  logs:
       ['hideDiffs: ["a..b"]', 'resources.logs.options.hideDiffs[0]'],
     ];
     for (const [option, path] of cases) {
-      expect(refusal(() => program(PARENT + child(`    options:\n      ${option}\n`))), option).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path } });
+      expect(thrown(() => program(PARENT + child(`    options:\n      ${option}\n`))), option).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path } });
     }
   });
 
   it('when an option names a resource the project does not have, then UNKNOWN_REFERENCE names the option', () => {
-    expect(refusal(() => plan(program(child())))).toMatchObject({ code: 'IAC.UNKNOWN_REFERENCE', details: { path: 'resources.logs.options.parent' } });
+    expect(thrown(() => plan(program(child())))).toMatchObject({ code: 'IAC.UNKNOWN_REFERENCE', details: { path: 'resources.logs.options.parent' } });
   });
 });
 
@@ -199,7 +189,7 @@ describe('resource options: replacement', () => {
 
   it('when a protected resource would be replaced by replaceOnChanges, then PROTECTED', () => {
     const state = appliedFrom(plan(program(bucket('hot', '      replaceOnChanges: [tier]\n      protect: true\n'))));
-    expect(refusal(() => plan(program(bucket('cold', '      replaceOnChanges: [tier]\n      protect: true\n')), state))).toMatchObject({ code: 'IAC.PROTECTED', details: { op: 'replace' } });
+    expect(thrown(() => plan(program(bucket('cold', '      replaceOnChanges: [tier]\n      protect: true\n')), state))).toMatchObject({ code: 'IAC.PROTECTED', details: { op: 'replace' } });
   });
 });
 
@@ -246,7 +236,7 @@ describe('resource options: what a plan shows', () => {
     // A timeout may come from config, as upstream's l2-resource-option-custom-timeouts does; it must still be a duration.
     const fromConfig = (value: string) => program(child('    options:\n      customTimeouts:\n        create: ${createTimeout}\n        delete: 1m\n'), `config:\n  createTimeout: ${value}\n`);
     expect(plan(fromConfig('7m')).steps[0]?.customTimeouts).toEqual({ create: '7m', delete: '1m' });
-    expect(refusal(() => plan(fromConfig('soon')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.customTimeouts.create' } });
+    expect(thrown(() => plan(fromConfig('soon')))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.logs.options.customTimeouts.create' } });
   });
 
   it('when a program uses none of the new options, then its plans keep the digests they had before them', () => {
@@ -279,11 +269,11 @@ describe('providers', () => {
   });
 
   it('when provider: names no provider, or a provider of another package, then IAC.INVALID_PROJECT names the option', () => {
-    expect(refusal(() => plan(program(`  app:\n    type: local:web:App\n  logs:\n    type: local:storage:Bucket\n    options:\n      provider: \${app}\n`)))).toMatchObject({
+    expect(thrown(() => plan(program(`  app:\n    type: local:web:App\n  logs:\n    type: local:storage:Bucket\n    options:\n      provider: \${app}\n`)))).toMatchObject({
       code: 'IAC.INVALID_PROJECT',
       details: { path: 'resources.logs.options.provider' },
     });
-    expect(refusal(() => plan(providerAndBucket('    options:\n      provider: ${prov}\n', 'pulumi:providers:aws')))).toMatchObject({ details: { path: 'resources.logs.options.provider' } });
+    expect(thrown(() => plan(providerAndBucket('    options:\n      provider: ${prov}\n', 'pulumi:providers:aws')))).toMatchObject({ details: { path: 'resources.logs.options.provider' } });
   });
 
   it("when a parent has providers: or defaultProvider: true is set, then resources of that package use that provider without saying so", () => {
@@ -311,9 +301,9 @@ describe('import and get', () => {
   });
 
   it('when the imported id is missing (or another tenant holds it), of another type, or holds other values, then the plan fails naming the import', () => {
-    expect(refusal(() => plan(imported(), undefined, target([['lcr-9', null]])))).toMatchObject({ code: 'IAC.IMPORT_NOT_FOUND', details: { path: 'resources.logs.options.import', id: 'lcr-9' } });
-    expect(refusal(() => plan(imported(), undefined, target([['lcr-9', { id: 'lcr-9', type: 'local:storage:Other', properties: {} }]])))).toMatchObject({ code: 'IAC.IMPORT_MISMATCH' });
-    expect(refusal(() => plan(imported(), undefined, target([['lcr-9', { id: 'lcr-9', type: 'local:storage:Bucket', properties: { tier: 'cold', tags: { env: 'dev' }, extra: 1 } }]])))).toMatchObject({
+    expect(thrown(() => plan(imported(), undefined, target([['lcr-9', null]])))).toMatchObject({ code: 'IAC.IMPORT_NOT_FOUND', details: { path: 'resources.logs.options.import', id: 'lcr-9' } });
+    expect(thrown(() => plan(imported(), undefined, target([['lcr-9', { id: 'lcr-9', type: 'local:storage:Other', properties: {} }]])))).toMatchObject({ code: 'IAC.IMPORT_MISMATCH' });
+    expect(thrown(() => plan(imported(), undefined, target([['lcr-9', { id: 'lcr-9', type: 'local:storage:Bucket', properties: { tier: 'cold', tags: { env: 'dev' }, extra: 1 } }]])))).toMatchObject({
       code: 'IAC.IMPORT_MISMATCH',
       details: { paths: ['extra', 'tier'] },
     });
@@ -337,10 +327,10 @@ describe('import and get', () => {
   });
 
   it('when the get id is missing, of another type, or get.state differs from what the target holds, then the plan fails naming the get', () => {
-    expect(refusal(() => plan(got(), undefined, target([['lcr-net', null]])))).toMatchObject({ code: 'IAC.GET_NOT_FOUND', details: { path: 'resources.shared.get.id', id: 'lcr-net' } });
-    expect(refusal(() => plan(got(), undefined, target([['lcr-net', { id: 'lcr-net', type: 'local:a:B', properties: {} }]])))).toMatchObject({ code: 'IAC.GET_TYPE_MISMATCH' });
+    expect(thrown(() => plan(got(), undefined, target([['lcr-net', null]])))).toMatchObject({ code: 'IAC.GET_NOT_FOUND', details: { path: 'resources.shared.get.id', id: 'lcr-net' } });
+    expect(thrown(() => plan(got(), undefined, target([['lcr-net', { id: 'lcr-net', type: 'local:a:B', properties: {} }]])))).toMatchObject({ code: 'IAC.GET_TYPE_MISMATCH' });
     const withState = got('      state:\n        cidr: 10.0.0.0/16\n');
-    expect(refusal(() => plan(withState, undefined, target([['lcr-net', { id: 'lcr-net', type: 'local:network:VirtualNetwork', properties: { cidr: '10.9.0.0/16' } }]])))).toMatchObject({
+    expect(thrown(() => plan(withState, undefined, target([['lcr-net', { id: 'lcr-net', type: 'local:network:VirtualNetwork', properties: { cidr: '10.9.0.0/16' } }]])))).toMatchObject({
       code: 'IAC.GET_STATE_MISMATCH',
       details: { paths: ['cidr'] },
     });
@@ -354,11 +344,11 @@ describe('import and get', () => {
 
   it("when a get's id is an output this plan still has to create, then IAC.UNSUPPORTED: the read happens at plan time (after what the id names)", () => {
     const p = program(`  net:\n    type: local:network:VirtualNetwork\n  shared:\n    type: local:network:VirtualNetwork\n    get:\n      id: \${net.id}\n`);
-    expect(refusal(() => plan(p))).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'get.id', path: 'resources.shared.get.id' } });
+    expect(thrown(() => plan(p))).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'get.id', path: 'resources.shared.get.id' } });
   });
 
   it('when a get has properties, then IAC.INVALID_PROJECT', () => {
-    expect(refusal(() => program(`  shared:\n    type: local:network:VirtualNetwork\n    properties: { a: 1 }\n    get:\n      id: x\n`))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.shared.properties' } });
+    expect(thrown(() => program(`  shared:\n    type: local:network:VirtualNetwork\n    properties: { a: 1 }\n    get:\n      id: x\n`))).toMatchObject({ code: 'IAC.INVALID_PROJECT', details: { path: 'resources.shared.properties' } });
   });
 });
 
@@ -367,9 +357,9 @@ describe('emulated providers in plans', () => {
     const p = program(`  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n  db:\n    type: local:sql:Database\n    properties:\n      password: \${pw.result}\n`);
     expect(plan(p).steps[1]?.inputs).toEqual({ password: { 'fn::computed': '${pw.result}' } });
     const bucket = program(`  bucket:\n    type: aws:s3:Bucket\n  site:\n    type: local:web:Site\n    properties:\n      origin: \${bucket.arn}\n`);
-    expect(refusal(() => plan(bucket))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'bucket', output: 'arn', type: 'aws:s3:Bucket', path: 'resources.site.properties.origin' } });
+    expect(thrown(() => plan(bucket))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'bucket', output: 'arn', type: 'aws:s3:Bucket', path: 'resources.site.properties.origin' } });
     const bcrypt = program(`  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n  db:\n    type: local:sql:Database\n    properties:\n      hash: \${pw.bcryptHash}\n`);
-    expect(refusal(() => plan(bcrypt)).message).toMatch(/does not emulate random:index:RandomPassword's bcryptHash/);
+    expect(thrown(() => plan(bcrypt)).message).toMatch(/does not emulate random:index:RandomPassword's bcryptHash/);
   });
 
   it('when keepers of a random resource change, then it is replaced (every input of random resources replaces)', () => {
@@ -380,7 +370,7 @@ describe('emulated providers in plans', () => {
   });
 
   it('when a program uses command:local:Command, then IAC.UNSUPPORTED: it would run code on the host', () => {
-    expect(refusal(() => plan(program(`  run:\n    type: command:local:Command\n    properties:\n      create: rm -rf /\n`)))).toMatchObject({
+    expect(thrown(() => plan(program(`  run:\n    type: command:local:Command\n    properties:\n      create: rm -rf /\n`)))).toMatchObject({
       code: 'IAC.UNSUPPORTED',
       details: { construct: 'command:local:Command', path: 'resources.run.type' },
     });
