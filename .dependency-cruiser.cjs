@@ -41,9 +41,10 @@ module.exports = {
           '^shared/platform/(sql|tables|bus/outbox|iac|auth)',
           '^(fs|node:fs|net|node:net|http|node:http|https|node:https|child_process|node:child_process)$',
         ],
-        // Pure themselves: the one notion of a secret or opaque value and of an ignore-rule path (iac-values), and a
-        // stack's identity (stack-ref), which the modules' models share with the engines.
-        pathNot: '^shared/platform/iac/(iac-values|stack-ref)\\.ts$',
+        // Pure themselves: the one notion of a secret or opaque value and of an ignore-rule path (iac-values), a
+        // stack's identity (stack-ref), which the modules' models share with the engines, and where a project's
+        // program is read from (pulumi-yaml-source), so the project policy checks the file the engine reads.
+        pathNot: '^shared/platform/iac/(iac-values|stack-ref|pulumi-yaml-source)\\.ts$',
       },
     },
     {
