@@ -1,11 +1,13 @@
 /**
- * What pulumi-test-language gives and expects for the conformance programs we check outputs of: the config of
- * the test's first run and the stack outputs it asserts (pulumi/pulumi pkg/testing/pulumi-test-language/tests,
- * `l1_*.go`). Only tests whose expectations are plain values are here; the others are "outputs not checked".
+ * What Pulumi's own test harnesses give and expect for the programs we check outputs of: for conformance tests
+ * (by test, and `/<step>` for multi-step ones) the config of the test's first run and the stack outputs it asserts
+ * (pulumi/pulumi pkg/testing/pulumi-test-language/tests, `l1_*.go`); for pulumi-yaml's integration tests (by
+ * `pkg/tests/testdata/<name>`) the config pkg/tests/integration_test.go sets and the outputs it checks. Only
+ * expectations that are plain values are here; the other programs' outputs are "not checked".
  */
 import type { JsonObject, JsonValue } from '../../shared/platform/iac/iac-values';
 
-export interface ConformanceExpectation {
+export interface KnownExpectation {
   /** Config values by key (project namespace implied), as the test's first run sets them. */
   readonly config?: Readonly<Record<string, JsonValue>>;
   /** Secret config values: given to the engine as `{ secretRef }` and resolved at apply. */
@@ -14,7 +16,7 @@ export interface ConformanceExpectation {
   readonly outputs?: JsonObject;
 }
 
-const EXPECTED: Readonly<Record<string, ConformanceExpectation>> = {
+const EXPECTED: Readonly<Record<string, KnownExpectation>> = {
   // l1_builtin_base64.go, run 1.
   'l1-builtin-base64': { config: { input: 'aGVsbG8gd29ybGQ=' }, outputs: { data: 'hello world', roundtrip: 'aGVsbG8gd29ybGQ=' } },
   // l1_builtin_info.go: the stack is `test`, the organization `organization`.
@@ -31,8 +33,25 @@ const EXPECTED: Readonly<Record<string, ConformanceExpectation>> = {
     config: { aList: ['foo', 'bar', 'baz'], aString: 'foo-bar-baz', singleOrNoneList: ['single'] },
     outputs: { elementOutput1: 'bar', elementOutput2: 'baz', joinOutput: 'foo|bar|baz', lengthOutput: 3, splitOutput: ['foo', 'bar', 'baz'], singleOrNoneOutput: ['single'] },
   },
+  // l1_builtin_file.go (testfile.txt is in the program's folder).
+  'l1-builtin-file': {
+    outputs: {
+      fileContent: 'The quick brown fox jumps over the lazy dog',
+      fileB64: 'VGhlIHF1aWNrIGJyb3duIGZveCBqdW1wcyBvdmVyIHRoZSBsYXp5IGRvZw==',
+      fileSha: '16j7swfXgJRpypq8sAguT41WUeRtPNt2LQLQvzfJ5ZI=',
+    },
+  },
+  // l1_elide_index.go: a stash's output is its first input.
+  'l1-elide-index': { outputs: { stashInput: 'test', stashOutput: 'test' } },
+  // l1_builtin_stash.go, run 1 (run 2 keeps run 1's stash, so step 1 alone on a new stack is not that test).
+  'l1-builtin-stash/0': { outputs: { stashInput: { key: ['value', 's'], '': false }, stashOutput: { key: ['value', 's'], '': false } } },
+  // TestResourcePropertiesConfig: `props.length` set to 8 (a path).
+  'pkg/tests/testdata/resource-properties-config': { config: { props: { length: 8 } } },
+  // TestPropertyAccessOnObjects: `deploymentSettings.githubBranch` set to main; the output `branch` is main.
+  'pkg/tests/testdata/property-access-on-objects': { config: { deploymentSettings: { githubBranch: 'main' } }, outputs: { branch: 'main' } },
 };
 
-export function conformanceExpectation(test: string): ConformanceExpectation | undefined {
-  return EXPECTED[test];
+/** The expectation for `key`: `<test>` or `<test>/<step>` of a conformance program, `pkg/tests/testdata/<name>`. */
+export function knownExpectation(key: string): KnownExpectation | undefined {
+  return EXPECTED[key];
 }

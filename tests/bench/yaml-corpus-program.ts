@@ -10,20 +10,22 @@
  * - Templates (`${PROJECT}` in the name, or a `template:` section) are instantiated as `pulumi new` does:
  *   `${PROJECT}` is the folder name, `${DESCRIPTION}` the template's description, and each `template.config`
  *   default becomes a config value of the stack.
- * - Conformance programs get the config their pulumi-test-language test gives (yaml-corpus-expected.ts).
+ * - Conformance programs and pulumi-yaml's integration tests get the config their test gives, where
+ *   yaml-corpus-expected.ts has it.
  * - A program declaring a project config key with neither a default nor a value from the above is refused by
  *   Pulumi itself ("Missing required configuration variable"): it is "invalid as shipped", and refusing it is the
- *   faithful outcome — except a conformance program, whose test gives config we do not know: "not measured".
+ *   faithful outcome — except a program of Pulumi's own tests (conformance, pkg/tests), whose test gives config
+ *   yaml-corpus-expected.ts does not have: "not measured".
  */
 import { parseDocument } from 'yaml';
 import type { JsonObject, JsonValue } from '../../shared/platform/iac/iac-values';
 import type { ConfigOverrides } from '../../shared/platform/iac/local-engine';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
-import { conformanceExpectation } from './yaml-corpus-expected';
+import { knownExpectation } from './yaml-corpus-expected';
 
 /** What Pulumi does with the program: runs it (outputs known or not), refuses it, or we cannot tell. */
 export type Expectation =
-  | { readonly kind: 'run'; readonly outputs?: JsonObject; readonly outputsFrom?: 'conformance' | 'literal' }
+  | { readonly kind: 'run'; readonly outputs?: JsonObject; readonly outputsFrom?: 'pulumi-tests' | 'literal'; readonly outputKeys: readonly string[] }
   | { readonly kind: 'refusal'; readonly reason: string }
   | { readonly kind: 'not-measured'; readonly reason: string };
 
@@ -88,7 +90,8 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
 
   const stackFile = Object.keys(files).filter((f) => /^Pulumi\.[^./]+\.ya?ml$/.test(f)).sort()[0];
   const stack = test ? 'test' : (stackFile?.split('.')[1] ?? 'dev');
-  const known = test ? conformanceExpectation(test) : undefined;
+  const testdata = /(?:^|\/)(pkg\/tests\/testdata\/[^/]+)$/.exec(id)?.[1];
+  const known = test ? (knownExpectation(conformance?.[2] ? `${test}/${conformance[2]}` : test) ?? knownExpectation(test)) : testdata ? knownExpectation(testdata) : undefined;
 
   const config: Record<string, JsonValue> = {};
   const secrets = new Map<string, JsonValue>();
@@ -105,16 +108,17 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
   const main = mainTemplate(files, projectDoc);
   const stackValues = stackFile ? configKeys(readYaml(files[stackFile] ?? '')?.config, project) : new Set<string>();
   const missing = requiredConfig(main.declarations, project).filter((key) => !stackValues.has(key) && !configKeys(config, project).has(key));
-  const refusal = UPSTREAM_REFUSALS[test ?? id.replace(/^.*?(?=pkg\/tests\/testdata\/)/, '')] ?? refusalReason(projectDoc, main.doc);
+  const refusal = UPSTREAM_REFUSALS[test ?? testdata ?? ''] ?? refusalReason(projectDoc, main.doc);
+  const outputKeys = Object.keys(asObject(main.doc.outputs));
 
   let expectation: Expectation;
   if (refusal) expectation = { kind: 'refusal', reason: refusal };
-  else if (missing.length > 0 && test && !known) expectation = { kind: 'not-measured', reason: `its conformance test gives config we do not have: ${missing.join(', ')}` };
+  else if (missing.length > 0 && (test || testdata)) expectation = { kind: 'not-measured', reason: `its test gives config we do not have: ${missing.join(', ')}` };
   else if (missing.length > 0) expectation = { kind: 'refusal', reason: `invalid as shipped: Pulumi refuses it, config ${missing.join(', ')} has no value` };
-  else if (known?.outputs) expectation = { kind: 'run', outputs: known.outputs, outputsFrom: 'conformance' };
+  else if (known?.outputs) expectation = { kind: 'run', outputs: known.outputs, outputsFrom: 'pulumi-tests', outputKeys };
   else {
     const literal = literalOutputs(main.doc, project, { ...defaults(main.declarations, project), ...stackConfig(files, stackFile, project), ...qualified(config, project) });
-    expectation = literal ? { kind: 'run', outputs: literal, outputsFrom: 'literal' } : { kind: 'run' };
+    expectation = literal ? { kind: 'run', outputs: literal, outputsFrom: 'literal', outputKeys } : { kind: 'run', outputKeys };
   }
 
   return {
@@ -128,7 +132,7 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
     secrets,
     declaredResources: Object.keys(isObject(main.doc.resources) ? main.doc.resources : {}).length,
     expectation,
-    change: chooseChange(files, main, project, config),
+    change: safely(() => chooseChange(files, main, project, config)),
   };
 }
 
@@ -176,8 +180,9 @@ function refusalReason(projectDoc: Record<string, unknown>, main: Record<string,
   if (isObject(runtime) && isObject(runtime.options) && runtime.options.compiler !== undefined) return 'it runs a compiler command (runtime.options.compiler)';
   const resources = isObject(main.resources) ? main.resources : {};
   for (const [name, resource] of Object.entries(resources)) {
-    const type = isObject(resource) && typeof resource.type === 'string' ? resource.type : '';
-    if (type.startsWith('command:')) return `resources.${name} runs a command (${type})`;
+    // As pulumi-yaml's TestInvalidResourceObject: a resource that is not an object with a type is refused.
+    if (!isObject(resource) || typeof resource.type !== 'string') return `invalid as shipped: Pulumi refuses it, resources.${name} must be an object with a type`;
+    if (resource.type.startsWith('command:')) return `resources.${name} runs a command (${resource.type})`;
   }
   const invoke = findKey(main, 'fn::invoke');
   if (invoke) return `${invoke} calls a provider function, which only the provider can answer`;
@@ -293,7 +298,8 @@ function literalOutputs(main: Record<string, unknown>, project: string, config: 
  * The change: the first top-level scalar property written as a literal (no `${`) of the first resource that has
  * one, in declaration order — a string gets `-changed` appended, a number + 1, a boolean flipped. Without one,
  * the first project config key with a scalar default that some resource's properties use, changed the same way
- * through the stack's config. Undefined when the program offers neither.
+ * through the stack's config. Without either, a property `corpusChange: added` added to the first resource.
+ * Undefined when the program declares no resource.
  */
 function chooseChange(files: ProjectFiles, main: MainTemplate, project: string, config: ConfigOverrides): ProgramChange | undefined {
   const resources = asObject(main.doc.resources);
@@ -315,7 +321,22 @@ function chooseChange(files: ProjectFiles, main: MainTemplate, project: string, 
     if (to === undefined || !(used.includes(`\${${plain}}`) || used.includes(`\${${full}}`))) continue;
     return { kind: 'config', key, from: from as JsonValue, to, config: { ...config, [key]: to } };
   }
-  return undefined;
+  const first = Object.keys(resources).find((name) => {
+    const resource = resources[name];
+    return isObject(resource) && (resource.properties === undefined || resource.properties === null || isObject(resource.properties));
+  });
+  if (first === undefined) return undefined;
+  const added = { kind: 'property', resource: first, property: 'corpusChange', from: null, to: 'added' } as const;
+  return { ...added, files: { ...files, [main.file]: withProperty(files[main.file] ?? '', main.file, [first, added.property], added.to) } };
+}
+
+/** A program whose text the change cannot be written into (odd YAML) gets no change, not a crash of the run. */
+function safely<T>(choose: () => T | undefined): T | undefined {
+  try {
+    return choose();
+  } catch {
+    return undefined;
+  }
 }
 
 function changed(value: unknown): JsonValue | undefined {
@@ -328,9 +349,9 @@ function changed(value: unknown): JsonValue | undefined {
 /** The file with `resources.<name>.properties.<property>` set to `value`, the rest of the text as written. */
 function withProperty(text: string, file: string, [name, property]: readonly [string, string], value: JsonValue): string {
   if (file.endsWith('.json')) {
-    const doc = JSON.parse(text) as { resources: Record<string, { properties: Record<string, unknown> }> };
+    const doc = JSON.parse(text) as { resources: Record<string, { properties?: Record<string, unknown> }> };
     const resource = doc.resources[name];
-    if (resource) resource.properties[property] = value;
+    if (resource) resource.properties = { ...resource.properties, [property]: value };
     return JSON.stringify(doc, null, 2);
   }
   const doc = parseDocument(text);

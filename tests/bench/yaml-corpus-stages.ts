@@ -182,14 +182,22 @@ export async function measureProgram(engine: LocalEngine, program: CorpusProgram
     })) ??
     (await run('outputs', () => {
       const expected = program.expectation.kind === 'run' ? program.expectation : undefined;
-      if (!expected?.outputs || !applied) return Promise.resolve('not-checked');
+      if (!expected || !applied) return Promise.resolve('not-checked');
+      if (!expected.outputs) {
+        // Values only a provider knows are not checked, but Pulumi gives every output the program declares.
+        const actual = Object.keys(applied.outputs);
+        const missing = expected.outputKeys.filter((k) => !actual.includes(k));
+        const extra = actual.filter((k) => !expected.outputKeys.includes(k));
+        if (missing.length === 0 && extra.length === 0) return Promise.resolve('not-checked');
+        return Promise.resolve({ stage: 'outputs', code: 'CORPUS.OUTPUTS_MISSING', message: clip(`missing: ${missing.join(', ') || 'none'}; not declared: ${extra.join(', ') || 'none'}`) });
+      }
       const equal = jsonEqual(applied.outputs, expected.outputs);
-      outputs = { from: expected.outputsFrom ?? 'conformance', equal, expected: expected.outputs, actual: applied.outputs };
+      outputs = { from: expected.outputsFrom ?? 'pulumi-tests', equal, expected: expected.outputs, actual: applied.outputs };
       return Promise.resolve(equal ? undefined : { stage: 'outputs', code: 'CORPUS.OUTPUTS_DIFFER', message: outputsDiff(expected.outputs, applied.outputs) });
     }));
   if (failure && !outputs && applied?.status === 'applied' && program.expectation.kind === 'run' && program.expectation.outputs) {
     // Outputs are known from the first apply even when a later stage failed: keep them in the row.
-    outputs = { from: program.expectation.outputsFrom ?? 'conformance', equal: jsonEqual(applied.outputs, program.expectation.outputs), expected: program.expectation.outputs, actual: applied.outputs };
+    outputs = { from: program.expectation.outputsFrom ?? 'pulumi-tests', equal: jsonEqual(applied.outputs, program.expectation.outputs), expected: program.expectation.outputs, actual: applied.outputs };
   }
   return report(failure);
 }
