@@ -184,23 +184,24 @@ function refusalReason(projectDoc: Record<string, unknown>, main: Record<string,
     if (!isObject(resource) || typeof resource.type !== 'string') return `invalid as shipped: Pulumi refuses it, resources.${name} must be an object with a type`;
     if (resource.type.startsWith('command:')) return `resources.${name} runs a command (${resource.type})`;
   }
-  const invoke = findKey(main, 'fn::invoke');
+  // `fn::invoke` (any case) or its short form `fn::<package>:<module>:<function>`.
+  const invoke = findKey(main, (key) => /^fn::invoke$/i.test(key) || /^fn::[\w-]+:/.test(key));
   if (invoke) return `${invoke} calls a provider function, which only the provider can answer`;
   return undefined;
 }
 
-/** Path of the first object key named `key` in `value`. */
-function findKey(value: unknown, key: string, path = ''): string | undefined {
+/** Path of the first object key in `value` that `matches`. */
+function findKey(value: unknown, matches: (key: string) => boolean, path = ''): string | undefined {
   if (Array.isArray(value)) {
     for (const [i, item] of value.entries()) {
-      const found = findKey(item, key, `${path}[${i}]`);
+      const found = findKey(item, matches, `${path}[${i}]`);
       if (found) return found;
     }
   } else if (isObject(value)) {
     for (const [k, v] of Object.entries(value)) {
       const here = path ? `${path}.${k}` : k;
-      if (k === key) return here;
-      const found = findKey(v, key, here);
+      if (matches(k)) return here;
+      const found = findKey(v, matches, here);
       if (found) return found;
     }
   }
@@ -256,8 +257,9 @@ function literalOutputs(main: Record<string, unknown>, project: string, config: 
     }
     if (isObject(value)) {
       if (Object.keys(value).some((k) => k.startsWith('fn::'))) return undefined;
-      const entries = Object.entries(value).map(([k, v]) => [k, evaluate(v)] as const);
-      return entries.every(([, v]) => v !== undefined) ? (Object.fromEntries(entries) as JsonObject) : undefined;
+      // Keys are interpolated as values are (`$${` in a key is a literal `${` in Pulumi's output too).
+      const entries = Object.entries(value).map(([k, v]) => [interpolate(k), evaluate(v)] as const);
+      return entries.every(([k, v]) => typeof k === 'string' && v !== undefined) ? (Object.fromEntries(entries) as JsonObject) : undefined;
     }
     return value as JsonValue;
   };
