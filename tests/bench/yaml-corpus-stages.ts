@@ -61,6 +61,16 @@ export interface ProgramReport {
   readonly emptyPlanApplied?: boolean;
   readonly change?: string;
   readonly outputs?: { readonly from: string; readonly equal: boolean; readonly expected: JsonObject; readonly actual: JsonObject };
+  /** On the last step of a multi-step conformance test: its steps applied one after the other on one stack. */
+  readonly sequence?: SequenceResult;
+}
+
+/** A multi-step test run as pulumi-test-language runs it: every step on the stack the step before left. */
+export interface SequenceResult {
+  readonly steps: number;
+  readonly converged: boolean;
+  /** The first step (its folder, `l2-destroy/1`) and stage that failed. */
+  readonly failure?: StageFailure & { readonly step: string };
 }
 
 /**
@@ -200,6 +210,35 @@ export async function measureProgram(engine: LocalEngine, program: CorpusProgram
     outputs = { from: program.expectation.outputsFrom ?? 'pulumi-tests', equal: jsonEqual(applied.outputs, program.expectation.outputs), expected: program.expectation.outputs, actual: applied.outputs };
   }
   return report(failure);
+}
+
+/**
+ * Plans and applies `steps` in order on one new stack (`tenant`'s), each followed by a re-plan that must be all
+ * `same`: what the fresh-stack stages cannot see, a change as Pulumi's own multi-step tests make it (a resource
+ * deleted, replaced, aliased).
+ */
+export async function measureSequence(engine: LocalEngine, steps: readonly CorpusProgram[], tenant: string): Promise<SequenceResult> {
+  for (const step of steps) {
+    const stack: StackRef = { tenant, project: step.project, stack: step.stack };
+    const resolve: ResolveReferences = (reference) => Promise.reject(new AppError('CORPUS.REFERENCE_UNRESOLVED', 'not-found', `the corpus gives no value for ${JSON.stringify(reference)}`));
+    const fail = (failure: StageFailure): SequenceResult => ({ steps: steps.length, converged: false, failure: { ...failure, step: step.id.replace(/^.*testdata\/projects\//, '') } });
+    let stage: Stage = 'plan';
+    try {
+      const plan = await engine.preview(stack, step.files, step.config);
+      if (plan.steps.filter((s) => s.op !== 'delete').length < step.declaredResources) {
+        return fail({ stage, code: 'CORPUS.EMPTY_PLAN', message: `the step declares ${step.declaredResources} resources, its plan keeps or creates ${plan.steps.filter((s) => s.op !== 'delete').length}` });
+      }
+      stage = 'apply';
+      const failed = applyFailure('apply', await engine.apply(stack, step.files, step.config, plan, resolve));
+      if (failed) return fail(failed);
+      stage = 'replan';
+      const again = notSame('replan', await engine.preview(stack, step.files, step.config), 'CORPUS.NOT_CONVERGED');
+      if (again) return fail(again);
+    } catch (thrown) {
+      return fail(failureOf(stage, thrown));
+    }
+  }
+  return { steps: steps.length, converged: true };
 }
 
 function failureOf(stage: Stage, thrown: unknown): StageFailure {

@@ -13,7 +13,7 @@ import { basename, join, relative, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import { prepareProgram, type CorpusProgram } from './yaml-corpus-program';
-import { corpusEngine, measureProgram, STAGES, type ProgramReport } from './yaml-corpus-stages';
+import { corpusEngine, measureProgram, measureSequence, STAGES, type ProgramReport } from './yaml-corpus-stages';
 
 /** Folders that are never part of a program's files: dependencies, VCS data, conformance tests' generated SDKs. */
 const SKIPPED_DIRS = new Set(['node_modules', '.git', 'sdks']);
@@ -66,6 +66,8 @@ async function main(): Promise<void> {
   try {
     for (const root of positionals.map((p) => resolve(p))) {
       const source = basename(root);
+      // Steps of a multi-step test (`<test>/0`, `<test>/1`, ...), by test, in step order.
+      const sequences = new Map<string, { program: CorpusProgram; at: number }[]>();
       for (const id of discoverPrograms(root)) {
         let program: CorpusProgram;
         try {
@@ -75,6 +77,15 @@ async function main(): Promise<void> {
           continue;
         }
         reports.push(await measureProgram(engine, program, `corpus-${reports.length + 1}`));
+        const step = /^(.*)\/(\d+)$/.exec(id);
+        if (program.group === 'conformance' && step?.[1]) sequences.set(step[1], [...(sequences.get(step[1]) ?? []), { program, at: reports.length - 1 }]);
+      }
+      for (const [test, steps] of sequences) {
+        const last = steps[steps.length - 1];
+        if (!last || steps.length < 2 || !steps.every((s) => s.program.expectation.kind === 'run')) continue;
+        const ordered = steps.map((s) => s.program).sort((a, b) => Number(a.id.split('/').pop()) - Number(b.id.split('/').pop()));
+        const sequence = await measureSequence(engine, ordered, `corpus-steps-${test.split('/').pop() ?? test}`);
+        reports[last.at] = { ...(reports[last.at] as ProgramReport), sequence };
       }
     }
   } finally {
@@ -130,6 +141,16 @@ export function render(reports: readonly ProgramReport[], elapsedMs: number): st
 
   const notMeasured = reports.filter((r) => r.outcome === 'not-measured');
   if (notMeasured.length > 0) out.push(`Not measured (${notMeasured.length}): ${notMeasured.map((r) => `${label(r)} (${r.reason ?? ''})`).join('; ')}`, '');
+
+  const sequences = reports.filter((r) => r.sequence);
+  if (sequences.length > 0) {
+    out.push(`Multi-step conformance tests, every step applied on the stack the step before left: ${sequences.filter((r) => r.sequence?.converged).length} of ${sequences.length} converged.`);
+    for (const r of sequences.filter((x) => !x.sequence?.converged)) {
+      const f = r.sequence?.failure;
+      out.push(`  ${f?.step ?? label(r)} ${f?.stage ?? ''} ${f?.code ?? ''}: ${f?.message ?? ''}`);
+    }
+    out.push('');
+  }
 
   out.push('Dangerous outcomes:');
   for (const danger of ['empty-plan', 'dropped-resources', 'accepted-refusal'] as const) {

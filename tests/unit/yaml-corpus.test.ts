@@ -3,7 +3,7 @@ import type { LocalEngine } from '../../shared/platform/iac/local-engine';
 import { loadProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { prepareProgram } from '../bench/yaml-corpus-program';
-import { corpusEngine, measureProgram } from '../bench/yaml-corpus-stages';
+import { corpusEngine, measureProgram, measureSequence } from '../bench/yaml-corpus-stages';
 
 /** The measurement harness of `npm run yaml-corpus`, on tiny programs: its stages must be able to fail. */
 
@@ -117,6 +117,18 @@ describe('the YAML corpus harness', () => {
     expect(report.failure).toMatchObject({ stage: 'replan', code: 'CORPUS.NOT_IDEMPOTENT' });
     expect(report.failure?.message).toContain('update box (label)');
     expect(report.stages).toMatchObject({ apply: 'passed', replan: 'failed', change: 'not-reached' });
+  });
+
+  it('when the steps of a multi-step test are applied in turn on one stack, then a step that deletes a resource converges, and a blind engine fails the sequence', async () => {
+    const step = (n: number, text: string) => prepareProgram({ id: `cmd/pulumi-language-yaml/testdata/projects/l2-steps/${n}`, source: 'test', files: { 'Pulumi.yaml': text } });
+    const two = `name: l2-steps\nruntime: yaml\nresources:\n  a:\n    type: simple:Resource\n    properties:\n      value: true\n  b:\n    type: simple:Resource\n    properties:\n      value: true\n`;
+    const one = `name: l2-steps\nruntime: yaml\nresources:\n  a:\n    type: simple:Resource\n    properties:\n      value: true\n`;
+
+    await expect(measureSequence(engine, [step(0, two), step(1, one)], 'tenant-steps')).resolves.toEqual({ steps: 2, converged: true });
+
+    const blind: LocalEngine = { ...engine, preview: (stack, _files, config, options) => engine.preview(stack, { 'Pulumi.yaml': 'name: l2-steps\nruntime: yaml\n' }, config, options) };
+    const failed = await measureSequence(blind, [step(0, two), step(1, one)], 'tenant-steps-blind');
+    expect(failed).toMatchObject({ converged: false, failure: { step: 'l2-steps/0', stage: 'plan', code: 'CORPUS.EMPTY_PLAN' } });
   });
 
   it('when a program calls a provider function, then a refusal is expected: an engine code is a faithful refusal, an applied plan is the danger', async () => {
