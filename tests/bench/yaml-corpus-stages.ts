@@ -31,6 +31,36 @@ export interface StageFailure {
 }
 
 /**
+ * A failure's cause: its message with what is particular to one program taken out (file and line, names,
+ * interpolations, quoted values, types), so failures of one cause group together, e.g.
+ * `resources.*.options.provider is not supported by the local engine`.
+ */
+export function causeOf(failure: Pick<StageFailure, 'code' | 'message'>): string {
+  const fixed: Readonly<Record<string, string>> = {
+    'CORPUS.EMPTY_PLAN': 'declares resources, plans none',
+    'CORPUS.DROPPED_RESOURCES': 'plans fewer resources than it declares',
+    'CORPUS.OUTPUTS_MISSING': 'outputs the program declares are missing',
+    'CORPUS.NOT_IDEMPOTENT': 'the re-plan after apply is not all same',
+    'CORPUS.NOT_CONVERGED': 'the re-plan after the change is not all same',
+    'CORPUS.CHANGE_NOT_SEEN': 'the change is not in the plan',
+  };
+  const known = fixed[failure.code];
+  if (known) return known;
+  if (failure.code === 'CORPUS.OUTPUTS_DIFFER') return /Pulumi [^;]*, engine \(absent\)/.test(failure.message) ? "outputs Pulumi gives are absent" : "output values differ from Pulumi's";
+  return failure.message
+    .replace(/^[\w./-]+\.(?:ya?ml|json):\d+: /, '')
+    .replace(/\$\{[^}]*\}/g, '${…}')
+    .replace(/"(?:[^"\\]|\\.)*"/g, '"…"')
+    .replace(/\b(resources|variables|outputs|config)\.[\w.-]+?(?=\.(?:options|properties|get|type|defaultProvider)\b|[:[ ]|$)/g, '$1.*')
+    .replace(/\.properties(?:\.[\w-]+|\[\d+\])+/g, '.properties.*')
+    .replace(/[\w-]+ \([^)]*\) has no output [\w-]+: the local engine knows a [^']*'s/, '… has no output …: the local engine knows a resource\'s')
+    .replace(/fn::invoke of \S+/, 'fn::invoke of …')
+    .replace(/config [\w:-]+ is declared/, 'config … is declared')
+    .replace(/^[\w-]+ \([^)]*\): /, '… : ')
+    .replace(/\b\d+\b/g, 'N');
+}
+
+/**
  * - `faithful`: every stage passed, outputs equal to Pulumi's; `passed-unchecked`: the same, outputs not known;
  * - `failed`: a stage failed (see `failure`);
  * - `refused` / `refused-unclearly`: Pulumi refuses it and so did the engine, with an AppError code / with a crash;
@@ -53,7 +83,7 @@ export interface ProgramReport {
   readonly reason?: string;
   readonly outcome: Outcome;
   readonly stages: Readonly<Record<Stage, StageStatus>>;
-  readonly failure?: StageFailure;
+  readonly failure?: StageFailure & { readonly cause: string };
   readonly dangers: readonly Danger[];
   readonly declaredResources: number;
   readonly plannedSteps?: number;
@@ -126,7 +156,7 @@ export async function measureProgram(engine: LocalEngine, program: CorpusProgram
       ...base,
       outcome,
       stages,
-      ...(failure ? { failure } : {}),
+      ...(failure ? { failure: { ...failure, cause: causeOf(failure) } } : {}),
       dangers,
       ...(plannedSteps !== undefined ? { plannedSteps } : {}),
       ...(emptyApplied ? { emptyPlanApplied: true } : {}),

@@ -8,17 +8,15 @@
  * refusals, the dangerous outcomes, a per-error-code table and the failing programs by cause. A measurement, run
  * by hand: nothing here is asserted, and it is not part of CI.
  */
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, relative, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import { prepareProgram, type CorpusProgram } from './yaml-corpus-program';
 import { corpusEngine, measureProgram, measureSequence, STAGES, type ProgramReport } from './yaml-corpus-stages';
 
-/** Folders that are never part of a program's files: dependencies, VCS data, conformance tests' generated SDKs. */
-const SKIPPED_DIRS = new Set(['node_modules', '.git', 'sdks']);
-/** A program's files larger than this are left out (data files; no program text is this large). */
-const MAX_FILE_BYTES = 1024 * 1024;
+/** Folders never searched for programs nor read as a program's files: dependencies and VCS data. */
+const SKIPPED_DIRS = new Set(['node_modules', '.git']);
 
 /** Every program folder under `root`, relative to it, sorted. */
 export function discoverPrograms(root: string): string[] {
@@ -35,7 +33,10 @@ export function discoverPrograms(root: string): string[] {
   return found.sort();
 }
 
-/** The program folder's text files by path relative to it (`Pulumi.yaml`, `subdir/Main.yaml`). */
+/**
+ * The program folder's files by path relative to it (`Pulumi.yaml`, `subdir/Main.yaml`), every one read as UTF-8
+ * text, as the host hands a project to an engine (shared/platform/git/desired-state.ts).
+ */
 export function readProgramFiles(dir: string): ProjectFiles {
   const files: Record<string, string> = {};
   const walk = (at: string) => {
@@ -43,9 +44,8 @@ export function readProgramFiles(dir: string): ProjectFiles {
       const path = join(at, entry.name);
       if (entry.isDirectory()) {
         if (!SKIPPED_DIRS.has(entry.name)) walk(path);
-      } else if (entry.isFile() && statSync(path).size <= MAX_FILE_BYTES) {
-        const bytes = readFileSync(path);
-        if (!bytes.includes(0)) files[relative(dir, path).split(sep).join('/')] = bytes.toString('utf8');
+      } else if (entry.isFile()) {
+        files[relative(dir, path).split(sep).join('/')] = readFileSync(path).toString('utf8');
       }
     }
   };
@@ -174,10 +174,15 @@ export function render(reports: readonly ProgramReport[], elapsedMs: number): st
   out.push('Codes of the faithful refusals:', '');
   table(['stage', 'code', 'programs'], [...refusedCodes.entries()].sort((a, b) => b[1] - a[1]).map(([key, n]) => [...key.split(' '), n]));
 
-  out.push('Failing programs by cause:');
+  out.push('Failing programs by stage, code and cause:');
   for (const [key, rows] of codes) {
     out.push(`  ${key} (${rows.length})`);
-    for (const r of rows) out.push(`    ${label(r)}: ${r.failure?.message ?? ''}`);
+    const byCause = new Map<string, ProgramReport[]>();
+    for (const r of rows) byCause.set(r.failure?.cause ?? '', [...(byCause.get(r.failure?.cause ?? '') ?? []), r]);
+    for (const [cause, same] of [...byCause.entries()].sort((a, b) => b[1].length - a[1].length || a[0].localeCompare(b[0]))) {
+      out.push(`    ${cause} (${same.length})`);
+      for (const r of same) out.push(`      ${label(r)}: ${r.failure?.message ?? ''}`);
+    }
   }
   return `${out.join('\n')}\n`;
 }

@@ -3,7 +3,7 @@ import type { LocalEngine } from '../../shared/platform/iac/local-engine';
 import { loadProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { prepareProgram } from '../bench/yaml-corpus-program';
-import { corpusEngine, measureProgram, measureSequence } from '../bench/yaml-corpus-stages';
+import { causeOf, corpusEngine, measureProgram, measureSequence } from '../bench/yaml-corpus-stages';
 
 /** The measurement harness of `npm run yaml-corpus`, on tiny programs: its stages must be able to fail. */
 
@@ -147,5 +147,13 @@ describe('the YAML corpus harness', () => {
     const accepted = await measure({ 'Pulumi.yaml': INVOKES }, ignoring, (_files, stack, config) => loadProgram(ignored('invoking'), stack, config));
     expect(accepted.outcome).toBe('accepted-refusal');
     expect(accepted.dangers).toContain('accepted-refusal');
+  });
+
+  it('when two programs fail for one reason, then their causes are equal: file, line, names and values taken out', () => {
+    const a = causeOf({ code: 'IAC.INVALID_PROJECT', message: 'Main.yaml:9: resources.res.options.provider is not supported by the local engine' });
+    const b = causeOf({ code: 'IAC.INVALID_PROJECT', message: 'Pulumi.yaml:24: resources.my-bucket.options.provider is not supported by the local engine' });
+    expect(a).toBe('resources.*.options.provider is not supported by the local engine');
+    expect(b).toBe(a);
+    expect(causeOf({ code: 'IAC.UNKNOWN_REFERENCE', message: 'outputs.url: ${bucket.url} refers to nothing in the project' })).toBe('outputs.*: ${…} refers to nothing in the project');
   });
 });
