@@ -114,6 +114,15 @@ export function render(reports: readonly ProgramReport[], elapsedMs: number): st
   };
 
   const runs = reports.filter((r) => r.expectation === 'run');
+  const refused = reports.filter((r) => r.expectation === 'refusal');
+  const dangerous = reports.filter((r) => r.dangers.length > 0);
+  out.push(
+    `Summary: of ${runs.length} programs Pulumi runs, ${runs.filter((r) => r.outcome === 'faithful').length} pass every stage with Pulumi's outputs and ` +
+      `${runs.filter((r) => r.outcome === 'passed-unchecked').length} more with outputs not known; of ${refused.length} Pulumi refuses, ` +
+      `${refused.filter((r) => r.outcome === 'refused').length} are refused with a clear code; ${dangerous.length} dangerous outcomes; ` +
+      `${reports.filter((r) => r.outcome === 'not-measured').length} not measured.`,
+    '',
+  );
   const reached = (rows: readonly ProgramReport[]) => {
     const passed = (stage: (typeof STAGES)[number]) => rows.filter((r) => STAGES.slice(0, STAGES.indexOf(stage) + 1).every((s) => r.stages[s] === 'passed' || r.stages[s] === 'skipped' || r.stages[s] === 'not-checked')).length;
     return [
@@ -134,7 +143,7 @@ export function render(reports: readonly ProgramReport[], elapsedMs: number): st
     [...sources.map((s) => [s, ...reached(runs.filter((r) => `${r.source}/${r.group}` === s))]), ['total', ...reached(runs)]],
   );
 
-  const refusals = reports.filter((r) => r.expectation === 'refusal');
+  const refusals = refused;
   const refusalRow = (rows: readonly ProgramReport[]) => [rows.length, rows.filter((r) => r.outcome === 'refused').length, rows.filter((r) => r.outcome === 'refused-unclearly').length, rows.filter((r) => r.outcome === 'accepted-refusal').length];
   out.push('Programs Pulumi refuses (or whose result only a real provider gives): refused with a clear code is faithful.', '');
   table(['source', 'programs', 'refused clearly', 'refused by a crash', 'accepted (DANGER)'], [...sources.map((s) => [s, ...refusalRow(refusals.filter((r) => `${r.source}/${r.group}` === s))]), ['total', ...refusalRow(refusals)]]);
