@@ -9,7 +9,7 @@
  *   pulumi-test-language runs them.
  * - Templates (`${PROJECT}` in the name, or a `template:` section) are instantiated as `pulumi new` does:
  *   `${PROJECT}` is the folder name, `${DESCRIPTION}` the template's description, and each `template.config`
- *   default becomes a config value of the stack.
+ *   value (else default) becomes a config value of the stack.
  * - Conformance programs and pulumi-yaml's integration tests get the config their test gives, where
  *   yaml-corpus-expected.ts has it.
  * - A program declaring a project config key with neither a default nor a value from the above is refused by
@@ -96,7 +96,9 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
   const config: Record<string, JsonValue> = {};
   const secrets = new Map<string, JsonValue>();
   for (const [key, value] of Object.entries(isObject(template?.config) ? template.config : {})) {
-    if (isObject(value) && value.default !== undefined) config[key] = value.default as JsonValue;
+    // `pulumi new` writes a template key's `value`, else its `default`, into the stack's config.
+    const given = isObject(value) ? (value.value ?? value.default) : undefined;
+    if (given !== undefined) config[key] = given as JsonValue;
   }
   for (const [key, value] of Object.entries(known?.config ?? {})) config[key] = value;
   for (const [key, value] of Object.entries(known?.secrets ?? {})) {
@@ -114,7 +116,10 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
   let expectation: Expectation;
   if (refusal) expectation = { kind: 'refusal', reason: refusal };
   else if (missing.length > 0 && (test || testdata)) expectation = { kind: 'not-measured', reason: `its test gives config we do not have: ${missing.join(', ')}` };
-  else if (missing.length > 0) expectation = { kind: 'refusal', reason: `invalid as shipped: Pulumi refuses it, config ${missing.join(', ')} has no value` };
+  else if (missing.length > 0) {
+    // `pulumi new` asks for a template's config without a default; given nothing, `pulumi up` refuses to run.
+    expectation = { kind: 'refusal', reason: `invalid as shipped: config ${missing.join(', ')} has no value (Pulumi refuses: missing required configuration)` };
+  }
   else if (known?.outputs) expectation = { kind: 'run', outputs: known.outputs, outputsFrom: 'pulumi-tests', outputKeys };
   else {
     const literal = literalOutputs(main.doc, project, { ...defaults(main.declarations, project), ...stackConfig(files, stackFile, project), ...qualified(config, project) });
