@@ -110,7 +110,7 @@ export function prepareProgram({ id, source, files: shipped }: ProgramSource): C
   const main = mainTemplate(files, projectDoc);
   const stackValues = stackFile ? configKeys(readYaml(files[stackFile] ?? '')?.config, project) : new Set<string>();
   const missing = requiredConfig(main.declarations, project).filter((key) => !stackValues.has(key) && !configKeys(config, project).has(key));
-  const refusal = UPSTREAM_REFUSALS[test ?? testdata ?? ''] ?? refusalReason(projectDoc, main.doc);
+  const refusal = UPSTREAM_REFUSALS[test ?? testdata ?? ''] ?? untypedConfig(main.declarations) ?? refusalReason(projectDoc, main.doc);
   const outputKeys = Object.keys(asObject(main.doc.outputs));
 
   let expectation: Expectation;
@@ -193,6 +193,18 @@ function refusalReason(projectDoc: Record<string, unknown>, main: Record<string,
   const invoke = findKey(main, (key) => /^fn::invoke$/i.test(key) || /^fn::[\w-]+:/.test(key));
   if (invoke) return `${invoke} calls a provider function, which only the provider can answer`;
   return undefined;
+}
+
+/**
+ * A config declaration with neither a type nor a default (`inputs: {}`): pulumi-yaml refuses it ("unable to infer
+ * type: either 'default' or 'type' is required", pkg/pulumiyaml/run.go `registerConfig`).
+ */
+function untypedConfig(declarations: Record<string, unknown>): string | undefined {
+  const key = Object.keys(declarations).find((k) => {
+    const value = declarations[k];
+    return isObject(value) && Object.keys(value).every((field) => field === 'description' || field === 'secret');
+  });
+  return key === undefined ? undefined : `invalid as shipped: config ${key} has neither a type nor a default (Pulumi YAML refuses it)`;
 }
 
 /** Path of the first object key in `value` that `matches`. */
