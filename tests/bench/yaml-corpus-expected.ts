@@ -45,6 +45,10 @@ const EXPECTED: Readonly<Record<string, KnownExpectation>> = {
   'l1-elide-index': { outputs: { stashInput: 'test', stashOutput: 'test' } },
   // l1_builtin_stash.go, run 1 (run 2 keeps run 1's stash, so step 1 alone on a new stack is not that test).
   'l1-builtin-stash/0': { outputs: { stashInput: { key: ['value', 's'], '': false }, stashOutput: { key: ['value', 's'], '': false } } },
+  // l2_resource_name_type.go: fn::pulumiResourceName / fn::pulumiResourceType of a simple resource.
+  'l2-resource-name-type': { outputs: { name: 'res1', type: 'simple:index:Resource' } },
+  // l2_resource_order.go: a resource declared after the one that uses it.
+  'l2-resource-order': { outputs: { out: true } },
   // TestResourcePropertiesConfig: `props.length` set to 8 (a path).
   'pkg/tests/testdata/resource-properties-config': { config: { props: { length: 8 } } },
   // TestPropertyAccessOnObjects: `deploymentSettings.githubBranch` set to main; the output `branch` is main.
