@@ -189,8 +189,13 @@ function refusalReason(projectDoc: Record<string, unknown>, main: Record<string,
     if (!isObject(resource) || typeof resource.type !== 'string') return `invalid as shipped: Pulumi refuses it, resources.${name} must be an object with a type`;
     if (resource.type.startsWith('command:')) return `resources.${name} runs a command (${resource.type})`;
   }
-  // `fn::invoke` (any case) or its short form `fn::<package>:<module>:<function>`.
-  const invoke = findKey(main, (key) => /^fn::invoke$/i.test(key) || /^fn::[\w-]+:/.test(key));
+  // `fn::invoke` (any case) or its short form `fn::<package>:<module>:<function>`; pulumi-std's functions are
+  // pure computations the engine answers as the std provider does, so they are no reason to refuse.
+  const invoke = findKey(main, (key, value) => {
+    const token = /^fn::invoke$/i.test(key) ? (isObject(value) ? value.function : undefined) : /^fn::[\w-]+:/.test(key) ? key.slice('fn::'.length) : undefined;
+    if (token === undefined && !/^fn::invoke$/i.test(key)) return false;
+    return !(typeof token === 'string' && token.startsWith('std:'));
+  });
   if (invoke) return `${invoke} calls a provider function, which only the provider can answer`;
   return undefined;
 }
@@ -207,8 +212,8 @@ function untypedConfig(declarations: Record<string, unknown>): string | undefine
   return key === undefined ? undefined : `invalid as shipped: config ${key} has neither a type nor a default (Pulumi YAML refuses it)`;
 }
 
-/** Path of the first object key in `value` that `matches`. */
-function findKey(value: unknown, matches: (key: string) => boolean, path = ''): string | undefined {
+/** Path of the first object key in `value` that `matches` (given the key and its value). */
+function findKey(value: unknown, matches: (key: string, value: unknown) => boolean, path = ''): string | undefined {
   if (Array.isArray(value)) {
     for (const [i, item] of value.entries()) {
       const found = findKey(item, matches, `${path}[${i}]`);
@@ -217,7 +222,7 @@ function findKey(value: unknown, matches: (key: string) => boolean, path = ''): 
   } else if (isObject(value)) {
     for (const [k, v] of Object.entries(value)) {
       const here = path ? `${path}.${k}` : k;
-      if (matches(k)) return here;
+      if (matches(k, v)) return here;
       const found = findKey(v, matches, here);
       if (found) return found;
     }
