@@ -53,7 +53,8 @@ export function causeOf(failure: Pick<StageFailure, 'code' | 'message'>): string
     .replace(/"(?:[^"\\]|\\.)*"/g, '"…"')
     .replace(/\b(resources|variables|outputs|config)\.[\w.-]+?(?=\.(?:options|properties|get|type|defaultProvider)\b|[:[ ]|$)/g, '$1.*')
     .replace(/\.properties(?:\.[\w-]+|\[\d+\])+/g, '.properties.*')
-    .replace(/[\w-]+ \([^)]*\) has no output [\w-]+: the local engine knows a [^']*'s/, '… has no output …: the local engine knows a resource\'s')
+    .replace(/[\w-]+ \([^)]*\) has no output [\w-]+: /, '… has no output …: ')
+    .replace(/the local engine knows (a [^']*'s inputs and id only|only the inputs and id of \S+)/, "the local engine knows only a resource's inputs and id")
     .replace(/fn::invoke of \S+/, 'fn::invoke of …')
     .replace(/config [\w:-]+ is declared/, 'config … is declared')
     .replace(/^[\w-]+ \([^)]*\): /, '… : ')
@@ -105,7 +106,7 @@ export interface SequenceResult {
 
 /**
  * The engine the corpus runs on: the local engine over a migrated in-memory SQLite store, its clock fixed and its
- * ids in order, so two runs give the same plans. Each program runs on its own tenant of it.
+ * ids in order, so two runs give the same plans.
  */
 export async function corpusEngine(): Promise<{ engine: LocalEngine; store: SqlStore }> {
   const store = createSqlStore({ dialect: 'sqlite', connection: ':memory:' });

@@ -3,7 +3,7 @@
  * programs (pulumi-yaml's examples, tests, conformance projects and templates, fetched beside the project and
  * never committed). Every folder under a `<dir>` holding a `Pulumi.yaml` is a program; its subfolders belong to
  * it (a `main:` folder, a component) and are not searched, as Pulumi finds a project by its nearest Pulumi.yaml.
- * Each program runs on its own tenant of one in-memory SQLite store (yaml-corpus-stages.ts says the stages,
+ * Each program runs on its own in-memory SQLite store, as tenant `organization` (yaml-corpus-stages.ts says the stages,
  * yaml-corpus-program.ts the stack, config and change rules). Prints a per-stage table per corpus source, the
  * refusals, the dangerous outcomes, a per-error-code table and the failing programs by cause. A measurement, run
  * by hand: nothing here is asserted, and it is not part of CI.
@@ -11,6 +11,7 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, relative, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
+import type { LocalEngine } from '../../shared/platform/iac/local-engine';
 import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
 import { prepareProgram, type CorpusProgram } from './yaml-corpus-program';
 import { corpusEngine, measureProgram, measureSequence, STAGES, type ProgramReport } from './yaml-corpus-stages';
@@ -53,6 +54,19 @@ export function readProgramFiles(dir: string): ProjectFiles {
   return files;
 }
 
+/** The organization pulumi-test-language runs its programs as (`pulumi.organization`); here, the tenant. */
+const TENANT = 'organization';
+
+/** Runs `measure` on an engine over a new store, so programs sharing a project and stack name never meet. */
+async function onOwnStore<T>(measure: (engine: LocalEngine) => Promise<T>): Promise<T> {
+  const { engine, store } = await corpusEngine();
+  try {
+    return await measure(engine);
+  } finally {
+    await store.close();
+  }
+}
+
 async function main(): Promise<void> {
   const { values, positionals } = parseArgs({ options: { json: { type: 'string' } }, allowPositionals: true });
   if (positionals.length === 0) {
@@ -60,36 +74,31 @@ async function main(): Promise<void> {
     process.exitCode = 2;
     return;
   }
-  const { engine, store } = await corpusEngine();
   const reports: ProgramReport[] = [];
   const started = Date.now();
-  try {
-    for (const root of positionals.map((p) => resolve(p))) {
-      const source = basename(root);
-      // Steps of a multi-step test (`<test>/0`, `<test>/1`, ...), by test, in step order.
-      const sequences = new Map<string, { program: CorpusProgram; at: number }[]>();
-      for (const id of discoverPrograms(root)) {
-        let program: CorpusProgram;
-        try {
-          program = prepareProgram({ id, source, files: readProgramFiles(join(root, id)) });
-        } catch (thrown) {
-          process.stderr.write(`  ${source}/${id}: not prepared: ${String(thrown)}\n`);
-          continue;
-        }
-        reports.push(await measureProgram(engine, program, `corpus-${reports.length + 1}`));
-        const step = /^(.*)\/(\d+)$/.exec(id);
-        if (program.group === 'conformance' && step?.[1]) sequences.set(step[1], [...(sequences.get(step[1]) ?? []), { program, at: reports.length - 1 }]);
+  for (const root of positionals.map((p) => resolve(p))) {
+    const source = basename(root);
+    // Steps of a multi-step test (`<test>/0`, `<test>/1`, ...), by test, in step order.
+    const sequences = new Map<string, { program: CorpusProgram; at: number }[]>();
+    for (const id of discoverPrograms(root)) {
+      let program: CorpusProgram;
+      try {
+        program = prepareProgram({ id, source, files: readProgramFiles(join(root, id)) });
+      } catch (thrown) {
+        process.stderr.write(`  ${source}/${id}: not prepared: ${String(thrown)}\n`);
+        continue;
       }
-      for (const [test, steps] of sequences) {
-        const last = steps[steps.length - 1];
-        if (!last || steps.length < 2 || !steps.every((s) => s.program.expectation.kind === 'run')) continue;
-        const ordered = steps.map((s) => s.program).sort((a, b) => Number(a.id.split('/').pop()) - Number(b.id.split('/').pop()));
-        const sequence = await measureSequence(engine, ordered, `corpus-steps-${test.split('/').pop() ?? test}`);
-        reports[last.at] = { ...(reports[last.at] as ProgramReport), sequence };
-      }
+      reports.push(await onOwnStore((engine) => measureProgram(engine, program, TENANT)));
+      const step = /^(.*)\/(\d+)$/.exec(id);
+      if (program.group === 'conformance' && step?.[1]) sequences.set(step[1], [...(sequences.get(step[1]) ?? []), { program, at: reports.length - 1 }]);
     }
-  } finally {
-    await store.close();
+    for (const steps of sequences.values()) {
+      const last = steps[steps.length - 1];
+      if (!last || steps.length < 2 || !steps.every((s) => s.program.expectation.kind === 'run')) continue;
+      const ordered = steps.map((s) => s.program).sort((a, b) => Number(a.id.split('/').pop()) - Number(b.id.split('/').pop()));
+      const sequence = await onOwnStore((engine) => measureSequence(engine, ordered, TENANT));
+      reports[last.at] = { ...(reports[last.at] as ProgramReport), sequence };
+    }
   }
   process.stdout.write(render(reports, Date.now() - started));
   if (values.json) {
