@@ -425,6 +425,16 @@ for (const dialect of DIALECTS) {
       for (const name of ['pw', 'token', 'uuid']) expect(recreated[name]?.result, name).not.toEqual(ofA[name]?.result);
     });
 
+    it('when a pulumi:Stash is applied and its input then changes, then its output keeps the first input (an update, as Pulumi\'s Stash)', async () => {
+      const stack = stackOf('tenant-a');
+      const stash = (value: string) => project(`  kept:\n    type: pulumi:Stash\n    properties:\n      input: { key: [${value}] }\n`, 'outputs:\n  in: ${kept.input}\n  out: ${kept.output}\n');
+      const first = await apply(stack, stash('one'));
+      expect(first.result.outputs).toEqual({ in: { key: ['one'] }, out: { key: ['one'] } });
+      const second = await apply(stack, stash('two'));
+      expect(second.plan.steps.map((step) => step.op)).toEqual(['update']);
+      expect(second.result.outputs).toEqual({ in: { key: ['two'] }, out: { key: ['one'] } });
+    });
+
     it('when tls private keys are applied, then their PEMs are real keys (ED25519 and ECDSA drawn from the seed, RSA random), the public forms match, the private ones are secret', async () => {
       const stack = stackOf('tenant-a');
       const files = project(

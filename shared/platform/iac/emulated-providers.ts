@@ -518,6 +518,19 @@ const EMULATIONS: Readonly<Record<string, Emulation>> = {
     const count = inputs.resultCount === undefined ? shuffled.length : int(inputs, 'resultCount');
     return { results: shuffled.slice(0, count), id: '-' };
   }),
+  // Pulumi's built-in Stash keeps the value its input had when it was created: an update changes `input`, never
+  // `output` (the engine keeps generated outputs on update). Taken from the inputs as recorded, so a referenced
+  // secret stays a reference in the state.
+  'pulumi:index:Stash': {
+    outputs: ['output'],
+    secret: [],
+    notEmulated: [],
+    replaceOnChange: false,
+    generate: (inputs, seed) => {
+      if (inputs.passthrough === true) throw new Error('passthrough: true (an output that follows its input) is not emulated by the local engine');
+      return { output: seed.inputs.input ?? null };
+    },
+  },
   'tls:index:PrivateKey': {
     outputs: ['id', 'privateKeyPem', 'privateKeyPemPkcs8', 'privateKeyOpenssh', 'publicKeyPem', 'publicKeyOpenssh', 'publicKeyFingerprintMd5', 'publicKeyFingerprintSha256'],
     secret: ['privateKeyPem', 'privateKeyPemPkcs8', 'privateKeyOpenssh'],
