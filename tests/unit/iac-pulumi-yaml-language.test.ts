@@ -73,6 +73,11 @@ describe('Pulumi YAML programs: where the program is', () => {
     expect(error).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'fn::nope', file: 'Main.yaml', line: 4, path: 'variables.b["fn::nope"]' } });
     expect(error.message).toBe('Main.yaml:4: variables.b["fn::nope"]: fn::nope is not supported by the local engine');
   });
+
+  it('when a resource\'s properties are one expression, then UNSUPPORTED naming it and its line, not an invalid program', () => {
+    const error = thrown(() => loadProgram({ 'Pulumi.yaml': `${HEAD}variables:\n  inputs: { a: 1 }\nresources:\n  r:\n    type: local:a:B\n    properties: \${inputs}\n` }, 'dev'));
+    expect(error).toMatchObject({ code: 'IAC.UNSUPPORTED', details: { construct: 'properties given as one expression', file: 'Pulumi.yaml', line: 8 } });
+  });
 });
 
 describe('Pulumi YAML programs: key spelling', () => {

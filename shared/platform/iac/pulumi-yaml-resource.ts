@@ -158,6 +158,11 @@ export function parseResource(name: string, value: JsonValue): ResourceDeclarati
     throw invalidProject(`${path}.type must be a type token package:module:Type`, { path: `${path}.type` });
   }
   const properties = value.properties ?? {};
+  // Pulumi YAML also takes the whole set as one expression (`properties: ${inputs}`); the engine plans each
+  // property by its name, so it says so rather than calling the program invalid.
+  if (typeof properties === 'string' && /^\$\{.*\}$/s.test(properties.trim())) {
+    throw unsupportedBecause('properties given as one expression', `${path}.properties`, 'write the properties as a mapping');
+  }
   if (!isPlainObject(properties)) throw invalidProject(`${path}.properties must be a mapping`, { path: `${path}.properties` });
   const options = value.options ?? {};
   if (!isPlainObject(options)) throw invalidProject(`${path}.options must be a mapping`, { path: `${path}.options` });
