@@ -265,10 +265,21 @@ describe('local Durable sub-orchestrations with an exception properties provider
 describe.skipIf(skipDialect('postgres'))('local Durable sub-orchestrations on two hosts sharing one PostgreSQL', () => {
   let db: TestDatabase;
   const hosts: TestHost[] = [];
+  // What either host logged at warning or above: contention the clients never saw (a lost lease, a failed commit).
+  const warnings: string[] = [];
   beforeAll(async () => {
     db = await createTestDatabase('postgres');
     for (let i = 0; i < 2; i++) {
-      hosts.push(await startTestHost({ settings: db.settings, depsOverrides: db.overrides, components: [localDurable({ pollMs: 20 })] }));
+      hosts.push(
+        await startTestHost({
+          settings: db.settings,
+          depsOverrides: db.overrides,
+          components: [localDurable({ pollMs: 20 })],
+          log: (level, category, ...args) => {
+            if (['warning', 'error', 'critical'].includes(level)) warnings.push(`host ${i} ${level} ${category} ${args.map((a) => (a instanceof Error ? a.message : String(a))).join(' ')}`);
+          },
+        }),
+      );
     }
   });
   afterAll(async () => {
@@ -307,5 +318,6 @@ describe.skipIf(skipDialect('postgres'))('local Durable sub-orchestrations on tw
     const recorders = await store.selectFrom('durable_history').select('recorded_by').distinct().execute();
     expect(recorders).toHaveLength(2);
     expect(await store.selectFrom('durable_inbox').select('seq').execute()).toEqual([]);
+    expect(warnings).toEqual([]);
   });
 });
