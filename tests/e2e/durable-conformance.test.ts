@@ -82,6 +82,25 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
   const withReason = (url: string, reason: string) => url.replace('{text}', encodeURIComponent(reason));
   const count = (status: Status, type: string) => (status.history ?? []).filter((e) => e.type === type).length;
 
+  describe('the app as the Functions host loads it', () => {
+    it('when the app is started over HTTP, then its functions (found by its main glob) run a hello sequence under the api prefix', async () => {
+      const started = await fetch(new URL('/api/orchestrators/helloCities', host.url), { method: 'POST' });
+      expect(started.status).toBe(202);
+      const status = await waitFor((await started.json()) as Links);
+      expect(status).toMatchObject({ runtimeStatus: 'Completed', output: ['Hello Tokyo!', 'Hello London!', 'Hello Seattle!'] });
+    });
+
+    it('when a function of the app is called with a query, then request.params carries the query values', async () => {
+      const response = await fetch(new URL('/api/params/x?instanceId=abc', host.url));
+      expect(await response.json()).toEqual({ name: 'x', instanceId: 'abc' });
+    });
+
+    it("when the host status is asked, then it answers Running; this project's own routes are not there", async () => {
+      expect(await (await fetch(new URL('/admin/host/status', host.url))).json()).toMatchObject({ state: 'Running' });
+      expect((await fetch(new URL('/runtime-cloud/health', host.url))).status).toBe(404);
+    });
+  });
+
   it('when an app builds management URLs with createHttpManagementPayload, then they name this host, not localhost:7071', async () => {
     const answer = await client('start', `payload-${++n}`, { name: 'helloCities' });
     expect(answer.ok).toBe(true);
