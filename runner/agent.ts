@@ -133,6 +133,13 @@ async function evaluate(claimed: ClaimedJob, engine: IacEngine, runner: RunnerIn
     if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} was not resolved for this job`));
     return 'error' in entry ? Promise.reject(new AppError(entry.error.code, 'not-found', entry.error.message)) : Promise.resolve(entry.value);
   };
+  // Nothing changes on the target before the host recorded that the apply begins: a job lost before then changed
+  // nothing and is dispatched again; one lost after is never applied again (RUNNER_LOST).
+  try {
+    await beat.applyBegins();
+  } catch (thrown) {
+    return { kind: 'apply', runner, error: jobError(thrown) };
+  }
   // Before each step the agent stops if the host said the job was superseded; it does not beat per step: the host
   // refuses the writes of a superseded job at the resource anyway (its fencing), and the timer keeps the lease.
   const result = await engine.apply(job.stack, job.files, job.config, approved, resolveReference, { ...job.options, beforeStep: () => beat.check() });
@@ -147,7 +154,7 @@ class Beat {
 
   constructor(
     private readonly client: JobClient,
-    everyMs: number,
+    private readonly everyMs: number,
     private readonly lines: string[],
   ) {
     this.#timer = setInterval(() => void this.now().catch(() => undefined), everyMs);
@@ -169,6 +176,27 @@ class Beat {
     return this.#chain.then(() => {
       if (this.#lost) throw this.#lost;
     });
+  }
+
+  /**
+   * The beat that asks the host to record that the apply begins, sent again while the host does not answer (a
+   * restart, a 503) for three beats (the lease is four); throws unless the host recorded it.
+   */
+  async applyBegins(): Promise<void> {
+    await this.#chain;
+    if (this.#lost) throw this.#lost;
+    const giveUpAt = Date.now() + 3 * this.everyMs;
+    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 2000)) {
+      try {
+        await this.client.heartbeat({ log: this.lines.splice(0), applyBegins: true });
+        return;
+      } catch (thrown) {
+        const error = ensureError(thrown);
+        const transient = !(error instanceof AppError) || error.kind === 'unavailable' || error.kind === 'internal';
+        if (!transient || Date.now() + delayMs > giveUpAt) throw error;
+        await sleep(delayMs, undefined);
+      }
+    }
   }
 
   /** Throws once a beat found the job superseded. */

@@ -242,6 +242,13 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
         await db.schema.alterTable('provisioning_runs').addColumn('apply_began_at', 'bigint').execute();
       },
     },
+    // When an apply job's agent was about to change the target (the host granted it under the job's lease): a lost
+    // apply job without it changed nothing, and its apply is dispatched again; one with it is never repeated.
+    '20261205-10-provisioning-runner-job-apply-began': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_runner_jobs').addColumn('apply_began_at', 'bigint').execute();
+      },
+    },
   };
 };
 

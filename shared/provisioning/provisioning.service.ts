@@ -4,7 +4,7 @@ import type { CloudResource } from '../platform/cloud/local-cloud';
 import type { StackState } from '../platform/iac/plan';
 import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
-import { afterApproval, apply, applyJobFinished, applyRunnerLost, resolveJobReferences } from './apply.service';
+import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
 import { checkPolicy, plan, planJobFinished } from './plan.service';
@@ -151,8 +151,9 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     collectJob: (runId, jobId) =>
       collectJob(ctx, runId, jobId, {
         finished: (run, job) => (job.kind === 'plan' ? planThenApply(ctx, run, job) : applyJobFinished(ctx, run, job)),
-        // A plan changes nothing: a lost one is made again (a new job, under a new lock version). An apply never is.
-        lost: (run, job) => (job.kind === 'plan' ? plan(ctx, run.id) : applyRunnerLost(ctx, run, job)),
+        // A plan changes nothing: a lost one is made again (a new job, under a new lock version). An apply is only
+        // while its agent had not begun it.
+        lost: (run, job) => (job.kind === 'plan' ? plan(ctx, run.id) : applyJobLost(ctx, run, job)),
         unclaimed: (run, job) =>
           failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: `no runner of pool ${job.pool} claimed ${job.kind} job ${job.id} within ${ctx.runners?.claimTimeoutMs ?? 0} ms` }),
       }),

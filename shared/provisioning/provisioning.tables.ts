@@ -218,6 +218,8 @@ export interface ProvisioningRunnerJobTable {
   degraded: string | null;
   /** The tail of the job's log, as its agent reported it and the host recorded its target calls. */
   log: string;
+  /** When the host let the apply job's agent begin changing the target; null while it has changed nothing. */
+  apply_began_at: number | null;
 }
 
 /** A stack whose apply lost its runner: what the target holds is not what the state says, so its next plan refreshes. */

@@ -32,6 +32,8 @@ export interface RunnerJob {
   readonly outcome?: RunnerJobOutcome;
   readonly degraded?: readonly DegradedReference[];
   readonly log: string;
+  /** When the host let the apply job's agent begin changing the target (absent: it changed nothing). */
+  readonly applyBeganAt?: Date;
 }
 
 /** The log excerpt a job keeps: its last this many characters. */
@@ -61,6 +63,7 @@ export async function insertJob(db: Db, spec: StoredSpec, at: number): Promise<v
       outcome: null,
       degraded: null,
       log: '',
+      apply_began_at: null,
     })
     .execute();
 }
@@ -131,11 +134,15 @@ export async function markClaimed(
   return Number(result.numUpdatedRows) === 1;
 }
 
-/** Renews a running job's lease while it has not lapsed; false when it has (or the job ended). */
-export async function renewJob(db: Db, id: string, at: number, leaseExpiresAt: number): Promise<boolean> {
+/**
+ * Renews a running job's lease while it has not lapsed; false when it has (or the job ended). With `applyBegins`,
+ * the same conditional update records that the apply job's agent begins changing the target: a job marked lost
+ * first is refused here, so a lost job without the mark never changed anything.
+ */
+export async function renewJob(db: Db, id: string, at: number, leaseExpiresAt: number, applyBegins = false): Promise<boolean> {
   const result = await db
     .updateTable('provisioning_runner_jobs')
-    .set({ lease_expires_at: leaseExpiresAt })
+    .set({ lease_expires_at: leaseExpiresAt, ...(applyBegins ? { apply_began_at: at } : {}) })
     .where('id', '=', id)
     .where('state', '=', 'running')
     .where('lease_expires_at', '>', at)
@@ -172,6 +179,19 @@ export async function markLost(db: Db, id: string, at: number): Promise<boolean>
     .where('lease_expires_at', '<=', at)
     .executeTakeFirst();
   return Number(result.numUpdatedRows) === 1;
+}
+
+/** How many of the run's apply jobs were lost before their agent began to apply (each was dispatched again). */
+export async function countUnbegunLostApplies(db: Db, runId: string): Promise<number> {
+  const row = await db
+    .selectFrom('provisioning_runner_jobs')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('run_id', '=', runId)
+    .where('kind', '=', 'apply')
+    .where('state', '=', 'lost')
+    .where('apply_began_at', 'is', null)
+    .executeTakeFirst();
+  return Number(row?.n ?? 0);
 }
 
 /** Ends the run's jobs that have not ended (the run ended, was superseded, or its plan is dispatched again). */
@@ -249,6 +269,7 @@ function rowToJob(row: Selectable<ProvisioningRunnerJobTable>): RunnerJob {
     ...(row.outcome !== null ? { outcome: JSON.parse(row.outcome) as RunnerJobOutcome } : {}),
     ...(row.degraded !== null ? { degraded: JSON.parse(row.degraded) as DegradedReference[] } : {}),
     log: row.log,
+    ...(row.apply_began_at !== null ? { applyBeganAt: new Date(Number(row.apply_began_at)) } : {}),
   };
 }
 

@@ -110,10 +110,14 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
 /** Rolls back a dispatch of an apply whose job is out already. */
 class ApplyDispatched extends Error {}
 
-/** Whether the run's latest job is an apply job (since its last plan job), not canceled. */
+/**
+ * Whether the run's latest job is an apply job (since its last plan job), not canceled, and not lost before its
+ * agent began to apply (that one changed nothing: its apply may be dispatched again).
+ */
 async function isApplyDispatched(trx: Parameters<typeof latestJobOfRun>[0], ctx: ProvisioningContext, runId: string): Promise<boolean> {
   const latest = await latestJobOfRun(trx, ctx.dialect, runId);
-  return latest !== undefined && latest.kind === 'apply' && latest.state !== 'canceled';
+  if (latest?.kind !== 'apply' || latest.state === 'canceled') return false;
+  return !(latest.state === 'lost' && !latest.applyBeganAt);
 }
 
 /** The runner pool of the target the run's environment is bound to (else the one the rules give). */
@@ -242,11 +246,13 @@ async function claimNow(
 
 /**
  * A running job's heartbeat: renews the job's lease, its capacity lease and the stack lock, and records the log
- * lines. `RUNNER.JOB_SUPERSEDED` (409) once the job no longer runs under the stack lock: the agent stops.
+ * lines. `RUNNER.JOB_SUPERSEDED` (409) once the job no longer runs under the stack lock: the agent stops. The beat
+ * an apply job's agent sends before its first change (`applyBegins`) records that the apply began.
  */
 export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }> {
   const runners = requireRunners(ctx);
   const job = await authenticJob(ctx, jobId, token);
+  if (beat.applyBegins && job.kind !== 'apply') throw refused(job, 'a plan job changes nothing');
   await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
@@ -254,7 +260,7 @@ export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: 
   const renewed =
     lock !== undefined &&
     (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
-    (await retryingContention(() => renewJob(ctx.db, job.id, at, leaseExpiresAt)));
+    (await retryingContention(() => renewJob(ctx.db, job.id, at, leaseExpiresAt, beat.applyBegins)));
   if (!renewed) throw superseded(job);
   // A capacity lease that lapsed may be granted to another holder: the job no longer holds its capacity.
   if (job.lease && !(await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs))) throw superseded(job);
@@ -480,9 +486,13 @@ async function current(ctx: ProvisioningContext, job: RunnerJob): Promise<StackL
   return lock;
 }
 
-/** A write of the job (state, target): apply jobs only, and only while the job runs under its stack lock. */
+/**
+ * A write of the job (state, target): apply jobs only, once the host recorded that their apply began (so a lost job
+ * without that record changed nothing), and only while the job runs under its stack lock.
+ */
 async function fenceWrite(ctx: ProvisioningContext, job: RunnerJob): Promise<void> {
   if (job.kind !== 'apply') throw refused(job, 'a plan job changes nothing');
+  if (!job.applyBeganAt) throw refused(job, 'the apply has not begun: its agent beats with applyBegins before its first change');
   if (!(await current(ctx, job))) throw superseded(job);
 }
 

@@ -51,6 +51,8 @@ for (const dialect of DIALECTS) {
       const foreign = await cloud.create(target, { scope: 'another-tenant', urn: 'urn:pulumi:legacy::ops::local:storage:Bucket::old', type: 'local:storage:Bucket', properties: { tier: 'hot' } });
       const urn = `urn:pulumi:${stack.stack}::${stack.project}::local:storage:Bucket::logs`;
       const job = client.job(claimed);
+      // As an agent does before its first change: the host records that the apply begins.
+      await job.heartbeat({ log: [], applyBegins: true });
 
       // Act
       const adopted = await job.cloud.adopt(target, legacy.id, urn);

@@ -8,6 +8,7 @@ import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
 import { hostClient } from '../../runner/host-client';
 import type { RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
+import { MAX_UNBEGUN_APPLY_LOSSES } from '../../shared/provisioning/apply.service';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
@@ -118,6 +119,77 @@ for (const dialect of REPOSITORY_DIALECTS) {
         .execute();
       const activities = (history as { event: string }[]).map((row) => JSON.parse(row.event) as HistoryEvent).filter((e) => e.EventType === HistoryEventType.TaskScheduled);
       expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan]);
+    }, 60_000);
+
+    it("when an apply job's lease lapses before its agent began to apply, then nothing of it is taken, the apply is dispatched again and applied once", async () => {
+      // Arrange: the plan done; the apply job claimed by an agent that goes silent before its first change.
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-unbegun' }), 'unbegun-1');
+      const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      const silent = await eventually(() => client.claim('silent-agent', 0), 30_000);
+      const silentJob = client.job(silent);
+      const write = await fetch(new URL(`/runtime-cloud/runner-jobs/${silent.job.id}/target`, host.url), {
+        method: 'POST',
+        headers: { authorization: `Bearer ${silent.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ op: 'recordApply', planDigest: silent.job.approvedPlan?.digest }),
+      });
+
+      // Act: its lease lapses; the run's deadline finds the job lost and dispatches the apply again.
+      const again = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      const lateBegin = await silentJob.heartbeat({ log: [], applyBegins: true }).then(
+        () => 'accepted',
+        (thrown: unknown) => (thrown as { code?: string }).code,
+      );
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, again, () => undefined);
+
+      // Assert
+      expect(silent.job.kind).toBe('apply');
+      expect(write.status).toBe(403);
+      expect(((await write.json()) as { title: string }).title).toContain('the apply has not begun');
+      expect(again.job).toMatchObject({ kind: 'apply', runId: silent.job.runId });
+      expect(again.job.id).not.toBe(silent.job.id);
+      expect(lateBegin).toBe('RUNNER.JOB_SUPERSEDED');
+      const run = await eventually(async () => {
+        const body = (await (await host.fetch(`/runtime-cloud/runs/${silent.job.runId}`, { claims: operator })).json()) as RunBody & { applyReceipt?: { runner: { jobId?: string } } };
+        return body.state === 'applied' ? body : undefined;
+      });
+      expect(run.applyReceipt?.runner.jobId).toBe(again.job.id);
+      const jobs = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_runner_jobs').select(['id', 'state', 'apply_began_at']).where('run_id', '=', silent.job.runId).where('kind', '=', 'apply').orderBy('created_at').execute();
+      expect(jobs.map((j) => [j.id, j.state, j.apply_began_at === null ? 'not begun' : 'begun'])).toEqual([
+        [silent.job.id, 'lost', 'not begun'],
+        [again.job.id, 'done', 'begun'],
+      ]);
+      const applies = await host.host.deps.sql.db.selectFrom('local_cloud_applies' as never).select('plan_digest' as never).where('stack' as never, 'like', '%/development-1' as never).execute();
+      expect(applies).toHaveLength(1);
+    }, 60_000);
+
+    it(`when ${MAX_UNBEGUN_APPLY_LOSSES} apply jobs of a run are lost before their agent began to apply, then the run fails RUNNER_LOST saying nothing was applied`, async () => {
+      // Arrange: the plan done; each apply job claimed and its lease made to lapse (its agent silent before its first change).
+      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
+      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-lost-often' }), 'lost-often-1');
+      const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
+      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      const db = provisioningDb(host.host.deps.sql.db);
+      const { provisioning } = host.host.deps;
+
+      // Act
+      const steps = [];
+      for (let loss = 1; loss <= MAX_UNBEGUN_APPLY_LOSSES; loss++) {
+        const claimed = await eventually(() => client.claim('silent-agent', 0), 30_000);
+        await db.updateTable('provisioning_runner_jobs').set({ lease_expires_at: Date.now() - 1 }).where('id', '=', claimed.job.id).execute();
+        steps.push(await provisioning.collectJob(claimed.job.runId, claimed.job.id));
+      }
+
+      // Assert
+      expect(steps.slice(0, -1)).toEqual(Array.from({ length: MAX_UNBEGUN_APPLY_LOSSES - 1 }, () => expect.objectContaining({ outcome: 'running', kind: 'apply' })));
+      expect(steps.at(-1)).toEqual({ outcome: 'ended', state: 'failed' });
+      const run = (await (await host.fetch(`/runtime-cloud/runs/${plan.job.runId}`, { claims: operator })).json()) as RunBody & { error?: { code: string; message: string } };
+      expect(run.state).toBe('failed');
+      expect(run.error?.code).toBe('PROVISIONING.RUNNER_LOST');
+      expect(run.error?.message).toContain('nothing was applied');
     }, 60_000);
 
     it('when a finished plan job is collected by several at once (its result endpoint, the run\'s deadline, a retry), then its apply is dispatched once and every collect answers with that job', async () => {

@@ -231,7 +231,7 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
 export function expectEachRunEndedOnce(report: CrashReport, points: readonly string[], outcome: (point: string | undefined) => readonly [type: string, code: string | undefined]): void {
   expect([...report.fired.keys()].sort()).toEqual([...points].sort());
   for (const run of report.runs) {
-    const what = `${run.point ?? 'no crash'} (${run.runId})`;
+    const what = `${run.point ?? 'no crash'} (${run.runId}, ended ${run.terminal.map((m) => `${m.body.type} ${m.body.data.code ?? ''}`).join(', ')}; ${run.view.state}, apply ${JSON.stringify(run.view.applyReceipt?.result ?? null).slice(0, 400)})`;
     expect(run.terminal, what).toHaveLength(1);
     expect(new Set(run.eventIds).size, what).toBe(run.eventIds.length);
     expect(run.view.planReceipt, what).toBeDefined();

@@ -139,8 +139,12 @@ export const jobOutcomeSchema: z.ZodType<RunnerJobOutcome> = z.union([
   z.object({ kind: z.literal('apply'), runner: runnerInfo, error: jobError }).strict(),
 ]);
 
-/** A heartbeat: lines of the job's log since the last beat (the host keeps an excerpt). */
-export const heartbeatSchema = z.object({ log: z.array(z.string().max(2000)).max(200).default([]) });
+/**
+ * A heartbeat: lines of the job's log since the last beat (the host keeps an excerpt). `applyBegins` (apply jobs):
+ * the agent is about to change the target and changes nothing unless this beat is answered; from then on a lost job
+ * is never applied again, while a lost job without it changed nothing and is dispatched again.
+ */
+export const heartbeatSchema = z.object({ log: z.array(z.string().max(2000)).max(200).default([]), applyBegins: z.boolean().optional() });
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 
 /**
