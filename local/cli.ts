@@ -201,7 +201,7 @@ async function start(args: string[]): Promise<number> {
       ...(values.app !== undefined ? { appDir: values.app } : {}),
       log: jsonLineLog('information'),
     },
-    localComponents(),
+    localComponents(values.app === undefined ? 'runtime-cloud' : 'other'),
   );
   const url = await host.start();
   process.stdout.write(`runtime-cloud listening on ${url.origin} (state in ${resolve(host.config.local.stateDir)})\n`);

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -95,9 +95,12 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
       expect(await response.json()).toEqual({ name: 'x', instanceId: 'abc' });
     });
 
-    it("when the host status is asked, then it answers Running; this project's own routes are not there", async () => {
+    it("when the host status is asked, then it answers Running; nothing of this project runs: its routes, local cloud, seeds and runner agents are not there", async () => {
       expect(await (await fetch(new URL('/admin/host/status', host.url))).json()).toMatchObject({ state: 'Running' });
       expect((await fetch(new URL('/runtime-cloud/health', host.url))).status).toBe(404);
+      expect((await fetch(new URL('/runtime-cloud/local/cloud/resources', host.url))).status).toBe(404);
+      expect(existsSync(join(stateDir, 'desired-state.git'))).toBe(false);
+      expect(host.output()).not.toMatch(/"function":"runner /);
     });
   });
 

@@ -54,6 +54,11 @@ export interface CrashedRun {
   readonly view: RunView;
   /** How many applies the local cloud recorded for the run's stack and plan. */
   readonly applies: number;
+  /**
+   * Its apply job's agent was a child of a host that crashed (the local host's agents go with it): the run lost its
+   * runner by that crash, not by one of its own.
+   */
+  readonly runnerDiedWithHost: boolean;
 }
 
 export interface CrashReport {
@@ -78,7 +83,7 @@ export interface RunView {
   readonly stack: string;
   readonly planDigest?: string;
   readonly planReceipt?: unknown;
-  readonly applyReceipt?: { readonly result?: { readonly status?: string; readonly error?: { readonly code?: string } } };
+  readonly applyReceipt?: { readonly result?: { readonly status?: string; readonly error?: { readonly code?: string } }; readonly runnerLost?: { readonly agent?: string } };
 }
 
 /** Leases and locks short enough that a dead host's work is taken over in about a second (a runner job's in 5 s, its least). */
@@ -112,6 +117,8 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
   let host: RunningChild | undefined;
   let hostStarts = 0;
   let hostCrashes = 0;
+  /** The processes of the hosts that crashed: their agents (`local-N.<host>.<pid>`) died with them. */
+  const crashedPids = new Set<number>();
   const call = async (method: string, path: string, body?: unknown, bearer = admin): Promise<unknown> => {
     if (!host) throw new Error('no host');
     const response = await fetch(new URL(path, host.url), {
@@ -129,6 +136,7 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
     if (host) {
       if (host.child.signalCode !== 'SIGKILL') throw new Error(`the host exited ${host.child.exitCode ?? host.child.signalCode} without a crash point:\n${host.output().slice(-3000)}`);
       hostCrashes++;
+      if (host.child.pid !== undefined) crashedPids.add(host.child.pid);
     }
     host = await startChildHost(stateDir, env);
     hostStarts++;
@@ -211,6 +219,7 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
         eventIds: own.map((m) => m.messageId),
         view,
         applies: 0,
+        runnerDiedWithHost: [...crashedPids].some((pid) => view.applyReceipt?.runnerLost?.agent?.endsWith(`.${pid}`) === true),
       });
     }
     const report = { hostStarts, hostCrashes, fired: fired() };
@@ -227,6 +236,8 @@ export async function crashEveryPoint(drive: CrashDrive): Promise<CrashReport> {
 /**
  * Every point fired, and each run ended with exactly one terminal event (the type and code `outcome` expects after
  * its point), its events under distinct ids, its plan and apply receipts, and one apply begun by the local cloud.
+ * A run whose apply job's agent died with a crashed host after it began to apply (the crash came while the run had
+ * already moved past its point, on a loaded machine) fails `RUNNER_LOST` instead, having applied at most once.
  */
 export function expectEachRunEndedOnce(report: CrashReport, points: readonly string[], outcome: (point: string | undefined) => readonly [type: string, code: string | undefined]): void {
   expect([...report.fired.keys()].sort()).toEqual([...points].sort());
@@ -236,6 +247,11 @@ export function expectEachRunEndedOnce(report: CrashReport, points: readonly str
     expect(new Set(run.eventIds).size, what).toBe(run.eventIds.length);
     expect(run.view.planReceipt, what).toBeDefined();
     expect(run.view.applyReceipt, what).toBeDefined();
+    if (run.runnerDiedWithHost) {
+      expect(run.applies, what).toBeLessThanOrEqual(1);
+      expect([what, run.terminal[0]?.body.type, run.terminal[0]?.body.data.code]).toEqual([what, 'ProvisioningFailed', 'PROVISIONING.RUNNER_LOST']);
+      continue;
+    }
     expect(run.applies, what).toBe(1);
     expect([what, run.terminal[0]?.body.type, run.terminal[0]?.body.data.code]).toEqual([what, ...outcome(run.point)]);
   }
