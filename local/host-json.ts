@@ -14,6 +14,17 @@ export function hostJsonSetting(...path: readonly string[]): unknown {
   return value;
 }
 
+/**
+ * A text setting (a version, a name): an app setting's value as written (`2.0` stays `2.0`), else the file's string
+ * or number as text. Undefined when neither has it.
+ */
+export function hostJsonText(...path: readonly string[]): string | undefined {
+  const override = process.env[['AzureFunctionsJobHost', ...path].join('__')];
+  if (override !== undefined) return override;
+  const value = hostJsonSetting(...path);
+  return typeof value === 'string' || typeof value === 'number' ? String(value) : undefined;
+}
+
 /** A count setting (a positive integer), or undefined when it is absent or not one. */
 export function hostJsonCount(...path: readonly string[]): number | undefined {
   const value = hostJsonSetting(...path);

@@ -53,6 +53,8 @@ export interface DurableApiDeps {
   /** The host's origin, once listening. */
   readonly origin: () => string;
   readonly workerId: string;
+  /** The version of instances started without one (host.json `defaultVersion`). */
+  readonly defaultVersion?: string;
 }
 
 /** Binds the Durable client API (rpc and webhook forms) and the local view to the host's HTTP server. */
@@ -138,12 +140,15 @@ class DurableApi {
       throw new AppError('DURABLE.INVALID_INSTANCE_ID', 'validation', INSTANCE_ID_RULES);
     }
     const input = inputText(request.body);
+    // The client's `version` (startNew's option), else the default version, as the extension assigns it.
+    const version = request.url.searchParams.get('version') || this.#deps.defaultVersion;
     const outcome = await startInstance(this.#db, {
       instanceId,
       name: registered,
       executionId: randomUUID(),
       input,
       runnerState: JSON.stringify(initialRunnerState()),
+      ...(version !== undefined ? { orchestrationVersion: version } : {}),
       now: this.#deps.clock.now().getTime(),
     });
     if (outcome === 'conflict') {

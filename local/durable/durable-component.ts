@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import type { HostComponent, HostContext } from '../host';
-import { hostJsonCount, hostJsonSetting } from '../host-json';
+import { hostJsonCount, hostJsonSetting, hostJsonText } from '../host-json';
 import { durableDb, purgeInstancesBy } from './durable.repository';
 import { addDurableRoutes } from './durable-api';
 import { durableClientData } from './durable-protocol';
 import { DurableRunner, type DurableRunnerOptions } from './durable-runner';
+import { parseDurableVersioning, type DurableVersioning } from './durable-versioning';
 
 /**
  * The local host's stand-in for the Durable Task extension: runs `orchestrationTrigger` and `activityTrigger`
@@ -30,6 +31,7 @@ export class LocalDurableComponent implements HostComponent {
   async start(context: HostContext): Promise<void> {
     // A secret of this process: the client URLs carry it, so only functions (and whoever they hand URLs to) drive instances.
     const key = randomBytes(16).toString('hex');
+    const versioning = hostJsonVersioning();
     const runner = new DurableRunner(
       {
         db: context.deps.sql.db,
@@ -39,10 +41,11 @@ export class LocalDurableComponent implements HostComponent {
         registrations: context.functionsWithTrigger,
         invocationContext: (registration, init) => context.invocations.create(registration, init),
       },
-      { ...hostJsonLimits(), leaseMs: context.config.local.durableLeaseMs, ...this.#options },
+      { ...hostJsonLimits(), versioning, leaseMs: context.config.local.durableLeaseMs, ...this.#options },
     );
     this.#runner = runner;
-    context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key));
+    const hub = hostJsonText('extensions', 'durableTask', 'hubName') || undefined;
+    context.invocations.provideExtraInput('durableClient', () => durableClientData(context.baseUrl().origin, key, hub));
     addDurableRoutes(context.http, {
       db: context.deps.sql.db,
       dialect: context.deps.sql.dialect,
@@ -53,6 +56,7 @@ export class LocalDurableComponent implements HostComponent {
       wake: () => runner.wake(),
       origin: () => context.baseUrl().origin,
       workerId: runner.workerId,
+      ...(versioning.defaultVersion !== undefined ? { defaultVersion: versioning.defaultVersion } : {}),
     });
     for (const entity of context.functionsWithTrigger('entityTrigger')) {
       context.log('warning', 'durable', `entity function '${entity.metadata.name}' is registered, but durable entities are not supported by the local Durable host: calls to it fail as tasks the orchestrator can catch, and signals to it fail the orchestration`);
@@ -93,6 +97,12 @@ function hostJsonLimits(): DurableRunnerOptions {
   const orchestrations = hostJsonCount('extensions', 'durableTask', 'maxConcurrentOrchestratorFunctions');
   const activities = hostJsonCount('extensions', 'durableTask', 'maxConcurrentActivityFunctions');
   return { ...(orchestrations ? { maxConcurrentOrchestrations: orchestrations } : {}), ...(activities ? { maxConcurrentActivities: activities } : {}) };
+}
+
+/** Orchestration versioning of host.json (or its AzureFunctionsJobHost__ overrides); a value the extension would refuse stops the host. */
+function hostJsonVersioning(): DurableVersioning {
+  const setting = (name: string) => hostJsonSetting('extensions', 'durableTask', name);
+  return parseDurableVersioning({ defaultVersion: hostJsonText('extensions', 'durableTask', 'defaultVersion'), versionMatchStrategy: setting('versionMatchStrategy'), versionFailureStrategy: setting('versionFailureStrategy') });
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;

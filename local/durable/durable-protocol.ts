@@ -95,6 +95,8 @@ export interface HistoryEvent {
   readonly InstanceId?: string;
   /** JSON text (ExecutionStarted, EventRaised, SubOrchestrationInstanceCreated). */
   readonly Input?: string | null;
+  /** The instance's orchestration version (ExecutionStarted): `context.df.version`. */
+  readonly Version?: string;
   /** JSON text (TaskCompleted, SubOrchestrationInstanceCompleted, ExecutionCompleted). */
   readonly Result?: string | null;
   readonly TaskScheduledId?: number;
@@ -182,6 +184,8 @@ export type Action =
       readonly name: string;
       readonly input: string | null;
       readonly instanceId?: string;
+      /** The version the caller asked for (else the host's default version). */
+      readonly version?: string;
       readonly retry?: RetryOptionsShape;
     }
   | { readonly kind: 'timer'; readonly fireAt: Date; readonly isCanceled: boolean }
@@ -292,6 +296,7 @@ function decodeAction(raw: RawAction): Action {
         name: String(raw.functionName),
         input: raw.input === undefined ? null : JSON.stringify(raw.input),
         ...(typeof raw.instanceId === 'string' && raw.instanceId !== '' ? { instanceId: raw.instanceId } : {}),
+        ...(typeof raw.version === 'string' && raw.version !== '' ? { version: raw.version } : {}),
         ...(raw.actionType === ActionType.CallSubOrchestratorWithRetry ? { retry: raw.retryOptions as RetryOptionsShape } : {}),
       };
     case ActionType.CallEntity:
@@ -397,7 +402,7 @@ function providedFailureDetails(error: Error): FailureDetails | undefined {
   return undefined;
 }
 
-/** The task hub name the local host reports to durable clients. */
+/** The task hub name the local host reports to durable clients when host.json names none. */
 export const LOCAL_TASK_HUB = 'RuntimeCloudLocalHub';
 
 /**
@@ -406,12 +411,12 @@ export const LOCAL_TASK_HUB = 'RuntimeCloudLocalHub';
  * local host serves under it; the webhook-style URLs are what `createCheckStatusResponse` hands to HTTP callers.
  * `key` is a secret of this host process: holders of the URLs may drive instances, as with the Functions system key.
  */
-export function durableClientData(origin: string, key: string) {
+export function durableClientData(origin: string, key: string, taskHub = LOCAL_TASK_HUB) {
   const webhooks = `${origin}/runtime/webhooks/durabletask`;
-  const query = `taskHub=${LOCAL_TASK_HUB}&connection=Storage&code=${key}`;
+  const query = `taskHub=${encodeURIComponent(taskHub)}&connection=Storage&code=${key}`;
   const instance = `${webhooks}/instances/INSTANCEID`;
   return {
-    taskHubName: LOCAL_TASK_HUB,
+    taskHubName: taskHub,
     creationUrls: {
       createNewInstancePostUri: `${webhooks}/orchestrators/{functionName}[/{instanceId}]?code=${key}`,
       createAndWaitOnNewInstancePostUri: `${webhooks}/orchestrators/{functionName}[/{instanceId}]?timeout={timeoutInSeconds}&pollingInterval={intervalInSeconds}&code=${key}`,

@@ -49,6 +49,7 @@ import {
   type NewChild,
   type NewInboxMessage,
 } from './durable.repository';
+import { NO_VERSIONING, versionMismatch, type DurableVersioning } from './durable-versioning';
 
 export interface DurableRunnerOptions {
   /** How long a worker holds an instance or an activity without renewing (renewed every third of it). Example: `15000`. */
@@ -61,6 +62,8 @@ export interface DurableRunnerOptions {
   readonly maxConcurrentActivities?: number;
   /** This worker's identity in leases and history; random per process by default. Example: `host-a`. */
   readonly workerId?: string;
+  /** Orchestration versioning (host.json `defaultVersion` and strategies). Example: `{ defaultVersion: '2.0', match: 'CurrentOrOlder', failure: 'Reject' }`. */
+  readonly versioning?: DurableVersioning;
 }
 
 export interface DurableRunnerDeps {
@@ -97,6 +100,8 @@ export interface RetryChain {
   readonly kind?: 'activity' | 'sub-orchestration';
   /** A sub-orchestration's caller-chosen instance id, reused by every attempt (absent: derived per attempt). */
   readonly instanceId?: string;
+  /** A sub-orchestration's version, given by the caller, reused by every attempt. */
+  readonly version?: string;
   readonly name: string;
   readonly input: string | null;
   readonly options: RetryOptionsShape;
@@ -115,7 +120,10 @@ export function initialRunnerState(): RunnerState {
 type OrchestrationCallback = (payload: OrchestrationTriggerPayload, context: InvocationContext) => Promise<OrchestratorStateShape>;
 type ActivityCallback = (input: unknown, context: InvocationContext) => unknown;
 
-const DEFAULTS = { leaseMs: 15_000, pollMs: 100, maxConcurrentOrchestrations: 16, maxConcurrentActivities: 16 };
+const DEFAULTS = { leaseMs: 15_000, pollMs: 100, maxConcurrentOrchestrations: 16, maxConcurrentActivities: 16, versioning: NO_VERSIONING };
+
+/** An instance this worker leaves for another (its version does not match, versionFailureStrategy Reject). */
+class VersionRejected extends Error {}
 
 /**
  * The local Durable runner: drives orchestration instances stored in the SQL store through the durable-functions
@@ -140,6 +148,8 @@ export class DurableRunner {
   #again = false;
   #pollTimer: NodeJS.Timeout | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
+  /** Instances whose version this worker does not run (left for another worker, versionFailureStrategy Reject). */
+  readonly #rejected = new Set<string>();
 
   constructor(deps: DurableRunnerDeps, options: DurableRunnerOptions = {}) {
     this.#deps = deps;
@@ -148,6 +158,7 @@ export class DurableRunner {
       pollMs: options.pollMs ?? DEFAULTS.pollMs,
       maxConcurrentOrchestrations: options.maxConcurrentOrchestrations ?? DEFAULTS.maxConcurrentOrchestrations,
       maxConcurrentActivities: options.maxConcurrentActivities ?? DEFAULTS.maxConcurrentActivities,
+      versioning: options.versioning ?? DEFAULTS.versioning,
     };
     this.workerId = options.workerId ?? `worker-${randomUUID()}`;
   }
@@ -218,11 +229,11 @@ export class DurableRunner {
     if (free <= 0) return;
     const now = this.#deps.clock.now().getTime();
     const names = this.#deps.registrations('orchestrationTrigger').map((r) => r.metadata.name);
-    const candidates = await findRunnableInstances(this.#db, this.#deps.dialect, now, free + this.#sessions.size, names);
+    const candidates = await findRunnableInstances(this.#db, this.#deps.dialect, now, free + this.#sessions.size + this.#rejected.size, names);
     for (const instanceId of candidates) {
       if (this.#sessions.size >= this.#options.maxConcurrentOrchestrations || this.#stopping) break;
       // An instance whose lease this worker let lapse may still have a session here: never run two.
-      if (this.#sessions.has(instanceId)) continue;
+      if (this.#sessions.has(instanceId) || this.#rejected.has(instanceId)) continue;
       if (!(await acquireInstanceLease(this.#db, instanceId, this.workerId, now, this.#options.leaseMs))) continue;
       const session = this.#runSession(instanceId).finally(() => {
         this.#sessions.delete(instanceId);
@@ -281,6 +292,7 @@ export class DurableRunner {
             IsPlayed: false,
             Name: instance.name,
             Input: instance.input,
+            ...(instance.orchestrationVersion !== null ? { Version: instance.orchestrationVersion } : {}),
           };
           history = await this.#episode(instance, [], started, undefined, now);
           continue;
@@ -292,7 +304,10 @@ export class DurableRunner {
         history = await this.#episode(instance, history, message.event, message, now);
       }
     } catch (error) {
-      if (!(error instanceof LeaseLostError)) {
+      if (error instanceof VersionRejected) {
+        this.#rejected.add(instanceId);
+        this.#deps.log('warning', 'durable-runner', `durable instance ${instanceId} is left for another worker: ${error.message} (versionFailureStrategy Reject)`);
+      } else if (!(error instanceof LeaseLostError)) {
         // Its episode did not commit: the instance runs again at the next look (at once when only the store blinked).
         this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', `durable instance ${instanceId} could not run`, ensureError(error));
       }
@@ -335,6 +350,11 @@ export class DurableRunner {
       parentInstanceId: instance.parent?.instanceId,
     });
     const episodeEvents = [orchestratorStarted, fed];
+    const mismatch = versionMismatch(this.#options.versioning, instance.orchestrationVersion);
+    if (mismatch) {
+      if (this.#options.versioning.failure === 'Reject') throw new VersionRejected(mismatch);
+      return this.#fail(instance, state, history, episodeEvents, message, now, { message: mismatch });
+    }
     if (!registration) {
       return this.#fail(instance, state, history, episodeEvents, message, now, {
         message: `orchestration function '${instance.name}' is not registered on this host`,
@@ -387,6 +407,7 @@ export class DurableRunner {
             state.retries[String(id)] = {
               kind: 'sub-orchestration',
               ...(action.instanceId !== undefined ? { instanceId: action.instanceId } : {}),
+              ...(action.version !== undefined ? { version: action.version } : {}),
               name: action.name,
               input: action.input,
               options: action.retry,
@@ -515,7 +536,7 @@ export class DurableRunner {
     effects: Effects,
     instance: DurableInstance,
     id: number,
-    call: { name: string; input: string | null; instanceId?: string | undefined },
+    call: { name: string; input: string | null; instanceId?: string | undefined; version?: string | undefined },
     now: number,
   ): void {
     const timestamp = new Date(now).toISOString();
@@ -546,6 +567,7 @@ export class DurableRunner {
       effects.inbox.push({ executionId: instance.executionId, dedupeKey: `task:${id}`, visibleAt: now, event: failed(failure) });
       return;
     }
+    const version = call.version ?? this.#options.versioning.defaultVersion;
     effects.children.push({
       taskId: id,
       instanceId: childId,
@@ -553,6 +575,7 @@ export class DurableRunner {
       executionId: randomUUID(),
       input: call.input,
       runnerState: JSON.stringify(initialRunnerState()),
+      ...(version !== undefined ? { orchestrationVersion: version } : {}),
       conflict: failed(subOrchestrationFailure(registered, `an orchestration instance with the ID '${childId}' is already pending, running or suspended`)),
     });
   }

@@ -35,6 +35,8 @@ export interface DurableInstance {
   readonly updatedAt: number;
   /** Set for a sub-orchestration: the parent execution and task its end is delivered to. */
   readonly parent: ParentLink | null;
+  /** The orchestration version it was created with; null when none. */
+  readonly orchestrationVersion: string | null;
 }
 
 /** Where a sub-orchestration's end goes: the parent instance, the execution that awaits it, and its task id there. */
@@ -64,6 +66,7 @@ function instanceRowToInstance(row: DurableInstanceTable): DurableInstance {
       row.parent_instance_id !== null && row.parent_execution_id !== null && row.parent_task_id !== null
         ? { instanceId: row.parent_instance_id, executionId: row.parent_execution_id, taskId: Number(row.parent_task_id) }
         : null,
+    orchestrationVersion: row.orchestration_version,
   };
 }
 
@@ -94,6 +97,8 @@ export interface NewInstance {
   readonly now: number;
   /** Set when a parent's episode starts this instance as its sub-orchestration. */
   readonly parent?: ParentLink;
+  /** The orchestration version it is created with (the caller's, else the host's default). */
+  readonly orchestrationVersion?: string;
 }
 
 /**
@@ -122,6 +127,7 @@ async function startInstanceIn(trx: Trx, instance: NewInstance): Promise<'starte
     parent_instance_id: instance.parent?.instanceId ?? null,
     parent_execution_id: instance.parent?.executionId ?? null,
     parent_task_id: instance.parent?.taskId ?? null,
+    orchestration_version: instance.orchestrationVersion ?? null,
   };
   const restarted = await trx
     .updateTable('durable_instances')
@@ -282,6 +288,8 @@ export interface NewChild {
   readonly executionId: string;
   readonly input: string | null;
   readonly runnerState: string;
+  /** Its orchestration version (the caller's, else the host's default). */
+  readonly orchestrationVersion?: string;
   /** The parent's failure when the id is taken by an instance still pending, running or suspended. */
   readonly conflict: HistoryEvent;
 }
@@ -413,6 +421,7 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
         executionId: child.executionId,
         input: child.input,
         runnerState: child.runnerState,
+        ...(child.orchestrationVersion !== undefined ? { orchestrationVersion: child.orchestrationVersion } : {}),
         now: commit.now,
         parent: { instanceId: commit.instanceId, executionId: instance.executionId, taskId: child.taskId },
       });

@@ -37,6 +37,8 @@ export interface DurableInstanceTable {
   parent_execution_id: string | null;
   /** The parent's task id (its SDK sequence number) that this child's end completes. */
   parent_task_id: number | null;
+  /** The orchestration version the instance was created with (`context.df.version`); null when none. */
+  orchestration_version: string | null;
 }
 
 export interface DurableHistoryTable {

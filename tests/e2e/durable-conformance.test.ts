@@ -95,6 +95,11 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
       expect(await response.json()).toEqual({ name: 'x', instanceId: 'abc' });
     });
 
+    it("when the client hands out an instance's URLs, then they name host.json's task hub", async () => {
+      const { links } = await start('helloCities');
+      expect(new URL(links.statusQueryGetUri).searchParams.get('taskHub')).toBe('DurableSampleHub');
+    });
+
     it("when the host status is asked, then it answers Running; nothing of this project runs: its routes, local cloud, seeds and runner agents are not there", async () => {
       expect(await (await fetch(new URL('/admin/host/status', host.url))).json()).toMatchObject({ state: 'Running' });
       expect((await fetch(new URL('/runtime-cloud/health', host.url))).status).toBe(404);
@@ -286,6 +291,38 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
     });
   });
 
+  // VersioningTests of the end-to-end suite, with the sample's host.json: defaultVersion 2.0, CurrentOrOlder, Fail.
+  describe('orchestration versioning', () => {
+    it.each([
+      [undefined, "Version: '2.0'"],
+      ['1.0', "Version: '1.0'"],
+      ['2.0', "Version: '2.0'"],
+    ])('when an orchestration is started with version %s, then it runs with that version, or the default', async (version, output) => {
+      const answer = await client('start', `versioned-${++n}`, { name: 'VersionedOrchestration', ...(version ? { version } : {}) });
+      expect(await waitFor(answer.links as Links)).toMatchObject({ runtimeStatus: 'Completed', output });
+    });
+
+    it.each([
+      [undefined, "Parent Version: '2.0' | Sub Version: '2.0'"],
+      ['1.0', "Parent Version: '2.0' | Sub Version: '1.0'"],
+    ])('when a sub-orchestration is started with version %s, then it runs with that version, or the default', async (subVersion, output) => {
+      const { links } = await start('VersionedParent', subVersion ? { subVersion } : {});
+      expect(await waitFor(links)).toMatchObject({ runtimeStatus: 'Completed', output });
+    });
+
+    it('when an orchestration is newer than the worker (3.0 over 2.0), then it fails naming both versions, and so does its parent', async () => {
+      const answer = await client('start', `versioned-${++n}`, { name: 'VersionedOrchestration', version: '3.0' });
+      const parent = await start('VersionedParent', { subVersion: '3.0' });
+      const failed = await waitFor(answer.links as Links);
+      expect(failed.runtimeStatus).toBe('Failed');
+      expect(failed.output).toBe("Orchestrator function 'VersionedOrchestration' failed: the orchestration has version '3.0', newer than this worker's version '2.0' (versionMatchStrategy CurrentOrOlder)");
+      const parentStatus = await waitFor(parent.links);
+      expect(parentStatus.runtimeStatus).toBe('Failed');
+      expect(parentStatus.output).toContain("newer than this worker's version '2.0'");
+    });
+
+  });
+
   describe('features the local host refuses', () => {
     it('when an orchestration calls an entity and a durable HTTP endpoint, then each fails as a catchable task naming the feature', async () => {
       const { links } = await start('RefusedFeatures');
@@ -297,4 +334,58 @@ describe('Durable Functions conformance of runtime-cloud start --app (end-to-end
       ]);
     });
   });
+});
+
+/**
+ * versionFailureStrategy Reject (the extension's default): a worker leaves an instance newer than its version for a
+ * worker that runs it. Two hosts of the sample app, one after the other, on one store: the first at 2.0, the second
+ * at 3.0 (host.json's values overridden by app settings, as in Azure).
+ */
+describe('orchestration versioning with versionFailureStrategy Reject (two hosts, one store)', () => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'rch-durable-versions-'));
+  const setting = (name: string) => `AzureFunctionsJobHost__extensions__durableTask__${name}`;
+  afterAll(() => rmSync(stateDir, { recursive: true, force: true }));
+
+  async function client(host: RunningChild, operation: string, instanceId: string, body?: unknown): Promise<ClientAnswer> {
+    const response = await fetch(new URL(`/api/client/${operation}/${encodeURIComponent(instanceId)}`, host.url), { method: 'POST', ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+    return (await response.json()) as ClientAnswer;
+  }
+  const statusOf = async (host: RunningChild, instanceId: string) => (await client(host, 'status', instanceId)).status;
+
+  it('when an instance is newer than the worker, then it stays pending with a warning while others run, and a worker of its version runs it', async () => {
+    // Arrange
+    const older = await startChildHost(stateDir, { [setting('versionFailureStrategy')]: 'Reject' }, 60_000, ['--app', APP]);
+    let newer: RunningChild | undefined;
+    try {
+      // Act
+      await client(older, 'start', 'v3', { name: 'VersionedOrchestration', version: '3.0' });
+      await client(older, 'start', 'v2', { name: 'VersionedOrchestration' });
+      const current = await vi.waitFor(async () => {
+        const status = await statusOf(older, 'v2');
+        if (status?.runtimeStatus !== 'Completed') throw new Error('not yet');
+        return status;
+      });
+      await vi.waitFor(() => expect(older.output()).toContain('durable instance v3 is left for another worker'));
+      const left = await statusOf(older, 'v3');
+      await older.stop();
+      newer = await startChildHost(stateDir, { [setting('defaultVersion')]: '3.0' }, 60_000, ['--app', APP]);
+      const taken = await vi.waitFor(
+        async () => {
+          const status = await statusOf(newer as RunningChild, 'v3');
+          if (status?.runtimeStatus !== 'Completed') throw new Error('not yet');
+          return status;
+        },
+        { timeout: 15_000, interval: 50 },
+      );
+
+      // Assert
+      expect(current.output).toBe("Version: '2.0'");
+      expect(left?.runtimeStatus).toBe('Pending');
+      expect(older.output()).toContain("the orchestration has version '3.0', newer than this worker's version '2.0'");
+      expect(taken.output).toBe("Version: '3.0'");
+    } finally {
+      await older.stop().catch(() => undefined);
+      await newer?.stop();
+    }
+  }, 120_000);
 });

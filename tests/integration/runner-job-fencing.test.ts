@@ -184,7 +184,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       }
 
       // Assert
-      expect(steps.slice(0, -1)).toEqual(Array.from({ length: MAX_UNBEGUN_APPLY_LOSSES - 1 }, () => expect.objectContaining({ outcome: 'running', kind: 'apply' })));
+      for (const step of steps.slice(0, -1)) expect(step).toMatchObject({ outcome: 'running', kind: 'apply' });
+      expect(steps).toHaveLength(MAX_UNBEGUN_APPLY_LOSSES);
       expect(steps.at(-1)).toEqual({ outcome: 'ended', state: 'failed' });
       const run = (await (await host.fetch(`/runtime-cloud/runs/${plan.job.runId}`, { claims: operator })).json()) as RunBody & { error?: { code: string; message: string } };
       expect(run.state).toBe('failed');

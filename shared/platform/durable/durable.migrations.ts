@@ -78,5 +78,11 @@ export const durableMigrations: MigrationSource = (dialect) => {
       await db.schema.alterTable('durable_instances').addColumn('parent_task_id', 'integer').execute();
     },
   };
-  return { '20261130-05-platform-durable-task-hub': migration, '20261204-05-platform-durable-parents': parents };
+  // Orchestration versioning: the version an instance was created with (null: none), which it keeps.
+  const versions: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('durable_instances').addColumn('orchestration_version', t.key).execute();
+    },
+  };
+  return { '20261130-05-platform-durable-task-hub': migration, '20261204-05-platform-durable-parents': parents, '20261205-05-platform-durable-versions': versions };
 };

@@ -10,8 +10,8 @@ async function body(request) {
 
 const operations = {
   start: async (client, instanceId, request) => {
-    const { name, input } = await body(request);
-    const id = await client.startNew(name, { ...(instanceId ? { instanceId } : {}), ...(input !== undefined ? { input } : {}) });
+    const { name, input, version } = await body(request);
+    const id = await client.startNew(name, { ...(instanceId ? { instanceId } : {}), ...(input !== undefined ? { input } : {}), ...(version ? { version } : {}) });
     // The management URLs, as createCheckStatusResponse hands them to HTTP callers (on the request's origin), and
     // as createHttpManagementPayload names them (on the host's address: the SDK reads WEBSITE_HOSTNAME for it).
     return { id, links: await client.createCheckStatusResponse(request, id).json(), payload: client.createHttpManagementPayload(id) };
