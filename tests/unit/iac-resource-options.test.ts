@@ -180,6 +180,11 @@ describe('resource options: replacement', () => {
     ]);
   });
 
+  it("when a new resource's replacementTrigger reads an output no provider here computes, then the plan fails IAC.UNKNOWN_OUTPUT (not its apply)", () => {
+    const p = program(`  source:\n    type: output:index:Resource\n  logs:\n    type: local:storage:Bucket\n    options:\n      replacementTrigger: \${source.output}\n`);
+    expect(thrown(() => plan(p))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'source', output: 'output', path: 'resources.logs.options.replacementTrigger' } });
+  });
+
   it('when the replacementTrigger value changes from what the state recorded, then replace; the same value is same', () => {
     const withTrigger = (value: string) => program(`  logs:\n    type: local:storage:Bucket\n    options:\n      replacementTrigger: ${value}\n`);
     const state = appliedFrom(plan(withTrigger('v1')), { logs: { replacementTrigger: 'v1' } });
@@ -358,6 +363,9 @@ describe('emulated providers in plans', () => {
     expect(plan(p).steps[1]?.inputs).toEqual({ password: { 'fn::computed': '${pw.result}' } });
     const bucket = program(`  bucket:\n    type: aws:s3:Bucket\n  site:\n    type: local:web:Site\n    properties:\n      origin: \${bucket.arn}\n`);
     expect(thrown(() => plan(bucket))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'bucket', output: 'arn', type: 'aws:s3:Bucket', path: 'resources.site.properties.origin' } });
+    // A member the provider fills in under an input object (Kubernetes' auto-named metadata.name).
+    const configMap = program(`  config:\n    type: kubernetes:core/v1:ConfigMap\n    properties:\n      metadata: { namespace: web }\n  app:\n    type: local:web:Site\n    properties:\n      configName: \${config.metadata.name}\n`);
+    expect(thrown(() => plan(configMap))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'config', output: 'metadata.name', type: 'kubernetes:core/v1:ConfigMap', path: 'resources.app.properties.configName' } });
     const bcrypt = program(`  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n  db:\n    type: local:sql:Database\n    properties:\n      hash: \${pw.bcryptHash}\n`);
     expect(thrown(() => plan(bcrypt)).message).toMatch(/does not emulate random:index:RandomPassword's bcryptHash/);
   });

@@ -426,6 +426,8 @@ class Planner {
     };
     if (d.get) return this.planRead(d, common, old);
     const desired = this.withOutputErrors(() => this.#evaluator.resourceInputs(d));
+    // The apply records the trigger of every resource: one it could not evaluate fails the plan, not the apply.
+    if (options.replacementTrigger !== undefined && old?.replacementTrigger === undefined) this.evaluate(options.replacementTrigger, ['resources', d.name, 'options', 'replacementTrigger']);
     const secret = secretOutputsOf(d);
     const emulation = emulationOf(d.type);
     let step: PlanStep;
@@ -583,18 +585,20 @@ class Planner {
     return this.withOutputErrors(() => this.#evaluator.evaluate(value, path));
   }
 
-  /** An unknown member of a resource's outputs is `IAC.UNKNOWN_OUTPUT`, naming the resource, the output and the type. */
+  /**
+   * An unknown member of a resource's outputs, at any depth (`${bucket.arn}`, `${config.metadata.name}` where the
+   * inputs have `metadata` without `name`), is `IAC.UNKNOWN_OUTPUT`, naming the resource, the output and the type.
+   */
   private withOutputErrors<T>(work: () => T): T {
     try {
       return work();
     } catch (error) {
       if (!(error instanceof AppError) || error.code !== 'IAC.UNKNOWN_REFERENCE') throw error;
       const reference = typeof error.details.reference === 'string' ? parsePath(error.details.reference) : undefined;
-      const [root, member] = reference ?? [];
+      const [root, ...members] = reference ?? [];
       const d = typeof root === 'string' ? this.#declarations.get(root) : undefined;
-      const outputs = d ? this.#outputs.get(d.name) : undefined;
-      if (!d || typeof member !== 'string' || !outputs || outputs[member] !== undefined) throw error;
-      throw unknownOutput(d, member, error.details.path);
+      if (!d || typeof members[0] !== 'string' || !this.#outputs.get(d.name)) throw error;
+      throw unknownOutput(d, members, error.details.path);
     }
   }
 }
@@ -613,9 +617,10 @@ function checkedOrder(order: readonly string[], dependencies: ReadonlyMap<string
   return [...order];
 }
 
-function unknownOutput(d: ResourceDeclaration, output: string, path: unknown): AppError {
+function unknownOutput(d: ResourceDeclaration, members: readonly PathSegment[], path: unknown): AppError {
   const emulation = emulationOf(d.type);
-  const why = emulation?.notEmulated.includes(output)
+  const output = formatPath(members);
+  const why = emulation?.notEmulated.includes(String(members[0]))
     ? `the local engine does not emulate ${d.type}'s ${output}`
     : emulation
       ? `${d.type} has the outputs ${[...emulation.outputs, 'and its inputs'].join(', ')}`
