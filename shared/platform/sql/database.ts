@@ -219,6 +219,12 @@ export function postgresDialect(options: SqlStoreOptions): Dialect {
   // An idle connection the server ended (a restart, `pg_terminate_backend`) is an 'error' event of the pool, which
   // drops that connection itself; unheard, the event would end the process. The next query opens a new one.
   pool.on('error', () => undefined);
+  // A connection the server ends while it is checked out is an 'error' event of the client, unheard by Kysely: the
+  // query in flight fails with it, and the pool drops the broken connection when it is given back. The listener goes
+  // on as the pool makes the connection ('connect' comes before the pool takes its own idle listener off): a server
+  // that ends it right as it becomes ready sends both in one segment, and the event comes before the connection's
+  // first user could listen.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return new SearchPathPostgresDialect({ pool: withNamedStatements(pool) });
 }
 
@@ -234,10 +240,6 @@ function withNamedStatements(pool: pg.Pool): pg.Pool {
     const client = await connect();
     if (!patched.has(client)) {
       patched.add(client);
-      // The server ending a connection that is checked out (a restart, `pg_terminate_backend`) is an 'error' event of
-      // the client, unheard by Kysely, which would end the process: the query in flight fails with it, and the pool
-      // drops the broken connection when it is given back.
-      client.on('error', () => undefined);
       const query = client.query.bind(client) as (...args: unknown[]) => unknown;
       (client as { query: unknown }).query = (text: unknown, values?: unknown) => {
         const name = typeof text === 'string' ? statementName(text) : undefined;
