@@ -11,7 +11,7 @@ Usage:
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
       secret and config references; see the README walk-through).
-  runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--runner-pool P] [--state-dir DIR]
+  runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--user OID [--directory TID]] [--ttl SECONDS] [--runner-pool P] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]
       Prints a PromotionApproved message (JSON, a fresh promotionId each time) for the example desired state
@@ -44,7 +44,7 @@ const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR] [--app DIR
                     the example repository desired-state.git and references.json
 `;
 
-const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--ttl SECONDS] [--state-dir DIR]
+const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--user OID [--directory TID]] [--ttl SECONDS] [--state-dir DIR]
   --tenant T        bind the token to tenant T (a tenant claim)
   --client APP_ID   the client application id (azp claim), as Entra issues it; a client listed in
                     RuntimeCloud__Auth__Clients acts for its tenant only, and with --tenant naming another is refused
@@ -52,6 +52,10 @@ const TOKEN_USAGE = `runtime-cloud token [--tenant T] [--client APP_ID] [--role 
   --scope S         factory.health.read | factory.meta.read | factory.runtime.read | factory.capacity.lease |
                     factory.provisioning.operate | factory.runtime.admin (repeatable)
   --subject ID      the token's subject (default local-developer)
+  --user OID        a person's delegated token (scopes in scp, oid OID), as Entra issues one to an app acting for
+                    a signed-in user; without it the token is an application's own (idtyp app, scopes in roles),
+                    and only such a token may name a tenant with a service scope
+  --directory TID   with --user: the person's directory (tid claim)
   --ttl SECONDS     lifetime (default 3600)
   --runner-pool P   a runner agent's pool credential for pool P (scope factory.runner.agent, claim runner_pool)
   --state-dir DIR   where the local issuer's key lives (default .runtime-cloud)
@@ -220,6 +224,8 @@ async function token(args: string[]): Promise<number> {
       role: { type: 'string', multiple: true },
       scope: { type: 'string', multiple: true },
       subject: { type: 'string' },
+      user: { type: 'string' },
+      directory: { type: 'string' },
       ttl: { type: 'string' },
       'runner-pool': { type: 'string' },
       'state-dir': { type: 'string' },
@@ -229,6 +235,10 @@ async function token(args: string[]): Promise<number> {
   if (values.help) {
     process.stdout.write(TOKEN_USAGE);
     return 0;
+  }
+  if (values.directory !== undefined && values.user === undefined) {
+    process.stderr.write(`--directory goes with --user\n\n${TOKEN_USAGE}`);
+    return 2;
   }
   if (values.client === '') {
     process.stderr.write(`--client needs an application id\n\n${TOKEN_USAGE}`);
@@ -244,6 +254,7 @@ async function token(args: string[]): Promise<number> {
     ...(values.subject !== undefined ? { subject: values.subject } : {}),
     ...(values.tenant !== undefined ? { tenant: values.tenant } : {}),
     ...(values.client !== undefined ? { client: values.client } : {}),
+    ...(values.user !== undefined ? { user: { oid: values.user, ...(values.directory !== undefined ? { tid: values.directory } : {}) } } : {}),
     roles: values.role ?? [],
     // A runner agent's pool credential: the agent scope, bound to the pool.
     scopes: values['runner-pool'] !== undefined ? [...(values.scope ?? []), 'factory.runner.agent'] : (values.scope ?? []),

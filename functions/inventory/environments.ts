@@ -24,7 +24,7 @@ export const getDrift = endpoint({ scope: 'factory.runtime.read' }, async ({ req
 /** Scans the environment now: 200 with the scan record (completed, failed or skipped, with why). */
 export const scanEnvironment = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, tenants, principal }) => {
   const environment = await deps.inventory.getEnvironment(tenants(), request.params.id ?? '');
-  return { status: 200, jsonBody: await deps.inventory.scan({ tenant: environment.tenantId, id: environment.id }, { kind: 'manual', by: principal.subject }) };
+  return { status: 200, jsonBody: await deps.inventory.scan({ tenant: environment.tenantId, id: environment.id }, { kind: 'manual', by: principal.person }) };
 });
 
 /**
@@ -35,7 +35,7 @@ export const scanEnvironment = endpoint({ scope: 'factory.provisioning.operate' 
 const scanningBody = z.object({ enabled: z.boolean(), reason: z.string().min(1).max(2000) });
 
 export const setScanning = endpoint({ scope: 'factory.provisioning.operate', body: scanningBody }, async ({ request, deps, tenants, principal, body }) => {
-  return { status: 200, jsonBody: await deps.inventory.setScanning(tenants(), request.params.id ?? '', { enabled: body.enabled, by: principal.subject, reason: body.reason }) };
+  return { status: 200, jsonBody: await deps.inventory.setScanning(tenants(), request.params.id ?? '', { enabled: body.enabled, by: principal.person, reason: body.reason }) };
 });
 
 const rulesQuery = pageQuery.extend({ includeDeleted: z.enum(['true', 'false']).default('false') });
@@ -65,7 +65,7 @@ export const addIgnoreRule = endpoint({ scope: 'factory.provisioning.operate', b
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const { idempotencyKey: _key, ...rule } = body;
   const { rule: recorded, created } = await deps.inventory.addIgnoreRule(tenants(), request.params.id ?? '', { ...rule, expiresAt: new Date(rule.expiresAt).toISOString() }, {
-    by: principal.subject,
+    by: principal.person,
     ...(key !== undefined ? { idempotencyKey: key } : {}),
   });
   const location = `/runtime-cloud/environments/${encodeURIComponent(request.params.id ?? '')}/ignore-rules/${recorded.id}`;
@@ -74,7 +74,7 @@ export const addIgnoreRule = endpoint({ scope: 'factory.provisioning.operate', b
 
 /** Deletes a rule: it stops applying; it stays listed with `?includeDeleted=true`, with who deleted it. */
 export const deleteIgnoreRule = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, deps, tenants, principal }) => {
-  await deps.inventory.deleteIgnoreRule(tenants(), request.params.id ?? '', request.params.ruleId ?? '', principal.subject);
+  await deps.inventory.deleteIgnoreRule(tenants(), request.params.id ?? '', request.params.ruleId ?? '', principal.person);
   return { status: 204 };
 });
 

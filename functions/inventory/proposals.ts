@@ -30,12 +30,12 @@ export const getProposal = endpoint({ scope: 'factory.runtime.read' }, async ({ 
  * `INVENTORY.PROPOSAL_NOT_OPEN` for a proposal that is dismissed, superseded or resolved.
  */
 export const acceptProposal = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, tenants, principal }) => {
-  const request_ = await deps.inventory.reconciliationFor(tenants(), request.params.id ?? '', principal.subject);
+  const request_ = await deps.inventory.reconciliationFor(tenants(), request.params.id ?? '', principal.person);
   const result = await deps.provisioning.reconcile(request_);
   crashPoint('reconciliation:recorded', result.run.id);
   if (!isTerminal(result.run.state)) await startRun(df.getClient(context), result.run, deps.provisioning.timings, { onlyIfAbsent: result.outcome === 'duplicate' });
   crashPoint('reconciliation:started', result.run.id);
-  return { status: 200, jsonBody: await deps.inventory.acceptedAs(request_.proposalId, result.run.id, principal.subject) };
+  return { status: 200, jsonBody: await deps.inventory.acceptedAs(request_.proposalId, result.run.id, principal.person) };
 });
 
 /** Changing this body is a breaking change for Studio and operators' scripts. */
@@ -43,7 +43,7 @@ const dismissBody = z.object({ reason: z.string().min(1).max(2000) });
 
 /** Dismisses an open proposal, recorded with who and why; the same findings open no new proposal. */
 export const dismissProposal = endpoint({ scope: 'factory.provisioning.operate', body: dismissBody }, async ({ request, deps, tenants, principal, body }) => {
-  return { status: 200, jsonBody: await deps.inventory.dismiss(tenants(), request.params.id ?? '', { by: principal.subject, reason: body.reason }) };
+  return { status: 200, jsonBody: await deps.inventory.dismiss(tenants(), request.params.id ?? '', { by: principal.person, reason: body.reason }) };
 });
 
 const app = moduleApp('inventory');

@@ -50,7 +50,7 @@ export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body
   try {
     run = await deps.provisioning.approve(tenants(), runId, {
       planDigest: body.planDigest,
-      by: principal.subject,
+      by: principal.person,
       ...(body.comment !== undefined ? { comment: body.comment } : {}),
     });
   } catch (thrown) {
@@ -67,7 +67,7 @@ export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body
  * (rejected, ProvisioningFailed published). The event wakes its orchestration, which then ends.
  */
 export const rejectRun = endpoint({ scope: 'factory.provisioning.operate', body: rejectBody }, async ({ request, context, deps, principal, tenants, body }) => {
-  const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.subject });
+  const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.person });
   await wakeRun(context, run.id, 'rejected');
   return { status: 200, jsonBody: runView(run) };
 });
@@ -77,14 +77,14 @@ export const rejectRun = endpoint({ scope: 'factory.provisioning.operate', body:
  * own approval where the policy asks for one. 200 with the run (planning); 409 `PROVISIONING.RUN_NOT_STALE`.
  */
 export const replanRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
-  const run = await deps.provisioning.replan(tenants(), request.params.id ?? '', principal.subject);
+  const run = await deps.provisioning.replan(tenants(), request.params.id ?? '', principal.person);
   await wakeRun(context, run.id, 'replan');
   return { status: 200, jsonBody: runView(run) };
 });
 
 /** Cancels a queued run: 200 with the run; 409 `PROVISIONING.RUN_NOT_CANCELABLE` once it has started planning. */
 export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
-  const run = await deps.provisioning.cancel(tenants(), request.params.id ?? '', principal.subject);
+  const run = await deps.provisioning.cancel(tenants(), request.params.id ?? '', principal.person);
   // Its orchestration finds the run canceled when it next asks for the stack, and ends: woken now rather than at its
   // retry timer. Runs that queued behind it may go first now.
   try {

@@ -55,7 +55,7 @@ const unlockBody = z.object({ reason: z.string().min(1).max(2000), version: z.nu
  */
 export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: unlockBody }, async ({ request, context, deps, principal, body }) => {
   const stack = routeStack(request);
-  const broken = await deps.provisioning.unlockStack(stack, { by: principal.subject, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
+  const broken = await deps.provisioning.unlockStack(stack, { by: principal.person, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
   logOf(context).warn(`the stack lock (version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`, { stack: qualifiedStackName(stack), runId: broken.lock.holderRun });
   // The first run waiting for the stack takes it now rather than at its retry timer.
   await wakeNextOnStack(context, deps.provisioning, { stack });

@@ -44,6 +44,13 @@ export interface TokenRequest {
   readonly scopes?: readonly string[];
   /** The runner pool of a runner agent's token, issued as `runner_pool`. Example: `local-runner`. */
   readonly runnerPool?: string;
+  /**
+   * A person's delegated token, as Entra issues one to an application acting for a signed-in user: the scopes in
+   * `scp`, the person's object id in `oid` and their directory in `tid`. Without it the token is an application's
+   * own (`idtyp: app`, scopes in `roles` as Entra issues application permissions).
+   * Example: `{ oid: '02223b6b-aa1d-42d4-9ec0-1b2bb9194438', tid: 'fa15d692-e9c7-4460-a743-29f2956fd429' }`.
+   */
+  readonly user?: { readonly oid: string; readonly tid?: string };
   /** Lifetime. Example: `3600`. */
   readonly ttlSeconds?: number;
 }
@@ -53,8 +60,17 @@ export async function issueLocalToken(keys: LocalKeys, request: TokenRequest): P
   const claims: Record<string, unknown> = {};
   if (request.tenant) claims.tenant = request.tenant;
   if (request.client) claims.azp = request.client;
-  if (request.roles?.length) claims.roles = [...request.roles];
-  if (request.scopes?.length) claims.scp = request.scopes.join(' ');
+  if (request.user) {
+    claims.oid = request.user.oid;
+    if (request.user.tid) claims.tid = request.user.tid;
+    if (request.roles?.length) claims.roles = [...request.roles];
+    // Entra puts `scp` in every delegated token; an empty one still says the token is a person's.
+    claims.scp = (request.scopes ?? []).join(' ');
+  } else {
+    claims.idtyp = 'app';
+    const roles = [...(request.roles ?? []), ...(request.scopes ?? [])];
+    if (roles.length) claims.roles = roles;
+  }
   if (request.runnerPool) claims.runner_pool = request.runnerPool;
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'ES256', kid: keys.privateJwk.kid ?? 'local', typ: 'JWT' })

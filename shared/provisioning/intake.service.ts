@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
@@ -50,7 +51,7 @@ export async function intake(ctx: ProvisioningContext, message: IntakeMessage): 
   const parsed = parsePromotion(message.body);
   if (parsed.outcome === 'invalid') return rejectMessage(ctx, message.messageId, message.body, parsed.problems);
   const promotion = parsed.promotion;
-  const known = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
+  const known = await retryingContention(() => findRunByPromotion(ctx.db, promotion.tenantId, promotion.promotionId));
   if (known) return duplicate(ctx, known, message.messageId);
   // Outside the transaction: it reads Git. A transient failure here throws, and the message is delivered again.
   const checked = await checkPromotion(ctx, promotion).catch((thrown: unknown) => {
@@ -71,7 +72,7 @@ export async function intake(ctx: ProvisioningContext, message: IntakeMessage): 
       }
       if (!isUniqueViolation(thrown)) throw thrown;
       // Another host took the same promotion in at the same moment: its run is the one.
-      const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.promotionId));
+      const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.tenantId, promotion.promotionId));
       if (winner) return duplicate(ctx, winner, message.messageId);
       // Another host bound the environment to its stack at the same moment: once more, which reads that binding.
       if (attempt > 1) throw thrown;
@@ -97,7 +98,7 @@ async function recordRun(ctx: ProvisioningContext, trx: Transaction<Provisioning
     // would only be undone.
     events.push(...(await supersedeQueued(trx, run, `promotion ${promotion.promotionId}`, at)));
   }
-  await recordRunInbound(ctx, trx, { messageId, businessKey: promotion.promotionId, outcome: refusal ? 'rejected' : 'queued' });
+  await recordRunInbound(ctx, trx, { messageId, run, outcome: refusal ? 'rejected' : 'queued' });
   await appendEvents(ctx, trx, events);
   return refusal ? { outcome: 'rejected', run, code: refusal.code, reason: refusal.message } : { outcome: 'accepted', run };
 }
@@ -109,7 +110,15 @@ async function duplicate(ctx: ProvisioningContext, run: Run, messageId: string):
 
 /** A message for a run that exists: recorded so the resend is visible in the inbox (a redelivery records nothing new). */
 export async function recordResend(ctx: ProvisioningContext, run: Run, messageId: string): Promise<void> {
-  await retryingContention(() => recordInbound(inboxOf(ctx.db), { module: PROVISIONING_MODULE, messageId, businessKey: run.promotionId }, ctx.clock));
+  await retryingContention(() => recordInbound(inboxOf(ctx.db), { module: PROVISIONING_MODULE, messageId, businessKey: runBusinessKey(run) }, ctx.clock));
+}
+
+/**
+ * A run's business key in the inbox: its key is unique per tenant only, so the inbox keys it with its tenant (as a
+ * digest: a tenant id and a key may each be 200 characters, the inbox's column too).
+ */
+function runBusinessKey(run: Pick<Run, 'tenant' | 'promotionId'>): string {
+  return `run:${createHash('sha256').update(JSON.stringify([run.tenant, run.promotionId])).digest('hex')}`;
 }
 
 /**
@@ -159,6 +168,13 @@ async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionAppr
   if (!environment) {
     return refused({ code: ExternalErrors.unknownEnvironment, message: `the control plane does not know environment ${promotion.environment.id} of tenant ${promotion.tenantId}` });
   }
+  // The tier decides approval and four eyes: the control plane's, and a message naming another is refused.
+  if (environment.tier !== undefined && environment.tier !== promotion.environment.tier) {
+    return refused({
+      code: RunErrors.tierMismatch,
+      message: `the promotion names tier ${promotion.environment.tier} for environment ${promotion.environment.id}, which the control plane has as ${environment.tier}`,
+    });
+  }
   const target = environment.target ?? ctx.targets.byRules({ tenant: promotion.tenantId, environment: promotion.environment.id, tier: promotion.environment.tier });
   if (!ctx.targets.ids.includes(target)) {
     return refused({ code: RunErrors.unknownTarget, message: `the control plane puts environment ${promotion.environment.id} on target ${target}, which this installation does not have` });
@@ -196,10 +212,10 @@ async function rejectMessage(ctx: ProvisioningContext, messageId: string, body: 
 export async function recordRunInbound(
   ctx: ProvisioningContext,
   trx: Transaction<ProvisioningTables>,
-  entry: { readonly messageId: string; readonly businessKey: string; readonly outcome: 'queued' | 'rejected' },
+  entry: { readonly messageId: string; readonly run: Pick<Run, 'tenant' | 'promotionId'>; readonly outcome: 'queued' | 'rejected' },
 ): Promise<void> {
   const inbox = inboxOf(trx);
-  const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId: entry.messageId, businessKey: entry.businessKey }, ctx.clock);
+  const inbound = await recordInbound(inbox, { module: PROVISIONING_MODULE, messageId: entry.messageId, businessKey: runBusinessKey(entry.run) }, ctx.clock);
   if (!inbound.isNew) throw new MessageIdReused();
   await markInboundProcessed(inbox, { module: PROVISIONING_MODULE, messageId: entry.messageId, outcome: entry.outcome }, ctx.clock);
 }

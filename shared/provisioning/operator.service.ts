@@ -1,5 +1,5 @@
 import type { Transaction } from 'kysely';
-import type { TenantFilter } from '../platform/auth/auth';
+import { samePerson, type TenantFilter } from '../platform/auth/auth';
 import { AppError } from '../platform/errors/app-error';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -31,7 +31,7 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
   const target = await retryingContention(() => findRun(ctx.db, runId, tenants));
   if (target) {
     const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => ctx.services.controlPlane.environment(target.tenant, target.environment.id));
-    if (!environment || (environment.approvers !== undefined && !environment.approvers.includes(approval.by))) {
+    if (!environment || (environment.approvers !== undefined && !environment.approvers.some((approver) => samePerson(approver, approval.by)))) {
       throw new AppError(ExternalErrors.approverNotAllowed, 'forbidden', `${approval.by} may not approve plans of environment ${target.environment.id}`, {
         runId,
         environment: target.environment.id,
@@ -44,8 +44,9 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
     if (run.state === 'stale') return { stale: run, reason: run.error ?? { code: RunErrors.planStale, message: 'the plan is stale' } };
     if (run.state !== 'awaiting-approval') throw notAwaitingApproval(run);
     const at = nowOf(ctx);
-    // Four eyes: where a second person must approve, whoever asked for the run (or for its fresh plan) may not.
-    if (secondPersonRequired(run.environment, ctx.approvalPolicy) && (await runRequesters(trx, run)).includes(approval.by)) {
+    // Four eyes: where a second person must approve, whoever asked for the run (or for its fresh plan) may not. Persons
+    // are compared as the identity platform names them (auth.ts `samePerson`), never by a token's pairwise `sub`.
+    if (secondPersonRequired(run.environment, ctx.approvalPolicy) && (await runRequesters(trx, run)).some((requester) => samePerson(requester, approval.by))) {
       const refused = new AppError(RunErrors.selfApproval, 'forbidden', `${approval.by} asked for run ${runId}, and environment ${run.environment.id} needs a second person to approve it`, {
         runId,
         environment: run.environment.id,

@@ -35,7 +35,7 @@ export async function poolResize(ctx: ProvisioningContext, message: { readonly m
     return rejectResize(ctx, message.messageId, { ...(parsed.pool !== undefined ? { pool: parsed.pool } : {}), code: RunErrors.invalidPoolResize, reason, problems: parsed.problems });
   }
   const resize = parsed.resize;
-  const known = await retryingContention(() => findRunByPromotion(ctx.db, poolResizeKey(resize.eventId)));
+  const known = await retryingContention(() => findRunByPromotion(ctx.db, resize.iacStack.tenant, poolResizeKey(resize.eventId)));
   if (known) return duplicate(ctx, known, message.messageId);
   const base = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, resize.iacStack));
   if (!base) {
@@ -49,7 +49,7 @@ export async function poolResize(ctx: ProvisioningContext, message: { readonly m
     if (thrown instanceof MessageIdReused) return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
     // Another host took the same event in at the same moment: its run is the one.
     if (isUniqueViolation(thrown)) {
-      const winner = await retryingContention(() => findRunByPromotion(ctx.db, poolResizeKey(resize.eventId)));
+      const winner = await retryingContention(() => findRunByPromotion(ctx.db, resize.iacStack.tenant, poolResizeKey(resize.eventId)));
       if (winner) return duplicate(ctx, winner, message.messageId);
     }
     throw thrown;
@@ -72,7 +72,7 @@ async function recordResize(ctx: ProvisioningContext, trx: Transaction<Provision
   });
   // A newer size of the pool replaces a resize still queued: only the latest size is worth applying.
   const events = await supersedeQueued(trx, run, `pool ${resize.pool} resized to ${resize.toCapacity}`, at);
-  await recordRunInbound(ctx, trx, { messageId, businessKey: run.promotionId, outcome: 'queued' });
+  await recordRunInbound(ctx, trx, { messageId, run, outcome: 'queued' });
   await appendEvents(ctx, trx, events);
   return { outcome: 'accepted', run };
 }

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { dropIndex, type MigrationSource, renameTable, sqlTypes, withSeq } from '../platform/sql/migrations';
+import { dropColumnUnique, dropIndex, type MigrationSource, renameTable, sqlTypes, withSeq } from '../platform/sql/migrations';
 import type { SqlDialect } from '../platform/sql/dialect';
 
 /**
@@ -247,6 +247,14 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
     '20261205-10-provisioning-runner-job-apply-began': {
       async up(db: Kysely<unknown>) {
         await db.schema.alterTable('provisioning_runner_jobs').addColumn('apply_began_at', 'bigint').execute();
+      },
+    },
+    // A run's business key (its promotion id) is unique per tenant, not across tenants: one tenant's promotion id
+    // must never make another tenant's promotion of the same id a duplicate of it.
+    '20261206-10-provisioning-run-keys-by-tenant': {
+      async up(db: Kysely<unknown>) {
+        await dropColumnUnique(db, dialect, 'provisioning_runs', 'promotion_id');
+        await db.schema.createIndex('provisioning_runs_key').on('provisioning_runs').columns(['tenant_id', 'promotion_id']).unique().execute();
       },
     },
   };

@@ -237,8 +237,8 @@ export interface NewRun {
   readonly id: string;
   /**
    * The business key, one run per key: the promotionId, `pool-resize:<event id>` or
-   * `reconciliation:<proposal id>`. Stored as `promotion_id`,
-   * whose unique constraint makes a second run of one key fail.
+   * `reconciliation:<proposal id>`. Stored as `promotion_id`, unique per tenant (`provisioning_runs_key`): a second
+   * run of one tenant's key fails, while another tenant's equal key is another run.
    */
   readonly key: string;
   readonly tenant: string;
@@ -308,8 +308,9 @@ export async function findRun(db: Executor, id: string, tenants: TenantFilter = 
   return row ? runRowToRun(row) : undefined;
 }
 
-export async function findRunByPromotion(db: Executor, promotionId: string): Promise<Run | undefined> {
-  const row = await db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('promotion_id', '=', promotionId).executeTakeFirst();
+/** The tenant's run of a business key (a promotion id, a pool resize's or a reconciliation's key): keys are per tenant. */
+export async function findRunByPromotion(db: Executor, tenant: string, promotionId: string): Promise<Run | undefined> {
+  const row = await db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('tenant_id', '=', tenant).where('promotion_id', '=', promotionId).executeTakeFirst();
   return row ? runRowToRun(row) : undefined;
 }
 

@@ -36,7 +36,7 @@ export async function reconcile(ctx: ProvisioningContext, request: ReconcileRequ
   }
   const valid = parsed.request;
   const key = reconciliationKey(valid.proposalId);
-  const known = await retryingContention(() => findRunByPromotion(ctx.db, key));
+  const known = await retryingContention(() => findRunByPromotion(ctx.db, valid.tenant, key));
   if (known) return { outcome: 'duplicate', run: known };
   const stack = { tenant: valid.tenant, project: valid.project, stack: valid.stack };
   // The stack is the requesting tenant's by its identity: another tenant's stack of the same names is not even read.
@@ -54,7 +54,7 @@ export async function reconcile(ctx: ProvisioningContext, request: ReconcileRequ
   } catch (thrown) {
     // The same proposal accepted twice at the same moment: the run that got in is the one.
     if (isUniqueViolation(thrown)) {
-      const winner = await retryingContention(() => findRunByPromotion(ctx.db, key));
+      const winner = await retryingContention(() => findRunByPromotion(ctx.db, valid.tenant, key));
       if (winner) return { outcome: 'duplicate', run: winner };
     }
     throw thrown;

@@ -272,6 +272,12 @@ export const RunErrors = {
   stackMismatch: 'PROVISIONING.STACK_MISMATCH',
   /** The environment lives on another target than the one its first run bound it to: the promotion is refused. */
   targetMismatch: 'PROVISIONING.TARGET_MISMATCH',
+  /**
+   * The promotion names another tier than the ControlPlaneApi gives its environment: the tier decides approval and
+   * four eyes, so it is the control plane's, never the message's (only a tier the control plane leaves unspecified
+   * lets the message's stand).
+   */
+  tierMismatch: 'PROVISIONING.TIER_MISMATCH',
   /** The ControlPlaneApi puts the environment on a target this installation does not have. */
   unknownTarget: 'PROVISIONING.UNKNOWN_TARGET',
   superseded: 'PROVISIONING.SUPERSEDED',

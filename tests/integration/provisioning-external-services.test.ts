@@ -188,6 +188,42 @@ for (const dialect of DIALECTS) {
       expect(result).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.UNKNOWN_ENVIRONMENT' });
     });
 
+    it("when a promotion's tier disagrees with the control plane's, then it is a rejected run TIER_MISMATCH with its event; the control plane's tier, or the message's where it has none, is accepted (two tenants, one environment id)", async () => {
+      // Arrange: one environment id, production for tenant-a and development for tenant-b; env-no-tier has no tier.
+      const { service } = host({
+        controlPlane: {
+          environments: [
+            { tenant: 'tenant-a', id: 'env-tier', tier: 'production' },
+            { tenant: 'tenant-b', id: 'env-tier', tier: 'development' },
+            { id: 'env-no-tier' },
+          ],
+        },
+      });
+      const promote = (tenantId: string, tier: 'development' | 'production', environmentId: string) =>
+        service.intake({
+          messageId: `msg-${dialect}-${++messages}`,
+          body: aStackPromotion(example.repository, tier, { stack: freshStack(tier), environmentId, overrides: { tenantId } }),
+        });
+
+      // Act
+      const downgraded = await promote('tenant-a', 'development', 'env-tier');
+      const upgraded = await promote('tenant-b', 'production', 'env-tier');
+      const asListedA = await promote('tenant-a', 'production', 'env-tier');
+      const asListedB = await promote('tenant-b', 'development', 'env-tier');
+      const unlisted = await promote('tenant-a', 'development', 'env-no-tier');
+
+      // Assert
+      for (const refused of [downgraded, upgraded]) {
+        expect(refused).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.TIER_MISMATCH' });
+        if (refused.outcome !== 'rejected' || !refused.run) throw new Error('expected a rejected run');
+        expect((await eventsOf(refused.run.id)).filter((e) => e.type === 'ProvisioningFailed')).toHaveLength(1);
+      }
+      expect(downgraded).toMatchObject({ reason: expect.stringContaining('the control plane has as production') });
+      expect(asListedA).toMatchObject({ outcome: 'accepted', run: { tenant: 'tenant-a', environment: { tier: 'production' } } });
+      expect(asListedB).toMatchObject({ outcome: 'accepted', run: { tenant: 'tenant-b', environment: { tier: 'development' } } });
+      expect(unlisted).toMatchObject({ outcome: 'accepted', run: { environment: { tier: 'development' } } });
+    });
+
     it('when a run plans and applies, then both receipts are artifacts at the KnowledgeHost, their ids on the run, and the apply has audit evidence with its approver', async () => {
       // Arrange
       const { service, services } = host();

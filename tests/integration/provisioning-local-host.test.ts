@@ -144,9 +144,10 @@ describe('provisioning on the local host', () => {
     expect(resources[1]?.properties).toMatchObject({ environment: { DB_PASSWORD: EXAMPLE_SECRETS.development } });
   });
 
-  it('when a production promotion is sent, then it waits for approval; the wrong digest is refused with 409, the right one applies it', async () => {
-    // Arrange
-    const promotion = examplePromotion('production', example.repository);
+  it('when a production promotion is sent, then it waits for approval; its requester (by oid, under another sub) is refused, the wrong digest is refused with 409, the right one applies it', async () => {
+    // Arrange: asked for by a person as Entra names them (tid/oid); their token for this API has another, pairwise sub.
+    const requester = { oid: '690222be-ff1a-4d56-abd1-7e4f7d38e474', tid: '72f988bf-86f1-41af-91ab-2d7cd011db47' };
+    const promotion = { ...examplePromotion('production', example.repository), requestedBy: `${requester.tid}/${requester.oid}` };
     await send(promotion, `prod-${promotion.promotionId}`);
     const queued = await runOf(promotion);
     const waiting = await runIn(queued.runId, ['awaiting-approval', 'failed']);
@@ -160,12 +161,15 @@ describe('provisioning on the local host', () => {
 
     // Act
     const observer = await approve(waiting.planDigest ?? '', { tenant: 'demo-team', roles: ['Observer'] });
+    const byRequester = await approve(waiting.planDigest ?? '', { tenant: 'demo-team', roles: ['Operator'], subject: 'HKZpfaHyWadeOouYlitjrI-KffTm222X5rrV3xDqfKQ', user: requester });
     const wrong = await approve(`sha256:${'a'.repeat(64)}`);
     const right = await approve(waiting.planDigest ?? '');
 
     // Assert
     expect(waiting).toMatchObject({ state: 'awaiting-approval', waitingFor: { kind: 'approval', planDigest: waiting.planDigest } });
     expect(observer.status).toBe(403);
+    expect(byRequester.status).toBe(403);
+    expect(await byRequester.json()).toMatchObject({ code: 'PROVISIONING.SELF_APPROVAL', by: promotion.requestedBy });
     expect(wrong.status).toBe(409);
     expect(wrong.headers.get('content-type')).toBe('application/problem+json');
     expect(await wrong.json()).toMatchObject({ code: 'PROVISIONING.PLAN_DIGEST_MISMATCH', planDigest: waiting.planDigest });

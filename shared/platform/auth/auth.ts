@@ -38,6 +38,18 @@ export const ROLE_SCOPES: Readonly<Record<Role, readonly Scope[]>> = {
 export interface Principal {
   readonly subject: string;
   /**
+   * The person (or application) behind the token, as the identity platform names it: `<tid>/<oid>` when the token
+   * has an `oid` (Entra's object id of the user or service principal, the same for every application it signs in
+   * to; `oid` alone without a `tid`), else its `sub` (which Entra makes pairwise per application, so it names no one
+   * across applications). What four eyes compares, and what decisions are recorded by.
+   */
+  readonly person: string;
+  /**
+   * An application acting for itself (client credentials): `idtyp: app`, or no `scp` and no `idtyp` (every
+   * delegated token carries `scp`). Only such a token may hold tenant-less service scopes.
+   */
+  readonly application: boolean;
+  /**
    * The tenant the token is bound to: its `tenant` claim (local issuer), or the tenant its client is listed for in
    * `RuntimeCloud__Auth__Clients` (Entra). Absent for services and platform administrators.
    */
@@ -47,7 +59,11 @@ export interface Principal {
   readonly roles: ReadonlySet<Role>;
   /** Scopes from `scp` plus those granted by roles. */
   readonly scopes: ReadonlySet<Scope>;
-  /** Scopes the token carries itself in `scp` (a service acting for tenants). */
+  /**
+   * Service scopes an application token carries itself (in `roles`, as Entra issues application permissions), which
+   * let a tenant-less service act for a tenant it names. Always empty for a delegated token, whatever its `roles`
+   * say: a person acts through the roles granted to them.
+   */
   readonly directScopes: ReadonlySet<Scope>;
   /**
    * The runner pool a runner agent serves: its token's `runner_pool` claim (local issuer), or the pool its client is
@@ -80,11 +96,12 @@ export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_C
   const scp: unknown[] = typeof payload.scp === 'string' ? payload.scp.split(' ') : Array.isArray(payload.scp) ? (payload.scp as unknown[]) : [];
   const rawRoles: unknown[] = Array.isArray(payload.roles) ? (payload.roles as unknown[]) : [];
   const roles = new Set(rawRoles.filter((r): r is Role => ROLES.includes(r as Role)));
-  // Entra app-only tokens carry application permissions in `roles`; accept scope names there too.
-  const direct = new Set(
-    [...scp, ...rawRoles].filter((s): s is Scope => typeof s === 'string' && SCOPES.includes(s as Scope)),
-  );
-  const scopes = new Set<Scope>(direct);
+  const application = isApplicationToken(payload);
+  const scopeNames = (names: readonly unknown[]) => names.filter((s): s is Scope => typeof s === 'string' && SCOPES.includes(s as Scope));
+  // Entra app-only tokens carry application permissions in `roles`; a delegated token's `roles` are the person's
+  // app roles, and a scope name there grants nothing (a person's rights come from its roles and its `scp`).
+  const direct = new Set(application ? scopeNames(rawRoles) : []);
+  const scopes = new Set<Scope>(application ? direct : scopeNames(scp));
   for (const role of roles) for (const scope of ROLE_SCOPES[role]) scopes.add(scope);
   const claimed = tenantClaim(payload);
   const client = clientClaim(payload);
@@ -101,12 +118,56 @@ export function principalFrom(payload: JWTPayload, clients: ClientTenants = NO_C
   return {
     ...(pool !== undefined ? { runnerPool: pool } : {}),
     subject: payload.sub ?? 'unknown',
+    person: personOf(payload),
+    application,
     ...(tenant !== undefined ? { tenant } : {}),
     ...(client !== undefined ? { client } : {}),
     roles,
     scopes,
     directScopes: direct,
   };
+}
+
+/**
+ * Whether the token is an application's own (client credentials) rather than one acting for a signed-in person:
+ * `idtyp: app` (Entra's optional claim), or a token with neither `scp` nor `idtyp` (Entra puts `scp` in every
+ * delegated token, v1 and v2). A token saying `idtyp: app` while carrying `scp` contradicts itself and is taken as
+ * delegated: it gets the lesser rights.
+ */
+function isApplicationToken(payload: JWTPayload): boolean {
+  const delegated = 'scp' in payload;
+  if (payload.idtyp === 'app') return !delegated;
+  return payload.idtyp === undefined && !delegated;
+}
+
+/** The token's person (`Principal.person`). */
+function personOf(payload: JWTPayload): string {
+  const oid = typeof payload.oid === 'string' && payload.oid.length > 0 ? payload.oid.toLowerCase() : undefined;
+  const tid = typeof payload.tid === 'string' && payload.tid.length > 0 ? payload.tid.toLowerCase() : undefined;
+  if (oid !== undefined) return tid !== undefined ? `${tid}/${oid}` : oid;
+  return payload.sub ?? 'unknown';
+}
+
+/**
+ * Whether two identities name the same person: equal as given, or, for Entra's `<tid>/<oid>`, the same object id
+ * where one side names no directory (an `oid` given alone is taken as that object in whichever directory the
+ * other names). Object ids compare without case. Four eyes refuses on any match, so an identity given in the
+ * shorter form can never let its person approve their own run.
+ */
+export function samePerson(a: string, b: string): boolean {
+  if (a === b) return true;
+  const [tidA, oidA] = entraIdentity(a);
+  const [tidB, oidB] = entraIdentity(b);
+  if (oidA === undefined || oidB === undefined || oidA !== oidB) return false;
+  return tidA === undefined || tidB === undefined || tidA === tidB;
+}
+
+const GUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+const ENTRA_IDENTITY = new RegExp(`^(?:(${GUID})/)?(${GUID})$`, 'i');
+
+function entraIdentity(identity: string): [tid: string | undefined, oid: string | undefined] {
+  const match = ENTRA_IDENTITY.exec(identity);
+  return match ? [match[1]?.toLowerCase(), match[2]?.toLowerCase()] : [undefined, undefined];
 }
 
 /**
