@@ -103,10 +103,11 @@ for (const dialect of DIALECTS) {
     const driftOf = (operator: object) => getJson<{ environment: { drift: { status: string } }; findings: unknown[]; openProposalId?: string }>(`/runtime-cloud/environments/${ENVIRONMENT}/drift`, operator);
     const inSync = (operator: object) => eventually(async () => ((await driftOf(operator)).environment.drift.status === 'in-sync' ? true : undefined));
 
-    it('when both tenants promote their program to the same project, stack and environment, then each plans against its own state and applies only its own resources', async () => {
-      // Act
-      runs.a = await promoted(promotionOfA(), operatorA);
-      runs.b = await promoted(promotionOfB((await gitHead(repositoryB))), operatorB);
+    it('when both tenants promote their program to the same project, stack, environment and promotion id, then each plans against its own state and applies only its own resources', async () => {
+      // Act: B's promotion even has A's promotion id (ids are unique per tenant).
+      const fromA = promotionOfA();
+      runs.a = await promoted(fromA, operatorA);
+      runs.b = await promoted({ ...promotionOfB(await gitHead(repositoryB)), promotionId: fromA.promotionId }, operatorB);
 
       // Assert: B's plan creates its one bucket; against A's state it would have deleted A's service and endpoint.
       expect(runs.a).toMatchObject({ state: 'applied', tenant: A, qualifiedStack: `${A}/demo-app/development`, planReceipt: { plan: { counts: { create: 3, delete: 0 } } } });
