@@ -116,7 +116,9 @@ function checkResource(resource: JsonValue, path: readonly PathSegment[], policy
   const type = typeKey === undefined ? undefined : resource[typeKey];
   // No type: the language host refuses the resource before it loads anything.
   if (typeKey !== undefined) {
-    if (typeof type !== 'string' || type.includes('${')) refuse(typeof type === 'string' ? type : JSON.stringify(type), [...path, typeKey], 'is not a literal type token, so its package cannot be judged');
+    // An expression (`${kind}`) is judged as the text it is, as the language host reads a type: never a valid token
+    // of an allowed package.
+    if (typeof type !== 'string') refuse(JSON.stringify(type), [...path, typeKey], 'is not a type token, so its package cannot be judged');
     else checkToken(type, 'resource', [...path, typeKey], policy, refuse);
   }
   const token = typeof type === 'string' ? type : '(none)';
@@ -171,8 +173,8 @@ function checkInvoke(args: JsonValue, path: readonly PathSegment[], policy: Pack
   }
   const functionKey = keyOf(args, 'function');
   const token = functionKey === undefined ? undefined : args[functionKey];
-  if (typeof token !== 'string' || token.includes('${')) {
-    refuse(typeof token === 'string' ? token : JSON.stringify(token ?? '(none)'), functionKey === undefined ? path : [...path, functionKey], 'is not a literal function token, so its package cannot be judged');
+  if (typeof token !== 'string') {
+    refuse(JSON.stringify(token ?? '(none)'), functionKey === undefined ? path : [...path, functionKey], 'is not a function token, so its package cannot be judged');
     walk(args, path, undefined, policy, refuse);
     return;
   }

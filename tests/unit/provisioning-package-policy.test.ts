@@ -74,11 +74,21 @@ describe('packageProblems: which packages a program names', () => {
     ['a pulumi invoke', 'variables:\n  r:\n    fn::invoke:\n      function: pulumi:pulumi:getResource\n', 'Pulumi.yaml:6 pulumi:pulumi:getResource'],
     ['a type that is no token', 'resources:\n  b:\n    type: a:b:c:d\n', 'Pulumi.yaml:5 a:b:c:d'],
     ['a type given as an expression', 'resources:\n  b:\n    type: ${kind}\n', 'Pulumi.yaml:5 ${kind}'],
+    ['a type that is not text', 'resources:\n  b:\n    type: 42\n', 'Pulumi.yaml:5 42'],
+    ['an invoke without a function', 'variables:\n  r:\n    fn::invoke:\n      arguments: {}\n', 'Pulumi.yaml:5 "(none)"'],
     ['an invoke function given as an expression', 'variables:\n  r:\n    fn::invoke:\n      function: ${fn}\n', 'Pulumi.yaml:6 ${fn}'],
     ['a providers map naming an unlisted package', 'resources:\n  b:\n    type: random:RandomPet\n    options:\n      providers:\n        aws: ${p}\n', 'Pulumi.yaml:8 pulumi:providers:aws'],
   ])('when the program has %s, then it is refused naming the type, file and line', (_case, program, expected) => {
     // Act / Assert
     expect(refusedOf(project(program))).toEqual([expected]);
+  });
+
+  it('when a policy lists command anyway, then a command resource is still refused', () => {
+    // Arrange: a policy made without the config's check.
+    const policy: PackagePolicy = { packages: { ...DEFAULTS.packages, command: '*' } };
+
+    // Act / Assert
+    expect(refusedOf(project('resources:\n  run:\n    type: command:local:Command\n'), policy)).toEqual(['Pulumi.yaml:5 command:local:Command']);
   });
 
   it('when sections and fields are spelled in another case, then they are read as the language host reads them', () => {
