@@ -72,7 +72,7 @@ describe('packageProblems: which packages a program names', () => {
     ['a case variant of a listed name', 'resources:\n  b:\n    type: Random:index:RandomPet\n', 'Pulumi.yaml:5 Random:index:RandomPet'],
     ['a pulumi builtin the host does not know', 'resources:\n  b:\n    type: pulumi:pulumi:Something\n', 'Pulumi.yaml:5 pulumi:pulumi:Something'],
     ['a pulumi invoke', 'variables:\n  r:\n    fn::invoke:\n      function: pulumi:pulumi:getResource\n', 'Pulumi.yaml:6 pulumi:pulumi:getResource'],
-    ['a type that is no token', 'resources:\n  b:\n    type: a:b:c:d\n', 'Pulumi.yaml:5 a:b:c:d'],
+    ['a type that is no token, of a listed package', 'resources:\n  b:\n    type: random:a:b:Pet\n', 'Pulumi.yaml:5 random:a:b:Pet'],
     ['a type given as an expression', 'resources:\n  b:\n    type: ${kind}\n', 'Pulumi.yaml:5 ${kind}'],
     ['a type that is not text', 'resources:\n  b:\n    type: 42\n', 'Pulumi.yaml:5 42'],
     ['an invoke without a function', 'variables:\n  r:\n    fn::invoke:\n      arguments: {}\n', 'Pulumi.yaml:5 "(none)"'],
