@@ -27,7 +27,8 @@ const admin = { roles: ['PlatformAdmin'], subject: 'platform-admin' };
 const operatorA = { tenant: A, roles: ['Operator'], subject: 'operator-a' };
 const operatorB = { tenant: B, roles: ['Operator'], subject: 'operator-b' };
 const PROJECT = 'name: demo-app\nruntime: yaml\n';
-const ALLOWED = `${PROJECT}resources:\n  assets:\n    type: local:storage:Bucket\n    properties:\n      name: assets\n`;
+/** Allowed on the local host: its cloud's package, and std, whose functions its engine computes. */
+const ALLOWED = `${PROJECT}variables:\n  size:\n    fn::invoke: { function: std:abs, arguments: { input: -3 }, return: result }\nresources:\n  assets:\n    type: local:storage:Bucket\n    properties:\n      name: assets\n      size: \${size}\n`;
 /** A's refused program: in a Main.yaml, the command resource's type on line 7. */
 const COMMAND_MAIN = 'resources:\n  assets:\n    type: local:storage:Bucket\n    properties:\n      name: assets\n  run:\n    type: command:local:Command\n    properties:\n      create: cat /proc/self/environ\n';
 /** B's refused program: the provider on line 5, the bucket on line 10, the invoke's function on line 14. */
