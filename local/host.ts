@@ -17,6 +17,7 @@ import { hostname } from 'node:os';
 import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
+import { LOCAL_PACKAGES } from './local-packages';
 import { markHostRunning } from './host-marker';
 
 export interface LocalHostOptions {
@@ -71,6 +72,7 @@ export interface HostContext {
 const LOCAL_DEFAULTS: Readonly<Record<string, string>> = {
   RuntimeCloud__IaC__Runner: 'local',
   RuntimeCloud__Store__Dialect: 'sqlite',
+  RuntimeCloud__Provisioning__Packages: LOCAL_PACKAGES,
 };
 
 const LEVELS = ['trace', 'debug', 'information', 'warning', 'error', 'critical'] as const;

@@ -164,6 +164,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     // Repositories the installation allows, per tenant; local (file:) repositories only where the host says so.
     sources: { policy: parseSourcePolicy(config.provisioning.sources), local: overrides.localSources ? { localSources: true, realPath: realLocalPath } : { localSources: false } },
     projects: { runtimes: config.provisioning.runtimes },
+    packages: { packages: config.provisioning.packages },
     planExpiry: config.provisioning.planExpiry,
     approval: config.provisioning.approval,
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),

@@ -143,12 +143,22 @@ export function projectProblems(files: PolicyProjectFiles, policy: ProjectPolicy
   };
   check('Pulumi.yaml', files.project, PROJECT_KEYS, ['runtime']);
   for (const [stack, text] of Object.entries(files.stacks)) check(`Pulumi.${stack}.yaml`, text, STACK_KEYS, []);
+  for (const { file, text } of programFiles(files).slice(1)) check(file, text, mainKeys(posix.dirname(file)), []);
+  return problems;
+}
+
+/**
+ * The files that may hold the program, each checked as one: `Pulumi.yaml` first, then the file the engine reads the
+ * program from when it is another, and every `Main.*` of the folder (one the engine does not read today is read
+ * once a `main:` or a file next to it changes).
+ */
+export function programFiles(files: PolicyProjectFiles): readonly { readonly file: string; readonly text: string }[] {
   const all = files.files ?? {};
   const program = programFileOf(files.project, all);
-  for (const [path, text] of Object.entries(all)) {
-    if (path === program || /(^|\/)Main\.(ya?ml|json)$/.test(path)) check(path, text, mainKeys(posix.dirname(path)), []);
-  }
-  return problems;
+  const others = Object.entries(all)
+    .filter(([path]) => path === program || /(^|\/)Main\.(ya?ml|json)$/.test(path))
+    .map(([file, text]) => ({ file, text }));
+  return [{ file: 'Pulumi.yaml', text: files.project }, ...others];
 }
 
 /**
@@ -273,12 +283,12 @@ const FILE_FUNCTIONS = new Set(['fn::readfile', 'fn::filebase64', 'fn::filebase6
 const REMOTE_FUNCTIONS = new Set(['fn::remoteasset', 'fn::remotearchive']);
 
 /**
- * The YAML program (variables, resources, outputs): refused are a plugin download URL (a resource's or an invoke's
- * `pluginDownloadURL`: a provider binary from anywhere), a file function (`fn::readFile`, `fn::filebase64`,
+ * The YAML program (variables, resources, outputs): refused are a file function (`fn::readFile`, `fn::filebase64`,
  * `fn::filebase64sha256`, `fn::fileAsset`, `fn::fileArchive`) whose path is not a constant inside the folder (Pulumi YAML allows any constant absolute path,
  * such as a runner's token file), and a remote asset or archive (content from outside the commit, fetched by the
  * runner). Function names are matched without case, as Pulumi YAML accepts `Fn::` too. A file path is read from the
- * program's folder (`folder`, as the language host runs there), and must stay inside the project folder.
+ * program's folder (`folder`, as the language host runs there), and must stay inside the project folder. Which
+ * packages the program uses, and from where their plugins come (`pluginDownloadURL`), is package-policy.ts's.
  */
 function programProblems(folder: string): Check {
   return (value, key) => programProblemsIn(folder, value, key);
@@ -295,9 +305,7 @@ function programProblemsIn(folder: string, value: unknown, key: string): Omit<Pr
     for (const [k, v] of Object.entries(node)) {
       const at = `${path}.${k}`;
       const lower = k.toLowerCase();
-      if (lower === 'plugindownloadurl') {
-        problems.push({ key: at, reason: 'downloads a provider plugin from a URL the program names, instead of the installation\'s plugins' });
-      } else if (FILE_FUNCTIONS.has(lower)) {
+      if (FILE_FUNCTIONS.has(lower)) {
         if (typeof v !== 'string' || v.includes('${') || posix.isAbsolute(v) || !insideFolder(posix.join(folder, v))) {
           problems.push({ key: at, reason: 'reads a file that is not a constant path inside the project folder' });
         }

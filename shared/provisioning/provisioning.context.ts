@@ -17,6 +17,7 @@ import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
+import type { PackagePolicy } from './package-policy';
 import type { ProjectPolicy } from './project-policy';
 import { provisioningFailed } from './run-events';
 import type { LocalSourceAccess, SourcePolicy } from './source-policy';
@@ -54,6 +55,7 @@ export interface ProvisioningContext {
   readonly desiredState: DesiredStateHostOptions | undefined;
   readonly sources: ProvisioningServiceOptions['sources'];
   readonly projects: ProjectPolicy;
+  readonly packages: PackagePolicy;
   readonly timings: RunTimings;
   readonly stackLock: { readonly ttlMs: number; readonly renewEveryMs: number; readonly hostId: string };
   readonly planExpiry: PlanExpiryPolicy;
@@ -137,6 +139,11 @@ export interface ProvisioningServiceOptions {
   readonly sources: { readonly policy: SourcePolicy; readonly local: LocalSourceAccess };
   /** Which projects may be planned (runtimes; project-policy.ts). Example: `{ runtimes: ['yaml'] }`. */
   readonly projects: ProjectPolicy;
+  /**
+   * Which Pulumi packages a program may use, and which versions (`RuntimeCloud__Provisioning__Packages`;
+   * package-policy.ts). Example: `{ packages: { 'azure-native': '3.28.0', random: '4.21.2' } }`.
+   */
+  readonly packages: PackagePolicy;
   /** The stack lock's lease; a host that dies holding it frees the stack after this long. Example: `600_000`. */
   readonly stackLockTtlMs?: number;
   /** How often an apply renews its stack lock (it also renews before every step). Default: a third of the TTL. */
@@ -179,6 +186,7 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     desiredState: options.desiredState,
     sources: options.sources,
     projects: options.projects,
+    packages: options.packages,
     timings: { ...DEFAULT_TIMINGS, ...options.timings },
     stackLock: { ttlMs, renewEveryMs: options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(ttlMs / 3)), hostId: options.hostId ?? options.ids.next('host') },
     planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },

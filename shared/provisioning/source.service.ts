@@ -2,7 +2,8 @@ import { parse as parseYaml } from 'yaml';
 import { AppError } from '../platform/errors/app-error';
 import { loadDesiredState, type DesiredState, type DesiredStateRef } from '../platform/git/desired-state';
 import { STACK_PART_PATTERN } from '../platform/iac/stack-ref';
-import { projectNotAllowed, projectProblems } from './project-policy';
+import { packageNotAllowed, packageProblems } from './package-policy';
+import { programFiles, projectNotAllowed, projectProblems } from './project-policy';
 import type { ProvisioningContext } from './provisioning.context';
 import { checkSource, sourceRefusedError } from './source-policy';
 
@@ -43,11 +44,15 @@ export async function readProject(ctx: ProvisioningContext, tenant: string, ref:
 
 /**
  * Refuses a project that sets what only the installation decides (its runtime, backend, plugins, secrets
- * provider, …: project-policy.ts), before any engine evaluates it: `PROVISIONING.PROJECT_NOT_ALLOWED` naming each key.
+ * provider, …: project-policy.ts), before any engine evaluates it: `PROVISIONING.PROJECT_NOT_ALLOWED` naming each key;
+ * then one whose program uses a package the installation does not allow (package-policy.ts):
+ * `PROVISIONING.PACKAGE_NOT_ALLOWED` naming each type, file and line.
  */
 export function checkProjectPolicy(ctx: ProvisioningContext, desired: DesiredState): void {
   const problems = projectProblems(desired, ctx.projects);
   if (problems.length > 0) throw projectNotAllowed(problems);
+  const packages = packageProblems(programFiles(desired), ctx.packages);
+  if (packages.length > 0) throw packageNotAllowed(packages);
 }
 
 /** The project's `name`, which must be a Pulumi project name (it becomes part of `tenant/project/stack`). */

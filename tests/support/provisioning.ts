@@ -2,6 +2,8 @@ import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
+import { LOCAL_PACKAGES } from '../../local/local-packages';
+import { settings } from '../../shared/platform/config/config';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
@@ -191,6 +193,8 @@ export function testServiceOptions(store: SqlStore, clock: Clock, cloud: LocalCl
     // Every tenant may promote from repositories under the test's own folder, as the local host allows its state dir's.
     sources: testSources(root),
     projects: { runtimes: ['yaml'] },
+    // The packages the local host allows, as it parses them.
+    packages: { packages: settings.RuntimeCloud__Provisioning__Packages.parse(LOCAL_PACKAGES) },
     hostId: 'test-host',
   };
 }

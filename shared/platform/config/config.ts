@@ -1,3 +1,4 @@
+import { validRange } from 'semver';
 import { z } from 'zod';
 import { sourcePrefixProblem } from '../git/repository-url';
 import { describeFieldProblems, fieldProblems, type FieldProblem } from '../validation/validation';
@@ -168,6 +169,41 @@ const approvalSchema = z
   })
   .catchall(z.strictObject({ always: z.boolean().optional(), onDeleteOrReplace: z.boolean().optional(), secondPerson: z.boolean().optional() }));
 
+/**
+ * The Pulumi packages tenants may use by default, each at the version the runner image carries
+ * (infra/runner/Dockerfile pins the same versions; a unit test keeps the two together).
+ */
+export const DEFAULT_PACKAGES = 'azure-native@3.28.0,azuread@6.9.1,kubernetes@4.34.2,random@4.21.2,tls@5.6.1';
+
+/** Packages a list may never name, and why: the installation's configuration cannot allow them either. */
+const NEVER_ALLOWED_PACKAGES: Readonly<Record<string, string>> = {
+  command: 'a command resource runs a shell on the runner at preview, before policy and approval',
+  pulumi: "the pulumi package's builtins are judged by the host itself (package-policy.ts)",
+};
+
+/**
+ * `RuntimeCloud__Provisioning__Packages`: `name@range`, comma-separated, into name → semver range. Every package
+ * names a range: the versions a program may ask for must be the versions the runner image carries.
+ */
+const packagesSchema = z
+  .string()
+  .default(DEFAULT_PACKAGES)
+  .transform((text, ctx) => {
+    const packages: Record<string, string> = {};
+    for (const item of text.split(',').map((x) => x.trim()).filter((x) => x.length > 0)) {
+      const at = item.indexOf('@');
+      const name = at < 0 ? item : item.slice(0, at).trim();
+      const range = at < 0 ? '' : item.slice(at + 1).trim();
+      const never = Object.hasOwn(NEVER_ALLOWED_PACKAGES, name.toLowerCase()) ? NEVER_ALLOWED_PACKAGES[name.toLowerCase()] : undefined;
+      if (never !== undefined) ctx.addIssue({ code: 'custom', message: `${name} is never allowed: ${never}` });
+      else if (!/^[a-z][a-z0-9-]*$/.test(name)) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(name)} must be a package name such as azure-native` });
+      else if (range === '' || validRange(range) === null) ctx.addIssue({ code: 'custom', message: `${item} must be name@range with a semver range, such as random@4.21.2 or random@^4.21.0` });
+      else if (Object.hasOwn(packages, name)) ctx.addIssue({ code: 'custom', message: `${name} is listed twice` });
+      else packages[name] = range;
+    }
+    return packages;
+  });
+
 /** Documented settings: key → schema with its default. Descriptions are shown by `runtime-cloud --help`. */
 export const settings = {
   /** Modules composed into this host (seed: RuntimeCloud:Host:EnabledModules). Example: `capacity,inventory`. */
@@ -313,6 +349,14 @@ export const settings = {
    */
   RuntimeCloud__Provisioning__Runtimes: list('yaml').pipe(z.array(z.string().regex(/^[a-z][a-z0-9-]*$/, 'must be a runtime name such as yaml or nodejs'))),
   /**
+   * The Pulumi packages a tenant's program may use, each with the versions it may ask for (`options.version`), as
+   * `name@range` (a semver range), comma-separated: anything else is refused before a runner job, and so are
+   * `command` and a `pluginDownloadURL` whatever this says (README, "Security"). The runner image must carry a
+   * version of each in its range. Example: `azure-native@3.28.0,random@>=4.21.0 <5.0.0` (default: the runner image's
+   * azure-native, azuread, kubernetes, random and tls; the local host adds `local` and `std`).
+   */
+  RuntimeCloud__Provisioning__Packages: packagesSchema,
+  /**
    * What inventory observes: `local-cloud` (the embedded default), `azure-resource-manager` or `kubernetes`.
    */
   RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).default('local-cloud'),
@@ -447,6 +491,8 @@ export interface Config {
     readonly fetchTimeoutMs: number;
     /** Runtimes a project may name. */
     readonly runtimes: readonly string[];
+    /** Pulumi packages a program may use: name → the semver range of the versions it may ask for. */
+    readonly packages: Readonly<Record<string, string>>;
   };
 }
 
@@ -526,6 +572,7 @@ function toConfig(s: Settings): Config {
       fetchMaxBytes: s.RuntimeCloud__Provisioning__FetchMaxBytes,
       fetchTimeoutMs: s.RuntimeCloud__Provisioning__FetchTimeoutSeconds * 1000,
       runtimes: [...new Set(s.RuntimeCloud__Provisioning__Runtimes)],
+      packages: s.RuntimeCloud__Provisioning__Packages,
     },
   };
 }

@@ -99,6 +99,15 @@ export interface PulumiAutomationOptions {
 }
 
 /**
+ * The environment of the CLI a workspace runs: `envVars`, and never a plugin download, whatever they say. A plugin
+ * comes from the runner image only (infra/runner/Dockerfile, which sets the same); a program that names another is
+ * refused by the host's package policy before any job, and here the CLI fails rather than fetch it.
+ */
+export function workspaceEnv(envVars: Readonly<Record<string, string>> = {}): Record<string, string> {
+  return { ...envVars, PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: 'true' };
+}
+
+/**
  * The real Automation API: `LocalWorkspace` over `workDir`, every call running the `pulumi` CLI. The module is
  * loaded on first use, so a host on the local runner never loads it.
  */
@@ -112,7 +121,7 @@ export function pulumiAutomationApi(options: PulumiAutomationOptions = {}): Pulu
         const pulumiCommand = options.cliRoot ? await automation.PulumiCommand.get({ root: options.cliRoot }) : undefined;
         return automation.LocalWorkspace.createOrSelectStack(
           { stackName, workDir },
-          { ...(pulumiCommand ? { pulumiCommand } : {}), ...(options.envVars ? { envVars: { ...options.envVars } } : {}), ...(options.pulumiHome ? { pulumiHome: options.pulumiHome } : {}), ...(options.secretsProvider ? { secretsProvider: options.secretsProvider } : {}) },
+          { ...(pulumiCommand ? { pulumiCommand } : {}), envVars: workspaceEnv(options.envVars), ...(options.pulumiHome ? { pulumiHome: options.pulumiHome } : {}), ...(options.secretsProvider ? { secretsProvider: options.secretsProvider } : {}) },
         );
       });
       return {

@@ -82,7 +82,7 @@ const NAMES: readonly FunctionName[] = [
 const BY_LOWER = new Map(NAMES.map((n) => [n.toLowerCase(), n]));
 const ASSETS_AND_ARCHIVES = new Set<FunctionName>(['fn::stringAsset', 'fn::fileAsset', 'fn::remoteAsset', 'fn::fileArchive', 'fn::remoteArchive', 'fn::assetArchive']);
 /** `fn::aws:ec2:getAmi`: an invoke of that function token (expr.go `fnInvokeRegex`). */
-const INVOKE_SHORT_FORM = /^fn::[^:]+:[^:]+(:[^:]+)?$/;
+export const INVOKE_SHORT_FORM = /^fn::[^:]+:[^:]+(:[^:]+)?$/;
 
 /** A call as written: the canonical name, the key as written (for paths) and the arguments as written. */
 export interface FunctionCall {
