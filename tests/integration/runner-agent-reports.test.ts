@@ -41,20 +41,25 @@ interface RunBody {
   applyReceipt?: { result: ApplyResult; diverged?: { reason: string; reported: unknown }; runner: { agent?: string; jobId?: string } };
 }
 
-/** How the forging agent changes the honest report of an apply. */
-type Forgery = (honest: ApplyResult, approved: Plan) => ApplyResult;
+/** What the forging agent reports of an apply, made from the honest report: a result, or that the state had moved. */
+type Forged = { readonly result: ApplyResult } | { readonly stateMoved: { readonly baseSerial: number } };
+type Forgery = (honest: ApplyResult, approved: Plan) => Forged;
 
 const FORGERIES: readonly { readonly name: string; readonly forge: Forgery; readonly reason: RegExp }[] = [
-  { name: 'another plan digest', forge: (r) => ({ ...r, planDigest: `sha256:${'f'.repeat(64)}` }), reason: /^it reports an apply of plan sha256:f{64}, not of the approved plan/ },
+  { name: 'another plan digest', forge: (r) => ({ result: { ...r, planDigest: `sha256:${'f'.repeat(64)}` } }), reason: /^it reports an apply of plan sha256:f{64}, not of the approved plan/ },
   {
     name: 'a step the plan never had',
     forge: (r, plan) => ({
-      ...r,
-      resources: [...r.resources, { urn: `urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled`, name: 'smuggled', type: 'local:storage:Bucket', op: 'create', status: 'succeeded' }],
+      result: {
+        ...r,
+        resources: [...r.resources, { urn: `urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled`, name: 'smuggled', type: 'local:storage:Bucket', op: 'create', status: 'succeeded' }],
+      },
     }),
     reason: /^it reports create urn:pulumi:.*::smuggled, which is no step of the approved plan$/,
   },
-  { name: 'a changed op', forge: (r) => ({ ...r, resources: r.resources.map((x, i) => (i === 0 ? { ...x, op: 'delete' as const } : x)) }), reason: /^it reports delete .*, where the approved plan has create$/ },
+  { name: 'a changed op', forge: (r) => ({ result: { ...r, resources: r.resources.map((x, i) => (i === 0 ? { ...x, op: 'delete' as const } : x)) } }), reason: /^it reports delete .*, where the approved plan has create$/ },
+  // An agent checks the state before it asks to begin: "nothing applied" after the begin is not believed.
+  { name: "'the state moved' after its apply began", forge: () => ({ stateMoved: { baseSerial: 7 } }), reason: /^it reports the state moved and nothing applied, after the host recorded that its apply began$/ },
 ];
 
 /** The result an honest agent reports for the approved plan: every step done. */
@@ -88,11 +93,11 @@ for (const dialect of DIALECTS) {
       root = fs.mkdtempSync(join(tmpdir(), 'rch-reports-'));
       // No agents of its own: the test is the agent.
       host = await startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, RuntimeCloud__Local__Runners: '0' }, depsOverrides: database.overrides });
-      example = await provisioningExample(root, host.stateDir, 4);
+      example = await provisioningExample(root, host.stateDir, 6);
       writeExampleReferences(host.stateDir);
       repositoryB = await TestRepository.init(join(host.stateDir, 'repos', 'tenant-b'));
       const stackFiles: Record<string, string> = {};
-      for (const stack of ['development', 'production', 'development-1', 'development-2', 'development-3', 'development-4', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
+      for (const stack of ['development-1', 'development-2', 'development-3', 'development-4', 'development-5', 'development-6', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
       commitB = await repositoryB.commit({ 'app/Pulumi.yaml': B_PROGRAM, ...stackFiles });
       const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', body: JSON.stringify({ edition: 'team' }), claims: admin });
       expect(created.status).toBeLessThan(300);
@@ -157,7 +162,7 @@ for (const dialect of DIALECTS) {
         const stack = `development-${index + 1}`;
         const sent = promotions('development', stack);
         for (const tenant of [A, B]) await sendToPromotions(host, sent[tenant], `reports-${stack}-${tenant}`);
-        let forged: { claimed: ClaimedJob; result: ApplyResult; posted: number } | undefined;
+        let forged: { claimed: ClaimedJob; report: Forged; posted: number } | undefined;
         let appliedB = false;
 
         // Act: plans run honestly; A's apply job is claimed, begun and answered with a forged result.
@@ -172,13 +177,13 @@ for (const dialect of DIALECTS) {
             const approved = claimed.job.approvedPlan as Plan;
             const job = client.job(claimed);
             await job.heartbeat({ log: [], applyBegins: true });
-            const result = forge(honestResult(approved), approved);
+            const report = forge(honestResult(approved), approved);
             const answer = await fetch(new URL(`/runtime-cloud/runner-jobs/${claimed.job.id}/result`, host.url), {
               method: 'POST',
               headers: { authorization: `Bearer ${claimed.token}`, 'content-type': 'application/json' },
-              body: JSON.stringify({ kind: 'apply', runner: { name: 'local', version: 'forged', agent: 'test-agent' }, result } satisfies RunnerJobOutcome),
+              body: JSON.stringify({ kind: 'apply', runner: { name: 'local', version: 'forged', agent: 'test-agent' }, ...report } satisfies RunnerJobOutcome),
             });
-            forged = { claimed, result, posted: answer.status };
+            forged = { claimed, report, posted: answer.status };
             return true;
           },
           () => forged !== undefined && appliedB,
@@ -192,7 +197,7 @@ for (const dialect of DIALECTS) {
         expect(runA.error?.code).toBe('PROVISIONING.APPLY_DIVERGED');
         expect(runA.error?.message).toMatch(/what it changed is not known/);
         expect(runA.applyReceipt?.diverged?.reason).toMatch(reason);
-        expect(runA.applyReceipt?.diverged?.reported).toEqual(forged?.result);
+        expect(runA.applyReceipt?.diverged?.reported).toEqual(forged && ('result' in forged.report ? forged.report.result : forged.report));
         expect(runA.applyReceipt?.result.resources.every((r) => (r.status as string) === 'unknown')).toBe(true);
         expect(runA.applyReceipt?.runner).toMatchObject({ agent: 'test-agent', jobId: forged?.claimed.job.id });
         const db = provisioningDb(host.host.deps.sql.db);
@@ -255,40 +260,57 @@ for (const dialect of DIALECTS) {
       expect(securityLines(runB.runId)).toEqual([]);
     }, 90_000);
 
-    it("when tenant A's agent reports a plan of another stack, then A's run fails PLAN_NOT_OF_JOB and nothing of that plan is recorded; B's run of the same names is applied", async () => {
-      // Arrange
-      const stack = 'development-4';
-      const sent = promotions('development', stack);
-      for (const tenant of [A, B]) await sendToPromotions(host, sent[tenant], `reports-${stack}-${tenant}`);
-      let forgedJob: ClaimedJob | undefined;
-      let appliedB = false;
+    const PLAN_FORGERIES: readonly { readonly name: string; readonly stack: string; readonly forge: (plan: Plan) => Plan; readonly message: (plan: Plan) => string }[] = [
+      {
+        name: 'of another stack',
+        stack: 'development-5',
+        forge: (plan) => ({ ...plan, stack: 'development' }),
+        message: (plan) => `the plan is of stack ${EXAMPLE_PROJECT}/development, not of the job's ${EXAMPLE_PROJECT}/${plan.stack}`,
+      },
+      {
+        // The update plan is what a pulumi apply is held to: one that allows more than the steps is refused.
+        name: 'with an update plan that creates a resource its steps do not',
+        stack: 'development-6',
+        forge: (plan) => ({ ...plan, updatePlan: { resourcePlans: { [`urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled`]: { steps: ['create'] } } } }),
+        message: (plan) => `its update plan has operations for urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled, which is no step of the plan`,
+      },
+    ];
 
-      // Act
-      await agent(
-        async (claimed) => {
-          if (claimed.job.stack.stack !== stack) return false;
-          if (claimed.job.stack.tenant === B) {
-            await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
-            appliedB = claimed.job.kind === 'apply';
+    for (const { name, stack, forge, message } of PLAN_FORGERIES) {
+      it(`when tenant A's agent reports a plan ${name}, then A's run fails PLAN_NOT_OF_JOB and nothing of that plan is recorded; B's run of the same names is applied`, async () => {
+        // Arrange
+        const sent = promotions('development', stack);
+        for (const tenant of [A, B]) await sendToPromotions(host, sent[tenant], `reports-${stack}-${tenant}`);
+        let forged: { claimed: ClaimedJob; honest: Plan } | undefined;
+        let appliedB = false;
+
+        // Act
+        await agent(
+          async (claimed) => {
+            if (claimed.job.stack.stack !== stack) return false;
+            if (claimed.job.stack.tenant === B) {
+              await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+              appliedB = claimed.job.kind === 'apply';
+              return true;
+            }
+            const outcome = await honestOutcome(claimed);
+            if (!('plan' in outcome)) throw new Error(`the plan failed: ${JSON.stringify(outcome)}`);
+            forged = { claimed, honest: outcome.plan };
+            await client.job(claimed).result({ ...outcome, plan: forge(outcome.plan) });
             return true;
-          }
-          const outcome = await honestOutcome(claimed);
-          if (!('plan' in outcome)) throw new Error(`the plan failed: ${JSON.stringify(outcome)}`);
-          forgedJob = claimed;
-          await client.job(claimed).result({ ...outcome, plan: { ...outcome.plan, stack: 'development' } });
-          return true;
-        },
-        () => forgedJob !== undefined && appliedB,
-      );
-      const runA = await runOf(A, sent[A]!.promotionId, ['applied', 'failed']);
-      const runB = await runOf(B, sent[B]!.promotionId, ['applied', 'failed']);
+          },
+          () => forged !== undefined && appliedB,
+        );
+        const runA = await runOf(A, sent[A]!.promotionId, ['applied', 'failed']);
+        const runB = await runOf(B, sent[B]!.promotionId, ['applied', 'failed']);
 
-      // Assert
-      expect(runA.state).toBe('failed');
-      expect(runA.error).toMatchObject({ code: 'PROVISIONING.PLAN_NOT_OF_JOB', message: expect.stringContaining(`the plan is of stack ${EXAMPLE_PROJECT}/development, not of the job's ${EXAMPLE_PROJECT}/${stack}`) });
-      expect(runA.planReceipt).toBeUndefined();
-      expect(securityLines(runA.runId)).toEqual([expect.objectContaining({ code: 'PROVISIONING.PLAN_NOT_OF_JOB', tenant: A, jobId: forgedJob?.job.id })]);
-      expect(runB).toMatchObject({ state: 'applied', tenant: B });
-    }, 90_000);
+        // Assert
+        expect(runA.state).toBe('failed');
+        expect(runA.error).toMatchObject({ code: 'PROVISIONING.PLAN_NOT_OF_JOB', message: expect.stringContaining(message(forged!.honest)) });
+        expect(runA.planReceipt).toBeUndefined();
+        expect(securityLines(runA.runId)).toEqual([expect.objectContaining({ code: 'PROVISIONING.PLAN_NOT_OF_JOB', tenant: A, jobId: forged?.claimed.job.id })]);
+        expect(runB).toMatchObject({ state: 'applied', tenant: B });
+      }, 90_000);
+    }
   });
 }
