@@ -155,7 +155,11 @@ export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: 
     if (job.applyBeganAt) return applyDiverged(ctx, run, job, 'it reports the state moved and nothing applied, after the host recorded that its apply began', { stateMoved: outcome.stateMoved });
     return goStale(ctx, run, stateMoved(run, receipt.plan.baseSerial, outcome.stateMoved.baseSerial));
   }
-  if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  if ('error' in outcome) {
+    // After the host recorded that the apply began, an error says nothing of what was changed before it.
+    if (job.applyBeganAt) return applyErredAfterBegin(ctx, run, job, outcome.error);
+    return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  }
   const divergence = applyDivergence(receipt.plan, outcome.result);
   if (divergence !== undefined) return applyDiverged(ctx, run, job, divergence, outcome.result);
   return recordApplied(ctx, run, receipt, {
@@ -182,6 +186,20 @@ async function applyDiverged(ctx: ProvisioningContext, run: Run, job: FinishedJo
     runner: { ...job.outcome.runner, ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
     startedAt: job.claimedAt ?? job.createdAt,
     diverged: { reason, reported },
+    options: job.spec.options,
+  });
+}
+
+/**
+ * The apply job's agent reported an error (no result) after its apply began: the run fails with that error, and as
+ * what the apply changed before it is not known, with a receipt listing the plan's steps as unknown and the stack
+ * marked to refresh before its next plan.
+ */
+function applyErredAfterBegin(ctx: ProvisioningContext, run: Run, job: FinishedJob, error: Failure): Promise<RunStep> {
+  const message = `${error.message} (reported by the runner ${job.agent ?? ''} of apply job ${job.id} after its apply began: what it changed is not known, so the stack's next plan refreshes first)`;
+  return recordUnknownApply(ctx, run, { code: error.code, message }, {
+    runner: { ...job.outcome.runner, ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    startedAt: job.claimedAt ?? job.createdAt,
     options: job.spec.options,
   });
 }

@@ -93,11 +93,11 @@ for (const dialect of DIALECTS) {
       root = fs.mkdtempSync(join(tmpdir(), 'rch-reports-'));
       // No agents of its own: the test is the agent.
       host = await startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, RuntimeCloud__Local__Runners: '0' }, depsOverrides: database.overrides });
-      example = await provisioningExample(root, host.stateDir, 6);
+      example = await provisioningExample(root, host.stateDir, 7);
       writeExampleReferences(host.stateDir);
       repositoryB = await TestRepository.init(join(host.stateDir, 'repos', 'tenant-b'));
       const stackFiles: Record<string, string> = {};
-      for (const stack of ['development-1', 'development-2', 'development-3', 'development-4', 'development-5', 'development-6', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
+      for (const stack of ['development-1', 'development-2', 'development-3', 'development-4', 'development-5', 'development-6', 'development-7', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
       commitB = await repositoryB.commit({ 'app/Pulumi.yaml': B_PROGRAM, ...stackFiles });
       const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', body: JSON.stringify({ edition: 'team' }), claims: admin });
       expect(created.status).toBeLessThan(300);
@@ -216,6 +216,44 @@ for (const dialect of DIALECTS) {
         expect(securityLines(runB.runId)).toEqual([]);
       }, 90_000);
     });
+
+    it("when tenant A's agent reports an error after its apply began, then A's run fails with that error, a receipt of unknown steps and its stack marked to refresh; B's run of the same names is applied", async () => {
+      // Arrange
+      const stack = 'development-7';
+      const sent = promotions('development', stack);
+      for (const tenant of [A, B]) await sendToPromotions(host, sent[tenant], `reports-${stack}-${tenant}`);
+      let erred: ClaimedJob | undefined;
+      let appliedB = false;
+
+      // Act
+      await agent(
+        async (claimed) => {
+          if (claimed.job.kind !== 'apply' || claimed.job.stack.stack !== stack) return false;
+          if (claimed.job.stack.tenant === B) {
+            await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+            appliedB = true;
+            return true;
+          }
+          const job = client.job(claimed);
+          await job.heartbeat({ log: [], applyBegins: true });
+          await job.result({ kind: 'apply', runner: { name: 'local', version: 'x', agent: 'test-agent' }, error: { code: 'RUNNER.ENGINE_FAULT', message: 'the engine crashed' } });
+          erred = claimed;
+          return true;
+        },
+        () => erred !== undefined && appliedB,
+      );
+      const runA = await runOf(A, sent[A]!.promotionId, ['applied', 'failed']);
+      const runB = await runOf(B, sent[B]!.promotionId, ['applied', 'failed']);
+
+      // Assert
+      expect(runA.error).toMatchObject({ code: 'RUNNER.ENGINE_FAULT', message: expect.stringContaining('after its apply began') });
+      expect(runA.applyReceipt?.result.resources.length).toBeGreaterThan(0);
+      expect(runA.applyReceipt?.result.resources.every((r) => (r.status as string) === 'unknown')).toBe(true);
+      const db = provisioningDb(host.host.deps.sql.db);
+      expect(await stackNeedsRefresh(db, exampleStack(stack))).toBe(true);
+      expect(runB).toMatchObject({ state: 'applied', tenant: B });
+      expect(await stackNeedsRefresh(db, exampleStack(stack, EXAMPLE_PROJECT, B))).toBe(false);
+    }, 90_000);
 
     it("when tenant A's agent reports a plan whose digest and counts are not its content's, then the run records and shows for approval the host's digest and counts, and a security event is logged; B's plan of the same names keeps its own", async () => {
       // Arrange
