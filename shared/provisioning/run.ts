@@ -296,8 +296,9 @@ export const RunErrors = {
    */
   applyInterrupted: 'PROVISIONING.APPLY_INTERRUPTED',
   /**
-   * The plan a runner reported is not the job's: of another project or stack, or with an update plan that would do
-   * what its steps do not. The run fails; nothing of the plan is recorded.
+   * The plan a runner reported is not the job's: of another project or stack, listing a reference the job's project
+   * does not name, or with an update plan that would do what its steps do not. The run fails; nothing of the plan is
+   * recorded.
    */
   planNotOfJob: 'PROVISIONING.PLAN_NOT_OF_JOB',
   /**

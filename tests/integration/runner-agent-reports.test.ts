@@ -93,11 +93,11 @@ for (const dialect of DIALECTS) {
       root = fs.mkdtempSync(join(tmpdir(), 'rch-reports-'));
       // No agents of its own: the test is the agent.
       host = await startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, RuntimeCloud__Local__Runners: '0' }, depsOverrides: database.overrides });
-      example = await provisioningExample(root, host.stateDir, 7);
+      example = await provisioningExample(root, host.stateDir, 8);
       writeExampleReferences(host.stateDir);
       repositoryB = await TestRepository.init(join(host.stateDir, 'repos', 'tenant-b'));
       const stackFiles: Record<string, string> = {};
-      for (const stack of ['development-1', 'development-2', 'development-3', 'development-4', 'development-5', 'development-6', 'development-7', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
+      for (const stack of ['development-1', 'development-2', 'development-3', 'development-4', 'development-5', 'development-6', 'development-7', 'development-8', 'production-1']) stackFiles[`app/Pulumi.${stack}.yaml`] = 'config: {}\n';
       commitB = await repositoryB.commit({ 'app/Pulumi.yaml': B_PROGRAM, ...stackFiles });
       const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', body: JSON.stringify({ edition: 'team' }), claims: admin });
       expect(created.status).toBeLessThan(300);
@@ -311,6 +311,13 @@ for (const dialect of DIALECTS) {
         stack: 'development-6',
         forge: (plan) => ({ ...plan, updatePlan: { resourcePlans: { [`urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled`]: { steps: ['create'] } } } }),
         message: (plan) => `its update plan has operations for urn:pulumi:${plan.stack}::${plan.project}::local:storage:Bucket::smuggled, which is no step of the plan`,
+      },
+      {
+        // The host resolves a plan's references for its apply job: a secret the project never names is not asked for.
+        name: 'listing a secret its project does not name',
+        stack: 'development-8',
+        forge: (plan) => ({ ...plan, references: [...plan.references, { secretRef: 'broker://runtime-cloud/unnamed-secret' }] }),
+        message: () => "the plan lists the reference secretRef:broker://runtime-cloud/unnamed-secret, which the job's project does not name",
       },
     ];
 
