@@ -3,7 +3,7 @@ import { crashPoint } from '../platform/faults/crash-points';
 import type { DesiredState } from '../platform/git/desired-state';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { referenceKey, type JsonValue } from '../platform/iac/iac-values';
-import type { Plan, ResolveReferences } from '../platform/iac/plan';
+import { applyDivergence, type Plan, type ResolveReferences } from '../platform/iac/plan';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordRunEnded } from '../platform/telemetry/metrics';
 import { ExternalErrors, type ReferenceScope } from './external-services.client';
@@ -11,7 +11,7 @@ import type { PlanOptions } from '../platform/iac/iac-runner';
 import type { ClaimedJob } from '../platform/iac/runner-job';
 import { configOf, planOptionsFor } from './plan.service';
 import { clearStackRefresh, countUnbegunLostApplies, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, openJobStep, type FinishedJob } from './runner-jobs.service';
+import { dispatchJob, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
 import {
   appendEvents,
   existingRun,
@@ -150,8 +150,18 @@ export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: 
   const { outcome } = job;
   const receipt = await retryingContention(() => readPlanReceipt(ctx.db, run.id));
   if (outcome.kind !== 'apply' || !receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not an apply job of a planned run` });
-  if ('stateMoved' in outcome) return goStale(ctx, run, stateMoved(run, receipt.plan.baseSerial, outcome.stateMoved.baseSerial));
-  if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  if ('stateMoved' in outcome) {
+    // An agent checks the state before it asks to begin; "nothing applied" after that is not to be believed.
+    if (job.applyBeganAt) return applyDiverged(ctx, run, job, 'it reports the state moved and nothing applied, after the host recorded that its apply began', { stateMoved: outcome.stateMoved });
+    return goStale(ctx, run, stateMoved(run, receipt.plan.baseSerial, outcome.stateMoved.baseSerial));
+  }
+  if ('error' in outcome) {
+    // After the host recorded that the apply began, an error says nothing of what was changed before it.
+    if (job.applyBeganAt) return applyErredAfterBegin(ctx, run, job, outcome.error);
+    return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  }
+  const divergence = applyDivergence(receipt.plan, outcome.result);
+  if (divergence !== undefined) return applyDiverged(ctx, run, job, divergence, outcome.result);
   return recordApplied(ctx, run, receipt, {
     runId: run.id,
     stack: run.stack,
@@ -161,6 +171,37 @@ export async function applyJobFinished(ctx: ProvisioningContext, run: Run, job: 
     result: outcome.result,
     ...(job.degraded && job.degraded.length > 0 ? { degraded: job.degraded } : {}),
   }, job.spec.options);
+}
+
+/**
+ * The apply job's agent reported what the approved plan is not (`applyDivergence`): the run fails
+ * `PROVISIONING.APPLY_DIVERGED` with a receipt of what the agent reported, the stack is marked to refresh before its
+ * next plan (what the agent changed is not known), and the host logs a security event. Nothing of the report is
+ * published as applied.
+ */
+async function applyDiverged(ctx: ProvisioningContext, run: Run, job: FinishedJob, reason: string, reported: NonNullable<ApplyReceipt['diverged']>['reported']): Promise<RunStep> {
+  await refusedReport(ctx, job, RunErrors.applyDiverged, reason);
+  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} reported what the approved plan is not (${reason}); what it changed is not known, so the stack's next plan refreshes first`;
+  return recordUnknownApply(ctx, run, { code: RunErrors.applyDiverged, message }, {
+    runner: { ...job.outcome.runner, ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    startedAt: job.claimedAt ?? job.createdAt,
+    diverged: { reason, reported },
+    options: job.spec.options,
+  });
+}
+
+/**
+ * The apply job's agent reported an error (no result) after its apply began: the run fails with that error, and as
+ * what the apply changed before it is not known, with a receipt listing the plan's steps as unknown and the stack
+ * marked to refresh before its next plan.
+ */
+function applyErredAfterBegin(ctx: ProvisioningContext, run: Run, job: FinishedJob, error: Failure): Promise<RunStep> {
+  const message = `${error.message} (reported by the runner ${job.agent ?? ''} of apply job ${job.id} after its apply began: what it changed is not known, so the stack's next plan refreshes first)`;
+  return recordUnknownApply(ctx, run, { code: error.code, message }, {
+    runner: { ...job.outcome.runner, ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
+    startedAt: job.claimedAt ?? job.createdAt,
+    options: job.spec.options,
+  });
 }
 
 /** Apply jobs of one run lost before their agent began to apply: at this many the run fails instead of dispatching another. */
@@ -207,12 +248,21 @@ function applyInterrupted(ctx: ProvisioningContext, run: Run, engine: string, be
   return recordUnknownApply(ctx, run, { code: RunErrors.applyInterrupted, message }, { runner: { name: engine, version: 'unknown' }, startedAt: beganAt, options });
 }
 
-/** Ends an apply whose changes are not known: a failed receipt listing the plan's steps as unknown, the stack marked to refresh. */
+/**
+ * Ends an apply whose changes are not known (its runner lost, the host stopped, its agent's report not believed): a
+ * failed receipt listing the plan's steps as unknown, the stack marked to refresh.
+ */
 async function recordUnknownApply(
   ctx: ProvisioningContext,
   run: Run,
   error: Failure,
-  known: { readonly runner: ApplyReceipt['runner']; readonly startedAt: Date; readonly runnerLost?: ApplyReceipt['runnerLost']; readonly options: PlanOptions },
+  known: {
+    readonly runner: ApplyReceipt['runner'];
+    readonly startedAt: Date;
+    readonly runnerLost?: ApplyReceipt['runnerLost'];
+    readonly diverged?: ApplyReceipt['diverged'];
+    readonly options: PlanOptions;
+  },
 ): Promise<RunStep> {
   const receipt = await retryingContention(() => readPlanReceipt(ctx.db, run.id));
   if (!receipt) return failRunWith(ctx, run, { code: RunErrors.internal, message: 'the run has no plan receipt' });
@@ -238,6 +288,7 @@ async function recordUnknownApply(
       finishedAt: new Date(at).toISOString(),
     },
     ...(known.runnerLost ? { runnerLost: known.runnerLost } : {}),
+    ...(known.diverged ? { diverged: known.diverged } : {}),
   }, known.options);
 }
 

@@ -1,8 +1,9 @@
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { DesiredState } from '../platform/git/desired-state';
 import type { ConfigOverrides, PlanOptions } from '../platform/iac/iac-runner';
-import { jsonEqual } from '../platform/iac/iac-values';
-import type { Plan } from '../platform/iac/plan';
+import { jsonEqual, referenceKey } from '../platform/iac/iac-values';
+import { planCounts, planDigest, type Plan } from '../platform/iac/plan';
+import { updatePlanProblem } from '../platform/iac/pulumi-mapping';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { ExternalErrors, type PolicyDecision } from './external-services.client';
@@ -38,7 +39,7 @@ import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, t
 import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
 import { stackNeedsRefresh } from './runner-jobs.repository';
-import { dispatchJob, openJobStep, type FinishedJob } from './runner-jobs.service';
+import { dispatchJob, JobErrors, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
 
 /**
  * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and
@@ -103,8 +104,51 @@ export async function planJobFinished(ctx: ProvisioningContext, run: Run, job: F
   const { outcome } = job;
   if (outcome.kind !== 'plan') return failRunWith(ctx, run, { code: RunErrors.internal, message: `job ${job.id} is not a plan job` });
   if ('error' in outcome) return failRunWith(ctx, run, { code: outcome.error.code, message: outcome.error.message });
+  const checked = await checkedPlan(ctx, job, outcome.plan);
+  if ('refused' in checked) return failRunWith(ctx, run, checked.refused);
   const startedAt = job.claimedAt ?? job.createdAt;
-  return planned_(ctx, run, run.desiredState.path, outcome.plan, { ...outcome.runner, jobId: job.id }, startedAt, job.spec.options.refresh === true);
+  return planned_(ctx, run, run.desiredState.path, checked.plan, { ...outcome.runner, jobId: job.id }, startedAt, job.spec.options.refresh === true);
+}
+
+/**
+ * The plan a job reported, as the host records it: the job's stack's (else the run fails `PLAN_NOT_OF_JOB`, a
+ * security event), listing only references its project names, with an update plan that does only what its steps
+ * do, and with its counts and digest computed
+ * here from its content. The agent's own are not believed: the counts decide whether a person must approve, the
+ * digest is what the approval binds to and what the apply must report. An agent whose digest or counts disagree
+ * is logged as a security event; the plan goes on with the host's.
+ */
+async function checkedPlan(ctx: ProvisioningContext, job: FinishedJob, reported: Plan): Promise<{ plan: Plan } | { refused: Failure }> {
+  const { stack } = job.spec;
+  const problem =
+    reported.project !== stack.project || reported.stack !== stack.stack
+      ? `the plan is of stack ${reported.project}/${reported.stack}, not of the job's ${stack.project}/${stack.stack}`
+      : (unnamedReference(job, reported) ?? updatePlanProblem(reported));
+  if (problem !== undefined) {
+    await refusedReport(ctx, job, RunErrors.planNotOfJob, problem);
+    return { refused: { code: RunErrors.planNotOfJob, message: `the plan runner ${job.agent ?? ''} reported was refused: ${problem}` } };
+  }
+  const { schemaVersion, project, steps, outputs } = reported;
+  const plan: Plan = { ...reported, counts: planCounts(steps), digest: planDigest({ schemaVersion, project, stack: reported.stack, steps, outputs }) };
+  if (plan.digest !== reported.digest || !jsonEqual(plan.counts, reported.counts)) {
+    await refusedReport(ctx, job, JobErrors.planSummaryIgnored, `the plan's digest ${reported.digest} and counts ${JSON.stringify(reported.counts)} are not its content's (${plan.digest}, ${JSON.stringify(plan.counts)}): the host records its own`);
+  }
+  return { plan };
+}
+
+/**
+ * Why a reference of the reported plan is not one the job's project names, or undefined: the host resolves a plan's
+ * references for its apply job (secrets included), so a plan may list only what the job's files or config name.
+ * The check is textual (the reference's name somewhere in a file or the config): enough to refuse a reference the
+ * project never mentions, which is what would let an agent ask for a secret nobody approved it to use.
+ */
+function unnamedReference(job: FinishedJob, plan: Plan): string | undefined {
+  const named = [...Object.values(job.spec.files), JSON.stringify(job.spec.config)];
+  const unnamed = plan.references.find((reference) => {
+    const name = 'secretRef' in reference ? reference.secretRef : reference.configRef;
+    return !named.some((text) => text.includes(name));
+  });
+  return unnamed ? `the plan lists the reference ${referenceKey(unnamed)}, which the job's project does not name` : undefined;
 }
 
 /** A plan error: a refresh that cannot read the target fails the run as an apply to it does, with its code. */

@@ -13,6 +13,7 @@ import type { SqlStore } from '../platform/sql/database';
 import type { SqlDialect } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { recordRunEnded } from '../platform/telemetry/metrics';
+import { stderrSecurityLog, type SecurityLog } from '../platform/telemetry/security-events';
 import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
@@ -63,6 +64,8 @@ export interface ProvisioningContext {
   /** Runner jobs: how plans and applies leave the host. Undefined: the engine runs in this process (tests, bench). */
   readonly runners: RunnerExecution | undefined;
   readonly targets: EnvironmentTargets;
+  /** Where security events (agents' reports the host refused to believe) are logged. */
+  readonly securityLog: SecurityLog;
 }
 
 /**
@@ -163,6 +166,8 @@ export interface ProvisioningServiceOptions {
   readonly runners?: RunnerExecution;
   /** Where environments live. Default: one target, `local`. */
   readonly targets?: EnvironmentTargets;
+  /** Where security event lines go (security-events.ts). Default: stderr. Example: `(line) => lines.push(line)`. */
+  readonly securityLog?: SecurityLog;
 }
 
 const DEFAULT_TIMINGS: RunTimings = {
@@ -193,6 +198,7 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     approvalPolicy: options.approval ?? DEFAULT_APPROVAL_POLICY,
     runners: options.runners,
     targets: options.targets ?? { ids: ['local'], byRules: () => 'local' },
+    securityLog: options.securityLog ?? stderrSecurityLog,
   };
 }
 

@@ -92,6 +92,11 @@ export interface ApplyReceipt {
    * on the target as the host recorded it. The result's resources are `unknown` where the runner reported nothing.
    */
   readonly runnerLost?: { readonly agent?: string; readonly lastHeardAt?: string; readonly log: string };
+  /**
+   * The apply's agent reported what the approved plan is not (`PROVISIONING.APPLY_DIVERGED`): why, and what it
+   * reported, as it reported it (its result, or that the state had moved). The result's resources are `unknown`.
+   */
+  readonly diverged?: { readonly reason: string; readonly reported: ApplyResult | { readonly stateMoved: { readonly baseSerial: number } } };
 }
 
 /** BREAKING-CHANGE SHAPE: part of the apply receipt. */

@@ -301,6 +301,19 @@ export const RunErrors = {
    * run fails, never applied a second time (an apply in the host; a runner job's is `RUNNER_LOST`).
    */
   applyInterrupted: 'PROVISIONING.APPLY_INTERRUPTED',
+  /**
+   * The plan a runner reported is not the job's: of another project or stack, listing a reference the job's project
+   * does not name, or with an update plan that would do what its steps do not. The run fails; nothing of the plan is
+   * recorded.
+   */
+  planNotOfJob: 'PROVISIONING.PLAN_NOT_OF_JOB',
+  /**
+   * What an apply's runner reported is not the approved plan carried out: another plan digest or stack, a step the
+   * plan never had, another op than the plan's, an `applied` result missing one of the plan's steps, or "nothing
+   * applied" after the host recorded that the apply began. The run fails with a receipt of what the runner reported,
+   * the stack is marked to refresh before its next plan, and the host logs a security event.
+   */
+  applyDiverged: 'PROVISIONING.APPLY_DIVERGED',
   /** The orchestration gave up on a step after its retries (a store or engine fault). */
   internal: 'PROVISIONING.INTERNAL',
 } as const;

@@ -6,6 +6,7 @@ import { filesDigest, filesOfStack, type ClaimedJob, type Heartbeat, type Runner
 import type { StackState } from '../platform/iac/plan';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
+import { securityEvent } from '../platform/telemetry/security-events';
 import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
 import { findEnvironmentStack, replaceWaiting, setWaiting } from './provisioning.repository';
 import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
@@ -46,6 +47,8 @@ export const JobErrors = {
   refused: 'RUNNER.CALL_REFUSED',
   /** The pool credential names another pool. */
   wrongPool: 'RUNNER.POOL_MISMATCH',
+  /** A security event, not an error: a plan's reported digest or counts were not its content's; the host's were recorded. */
+  planSummaryIgnored: 'RUNNER.PLAN_SUMMARY_IGNORED',
 } as const;
 
 /** What a dispatch hands to the job besides the run's stack and the lock: the step's inputs. */
@@ -357,6 +360,16 @@ export async function acceptOutcome(ctx: ProvisioningContext, jobId: string, tok
   if (job.lease) await runners.leases.release(job.tenant, job.lease);
   await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', null, at));
   return { runId: job.runId };
+}
+
+/**
+ * A report of the job that the host does not believe (security-events.ts): logged as a security event and kept in
+ * the job's log, so the run's operators see it beside what the agent said it did.
+ */
+export async function refusedReport(ctx: ProvisioningContext, job: RunnerJob, code: string, reason: string): Promise<void> {
+  const at = ctx.clock.now();
+  securityEvent(ctx.securityLog, { code, reason, tenant: job.tenant, runId: job.runId, jobId: job.id, pool: job.pool, ...(job.agent ? { agent: job.agent } : {}) }, at);
+  await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${at.toISOString()} host refused the ${job.kind} report of ${job.agent ?? 'its agent'} (${code}): ${reason}`]));
 }
 
 /**

@@ -334,6 +334,38 @@ describe('apply through the Automation API port', () => {
     expect(await readdir(workRoot)).toEqual([]);
   });
 
+  /** A recorded first preview whose saved update plan says when it was saved (`manifest.time`). */
+  const savedAt = (time: string) => {
+    const recording = previewRecording();
+    return { ...recording, updatePlan: { ...(recording.updatePlan as Record<string, unknown>), manifest: { time, magic: 'm', version: 'v3.248.0' } } };
+  };
+
+  it('when the approved plan has no references, then its update plan (saved by the plan job) is what up runs constrained to, not the one saved again at apply', async () => {
+    const plain = { ...FILES, 'Pulumi.dev.yaml': 'config:\n  region: west\n' };
+    const plan = await runner(new RecordedAutomation([savedAt('at-plan')], undefined, 4)).preview(DEV, plain);
+    const automation = new RecordedAutomation([savedAt('at-apply')], { events: upEvents(), version: 5 }, 4);
+
+    const result = await runner(automation).apply(DEV, plain, {}, plan, resolve);
+
+    expect(plan.references).toEqual([]);
+    expect(plan.updatePlan).toEqual(savedAt('at-plan').updatePlan);
+    expect(automation.calls).toEqual(['select dev', 'preview', 'up']);
+    expect(JSON.parse(automation.upPlanFile ?? '')).toEqual(savedAt('at-plan').updatePlan);
+    expect(result).toMatchObject({ status: 'applied', planDigest: plan.digest });
+    expect(await readdir(workRoot)).toEqual([]);
+  });
+
+  it('when the approved plan has references, then up runs constrained to the update plan saved at apply (it binds the resolved secrets), which planCovers bound to the approved plan', async () => {
+    const plan = await runner(new RecordedAutomation([savedAt('at-plan')], undefined, 4)).preview(DEV, FILES);
+    const automation = new RecordedAutomation([savedAt('at-apply')], { events: upEvents(), version: 5 }, 4);
+
+    const result = await runner(automation).apply(DEV, FILES, {}, plan, resolve);
+
+    expect(plan.references).toEqual([{ secretRef: 'db-password' }]);
+    expect(JSON.parse(automation.upPlanFile ?? '')).toEqual(savedAt('at-apply').updatePlan);
+    expect(result.status).toBe('applied');
+  });
+
   it('when the plan made again does something the approved one did not, then PROVISIONING.PLAN_CHANGED and up never runs', async () => {
     const plan = await approved();
     const automation = new RecordedAutomation([previewRecording('cidr')], { events: upEvents() }, 4);

@@ -12,6 +12,7 @@ import {
   recordSweep,
   registerInboxLagGauge,
 } from '../../shared/platform/telemetry/metrics';
+import { securityEvent } from '../../shared/platform/telemetry/security-events';
 
 /** Issue 10: the instruments the use cases record through the global API, read back through an SDK reader. */
 class TestReader extends MetricReader {
@@ -85,6 +86,31 @@ describe('telemetry metrics', () => {
     const lag = (await metric(METRICS.outboxPublishLag))?.dataPoints[0];
     expect(lag?.attributes).toEqual({ topic: 'runtime-cloud-events' });
     expect(lag?.value).toMatchObject({ count: 1, sum: 0.4 });
+  });
+
+  it('when the host refuses to believe an agent, then one security: line names the tenant, run, job, pool and agent, and the refusal counts by code', async () => {
+    const lines: string[] = [];
+    const event = { code: 'PROVISIONING.APPLY_DIVERGED', reason: 'it reports create x, which is no step of the approved plan', tenant: 'tenant-a', runId: 'run-1', jobId: 'job-1', pool: 'pool-a', agent: 'agent-1' };
+
+    securityEvent((line) => lines.push(line), event, new Date('2026-12-06T05:00:00.000Z'));
+    securityEvent((line) => lines.push(line), { ...event, code: 'RUNNER.PLAN_SUMMARY_IGNORED' }, new Date('2026-12-06T05:00:01.000Z'));
+
+    expect(JSON.parse(lines[0] ?? '')).toEqual({
+      time: '2026-12-06T05:00:00.000Z',
+      level: 'warning',
+      message: 'security: it reports create x, which is no step of the approved plan',
+      code: 'PROVISIONING.APPLY_DIVERGED',
+      tenant: 'tenant-a',
+      runId: 'run-1',
+      jobId: 'job-1',
+      pool: 'pool-a',
+      agent: 'agent-1',
+    });
+    const refused = await metric(METRICS.agentReportsRefused);
+    expect(refused?.dataPoints.map((p) => [p.attributes, p.value])).toEqual([
+      [{ code: 'PROVISIONING.APPLY_DIVERGED' }, 1],
+      [{ code: 'RUNNER.PLAN_SUMMARY_IGNORED' }, 1],
+    ]);
   });
 
   it('when inbox lag sources are registered, then the gauge observes each module at collection until its source is removed', async () => {

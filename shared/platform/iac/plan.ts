@@ -112,7 +112,18 @@ export interface Plan {
   readonly references: readonly ValueReference[];
   /** `sha256:<hex>` over the canonical JSON (sorted keys) of schemaVersion, project, stack, steps and outputs. */
   readonly digest: string;
+  /**
+   * The `pulumi` engine's update plan (`pulumi preview --save-plan`, Pulumi's `DeploymentPlanV1` JSON), kept with
+   * the plan so the apply runs `up --plan` with it and Pulumi itself refuses any operation beyond it. Absent for the
+   * local engine, which applies the recorded steps only. Not covered by the digest: it is Pulumi's own format (with
+   * its timestamp and seeds); the host checks that its resources and operations are the steps' (pulumi-mapping.ts
+   * `updatePlanProblem`), and at most `MAX_UPDATE_PLAN_CHARS` of JSON.
+   */
+  readonly updatePlan?: JsonObject;
 }
+
+/** The largest update plan (its JSON text) a plan may carry: Pulumi's plans are a few KB per resource. */
+export const MAX_UPDATE_PLAN_CHARS = 4 * 1024 * 1024;
 
 /**
  * A stack's state: what the last applies left in the target.
@@ -212,6 +223,7 @@ export const planSchema = z.object({
   outputs: jsonObject,
   references: z.array(z.union([z.object({ secretRef: z.string() }).strict(), z.object({ configRef: z.string() }).strict()])),
   digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  updatePlan: jsonObject.refine((plan) => JSON.stringify(plan).length <= MAX_UPDATE_PLAN_CHARS, `an update plan is at most ${MAX_UPDATE_PLAN_CHARS} characters of JSON`).optional(),
 });
 
 export { resourceUrn } from './resource-identity';
@@ -282,7 +294,7 @@ export function planStack({ stack, program, state, ignore = [], target }: PlanIn
   const planner = new Planner(stack, program, state, ignore, target);
   const steps = [...planner.resourceSteps(), ...planner.deleteSteps()];
   const stackOutputs = planner.stackOutputs();
-  const counts = Object.fromEntries(STEP_OPS.map((op) => [op, steps.filter((s) => s.op === op).length])) as Record<StepOp, number>;
+  const counts = planCounts(steps);
   const references = new Map<string, ValueReference>();
   // Only steps that send inputs to the target need their references resolved.
   for (const step of steps.filter((s) => (s.op === 'create' && s.import === undefined) || s.op === 'update' || s.op === 'replace')) {
@@ -658,6 +670,11 @@ function hideDiffs(step: PlanStep, paths: readonly string[]): PlanStep {
   return { ...step, inputs: shown as JsonObject, hiddenPaths: paths, hiddenDigest };
 }
 
+/** How many steps of each op. */
+export function planCounts(steps: readonly PlanStep[]): Record<StepOp, number> {
+  return Object.fromEntries(STEP_OPS.map((op) => [op, steps.filter((s) => s.op === op).length])) as Record<StepOp, number>;
+}
+
 /** The digest of a plan's content: equal content gives an equal digest, any change another. */
 export function planDigest(content: Pick<Plan, 'schemaVersion' | 'project' | 'stack' | 'steps' | 'outputs'>): string {
   const text = canonicalJson(content as unknown as JsonValue);
@@ -856,4 +873,46 @@ export function refusedApply(plan: Plan, serial: number, error: AppError): Omit<
 /** A step the apply did not carry out. */
 export function skippedStep(step: PlanStep): ResourceResult {
   return { urn: step.urn, name: step.name, type: step.type, op: step.op, status: 'skipped', ...(step.id ? { id: step.id } : {}) };
+}
+
+/**
+ * Why an apply's result is not the approved plan carried out, or undefined when it is: what the host checks of an
+ * apply job's report before it records it (apply.service.ts), since an agent's word proves nothing.
+ *
+ * - The result names the approved plan's digest and stack.
+ * - Each reported resource is a step of the plan (URN, name, type), each step reported once, with the step's op;
+ *   except that an update, or a replace that keeps its type, may be reported `same`: the `pulumi` engine's preview
+ *   inside apply knows the secret values the approved preview did not, and may find such a step changes nothing
+ *   (pulumi-mapping.ts `planCovers` allows exactly this).
+ * - A failed apply may report fewer steps (it stopped early; the rest are skipped or not reported). An `applied`
+ *   one reports every step, none of them failed, skipped or unknown.
+ *
+ * Not checked here (not knowable from the plan): the inputs, ids and outputs the result reports.
+ */
+export function applyDivergence(approved: Plan, result: ApplyResult): string | undefined {
+  if (result.planDigest !== approved.digest) return `it reports an apply of plan ${result.planDigest}, not of the approved plan ${approved.digest}`;
+  if (result.stack !== approved.stack) return `it reports an apply of stack ${result.stack}, not ${approved.stack}`;
+  const unreported = [...approved.steps];
+  for (const reported of result.resources) {
+    const same = (step: PlanStep) => step.urn === reported.urn && step.name === reported.name && step.type === reported.type;
+    const index = unreported.findIndex((step) => same(step) && (step.op === reported.op || (reported.op === 'same' && maySeeSame(step))));
+    if (index < 0) {
+      const planned = approved.steps.filter(same);
+      if (planned.length === 0) return `it reports ${reported.op} ${reported.urn}, which is no step of the approved plan`;
+      return `it reports ${reported.op} ${reported.urn}, where the approved plan has ${planned.map((s) => s.op).join(', ')}${planned.some((s) => s.op === reported.op) ? ' once' : ''}`;
+    }
+    unreported.splice(index, 1);
+  }
+  if (result.status === 'applied') {
+    const missing = unreported[0];
+    if (missing) return `it reports the apply done without the approved ${missing.op} of ${missing.urn}`;
+    const undone = result.resources.find((r) => r.status !== 'succeeded' && r.status !== 'unchanged');
+    if (undone) return `it reports the apply done with ${undone.urn} ${undone.status}`;
+  }
+  return undefined;
+}
+
+/** An approved step an apply may find unchanged (see `applyDivergence`). */
+function maySeeSame(step: PlanStep): boolean {
+  return step.op === 'update' || (step.op === 'replace' && step.oldType === undefined);
 }

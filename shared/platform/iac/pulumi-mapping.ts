@@ -2,7 +2,7 @@ import type { EngineEvent, OpMap, OpType, OutputMap, StepEventMetadata, UpdateSu
 import { z } from 'zod';
 import { AppError } from '../errors/app-error';
 import { canonicalJson, computed, formatPath, isPlainObject, isSecretMask, jsonEqual, parsePath, SECRET_MASK, type JsonObject, type JsonValue, type ValueReference } from './iac-values';
-import { planDigest, STEP_OPS, type ApplyError, type ApplyResult, type Plan, type PlanStep, type ResourceResult, type StepOp } from './plan';
+import { planCounts, planDigest, type ApplyError, type ApplyResult, type Plan, type PlanStep, type ResourceResult, type StepOp } from './plan';
 
 /**
  * What the Pulumi engine reports, mapped onto this host's plan and apply receipts (plan.ts), so a run planned by
@@ -237,6 +237,38 @@ export function parseUpdatePlan(json: unknown): PulumiUpdatePlan {
   return parsed.data;
 }
 
+/**
+ * Why the update plan a plan carries (`Plan.updatePlan`) would let `up --plan` do what the plan's steps do not, or
+ * undefined when it would not: every resource the update plan has operations for must be a step of the plan, and
+ * each of its operations must map (the table above) to that step's op, or to `same`. Goals and inputs are not
+ * compared: the steps' inputs are what the approver read, and Pulumi checks the goals against the program at `up`.
+ */
+export function updatePlanProblem(plan: Plan): string | undefined {
+  if (plan.updatePlan === undefined) return undefined;
+  let updatePlan: PulumiUpdatePlan;
+  try {
+    updatePlan = parseUpdatePlan(plan.updatePlan);
+  } catch {
+    return 'its update plan is not one of Pulumi\'s';
+  }
+  for (const [urn, resourcePlan] of Object.entries(updatePlan.resourcePlans ?? {})) {
+    const ops = resourcePlan.steps ?? [];
+    if (ops.length === 0) continue;
+    const steps = plan.steps.filter((s) => s.urn === urn);
+    if (steps.length === 0) return `its update plan has operations for ${urn}, which is no step of the plan`;
+    for (const op of ops) {
+      let mapped: StepOp;
+      try {
+        mapped = stepOpOf(op, urn);
+      } catch {
+        return `its update plan has the operation ${op} for ${urn}, which this host does not know`;
+      }
+      if (mapped !== 'same' && !steps.some((s) => s.op === mapped)) return `its update plan would ${op} ${urn}, where the plan's step is ${steps.map((s) => s.op).join(', ')}`;
+    }
+  }
+  return undefined;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // URNs
 
@@ -387,10 +419,6 @@ export function inSequence(events: readonly EngineEvent[]): EngineEvent[] {
     .map(({ event }) => event);
 }
 
-function countsOf(steps: readonly PlanStep[]): Record<StepOp, number> {
-  return Object.fromEntries(STEP_OPS.map((op) => [op, steps.filter((s) => s.op === op).length])) as Record<StepOp, number>;
-}
-
 /**
  * The plan of a preview. Throws `IAC.PULUMI_EVENTS_INCOMPLETE` when the change summary reports more changes of
  * some kind than the events and the plan file account for (an event lost on the way): an approval must never bind
@@ -401,7 +429,7 @@ export function planFromPreview(observation: PreviewObservation): Plan {
   const events = inSequence(observation.events);
   const plans = updatePlan.resourcePlans ?? {};
   const steps = canonicalOrder([...observe(events, updatePlan).values()].map((observed) => stepOf(observed, plans[observed.urn]?.goal)));
-  const counts = countsOf(steps);
+  const counts = planCounts(steps);
   const reported = countsFromChangeSummary(observation.changeSummary);
   const missing = (['create', 'update', 'replace', 'delete'] as const).filter((op) => reported[op] > counts[op]);
   if (missing.length > 0) {

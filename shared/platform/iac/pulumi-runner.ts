@@ -30,12 +30,15 @@ import type { ProjectFiles } from './pulumi-yaml';
  * - `preview` writes the project files of the commit to a temporary work directory, selects (or creates) the
  *   stack in a `LocalWorkspace` there, and runs `preview` saving an update plan; the engine events and the plan
  *   file become our `Plan` (pulumi-mapping.ts).
+ *   The update plan's JSON goes with the `Plan` (`Plan.updatePlan`): the plan job ships it, the host stores it in
+ *   the plan receipt and hands it to the apply job with the approved plan.
  * - `apply` does the same with references resolved (they are given to Pulumi as secret config), checks that this
  *   new plan does nothing the approved one did not (`planCovers`; else `PROVISIONING.PLAN_CHANGED`, nothing
- *   applied), and runs `up` constrained to that update plan: Pulumi itself refuses any operation beyond it, which
- *   is also `PROVISIONING.PLAN_CHANGED`. The update plan of the first preview is not reused: a plan is applied on
- *   whichever host runs the apply (hosts share no disk), and a Pulumi plan binds the values of secrets, which a
- *   preview never sees.
+ *   applied), and runs `up` constrained to an update plan: Pulumi itself refuses any operation beyond it, which is
+ *   also `PROVISIONING.PLAN_CHANGED`. That update plan is the approved one (written to a file beside the project)
+ *   when the plan has no references; with references it is the one this apply's preview saved, which `planCovers`
+ *   bound to the approved plan: a Pulumi plan binds the values of secrets, and the approved preview saw only
+ *   placeholders for them, so `up` with its plan would refuse every resource a secret reaches.
  * - `version` runs `pulumi version`; without the CLI it fails with `PROVISIONING.RUNNER_UNAVAILABLE`.
  *
  * Plan options: `refresh` is Pulumi's own (`preview --refresh`, `up --refresh`: the engine reads each resource
@@ -145,6 +148,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         // refusal cancels the update (Pulumi finishes the operations in flight and starts no other).
         const stopBefore = await mayGoOn(applyOptions.beforeStep);
         if (stopBefore) return finish(refusedApply(fresh, fresh.baseSerial, stopBefore));
+        const planFile = await updatePlanFile(work, approvedPlan);
         const events: EngineEvent[] = [];
         const cancel = new AbortController();
         let stopped: AppError | undefined;
@@ -163,7 +167,7 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
         let result: { outputs: OutputMap; summary?: UpdateSummary } | undefined;
         let failure: string | undefined;
         try {
-          const up = await handle.up({ plan: work.planFile, onEvent, showSecrets: false, signal: cancel.signal, ...(applyOptions.refresh ? { refresh: true } : {}) });
+          const up = await handle.up({ plan: planFile, onEvent, showSecrets: false, signal: cancel.signal, ...(applyOptions.refresh ? { refresh: true } : {}) });
           result = { outputs: up.outputs, summary: up.summary };
         } catch (thrown) {
           failure = failureMessage(translateAutomationError(thrown), secrets);
@@ -194,8 +198,20 @@ export function createPulumiRunner(options: PulumiRunnerOptions = {}): PulumiEng
 interface WorkDir {
   /** The project directory: the commit's files. */
   readonly project: string;
-  /** The update plan file, beside the project (never inside it). */
+  /** The update plan file a preview saves, beside the project (never inside it). */
   readonly planFile: string;
+  /** The approved update plan, written for `up`, beside the project. */
+  readonly approvedPlanFile: string;
+}
+
+/**
+ * The update plan `up` is held to: the approved one when the plan has no references (written to its file), else
+ * the one this apply's preview saved (see the top of this file).
+ */
+async function updatePlanFile(work: WorkDir, approvedPlan: Plan): Promise<string> {
+  if (approvedPlan.updatePlan === undefined || approvedPlan.references.length > 0) return work.planFile;
+  await writeFile(work.approvedPlanFile, JSON.stringify(approvedPlan.updatePlan));
+  return work.approvedPlanFile;
 }
 
 async function withWorkDir<T>(root: string | undefined, work: (dir: WorkDir) => Promise<T>): Promise<T> {
@@ -203,7 +219,7 @@ async function withWorkDir<T>(root: string | undefined, work: (dir: WorkDir) => 
   try {
     const project = join(base, 'project');
     await mkdir(project);
-    return await work({ project, planFile: join(base, 'update-plan.json') });
+    return await work({ project, planFile: join(base, 'update-plan.json'), approvedPlanFile: join(base, 'approved-update-plan.json') });
   } finally {
     // The work directory may hold encrypted secret config: it goes with the call.
     await rm(base, { recursive: true, force: true });
@@ -400,7 +416,7 @@ async function previewPlan(handle: PulumiStackHandle, work: WorkDir, stack: stri
   } catch {
     throw new AppError('IAC.PULUMI_PLAN_UNREADABLE', 'internal', 'pulumi preview saved no readable update plan');
   }
-  return planFromPreview({
+  const plan = planFromPreview({
     stack,
     project: project.name,
     baseSerial,
@@ -409,6 +425,8 @@ async function previewPlan(handle: PulumiStackHandle, work: WorkDir, stack: stri
     changeSummary,
     references: project.references.map((r) => r.reference),
   });
+  // As Pulumi saved it, so the apply hands `up` exactly this file's content.
+  return isPlainObject(planJson) ? { ...plan, updatePlan: planJson } : plan;
 }
 
 /** The stack's last update version, read without secrets; undefined for a stack never updated. */

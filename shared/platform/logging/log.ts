@@ -22,6 +22,11 @@ export interface Correlation {
   /** The inbound message (Service Bus messageId) or event (CloudEvent id). */
   readonly messageId?: string;
   readonly eventId?: string;
+  /** Security events (security-events.ts): whose run, which runner job, pool and agent. */
+  readonly tenant?: string;
+  readonly jobId?: string;
+  readonly pool?: string;
+  readonly agent?: string;
 }
 
 export interface LogEntry extends Correlation {
@@ -29,6 +34,8 @@ export interface LogEntry extends Correlation {
   readonly message: string;
   /** The error's message, when one is logged. */
   readonly error?: string;
+  /** The stable code of what happened (security events). */
+  readonly code?: string;
 }
 
 const JWT = /\beyJ[\w-]*\.[\w-]+\.[\w-]*/g;

@@ -25,6 +25,8 @@ export const METRICS = {
   driftFindings: 'connectsoft.factory.runtime_cloud.inventory.drift_findings',
   /** From an event's commit to the outbox until the bus confirmed it (`topic`). */
   outboxPublishLag: 'connectsoft.factory.runtime_cloud.host.outbox_publish_lag',
+  /** Runner agents' reports the host did not believe (`code`: `PROVISIONING.APPLY_DIVERGED`, …): security events. */
+  agentReportsRefused: 'connectsoft.factory.runtime_cloud.provisioning.agent_reports_refused',
 } as const;
 
 /** Per module, the age of its oldest unprocessed message; what an `InboxLagReader` (bus/bus.health.ts) answers. */
@@ -37,6 +39,7 @@ interface Instruments {
   readonly runDuration: Histogram;
   readonly driftFindings: Counter;
   readonly outboxPublishLag: Histogram;
+  readonly agentReportsRefused: Counter;
 }
 
 const inboxLagSources = new Set<InboxLagSource>();
@@ -77,6 +80,7 @@ function define(provider: MeterProvider): Instruments {
       description: 'From an event written to the outbox to its publication confirmed by the bus',
       advice: { explicitBucketBoundaries: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600] },
     }),
+    agentReportsRefused: meter.createCounter(METRICS.agentReportsRefused, { unit: '{report}', description: 'Runner agent reports the host did not believe, by code' }),
   };
 }
 
@@ -134,4 +138,9 @@ export function recordDriftFindings(findings: readonly { readonly kind: string }
 
 export function recordOutboxPublishLag(topic: string, seconds: number): void {
   instruments().outboxPublishLag.record(Math.max(0, seconds), { topic });
+}
+
+/** A runner agent's report the host did not believe (a security event, security-events.ts). */
+export function recordAgentReportRefused(code: string): void {
+  instruments().agentReportsRefused.add(1, { code });
 }
