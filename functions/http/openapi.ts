@@ -45,6 +45,7 @@ export function openApiDocument(routes: readonly HttpRoute[], version: string): 
 function operation(route: HttpRoute, method: string, severalMethods: boolean): Record<string, unknown> {
   const spec = endpointSpec(route.handler);
   const parameters: Record<string, unknown>[] = [...route.route.matchAll(/\{(\w+)\??\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+  for (const header of spec?.headers ?? []) parameters.push({ name: header.name, in: 'header', required: true, description: header.description, schema: { type: 'string' } });
   if (spec?.query) {
     const query = toSchema(spec.query) as { properties?: Record<string, unknown>; required?: string[] };
     for (const [name, schema] of Object.entries(query.properties ?? {})) {
