@@ -11,8 +11,8 @@ import { endpointSpec } from './endpoint';
  * The checked-in `openapi.json` is this document for a host with every module enabled (a test compares them);
  * `npm run -s openapi > openapi.json` writes it again.
  */
-/** The version of the HTTP API the document describes; a breaking change of a route or schema bumps it. */
-export const API_VERSION = '1.0.0';
+/** The version of the HTTP API the document describes; a breaking change of a route or schema bumps it (2: job calls carry the pool credential besides the job token). */
+export const API_VERSION = '2.0.0';
 
 export function openApiDocument(routes: readonly HttpRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
