@@ -65,8 +65,9 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
 }
 
 /**
- * Dispatches the run's step as a job for the agent pool of its target and tenant, under the stack lock the step holds: the job, the run's
- * wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one transaction.
+ * Dispatches the run's step as a job for the agent pool of its tenant on its target, under the stack lock the step
+ * holds: the job, the run's wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one
+ * transaction.
  */
 export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
   const runner = await runnerTargetOf(ctx, runners, run);

@@ -151,10 +151,15 @@ for (const dialect of DIALECTS) {
         targetCreate: await agentA.jobCall(applyB.job.id, applyB.token, 'target', { body: { op: 'create', urn, type: 'local:storage:Bucket', properties: {} } }),
         result: await agentA.jobCall(applyB.job.id, applyB.token, 'result', { body: { kind: 'apply', runner: { name: 'local', version: 'x', agent: 'a-agent' }, error: { code: 'IAC.X', message: 'forged' } } }),
       };
+      // The job token alone, in its header or as the bearer token (the old wire form), opens nothing either.
+      const url = new URL(`/runtime-cloud/runner-jobs/${applyB.job.id}/heartbeat`, host.url);
+      const tokenAlone = await fetch(url, { method: 'POST', headers: { 'x-runner-job-token': applyB.token, 'content-type': 'application/json' }, body: '{"log":["forged"]}' });
+      const tokenAsBearer = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${applyB.token}`, 'content-type': 'application/json' }, body: '{"log":["forged"]}' });
       const answers = Object.fromEntries(await Promise.all(Object.entries(calls).map(async ([name, response]) => [name, [response.status, ((await response.json()) as { code?: string }).code]])));
 
       // Assert
       for (const name of Object.keys(calls)) expect(answers[name], name).toEqual([403, 'RUNNER.POOL_MISMATCH']);
+      expect([tokenAlone.status, tokenAsBearer.status]).toEqual([401, 401]);
       expect(await jobRow()).toEqual(before);
       expect(await leaseRow()).toEqual(leaseBefore);
       expect(await resources()).toEqual(resourcesBefore);
