@@ -168,5 +168,32 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(next.planReceipt?.refreshed).toBe(true);
       expect(next.state).toBe('applied');
     }, 120_000);
+
+    it("when another tenant's promotion comes, then the host starts agents of that tenant's own pool, each holding that pool's credential only, and they apply it", async () => {
+      // Arrange
+      const other = 'other-team';
+      const created = await host.fetch(`/runtime-cloud/tenants/${other}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: { roles: ['PlatformAdmin'] } });
+      expect(created.status).toBeLessThan(300);
+
+      // Act
+      await sendToPromotions(host, { ...examplePromotion('development', example.repository), tenantId: other }, `runner-${++sent}`);
+      const run = await eventually(async () => {
+        const found = (await getJson<{ items: RunBody[] }>('/runtime-cloud/runs?limit=1000', { tenant: other, roles: ['Operator'], subject: 'operator-other' })).items[0];
+        return found && ['applied', 'failed'].includes(found.state) ? found : undefined;
+      }, 60_000);
+
+      // Assert
+      expect(run.state).toBe('applied');
+      const byPool = agents.agents().filter((a) => a.pool === ownPool(other));
+      expect(byPool.map((a) => a.agent.replace(/\..*/, '')).sort()).toEqual(['local-1', 'local-2']);
+      for (const { pid } of byPool) {
+        const environ = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+        const credential = environ.find((e) => e.startsWith('RuntimeCloud__Runner__Credential='))?.split('=')[1] ?? '';
+        const claims = JSON.parse(Buffer.from(credential.split('.')[1] ?? '', 'base64url').toString()) as { runner_pool?: string };
+        expect(environ).toContain(`RuntimeCloud__Runner__Pool=${ownPool(other)}`);
+        expect(claims.runner_pool).toBe(ownPool(other));
+      }
+      expect(new Set(agents.agents().map((a) => a.pool))).toEqual(new Set([POOL, ownPool(other)]));
+    }, 90_000);
   });
 }
