@@ -237,8 +237,9 @@ export const settings = {
   /** How long a job waits for an agent of its pool before its run fails `PROVISIONING.RUNNER_UNAVAILABLE`, in seconds. */
   RuntimeCloud__Runners__ClaimTimeoutSeconds: z.coerce.number().int().min(1).max(7 * 24 * 3600).default(3600),
   /**
-   * Runner agents that sign in with Entra, as JSON: client application id → the runner pool it serves (Entra
-   * issues no pool claim; the local issuer's agent tokens carry `runner_pool`). Example: `{"3c1d…":"prod-we-runner"}`.
+   * Runner agents that sign in with Entra, as JSON: client application id → the agent pool it serves (a group of a
+   * target's `runnerPools`, or a tenant's own `<runnerPool>.<tenant>`; Entra issues no pool claim, the local issuer's
+   * agent tokens carry `runner_pool`). Example: `{"3c1d…":"prod-we-runner.contoso"}`.
    */
   RuntimeCloud__Runners__Agents: jsonOf(clientTenantsSchema, '{}'),
   /** How many runner agents the local host starts as child processes. */
