@@ -6,7 +6,7 @@ import type { StackStates } from '../shared/platform/iac/stack-state.repository'
 
 /**
  * The agent's side of the runner job protocol (shared/platform/iac/runner-job.ts) over HTTP: the pool's claim with
- * the agent's credential, and each job's calls with that job's token. A problem+json answer becomes the AppError it
+ * the agent's pool credential, and each job's calls with that credential and the job's token. A problem+json answer becomes the AppError it
  * describes (its `code`), so the engine fails a job exactly as it would fail in the host.
  */
 export interface HostClient {
@@ -30,11 +30,15 @@ export function hostClient(options: {
   /** Ends a claim waiting on the host (the agent is stopping). */
   readonly signal?: AbortSignal;
 }): HostClient {
-  const call = async (path: string, init: { method: string; bearer: string; body?: unknown; signal?: AbortSignal }): Promise<unknown> => {
+  const call = async (path: string, init: { method: string; jobToken?: string; body?: unknown; signal?: AbortSignal }): Promise<unknown> => {
     const response = await fetch(new URL(path, options.hostUrl), {
       method: init.method,
       ...(init.signal ? { signal: init.signal } : {}),
-      headers: { authorization: `Bearer ${init.bearer}`, ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      headers: {
+        authorization: `Bearer ${await options.credential()}`,
+        ...(init.jobToken !== undefined ? { 'x-runner-job-token': init.jobToken } : {}),
+        ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
       ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
     });
     if (response.status === 204) return undefined;
@@ -45,13 +49,14 @@ export function hostClient(options: {
   const pool = encodeURIComponent(options.pool);
   return {
     async claim(agent, waitMs) {
-      const claimed = await call(`runtime-cloud/runner-pools/${pool}/claim?waitMs=${waitMs}`, { method: 'POST', bearer: await options.credential(), body: { agent }, ...(options.signal ? { signal: options.signal } : {}) });
+      const claimed = await call(`runtime-cloud/runner-pools/${pool}/claim?waitMs=${waitMs}`, { method: 'POST', body: { agent }, ...(options.signal ? { signal: options.signal } : {}) });
       return claimed as ClaimedJob | undefined;
     },
     job(claimed) {
       const base = `runtime-cloud/runner-jobs/${encodeURIComponent(claimed.job.id)}`;
-      const bearer = claimed.token;
-      const target = async (body: TargetCall) => (await call(`${base}/target`, { method: 'POST', bearer, body })) as { resource?: CloudResource; deleted?: boolean };
+      // Every call of the job carries the pool credential and the job's token: the host wants both.
+      const jobToken = claimed.token;
+      const target = async (body: TargetCall) => (await call(`${base}/target`, { method: 'POST', jobToken, body })) as { resource?: CloudResource; deleted?: boolean };
       const resourceOf = async (body: TargetCall) => {
         const { resource } = await target(body);
         if (!resource) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', 'the target answered without the resource');
@@ -63,16 +68,16 @@ export function hostClient(options: {
       const targetName = claimed.job.target;
       let known = claimed.state;
       return {
-        heartbeat: async (beat) => void (await call(`${base}/heartbeat`, { method: 'POST', bearer, body: beat })),
-        result: async (outcome) => void (await call(`${base}/result`, { method: 'POST', bearer, body: outcome })),
+        heartbeat: async (beat) => void (await call(`${base}/heartbeat`, { method: 'POST', jobToken, body: beat })),
+        result: async (outcome) => void (await call(`${base}/result`, { method: 'POST', jobToken, body: outcome })),
         states: {
           // The job is the stack's only writer while it runs: the state is the claim's, then the job's own last write.
           read: async () => {
-            if (known === undefined) known = ((await call(`${base}/state`, { method: 'GET', bearer })) as { state: StackState | null }).state;
+            if (known === undefined) known = ((await call(`${base}/state`, { method: 'GET', jobToken })) as { state: StackState | null }).state;
             return known ?? undefined;
           },
           write: async (_stack, state) => {
-            await call(`${base}/state`, { method: 'PUT', bearer, body: state });
+            await call(`${base}/state`, { method: 'PUT', jobToken, body: state });
             known = state;
           },
           probe: async () => undefined,

@@ -1,9 +1,11 @@
 import { hostApp } from '../app';
 import { endpoint } from '../http/endpoint';
+import { runnerTargetOf } from '../../shared/platform/config/targets';
 
 /**
- * Provisioning targets configured for this installation, each with its runner pool (agents online, jobs running
- * and waiting, and whether an agent answered lately), and the IaC runner's name and version.
+ * Provisioning targets configured for this installation, each with its runners (its capacity pool, how many agent
+ * pools it has now, agents online, jobs running and waiting, and whether an agent answered lately), and the IaC
+ * runner's name and version.
  */
 export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, async ({ deps }) => {
   const pools = deps.config.iac.execution === 'runner-jobs' && deps.config.host.enabledModules.includes('provisioning') ? await deps.provisioning.runners.pools() : [];
@@ -18,10 +20,13 @@ export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, asyn
     status: 200,
     jsonBody: {
       targets: deps.config.targets.map((target) => {
-        const pool = pools.find((p) => p.target === target.id);
-        return pool
-          ? { ...target, runners: { pool: pool.pool, engine: pool.engine, agentsOnline: pool.agentsOnline, jobsRunning: pool.jobsRunning, jobsWaiting: pool.jobsWaiting, answered: pool.agentsOnline > 0 } }
-          : target;
+        if (deps.config.iac.execution !== 'runner-jobs' || !deps.config.host.enabledModules.includes('provisioning')) return target;
+        // The target's runners in sum over its agent pools (one per tenant or group), under its capacity pool's name.
+        const runner = runnerTargetOf(target);
+        const own = pools.filter((p) => p.target === target.id);
+        const sum = (count: (p: (typeof own)[number]) => number) => own.reduce((total, p) => total + count(p), 0);
+        const agentsOnline = sum((p) => p.agentsOnline);
+        return { ...target, runners: { pool: runner.pool, engine: runner.engine, agentPools: own.length, agentsOnline, jobsRunning: sum((p) => p.jobsRunning), jobsWaiting: sum((p) => p.jobsWaiting), answered: agentsOnline > 0 } };
       }),
       iacRunner: { name: deps.iac.name, version, ...(versionError ? { error: versionError } : {}) },
     },

@@ -39,6 +39,8 @@ export interface EndpointSpec<B, Q = undefined> {
    * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. Example: `true`.
    */
   readonly platformOnly?: boolean;
+  /** Request headers the operation requires besides the bearer token, for the OpenAPI document. */
+  readonly headers?: readonly { readonly name: string; readonly description: string }[];
 }
 
 /**

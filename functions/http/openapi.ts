@@ -11,8 +11,8 @@ import { endpointSpec } from './endpoint';
  * The checked-in `openapi.json` is this document for a host with every module enabled (a test compares them);
  * `npm run -s openapi > openapi.json` writes it again.
  */
-/** The version of the HTTP API the document describes; a breaking change of a route or schema bumps it. */
-export const API_VERSION = '1.0.0';
+/** The version of the HTTP API the document describes; a breaking change of a route or schema bumps it (2: job calls carry the pool credential besides the job token). */
+export const API_VERSION = '2.0.0';
 
 export function openApiDocument(routes: readonly HttpRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -45,6 +45,7 @@ export function openApiDocument(routes: readonly HttpRoute[], version: string): 
 function operation(route: HttpRoute, method: string, severalMethods: boolean): Record<string, unknown> {
   const spec = endpointSpec(route.handler);
   const parameters: Record<string, unknown>[] = [...route.route.matchAll(/\{(\w+)\??\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+  for (const header of spec?.headers ?? []) parameters.push({ name: header.name, in: 'header', required: true, description: header.description, schema: { type: 'string' } });
   if (spec?.query) {
     const query = toSchema(spec.query) as { properties?: Record<string, unknown>; required?: string[] };
     for (const [name, schema] of Object.entries(query.properties ?? {})) {

@@ -8,15 +8,17 @@ import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { getDeps } from '../runtime';
 import { logOf } from '../log';
-import type { RunStep } from '../../shared/provisioning/provisioning.service';
+import type { JobCaller, RunStep } from '../../shared/provisioning/provisioning.service';
+import { requireScope } from '../../shared/platform/auth/auth';
 import { handOver } from './provisioning-run.activities';
 import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.orchestrator';
 
 /**
  * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
  * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
- * - Every call of a claimed job authenticates with that job's token, and only for that job: its heartbeat, its
- *   result and, on a local cloud target, its stack state and target calls.
+ * - Every call of a claimed job carries both: the pool credential as the bearer token, and the job's token in
+ *   `X-Runner-Job-Token`, for that job only: its heartbeat, its result and, on a local cloud target, its stack state
+ *   and target calls. A job token that leaked is of no use to an agent of another pool or tenant.
  */
 
 /** Results carry a whole plan or apply receipt: larger bodies than the API's other requests. */
@@ -37,61 +39,68 @@ export const claimJob = endpoint({ summary: 'A runner agent claims the next job 
   return claimed ? { status: 200, jsonBody: claimed } : { status: 204 };
 });
 
-export const listRunnerPools = endpoint({ summary: 'Runner pools: agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps }) => ({
+// A caller bound to a tenant sees only the pools serving its tenant: a pool's id and tenants name other tenants.
+export const listRunnerPools = endpoint({ summary: 'Runner agent pools: target, tenants served, agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps, principal }) => ({
   status: 200,
-  jsonBody: { items: await deps.provisioning.runners.pools() },
+  jsonBody: { items: await deps.provisioning.runners.pools(principal.tenant) },
 }));
 
-export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: online, their job, last heartbeat", scope: 'factory.runtime.read' }, async ({ request, deps }) => ({
+export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: online, their job, last heartbeat", scope: 'factory.runtime.read' }, async ({ request, deps, principal }) => ({
   status: 200,
-  jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '') },
+  jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '', principal.tenant) },
 }));
 
-type JobCall = (input: { deps: Deps; jobId: string; token: string; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
+type JobCall = (input: { deps: Deps; caller: JobCaller; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
+
+/** The header that carries a job's token on its calls (the bearer token is the agent's pool credential). */
+export const JOB_TOKEN_HEADER = 'x-runner-job-token';
 
 /**
- * A call of one job, authenticated by its job token (`Authorization: Bearer <token>`), its errors as problem+json.
- * Its body goes to the service as sent, and is validated there: the job protocol's schemas reach the YAML parser,
- * which registering the functions must not load (cold start).
+ * A call of one job, authenticated by the agent's pool credential (`Authorization: Bearer`, scope
+ * `factory.runner.agent`) and the job's token (`X-Runner-Job-Token`), its errors as problem+json. Its body goes to
+ * the service as sent, and is validated there: the job protocol's schemas reach the YAML parser, which registering
+ * the functions must not load (cold start).
  */
 function jobEndpoint(summary: string, call: JobCall) {
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
-      const token = /^Bearer ([A-Za-z0-9_-]{20,200})$/.exec(request.headers.get('authorization') ?? '')?.[1];
-      if (!token) throw new AppError('RUNNER.JOB_TOKEN_INVALID', 'unauthorized', 'a job call needs its job token as a bearer token');
+      const deps = await getDeps();
+      const principal = await deps.auth.authenticate(request.headers.get('authorization'));
+      requireScope(principal, 'factory.runner.agent');
+      const token = /^([A-Za-z0-9_-]{20,200})$/.exec(request.headers.get(JOB_TOKEN_HEADER) ?? '')?.[1];
+      if (!token) throw new AppError('RUNNER.JOB_TOKEN_INVALID', 'unauthorized', `a job call needs its job token in ${JOB_TOKEN_HEADER}`);
       const declared = Number(request.headers.get('content-length') ?? '0');
       const text = declared > MAX_JOB_BODY_BYTES ? '' : await request.text();
       if (declared > MAX_JOB_BODY_BYTES || Buffer.byteLength(text) > MAX_JOB_BODY_BYTES) {
         throw new AppError('REQUEST.TOO_LARGE', 'too-large', `job requests are limited to ${MAX_JOB_BODY_BYTES} bytes`, { limitBytes: MAX_JOB_BODY_BYTES });
       }
-      return await call({ deps: await getDeps(), jobId: request.params.id ?? '', token, text, context });
+      return await call({ deps, caller: { jobId: request.params.id ?? '', token, pool: principal.runnerPool }, text, context });
     } catch (error) {
       return errorResponse(error, context);
     }
   };
-  // Described for the OpenAPI document with the scope of runner agents (the job token stands in for it).
-  describeHandler(handler, { summary, scope: 'factory.runner.agent' });
+  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }] });
   return handler;
 }
 
-export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, jobId, token, text }) => ({
+export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, caller, text }) => ({
   status: 200,
-  jsonBody: await deps.provisioning.runners.heartbeat(jobId, token, text),
+  jsonBody: await deps.provisioning.runners.heartbeat(caller, text),
 }));
 
-export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, jobId, token }) => ({
+export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, caller }) => ({
   status: 200,
-  jsonBody: { state: (await deps.provisioning.runners.state(jobId, token)) ?? null },
+  jsonBody: { state: (await deps.provisioning.runners.state(caller)) ?? null },
 }));
 
-export const putJobState = jobEndpoint("An apply job writes its stack state (local cloud targets)", async ({ deps, jobId, token, text }) => {
-  await deps.provisioning.runners.writeState(jobId, token, text);
+export const putJobState = jobEndpoint("An apply job writes its stack state (local cloud targets)", async ({ deps, caller, text }) => {
+  await deps.provisioning.runners.writeState(caller, text);
   return { status: 204 };
 });
 
-export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, jobId, token, text }) => ({
+export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, caller, text }) => ({
   status: 200,
-  jsonBody: await deps.provisioning.runners.target(jobId, token, text),
+  jsonBody: await deps.provisioning.runners.target(caller, text),
 }));
 
 /**
@@ -99,10 +108,10 @@ export const jobTargetCall = jobEndpoint("A job's call to its local cloud target
  * apply job after a plan, the run's end) and handed to the run's orchestration with the result event, so it needs no
  * collect step of its own; a collect that fails here is left to the orchestration, which collects it itself.
  */
-export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, jobId, token, text, context }) => {
-  const { runId } = await deps.provisioning.runners.accept(jobId, token, text);
+export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, caller, text, context }) => {
+  const { runId } = await deps.provisioning.runners.accept(caller, text);
   crashPoint('runner-result:accepted', runId);
-  await wakeRun(context, deps, runId, jobId);
+  await wakeRun(context, deps, runId, caller.jobId);
   return { status: 202, jsonBody: { accepted: true } };
 });
 

@@ -179,8 +179,11 @@ async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionAppr
   if (!ctx.targets.ids.includes(target)) {
     return refused({ code: RunErrors.unknownTarget, message: `the control plane puts environment ${promotion.environment.id} on target ${target}, which this installation does not have` });
   }
-  // The tenant's id becomes part of its state location and key on the target: checked before anything is read.
-  const tenantProblem = ctx.runners?.targets.find((t) => t.target === target)?.backend ? tenantSegmentProblem(promotion.tenantId) : undefined;
+  // The tenant's id becomes part of its state location and key on the target, and of its own agent pool's id unless
+  // the installation put it in a group: checked before anything is read.
+  const runner = ctx.runners?.targets.find((t) => t.target === target);
+  const named = runner !== undefined && (runner.backend !== undefined || !runner.groups.some((g) => g.tenants.includes(promotion.tenantId)));
+  const tenantProblem = named ? tenantSegmentProblem(promotion.tenantId) : undefined;
   if (tenantProblem) return refused({ code: TENANT_NOT_ADDRESSABLE, message: tenantProblem });
   try {
     const { repository, project } = await readProject(ctx, promotion.tenantId, promotion.desiredState);

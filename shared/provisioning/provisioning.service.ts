@@ -23,8 +23,10 @@ import {
   runnerAgents,
   runnerPools,
   targetCall,
+  watchDispatches,
   writeJobState,
   type FinishedJob,
+  type JobCaller,
   type RunnerAgentView,
   type RunnerPoolView,
 } from './runner-jobs.service';
@@ -32,7 +34,7 @@ import { getRejection, getRun, listRuns, type RunPage } from './run-queries.serv
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
 
-export type { BrokenStackLock, IntakeResult, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
+export type { BrokenStackLock, IntakeResult, JobCaller, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
 
 /**
  * The provisioning use cases; built once per host by `createDeps`. Each lives in a file of its own flow
@@ -112,17 +114,21 @@ export interface RunnerJobs {
    */
   endClaimWaits(): void;
   // The job calls take their bodies as sent (JSON text) and validate them: 400 `REQUEST.INVALID` naming the fields.
+  // Each is the job's only with its token, from an agent of the job's pool (`JobCaller`).
   /** A heartbeat (`Heartbeat`). */
-  heartbeat(jobId: string, token: string, body: string): Promise<{ leaseExpiresAt: string }>;
-  state(jobId: string, token: string): Promise<StackState | undefined>;
+  heartbeat(caller: JobCaller, body: string): Promise<{ leaseExpiresAt: string }>;
+  state(caller: JobCaller): Promise<StackState | undefined>;
   /** Writes the job's stack state (`StackState`). */
-  writeState(jobId: string, token: string, body: string): Promise<void>;
+  writeState(caller: JobCaller, body: string): Promise<void>;
   /** A call to the job's local cloud target (`TargetCall`). */
-  target(jobId: string, token: string, body: string): Promise<{ resource?: CloudResource; deleted?: boolean }>;
+  target(caller: JobCaller, body: string): Promise<{ resource?: CloudResource; deleted?: boolean }>;
   /** Accepts a job's outcome (`RunnerJobOutcome`); returns the run whose orchestration to wake. */
-  accept(jobId: string, token: string, body: string): Promise<{ runId: string }>;
-  pools(): Promise<RunnerPoolView[]>;
-  agents(pool: string): Promise<RunnerAgentView[]>;
+  accept(caller: JobCaller, body: string): Promise<{ runId: string }>;
+  /** The agent pools; those serving `tenant` only, when given. */
+  pools(tenant?: string): Promise<RunnerPoolView[]>;
+  agents(pool: string, tenant?: string): Promise<RunnerAgentView[]>;
+  /** Calls `watch` with the agent pool of each job this host dispatches, until the returned function is called. */
+  watchDispatches(watch: (pool: string) => void): () => void;
 }
 
 export function createProvisioningService(options: ProvisioningServiceOptions): ProvisioningService {
@@ -160,13 +166,14 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     runners: {
       claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs, claimWaits.signal),
       endClaimWaits: () => claimWaits.abort(),
-      heartbeat: (jobId, token, body) => heartbeat(ctx, jobId, token, parseJsonBody(body || '{}', heartbeatSchema)),
-      state: (jobId, token) => jobState(ctx, jobId, token),
-      writeState: (jobId, token, body) => writeJobState(ctx, jobId, token, parseJsonBody(body, stackStateSchema)),
-      target: (jobId, token, body) => targetCall(ctx, jobId, token, parseJsonBody(body, targetCallSchema)),
-      accept: (jobId, token, body) => acceptOutcome(ctx, jobId, token, parseJsonBody(body, jobOutcomeSchema)),
-      pools: () => runnerPools(ctx),
-      agents: (pool) => runnerAgents(ctx, pool),
+      heartbeat: (caller, body) => heartbeat(ctx, caller, parseJsonBody(body || '{}', heartbeatSchema)),
+      state: (caller) => jobState(ctx, caller),
+      writeState: (caller, body) => writeJobState(ctx, caller, parseJsonBody(body, stackStateSchema)),
+      target: (caller, body) => targetCall(ctx, caller, parseJsonBody(body, targetCallSchema)),
+      accept: (caller, body) => acceptOutcome(ctx, caller, parseJsonBody(body, jobOutcomeSchema)),
+      pools: (tenant) => runnerPools(ctx, tenant),
+      agents: (pool, tenant) => runnerAgents(ctx, pool, tenant),
+      watchDispatches: (watch) => watchDispatches(ctx, watch),
     },
   };
 }

@@ -85,10 +85,22 @@ export interface QueuedJob {
   readonly tenant: string;
 }
 
-/** The oldest queued jobs of a pool, first in first out. */
-export async function queuedJobs(db: Db, dialect: SqlDialect, pool: string, limit: number): Promise<QueuedJob[]> {
+/**
+ * The oldest queued jobs of an agent pool, first in first out: only jobs on its target and of the tenants it serves,
+ * whatever a row's pool says, so no agent is handed another tenant's job even by a row naming its pool.
+ */
+export async function queuedJobs(db: Db, dialect: SqlDialect, of: { pool: string; target: string; tenants: readonly string[] }, limit: number): Promise<QueuedJob[]> {
+  if (of.tenants.length === 0) return [];
   const rows = await firstRows(
-    db.selectFrom('provisioning_runner_jobs').select(['id', 'tenant_id']).where('pool', '=', pool).where('state', '=', 'queued').orderBy('created_at').orderBy('id'),
+    db
+      .selectFrom('provisioning_runner_jobs')
+      .select(['id', 'tenant_id'])
+      .where('pool', '=', of.pool)
+      .where('target', '=', of.target)
+      .where('tenant_id', 'in', of.tenants)
+      .where('state', '=', 'queued')
+      .orderBy('created_at')
+      .orderBy('id'),
     dialect,
     limit,
   ).execute();

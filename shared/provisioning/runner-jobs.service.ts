@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { CloudResource } from '../platform/cloud/local-cloud';
-import { backendOfTenant } from '../platform/config/targets';
+import { agentPoolNamed, agentPoolOf, backendOfTenant, type AgentPool } from '../platform/config/targets';
 import { AppError } from '../platform/errors/app-error';
 import { filesDigest, filesOfStack, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
 import type { StackState } from '../platform/iac/plan';
@@ -45,10 +45,12 @@ export const JobErrors = {
   superseded: 'RUNNER.JOB_SUPERSEDED',
   /** The call is not one this job may make (a plan job writing, a call for another stack). */
   refused: 'RUNNER.CALL_REFUSED',
-  /** The pool credential names another pool. */
+  /** The pool credential names another pool than the one asked for, or than the job's (or its pool does not serve the job's tenant). */
   wrongPool: 'RUNNER.POOL_MISMATCH',
   /** A security event, not an error: a plan's reported digest or counts were not its content's; the host's were recorded. */
   planSummaryIgnored: 'RUNNER.PLAN_SUMMARY_IGNORED',
+  /** No target has an agent pool of this id. */
+  unknownPool: 'RUNNER.POOL_NOT_FOUND',
 } as const;
 
 /** What a dispatch hands to the job besides the run's stack and the lock: the step's inputs. */
@@ -66,11 +68,15 @@ export async function openJobStep(ctx: ProvisioningContext, run: Run): Promise<R
 }
 
 /**
- * Dispatches the run's step as a job for its target's pool, under the stack lock the step holds: the job, the run's
- * wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one transaction.
+ * Dispatches the run's step as a job for the agent pool of its tenant on its target, under the stack lock the step
+ * holds: the job, the run's wait for a runner and `RunnerJobDispatched` (which wakes event-driven pools) in one
+ * transaction.
  */
 export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecution, run: Run, kind: RunnerJobKind, lock: StackLock, inputs: JobInputs): Promise<RunStep> {
-  const { target, pool, engine, backend } = await runnerTargetOf(ctx, runners, run);
+  const runner = await runnerTargetOf(ctx, runners, run);
+  const { target, engine, backend } = runner;
+  // The agent pool of the run's tenant on the target: no agent of another tenant's pool may claim the job.
+  const pool = agentPoolOf(runner, run.tenant);
   const files = filesOfStack(inputs.files, run.stack);
   const spec: StoredSpec = {
     id: ctx.ids.next('job'),
@@ -107,6 +113,7 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     return (await openJobStep(ctx, now)) ?? stepOf(now);
   }
   wakeClaims(pool);
+  for (const watch of dispatchWatchers.get(ctx) ?? []) watch(pool);
   return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
 }
 
@@ -133,9 +140,9 @@ async function runnerTargetOf(ctx: ProvisioningContext, runners: RunnerExecution
 }
 
 /**
- * An agent of `pool` asks for work: the oldest queued job of the pool whose tenant's runner quota has room, with a
- * fresh job token; undefined when there is none. Apply jobs get the values of their plan's references, resolved by
- * `resolve` for this job only (never stored).
+ * An agent of `pool` asks for work: the oldest queued job of the pool, of a tenant the pool serves, whose tenant's
+ * runner quota has room (a lease of the target's capacity pool), with a fresh job token; undefined when there is
+ * none. Apply jobs get the values of their plan's references, resolved by `resolve` for this job only (never stored).
  */
 export async function claimJob(
   ctx: ProvisioningContext,
@@ -146,12 +153,13 @@ export async function claimJob(
   /** Ends the wait (the host is stopping). */
   waits?: AbortSignal,
 ): Promise<ClaimedJob | undefined> {
+  const served = servedPool(requireRunners(ctx), pool);
   // A long poll: a dispatch on this host wakes the claim at once; one on another host is seen at the next look.
   const deadline = Date.now() + waitMs;
   for (let looks = 0; ; looks++) {
     // A stopping host hands out no job: the agent that got it would be stopped with it.
     if (waits?.aborted) return undefined;
-    const claimed = await claimNow(ctx, pool, agent, resolve);
+    const claimed = await claimNow(ctx, served, agent, resolve);
     // The agent is online from its claim on: a successful claim records its job with it, a waiting one says so once.
     if (!claimed && looks === 0) await retryingContention(() => touchAgent(ctx.db, pool, agent, null, nowOf(ctx)));
     const left = deadline - Date.now();
@@ -189,18 +197,41 @@ function wakeClaims(pool: string): void {
   first?.();
 }
 
+/** Per provisioning service (one per host): several hosts may run in one process (tests). */
+const dispatchWatchers = new WeakMap<ProvisioningContext, Set<(pool: string) => void>>();
+
+/**
+ * Calls `watch` with the agent pool of every job this host dispatches, until the returned function is called: the
+ * local host starts a pool's agents on its first job (it cannot know the tenants in advance).
+ */
+export function watchDispatches(ctx: ProvisioningContext, watch: (pool: string) => void): () => void {
+  const watchers = dispatchWatchers.get(ctx) ?? new Set();
+  dispatchWatchers.set(ctx, watchers);
+  watchers.add(watch);
+  return () => watchers.delete(watch);
+}
+
+/** The agent pool an id names; `RUNNER.POOL_NOT_FOUND` when it names none (a credential for a pool no target has). */
+function servedPool(runners: RunnerExecution, pool: string): AgentPool {
+  const served = agentPoolNamed(runners.targets, pool);
+  if (!served) throw new AppError(JobErrors.unknownPool, 'not-found', `there is no runner pool ${pool}`, { pool });
+  return served;
+}
+
 async function claimNow(
   ctx: ProvisioningContext,
-  pool: string,
+  served: AgentPool,
   agent: string,
   resolve: (job: RunnerJob) => Promise<{ values: NonNullable<ClaimedJob['references']>; degraded: NonNullable<RunnerJob['degraded']> }>,
 ): Promise<ClaimedJob | undefined> {
   const runners = requireRunners(ctx);
-  for (const queued of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, pool, 20))) {
+  const pool = served.id;
+  for (const queued of await retryingContention(() => queuedJobs(ctx.db, ctx.dialect, { pool, target: served.runner.target, tenants: served.tenants }, 20))) {
     // Keyed by this claim, not by the job: a claim that died holding the lease (its host killed before the claim
     // was recorded, or a fail-fast service down) must not keep every later claim of the job from its lease, and
-    // the lease it leaves lapses with its TTL.
-    const lease = await runners.leases.acquire({ tenant: queued.tenant, pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}:${randomBytes(8).toString('hex')}` });
+    // the lease it leaves lapses with its TTL. The lease is of the target's capacity pool, which all its agent
+    // pools share, within the tenant's runner quota.
+    const lease = await runners.leases.acquire({ tenant: queued.tenant, pool: served.runner.pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}:${randomBytes(8).toString('hex')}` });
     // This tenant's runner quota is used up: a job of another tenant may go first.
     if ('refused' in lease) continue;
     const job = await retryingContention(() => findJob(ctx.db, queued.id));
@@ -252,9 +283,9 @@ async function claimNow(
  * lines. `RUNNER.JOB_SUPERSEDED` (409) once the job no longer runs under the stack lock: the agent stops. The beat
  * an apply job's agent sends before its first change (`applyBegins`) records that the apply began.
  */
-export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: string, beat: Heartbeat): Promise<{ leaseExpiresAt: string }> {
+export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, beat: Heartbeat): Promise<{ leaseExpiresAt: string }> {
   const runners = requireRunners(ctx);
-  const job = await authenticJob(ctx, jobId, token);
+  const job = await authenticJob(ctx, caller);
   if (beat.applyBegins && job.kind !== 'apply') throw refused(job, 'a plan job changes nothing');
   await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
@@ -272,14 +303,14 @@ export async function heartbeat(ctx: ProvisioningContext, jobId: string, token: 
 }
 
 /** The job's stack state (jobs on a local cloud target: the stand-in for the per-tenant state backend). */
-export async function jobState(ctx: ProvisioningContext, jobId: string, token: string): Promise<StackState | undefined> {
-  const job = await authenticJob(ctx, jobId, token);
+export async function jobState(ctx: ProvisioningContext, caller: JobCaller): Promise<StackState | undefined> {
+  const job = await authenticJob(ctx, caller);
   return localOf(ctx, job).states.read(job.spec.stack);
 }
 
 /** Writes the job's stack state: apply jobs only, while they run under the stack lock, for their own stack only. */
-export async function writeJobState(ctx: ProvisioningContext, jobId: string, token: string, state: StackState): Promise<void> {
-  const job = await authenticJob(ctx, jobId, token);
+export async function writeJobState(ctx: ProvisioningContext, caller: JobCaller, state: StackState): Promise<void> {
+  const job = await authenticJob(ctx, caller);
   const local = localOf(ctx, job);
   const { stack } = job.spec;
   if (state.stack !== stack.stack || state.project !== stack.project) throw refused(job, `the state is of stack ${state.project}/${state.stack}, not ${stack.project}/${stack.stack}`);
@@ -291,8 +322,8 @@ export async function writeJobState(ctx: ProvisioningContext, jobId: string, tok
  * A call of the job to its local cloud target, in its tenant's scope only: a resource of another scope is not
  * found; writes are for apply jobs running under the stack lock, and each is recorded in the job's log.
  */
-export async function targetCall(ctx: ProvisioningContext, jobId: string, token: string, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }> {
-  const job = await authenticJob(ctx, jobId, token);
+export async function targetCall(ctx: ProvisioningContext, caller: JobCaller, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }> {
+  const job = await authenticJob(ctx, caller);
   const { cloud } = localOf(ctx, job);
   const { target } = job.spec;
   const scope = job.tenant;
@@ -345,10 +376,10 @@ export async function targetCall(ctx: ProvisioningContext, jobId: string, token:
  * lease holds. A late or superseded outcome is refused (409) and recorded in the job's log; nothing of it is used.
  * Returns the run to wake.
  */
-export async function acceptOutcome(ctx: ProvisioningContext, jobId: string, token: string, outcome: RunnerJobOutcome): Promise<{ runId: string }> {
+export async function acceptOutcome(ctx: ProvisioningContext, caller: JobCaller, outcome: RunnerJobOutcome): Promise<{ runId: string }> {
   const runners = requireRunners(ctx);
   // A late outcome (the job lost, canceled) is recorded as refused, so its job's log says what became of it.
-  const job = await authenticJob(ctx, jobId, token, true);
+  const job = await authenticJob(ctx, caller, true);
   if (outcome.kind !== job.kind) throw refused(job, `a ${job.kind} job cannot report a ${outcome.kind} outcome`);
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
@@ -478,13 +509,32 @@ function localOf(ctx: ProvisioningContext, job: RunnerJob): NonNullable<RunnerEx
   return local;
 }
 
-/** The job of a job token: the token must be the job's, and the job running (unless `ended` jobs are asked for too). */
-async function authenticJob(ctx: ProvisioningContext, jobId: string, token: string, ended = false): Promise<RunnerJob> {
-  const job = await retryingContention(() => findJob(ctx.db, jobId));
-  const presented = Buffer.from(hashToken(token));
+/**
+ * Who calls for a job: the job's token, and the pool its agent's credential serves (the credential's `runner_pool`,
+ * or the pool its Entra client is mapped to). A job token alone opens nothing: it must come from an agent of the job's
+ * pool, and that pool must serve the job's tenant.
+ */
+export interface JobCaller {
+  readonly jobId: string;
+  readonly token: string;
+  readonly pool: string | undefined;
+}
+
+/**
+ * The job a caller may act for: the token must be the job's (401), the caller's pool the job's, serving the job's
+ * tenant on its target (403), and the job running (unless `ended` jobs are asked for too). Checked before anything
+ * changes, so a refused call leaves no trace.
+ */
+async function authenticJob(ctx: ProvisioningContext, caller: JobCaller, ended = false): Promise<RunnerJob> {
+  const job = await retryingContention(() => findJob(ctx.db, caller.jobId));
+  const presented = Buffer.from(hashToken(caller.token));
   const expected = Buffer.from(job?.tokenHash ?? '');
   if (!job || expected.length !== presented.length || !timingSafeEqual(presented, expected)) {
     throw new AppError(JobErrors.unauthorized, 'unauthorized', 'the job token is not valid for this job');
+  }
+  const served = caller.pool === undefined ? undefined : agentPoolNamed(requireRunners(ctx).targets, caller.pool);
+  if (caller.pool !== job.pool || served?.runner.target !== job.target || !served.tenants.includes(job.tenant)) {
+    throw new AppError(JobErrors.wrongPool, 'forbidden', `this credential serves runner pool ${caller.pool ?? '(none)'}, which does not run job ${job.id}`, { jobId: job.id });
   }
   if (job.state !== 'running' && !ended) throw superseded(job);
   return job;
@@ -524,11 +574,14 @@ function hashToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
-/** A runner pool as operators see it: its target, agents online, jobs running and waiting. */
+/** An agent pool as operators see it: its target, the tenants it serves, agents online, jobs running and waiting. */
 export interface RunnerPoolView {
   readonly pool: string;
   readonly target: string;
   readonly engine: 'local' | 'pulumi';
+  /** The target's capacity pool, whose `runner` leases the pool's jobs hold. Example: `local-runner`. */
+  readonly capacityPool: string;
+  readonly tenants: readonly string[];
   /** Agents heard from within two job leases. */
   readonly agentsOnline: number;
   readonly jobsRunning: number;
@@ -543,26 +596,37 @@ export interface RunnerAgentView {
   readonly lastHeartbeat: string;
 }
 
-export async function runnerPools(ctx: ProvisioningContext): Promise<RunnerPoolView[]> {
+/**
+ * The agent pools: every group the installation configured, and every tenant's own pool with open jobs or agents
+ * online; only those serving `tenant` when one is given (a tenant sees no other tenant's pool).
+ */
+export async function runnerPools(ctx: ProvisioningContext, tenant?: string): Promise<RunnerPoolView[]> {
   const runners = requireRunners(ctx);
   const counts = await retryingContention(() => jobCounts(ctx.db));
-  const agents = await retryingContention(() => listAgents(ctx.db));
   const online = onlineSince(ctx, runners);
-  const pools = new Map<string, RunnerTarget>();
-  for (const target of runners.targets) if (!pools.has(target.pool)) pools.set(target.pool, target);
-  return [...pools.values()].map(({ pool, target, engine }) => ({
-    pool,
-    target,
-    engine,
-    agentsOnline: agents.filter((a) => a.pool === pool && a.lastSeen.getTime() >= online).length,
-    jobsRunning: counts.find((c) => c.pool === pool && c.state === 'running')?.n ?? 0,
-    jobsWaiting: counts.find((c) => c.pool === pool && c.state === 'queued')?.n ?? 0,
-  }));
+  const agents = (await retryingContention(() => listAgents(ctx.db))).filter((a) => a.lastSeen.getTime() >= online);
+  const ids = new Set([...runners.targets.flatMap((t) => t.groups.map((g) => g.id)), ...counts.map((c) => c.pool), ...agents.map((a) => a.pool)]);
+  // A row of a pool no target has any longer (its configuration changed) is nobody's pool: not listed.
+  const pools = [...ids].flatMap((id) => agentPoolNamed(runners.targets, id) ?? []).filter((p) => tenant === undefined || p.tenants.includes(tenant));
+  return pools
+    .sort((a, b) => a.runner.target.localeCompare(b.runner.target) || a.id.localeCompare(b.id))
+    .map(({ id, runner, tenants }) => ({
+      pool: id,
+      target: runner.target,
+      engine: runner.engine,
+      capacityPool: runner.pool,
+      tenants,
+      agentsOnline: agents.filter((a) => a.pool === id).length,
+      jobsRunning: counts.find((c) => c.pool === id && c.state === 'running')?.n ?? 0,
+      jobsWaiting: counts.find((c) => c.pool === id && c.state === 'queued')?.n ?? 0,
+    }));
 }
 
-export async function runnerAgents(ctx: ProvisioningContext, pool: string): Promise<RunnerAgentView[]> {
+/** An agent pool's agents; `RUNNER.POOL_NOT_FOUND` for a pool no target has, or one not serving `tenant` when given. */
+export async function runnerAgents(ctx: ProvisioningContext, pool: string, tenant?: string): Promise<RunnerAgentView[]> {
   const runners = requireRunners(ctx);
-  if (!runners.targets.some((t) => t.pool === pool)) throw new AppError('RUNNER.POOL_NOT_FOUND', 'not-found', `there is no runner pool ${pool}`, { pool });
+  const served = servedPool(runners, pool);
+  if (tenant !== undefined && !served.tenants.includes(tenant)) throw new AppError(JobErrors.unknownPool, 'not-found', `there is no runner pool ${pool}`, { pool });
   const online = onlineSince(ctx, runners);
   return (await retryingContention(() => listAgents(ctx.db, pool))).map((a) => ({
     agent: a.agent,

@@ -65,9 +65,9 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
     const response = await fetch(new URL('/runtime-cloud/meta/targets', host.url), { headers: { authorization: `Bearer ${bearer}` } });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { targets: unknown[]; iacRunner: { name: string; version: string } };
-    // The runtime-cloud start host runs its two runner agents for the local target's pool.
+    // The local target's runners under its capacity pool; the host starts a tenant's agent pool on its first job.
     expect(body.targets).toEqual([
-      { id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local', runners: { pool: 'local-runner', engine: 'local', agentsOnline: expect.any(Number), jobsRunning: 0, jobsWaiting: 0, answered: expect.any(Boolean) } },
+      { id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local', runners: { pool: 'local-runner', engine: 'local', agentPools: expect.any(Number), agentsOnline: expect.any(Number), jobsRunning: 0, jobsWaiting: 0, answered: expect.any(Boolean) } },
     ]);
     expect(body.iacRunner.name).toBe('local');
     expect(body.iacRunner.version).toMatch(/\d+\.\d+\.\d+/);

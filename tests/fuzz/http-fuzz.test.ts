@@ -76,7 +76,7 @@ async function authorizations(host: TestHost): Promise<string[]> {
     host.token({ tenant: 'contoso', scopes: all, roles: ['Operator'] }),
     host.token({ tenant: 'fabrikam', scopes: all, roles: ['Operator'] }),
     host.token({ roles: ['PlatformAdmin'], scopes: ['factory.runtime.admin'] }),
-    host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner' }),
+    host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner.contoso' }),
     host.token({ tenant: 'contoso', scopes: ['factory.runtime.read'] }),
   ]);
   const expired = await issueLocalToken(keys, { issuer, audience, tenant: 'contoso', scopes: all, ttlSeconds: -120 });

@@ -3,15 +3,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runJob } from '../../runner/agent';
-import { hostClient, type HostClient } from '../../runner/host-client';
+import type { HostClient } from '../../runner/host-client';
+import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { ownPool, testAgent, type TestAgent } from '../support/runner-agents';
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
  * Environments live on targets (issue 17): the ControlPlaneApi's environment names its target, else the
- * `RuntimeCloud__Targets` rules decide; the first run binds it. A run's jobs go to that target's runner pool, its
+ * `RuntimeCloud__Targets` rules decide; the first run binds it. A run's jobs go to its tenant's agent pool on that target, its
  * resources are made there, and the drift scan looks there. A later promotion putting the environment elsewhere is
  * refused (`PROVISIONING.TARGET_MISMATCH`), one naming a target the installation does not have too
  * (`PROVISIONING.UNKNOWN_TARGET`). The test is the agent of both pools, speaking the protocol over HTTP.
@@ -46,7 +48,12 @@ for (const dialect of DIALECTS) {
     let host: TestHost;
     let root: string;
     let example: ProvisioningExample;
-    const agents: Record<string, HostClient> = {};
+    const agents = new Map<string, Promise<TestAgent>>();
+    /** The test as an agent of the agent pool (one credential per pool). */
+    const agentOf = async (pool: string): Promise<HostClient> => {
+      if (!agents.has(pool)) agents.set(pool, testAgent(host, pool));
+      return (await agents.get(pool)!).client;
+    };
     let promotions = 0;
 
     beforeAll(async () => {
@@ -67,10 +74,6 @@ for (const dialect of DIALECTS) {
       }
       const tenantB = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: admin });
       expect(tenantB.status).toBeLessThan(300);
-      for (const name of ['local-runner', 'edge-runner', 'dc-runner']) {
-        const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: name, subject: `agent-of-${name}` });
-        agents[name] = hostClient({ hostUrl: host.url, pool: name, credential: () => Promise.resolve(credential) });
-      }
     });
     afterAll(async () => {
       await host?.stop();
@@ -91,9 +94,10 @@ for (const dialect of DIALECTS) {
         return run && (run.waitingFor?.kind === 'runner' || run.state === 'rejected') ? run : undefined;
       });
     }
-    /** Runs the run's plan and apply jobs as an agent of `pool`; answers the run as it ended. */
-    async function runOn(pool: string, runId: string, as = operator): Promise<RunBody> {
-      const client = agents[pool] as HostClient;
+    /** Runs the run's plan and apply jobs as an agent of the tenant's own pool on the target of `capacityPool`; answers the run as it ended. */
+    async function runOn(capacityPool: string, runId: string, as = operator): Promise<RunBody> {
+      const pool = ownPool(as.tenant, capacityPool);
+      const client = await agentOf(pool);
       for (const kind of ['plan', 'apply']) {
         const claimed = await eventually(() => client.claim(`${pool}-agent`, 0), 20_000);
         expect([claimed.job.runId, claimed.job.kind]).toEqual([runId, kind]);
@@ -123,7 +127,7 @@ for (const dialect of DIALECTS) {
       const scanned = await scan('env-cp-edge');
 
       // Assert
-      expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool('demo-team', 'edge-runner') });
       expect(applied.state).toBe('applied');
       expect(scanned).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
     });
@@ -135,8 +139,8 @@ for (const dialect of DIALECTS) {
       const staging = await promote('env-rules-edge', 'development-3', { name: 'staging', tier: 'staging' });
 
       // Assert
-      expect(local.waitingFor).toMatchObject({ kind: 'runner', pool: 'local-runner' });
-      expect(staging.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect(local.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool('demo-team', 'local-runner') });
+      expect(staging.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool('demo-team', 'edge-runner') });
       expect((await runOn('edge-runner', staging.runId)).state).toBe('applied');
       expect(await scan('env-rules-local')).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
     });
@@ -166,9 +170,9 @@ for (const dialect of DIALECTS) {
       const appliedA = await runOn('edge-runner', runA.runId);
 
       // Assert
-      expect(runB.waitingFor).toMatchObject({ kind: 'runner', pool: 'local-runner' });
+      expect(runB.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool(B, 'local-runner') });
       expect(appliedB.state).toBe('applied');
-      expect(runA.waitingFor).toMatchObject({ kind: 'runner', pool: 'edge-runner' });
+      expect(runA.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool('demo-team', 'edge-runner') });
       expect(appliedA.state).toBe('applied');
       expect(await scan('env-cp-edge', operatorB)).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
       expect(await scan('env-cp-edge')).toMatchObject({ outcome: 'completed', driftStatus: 'in-sync' });
@@ -177,13 +181,13 @@ for (const dialect of DIALECTS) {
     it("when two tenants' environments of the same id and stack live on a customer-hosted target, then each job names its own tenant's state backend and secrets key", async () => {
       // Arrange
       setControlPlane([{ id: 'env-dc' }, { id: 'env-dc', tenant: B }]);
-      const client = agents['dc-runner'] as HostClient;
 
       // Act: each run's plan job, claimed by the target's agent, which fails it (no Pulumi engine here).
       const backends: Record<string, unknown> = {};
       for (const as of [operator, operatorB]) {
         const run = await promote('env-dc', 'development-1', undefined, as);
-        expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: 'dc-runner' });
+        expect(run.waitingFor).toMatchObject({ kind: 'runner', pool: ownPool(as.tenant, 'dc-runner') });
+        const client = await agentOf(ownPool(as.tenant, 'dc-runner'));
         const claimed = await eventually(() => client.claim('dc-agent', 0), 20_000);
         expect([claimed.job.runId, claimed.job.stack.tenant, claimed.job.engine]).toEqual([run.runId, as.tenant, 'pulumi']);
         backends[as.tenant] = claimed.job.backend;
@@ -212,7 +216,8 @@ for (const dialect of DIALECTS) {
 
       // Assert
       expect(run).toMatchObject({ state: 'rejected', error: { code: 'PROVISIONING.TENANT_NOT_ADDRESSABLE', message: expect.stringContaining('"odd..tenant" cannot name a state location or key') } });
-      expect(await agents['dc-runner']!.claim('dc-agent', 0)).toBeUndefined();
+      const jobs = await provisioningDb(host.host.deps.sql.db).selectFrom('provisioning_runner_jobs').select('id').where('tenant_id', '=', odd.tenant).execute();
+      expect(jobs).toEqual([]);
     });
   });
 }

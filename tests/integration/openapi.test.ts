@@ -52,6 +52,14 @@ describe('the OpenAPI document', () => {
     expect(checkedIn.paths['/runtime-cloud/runs/{id}/approve']!.post!.parameters).toEqual([expect.objectContaining({ name: 'id', in: 'path' })]);
   });
 
+  it("when a runner job's call is described, then it needs the agent's pool credential (scope factory.runner.agent) and the job's token header", () => {
+    for (const [path, method] of [['heartbeat', 'post'], ['state', 'get'], ['state', 'put'], ['target', 'post'], ['result', 'post']] as const) {
+      const operation = checkedIn.paths[`/runtime-cloud/runner-jobs/{id}/${path}`]![method] as { parameters?: { name: string; in: string; required?: boolean }[]; 'x-required-scope'?: string };
+      expect(operation['x-required-scope'], `${method} ${path}`).toBe('factory.runner.agent');
+      expect(operation.parameters, `${method} ${path}`).toContainEqual(expect.objectContaining({ name: 'x-runner-job-token', in: 'header', required: true }));
+    }
+  });
+
   it('when the document is asked for over HTTP with factory.meta.read, then the host serves the same document', async () => {
     const response = await host.fetch('/runtime-cloud/openapi.json', { claims: { scopes: ['factory.meta.read'] } });
     expect(response.status).toBe(200);

@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
-import { hostClient } from '../../runner/host-client';
 import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { ownPool, testAgent } from '../support/runner-agents';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -38,8 +38,7 @@ for (const dialect of DIALECTS) {
 
     it("when a job adopts a resource of its tenant into its stack, then the resource takes the stack's urn; another tenant's resource or a urn of another stack is refused", async () => {
       // Arrange
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client } = await testAgent(host, ownPool('demo-team'));
       await sendToPromotions(host, examplePromotion('development', example.repository), 'adopt-1');
       // A plan job changes nothing: the test plans as an agent would, and speaks for the apply job.
       const plan = await eventually(() => client.claim('test-agent', 0));

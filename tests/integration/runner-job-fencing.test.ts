@@ -6,13 +6,13 @@ import { ProvisioningActivities } from '../../functions/provisioning/provisionin
 import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
-import { hostClient } from '../../runner/host-client';
 import type { RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
 import { MAX_UNBEGUN_APPLY_LOSSES } from '../../shared/provisioning/apply.service';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { ownPool, testAgent } from '../support/runner-agents';
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -20,6 +20,8 @@ import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleRef
  * are accepted only with its token while it runs under its stack lock; a plan whose runner went silent is made again.
  */
 const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
+/** The agent pool of the tenant's jobs on the local target. */
+const POOL = ownPool('demo-team');
 
 interface RunBody {
   runId: string;
@@ -55,8 +57,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
     it("when a plan job's lease lapses, then its late result is refused and recorded, its token opens no other job, and the plan is made again by the next agent", async () => {
       // Arrange
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client, jobCall } = await testAgent(host, POOL);
       await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-1');
       const first = await eventually(() => client.claim('slow-agent', 0));
       const waiting = await eventually(async () => {
@@ -66,12 +67,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
       // Act: the agent goes silent past its lease; the host dispatches the plan again.
       const second = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      const late = await fetch(new URL(`/runtime-cloud/runner-jobs/${first.job.id}/result`, host.url), {
-        method: 'POST',
-        headers: { authorization: `Bearer ${first.token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } }),
-      });
-      const borrowed = await fetch(new URL(`/runtime-cloud/runner-jobs/${second.job.id}/state`, host.url), { headers: { authorization: `Bearer ${first.token}` } });
+      const late = await jobCall(first.job.id, first.token, 'result', { body: { kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } } });
+      const borrowed = await jobCall(second.job.id, first.token, 'state');
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, second, () => undefined);
       const apply = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
@@ -98,7 +95,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       // The next job of the stack starts from the state the apply wrote.
       await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-2');
       const next = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      const stored = await fetch(new URL(`/runtime-cloud/runner-jobs/${next.job.id}/state`, host.url), { headers: { authorization: `Bearer ${next.token}` } });
+      const stored = await jobCall(next.job.id, next.token, 'state');
       expect(next.state).toEqual(((await stored.json()) as { state: unknown }).state);
       expect(next.state?.resources).toHaveLength(3);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, next, () => undefined);
@@ -123,18 +120,13 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
     it("when an apply job's lease lapses before its agent began to apply, then nothing of it is taken, the apply is dispatched again and applied once", async () => {
       // Arrange: the plan done; the apply job claimed by an agent that goes silent before its first change.
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client, jobCall } = await testAgent(host, POOL);
       await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-unbegun' }), 'unbegun-1');
       const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
       const silent = await eventually(() => client.claim('silent-agent', 0), 30_000);
       const silentJob = client.job(silent);
-      const write = await fetch(new URL(`/runtime-cloud/runner-jobs/${silent.job.id}/target`, host.url), {
-        method: 'POST',
-        headers: { authorization: `Bearer ${silent.token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ op: 'recordApply', planDigest: silent.job.approvedPlan?.digest }),
-      });
+      const write = await jobCall(silent.job.id, silent.token, 'target', { body: { op: 'recordApply', planDigest: silent.job.approvedPlan?.digest } });
 
       // Act: its lease lapses; the run's deadline finds the job lost and dispatches the apply again.
       const again = await eventually(() => client.claim('fast-agent', 0), 30_000);
@@ -167,8 +159,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
     it(`when ${MAX_UNBEGUN_APPLY_LOSSES} apply jobs of a run are lost before their agent began to apply, then the run fails RUNNER_LOST saying nothing was applied`, async () => {
       // Arrange: the plan done; each apply job claimed and its lease made to lapse (its agent silent before its first change).
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-lost-often' }), 'lost-often-1');
       const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
       await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
@@ -195,15 +186,14 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
     it('when a finished plan job is collected by several at once (its result endpoint, the run\'s deadline, a retry), then its apply is dispatched once and every collect answers with that job', async () => {
       // Arrange: the agent's outcome is taken in by the service, not the endpoint, so nothing has collected it yet.
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, examplePromotion('development', example.repository), 'collect-1');
       const plan = await eventually(() => client.claim('collect-agent', 0), 30_000);
       let outcome: RunnerJobOutcome | undefined;
       const capturing: typeof client = { ...client, job: (claimed) => ({ ...client.job(claimed), result: (o) => Promise.resolve(void (outcome = o)) }) };
       await runJob({ client: capturing, agent: 'collect-agent', workRoot: join(root, 'work') }, plan, () => undefined);
       const { provisioning } = host.host.deps;
-      await provisioning.runners.accept(plan.job.id, plan.token, JSON.stringify(outcome));
+      await provisioning.runners.accept({ jobId: plan.job.id, token: plan.token, pool: POOL }, JSON.stringify(outcome));
 
       // Act
       const steps = await Promise.all(Array.from({ length: 4 }, () => provisioning.collectJob(plan.job.runId, plan.job.id)));
@@ -228,8 +218,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
     it('when a job waits for an agent, then its run says so with its pool and position, and the capacity lease of kind runner is held while it runs', async () => {
       // Arrange
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, examplePromotion('production', example.repository), 'waiting-1');
 
       // Act
@@ -241,7 +230,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const leases = (await (await host.fetch('/runtime-cloud/leases?state=active', { claims: operator })).json()) as { items: { kind: string; pool: string; holder: string }[] };
 
       // Assert
-      expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: 'local-runner', jobId: expect.stringMatching(/^job_/), position: 1 });
+      // The job waits in the tenant's own agent pool; its lease is of the target's capacity pool.
+      expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: POOL, jobId: expect.stringMatching(/^job_/), position: 1 });
       expect(claimed?.job.runId).toBe(waiting.runId);
       expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
     });
@@ -249,8 +239,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
     it("when a claim took a job's runner lease and died before recording the claim, then another agent claims the job", async () => {
       // Arrange: the job queued, and its runner lease taken by a claim of an agent that died right after (found by
       // the crash-under-load test: the job's lease was keyed by the job, so no other agent could ever claim it).
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-      const client = hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) });
+      const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-claim-died' }), 'claim-died-1');
       const waiting = await eventually(async () => {
         const runs = (await (await host.fetch('/runtime-cloud/runs?environment=env-claim-died', { claims: operator })).json()) as { items: RunBody[] };

@@ -12,6 +12,7 @@ import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase
 import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { ownPool } from '../support/runner-agents';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -21,6 +22,7 @@ import { provisioningExample, sendToPromotions, writeExampleReferences, type Pro
  * killed fails with a receipt and is never applied again; a plan whose runner is lost is made again.
  */
 const TENANT = 'demo-team';
+const POOL = ownPool(TENANT);
 const operator = { tenant: TENANT, roles: ['Operator'], subject: 'operator' };
 
 interface RunBody {
@@ -100,8 +102,9 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(run.applyReceipt?.runner).toMatchObject({ agent: expect.stringMatching(/^local-[12]\./), jobId: expect.stringMatching(/^job_/) });
       expect(run.applyReceipt?.runner.jobId).not.toBe(run.planReceipt?.runner.jobId);
       const pools = await getJson<{ items: { pool: string; agentsOnline: number; jobsRunning: number; jobsWaiting: number }[] }>('/runtime-cloud/runner-pools');
-      expect(pools.items).toEqual([{ pool: 'local-runner', target: 'local', engine: 'local', agentsOnline: 2, jobsRunning: 0, jobsWaiting: 0 }]);
-      const listed = await getJson<{ items: { agent: string; online: boolean }[] }>('/runtime-cloud/runner-pools/local-runner/agents');
+      // The tenant's own agent pool, started by the host on its first job; its jobs' leases are of the capacity pool.
+      expect(pools.items).toEqual([{ pool: POOL, target: 'local', engine: 'local', capacityPool: 'local-runner', tenants: [TENANT], agentsOnline: 2, jobsRunning: 0, jobsWaiting: 0 }]);
+      const listed = await getJson<{ items: { agent: string; online: boolean }[] }>(`/runtime-cloud/runner-pools/${POOL}/agents`);
       expect(listed.items.map((a) => [a.agent.replace(/\..*/, ''), a.online])).toEqual([
         ['local-1', true],
         ['local-2', true],
@@ -113,7 +116,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(targets.targets[0]).toMatchObject({ id: 'local', runners: { pool: 'local-runner', agentsOnline: 2 } });
     });
 
-    it("when an agent's process is read, then it holds nothing of the host: no store, table or bus setting, no state dir, and its credential opens only its pool's jobs", async () => {
+    it("when an agent's process is read, then it holds nothing of the host: no store, table or bus setting, no state dir, and its credential opens only its own pool's jobs, no other tenant's", async () => {
       // Arrange
       const running = agents.agents();
       expect(running).toHaveLength(2);
@@ -131,8 +134,10 @@ for (const dialect of REPOSITORY_DIALECTS) {
         const credential = environ.find((e) => e.startsWith('RuntimeCloud__Runner__Credential='))?.split('=')[1] ?? '';
         const runs = await fetch(new URL('/runtime-cloud/runs', host.url), { headers: { authorization: `Bearer ${credential}` } });
         expect(runs.status).toBe(403);
-        const otherPool = await fetch(new URL('/runtime-cloud/runner-pools/prod-runner/claim', host.url), { method: 'POST', headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' }, body: '{"agent":"x"}' });
-        expect(otherPool.status).toBe(403);
+        for (const other of ['prod-runner', 'local-runner', ownPool('other-team')]) {
+          const otherPool = await fetch(new URL(`/runtime-cloud/runner-pools/${other}/claim`, host.url), { method: 'POST', headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' }, body: '{"agent":"x"}' });
+          expect(otherPool.status, other).toBe(403);
+        }
       }
     });
 
@@ -163,5 +168,32 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(next.planReceipt?.refreshed).toBe(true);
       expect(next.state).toBe('applied');
     }, 120_000);
+
+    it("when another tenant's promotion comes, then the host starts agents of that tenant's own pool, each holding that pool's credential only, and they apply it", async () => {
+      // Arrange
+      const other = 'other-team';
+      const created = await host.fetch(`/runtime-cloud/tenants/${other}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ edition: 'team' }), claims: { roles: ['PlatformAdmin'] } });
+      expect(created.status).toBeLessThan(300);
+
+      // Act
+      await sendToPromotions(host, { ...examplePromotion('development', example.repository), tenantId: other }, `runner-${++sent}`);
+      const run = await eventually(async () => {
+        const found = (await getJson<{ items: RunBody[] }>('/runtime-cloud/runs?limit=1000', { tenant: other, roles: ['Operator'], subject: 'operator-other' })).items[0];
+        return found && ['applied', 'failed'].includes(found.state) ? found : undefined;
+      }, 60_000);
+
+      // Assert
+      expect(run.state).toBe('applied');
+      const byPool = agents.agents().filter((a) => a.pool === ownPool(other));
+      expect(byPool.map((a) => a.agent.replace(/\..*/, '')).sort()).toEqual(['local-1', 'local-2']);
+      for (const { pid } of byPool) {
+        const environ = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+        const credential = environ.find((e) => e.startsWith('RuntimeCloud__Runner__Credential='))?.split('=')[1] ?? '';
+        const claims = JSON.parse(Buffer.from(credential.split('.')[1] ?? '', 'base64url').toString()) as { runner_pool?: string };
+        expect(environ).toContain(`RuntimeCloud__Runner__Pool=${ownPool(other)}`);
+        expect(claims.runner_pool).toBe(ownPool(other));
+      }
+      expect(new Set(agents.agents().map((a) => a.pool))).toEqual(new Set([POOL, ownPool(other)]));
+    }, 90_000);
   });
 }

@@ -3,15 +3,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
-import { hostClient } from '../../runner/host-client';
 import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
+import { ownPool, testAgent } from '../support/runner-agents';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
- * Health checks each target's runner pool: a pool with jobs waiting and no agent online to claim them degrades the
+ * Health checks each agent pool (a tenant's own, or a configured group): a pool with jobs waiting and no agent online to claim them degrades the
  * host (an idle event-driven pool has no agent and is healthy); an agent's claim brings it back.
  */
+const POOL = ownPool('demo-team');
+
 interface HealthBody {
   status: string;
   checks: { name: string; status: string; error?: string; details?: { pools?: { pool: string; agentsOnline: number; jobsWaiting: number }[] } }[];
@@ -46,13 +48,13 @@ describe('health of the runner pools', () => {
       const check = await poolCheck();
       return check?.status === 'degraded' ? check : undefined;
     });
-    const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: 'local-runner', subject: 'test-agent' });
-    const claimed = await hostClient({ hostUrl: host.url, pool: 'local-runner', credential: () => Promise.resolve(credential) }).claim('agent-1', 0);
+    const claimed = await (await testAgent(host, POOL)).client.claim('agent-1', 0);
     const after = await poolCheck();
 
-    expect(idle).toMatchObject({ status: 'healthy', details: { pools: [{ pool: 'local-runner', agentsOnline: 0, jobsWaiting: 0 }] } });
-    expect(stuck).toMatchObject({ error: 'jobs wait with no agent online: local-runner', details: { pools: [{ pool: 'local-runner', agentsOnline: 0, jobsWaiting: 1 }] } });
+    // No tenant's pool exists before its first job (and no group is configured).
+    expect(idle).toMatchObject({ status: 'healthy', details: { pools: [] } });
+    expect(stuck).toMatchObject({ error: `jobs wait with no agent online: ${POOL}`, details: { pools: [{ pool: POOL, agentsOnline: 0, jobsWaiting: 1 }] } });
     expect(claimed?.job.kind).toBe('plan');
-    expect(after).toMatchObject({ status: 'healthy', details: { pools: [{ pool: 'local-runner', agentsOnline: 1, jobsWaiting: 0 }] } });
+    expect(after).toMatchObject({ status: 'healthy', details: { pools: [{ pool: POOL, agentsOnline: 1, jobsWaiting: 0 }] } });
   });
 });

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
-import { backendOfTenant, tenantSegmentProblem } from '../../shared/platform/config/targets';
+import { agentPoolNamed, agentPoolOf, backendOfTenant, runnerTargetOf, tenantSegmentProblem } from '../../shared/platform/config/targets';
 
 describe('configuration', () => {
   it('when nothing is set, then the seed defaults apply and the config is frozen', () => {
@@ -93,6 +93,45 @@ describe('configuration', () => {
       expect(tenantSegmentProblem(tenant), tenant).toContain('cannot name a state location or key');
       expect(() => backendOfTenant(backend, tenant), tenant).toThrow(expect.objectContaining({ code: 'PROVISIONING.TENANT_NOT_ADDRESSABLE' }));
     }
+  });
+
+  it("when a target groups tenants in runner pools, then a tenant's jobs go to its group, else to its own pool, and each pool id names back its target and tenants", () => {
+    // Arrange
+    const [local, edge] = parseConfig({
+      RuntimeCloud__Targets: JSON.stringify([
+        { id: 'local', kind: 'local-cloud', name: 'Local', runnerPools: [{ id: 'shared', tenants: ['contoso', 'fabrikam'] }] },
+        { id: 'edge', kind: 'local-cloud', name: 'Edge', runnerPool: 'edge-pool' },
+      ]),
+    }).targets.map(runnerTargetOf);
+    const runners = [local!, edge!];
+
+    // Act / Assert
+    expect(agentPoolOf(local!, 'contoso')).toBe('shared');
+    expect(agentPoolOf(local!, 'northwind')).toBe('local-runner.northwind');
+    expect(agentPoolOf(edge!, 'contoso')).toBe('edge-pool.contoso');
+    expect(() => agentPoolOf(local!, 'odd..tenant')).toThrow(expect.objectContaining({ code: 'PROVISIONING.TENANT_NOT_ADDRESSABLE' }));
+    expect(agentPoolNamed(runners, 'shared')).toMatchObject({ runner: { target: 'local' }, tenants: ['contoso', 'fabrikam'] });
+    expect(agentPoolNamed(runners, 'local-runner.northwind')).toMatchObject({ runner: { target: 'local' }, tenants: ['northwind'] });
+    expect(agentPoolNamed(runners, 'edge-pool.contoso')).toMatchObject({ runner: { target: 'edge' }, tenants: ['contoso'] });
+    // A grouped tenant has no pool of its own on that target; a capacity pool alone, or an unknown one, serves nobody.
+    for (const id of ['local-runner.contoso', 'local-runner', 'edge-pool', 'nowhere.contoso', 'local-runner.a..b', '']) expect(agentPoolNamed(runners, id), id).toBeUndefined();
+  });
+
+  it('when runner pools are configured ambiguously, then the host refuses to start, naming the setting', () => {
+    const problemsOf = (targets: object[]) => {
+      try {
+        parseConfig({ RuntimeCloud__Targets: JSON.stringify(targets) });
+      } catch (error) {
+        return (error as ConfigError).problems.map((p) => `${p.field}: ${p.message}`);
+      }
+      return [];
+    };
+    const local = { id: 'local', kind: 'local-cloud', name: 'Local' };
+    expect(problemsOf([{ ...local, runnerPools: [{ id: 'a', tenants: ['contoso'] }, { id: 'b', tenants: ['contoso'] }] }])).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.0\.runnerPools\.1\.tenants: tenant contoso is in more than one/)]);
+    expect(problemsOf([{ ...local, runnerPools: [{ id: 'a', tenants: ['contoso'] }] }, { ...local, id: 'edge', runnerPools: [{ id: 'a', tenants: ['fabrikam'] }] }])).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.1\.runnerPools\.0\.id: runner pool a is named twice/)]);
+    expect(problemsOf([local, { ...local, id: 'edge', runnerPool: 'local-runner' }])).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.1\.runnerPool: runner pool local-runner is another target's/)]);
+    for (const id of ['with.dot', 'Upper', '-lead', 'x'.repeat(41)]) expect(problemsOf([{ ...local, runnerPools: [{ id, tenants: ['contoso'] }] }]), id).toEqual([expect.stringMatching(/runnerPools\.0\.id: a runner pool id is/)]);
+    expect(problemsOf([{ ...local, runnerPools: [{ id: 'a', tenants: [] }] }])).toHaveLength(1);
   });
 
   it('when local.settings.sample.json is read, then it lists exactly the schema keys', () => {

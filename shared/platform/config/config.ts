@@ -34,8 +34,28 @@ const targetSchema = z.object({
   name: z.string().min(1),
   location: z.string().optional(),
   endpoint: z.string().optional(),
-  /** The runner pool whose agents run this target's plans and applies (a capacity pool of kind `runner`). Default `<id>-runner`. */
-  runnerPool: z.string().min(1).max(200).optional(),
+  /**
+   * The target's capacity pool of kind `runner` (each claimed job holds a lease of it, within its tenant's quota), and
+   * the base of its agent pools' ids: a tenant in no `runnerPools` group has its own agent pool `<runnerPool>.<tenant>`.
+   * Default `<id>-runner`.
+   */
+  runnerPool: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/, 'a runner pool is 1 to 200 letters, digits, ".", "_" and "-"').optional(),
+  /**
+   * Tenants that share one agent pool on this target, where the installation groups them explicitly (every other
+   * tenant has a pool of its own): the pool's agents claim only these tenants' jobs. A tenant is in at most one group
+   * of a target; pool ids are unique across all targets and have no `.`, so they never meet a tenant's own pool.
+   * Example: `[{"id":"contoso-fabrikam","tenants":["contoso","fabrikam"]}]`.
+   */
+  runnerPools: z
+    .array(
+      z
+        .object({
+          id: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, 'a runner pool id is 1 to 40 lowercase letters, digits and "-", starting with a letter or digit'),
+          tenants: z.array(z.string().min(1)).min(1),
+        })
+        .strict(),
+    )
+    .optional(),
   /** An Azure target's scope: where its runners' identity may write and its observer identity reads. */
   scope: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1) }).optional(),
   /**
@@ -85,6 +105,15 @@ const targetSchema = z.object({
     .strict()
     .optional(),
 })
+  .superRefine((target, ctx) => {
+    const grouped = new Set<string>();
+    for (const [i, group] of (target.runnerPools ?? []).entries()) {
+      for (const tenant of group.tenants) {
+        if (grouped.has(tenant)) ctx.addIssue({ code: 'custom', path: ['runnerPools', i, 'tenants'], message: `tenant ${tenant} is in more than one runner pool of this target` });
+        grouped.add(tenant);
+      }
+    }
+  })
   .refine((target) => target.kind === 'local-cloud' || target.backend !== undefined, {
     message: "a target that is not a local cloud needs its runners' state backend (`backend.url`)",
     path: ['backend'],
@@ -244,15 +273,29 @@ export const settings = {
   /** How long a job waits for an agent of its pool before its run fails `PROVISIONING.RUNNER_UNAVAILABLE`, in seconds. */
   RuntimeCloud__Runners__ClaimTimeoutSeconds: z.coerce.number().int().min(1).max(7 * 24 * 3600).default(3600),
   /**
-   * Runner agents that sign in with Entra, as JSON: client application id → the runner pool it serves (Entra
-   * issues no pool claim; the local issuer's agent tokens carry `runner_pool`). Example: `{"3c1d…":"prod-we-runner"}`.
+   * Runner agents that sign in with Entra, as JSON: client application id → the agent pool it serves (a group of a
+   * target's `runnerPools`, or a tenant's own `<runnerPool>.<tenant>`; Entra issues no pool claim, the local issuer's
+   * agent tokens carry `runner_pool`). Example: `{"3c1d…":"prod-we-runner.contoso"}`.
    */
   RuntimeCloud__Runners__Agents: jsonOf(clientTenantsSchema, '{}'),
   /** How many runner agents the local host starts as child processes. */
   RuntimeCloud__Local__Runners: z.coerce.number().int().min(0).max(16).default(2),
   /** Provisioning targets of this installation, as JSON. */
   RuntimeCloud__Targets: jsonOf(
-    z.array(targetSchema).min(1),
+    z.array(targetSchema).min(1).superRefine((targets, ctx) => {
+      // An agent pool names one target: its identity holds roles on that target's scope only.
+      const capacity = new Set<string>();
+      const groups = new Set<string>();
+      for (const [i, target] of targets.entries()) {
+        const pool = target.runnerPool ?? `${target.id}-runner`;
+        if (capacity.has(pool)) ctx.addIssue({ code: 'custom', path: [i, 'runnerPool'], message: `runner pool ${pool} is another target's: each target's agent pools are named after its own` });
+        capacity.add(pool);
+        for (const [j, group] of (target.runnerPools ?? []).entries()) {
+          if (groups.has(group.id)) ctx.addIssue({ code: 'custom', path: [i, 'runnerPools', j, 'id'], message: `runner pool ${group.id} is named twice` });
+          groups.add(group.id);
+        }
+      }
+    }),
     JSON.stringify([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]),
   ),
   /**

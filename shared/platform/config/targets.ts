@@ -27,19 +27,67 @@ export function targetOfEnvironment(targets: readonly ProvisioningTarget[], envi
   return targets.find((t) => t.environments?.some(matches)) ?? first;
 }
 
-/** A target's runner pool (default `<id>-runner`), the engine its runners use and, for `pulumi`, their state backend. */
+/**
+ * A target's runner pools: its capacity pool (default `<id>-runner`), its explicit agent pools (`runnerPools`), the
+ * engine its runners use and, for `pulumi`, their state backend.
+ */
 export function runnerTargetOf(target: ProvisioningTarget): RunnerTarget {
   const pool = target.runnerPool ?? `${target.id}-runner`;
-  if (target.kind === 'local-cloud') return { target: target.id, pool, engine: 'local' };
-  return { target: target.id, pool, engine: 'pulumi', ...(target.backend ? { backend: target.backend } : {}) };
+  const groups = (target.runnerPools ?? []).map((g) => ({ id: g.id, tenants: [...g.tenants] }));
+  if (target.kind === 'local-cloud') return { target: target.id, pool, groups, engine: 'local' };
+  return { target: target.id, pool, groups, engine: 'pulumi', ...(target.backend ? { backend: target.backend } : {}) };
 }
 
 export interface RunnerTarget {
   readonly target: string;
+  /** The target's capacity pool of kind `runner`: every claimed job holds one lease of it. Example: `local-runner`. */
   readonly pool: string;
+  /** Agent pools serving several tenants, as the installation grouped them; every other tenant has its own. */
+  readonly groups: readonly AgentPoolGroup[];
   readonly engine: 'local' | 'pulumi';
   /** `pulumi` targets: the state backend and secrets provider of the target's runners, `{tenant}` still in them. */
   readonly backend?: JobBackend;
+}
+
+export interface AgentPoolGroup {
+  readonly id: string;
+  readonly tenants: readonly string[];
+}
+
+/** An agent pool: the target it runs jobs on and the only tenants whose jobs its agents may claim and call for. */
+export interface AgentPool {
+  readonly id: string;
+  readonly runner: RunnerTarget;
+  readonly tenants: readonly string[];
+}
+
+/**
+ * The agent pool that runs a tenant's jobs on a target: the group the installation put the tenant in, else the
+ * tenant's own pool `<capacity pool>.<tenant>`; refused for a tenant id that cannot be a segment of a pool id.
+ */
+export function agentPoolOf(runner: RunnerTarget, tenant: string): string {
+  const group = runner.groups.find((g) => g.tenants.includes(tenant));
+  if (group) return group.id;
+  const problem = tenantSegmentProblem(tenant);
+  if (problem) throw new AppError(TENANT_NOT_ADDRESSABLE, 'validation', problem, { tenant });
+  return `${runner.pool}.${tenant}`;
+}
+
+/**
+ * The agent pool an id names, or undefined when it names none: a group of a target, or a tenant's own pool on a
+ * target (which a tenant in a group of that target does not have). The inverse of `agentPoolOf`.
+ */
+export function agentPoolNamed(runners: readonly RunnerTarget[], id: string): AgentPool | undefined {
+  for (const runner of runners) {
+    const group = runner.groups.find((g) => g.id === id);
+    if (group) return { id, runner, tenants: group.tenants };
+  }
+  const dot = id.lastIndexOf('.');
+  if (dot < 0) return undefined;
+  const tenant = id.slice(dot + 1);
+  const runner = runners.find((r) => r.pool === id.slice(0, dot));
+  if (!runner || tenantSegmentProblem(tenant) !== undefined || runner.groups.some((g) => g.tenants.includes(tenant))) return undefined;
+  return { id, runner, tenants: [tenant] };
 }
 
 /**
