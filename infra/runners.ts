@@ -139,8 +139,8 @@ function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx
     ...pool.tenants.flatMap((tenant) => {
       const { container, key } = state.tenants.get(tenant)!;
       return [
-        grant(runner, `state-${tenant}`, 'storageBlobDataContributor', pulumi.interpolate`${state.account.id}/blobServices/default/containers/${container.name}`, ctx.subscriptionId, `Pulumi state of tenant ${tenant} on target ${target.id}`),
-        grant(runner, `key-${tenant}`, 'keyVaultCryptoUser', pulumi.interpolate`${state.vault.id}/keys/${key.name}`, ctx.subscriptionId, `Pulumi secrets key of tenant ${tenant} on target ${target.id}`),
+        grant(runner, `state.${tenant}`, 'storageBlobDataContributor', pulumi.interpolate`${state.account.id}/blobServices/default/containers/${container.name}`, ctx.subscriptionId, `Pulumi state of tenant ${tenant} on target ${target.id}`),
+        grant(runner, `key.${tenant}`, 'keyVaultCryptoUser', pulumi.interpolate`${state.vault.id}/keys/${key.name}`, ctx.subscriptionId, `Pulumi secrets key of tenant ${tenant} on target ${target.id}`),
       ];
     }),
     grant(runner, 'image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
@@ -252,17 +252,18 @@ function targetState(target: AzureTarget, ctx: RunnerContext): TargetState {
   ctx.diagnose(`state-${target.id}-blobServices`, pulumi.interpolate`${account.id}/blobServices/default`, { logs: true, metrics: ['Transaction'] });
   ctx.diagnose(`state-${target.id}-kv`, vault.id, { logs: true, metrics: ['AllMetrics'] });
   // A tenant dropped from the config loses its pool and roles, not its state: the container and key stay in Azure.
+  // Logical names join target and tenant with `.`, which neither contains, so no two pairs make the same name.
   const kept = { retainOnDelete: true };
   const tenants = new Map(
     target.tenants.map((tenant) => {
       const container = new storage.BlobContainer(
-        `state-${target.id}-${tenant}`,
+        `state-${target.id}.${tenant}`,
         { accountName: account.name, resourceGroupName: ctx.resourceGroupName, containerName: `state-${tenant}`, publicAccess: storage.PublicAccess.None },
         kept,
       );
       // As the agent would make it (runner/state-backend.ts): RSA 3072, encrypt and decrypt only.
       const key = new keyvault.Key(
-        `state-${target.id}-kv-${tenant}`,
+        `state-${target.id}.${tenant}`,
         { resourceGroupName: ctx.resourceGroupName, vaultName: vault.name, keyName: `pulumi-${tenant}`, properties: { kty: keyvault.JsonWebKeyType.RSA, keySize: 3072, keyOps: ['encrypt', 'decrypt'] } },
         kept,
       );

@@ -87,6 +87,11 @@ describe('infra under Pulumi mocks', () => {
     }
   });
 
+  it('when the program runs, then it declares no type and name twice (the mocks would not refuse it, pulumi up would)', () => {
+    const urns = declared.map((r) => `${r.type}::${r.logicalName}`);
+    expect(urns.filter((urn, i) => urns.indexOf(urn) !== i)).toEqual([]);
+  });
+
   it("when the Function App is declared, then it runs Node 22 on a Linux plan with its system-assigned identity and the targets' observers, 2 to 6 instances", () => {
     const app = one('web:WebApp');
     expect(field(app, 'kind')).toBe('functionapp,linux');

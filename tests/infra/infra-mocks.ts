@@ -68,6 +68,8 @@ export interface Declared {
   readonly type: string;
   /** The physical name: its own `<kind>Name` input, else its logical name (the mocks do no auto-naming). */
   readonly name: string;
+  /** The name the program gave it (with its type, what makes its URN). */
+  readonly logicalName: string;
   readonly id: string;
   /** Inputs with secrets revealed. */
   readonly inputs: Readonly<Record<string, unknown>>;
@@ -95,7 +97,7 @@ export async function runInfra(config: Record<string, string>): Promise<{ declar
         const secretPaths: string[] = [];
         const revealed = reveal(inputs, '', secretPaths) as Record<string, unknown>;
         const physical = physicalName(type, revealed, name);
-        declared.push({ type, name: physical, id, inputs: revealed, secretPaths });
+        declared.push({ type, name: physical, logicalName: name, id, inputs: revealed, secretPaths });
         const state: Record<string, unknown> = { ...inputs, name: revealed.name ?? physical };
         if (type === 'azure-native:web:WebApp') {
           // Azure fills in the principal of a system-assigned identity, and only when one is asked for.
