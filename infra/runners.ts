@@ -128,24 +128,29 @@ export function targetRunners(target: AzureTarget, ctx: RunnerContext): Deployed
  */
 function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx: RunnerContext): DeployedPool {
   const name = `runner-${pool.name}`;
+  const wakeupName = `wakeup-${pool.name}`;
   const runner = new managedidentity.UserAssignedIdentity(name, { resourceName: name, resourceGroupName: ctx.resourceGroupName });
-  const wakeups = new managedidentity.UserAssignedIdentity(`wakeup-${pool.name}`, { resourceName: `wakeup-${pool.name}`, resourceGroupName: ctx.resourceGroupName });
+  const wakeups = new managedidentity.UserAssignedIdentity(wakeupName, { resourceName: wakeupName, resourceGroupName: ctx.resourceGroupName });
   const subscription = ctx.subscribe(name, runnerFilter(pool.id));
 
-  const grant = (principal: managedidentity.UserAssignedIdentity, suffix: string, role: Role, scope: pulumi.Input<string>, subscriptionId: pulumi.Input<string>, description: string) =>
-    assignRole(`${principal === runner ? name : `wakeup-${pool.name}`}-${suffix}`, { principalId: principal.principalId, scope, role, subscriptionId, description });
+  /** Role assignments of one identity, named after it. */
+  const grantsOf =
+    (identity: managedidentity.UserAssignedIdentity, identityName: string) =>
+    (suffix: string, role: Role, scope: pulumi.Input<string>, subscriptionId: pulumi.Input<string>, description: string) =>
+      assignRole(`${identityName}-${suffix}`, { principalId: identity.principalId, scope, role, subscriptionId, description });
+  const grant = grantsOf(runner, name);
   const grants = [
-    grant(runner, 'target', 'contributor', scopeId(target.scope), target.scope.subscriptionId, `plans and applies of pool ${pool.id} on target ${target.id}`),
+    grant('target', 'contributor', scopeId(target.scope), target.scope.subscriptionId, `plans and applies of pool ${pool.id} on target ${target.id}`),
     ...pool.tenants.flatMap((tenant) => {
       const { container, key } = state.tenants.get(tenant)!;
       return [
-        grant(runner, `state.${tenant}`, 'storageBlobDataContributor', pulumi.interpolate`${state.account.id}/blobServices/default/containers/${container.name}`, ctx.subscriptionId, `Pulumi state of tenant ${tenant} on target ${target.id}`),
-        grant(runner, `key.${tenant}`, 'keyVaultCryptoUser', pulumi.interpolate`${state.vault.id}/keys/${key.name}`, ctx.subscriptionId, `Pulumi secrets key of tenant ${tenant} on target ${target.id}`),
+        grant(`state.${tenant}`, 'storageBlobDataContributor', pulumi.interpolate`${state.account.id}/blobServices/default/containers/${container.name}`, ctx.subscriptionId, `Pulumi state of tenant ${tenant} on target ${target.id}`),
+        grant(`key.${tenant}`, 'keyVaultCryptoUser', pulumi.interpolate`${state.vault.id}/keys/${key.name}`, ctx.subscriptionId, `Pulumi secrets key of tenant ${tenant} on target ${target.id}`),
       ];
     }),
-    grant(runner, 'image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
+    grant('image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
     // The scale rule reads the subscription's message count with this identity.
-    grant(wakeups, 'receive', 'serviceBusDataReceiver', subscription.id, ctx.subscriptionId, `wake-ups of pool ${pool.id}`),
+    grantsOf(wakeups, wakeupName)('receive', 'serviceBusDataReceiver', subscription.id, ctx.subscriptionId, `wake-ups of pool ${pool.id}`),
   ];
 
   const env: Record<string, pulumi.Input<string>> = {
