@@ -22,7 +22,6 @@
  *   against the app's registrations under Pulumi's mocks.
  */
 import * as pulumi from '@pulumi/pulumi';
-import * as containerapps from '@pulumi/azure-native/app';
 import * as insights from '@pulumi/azure-native/applicationinsights';
 import * as authorization from '@pulumi/azure-native/authorization';
 import * as keyvault from '@pulumi/azure-native/keyvault';
@@ -34,7 +33,7 @@ import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
 import { assignRole, type Role } from './roles';
-import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetBackend, targetIdentities, targetRunners, type RunnerContext, type TargetIdentities } from './runners';
+import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetBackend, targetObserver, targetRunners, type DeployedPool, type RunnerContext } from './runners';
 import { isAzureTarget, parseRunnerImage, parseTargets, stateNames, type RunnerImage, type Target } from './targets';
 
 /**
@@ -306,10 +305,10 @@ new monitor.AutoscaleSetting(`${prefix}-plan-autoscale`, {
   ],
 });
 
-// Each Azure target's identities. The observers are assigned to the app (drift scans read with them, by client id);
-// the runners only to their jobs.
-const identities = new Map<string, TargetIdentities>(azureTargets.map((t) => [t.id, targetIdentities(t, group.name)]));
-const observerIds = [...identities.values()].map(({ observer }) => observer.id);
+// Each Azure target's observer identity, assigned to the app (drift scans read with it, by client id). The runner
+// identities are per agent pool and assigned to their pool's job only (./runners.ts).
+const observers = new Map(azureTargets.map((t) => [t.id, targetObserver(t, group.name)]));
+const observerIds = [...observers.values()].map((observer) => observer.id);
 
 const app = new web.WebApp(`${prefix}-runtime-cloud`, {
   resourceGroupName: group.name,
@@ -358,16 +357,53 @@ const grants = [
   grant('app-telemetry', telemetry.id, 'monitoringMetricsPublisher', 'Application Insights ingestion with Entra'),
 ];
 
+// Diagnostic settings: the resource logs and platform metrics of everything that serves, holds or moves the app's
+// data go to the workspace beside Application Insights. Logs by the `allLogs` category group, so that categories a
+// service adds later are included. Metric categories differ by resource type: a SQL database names its own, storage
+// has `Transaction`, the others `AllMetrics`. A storage account has no resource logs of its own, only its services
+// do (blob, queue, table; Azure Files is not used).
+const toWorkspace = (name: string, resourceUri: pulumi.Input<string>, { logs: withLogs, metrics }: { logs: boolean; metrics: readonly string[] }) =>
+  new monitor.DiagnosticSetting(`${name}-diagnostics`, {
+    name: 'to-log-analytics',
+    resourceUri,
+    workspaceId: logs.id,
+    ...(withLogs ? { logs: [{ categoryGroup: 'allLogs', enabled: true }] } : {}),
+    metrics: metrics.map((category) => ({ category, enabled: true })),
+  });
+toWorkspace('app', app.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('bus', bus.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('sql-runtimecloud', database.id, { logs: true, metrics: ['Basic', 'InstanceAndAppAdvanced'] });
+toWorkspace('kv', vault.id, { logs: true, metrics: ['AllMetrics'] });
+toWorkspace('store', account.id, { logs: false, metrics: ['Transaction'] });
+for (const service of ['blobServices', 'queueServices', 'tableServices']) {
+  toWorkspace(`store-${service}`, pulumi.interpolate`${account.id}/${service}/default`, { logs: true, metrics: ['Transaction'] });
+}
+
+// Runner agents: one Container Apps environment, and per Azure target its state and per agent pool an identity and a
+// job (./runners.ts). Targets of other kinds have customer-hosted agents that pull their jobs: nothing of theirs is
+// deployed here.
+const deployedPools = runnerImage === undefined ? [] : deployRunners(runnerImage);
+
 /**
- * `RuntimeCloud__Targets` as the host reads it: each target with its runner pool, and for an Azure target its scope
- * and the client id of its observer identity (the one drift scans of that target use).
+ * `RuntimeCloud__Targets` as the host reads it: each target with its runner pool and explicit pool groups (the host
+ * derives each other tenant's default pool as this program does), and for an Azure target its scope and the client
+ * id of its observer identity (the one drift scans of that target use).
  */
 const targetsSetting = pulumi
-  .all(targets.map((t) => (isAzureTarget(t) ? identities.get(t.id)!.observer.clientId : undefined)))
+  .all(targets.map((t) => (isAzureTarget(t) ? observers.get(t.id)!.clientId : undefined)))
   .apply((observerClientIds) => JSON.stringify(targets.map((t, i) => hostView(t, observerClientIds[i]))));
 
+/**
+ * `RuntimeCloud__Runners__Agents`: each agent pool's identity (client id) → its pool. An agent's Entra token carries
+ * no pool: the host takes it from here, so an agent claims its own pool's jobs only.
+ */
+const agentsSetting = pulumi
+  .all(deployedPools.map(({ identity }) => identity.clientId))
+  .apply((clientIds) => JSON.stringify(Object.fromEntries(clientIds.map((clientId, i) => [clientId, deployedPools[i]!.pool.id]))));
+
 // App settings: the keys of shared/platform/config/config.ts the app needs in Azure and the Functions host's own.
-// Written after the role assignments, so that the identity-based connections resolve on the first start.
+// Written after the role assignments, so that the identity-based connections resolve on the first start; declared
+// after the runners, whose identities it names.
 new web.WebAppApplicationSettings(
   `${prefix}-runtime-cloud-settings`,
   {
@@ -391,6 +427,7 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,
       RuntimeCloud__Targets: targetsSetting,
+      RuntimeCloud__Runners__Agents: agentsSetting,
       ...peerSettings,
       RuntimeCloud__Inventory__Observer: inventoryObserver,
       RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
@@ -399,33 +436,7 @@ new web.WebAppApplicationSettings(
   { dependsOn: grants },
 );
 
-// Diagnostic settings: the resource logs and platform metrics of everything that serves, holds or moves the app's
-// data go to the workspace beside Application Insights. Logs by the `allLogs` category group, so that categories a
-// service adds later are included. Metric categories differ by resource type: a SQL database names its own, storage
-// has `Transaction`, the others `AllMetrics`. A storage account has no resource logs of its own, only its services
-// do (blob, queue, table; Azure Files is not used).
-const toWorkspace = (name: string, resourceUri: pulumi.Input<string>, { logs: withLogs, metrics }: { logs: boolean; metrics: readonly string[] }) =>
-  new monitor.DiagnosticSetting(`${name}-diagnostics`, {
-    name: 'to-log-analytics',
-    resourceUri,
-    workspaceId: logs.id,
-    ...(withLogs ? { logs: [{ categoryGroup: 'allLogs', enabled: true }] } : {}),
-    metrics: metrics.map((category) => ({ category, enabled: true })),
-  });
-toWorkspace('app', app.id, { logs: true, metrics: ['AllMetrics'] });
-toWorkspace('bus', bus.id, { logs: true, metrics: ['AllMetrics'] });
-toWorkspace('sql-runtimecloud', database.id, { logs: true, metrics: ['Basic', 'InstanceAndAppAdvanced'] });
-toWorkspace('kv', vault.id, { logs: true, metrics: ['AllMetrics'] });
-toWorkspace('store', account.id, { logs: false, metrics: ['Transaction'] });
-for (const service of ['blobServices', 'queueServices', 'tableServices']) {
-  toWorkspace(`store-${service}`, pulumi.interpolate`${account.id}/${service}/default`, { logs: true, metrics: ['Transaction'] });
-}
-
-// Runner agents: one Container Apps environment, and per Azure target its state and its pool's job (./runners.ts).
-// Targets of other kinds have customer-hosted agents that pull their jobs: nothing of theirs is deployed here.
-const runnerJobs = runnerImage === undefined ? [] : deployRunners(runnerImage);
-
-function deployRunners(image: RunnerImage): containerapps.Job[] {
+function deployRunners(image: RunnerImage): DeployedPool[] {
   const environment = runnerEnvironment(`${prefix}-runners`, group.name, toWorkspace);
   const context: RunnerContext = {
     prefix,
@@ -442,7 +453,7 @@ function deployRunners(image: RunnerImage): containerapps.Job[] {
     audience,
     diagnose: toWorkspace,
   };
-  return azureTargets.map((target) => targetRunners(target, identities.get(target.id)!, context));
+  return azureTargets.flatMap((target) => targetRunners(target, context));
 }
 
 /** A target as the host's `RuntimeCloud__Targets` carries it. */
@@ -455,6 +466,7 @@ function hostView(target: Target, observerClientId: string | undefined): Record<
     ...(location !== undefined ? { location } : {}),
     ...(endpoint !== undefined ? { endpoint } : {}),
     runnerPool: pool,
+    ...(target.runnerPools.length > 0 ? { runnerPools: target.runnerPools.map(({ id, tenants }) => ({ id, tenants })) } : {}),
     ...(isAzureTarget(target)
       ? { scope: target.scope, observerClientId, backend: targetBackend(stateNames(prefix, pulumi.getStack(), target)) }
       : {
@@ -483,8 +495,8 @@ export const functionAppName = app.name;
 export const functionAppUrl = pulumi.interpolate`https://${app.defaultHostName}/runtime-cloud/health`;
 export const keyVaultName = vault.name;
 export const sqlServerName = sqlServer.fullyQualifiedDomainName;
-/** The Container Apps Job of each Azure target's runner pool, by target id. */
-export const runnerJobNames = Object.fromEntries(azureTargets.map((t, i) => [t.id, runnerJobs[i]!.name]));
+/** The Container Apps Job of each agent pool of the Azure targets, by pool id. */
+export const runnerJobNames = Object.fromEntries(deployedPools.map(({ pool, job }) => [pool.id, job.name]));
 /**
  * Run once as a member of the SQL admin group, in the database: the app's identity becomes a contained user with what
  * the app needs (it migrates its schema on start, hence DDL). ARM cannot create database users.

@@ -9,10 +9,13 @@ export const ROLES = {
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
-  /** Runner identities on their own target's state vault: they make each tenant's key and encrypt with it. */
-  keyVaultCryptoOfficer: '14b46e9e-c2b7-41b4-b07b-48a6ebf60603',
+  /**
+   * An agent pool's identity on each of its own tenants' keys (scope `<vault>/keys/pulumi-<tenant>`): read the key,
+   * encrypt and decrypt with it; it cannot make, delete or reach any other key.
+   */
+  keyVaultCryptoUser: '12338af0-0e69-4776-bea7-57ae8d297424',
   acrPull: '7f951dda-4ed3-4680-a7ca-43fe172d538d',
-  /** Runner identities only, and only on their own target's scope. */
+  /** Agent pool identities only, and only on their own target's scope. */
   contributor: 'b24988ac-6180-42a0-ab88-20f7382dd24c',
   /** Observer identities on their own target's scope: drift scans read, never write. */
   reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7',

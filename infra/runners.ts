@@ -1,9 +1,10 @@
 /**
- * Runner agents in Azure: per `azure-subscription` target, a runner identity that can change that target and nothing
- * else, an observer identity that can only read it, the target's Pulumi state (a storage account, and a Key Vault in
- * which the agents make each tenant's key),
- * and a Container Apps Job that Service Bus wakes for the target's pool. The host never holds a role that can change
- * a target and hands none of its own secrets to a runner (../shared/ARCHITECTURE.md, "Runner jobs").
+ * Runner agents in Azure: per `azure-subscription` target, an observer identity that can only read it and the
+ * target's Pulumi state (a storage account with a container per tenant, a Key Vault with a key per tenant); per agent
+ * pool of the target (one per tenant, or one per explicit group of tenants), an identity that can change that target
+ * and reach its own tenants' state and nothing else, and a Container Apps Job that Service Bus wakes for the pool.
+ * The host never holds a role that can change a target and hands none of its own secrets to a runner
+ * (../shared/ARCHITECTURE.md, "Runner jobs").
  */
 import * as pulumi from '@pulumi/pulumi';
 import * as containerapps from '@pulumi/azure-native/app';
@@ -11,8 +12,8 @@ import * as keyvault from '@pulumi/azure-native/keyvault';
 import * as managedidentity from '@pulumi/azure-native/managedidentity';
 import * as servicebus from '@pulumi/azure-native/servicebus';
 import * as storage from '@pulumi/azure-native/storage';
-import { assignRole } from './roles';
-import { scopeId, stateNames, type AzureTarget, type RunnerImage, type StateNames } from './targets';
+import { assignRole, type Role } from './roles';
+import { scopeId, stateNames, type AgentPool, type AzureTarget, type RunnerImage, type StateNames } from './targets';
 
 
 /**
@@ -50,7 +51,7 @@ export function targetBackend(names: StateNames): { url: string; secretsProvider
   };
 }
 
-/** The SQL filter of a pool's subscription: its own wake-ups only. Pool ids are `[a-z0-9-]`, so no quoting issue. */
+/** The SQL filter of a pool's subscription: its own wake-ups only. Pool ids are `[a-z0-9.-]`, so no quoting issue. */
 export function runnerFilter(pool: string): string {
   return `user.type = '${RUNNER_EVENT}' AND user.pool = '${pool}'`;
 }
@@ -69,16 +70,8 @@ export function runnerEnvironment(name: string, resourceGroupName: pulumi.Input<
   return environment;
 }
 
-export interface TargetIdentities {
-  /** Changes the target: assigned to the target's job only, never to the Function App. */
-  readonly runner: managedidentity.UserAssignedIdentity;
-  /** Reads the target for drift scans: assigned to the Function App, Reader only. */
-  readonly observer: managedidentity.UserAssignedIdentity;
-}
-
-/** A target's two identities, and the observer's one role: Reader on the target's scope. */
-export function targetIdentities(target: AzureTarget, resourceGroupName: pulumi.Input<string>): TargetIdentities {
-  const runner = new managedidentity.UserAssignedIdentity(`runner-${target.id}`, { resourceName: `runner-${target.id}`, resourceGroupName });
+/** A target's observer identity and its one role: Reader on the target's scope (drift scans read with it). */
+export function targetObserver(target: AzureTarget, resourceGroupName: pulumi.Input<string>): managedidentity.UserAssignedIdentity {
   const observer = new managedidentity.UserAssignedIdentity(`observer-${target.id}`, { resourceName: `observer-${target.id}`, resourceGroupName });
   assignRole(`observer-${target.id}-reader`, {
     principalId: observer.principalId,
@@ -87,7 +80,7 @@ export function targetIdentities(target: AzureTarget, resourceGroupName: pulumi.
     subscriptionId: target.scope.subscriptionId,
     description: `drift scans of target ${target.id} read with this identity`,
   });
-  return { runner, observer };
+  return observer;
 }
 
 export interface RunnerContext {
@@ -110,46 +103,77 @@ export interface RunnerContext {
   readonly diagnose: Diagnose;
 }
 
-/**
- * What one target's runners need: state, the pool's subscription, the runner identity's roles and the job. The runner
- * identity's only role on any target is Contributor on its own target's scope; its other roles are data-plane roles
- * on its own state, its own subscription and the registry.
- */
-export function targetRunners(target: AzureTarget, { runner }: TargetIdentities, ctx: RunnerContext): containerapps.Job {
-  const { account, vault } = targetState(target, ctx);
-  const subscription = ctx.subscribe(`runner-${target.pool}`, runnerFilter(target.pool));
+/** An agent pool as deployed: its identity (the host's `RuntimeCloud__Runners__Agents` maps its client id to the pool) and its job. */
+export interface DeployedPool {
+  readonly pool: AgentPool;
+  readonly identity: managedidentity.UserAssignedIdentity;
+  readonly job: containerapps.Job;
+}
 
-  const grant = (role: Parameters<typeof assignRole>[1]['role'], suffix: string, scope: pulumi.Input<string>, subscriptionId: pulumi.Input<string>, description: string) =>
-    assignRole(`runner-${target.id}-${suffix}`, { principalId: runner.principalId, scope, role, subscriptionId, description });
+/**
+ * What one target's runners need: its state (a container and a key per tenant) and per agent pool an identity, a
+ * subscription and a job. A pool's identity reaches its own tenants' state only, never another tenant's, and no
+ * runner identity holds a role on the host's store, bus or storage (infra/README.md, "Targets and runner agents").
+ */
+export function targetRunners(target: AzureTarget, ctx: RunnerContext): DeployedPool[] {
+  const state = targetState(target, ctx);
+  return target.agentPools.map((pool) => agentPool(target, pool, state, ctx));
+}
+
+/**
+ * One agent pool: its identity's roles are Contributor on the target's scope, data roles on its own tenants'
+ * containers and keys (at their own scope: nothing at the account or the vault), and AcrPull. Its wake-ups are read
+ * by a second identity of its own that can only receive from the pool's subscription: the agent itself never reads
+ * the bus, so the identity a tenant's program runs with has no role on it.
+ */
+function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx: RunnerContext): DeployedPool {
+  const name = `runner-${pool.name}`;
+  const wakeupName = `wakeup-${pool.name}`;
+  const runner = new managedidentity.UserAssignedIdentity(name, { resourceName: name, resourceGroupName: ctx.resourceGroupName });
+  const wakeups = new managedidentity.UserAssignedIdentity(wakeupName, { resourceName: wakeupName, resourceGroupName: ctx.resourceGroupName });
+  const subscription = ctx.subscribe(name, runnerFilter(pool.id));
+
+  /** Role assignments of one identity, named after it. */
+  const grantsOf =
+    (identity: managedidentity.UserAssignedIdentity, identityName: string) =>
+    (suffix: string, role: Role, scope: pulumi.Input<string>, subscriptionId: pulumi.Input<string>, description: string) =>
+      assignRole(`${identityName}-${suffix}`, { principalId: identity.principalId, scope, role, subscriptionId, description });
+  const grant = grantsOf(runner, name);
   const grants = [
-    grant('contributor', 'target', scopeId(target.scope), target.scope.subscriptionId, `plans and applies on target ${target.id}`),
-    grant('storageBlobDataContributor', 'state', account.id, ctx.subscriptionId, `Pulumi state of target ${target.id} (a container per tenant)`),
-    // The agents make each tenant's key (`pulumi-<tenant>`) before its first job, and encrypt with it.
-    grant('keyVaultCryptoOfficer', 'secrets', vault.id, ctx.subscriptionId, `Pulumi secrets keys of target ${target.id} (a key per tenant)`),
-    // The scale rule reads the subscription's message count with this identity, and the agent takes its wake-up.
-    grant('serviceBusDataReceiver', 'wakeups', subscription.id, ctx.subscriptionId, `wake-ups of pool ${target.pool}`),
-    grant('acrPull', 'image', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
+    grant('target', 'contributor', scopeId(target.scope), target.scope.subscriptionId, `plans and applies of pool ${pool.id} on target ${target.id}`),
+    ...pool.tenants.flatMap((tenant) => {
+      const { container, key } = state.tenants.get(tenant)!;
+      return [
+        grant(`state.${tenant}`, 'storageBlobDataContributor', pulumi.interpolate`${state.account.id}/blobServices/default/containers/${container.name}`, ctx.subscriptionId, `Pulumi state of tenant ${tenant} on target ${target.id}`),
+        grant(`key.${tenant}`, 'keyVaultCryptoUser', pulumi.interpolate`${state.vault.id}/keys/${key.name}`, ctx.subscriptionId, `Pulumi secrets key of tenant ${tenant} on target ${target.id}`),
+      ];
+    }),
+    grant('image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
+    // The scale rule reads the subscription's message count with this identity.
+    grantsOf(wakeups, wakeupName)('receive', 'serviceBusDataReceiver', subscription.id, ctx.subscriptionId, `wake-ups of pool ${pool.id}`),
   ];
 
   const env: Record<string, pulumi.Input<string>> = {
     RuntimeCloud__Runner__HostUrl: ctx.hostUrl,
-    RuntimeCloud__Runner__Pool: target.pool,
+    RuntimeCloud__Runner__Pool: pool.id,
     RuntimeCloud__Runner__Audience: ctx.audience,
     // DefaultAzureCredential in the agent, and the `pulumi` CLI's Azure providers, pick the runner identity by it.
     AZURE_CLIENT_ID: runner.clientId,
     RuntimeCloud__Runner__Engine: 'pulumi',
-    // An execution claims one job and exits; the next wake-up starts a fresh container with a fresh working directory.
-    // Each job names its tenant's state container and key (the host's RuntimeCloud__Targets, `targetBackend`).
+    // An execution claims one job and exits; the next wake-up starts a fresh container with a fresh working directory,
+    // so nothing a program leaves behind meets the next job. Each job names its tenant's state container and key (the
+    // host's RuntimeCloud__Targets, `targetBackend`).
     RuntimeCloud__Runner__OneJob: 'true',
   };
 
-  return new containerapps.Job(
-    `runner-${target.id}`,
+  const job = new containerapps.Job(
+    name,
     {
-      jobName: `runner-${target.id}`,
+      jobName: name,
       resourceGroupName: ctx.resourceGroupName,
       environmentId: ctx.environment.id,
-      identity: { type: containerapps.ManagedServiceIdentityType.UserAssigned, userAssignedIdentities: [runner.id] },
+      // The scale rule's identity must be one of the job's; it can receive this pool's wake-ups and nothing else.
+      identity: { type: containerapps.ManagedServiceIdentityType.UserAssigned, userAssignedIdentities: [runner.id, wakeups.id] },
       configuration: {
         triggerType: containerapps.TriggerType.Event,
         replicaTimeout: REPLICA_TIMEOUT_SECONDS,
@@ -167,7 +191,7 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
                 name: 'runner-wakeups',
                 type: 'azure-servicebus',
                 metadata: { namespace: ctx.busName, topicName: ctx.topicName, subscriptionName: subscription.name, messageCount: '1' },
-                identity: runner.id,
+                identity: wakeups.id,
               },
             ],
           },
@@ -185,17 +209,25 @@ export function targetRunners(target: AzureTarget, { runner }: TargetIdentities,
         ],
       },
     },
-    // The first execution pulls the image and reads the subscription with these roles.
+    // The first execution pulls the image, reads the subscription and finds its tenants' state with these roles.
     { dependsOn: grants },
   );
+  return { pool, identity: runner, job };
+}
+
+interface TargetState {
+  readonly account: storage.StorageAccount;
+  readonly vault: keyvault.Vault;
+  /** Each tenant's state container and secrets key. */
+  readonly tenants: ReadonlyMap<string, { readonly container: storage.BlobContainer; readonly key: keyvault.Key }>;
 }
 
 /**
- * A target's Pulumi state: a storage account for the Azure Blob backend (Entra only, versioned, soft delete; a
- * container per tenant) and a Key Vault (RBAC, purge protection) for the `azurekeyvault://` secrets provider (a key
- * per tenant). The agents make both per tenant, as tenants come after this program ran.
+ * A target's Pulumi state: a storage account for the Azure Blob backend (Entra only, versioned, soft delete) with a
+ * container per tenant, and a Key Vault (RBAC, purge protection) for the `azurekeyvault://` secrets provider with a
+ * key per tenant. Made here, so that the agents need no right to make either and each pool's roles can name them.
  */
-function targetState(target: AzureTarget, ctx: RunnerContext) {
+function targetState(target: AzureTarget, ctx: RunnerContext): TargetState {
   const names = stateNames(ctx.prefix, ctx.stack, target);
   const account = new storage.StorageAccount(`state-${target.id}`, { accountName: names.account, resourceGroupName: ctx.resourceGroupName, ...ENTRA_ONLY_STORAGE });
   // A state file overwritten or deleted by mistake can be restored.
@@ -224,5 +256,24 @@ function targetState(target: AzureTarget, ctx: RunnerContext) {
   ctx.diagnose(`state-${target.id}`, account.id, { logs: false, metrics: ['Transaction'] });
   ctx.diagnose(`state-${target.id}-blobServices`, pulumi.interpolate`${account.id}/blobServices/default`, { logs: true, metrics: ['Transaction'] });
   ctx.diagnose(`state-${target.id}-kv`, vault.id, { logs: true, metrics: ['AllMetrics'] });
-  return { account, vault };
+  // A tenant dropped from the config loses its pool and roles, not its state: the container and key stay in Azure.
+  // Logical names join target and tenant with `.`, which neither contains, so no two pairs make the same name.
+  const kept = { retainOnDelete: true };
+  const tenants = new Map(
+    target.tenants.map((tenant) => {
+      const container = new storage.BlobContainer(
+        `state-${target.id}.${tenant}`,
+        { accountName: account.name, resourceGroupName: ctx.resourceGroupName, containerName: `state-${tenant}`, publicAccess: storage.PublicAccess.None },
+        kept,
+      );
+      // As the agent would make it (runner/state-backend.ts): RSA 3072, encrypt and decrypt only.
+      const key = new keyvault.Key(
+        `state-${target.id}.${tenant}`,
+        { resourceGroupName: ctx.resourceGroupName, vaultName: vault.name, keyName: `pulumi-${tenant}`, properties: { kty: keyvault.JsonWebKeyType.RSA, keySize: 3072, keyOps: ['encrypt', 'decrypt'] } },
+        kept,
+      );
+      return [tenant, { container, key }] as const;
+    }),
+  );
+  return { account, vault, tenants };
 }

@@ -26,14 +26,39 @@ interface TargetBase {
   readonly name: string;
   readonly location?: string;
   readonly endpoint?: string;
-  /** The runner pool whose agents take this target's jobs; one pool per target. */
+  /**
+   * The target's runner pool: the capacity pool of its runner leases (the host's `runnerPool`), and the base of its
+   * tenants' default agent pool ids (`<pool>.<tenant>`).
+   */
   readonly pool: string;
+  /** Tenants that share one agent pool on this target, as the installation groups them (none by default). */
+  readonly runnerPools: readonly RunnerPoolGroup[];
+}
+/** An explicit group of tenants sharing one agent pool (the host's `runnerPools` entry). */
+export interface RunnerPoolGroup {
+  readonly id: string;
+  readonly tenants: readonly string[];
+}
+/**
+ * An agent pool this program deploys: its agents serve exactly `tenants` on one target. `id` is what the agents'
+ * credential names, what the host's claim checks and what the wake-up's `pool` carries; `name` is the short,
+ * stable name of its Azure resources (`runner-<name>` is its job, identity and subscription).
+ */
+export interface AgentPool {
+  readonly id: string;
+  readonly target: string;
+  readonly tenants: readonly string[];
+  readonly name: string;
 }
 export interface AzureTarget extends TargetBase {
   readonly kind: 'azure-subscription';
   readonly scope: AzureScope;
-  /** Most job executions of the pool at once (the Container Apps Job's `maxExecutions`). */
+  /** Most job executions of each of its agent pools at once (each Container Apps Job's `maxExecutions`). */
   readonly maxRunners: number;
+  /** The tenants whose jobs run here: each gets its own state container and key, and an agent pool. */
+  readonly tenants: readonly string[];
+  /** One per explicit group, then one per tenant in no group (`agentPoolsOf`). */
+  readonly agentPools: readonly AgentPool[];
 }
 export interface CustomerHostedTarget extends TargetBase {
   readonly kind: 'aks-cluster' | 'on-prem';
@@ -54,15 +79,25 @@ export interface TargetBackend {
 export type Target = AzureTarget | CustomerHostedTarget;
 
 /**
- * Container Apps job and managed identity names are `runner-<id>` (a job name: lowercase letters, digits and single
- * hyphens, starting with a letter, at most 32 characters), and the pool names the Service Bus subscription
- * `runner-<pool>`: both ids follow that rule with room for the `runner-` prefix.
+ * Target ids name `observer-<id>` and the target's state (`stateNames`); a target's `pool` is the base of its default
+ * agent pool ids. Both keep the rule of a Container Apps job name (lowercase letters, digits and single hyphens,
+ * starting with a letter) that they had when they named a target's one job.
  */
 const NAME = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,23}$/;
 const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Azure's rule for resource group names: 1–90 of letters, digits, `-_.()`, not ending in `.`. */
 const RESOURCE_GROUP = /^[-\w.()]{0,89}[-\w()]$/;
-const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners', 'backend', 'kubernetes', 'observerClientId'];
+const KEYS = ['id', 'kind', 'name', 'location', 'endpoint', 'scope', 'pool', 'runners', 'tenants', 'runnerPools', 'backend', 'kubernetes', 'observerClientId'];
+/** The host's explicit pool ids: no `.`, so that none is ever a default pool id `<pool>.<tenant>`. */
+const POOL_ID = /^[a-z0-9][a-z0-9-]{0,39}$/;
+/** A tenant id as the host takes it (shared/platform/config/targets.ts, `tenantSegmentProblem`). */
+const HOST_TENANT = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+/**
+ * A tenant of an Azure target: its state container `state-<tenant>` must be a blob container name (3-63 lowercase
+ * letters, digits and single hyphens) and its key `pulumi-<tenant>` a Key Vault key name, so the host's ids narrowed
+ * to lowercase letters, digits and single hyphens, at most 57 characters.
+ */
+const AZURE_TENANT = /^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,56}$/;
 
 /** The `targets` config, checked: every problem names the config path and what was given. */
 export function parseTargets(raw: unknown): Target[] {
@@ -72,6 +107,10 @@ export function parseTargets(raw: unknown): Target[] {
   // A pool's agents act with one target's identity: a pool shared by two targets would take jobs it cannot run.
   unique(targets, (t) => t.pool, 'pool');
   unique(targets.filter(isAzureTarget), (t) => scopeId(t.scope).toLowerCase(), 'scope');
+  // An agent's credential names one pool, which must mean one target and one set of tenants.
+  uniquePools(targets.flatMap((t) => t.runnerPools.map((p) => ({ key: p.id, owner: t.id }))), 'id');
+  // Two pools' jobs, identities and subscriptions must not get the same Azure name.
+  uniquePools(targets.filter(isAzureTarget).flatMap((t) => t.agentPools.map((p) => ({ key: p.name, owner: p.id }))), 'resource name');
   return targets;
 }
 
@@ -91,14 +130,17 @@ function parseTarget(entry: unknown, at: string): Target {
     ...(t.location !== undefined ? { location: nonEmpty(t.location, `${at}.location`) } : {}),
     ...(t.endpoint !== undefined ? { endpoint: nonEmpty(t.endpoint, `${at}.endpoint`) } : {}),
     pool: t.pool === undefined ? id : name(t.pool, `${at}.pool`),
+    runnerPools: [],
   };
   if (kind !== 'azure-subscription') {
-    // Customer-hosted agents run with the customer's identity and size themselves: nothing here to scope or scale.
-    for (const key of ['scope', 'runners']) {
+    // Customer-hosted agents run with the customer's identity and size themselves, and the host derives their
+    // tenants' default pools itself: nothing here to scope, scale or list.
+    for (const key of ['scope', 'runners', 'tenants']) {
       if (t[key] !== undefined) throw new Error(`config ${at}.${key} applies to azure-subscription targets only (${id} is ${String(kind)})`);
     }
     return {
       ...base,
+      runnerPools: parseGroups(t.runnerPools, hostTenant, undefined, `${at}.runnerPools`),
       kind: kind as CustomerHostedTarget['kind'],
       backend: parseBackend(t.backend, `${at}.backend`),
       ...(t.kubernetes !== undefined ? { kubernetes: parseKubernetes(t.kubernetes, kind as CustomerHostedTarget['kind'], `${at}.kubernetes`) } : {}),
@@ -110,7 +152,92 @@ function parseTarget(entry: unknown, at: string): Target {
   for (const key of ['kubernetes', 'observerClientId']) {
     if (t[key] !== undefined) throw new Error(`config ${at}.${key} applies to customer-hosted targets only (${id} is azure-subscription)`);
   }
-  return { ...base, kind, scope: parseScope(t.scope, `${at}.scope`), maxRunners: parseRunners(t.runners, `${at}.runners`) };
+  const tenants = parseTenants(t.tenants, `${at}.tenants`);
+  const runnerPools = parseGroups(t.runnerPools, azureTenant, tenants, `${at}.runnerPools`);
+  return {
+    ...base,
+    runnerPools,
+    kind,
+    scope: parseScope(t.scope, `${at}.scope`),
+    maxRunners: parseRunners(t.runners, `${at}.runners`),
+    tenants,
+    agentPools: agentPoolsOf(id, base.pool, tenants, runnerPools),
+  };
+}
+
+/** An Azure target's `tenants`: required, each once, each able to name a blob container and a key. */
+function parseTenants(raw: unknown, at: string): string[] {
+  if (!Array.isArray(raw) || raw.length === 0) {
+    throw new Error(`config ${at} is required for an azure-subscription target: the tenants its runners serve, e.g. ["contoso"] (got ${show(raw)})`);
+  }
+  const tenants = raw.map((tenant, index) => azureTenant(tenant, `${at}[${index}]`));
+  const twice = tenants.find((tenant, index) => tenants.indexOf(tenant) !== index);
+  if (twice !== undefined) throw new Error(`config ${at} names ${twice} twice`);
+  return tenants;
+}
+
+function azureTenant(raw: unknown, at: string): string {
+  if (typeof raw !== 'string' || !AZURE_TENANT.test(raw)) {
+    throw new Error(`config ${at} must be a tenant id that can name its state container state-<tenant> and key pulumi-<tenant>: 1-57 lowercase letters, digits and single hyphens (got ${show(raw)})`);
+  }
+  return raw;
+}
+
+function hostTenant(raw: unknown, at: string): string {
+  if (typeof raw !== 'string' || !HOST_TENANT.test(raw)) throw new Error(`config ${at} must be a tenant id: 1-63 letters, digits, "_" and "-", starting with a letter or digit (got ${show(raw)})`);
+  return raw;
+}
+
+/**
+ * `runnerPools`: groups of tenants sharing one agent pool, each tenant in one group at most; on an Azure target each
+ * must be one of its `tenants` (a tenant named only here would have no state).
+ */
+function parseGroups(raw: unknown, tenantOf: (raw: unknown, at: string) => string, served: readonly string[] | undefined, at: string): RunnerPoolGroup[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new Error(`config ${at} must be an array of { "id": "<pool id>", "tenants": ["<tenant>", ...] } (got ${show(raw)})`);
+  const grouped = new Map<string, string>();
+  return raw.map((entry, index) => {
+    const here = `${at}[${index}]`;
+    if (entry === null || typeof entry !== 'object' || Array.isArray(entry)) throw new Error(`config ${here} must be { "id": "<pool id>", "tenants": ["<tenant>", ...] } (got ${show(entry)})`);
+    const { id, tenants, ...rest } = entry as Record<string, unknown>;
+    const extra = Object.keys(rest)[0];
+    if (extra) throw new Error(`config ${here}.${extra} is not a runner pool field (known: id, tenants)`);
+    if (typeof id !== 'string' || !POOL_ID.test(id)) throw new Error(`config ${here}.id must be 1-40 lowercase letters, digits and hyphens, starting with a letter or digit (got ${show(id)})`);
+    if (!Array.isArray(tenants) || tenants.length === 0) throw new Error(`config ${here}.tenants must be a non-empty array of tenant ids (got ${show(tenants)})`);
+    const members = tenants.map((raw, i) => {
+      const tenantAt = `${here}.tenants[${i}]`;
+      const tenant = tenantOf(raw, tenantAt);
+      if (served && !served.includes(tenant)) throw new Error(`config ${tenantAt} ${tenant} is not one of the target's tenants (${served.join(', ')})`);
+      const other = grouped.get(tenant);
+      if (other !== undefined) throw new Error(`config ${tenantAt} ${tenant} is already in runner pool ${other}: a tenant is in one pool of a target`);
+      grouped.set(tenant, id);
+      return tenant;
+    });
+    return { id, tenants: members };
+  });
+}
+
+/**
+ * The agent pools of an Azure target, as the host derives them from the same config: one per explicit group, and
+ * for each tenant in no group its own pool `<pool>.<tenant>`.
+ */
+export function agentPoolsOf(target: string, pool: string, tenants: readonly string[], groups: readonly RunnerPoolGroup[]): AgentPool[] {
+  const grouped = new Set(groups.flatMap((g) => g.tenants));
+  return [
+    ...groups.map((g) => ({ id: g.id, tenants: g.tenants })),
+    ...tenants.filter((tenant) => !grouped.has(tenant)).map((tenant) => ({ id: `${pool}.${tenant}`, tenants: [tenant] })),
+  ].map((p) => ({ ...p, target, name: poolResourceName(p.id) }));
+}
+
+/**
+ * The short name of an agent pool's Azure resources: the pool id made a job name (`.` to `-`, cut to 16) and an
+ * 8-character hash of the whole id, so that `runner-<name>` is a valid Container Apps job name (at most 32) and two
+ * pool ids cut to the same stem still differ. Stable: it is derived from the id alone.
+ */
+export function poolResourceName(poolId: string): string {
+  const hash = createHash('sha256').update(poolId).digest('hex').slice(0, 8);
+  const stem = poolId.toLowerCase().replace(/[^a-z0-9]+/g, '-').slice(0, 16).replace(/^-+|-+$/g, '');
+  return stem ? `${stem}-${hash}` : hash;
 }
 
 function parseScope(raw: unknown, at: string): AzureScope {
@@ -264,6 +391,15 @@ function unique<T extends Target>(targets: readonly T[], key: (t: T) => string, 
     const other = seen.get(key(t));
     if (other !== undefined) throw new Error(`config targets ${other} and ${t.id} have the same ${what} ${key(t)}: each target needs its own`);
     seen.set(key(t), t.id);
+  }
+}
+
+function uniquePools(entries: readonly { key: string; owner: string }[], what: string): void {
+  const seen = new Map<string, string>();
+  for (const { key, owner } of entries) {
+    const other = seen.get(key);
+    if (other !== undefined) throw new Error(`config runner pools of ${other} and ${owner} have the same ${what} ${key}: each pool needs its own`);
+    seen.set(key, owner);
   }
 }
 

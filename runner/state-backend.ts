@@ -6,9 +6,10 @@ import type { JobBackend } from '../shared/platform/iac/runner-job';
 
 /**
  * The Pulumi state backend of a tenant's jobs, as the job names it (the target's `backend.url` with the tenant in
- * it): an `azblob://` URL names its blob container, one per tenant. Pulumi's azblob backend does not create its container, so
- * the agent creates it before the tenant's first job, with its own identity (it holds Storage Blob Data Contributor
- * on its target's state account and nothing else there).
+ * it): an `azblob://` URL names its blob container, one per tenant. Pulumi's azblob backend does not create its
+ * container. In Azure the deployment makes each tenant's container and the agent's identity holds a role on its own
+ * tenants' containers only, which cannot make one: the agent looks first and makes the container only where it is
+ * missing (a customer-hosted agent whose identity may make it, the local emulator).
  *
  * The URL is gocloud.dev's, as the `pulumi` CLI reads it: `azblob://<container>?storage_account=<account>`, with
  * optional `domain` (default `blob.core.windows.net`), `protocol` (default `https`) and `localemu=true` (an emulator's
@@ -40,8 +41,8 @@ export function stateContainerOf(backendUrl: string): StateContainer | undefined
 }
 
 /**
- * Creates the backend's container if it is missing; nothing for a backend that is not `azblob://`. `maxTries`: the
- * storage SDK's attempts at the call (default its own, 4).
+ * Creates the backend's container if it is missing (a container that exists is only looked at); nothing for a
+ * backend that is not `azblob://`. `maxTries`: the storage SDK's attempts at a call (default its own, 4).
  */
 export async function ensureStateContainer(backendUrl: string, env: NodeJS.ProcessEnv = process.env, options: { readonly maxTries?: number } = {}): Promise<void> {
   const target = stateContainerOf(backendUrl);
@@ -54,7 +55,8 @@ export async function ensureStateContainer(backendUrl: string, env: NodeJS.Proce
   /* eslint-enable @typescript-eslint/no-require-imports */
   try {
     const retryOptions = options.maxTries === undefined ? {} : { retryOptions: { maxTries: options.maxTries } };
-    await new blob.BlobServiceClient(target.serviceUrl, credential, retryOptions).getContainerClient(target.container).createIfNotExists();
+    const container = new blob.BlobServiceClient(target.serviceUrl, credential, retryOptions).getContainerClient(target.container);
+    if (!(await container.exists())) await container.createIfNotExists();
   } catch (thrown) {
     throw new AppError('PROVISIONING.RUNNER_UNAVAILABLE', 'unavailable', `the state container ${target.container} of ${target.serviceUrl} could not be made: ${thrown instanceof Error ? thrown.message : String(thrown)}`);
   }
@@ -62,8 +64,9 @@ export async function ensureStateContainer(backendUrl: string, env: NodeJS.Proce
 
 /**
  * The tenant's secrets key on the job's target: an `azurekeyvault://<vault host>/keys/<name>` secrets provider (one
- * key per tenant, `pulumi-{tenant}`), made by the agent the first time the tenant needs it (the runner identity holds
- * Key Vault Crypto Officer on its own target's vault and on nothing else). Returns the provider pinned to the key's
+ * key per tenant, `pulumi-{tenant}`). In Azure the deployment makes it and the pool's identity may read and use its
+ * own tenants' keys only (Key Vault Crypto User at the key's scope); where it is missing, an agent allowed to make it
+ * (a customer-hosted one) makes it the first time the tenant needs it. Returns the provider pinned to the key's
  * first enabled version: Pulumi's Key Vault keeper decrypts with the version its URL names, the latest when it names
  * none, so a second version (a rotation, or two agents making the key at once) would otherwise leave every stack
  * encrypted before it unreadable. Any other provider is returned as given.

@@ -9,6 +9,7 @@ import {
   APP_PRINCIPAL_ID,
   clientIdOf,
   field,
+  GROUP_A,
   inventory,
   matchesSqlFilter,
   ON_PREM_BACKEND,
@@ -77,11 +78,18 @@ describe('infra under Pulumi mocks', () => {
       'authorization:PolicyAssignment',
       'managedidentity:UserAssignedIdentity',
       'storage:BlobServiceProperties',
+      'storage:BlobContainer',
+      'keyvault:Key',
       'app:ManagedEnvironment',
       'app:Job',
     ]) {
       expect(kinds, kind).toContain(`azure-native:${kind}`);
     }
+  });
+
+  it('when the program runs, then it declares no type and name twice (the mocks would not refuse it, pulumi up would)', () => {
+    const urns = declared.map((r) => `${r.type}::${r.logicalName}`);
+    expect(urns.filter((urn, i) => urns.indexOf(urn) !== i)).toEqual([]);
   });
 
   it("when the Function App is declared, then it runs Node 22 on a Linux plan with its system-assigned identity and the targets' observers, 2 to 6 instances", () => {
@@ -134,7 +142,7 @@ describe('infra under Pulumi mocks', () => {
       return { url: `azblob://state-{tenant}?storage_account=${account.name}`, secretsProvider: `azurekeyvault://${vault.name}.vault.azure.net/keys/pulumi-{tenant}` };
     };
     expect(JSON.parse(settings.RuntimeCloud__Targets!)).toEqual([
-      { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a'), backend: state('a') },
+      { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', runnerPool: 'a', runnerPools: [GROUP_A], scope: TARGETS[0]!.scope, observerClientId: clientIdOf('observer-a'), backend: state('a') },
       { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', runnerPool: 'pool-b', scope: TARGETS[1]!.scope, observerClientId: clientIdOf('observer-b'), backend: state('b') },
       // A customer-hosted target's cluster is reached for drift scans as the target says (here a kubeconfig of its own).
       { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },

@@ -24,15 +24,21 @@ export const SQL_ADMIN_GROUP = '00000000-0000-4000-8000-0000000000bb';
 /** The values of the seed's secrets, as Pulumi config secrets. */
 export const SECRET_VALUES = { runtimeCloudSql: 'sql-secret-value-1', messagingTransport: 'bus-secret-value-3' };
 export const ROTATED_ON = { 'runtime-cloud-sql': '2026-11-02', 'messaging-transport': '2026-10-15' };
-/** Two Azure targets in two subscriptions (`b` with its own pool id and size) and a customer-hosted one. */
+/**
+ * Two Azure targets in two subscriptions (`b` with its own pool id and size) serving the same three tenants, `a`
+ * with two of them grouped in one agent pool, and a customer-hosted target.
+ */
 export const TARGET_SUBSCRIPTIONS = { a: '00000000-0000-4000-8000-00000000000a', b: '00000000-0000-4000-8000-00000000000b' };
 /** The customer-hosted target's own state backend and secrets provider, per tenant. */
 export const ON_PREM_BACKEND = { url: 's3://dc-pulumi-state/{tenant}', secretsProvider: 'hashivault://pulumi-{tenant}' };
 /** How drift scans reach the customer-hosted target's cluster: a kubeconfig of its own. */
 export const ON_PREM_CLUSTER = { kubeconfig: { path: '/mnt/secrets/dc-observer.kubeconfig', context: 'dc-reader' } };
+export const TENANTS = ['contoso', 'fabrikam', 'northwind'] as const;
+/** Target `a`'s one explicit group: contoso and fabrikam share an agent pool there (and only there). */
+export const GROUP_A = { id: 'a-shared', tenants: ['contoso', 'fabrikam'] };
 export const TARGETS = [
-  { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.a, resourceGroup: 'rg-target-a' } },
-  { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 } },
+  { id: 'a', kind: 'azure-subscription', name: 'Target A', location: 'westeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.a, resourceGroup: 'rg-target-a' }, tenants: TENANTS, runnerPools: [GROUP_A] },
+  { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 }, tenants: TENANTS },
   { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },
 ];
 export const RUNNER_REGISTRY_ID = `/subscriptions/${SUBSCRIPTION_ID}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
@@ -62,6 +68,8 @@ export interface Declared {
   readonly type: string;
   /** The physical name: its own `<kind>Name` input, else its logical name (the mocks do no auto-naming). */
   readonly name: string;
+  /** The name the program gave it (with its type, what makes its URN). */
+  readonly logicalName: string;
   readonly id: string;
   /** Inputs with secrets revealed. */
   readonly inputs: Readonly<Record<string, unknown>>;
@@ -89,7 +97,7 @@ export async function runInfra(config: Record<string, string>): Promise<{ declar
         const secretPaths: string[] = [];
         const revealed = reveal(inputs, '', secretPaths) as Record<string, unknown>;
         const physical = physicalName(type, revealed, name);
-        declared.push({ type, name: physical, id, inputs: revealed, secretPaths });
+        declared.push({ type, name: physical, logicalName: name, id, inputs: revealed, secretPaths });
         const state: Record<string, unknown> = { ...inputs, name: revealed.name ?? physical };
         if (type === 'azure-native:web:WebApp') {
           // Azure fills in the principal of a system-assigned identity, and only when one is asked for.
@@ -152,7 +160,7 @@ export const ROLE = {
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0',
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39',
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb',
-  keyVaultCryptoOfficer: '14b46e9e-c2b7-41b4-b07b-48a6ebf60603',
+  keyVaultCryptoUser: '12338af0-0e69-4776-bea7-57ae8d297424',
   acrPull: '7f951dda-4ed3-4680-a7ca-43fe172d538d',
   contributor: 'b24988ac-6180-42a0-ab88-20f7382dd24c',
   reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7',
@@ -231,7 +239,8 @@ function reveal(value: unknown, path: string, secretPaths: string[]): unknown {
 
 function physicalName(type: string, inputs: Readonly<Record<string, unknown>>, logicalName: string): string {
   const kind = type.split(':').pop() ?? '';
-  // A storage account's own name input is `accountName`.
-  const own = type === 'azure-native:storage:StorageAccount' ? inputs.accountName : inputs[`${kind.charAt(0).toLowerCase()}${kind.slice(1)}Name`];
+  // A storage account's own name input is `accountName`, a blob container's `containerName`.
+  const named: Record<string, string> = { 'azure-native:storage:StorageAccount': 'accountName', 'azure-native:storage:BlobContainer': 'containerName' };
+  const own = inputs[named[type] ?? `${kind.charAt(0).toLowerCase()}${kind.slice(1)}Name`];
   return typeof own === 'string' ? own : logicalName;
 }

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { parseRunnerImage, parseTargets, stateNames, type AzureTarget } from '../../infra/targets';
+import { parseRunnerImage, parseTargets, poolResourceName, stateNames, type AzureTarget } from '../../infra/targets';
 
 /** The `targets`, `runnerImage` and `runnerRegistryId` config of infra/, parsed without running the program. */
 
 const SUB = '00000000-0000-4000-8000-00000000000a';
-const azure = (extra: Record<string, unknown> = {}) => ({ id: 'prod-we', kind: 'azure-subscription', name: 'Production', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, ...extra });
+const azure = (extra: Record<string, unknown> = {}) => ({ id: 'prod-we', kind: 'azure-subscription', name: 'Production', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, tenants: ['contoso'], ...extra });
 const BACKEND = { url: 's3://dc-state/{tenant}', secretsProvider: 'hashivault://pulumi-{tenant}' };
 const onPrem = (extra: Record<string, unknown> = {}) => ({ id: 'dc', kind: 'on-prem', name: 'DC', backend: BACKEND, ...extra });
 const REGISTRY = `/subscriptions/${SUB}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
@@ -12,8 +12,18 @@ const REGISTRY = `/subscriptions/${SUB}/resourceGroups/rg-images/providers/Micro
 describe('infra targets config', () => {
   it('when an Azure target names no pool or runners, then its pool is its id and it runs 2 jobs at once; a customer-hosted target keeps its endpoint', () => {
     expect(parseTargets([azure(), onPrem({ endpoint: 'https://dc.example.test' })])).toEqual([
-      { id: 'prod-we', kind: 'azure-subscription', name: 'Production', pool: 'prod-we', scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' }, maxRunners: 2 },
-      { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc', backend: BACKEND },
+      {
+        id: 'prod-we',
+        kind: 'azure-subscription',
+        name: 'Production',
+        pool: 'prod-we',
+        scope: { subscriptionId: SUB, resourceGroup: 'rg-prod' },
+        maxRunners: 2,
+        tenants: ['contoso'],
+        runnerPools: [],
+        agentPools: [{ id: 'prod-we.contoso', target: 'prod-we', tenants: ['contoso'], name: poolResourceName('prod-we.contoso') }],
+      },
+      { id: 'dc', kind: 'on-prem', name: 'DC', endpoint: 'https://dc.example.test', pool: 'dc', runnerPools: [], backend: BACKEND },
     ]);
     expect(parseTargets([azure({ pool: 'blue', runners: { max: 4 } })])[0]).toMatchObject({ pool: 'blue', maxRunners: 4 });
     // A customer-hosted target says how drift scans reach its cluster: an AKS API server with its CA and the identity
@@ -35,7 +45,21 @@ describe('infra targets config', () => {
     ['a pool with a double hyphen', [azure({ pool: 'a--b' })], 'config targets[0].pool must be 1-24 lowercase letters, digits and single hyphens, starting with a letter and not ending in a hyphen (got "a--b")'],
     ['the local cloud', [{ id: 'local', kind: 'local-cloud', name: 'Local' }], "config targets[0].kind local-cloud is the local host's own target and has no place in an Azure deployment"],
     ['an unknown kind', [{ id: 'x', kind: 'gcp-project', name: 'X' }], 'config targets[0].kind must be one of azure-subscription, aks-cluster, on-prem (got "gcp-project")'],
-    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners, backend, kubernetes, observerClientId)'],
+    ['an unknown field', [azure({ pools: 'x' })], 'config targets[0].pools is not a target field (known: id, kind, name, location, endpoint, scope, pool, runners, tenants, runnerPools, backend, kubernetes, observerClientId)'],
+    ['no tenants on an Azure target', [azure({ tenants: undefined })], 'config targets[0].tenants is required for an azure-subscription target: the tenants its runners serve, e.g. ["contoso"] (got nothing)'],
+    ['an empty tenant list', [azure({ tenants: [] })], 'config targets[0].tenants is required for an azure-subscription target'],
+    ['a tenant that cannot name a blob container', [azure({ tenants: ['contoso', 'Fabrikam_EU'] })], 'config targets[0].tenants[1] must be a tenant id that can name its state container state-<tenant> and key pulumi-<tenant>: 1-57 lowercase letters, digits and single hyphens (got "Fabrikam_EU")'],
+    ['a tenant too long for its container', [azure({ tenants: ['t'.repeat(58)] })], 'config targets[0].tenants[0] must be a tenant id that can name its state container'],
+    ['a tenant twice', [azure({ tenants: ['contoso', 'contoso'] })], 'config targets[0].tenants names contoso twice'],
+    ['tenants on an on-prem target', [onPrem({ tenants: ['contoso'] })], 'config targets[0].tenants applies to azure-subscription targets only (dc is on-prem)'],
+    ['runner pools that are no array', [azure({ runnerPools: { id: 'x' } })], 'config targets[0].runnerPools must be an array of { "id": "<pool id>", "tenants": ["<tenant>", ...] } (got {"id":"x"})'],
+    ['a pool id with a dot', [azure({ runnerPools: [{ id: 'prod-we.contoso', tenants: ['contoso'] }] })], 'config targets[0].runnerPools[0].id must be 1-40 lowercase letters, digits and hyphens, starting with a letter or digit (got "prod-we.contoso")'],
+    ['a pool without tenants', [azure({ runnerPools: [{ id: 'shared', tenants: [] }] })], 'config targets[0].runnerPools[0].tenants must be a non-empty array of tenant ids (got [])'],
+    ['a pool field too many', [azure({ runnerPools: [{ id: 'shared', tenants: ['contoso'], max: 2 }] })], 'config targets[0].runnerPools[0].max is not a runner pool field (known: id, tenants)'],
+    ['a grouped tenant the target does not serve', [azure({ runnerPools: [{ id: 'shared', tenants: ['contoso', 'fabrikam'] }] })], "config targets[0].runnerPools[0].tenants[1] fabrikam is not one of the target's tenants (contoso)"],
+    ['a tenant in two pools of a target', [azure({ tenants: ['contoso', 'fabrikam'], runnerPools: [{ id: 'one', tenants: ['contoso'] }, { id: 'two', tenants: ['fabrikam', 'contoso'] }] })], 'config targets[0].runnerPools[1].tenants[1] contoso is already in runner pool one: a tenant is in one pool of a target'],
+    ['a customer-hosted pool tenant the host would refuse', [onPrem({ runnerPools: [{ id: 'shared', tenants: ['a/b'] }] })], 'config targets[0].runnerPools[0].tenants[0] must be a tenant id: 1-63 letters, digits, "_" and "-", starting with a letter or digit (got "a/b")'],
+    ['one pool id on two targets', [azure({ runnerPools: [{ id: 'shared', tenants: ['contoso'] }] }), onPrem({ runnerPools: [{ id: 'shared', tenants: ['contoso'] }] })], 'config runner pools of prod-we and dc have the same id shared: each pool needs its own'],
     ['no name', [azure({ name: ' ' })], 'config targets[0].name must be a non-empty string (got " ")'],
     ['no runners', [azure({ runners: { max: 0 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 0)'],
     ['a fraction of a runner', [azure({ runners: { max: 1.5 } })], 'config targets[0].runners.max must be a whole number from 1 to 50 (got 1.5)'],
@@ -57,6 +81,26 @@ describe('infra targets config', () => {
     ['one scope for two targets', [azure(), azure({ id: 'b', scope: { subscriptionId: SUB, resourceGroup: 'RG-PROD' } })], `config targets prod-we and b have the same scope /subscriptions/${SUB}/resourcegroups/rg-prod: each target needs its own`],
   ])('when a target config has %s, then parsing fails naming the setting', (_case, raw, message) => {
     expect(() => parseTargets(raw)).toThrow(message);
+  });
+
+  it("when an Azure target groups some tenants, then each group is one agent pool and every other tenant has its own, '<pool>.<tenant>'", () => {
+    const [target] = parseTargets([azure({ pool: 'blue', tenants: ['contoso', 'fabrikam', 'northwind'], runnerPools: [{ id: 'shared', tenants: ['fabrikam', 'contoso'] }] })]) as AzureTarget[];
+    expect(target!.agentPools.map(({ id, tenants }) => ({ id, tenants }))).toEqual([
+      { id: 'shared', tenants: ['fabrikam', 'contoso'] },
+      { id: 'blue.northwind', tenants: ['northwind'] },
+    ]);
+    expect(target!.runnerPools).toEqual([{ id: 'shared', tenants: ['fabrikam', 'contoso'] }]);
+    // A customer-hosted target's groups are the host's to apply: passed on as given, with no tenant list.
+    expect(parseTargets([onPrem({ runnerPools: [{ id: 'dc-shared', tenants: ['Contoso_EU', 'fabrikam'] }] })])[0]!.runnerPools).toEqual([{ id: 'dc-shared', tenants: ['Contoso_EU', 'fabrikam'] }]);
+  });
+
+  it("when agent pools are named in Azure, then every name makes a Container Apps job name 'runner-<name>' of at most 32 characters, stable, and distinct for ids that share a long stem", () => {
+    const jobName = /^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,31}$/;
+    const ids = ['a.contoso', 'a-shared', `${'x'.repeat(24)}.${'t'.repeat(57)}`, `${'x'.repeat(24)}.${'t'.repeat(56)}u`, '0pool', `${'p'.repeat(15)}-.x`];
+    for (const id of ids) expect(`runner-${poolResourceName(id)}`, id).toMatch(jobName);
+    expect(new Set(ids.map(poolResourceName)).size).toBe(ids.length);
+    expect(poolResourceName('a.contoso')).toBe(poolResourceName('a.contoso'));
+    expect(poolResourceName('a.contoso')).toMatch(/^a-contoso-[0-9a-f]{8}$/);
   });
 
   it('when the runner image is checked, then it is required with an Azure target, from an Azure Container Registry, pinned, and its registry id matches it', () => {

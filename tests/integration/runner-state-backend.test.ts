@@ -1,5 +1,7 @@
 import { BlobServiceClient, StorageSharedKeyCredential } from '@azure/storage-blob';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureStateContainer, stateContainerOf } from '../../runner/state-backend';
@@ -50,6 +52,34 @@ describe('the per-tenant Pulumi state container, against Azurite Blob', () => {
 
     // Assert
     expect(await containers()).toEqual(['state-demo-team', 'state-tenant-b']);
+  });
+
+  it('when the deployment made the container already, then the agent only looks at it and asks to make nothing (its identity could not)', async () => {
+    // Arrange: the container as infra makes it, before any job of the tenant.
+    const service = new BlobServiceClient(`http://127.0.0.1:${port}/${ACCOUNT}`, new StorageSharedKeyCredential(ACCOUNT, KEY));
+    await service.getContainerClient('state-made-by-infra').create();
+    // The agent reaches Azurite through a proxy that notes each request's method.
+    const sent: string[] = [];
+    const proxy: Server = createServer((incoming, outgoing) => {
+      sent.push(incoming.method ?? '');
+      const forward = request({ host: '127.0.0.1', port, path: incoming.url, method: incoming.method, headers: incoming.headers }, (answer) => {
+        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(outgoing);
+      });
+      incoming.pipe(forward);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const viaProxy = backendOfTenant({ url: `${backend}${(proxy.address() as AddressInfo).port}` }, 'made-by-infra').url;
+
+    // Act
+    try {
+      await ensureStateContainer(viaProxy, { AZURE_STORAGE_KEY: KEY });
+    } finally {
+      proxy.close();
+    }
+
+    // Assert: one read of the container's properties, no PUT.
+    expect(sent).toEqual(['GET']);
   });
 
   it('when a tenant id cannot name a container, or the setting names no account, then the job fails naming the setting and why', async () => {
