@@ -5,7 +5,8 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
-import { hostClient, type HostClient } from '../../runner/host-client';
+import type { HostClient } from '../../runner/host-client';
+import { ownPool, testAgent, type TestAgent } from '../support/runner-agents';
 import type { ApplyResult, Plan } from '../../shared/platform/iac/plan';
 import type { ClaimedJob, RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
@@ -25,7 +26,8 @@ import { EXAMPLE_PROJECT, exampleStack, outboxEvents, provisioningExample, sendT
  */
 const A = 'demo-team';
 const B = 'tenant-b';
-const POOL = 'local-runner';
+/** Each tenant's own agent pool on the local target (tests/support/runner-agents.ts). */
+const POOL = { [A]: ownPool(A), [B]: ownPool(B) } as Record<string, string>;
 const admin = { roles: ['PlatformAdmin'], subject: 'platform-admin' };
 const operatorOf = (tenant: string) => ({ tenant, roles: ['Operator'], subject: `operator-${tenant}` });
 const B_PROGRAM = `name: ${EXAMPLE_PROJECT}\nruntime: yaml\nresources:\n  assets:\n    type: local:storage:Bucket\n    properties:\n      name: tenant-b-assets\n`;
@@ -85,7 +87,9 @@ for (const dialect of DIALECTS) {
     let example: ProvisioningExample;
     let repositoryB: TestRepository;
     let commitB: string;
+    /** The test as both pools' agent: claims from A's pool, then B's; each job's calls with its own pool's credential. */
     let client: HostClient;
+    const agents: Record<string, TestAgent> = {};
     let stderr: MockInstance<typeof process.stderr.write>;
 
     beforeAll(async () => {
@@ -101,8 +105,12 @@ for (const dialect of DIALECTS) {
       commitB = await repositoryB.commit({ 'app/Pulumi.yaml': B_PROGRAM, ...stackFiles });
       const created = await host.fetch(`/runtime-cloud/tenants/${B}`, { method: 'PUT', body: JSON.stringify({ edition: 'team' }), claims: admin });
       expect(created.status).toBeLessThan(300);
-      const credential = await host.token({ scopes: ['factory.runner.agent'], runnerPool: POOL, subject: 'test-agent' });
-      client = hostClient({ hostUrl: host.url, pool: POOL, credential: () => Promise.resolve(credential) });
+      for (const tenant of [A, B]) agents[tenant] = await testAgent(host, POOL[tenant] ?? '', 'test-agent');
+      const clientOf = (claimed: ClaimedJob) => (agents[claimed.job.stack.tenant] ?? agents[A]!).client;
+      client = {
+        claim: async (agent, waitMs) => (await agents[A]!.client.claim(agent, waitMs)) ?? agents[B]!.client.claim(agent, waitMs),
+        job: (claimed) => clientOf(claimed).job(claimed),
+      };
       // The security events are lines on the host's stderr: read, and passed on.
       stderr = vi.spyOn(process.stderr, 'write');
     });
@@ -178,10 +186,8 @@ for (const dialect of DIALECTS) {
             const job = client.job(claimed);
             await job.heartbeat({ log: [], applyBegins: true });
             const report = forge(honestResult(approved), approved);
-            const answer = await fetch(new URL(`/runtime-cloud/runner-jobs/${claimed.job.id}/result`, host.url), {
-              method: 'POST',
-              headers: { authorization: `Bearer ${claimed.token}`, 'content-type': 'application/json' },
-              body: JSON.stringify({ kind: 'apply', runner: { name: 'local', version: 'forged', agent: 'test-agent' }, ...report } satisfies RunnerJobOutcome),
+            const answer = await agents[A]!.jobCall(claimed.job.id, claimed.token, 'result', {
+              body: { kind: 'apply', runner: { name: 'local', version: 'forged', agent: 'test-agent' }, ...report } satisfies RunnerJobOutcome,
             });
             forged = { claimed, report, posted: answer.status };
             return true;
@@ -206,7 +212,7 @@ for (const dialect of DIALECTS) {
         expect(await eventTypes(runA.runId)).not.toContain('ProvisioningApplied');
         expect(await eventTypes(runA.runId)).not.toContain('SpecificationApplied');
         expect(securityLines(runA.runId)).toEqual([
-          expect.objectContaining({ level: 'warning', code: 'PROVISIONING.APPLY_DIVERGED', tenant: A, runId: runA.runId, jobId: forged?.claimed.job.id, pool: POOL, agent: 'test-agent' }),
+          expect.objectContaining({ level: 'warning', code: 'PROVISIONING.APPLY_DIVERGED', tenant: A, runId: runA.runId, jobId: forged?.claimed.job.id, pool: POOL[A], agent: 'test-agent' }),
         ]);
         expect(await jobLog(forged?.claimed.job.id ?? '')).toContain('host refused the apply report of test-agent (PROVISIONING.APPLY_DIVERGED)');
         // Tenant B, same project, stack and environment names: applied, its stack not marked, nothing logged of it.
