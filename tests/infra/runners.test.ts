@@ -3,6 +3,7 @@ import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
 import { normalArmId, resourceGroupId } from '../../shared/inventory/arm-resource';
 import { parseConfig } from '../../shared/platform/config/config';
+import { agentPoolOf, runnerTargetOf } from '../../shared/platform/config/targets';
 import {
   APP_PRINCIPAL_ID,
   clientIdOf,
@@ -279,12 +280,11 @@ describe('runner agents under Pulumi mocks', () => {
       ['b', undefined],
       ['c', undefined],
     ]);
-    // The contract: each group is a pool; every other tenant of the target has `<runnerPool>.<tenant>`.
+    // The host's own rule (agentPoolOf): each tenant's pool on each target, with the tenants that pool serves.
     const hostPools = (['a', 'b'] as const).flatMap((id) => {
-      const runnerPool = config.targets.find((t) => t.id === id)!.runnerPool!;
-      const groups = raw.find((t) => t.id === id)!.runnerPools ?? [];
-      const grouped = new Set(groups.flatMap((g) => g.tenants));
-      return [...groups.map((g) => ({ id: g.id, target: id, tenants: g.tenants })), ...TENANTS.filter((t) => !grouped.has(t)).map((t) => ({ id: `${runnerPool}.${t}`, target: id, tenants: [t] }))];
+      const runner = runnerTargetOf(config.targets.find((t) => t.id === id)!);
+      const ids = [...new Set(TENANTS.map((tenant) => agentPoolOf(runner, tenant)))];
+      return ids.map((pool) => ({ id: pool, target: id, tenants: TENANTS.filter((tenant) => agentPoolOf(runner, tenant) === pool) }));
     });
     expect(hostPools).toEqual(POOLS);
     expect(all('app:Job').map((j) => envOf(j).RuntimeCloud__Runner__Pool).sort()).toEqual(hostPools.map((p) => p.id).sort());
