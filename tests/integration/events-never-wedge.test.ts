@@ -208,7 +208,9 @@ for (const dialect of DIALECTS) {
       const taken = await inventory.intake({ messageId: written!.id, body: JSON.stringify(envelope) });
       const refused = await inventory.intake({ messageId: `orphan-${dialect}`, body: orphan });
 
-      // Assert
+      // Assert: what inventory took was the envelope (its data only in Blob storage).
+      expect(envelope).toMatchObject({ dataref: expect.any(String) });
+      expect(envelope).not.toHaveProperty('data');
       expect(taken).toMatchObject({ outcome: 'specification', recorded: 'recorded', environment: { tenant: 'tenant-a', id: `env-${run}` } });
       expect(refused).toMatchObject({ outcome: 'rejected', code: EventBodyErrors.missing });
       expect(await inventory.getRejection(`orphan-${dialect}`)).toMatchObject({ code: EventBodyErrors.missing, reason: expect.stringContaining('is not stored at tenants/tenant-a/events/') });
