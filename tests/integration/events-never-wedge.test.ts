@@ -6,7 +6,7 @@ import { startBlobServer, type RunningBlobServer } from '../../local/azurite/blo
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { outboxDeadLetterCheck } from '../../shared/platform/bus/bus.health';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { blobEventBodies, claimCheckingPublisher, DEFAULT_CLAIM_CHECK_BYTES, EventBodyErrors, openEvent, type EventBodyStore } from '../../shared/platform/bus/event-bodies';
+import { blobEventBodies, claimCheckingPublisher, DEFAULT_CLAIM_CHECK_BYTES, DEFAULT_STORE_BUDGET_MS, EventBodyErrors, openEvent, type EventBodyStore } from '../../shared/platform/bus/event-bodies';
 import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
 import { EVENTS_TOPIC, type CloudEvent, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
@@ -286,6 +286,8 @@ describe('claim-checked event bodies in Blob storage (Azurite)', () => {
 
     // Assert
     expect(sent).toEqual([small]);
+    // The relay's claim outlasts the stores and the send together.
+    expect(publisher.publishBudgetMs).toBe(DEFAULT_STORE_BUDGET_MS + capture.publishBudgetMs);
     expect(await openEvent({ ...eventOf('tenant-e'), data: undefined, dataref: 'tenants/tenant-e/events/evt-same-id.json', datadigest: 'sha256:0' }, undefined)).toMatchObject({ refused: { code: EventBodyErrors.noStore } });
   });
 });

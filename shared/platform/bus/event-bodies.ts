@@ -26,7 +26,7 @@ export interface EventBodyKey {
 /** Port: the store of claim-checked event data (Blob storage; Azurite on the local host). */
 export interface EventBodyStore {
   /** Stores the data under its key; storing the same key again with the same bytes changes nothing. */
-  put(key: EventBodyKey, data: string): Promise<void>;
+  put(key: EventBodyKey, data: string, abortSignal?: AbortSignal): Promise<void>;
   /** The data stored under the key, or undefined when there is none; rejects when the store does not answer. */
   get(key: EventBodyKey): Promise<string | undefined>;
 }
@@ -67,31 +67,39 @@ export interface ClaimCheckOptions {
   readonly store: EventBodyStore;
   /** A body larger than this many bytes is claim-checked. Example: `196608`. */
   readonly thresholdBytes: number;
+  /** How long the stores of one publish may take together, retries included; then it fails. Example: `30000`. */
+  readonly storeBudgetMs?: number;
 }
+
+/** Default `storeBudgetMs`: the Blob storage SDK's own retries of a put fit in it several times over. */
+export const DEFAULT_STORE_BUDGET_MS = 30_000;
 
 /**
  * A publisher that claim-checks every JSON body over the threshold (the data stored, the envelope sent) and hands
  * the messages to `inner` in the same order. A store that does not answer fails the publish (the relay retries it).
  */
 export function claimCheckingPublisher(inner: EventPublisher, options: ClaimCheckOptions): EventPublisher {
+  const storeBudgetMs = options.storeBudgetMs ?? DEFAULT_STORE_BUDGET_MS;
   return {
     name: inner.name,
-    publishBudgetMs: inner.publishBudgetMs,
+    // The relay's claim outlasts the stores and the send together (outbox-relay.service.ts).
+    publishBudgetMs: storeBudgetMs + inner.publishBudgetMs,
     async publish(topic, messages) {
+      const deadline = AbortSignal.timeout(storeBudgetMs);
       const checked: OutgoingMessage[] = [];
-      for (const message of messages) checked.push(await claimCheck(message, options));
+      for (const message of messages) checked.push(await claimCheck(message, options, deadline));
       await inner.publish(topic, checked);
     },
     close: () => inner.close(),
   };
 }
 
-async function claimCheck(message: OutgoingMessage, options: ClaimCheckOptions): Promise<OutgoingMessage> {
+async function claimCheck(message: OutgoingMessage, options: ClaimCheckOptions, deadline: AbortSignal): Promise<OutgoingMessage> {
   if (message.contentType !== 'application/json' || Buffer.byteLength(message.body, 'utf8') <= options.thresholdBytes) return message;
   const { data, ...attributes } = JSON.parse(message.body) as Record<string, unknown>;
   const stored = JSON.stringify(data ?? null);
   const key = keyOf(attributes);
-  await options.store.put(key, stored);
+  await options.store.put(key, stored, deadline);
   const envelope = { ...attributes, dataref: eventBodyName(key), datadigest: digestOf(stored), datasize: Buffer.byteLength(stored, 'utf8') };
   return { ...message, body: JSON.stringify(envelope) };
 }
@@ -164,9 +172,10 @@ export function blobEventBodies(connection: string, credential?: TokenCredential
     return made.then(() => container);
   };
   return {
-    async put(key, data) {
+    async put(key, data, abortSignal) {
       const bytes = Buffer.from(data, 'utf8');
-      await (await ready()).getBlockBlobClient(eventBodyName(key)).uploadData(bytes, { blobHTTPHeaders: { blobContentType: 'application/json' } });
+      const blob = (await ready()).getBlockBlobClient(eventBodyName(key));
+      await blob.uploadData(bytes, { blobHTTPHeaders: { blobContentType: 'application/json' }, ...(abortSignal ? { abortSignal } : {}) });
     },
     async get(key) {
       try {
