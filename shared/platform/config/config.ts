@@ -430,9 +430,10 @@ export const settings = {
   RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
   /**
    * How long a relay's claim of outbox lanes holds, in seconds: a host that dies mid-publish leaves its lanes' events
-   * to another relay after this long. Default (0): the publisher's budget plus a margin (30 s on the local host, about
-   * 260 s with Service Bus), so a claim outlasts a publish with every retry it may make. Shorter only where a
-   * republish is harmless and fast (the crash tests; the embedded topic keeps one copy per messageId). Example: `2`.
+   * to another relay after this long. Default (0): the publisher's budget, claim-check stores included, plus a margin
+   * (60 s on the local host, about 291 s with Service Bus), so a claim outlasts a publish with every retry it may make.
+   * Shorter only where a republish is harmless and fast (the crash tests; the embedded topic keeps one copy per
+   * messageId). Example: `2`.
    */
   RuntimeCloud__Outbox__ClaimSeconds: z.coerce.number().int().min(0).max(600).default(0),
   /**
