@@ -16,7 +16,7 @@ import { serviceBusPublisher } from '../../shared/platform/bus/service-bus-publi
 import { METRICS } from '../../shared/platform/telemetry/metrics';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { STANDARD_MAX_MESSAGE_BYTES, startAmqpPeer, type AmqpPeer, type PeerMessage } from '../support/amqp-peer';
-import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { contractValidators } from '../support/event-contracts';
 import { inventoryOver, specificationApplied } from '../support/inventory';
 
@@ -25,7 +25,7 @@ import { inventoryOver, specificationApplied } from '../support/inventory';
  * batch: the AMQP peer enforces both) goes out as a claim check, its data in Azurite's Blob server; one the bus still
  * refuses is dead-lettered in the outbox with its reason, a metric and a degraded health check, and the events after
  * it in its lane flow on, each published once. Real @azure/service-bus against the peer, real Blob storage, the
- * outbox on SQLite and PostgreSQL.
+ * outbox on SQLite, PostgreSQL and the T-SQL shadow (Azure SQL's statements, checked against its grammar).
  */
 
 class TestReader extends MetricReader {
@@ -83,7 +83,7 @@ afterAll(async () => {
 /** What the peer received for these event ids, in arrival order. */
 const receivedOf = (ids: readonly string[]): PeerMessage[] => peer.received.filter((m) => m.messageId !== undefined && ids.includes(m.messageId));
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`events never wedge, outbox on ${dialect}`, () => {
     let database: TestDatabase;
     let db: Db;
