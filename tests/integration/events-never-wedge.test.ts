@@ -149,6 +149,38 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(await check.run()).toEqual({ details: expect.objectContaining({ count: 0 }) });
     });
 
+    it('when two relays run at once over lanes that hold refused events, then each refused one is dead-lettered once and every other event published once, each stream in order', async () => {
+      // Arrange: six streams, each a small event, one the bus refuses, and another small one.
+      const streams = Array.from({ length: 6 }, (_, i) => `run-race-${dialect}-${i}`);
+      const written = await appendToOutbox(db, streams.flatMap((run) => [aLeaseExpired(run, 1), aSpecification(run, 270_000), aLeaseExpired(run, 2)]), clock, randomIds);
+      const refused = written.filter((e) => e.type === 'SpecificationApplied').map((e) => e.id);
+      const others = written.filter((e) => e.type !== 'SpecificationApplied').map((e) => e.id);
+      // On SQLite both share the one connection a process has (outbox-relay.test.ts says why).
+      const other = dialect === 'sqlite' ? { db: database.store.db, close: () => Promise.resolve() } : database.connectAgain();
+      const runs = async (store: Db) => {
+        for (let i = 0; i < 4; i++) await relayOutbox(store, bus, { dialect, clock, ids: randomIds, batchSize: 4 });
+      };
+
+      // Act
+      try {
+        await Promise.all([runs(db), runs(other.db as Db)]);
+      } finally {
+        await other.close();
+      }
+
+      // Assert
+      const received = receivedOf(others).map((m) => m.messageId ?? '');
+      expect([...received].sort()).toEqual([...others].sort());
+      for (const run of streams) {
+        const ofRun = written.filter((e) => e.correlationid === run && e.type !== 'SpecificationApplied').map((e) => e.id);
+        expect(received.filter((id) => ofRun.includes(id))).toEqual(ofRun);
+      }
+      expect(receivedOf(refused)).toEqual([]);
+      const rows = await db.selectFrom('outbox').select(['event_id', 'attempts', 'dead_lettered_at']).where('event_id', 'in', refused).execute();
+      expect(rows.map((r) => [Number(r.attempts), r.dead_lettered_at !== null])).toEqual(refused.map(() => [1, true]));
+      expect((await pendingSummary(db)).count).toBe(0);
+    });
+
     it('when the namespace refuses a batch the SDK measured as fitting, then its events are sent one by one and only the one refused alone is dead-lettered', async () => {
       // Arrange: a namespace that advertises 1 MiB on the link but takes 256 KiB (it counts what the SDK does not).
       const lax = await startAmqpPeer({ advertisedMaxMessageBytes: 1024 * 1024 });
