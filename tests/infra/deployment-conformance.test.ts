@@ -191,6 +191,8 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
   let repository: ExampleRepository;
   let jobs: DeployedJob[];
   const executions = new Set<ChildProcess>();
+  /** What the executions wrote, shown when a run does not end as expected. */
+  const agentOutput: string[] = [];
   const workRoot = mkdtempSync(join(tmpdir(), 'rch-conformance-'));
   let stopping = false;
 
@@ -245,8 +247,11 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
         RuntimeCloud__Runner__Agent: id,
         RuntimeCloud__Runner__WorkDir: join(workRoot, 'executions', id),
       },
-      stdio: ['ignore', 'inherit', 'inherit'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
+    const keep = (chunk: Buffer) => agentOutput.push(...chunk.toString().split('\n').filter((line) => line.length > 0).map((line) => `${id}: ${line}`));
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
     executions.add(child);
     child.once('exit', () => {
       executions.delete(child);
@@ -283,7 +288,7 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
         if (!run || !states.includes(run.state)) {
           // What the host knows of the runner pools says why a run waits (no agent, a job unclaimed).
           const pools = await call('/runtime-cloud/runner-pools', await host.token({ roles: ['PlatformAdmin'] }));
-          throw new Error(`run of ${promotionId}: ${run ? `${run.state} ${JSON.stringify(run.error ?? {})}` : 'not taken in yet'}; runner pools: ${JSON.stringify(pools.json)}`);
+          throw new Error(`run of ${promotionId}: ${run ? `${run.state} ${JSON.stringify(run.error ?? {})}` : 'not taken in yet'}; runner pools: ${JSON.stringify(pools.json)}; agents: ${agentOutput.slice(-10).join('\n')}`);
         }
         return run;
       },
