@@ -63,7 +63,7 @@ describe.skipIf(!present)('the published streams as Pulumi writes them', () => {
   it('when a published stream is read, then it is engine events back to back (one a line, or pretty-printed), each with one payload, ending in cancelEvent', () => {
     for (const name of Object.keys(STREAMS) as StreamName[]) {
       const text = streamText(name);
-      expect(() => JSON.parse(text), name).toThrow();
+      expect(() => JSON.parse(text) as unknown, name).toThrow();
       const events = publishedEvents(name);
       const payloads = events.map((e) => Object.keys(e).filter((k) => k !== 'sequence' && k !== 'timestamp'));
       expect(payloads.every((keys) => keys.length === 1), name).toBe(true);
