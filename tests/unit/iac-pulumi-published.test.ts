@@ -13,7 +13,6 @@ import {
   PULUMI_SECRET_SIG,
   PULUMI_UNKNOWN_EXPRESSION,
   type PulumiUpdatePlan,
-  type UpObservation,
 } from '../../shared/platform/iac/pulumi-mapping';
 import { createPulumiRunner } from '../../shared/platform/iac/pulumi-runner';
 import { ManualClock } from '../../shared/platform/time/clock';
@@ -44,16 +43,16 @@ function planOf(events: EngineEvent[], updatePlan: PulumiUpdatePlan = {}): Plan 
  * of it was published); how the command ended is not in a stream: `succeeded` gives it a result without outputs,
  * otherwise it failed without a message of its own.
  */
-function applyOf(name: StreamName, succeeded: boolean, extra: Partial<UpObservation> = {}) {
+function applyOf(name: StreamName, succeeded: boolean) {
   const events = publishedEvents(name);
   const plan = planOf(events);
-  return applyResultFromUp({ plan, approvedDigest: plan.digest, events, ...(succeeded ? { result: { outputs: {} } } : {}), serial: 1, secrets: [], ...TIMES, ...extra });
+  return applyResultFromUp({ plan, approvedDigest: plan.digest, events, ...(succeeded ? { result: { outputs: {} } } : {}), serial: 1, secrets: [], ...TIMES });
 }
 
 /** Each resource of an apply result as `name op status id`. */
 const lines = (result: ReturnType<typeof applyResultFromUp>) => result.resources.map((r) => `${r.name} ${r.op} ${r.status} ${r.id ?? '-'}`);
 
-/** What the stream says of a resource: the ops it reports for the URN named `name`, and its last metadata with a diff. */
+/** What the stream says of the resource named `name`: the ops it reports, its detailed diff, its state before. */
 function streamSays(events: readonly EngineEvent[], name: string) {
   const mds = events.map(metadataOf).filter((md) => md !== undefined && md.urn.endsWith(`::${name}`)) as StepEventMetadata[];
   return { ops: [...new Set(mds.map((md) => md.op))], detailedDiff: mds.find((md) => md.detailedDiff)?.detailedDiff ?? undefined, old: mds.find((md) => md.old)?.old };
