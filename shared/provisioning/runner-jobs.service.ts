@@ -34,8 +34,10 @@ import { getStackLock, renewStackLock, type StackLock } from './stack-lock.repos
  * engines"). The plan or apply step dispatches a job for the pool of the run's target and the orchestration waits
  * for its result; an agent of the pool claims it (holding a capacity lease of kind `runner` for it), beats while it
  * runs (renewing that lease, the job's lease and the stack lock), and posts its outcome, which is accepted only
- * while the job's lease and the stack lock it runs under are current. A job whose lease lapses is lost: a plan is
- * dispatched again, an apply fails its run (`PROVISIONING.RUNNER_LOST`) and is never dispatched again.
+ * while the job's lease and the stack lock it runs under are current. A job may run until its deadline (its claim plus
+ * its target's maximum duration for its kind): its lease is never renewed past it. A job whose lease lapses is lost,
+ * however its agent beats: a plan is dispatched again (at most `MAX_PLAN_REDISPATCHES` times), an apply that began
+ * fails its run (`PROVISIONING.RUNNER_LOST`) and is never dispatched again.
  */
 
 export const JobErrors = {
@@ -254,10 +256,12 @@ async function claimNow(
     }
     const token = randomBytes(32).toString('base64url');
     const at = nowOf(ctx);
-    const leaseExpiresAt = at + runners.leaseTtlMs;
+    // The job's target (queued jobs are of the served pool's target) says how long a job of its kind may run.
+    const deadlineAt = at + served.runner.maxJobMs[job.kind];
+    const leaseExpiresAt = leaseFrom(runners, at, deadlineAt);
     const run = await existingRun(ctx, job.runId);
     const claimed = await inTransaction(ctx.db, async (trx) => {
-      if (!(await markClaimed(trx, job.id, { agent, tokenHash: hashToken(token), lease, at, leaseExpiresAt, degraded: references.degraded }))) return false;
+      if (!(await markClaimed(trx, job.id, { agent, tokenHash: hashToken(token), lease, at, leaseExpiresAt, deadlineAt, degraded: references.degraded }))) return false;
       await setWaiting(trx, run.id, run.state, null, at);
       await touchAgent(trx, pool, agent, job.id, at);
       return true;
@@ -290,7 +294,8 @@ export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, bea
   await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
-  const leaseExpiresAt = at + runners.leaseTtlMs;
+  // Every running job has its deadline (set at its claim; the migration that added it gave older jobs theirs).
+  const leaseExpiresAt = leaseFrom(runners, at, job.deadlineAt?.getTime() ?? Number.POSITIVE_INFINITY);
   const renewed =
     lock !== undefined &&
     (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
@@ -300,6 +305,24 @@ export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, bea
   if (job.lease && !(await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs))) throw superseded(job);
   await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', job.id, at));
   return { leaseExpiresAt: new Date(leaseExpiresAt).toISOString() };
+}
+
+/**
+ * A job's lease from `at`: one lease length, but never past the job's deadline. So a job past its maximum duration is
+ * lost as one whose agent went silent is, by the host's clock, whatever its agent says.
+ */
+function leaseFrom(runners: RunnerExecution, at: number, deadlineAt: number): number {
+  return Math.min(at + runners.leaseTtlMs, deadlineAt);
+}
+
+/** Why a lost job was lost, for its run's error and receipt: it ran past its deadline, or its runner went silent. */
+export function lossOf(job: RunnerJob): string {
+  const lapsedAt = job.leaseExpiresAt?.toISOString() ?? 'its claim';
+  if (job.deadlineAt && job.leaseExpiresAt && job.leaseExpiresAt.getTime() >= job.deadlineAt.getTime()) {
+    const minutes = (job.deadlineAt.getTime() - (job.claimedAt ?? job.createdAt).getTime()) / 60_000;
+    return `ran past its maximum duration of ${minutes} minutes (at ${lapsedAt})`;
+  }
+  return `went silent (its lease lapsed at ${lapsedAt})`;
 }
 
 /** The job's stack state (jobs on a local cloud target: the stand-in for the per-tenant state backend). */
