@@ -101,13 +101,16 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return 'moved';
     // The run's row is locked from here on: a second dispatch of its apply (two hosts collecting its plan job) sees
     // the first one's job, and gives up its own, rolled back. A plan's apply is dispatched once, never twice.
-    if (kind === 'apply' && (await isApplyDispatched(trx, ctx, run.id))) throw new ApplyDispatched();
+    if (kind === 'apply' && (await isApplyDispatched(trx, ctx, run.id))) throw new DispatchMoved();
+    // Another step of the run took the stack again meanwhile (two hosts collecting one lost job): the job goes out under
+    // the newer lock version only, so none is left waiting under a version that is gone (its agent could do nothing).
+    if ((await getStackLock(trx, spec.stack))?.version !== lock.version) throw new DispatchMoved();
     await cancelJobsOfRun(trx, run.id, at);
     await insertJob(trx, spec, at);
     await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: spec.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
     return 'dispatched';
   }).catch((thrown: unknown) => {
-    if (thrown instanceof ApplyDispatched) return 'moved';
+    if (thrown instanceof DispatchMoved) return 'moved';
     throw thrown;
   });
   if (dispatched === 'moved') {
@@ -119,8 +122,8 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
   return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
 }
 
-/** Rolls back a dispatch of an apply whose job is out already. */
-class ApplyDispatched extends Error {}
+/** Rolls back a dispatch another one took over: an apply whose job is out already, a stack taken again since. */
+class DispatchMoved extends Error {}
 
 /**
  * Whether the run's latest job is an apply job (since its last plan job), not canceled, and not lost before its
