@@ -208,10 +208,11 @@ function applyErredAfterBegin(ctx: ProvisioningContext, run: Run, job: FinishedJ
 export const MAX_UNBEGUN_APPLY_LOSSES = 3;
 
 /**
- * The apply job's runner went silent or ran past its maximum duration (its lease lapsed). Before the host recorded that its apply began (the agent
- * beats with `applyBegins` before its first change, and every write of the job is refused without it) the agent
- * changed nothing: the apply is dispatched again, until `MAX_UNBEGUN_APPLY_LOSSES` jobs were lost so (an agent that
- * dies on this job each time). After that record, what it changed is not known: the run fails `RUNNER_LOST`.
+ * The apply job's runner went silent or ran past its maximum duration (its lease lapsed). Before the host recorded
+ * that its apply began (the agent beats with `applyBegins` before its first change, and every write of the job is
+ * refused without it) the agent changed nothing: the apply is dispatched again, until `MAX_UNBEGUN_APPLY_LOSSES` jobs
+ * were lost so (an agent that dies on this job each time). After that record, what it changed is not known: the run
+ * fails `RUNNER_LOST`.
  */
 export async function applyJobLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
   if (job.applyBeganAt) return applyRunnerLost(ctx, run, job);
@@ -224,9 +225,9 @@ export async function applyJobLost(ctx: ProvisioningContext, run: Run, job: Runn
 }
 
 /**
- * The apply job's runner went silent (or ran past its maximum duration) after it began to apply: the run fails `PROVISIONING.RUNNER_LOST` with a
- * receipt of what the host heard (its log, the target calls it recorded), the stack is marked to refresh before its
- * next plan, and the apply is never dispatched again.
+ * The apply job's runner went silent (or ran past its maximum duration) after it began to apply: the run fails
+ * `PROVISIONING.RUNNER_LOST` with a receipt of what the host heard (its log, the target calls it recorded), the stack
+ * is marked to refresh before its next plan, and the apply is never dispatched again.
  */
 async function applyRunnerLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
   const message = `the runner ${job.agent ?? ''} of apply job ${job.id} ${lossOf(job)}; what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
