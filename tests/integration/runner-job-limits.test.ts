@@ -143,16 +143,17 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect((await first().getRun(ALL, runId)).run.state).toBe('planning');
     });
 
-    it(`when a run's plan jobs are lost ${MAX_PLAN_REDISPATCHES + 1} times (past their maximum duration), then the plan was dispatched again ${MAX_PLAN_REDISPATCHES} times and the run fails RUNNER_TIMEOUT with its reason and one ProvisioningFailed`, async () => {
+    it(`when a run's plan jobs are lost ${MAX_PLAN_REDISPATCHES + 1} times (silent, or past their maximum duration), then the plan was dispatched again ${MAX_PLAN_REDISPATCHES} times and the run fails RUNNER_TIMEOUT with its reason and one ProvisioningFailed`, async () => {
       // Arrange
       const runId = await promote(TENANTS[0], freshStack('development'));
       await first().plan(runId);
 
-      // Act: each plan job beats until its deadline, then the sweep collects it.
+      // Act: the first plan job's agent goes silent; each later one beats until its deadline; the sweep collects each.
       const steps: RunStep[] = [];
       for (let loss = 1; loss <= MAX_PLAN_REDISPATCHES + 1; loss++) {
         const claimed = await claim(TENANTS[0], `agent-${loss}`, runId);
-        await beatUntil([claimed], clock.now().getTime() + PLAN_LIMIT_MS);
+        if (loss === 1) clock.advance(LEASE_MS);
+        else await beatUntil([claimed], clock.now().getTime() + PLAN_LIMIT_MS);
         steps.push(await first().collectJob(runId, claimed.job.id));
       }
 
