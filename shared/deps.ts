@@ -13,7 +13,7 @@ import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from '.
 import { AppError } from './platform/errors/app-error';
 import { sqlStackStates } from './platform/iac/stack-state.repository';
 import type { RunnerLeases } from './provisioning/provisioning.context';
-import { targetsCheck } from './platform/health/dependency-checks';
+import { engineCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
 import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
@@ -51,7 +51,11 @@ export interface Deps {
   readonly sql: SqlStore;
   readonly tables: TableStore;
   readonly auth: TokenValidator;
-  readonly iac: IacRunner;
+  /**
+   * The IaC engine the host runs itself (in process, or the local engine whose stack state it keeps for its agents);
+   * absent where the engine runs in runner jobs only (Azure: the Function App has no Pulumi CLI).
+   */
+  readonly iac?: IacRunner;
   readonly healthChecks: readonly HealthCheck[];
   /** Where the outbox relay publishes: Service Bus when ServiceBusConnection is set, else the embedded topic. */
   readonly events: EventPublisher;
@@ -126,9 +130,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     await store.close();
     throw new Error('RuntimeCloud__IaC__Execution=in-process would evaluate tenant programs inside the host: only the local host may, for tests and the bench');
   }
-  // The embedded engine against the local cloud, or the Pulumi Automation API (which needs the pulumi CLI).
-  const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
-  const iac: IacRunner = engine;
+  // The engine the host runs itself: the embedded one against the local cloud (in process, or as the keeper of its
+  // agents' stack state), or the Pulumi Automation API in process (tests). In Azure the Pulumi engine runs in runner
+  // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
+  const engine: IacEngine | undefined =
+    config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const stateDir = resolve(config.local.stateDir);
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
@@ -239,13 +245,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
         return { details };
       },
     },
-    {
-      name: 'iac-runner',
-      critical: false,
-      async run() {
-        return { details: { runner: iac.name, version: await iac.version() } };
-      },
-    },
+    ...(engine ? [engineCheck(engine)] : []),
     targetsCheck(config.targets),
     {
       // Each target's runner pool: event-driven pools have no agent while idle, so only jobs waiting with no agent
@@ -271,7 +271,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     sql: store,
     tables,
     auth,
-    iac,
+    ...(engine ? { iac: engine } : {}),
     healthChecks,
     capacity,
     provisioning,

@@ -1,4 +1,5 @@
 import type { ProvisioningTarget } from '../config/config';
+import type { IacRunner } from '../iac/iac-runner';
 import type { HealthCheck } from './health';
 
 const PROBE_TIMEOUT_MS = 3_000;
@@ -31,6 +32,21 @@ export function targetsCheck(targets: readonly ProvisioningTarget[], fetchImpl: 
         details: { targets: results },
         ...(unreachable.length ? { error: `unreachable: ${unreachable.map((r) => r.id).join(', ')}` } : {}),
       };
+    },
+  };
+}
+
+/**
+ * The IaC engine the host runs itself answers with its version (the local engine's also proves its state store
+ * answers). Only such a host has this check: where plans and applies run in runner jobs alone (Azure), the engine is
+ * the agents', and the `runner-pools` check covers it.
+ */
+export function engineCheck(engine: IacRunner): HealthCheck {
+  return {
+    name: 'iac-runner',
+    critical: false,
+    async run() {
+      return { details: { runner: engine.name, version: await engine.version() } };
     },
   };
 }
