@@ -30,7 +30,7 @@ import { createArmObserver } from './inventory/arm-observer.adapter';
 import { createKubernetesObserver, kubernetesClusters } from './inventory/kubernetes-observer.adapter';
 import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from './inventory/observed-inventory.repository';
-import type { Observer } from './inventory/observer';
+import { observationScopeOn, observersByTarget } from './inventory/target-observers';
 import { createPeerExternalServices } from './provisioning/peer-external-services.adapter';
 import { tableLastKnownConfig } from './provisioning/last-known-config.repository';
 import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-transport';
@@ -185,7 +185,13 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const inventory = createInventoryService({
     store,
     tables: createObservedInventory(tables),
-    observer: observerFor(config, () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) })),
+    // Each target read as its kind says; the Azure and Kubernetes adapters load their SDKs on first use, never at start.
+    observers: observersByTarget(config.targets, {
+      'local-cloud': () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) }),
+      'azure-resource-manager': () => createArmObserver(),
+      // Each target's own cluster and credential; a target without one is not observed.
+      kubernetes: () => createKubernetesObserver({ clusters: kubernetesClusters(config.targets) }),
+    }),
     clock,
     ids,
     scanInterval: config.inventory.scanInterval,
@@ -193,19 +199,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     observeTimeoutMs: config.inventory.observeTimeoutMs,
     // The environment's target as provisioning bound it (else as the rules give it); the Azure and Kubernetes
     // scopes are configured by tenant and environment, never by an environment id another tenant may use.
+    // A bound target no longer configured keeps its id: no observer reads it, and the scan says so.
     scopeOf: async (environment) => {
       const bound = (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target;
       const target = config.targets.find((t) => t.id === bound) ?? targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier });
-      return {
-        tenant: environment.tenant,
-        environmentId: environment.id,
-        stack: environment.stack,
-        target: bound ?? target.id,
-        // An Azure target is read with its own read-only identity, in its own scope unless the environment names one.
-        ...(target.observerClientId ? { observerClientId: target.observerClientId } : {}),
-        ...(target.scope ? { azure: { subscriptionId: target.scope.subscriptionId, resourceGroup: target.scope.resourceGroup } } : {}),
-        ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
-      };
+      return { ...observationScopeOn(target, environment, config.inventory.scopes), target: bound ?? target.id };
     },
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
     applyingRun: async (stack) =>
@@ -286,19 +284,6 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       await store.close();
     },
   };
-}
-
-/** The configured observer. The Azure and Kubernetes adapters load their SDKs on first use, never at start. */
-function observerFor(config: Config, localCloud: () => Observer): Observer {
-  switch (config.inventory.observer) {
-    case 'local-cloud':
-      return localCloud();
-    case 'azure-resource-manager':
-      return createArmObserver();
-    case 'kubernetes':
-      // Each target's own cluster and credential; a target without one is not observed.
-      return createKubernetesObserver({ clusters: kubernetesClusters(config.targets) });
-  }
 }
 
 /**

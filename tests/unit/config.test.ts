@@ -86,6 +86,28 @@ describe('configuration', () => {
     expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc/{tenant}' } }]) }).targets[0]?.backend).toEqual({ url: 's3://dc/{tenant}' });
   });
 
+  it('when the retired RuntimeCloud__Inventory__Observer names the observer of every target, then it is accepted; when a target of another kind is added, then parsing fails naming that target', () => {
+    const azure = { id: 'prod-we', kind: 'azure-subscription', name: 'Azure', backend: { url: 'azblob://state-{tenant}' } };
+    const aks = { id: 'aks-we', kind: 'aks-cluster', name: 'AKS', backend: { url: 'azblob://state-{tenant}' } };
+    // As infra wrote it for an installation of Azure targets only.
+    expect(() => parseConfig({ RuntimeCloud__Inventory__Observer: 'azure-resource-manager', RuntimeCloud__Targets: JSON.stringify([azure]) })).not.toThrow();
+    expect(() => parseConfig({ RuntimeCloud__Inventory__Observer: 'local-cloud' })).not.toThrow();
+
+    let caught: unknown;
+    try {
+      parseConfig({ RuntimeCloud__Inventory__Observer: 'azure-resource-manager', RuntimeCloud__Targets: JSON.stringify([azure, aks]) });
+    } catch (error) {
+      caught = error;
+    }
+
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).problems).toEqual([
+      { field: 'RuntimeCloud__Inventory__Observer', message: 'is retired: each target is observed as its kind says, and aks-we (aks-cluster) by kubernetes; remove the setting' },
+    ]);
+    // Unset, a mix of kinds is what one installation may have.
+    expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([azure, aks]) }).targets.map((t) => t.id)).toEqual(['prod-we', 'aks-we']);
+  });
+
   it("when a job's backend is made for a tenant, then its id is put in both URLs, and an id that could leave its own segment is refused", () => {
     const backend = { url: 's3://state/{tenant}?region=eu', secretsProvider: 'azurekeyvault://kv.vault.azure.net/keys/pulumi-{tenant}' };
     expect(backendOfTenant(backend, 'Demo_team-2')).toEqual({ url: 's3://state/Demo_team-2?region=eu', secretsProvider: 'azurekeyvault://kv.vault.azure.net/keys/pulumi-Demo_team-2' });

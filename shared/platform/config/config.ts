@@ -128,6 +128,21 @@ const targetSchema = z.object({
   });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 
+/** What reads a target's resources for drift scans. */
+export type TargetObserver = 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
+
+/**
+ * The observer of each kind of target, so one installation scans targets of every kind: a local cloud is read in
+ * its own store, an Azure subscription through Azure Resource Manager, an AKS cluster and an on-prem target through
+ * the Kubernetes API of the target's `kubernetes` settings.
+ */
+export const OBSERVER_OF_KIND: Readonly<Record<ProvisioningTarget['kind'], TargetObserver>> = {
+  'local-cloud': 'local-cloud',
+  'azure-subscription': 'azure-resource-manager',
+  'aks-cluster': 'kubernetes',
+  'on-prem': 'kubernetes',
+};
+
 /** Where an environment's resources live for the Azure and Kubernetes observers. */
 const observationScopeSchema = z.object({
   azure: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1), tags: z.record(z.string(), z.string()).optional() }).optional(),
@@ -400,9 +415,11 @@ export const settings = {
    */
   RuntimeCloud__Provisioning__Packages: packagesSchema,
   /**
-   * What inventory observes: `local-cloud` (the embedded default), `azure-resource-manager` or `kubernetes`.
+   * Retired: each target is observed as its kind says (`OBSERVER_OF_KIND`). Still accepted when it names the observer
+   * of every target (an installation of one kind of target, as this setting served it); otherwise start-up fails
+   * naming the targets it disagrees with. Leave it unset. Example: `azure-resource-manager`.
    */
-  RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).default('local-cloud'),
+  RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).optional(),
   /**
    * How often each environment is scanned for drift, in seconds, as JSON: `default` for every environment, other
    * keys an environment's id or name. Empty: every 5 minutes. An environment not scanned within twice its interval
@@ -453,7 +470,16 @@ export const settings = {
 export type SettingKey = keyof typeof settings;
 export const settingKeys = Object.keys(settings) as SettingKey[];
 
-const schema = z.object(settings);
+const schema = z.object(settings).superRefine((s, ctx) => {
+  const retired = s.RuntimeCloud__Inventory__Observer;
+  const others = s.RuntimeCloud__Targets.filter((t) => OBSERVER_OF_KIND[t.kind] !== retired);
+  if (retired === undefined || others.length === 0) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['RuntimeCloud__Inventory__Observer'],
+    message: `is retired: each target is observed as its kind says, and ${others.map((t) => `${t.id} (${t.kind}) by ${OBSERVER_OF_KIND[t.kind]}`).join(', ')}; remove the setting`,
+  });
+});
 type Settings = z.infer<typeof schema>;
 
 /** An external service: its base URL (empty: not configured) and the audience of the tokens it accepts. */
@@ -507,7 +533,6 @@ export interface Config {
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
-    readonly observer: 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
     /** Scan interval in ms: `defaultMs`, and by environment id or name. */
     readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
     readonly scanConcurrency: number;
@@ -602,7 +627,6 @@ function toConfig(s: Settings): Config {
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {
-      observer: s.RuntimeCloud__Inventory__Observer,
       scanInterval: secondsByEnvironment(s.RuntimeCloud__Inventory__ScanIntervalSeconds, DEFAULT_SCAN_INTERVAL_SECONDS),
       scanConcurrency: s.RuntimeCloud__Inventory__ScanConcurrency,
       observeTimeoutMs: s.RuntimeCloud__Inventory__ObserveTimeoutSeconds * 1000,
