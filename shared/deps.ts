@@ -1,7 +1,6 @@
 import type { JSONWebKeySet } from 'jose';
 import { armCrashPoints } from './platform/faults/crash-points';
 import { sql, type Kysely } from 'kysely';
-import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks } from './platform/bus/bus.health';
@@ -13,7 +12,7 @@ import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from '.
 import { AppError } from './platform/errors/app-error';
 import { sqlStackStates } from './platform/iac/stack-state.repository';
 import type { RunnerLeases } from './provisioning/provisioning.context';
-import { engineCheck, targetsCheck } from './platform/health/dependency-checks';
+import { engineCheck, gitCacheCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
 import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
@@ -135,7 +134,6 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
   const engine: IacEngine | undefined =
     config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
-  const stateDir = resolve(config.local.stateDir);
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
@@ -166,7 +164,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     services: createPeerExternalServices({ ...config.peers, tokens: peerTokens, lastKnownConfig: tableLastKnownConfig(tables) }),
     knowsTenant,
     // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
-    desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
+    desiredState: { cacheDir: config.provisioning.gitCacheDir, memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
     // Repositories the installation allows, per tenant; local (file:) repositories only where the host says so.
     sources: { policy: parseSourcePolicy(config.provisioning.sources), local: overrides.localSources ? { localSources: true, realPath: realLocalPath } : { localSources: false } },
     projects: { runtimes: config.provisioning.runtimes },
@@ -244,6 +242,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       },
     },
     ...(engine ? [engineCheck(engine)] : []),
+    gitCacheCheck(config.provisioning.gitCacheDir),
     targetsCheck(config.targets),
     {
       // Each target's runner pool: event-driven pools have no agent while idle, so only jobs waiting with no agent

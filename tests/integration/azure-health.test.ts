@@ -12,7 +12,8 @@ import { runHealthChecks } from '../../shared/platform/health/health';
 /**
  * Health of the host as infra deploys it to Azure (infra/index.ts app settings): the Pulumi engine, runner jobs, an
  * Azure target. The Function App has no Pulumi CLI, so health must not ask one: a `pulumi` on the PATH that records
- * each call shows whether it was run. The runner pools' check stands for the engine.
+ * each call shows whether it was run. The runner pools' check stands for the engine. Remote repositories are fetched
+ * into a writable folder of the instance, not the app's (read-only when it runs from a package).
  */
 describe('health of the host composed as in Azure', () => {
   const root = mkdtempSync(join(tmpdir(), 'rch-azure-health-'));
@@ -83,6 +84,23 @@ describe('health of the host composed as in Azure', () => {
     expect(byName.get('runner-pools')).toMatchObject({ status: 'healthy', details: { pools: [] } });
     expect(byName.get('targets')).toMatchObject({ status: 'healthy' });
     expect(existsSync(calls)).toBe(false);
+    // Remote repositories are fetched to the instance's temporary folder, which it can write, never the app's folder.
+    expect(byName.get('git-cache')).toMatchObject({ status: 'healthy', details: { folder: join(tmpdir(), 'runtime-cloud-git-cache') } });
+  });
+
+  it('when the Git cache folder cannot be written, then its check says so, naming the folder', async () => {
+    // Arrange: a folder below a file cannot be made, whoever runs the test.
+    const file = join(root, 'not-a-folder');
+    writeFileSync(file, '');
+    const folder = join(file, 'git-cache');
+    const deps = await createDeps(parseConfig({ ...azureSettings('runner-jobs'), RuntimeCloud__Provisioning__GitCacheDir: folder }), { jwks: { keys: [] } });
+
+    // Act
+    const report = await healthOf(deps);
+
+    // Assert
+    const check = report.checks.find((c) => c.name === 'git-cache');
+    expect(check).toMatchObject({ status: 'unhealthy', error: expect.stringContaining(folder) });
   });
 
   it('when the engine runs in the host (in process), then its check asks the CLI for its version', async () => {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { isAbsolute, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
 import { agentPoolNamed, agentPoolOf, backendOfTenant, runnerTargetOf, tenantSegmentProblem } from '../../shared/platform/config/targets';
@@ -106,6 +107,24 @@ describe('configuration', () => {
     ]);
     // Unset, a mix of kinds is what one installation may have.
     expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([azure, aks]) }).targets.map((t) => t.id)).toEqual(['prod-we', 'aks-we']);
+  });
+
+  it("when no Git cache folder is set, then it is in the OS temporary folder, never the app's; a relative one is refused naming the setting", () => {
+    const cacheDir = parseConfig({}).provisioning.gitCacheDir;
+    expect(isAbsolute(cacheDir)).toBe(true);
+    expect(relative(tmpdir(), cacheDir).startsWith('..')).toBe(false);
+    expect(relative(process.cwd(), cacheDir).startsWith('..')).toBe(true);
+    expect(parseConfig({ RuntimeCloud__Provisioning__GitCacheDir: '/mnt/cache/git' }).provisioning.gitCacheDir).toBe('/mnt/cache/git');
+
+    let caught: unknown;
+    try {
+      parseConfig({ RuntimeCloud__Provisioning__GitCacheDir: 'git-cache' });
+    } catch (error) {
+      caught = error;
+    }
+
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).problems).toEqual([{ field: 'RuntimeCloud__Provisioning__GitCacheDir', message: "must be an absolute path: a relative one would land in the app's folder" }]);
   });
 
   it("when a job's backend is made for a tenant, then its id is put in both URLs, and an id that could leave its own segment is refused", () => {

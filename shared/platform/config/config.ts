@@ -1,3 +1,5 @@
+import { tmpdir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { validRange } from 'semver';
 import { z } from 'zod';
 import { sourcePrefixProblem } from '../git/repository-url';
@@ -402,6 +404,16 @@ export const settings = {
   /** Longest one fetch of a remote repository may take in all, in seconds, however steadily bytes arrive. Example: `120`. */
   RuntimeCloud__Provisioning__FetchTimeoutSeconds: z.coerce.number().int().min(1).max(3600).default(120),
   /**
+   * The folder remote repositories are fetched into (a folder per tenant in it), an absolute path: a relative one would
+   * resolve against the working directory, which in Azure is the app's folder, read-only when the app runs from a
+   * package. Empty: `runtime-cloud-git-cache` in the OS temporary folder, which is writable and local to each instance
+   * (the local host: `<state dir>/git-cache`). Example: `/tmp/runtime-cloud-git-cache`.
+   */
+  RuntimeCloud__Provisioning__GitCacheDir: z
+    .string()
+    .default('')
+    .refine((dir) => dir === '' || isAbsolute(dir), { message: "must be an absolute path: a relative one would land in the app's folder" }),
+  /**
    * Pulumi runtimes a project may name in `runtime`, comma-separated. Example: `yaml` (the default; the local engine
    * evaluates YAML only).
    */
@@ -557,6 +569,8 @@ export interface Config {
     readonly sources: Readonly<Record<string, readonly { readonly prefix: string; readonly credentialRef?: string }[]>>;
     readonly fetchMaxBytes: number;
     readonly fetchTimeoutMs: number;
+    /** Where remote repositories are fetched to: an absolute, writable folder of this instance. */
+    readonly gitCacheDir: string;
     /** Runtimes a project may name. */
     readonly runtimes: readonly string[];
     /** Pulumi packages a program may use: name → the semver range of the versions it may ask for. */
@@ -638,6 +652,7 @@ function toConfig(s: Settings): Config {
       sources: s.RuntimeCloud__Provisioning__Sources,
       fetchMaxBytes: s.RuntimeCloud__Provisioning__FetchMaxBytes,
       fetchTimeoutMs: s.RuntimeCloud__Provisioning__FetchTimeoutSeconds * 1000,
+      gitCacheDir: s.RuntimeCloud__Provisioning__GitCacheDir || join(tmpdir(), 'runtime-cloud-git-cache'),
       runtimes: [...new Set(s.RuntimeCloud__Provisioning__Runtimes)],
       packages: s.RuntimeCloud__Provisioning__Packages,
     },
