@@ -2,7 +2,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JsonValue } from '../../shared/inventory/drift';
 import { createKubernetesObserver, kubernetesClusters } from '../../shared/inventory/kubernetes-observer.adapter';
 import { URN_ANNOTATION } from '../../shared/inventory/observer';
 import { observationScopeOn, observersByTarget } from '../../shared/inventory/target-observers';
@@ -80,7 +79,7 @@ const asResource = (declared: Declared, subscriptionId?: string): TestResource =
   name: declared.name,
   type: declared.type,
   id: subscriptionId ? declared.id!.replace(arm().contoso.subscriptionId, subscriptionId) : declared.id!,
-  properties: declared.inputs as Record<string, JsonValue>,
+  properties: declared.inputs,
 });
 
 let cluster: ApiServer;
