@@ -3,7 +3,10 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
+import { HttpRequest, InvocationContext } from '@azure/functions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { provideRuntime } from '../../functions/runtime';
+import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { createDeps, type Deps } from '../../shared/deps';
 import { parseConfig } from '../../shared/platform/config/config';
@@ -101,6 +104,28 @@ describe('health of the host composed as in Azure', () => {
     // Assert
     const check = report.checks.find((c) => c.name === 'git-cache');
     expect(check).toMatchObject({ status: 'unhealthy', error: expect.stringContaining(folder) });
+  });
+
+  it('when the targets are asked for, then the engine is named as running in runner jobs, and no CLI is asked its version', async () => {
+    // Arrange: the function app on these deps, and a caller with the scope.
+    rmSync(calls, { force: true });
+    const keys = await ensureLocalKeys(join(root, 'keys'));
+    const config = parseConfig(azureSettings('runner-jobs'));
+    const deps = await createDeps(config, { jwks: keys.jwks });
+    provideRuntime({ config, deps });
+    const { runtimeCloudTargets } = await import('../../functions/host/targets.js');
+    const token = await issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, scopes: ['factory.meta.read'] });
+
+    // Act
+    const response = await runtimeCloudTargets(
+      new HttpRequest({ method: 'GET', url: 'http://localhost/runtime-cloud/meta/targets', headers: { authorization: `Bearer ${token}` } }),
+      new InvocationContext({ functionName: 'RuntimeCloudTargets' }),
+    ).finally(() => deps.close());
+
+    // Assert
+    expect(response.status).toBe(200);
+    expect((response.jsonBody as { iacRunner: unknown }).iacRunner).toEqual({ name: 'pulumi', version: null, runsIn: 'runner-jobs' });
+    expect(existsSync(calls)).toBe(false);
   });
 
   it('when the engine runs in the host (in process), then its check asks the CLI for its version', async () => {
