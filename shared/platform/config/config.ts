@@ -131,7 +131,8 @@ const targetSchema = z.object({
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
 
 /** What reads a target's resources for drift scans. */
-export type TargetObserver = 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
+export const TARGET_OBSERVERS = ['local-cloud', 'azure-resource-manager', 'kubernetes'] as const;
+export type TargetObserver = (typeof TARGET_OBSERVERS)[number];
 
 /**
  * The observer of each kind of target, so one installation scans targets of every kind: a local cloud is read in
@@ -431,7 +432,7 @@ export const settings = {
    * of every target (an installation of one kind of target, as this setting served it); otherwise start-up fails
    * naming the targets it disagrees with. Leave it unset. Example: `azure-resource-manager`.
    */
-  RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).optional(),
+  RuntimeCloud__Inventory__Observer: z.enum(TARGET_OBSERVERS).optional(),
   /**
    * How often each environment is scanned for drift, in seconds, as JSON: `default` for every environment, other
    * keys an environment's id or name. Empty: every 5 minutes. An environment not scanned within twice its interval
