@@ -101,7 +101,6 @@ const APP_SWAPS: Readonly<Record<string, Swap>> = {
   RuntimeCloud__ControlPlane__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__Knowledge__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__ConfigPlatform__Endpoint: { why: peer, local: () => undefined },
-  RuntimeCloud__Inventory__Observer: { why: "Azure Resource Manager cannot be reached: the local cloud's observer scans the local cloud targets", local: () => 'local-cloud' },
 };
 /** Settings infra does not write that the local host needs here. */
 const APP_ADDITIONS: Readonly<Record<string, { readonly value: string; readonly why: string }>> = {
