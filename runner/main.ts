@@ -7,7 +7,7 @@ import { pulumiIacRunner, type IacEngine } from '../shared/platform/iac/iac-runn
 import type { ClaimedJob } from '../shared/platform/iac/runner-job';
 import { createLocalEngine } from '../shared/platform/iac/local-engine';
 import { systemClock } from '../shared/platform/time/clock';
-import { DEFAULT_IDLE_MS, runAgent } from './agent';
+import { DEFAULT_IDLE_MS, runAgent, type AgentOptions } from './agent';
 import { hostClient } from './host-client';
 import { withTenantBackend } from './state-backend';
 import { poolWakeups, type Wakeups } from './wakeups';
@@ -26,7 +26,8 @@ import { poolWakeups, type Wakeups } from './wakeups';
  * - `RuntimeCloud__Runner__Wakeups__*` (an event-driven execution, all or none): `Namespace` (`ns.servicebus.windows.net`),
  *   `Topic` and `Subscription` (the pool's own), `ClientId` (the managed identity that can receive from that
  *   subscription; default `DefaultAzureCredential`'s), `Endpoint` (another address for the AMQP connection, a gateway).
- * It exits 0 when it ran its job, idled out or was stopped, 1 when its claims failed until it gave up.
+ * It exits 0 when it ran its job, idled out or was stopped, 1 when its claims failed until it gave up or its
+ * wake-ups could not be taken.
  */
 const settings = z.object({
   RuntimeCloud__Runner__HostUrl: z.url(),
@@ -48,8 +49,8 @@ const settings = z.object({
   RuntimeCloud__Runner__CrashMarkers: z.string().default(''),
 });
 
-/** Runs the agent its environment describes; answers its exit code. */
-export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number> {
+/** Runs the agent its environment describes; answers its exit code. `inject` is for tests: time and waits. */
+export async function main(env: NodeJS.ProcessEnv = process.env, inject: Pick<AgentOptions, 'clock' | 'sleep' | 'random'> = {}): Promise<number> {
   const parsed = settings.safeParse(env);
   if (!parsed.success) throw new Error(`runner settings: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const s = parsed.data;
@@ -71,6 +72,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number
       oneJob: s.RuntimeCloud__Runner__OneJob === 'true',
       ...(wakeups ? { wakeups } : {}),
       idleMs,
+      ...inject,
       signal: controller.signal,
       log,
       engineFor: (claimed, job, workDir) =>
@@ -81,13 +83,12 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<number
     return 0;
   } catch (thrown) {
     const error = ensureError(thrown);
-    if (!(error instanceof AppError && error.code === 'RUNNER.CLAIM_GAVE_UP')) throw error;
+    // Its claims gave up, or the bus refused its wake-ups: said in one line, and the exit code says it failed.
+    if (!(error instanceof AppError && error.kind === 'unavailable')) throw error;
     process.stderr.write(`runner agent of pool ${s.RuntimeCloud__Runner__Pool}: ${error.message}\n`);
     return 1;
   } finally {
     await wakeups?.close();
-    // The agent is done: the IPC channel to a local host would keep this process alive until the host kills it.
-    if (process.connected) process.disconnect();
   }
 }
 
@@ -138,11 +139,14 @@ function credentialOf(token: string, audience: string): () => Promise<string> {
 }
 
 if (require.main === module) {
-  main().then(
-    (code) => (process.exitCode = code),
-    (error: unknown) => {
-      process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-      process.exitCode = 1;
-    },
-  );
+  main()
+    .then(
+      (code) => (process.exitCode = code),
+      (error: unknown) => {
+        process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+        process.exitCode = 1;
+      },
+    )
+    // The agent is done: the IPC channel to a local host would keep this process alive until the host kills it.
+    .finally(() => process.connected && process.disconnect());
 }

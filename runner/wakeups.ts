@@ -1,6 +1,7 @@
 import type { ServiceBusReceivedMessage } from '@azure/service-bus';
-import { ensureError } from '../shared/platform/errors/app-error';
+import { AppError, ensureError } from '../shared/platform/errors/app-error';
 import { createServiceBusClient, type ServiceBusConnectionOptions } from '../shared/platform/bus/service-bus-client';
+import { DEFAULT_RETRY } from '../shared/platform/bus/service-bus-publisher';
 import type { EventType } from '../shared/platform/bus/events';
 
 /**
@@ -43,7 +44,11 @@ export interface PoolWakeupsOptions extends ServiceBusConnectionOptions {
  * options give (in Azure the job's wake-up identity, which can receive from this subscription and nothing else).
  */
 export function poolWakeups(options: PoolWakeupsOptions): Wakeups {
-  const client = createServiceBusClient(options);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { RetryMode } = require('@azure/service-bus') as typeof import('@azure/service-bus');
+  // The host's retries (a refused link, e.g. an identity without the role, is retried by the SDK too): the SDK's own
+  // default waits 30 s between tries.
+  const client = createServiceBusClient({ retryOptions: { mode: RetryMode.Exponential, ...DEFAULT_RETRY }, ...options });
   const receiver = client.createReceiver(options.topic, options.subscription, { receiveMode: 'peekLock', maxAutoLockRenewalDurationInMs: options.holdMs });
   const entity = `${options.topic}/Subscriptions/${options.subscription}`;
   return {
@@ -51,10 +56,12 @@ export function poolWakeups(options: PoolWakeupsOptions): Wakeups {
       let message: ServiceBusReceivedMessage | undefined;
       try {
         [message] = await receiver.receiveMessages(1, { maxWaitTimeInMs: waitMs, ...(signal ? { abortSignal: signal } : {}) });
-      } catch (error) {
+      } catch (thrown) {
         // Stopping: no wake-up taken.
         if (signal?.aborted) return undefined;
-        throw error;
+        // After its retries the SDK throws them all at once, with no message of its own.
+        const error = ensureError(thrown instanceof AggregateError ? thrown.errors.at(-1) : thrown);
+        throw new AppError('RUNNER.WAKEUPS_UNAVAILABLE', 'unavailable', `could not take a wake-up from ${entity}: ${error.message}`);
       }
       if (!message) return undefined;
       const refused = refusal(message, options.pool);

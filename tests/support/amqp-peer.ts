@@ -104,6 +104,11 @@ interface LinkState {
   readonly local: { attach: { max_message_size?: number } };
 }
 
+/** rhea's outcome constructors, which its typings leave out. */
+interface Outcomes {
+  rejected(fields: object): { described(): unknown };
+}
+
 /** A message in one of the peer's entities: its sequence number, how often it was delivered, and the lock of its current delivery. */
 type StoredMessage = QueuedMessage & { readonly sequenceNumber: number; deliveryCount: number; lock?: { readonly tag: Buffer; readonly on: rhea.Sender } | undefined };
 
@@ -180,7 +185,10 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     const messages = queues.get(key) ?? [];
     const message = messages.find((m) => m.lock && tag && m.lock.tag.equals(tag));
     const ours = message !== undefined || (context.sender !== undefined && (receivers.get(key)?.has(context.sender) ?? false));
-    return { key, messages, message, settle: () => ours && context.delivery?.update(true) };
+    // Settled with the outcome the receiver gave (a dead-letter's without its error, which the SDK would take for a failure).
+    const state = context.delivery?.remote_state as { described?: () => unknown; error?: unknown } | undefined;
+    const outcome = state?.error ? (rhea.message as unknown as Outcomes).rejected({}).described() : state?.described?.();
+    return { key, messages, message, settle: () => ours && context.delivery?.update(true, outcome) };
   };
   const refusal = (claim: 'Send' | 'Listen', address: string) => ({
     condition: 'amqp:unauthorized-access',
