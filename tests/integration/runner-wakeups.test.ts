@@ -242,6 +242,29 @@ for (const dialect of DIALECTS) {
       }
     }, 60_000);
 
+    it("when two jobs of a pool and their wake-ups wait, then one execution runs exactly one job, settles one wake-up and leaves the other's for the next execution", async () => {
+      // Arrange
+      const A = named('two-jobs-a');
+      await tenants(A);
+      const runs = [await promote(A, 'env-two-1', 'development-1'), await promote(A, 'env-two-2', 'development-2')];
+      for (const run of runs) await relayWakeups(run);
+      expect(peer.messagesOf(entityOf(A))).toHaveLength(2);
+
+      // Act
+      const exit = await main(executionEnv(A));
+
+      // Assert
+      expect(exit).toBe(0);
+      expect(peer.messagesOf(entityOf(A))).toHaveLength(1);
+      const plans = await Promise.all(runs.map(async (run) => (await jobsOf(run))[0]!));
+      expect(plans.map((job) => job.state).sort()).toEqual(['done', 'queued']);
+
+      // And the next execution takes the other wake-up and runs the other job.
+      expect(await main(executionEnv(A))).toBe(0);
+      expect(peer.messagesOf(entityOf(A))).toEqual([]);
+      expect(await Promise.all(runs.map(async (run) => (await jobsOf(run))[0]!.state))).toEqual(['done', 'done']);
+    }, 60_000);
+
     it("when a pool's execution is pointed at another pool's subscription, then the bus refuses its identity and nothing is taken from that subscription", async () => {
       // Arrange: a wake-up waits on B's subscription.
       const [A, B] = [named('refused-a'), named('refused-b')];
