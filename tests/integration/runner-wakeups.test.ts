@@ -275,14 +275,7 @@ for (const dialect of DIALECTS) {
       expect(waiting).toHaveLength(1);
 
       // Act
-      const written: string[] = [];
-      const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => written.push(String(chunk)) > 0);
-      let exit: number;
-      try {
-        exit = await main(executionEnv(A, { RuntimeCloud__Runner__Wakeups__Subscription: subscriptionOf(B) }));
-      } finally {
-        stderr.mockRestore();
-      }
+      const { exit, written } = await mainWithStderr(executionEnv(A, { RuntimeCloud__Runner__Wakeups__Subscription: subscriptionOf(B) }));
 
       // Assert
       expect(exit).toBe(1);
@@ -378,23 +371,27 @@ for (const dialect of DIALECTS) {
       // Arrange
       const B = named('away-b');
       await tenants(B);
-      const written: string[] = [];
-      const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => written.push(String(chunk)) > 0);
       const env = executionEnv(B, { RuntimeCloud__Runner__HostUrl: `http://127.0.0.1:${await closedPort()}`, RuntimeCloud__Runner__Wakeups__Namespace: '' });
 
       // Act
-      let exit: number;
-      try {
-        exit = await main(env, { sleep: () => Promise.resolve() });
-      } finally {
-        stderr.mockRestore();
-      }
+      const { exit, written } = await mainWithStderr(env, { sleep: () => Promise.resolve() });
 
       // Assert
       expect(exit).toBe(1);
       expect(written).toEqual([`runner agent of pool ${poolOf(B)}: execution-${B} gives up: 8 claims in a row failed, the last with: fetch failed\n`]);
     }, 30_000);
   });
+}
+
+/** The agent's entry point, answering its exit code and what it wrote to stderr. */
+async function mainWithStderr(...args: Parameters<typeof main>): Promise<{ exit: number; written: string[] }> {
+  const written: string[] = [];
+  const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => written.push(String(chunk)) > 0);
+  try {
+    return { exit: await main(...args), written };
+  } finally {
+    stderr.mockRestore();
+  }
 }
 
 /** A port nothing listens on: one the system gave out and took back. */

@@ -143,10 +143,11 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
   const grants = new WeakMap<Connection, Map<string, { until: number; appid: string }>>();
   const authorized = (connection: Connection, address: string, claim: 'Send' | 'Listen'): boolean => {
     if (!entra || address === CBS) return true;
-    const path = address.toLowerCase().replace(/\/\$management$/, '');
+    const path = address.toLowerCase();
     for (const [entity, { until, appid }] of grants.get(connection) ?? []) {
       const covers = entity === '' || path === entity || path.startsWith(`${entity}/`);
-      if (covers && until > Date.now() && (entra.permits?.(appid, path, claim) ?? true)) return true;
+      // A role is held on the entity, and so on its management node.
+      if (covers && until > Date.now() && (entra.permits?.(appid, path.replace(/\/\$management$/, ''), claim) ?? true)) return true;
     }
     return false;
   };
