@@ -99,7 +99,6 @@ const azureTargets = targets.filter(isAzureTarget);
 /** The runner agents' image and its registry: required once an Azure target exists. */
 const runnerImage = parseRunnerImage(config.get('runnerImage'), config.get('runnerRegistryId'), targets);
 const enabledModules = config.get('enabledModules') ?? 'provisioning,inventory,capacity';
-const inventoryObserver = config.get('inventoryObserver') ?? 'azure-resource-manager';
 const inventoryScopes = config.getObject<Record<string, unknown>>('inventoryScopes') ?? {};
 const configPlatformEndpoint = config.get('configPlatformEndpoint');
 /**
@@ -449,7 +448,6 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Targets: targetsSetting,
       RuntimeCloud__Runners__Agents: agentsSetting,
       ...peerSettings,
-      RuntimeCloud__Inventory__Observer: inventoryObserver,
       RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
     },
   },

@@ -128,8 +128,9 @@ export function targetRunners(target: AzureTarget, ctx: RunnerContext): Deployed
 /**
  * One agent pool: its identity's roles are Contributor on the target's scope, data roles on its own tenants'
  * containers and keys (at their own scope: nothing at the account or the vault), and AcrPull. Its wake-ups are read
- * by a second identity of its own that can only receive from the pool's subscription: the agent itself never reads
- * the bus, so the identity a tenant's program runs with has no role on it.
+ * by a second identity of its own that can only receive from the pool's subscription: the scale rule counts them
+ * with it, and each execution takes (and settles) one with it, so that a wake-up starts one execution and not one
+ * per polling interval for the message's lifetime. The identity a tenant's program runs with has no role on the bus.
  */
 function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx: RunnerContext): DeployedPool {
   const name = `runner-${pool.name}`;
@@ -156,7 +157,7 @@ function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx
     grant('image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
     // Not an Azure role: the host API's app role, so the agent's token is one of a runner agent's.
     new azuread.AppRoleAssignment(`${name}-agent-role`, { appRoleId: ctx.api.agentRoleId, principalObjectId: runner.principalId, resourceObjectId: ctx.api.objectId }),
-    // The scale rule reads the subscription's message count with this identity.
+    // The scale rule reads the subscription's message count, and the agent takes its wake-up, with this identity.
     grantsOf(wakeups, wakeupName)('receive', 'serviceBusDataReceiver', subscription.id, ctx.subscriptionId, `wake-ups of pool ${pool.id}`),
   ];
 
@@ -171,6 +172,12 @@ function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx
     // so nothing a program leaves behind meets the next job. Each job names its tenant's state container and key (the
     // host's RuntimeCloud__Targets, `targetBackend`).
     RuntimeCloud__Runner__OneJob: 'true',
+    // The wake-up that started the execution: taken from the pool's own subscription with the wake-up identity, and
+    // completed once the claim answered (runner/wakeups.ts); with none, or no job, within a minute the execution ends.
+    RuntimeCloud__Runner__Wakeups__Namespace: pulumi.interpolate`${ctx.busName}.servicebus.windows.net`,
+    RuntimeCloud__Runner__Wakeups__Topic: ctx.topicName,
+    RuntimeCloud__Runner__Wakeups__Subscription: subscription.name,
+    RuntimeCloud__Runner__Wakeups__ClientId: wakeups.clientId,
   };
 
   const job = new containerapps.Job(

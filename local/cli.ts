@@ -19,7 +19,8 @@ Usage:
   runtime-cloud runner --pool P --host URL [--agent ID] [--engine local|pulumi] [--one-job]
       Runs a runner agent for pool P against the host at URL: it claims the pool's plan and apply jobs one at a time
       with the pool credential in RuntimeCloud__Runner__Credential (local host: \`runtime-cloud token --runner-pool P\`).
-      The local host starts RuntimeCloud__Local__Runners of them itself.
+      With nothing to claim for RuntimeCloud__Runner__IdleSeconds (default 60; 0: never) it exits 0; when its claims
+      keep failing it backs off, then gives up and exits 1. The local host starts RuntimeCloud__Local__Runners of them itself.
   runtime-cloud backup [--state-dir DIR] [--to FILE]
       Backs the embedded (SQLite) store up while the host runs (SQLite's online backup); prints the file.
   runtime-cloud restore --from FILE [--state-dir DIR]
@@ -128,8 +129,7 @@ async function runner(args: string[]): Promise<number> {
   if (values['one-job']) env.RuntimeCloud__Runner__OneJob = 'true';
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { main: runAgentMain } = require('../runner/main') as typeof import('../runner/main');
-  await runAgentMain(env);
-  return 0;
+  return runAgentMain(env);
 }
 
 /** backup, restore and restored (local/store-backup.ts): refusals print one line and exit 1. */

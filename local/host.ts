@@ -153,7 +153,7 @@ export class LocalHost {
     if (this.#options.port !== undefined) overrides.RuntimeCloud__Local__Port = String(this.#options.port);
     const stateDir = resolve(configFromEnvironment({ defaults: LOCAL_DEFAULTS, overrides }).local.stateDir);
     // Defaults that depend on the state dir, known only now; a setting in the environment or the options wins.
-    const defaults = { ...LOCAL_DEFAULTS, RuntimeCloud__Provisioning__Sources: localSourcesSetting(stateDir) };
+    const defaults = { ...LOCAL_DEFAULTS, RuntimeCloud__Provisioning__Sources: localSourcesSetting(stateDir), RuntimeCloud__Provisioning__GitCacheDir: join(stateDir, 'git-cache') };
     let config = configFromEnvironment({ defaults, overrides });
     const keys = await ensureLocalKeys(stateDir);
     // Before the store opens: a restore that checks the marks then finds this host.

@@ -127,6 +127,9 @@ export class LocalRunnerAgents implements HostComponent {
         RuntimeCloud__Runner__Agent: agent,
         RuntimeCloud__Runner__WorkDir: join(workRoot, pool, agent),
         RuntimeCloud__Runner__Engine: 'local',
+        // Long-lived: the host wakes their long-polled claims itself (no wake-up reaches an agent here: the embedded
+        // topic has no subscription per pool), and it would start an agent that idled out again at once.
+        RuntimeCloud__Runner__IdleSeconds: '0',
         ...(context.config.faults.agentCrashAt.length > 0
           ? { RuntimeCloud__Runner__CrashAt: context.config.faults.agentCrashAt.join(','), RuntimeCloud__Runner__CrashMarkers: context.config.faults.markers }
           : {}),

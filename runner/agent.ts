@@ -8,13 +8,15 @@ import { filesDigest, type ClaimedJob, type JobError, type RunnerInfo, type Runn
 import type { JsonValue } from '../shared/platform/iac/iac-values';
 import { referenceKey } from '../shared/platform/iac/iac-values';
 import { qualifiedStackName } from '../shared/platform/iac/stack-ref';
-import { systemClock } from '../shared/platform/time/clock';
+import { systemClock, type Clock } from '../shared/platform/time/clock';
 import type { HostClient, JobClient } from './host-client';
+import type { Wakeup, Wakeups } from './wakeups';
 
 /**
  * A runner agent (ARCHITECTURE.md, "IaC: targets, runner agents and engines"): claims one job of its pool at a
  * time, runs it with its engine in a fresh working directory, beats while it runs and posts its outcome. It holds
- * no store, bus or table credential and no host key: only its pool credential, and per job what the claim gave it.
+ * no store, bus or table credential and no host key: only its pool credential, and per job what the claim gave it;
+ * an event-driven execution also takes its pool's wake-ups, with an identity that can receive those and nothing else.
  */
 export interface AgentOptions {
   readonly client: HostClient;
@@ -24,34 +26,123 @@ export interface AgentOptions {
   readonly workRoot: string;
   /** The engine for a job: the local engine over the job's endpoints, or the Pulumi Automation API. */
   readonly engineFor?: (claimed: ClaimedJob, job: JobClient, workDir: string) => IacEngine;
-  /** Claim one job, then return (a Container Apps Job execution). */
+  /** Run one job, then return (a Container Apps Job execution). */
   readonly oneJob?: boolean;
+  /**
+   * The pool's wake-ups (an event-driven execution): before it claims, the agent takes one, and settles it once the
+   * claim answered. Without them it claims at once (the local host wakes its agents' long-polled claims itself).
+   */
+  readonly wakeups?: Wakeups;
+  /**
+   * How long the agent waits for a wake-up and then for a job before it returns, counted afresh after each job; 0
+   * never (a long-lived agent). Default {@link DEFAULT_IDLE_MS}. Example: `idleMs: 120_000`.
+   */
+  readonly idleMs?: number;
   /** How long one claim waits on the host for a job. */
   readonly claimWaitMs?: number;
+  /** How failing claims back off and when the agent gives up. Default {@link DEFAULT_CLAIM_RETRY}. */
+  readonly claimRetry?: ClaimRetry;
+  /** Idle time is read from it. */
+  readonly clock?: Clock;
+  /** The wait between failing claims (injected: backoff is tested without waiting). */
+  readonly sleep?: (ms: number, signal: AbortSignal | undefined) => Promise<void>;
+  /** The backoff's jitter, in [0, 1). */
+  readonly random?: () => number;
   readonly signal?: AbortSignal;
   readonly log?: (line: string) => void;
 }
 
-export async function runAgent(options: AgentOptions): Promise<void> {
+/**
+ * Failing claims (the host away, refusing, or unreachable) are tried again after `firstMs`, doubled per failure up
+ * to `maxMs`, each delay jittered down by up to half, so that a pool's agents do not come back in step; after
+ * `attempts` failures in a row the agent gives up. Example: `{ firstMs: 500, maxMs: 10_000, attempts: 5 }`.
+ */
+export interface ClaimRetry {
+  readonly firstMs: number;
+  readonly maxMs: number;
+  readonly attempts: number;
+}
+
+/** About a minute and a half of failing claims, then the agent gives up. */
+export const DEFAULT_CLAIM_RETRY: ClaimRetry = { firstMs: 1000, maxMs: 30_000, attempts: 8 };
+/** An execution woken for a job that another took, or a long-lived agent with nothing to do, ends after this. */
+export const DEFAULT_IDLE_MS = 60_000;
+/** Longest single wait for a wake-up (an agent that never idles out waits again after it). */
+const TAKE_WAIT_MS = 60_000;
+
+/** Why the agent returned: stopped (its signal), idle (no wake-up or no job within its idle time), or its one job done. */
+export type AgentEnd = 'stopped' | 'idle' | 'one-job';
+
+/**
+ * Takes a wake-up (when the agent has them), claims until a job comes or the idle time is over, settles the wake-up,
+ * runs the job. Throws `RUNNER.CLAIM_GAVE_UP` when claims failed `claimRetry.attempts` times in a row, after
+ * abandoning the wake-up it held, which the next execution then takes.
+ */
+export async function runAgent(options: AgentOptions): Promise<AgentEnd> {
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const wait = options.claimWaitMs ?? 20_000;
+  const clock = options.clock ?? systemClock;
+  const idleMs = options.idleMs ?? DEFAULT_IDLE_MS;
+  let idleFrom = clock.now().getTime();
+  const idleLeft = () => (idleMs === 0 ? Number.POSITIVE_INFINITY : idleFrom + idleMs - clock.now().getTime());
+  const idle = (what: string): AgentEnd => {
+    if (options.signal?.aborted) return 'stopped';
+    log(`${options.agent}: ${what} within ${idleMs / 1000} s; exiting`);
+    return 'idle';
+  };
   while (!options.signal?.aborted) {
+    const wakeup = options.wakeups && (await takeWakeup(options.wakeups, idleLeft, options.signal));
+    if (options.wakeups && !wakeup) return idle('no wake-up');
     let claimed: ClaimedJob | undefined;
     try {
-      claimed = await options.client.claim(options.agent, wait);
+      claimed = await claimNext(options, idleLeft, log);
     } catch (error) {
-      if (options.signal?.aborted) return;
-      log(`claim failed: ${ensureError(error).message}`);
-      await sleep(1000, options.signal);
-      continue;
+      await wakeup?.abandon().catch((e: unknown) => log(`could not abandon wake-up ${wakeup.messageId}: ${ensureError(e).message}`));
+      throw error;
     }
-    if (!claimed) {
-      if (options.oneJob) return;
-      continue;
-    }
+    // Spent whether a job came or not (another agent may have taken it). Should this fail (the lock lost), the wake-up
+    // comes again and its execution finds nothing to claim.
+    await wakeup?.complete().catch((e: unknown) => log(`could not complete wake-up ${wakeup.messageId}: ${ensureError(e).message}`));
+    if (!claimed) return idle('nothing to claim');
     await runJob(options, claimed, log);
-    if (options.oneJob) return;
+    if (options.oneJob) return 'one-job';
+    idleFrom = clock.now().getTime();
   }
+  return 'stopped';
+}
+
+/** The next wake-up within the idle time; undefined when none came (or the agent is stopping). */
+async function takeWakeup(wakeups: Wakeups, idleLeft: () => number, signal: AbortSignal | undefined): Promise<Wakeup | undefined> {
+  for (let left = idleLeft(); left > 0 && !signal?.aborted; left = idleLeft()) {
+    const wakeup = await wakeups.take(Math.min(left, TAKE_WAIT_MS), signal);
+    if (wakeup) return wakeup;
+  }
+  return undefined;
+}
+
+/**
+ * Claims until a job comes or, claims answering, the idle time is over. A failing claim is tried again after a
+ * jittered, growing delay, whatever the idle time says: a host that did not answer has not said there is nothing.
+ */
+async function claimNext(options: AgentOptions, idleLeft: () => number, log: (line: string) => void): Promise<ClaimedJob | undefined> {
+  const retry = options.claimRetry ?? DEFAULT_CLAIM_RETRY;
+  const wait = options.claimWaitMs ?? 20_000;
+  for (let failures = 0; !options.signal?.aborted; ) {
+    try {
+      const claimed = await options.client.claim(options.agent, Math.max(0, Math.min(wait, idleLeft())));
+      if (claimed || idleLeft() <= 0) return claimed;
+      failures = 0;
+    } catch (thrown) {
+      if (options.signal?.aborted) return undefined;
+      const error = ensureError(thrown);
+      if (++failures >= retry.attempts) {
+        throw new AppError('RUNNER.CLAIM_GAVE_UP', 'unavailable', `${options.agent} gives up: ${failures} claims in a row failed, the last with: ${error.message}`);
+      }
+      const delayMs = Math.round(Math.min(retry.maxMs, retry.firstMs * 2 ** (failures - 1)) * (1 - (options.random ?? Math.random)() / 2));
+      log(`${options.agent}: claim ${failures} of ${retry.attempts} failed: ${error.message}; trying again in ${delayMs} ms`);
+      await (options.sleep ?? sleep)(delayMs, options.signal);
+    }
+  }
+  return undefined;
 }
 
 /** Runs one claimed job to its outcome and posts it; a refused post (the job was superseded) is logged. */

@@ -1,7 +1,6 @@
 import type { JSONWebKeySet } from 'jose';
 import { armCrashPoints } from './platform/faults/crash-points';
 import { sql, type Kysely } from 'kysely';
-import { join, resolve } from 'node:path';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks, outboxDeadLetterCheck } from './platform/bus/bus.health';
@@ -14,7 +13,7 @@ import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from '.
 import { AppError } from './platform/errors/app-error';
 import { sqlStackStates } from './platform/iac/stack-state.repository';
 import type { RunnerLeases } from './provisioning/provisioning.context';
-import { targetsCheck } from './platform/health/dependency-checks';
+import { engineCheck, gitCacheCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
 import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
 import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
@@ -31,7 +30,7 @@ import { createArmObserver } from './inventory/arm-observer.adapter';
 import { createKubernetesObserver, kubernetesClusters } from './inventory/kubernetes-observer.adapter';
 import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from './inventory/observed-inventory.repository';
-import type { Observer } from './inventory/observer';
+import { observationScopeOn, observersByTarget } from './inventory/target-observers';
 import { createPeerExternalServices } from './provisioning/peer-external-services.adapter';
 import { tableLastKnownConfig } from './provisioning/last-known-config.repository';
 import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-transport';
@@ -52,7 +51,11 @@ export interface Deps {
   readonly sql: SqlStore;
   readonly tables: TableStore;
   readonly auth: TokenValidator;
-  readonly iac: IacRunner;
+  /**
+   * The IaC engine the host runs itself (in process, or the local engine whose stack state it keeps for its agents);
+   * absent where the engine runs in runner jobs only (Azure: the Function App has no Pulumi CLI).
+   */
+  readonly iac?: IacRunner;
   readonly healthChecks: readonly HealthCheck[];
   /** Where the outbox relay publishes: Service Bus when ServiceBusConnection is set, else the embedded topic. */
   readonly events: EventPublisher;
@@ -129,10 +132,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     await store.close();
     throw new Error('RuntimeCloud__IaC__Execution=in-process would evaluate tenant programs inside the host: only the local host may, for tests and the bench');
   }
-  // The embedded engine against the local cloud, or the Pulumi Automation API (which needs the pulumi CLI).
-  const engine: IacEngine = config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : pulumiIacRunner();
-  const iac: IacRunner = engine;
-  const stateDir = resolve(config.local.stateDir);
+  // The engine the host runs itself: the embedded one against the local cloud (in process, or as the keeper of its
+  // agents' stack state), or the Pulumi Automation API in process (tests). In Azure the Pulumi engine runs in runner
+  // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
+  const engine: IacEngine | undefined =
+    config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
@@ -163,7 +167,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     services: createPeerExternalServices({ ...config.peers, tokens: peerTokens, lastKnownConfig: tableLastKnownConfig(tables) }),
     knowsTenant,
     // A run reads its commit at intake, plan and apply; a commit never changes, so each is read from Git once.
-    desiredState: { cacheDir: join(stateDir, 'git-cache'), memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
+    desiredState: { cacheDir: config.provisioning.gitCacheDir, memory: desiredStateMemory(), fetchMaxBytes: config.provisioning.fetchMaxBytes, fetchTimeoutMs: config.provisioning.fetchTimeoutMs },
     // Repositories the installation allows, per tenant; local (file:) repositories only where the host says so.
     sources: { policy: parseSourcePolicy(config.provisioning.sources), local: overrides.localSources ? { localSources: true, realPath: realLocalPath } : { localSources: false } },
     projects: { runtimes: config.provisioning.runtimes },
@@ -185,7 +189,13 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const inventory = createInventoryService({
     store,
     tables: createObservedInventory(tables),
-    observer: observerFor(config, () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) })),
+    // Each target read as its kind says; the Azure and Kubernetes adapters load their SDKs on first use, never at start.
+    observers: observersByTarget(config.targets, {
+      'local-cloud': () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) }),
+      'azure-resource-manager': () => createArmObserver(),
+      // Each target's own cluster and credential; a target without one is not observed.
+      kubernetes: () => createKubernetesObserver({ clusters: kubernetesClusters(config.targets) }),
+    }),
     clock,
     ids,
     scanInterval: config.inventory.scanInterval,
@@ -193,19 +203,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     observeTimeoutMs: config.inventory.observeTimeoutMs,
     // The environment's target as provisioning bound it (else as the rules give it); the Azure and Kubernetes
     // scopes are configured by tenant and environment, never by an environment id another tenant may use.
+    // A bound target no longer configured keeps its id: no observer reads it, and the scan says so.
     scopeOf: async (environment) => {
       const bound = (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target;
       const target = config.targets.find((t) => t.id === bound) ?? targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier });
-      return {
-        tenant: environment.tenant,
-        environmentId: environment.id,
-        stack: environment.stack,
-        target: bound ?? target.id,
-        // An Azure target is read with its own read-only identity, in its own scope unless the environment names one.
-        ...(target.observerClientId ? { observerClientId: target.observerClientId } : {}),
-        ...(target.scope ? { azure: { subscriptionId: target.scope.subscriptionId, resourceGroup: target.scope.resourceGroup } } : {}),
-        ...config.inventory.scopes[`${environment.tenant}/${environment.id}`],
-      };
+      return { ...observationScopeOn(target, environment, config.inventory.scopes), target: bound ?? target.id };
     },
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
     applyingRun: async (stack) =>
@@ -246,13 +248,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
         return { details };
       },
     },
-    {
-      name: 'iac-runner',
-      critical: false,
-      async run() {
-        return { details: { runner: iac.name, version: await iac.version() } };
-      },
-    },
+    ...(engine ? [engineCheck(engine)] : []),
+    gitCacheCheck(config.provisioning.gitCacheDir),
     targetsCheck(config.targets),
     {
       // Each target's runner pool: event-driven pools have no agent while idle, so only jobs waiting with no agent
@@ -279,7 +276,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     sql: store,
     tables,
     auth,
-    iac,
+    ...(engine ? { iac: engine } : {}),
     healthChecks,
     capacity,
     provisioning,
@@ -295,19 +292,6 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       await store.close();
     },
   };
-}
-
-/** The configured observer. The Azure and Kubernetes adapters load their SDKs on first use, never at start. */
-function observerFor(config: Config, localCloud: () => Observer): Observer {
-  switch (config.inventory.observer) {
-    case 'local-cloud':
-      return localCloud();
-    case 'azure-resource-manager':
-      return createArmObserver();
-    case 'kubernetes':
-      // Each target's own cluster and credential; a target without one is not observed.
-      return createKubernetesObserver({ clusters: kubernetesClusters(config.targets) });
-  }
 }
 
 /**

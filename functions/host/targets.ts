@@ -5,14 +5,15 @@ import { runnerTargetOf } from '../../shared/platform/config/targets';
 /**
  * Provisioning targets configured for this installation, each with its runners (its capacity pool, how many agent
  * pools it has now, agents online, jobs running and waiting, and whether an agent answered lately), and the IaC
- * runner's name and version.
+ * runner's name and version (its version only where the host runs the engine itself).
  */
 export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, async ({ deps }) => {
   const pools = deps.config.iac.execution === 'runner-jobs' && deps.config.host.enabledModules.includes('provisioning') ? await deps.provisioning.runners.pools() : [];
   let version: string | null = null;
   let versionError: string | undefined;
   try {
-    version = await deps.iac.version();
+    // Where the engine runs in runner jobs only (Azure), the host has none to ask: its agents' pools are listed above.
+    version = deps.iac ? await deps.iac.version() : null;
   } catch (error) {
     versionError = error instanceof Error ? error.message : String(error);
   }
@@ -28,7 +29,7 @@ export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, asyn
         const agentsOnline = sum((p) => p.agentsOnline);
         return { ...target, runners: { pool: runner.pool, engine: runner.engine, agentPools: own.length, agentsOnline, jobsRunning: sum((p) => p.jobsRunning), jobsWaiting: sum((p) => p.jobsWaiting), answered: agentsOnline > 0 } };
       }),
-      iacRunner: { name: deps.iac.name, version, ...(versionError ? { error: versionError } : {}) },
+      iacRunner: { name: deps.config.iac.runner, version, ...(deps.iac ? {} : { runsIn: 'runner-jobs' }), ...(versionError ? { error: versionError } : {}) },
     },
   };
 });

@@ -98,7 +98,12 @@ export interface DriftView {
 export interface InventoryServiceOptions {
   readonly store: SqlStore;
   readonly tables: ObservedInventory;
-  readonly observer: Observer;
+  /**
+   * The observer of each target, by target id (deps.ts: as the target's kind says, `observersByTarget`). An
+   * environment on a target without one is not observed: its scans fail (`INVENTORY.TARGET_NOT_OBSERVED`) and it
+   * is stale. Example: `new Map([['local', createLocalCloudObserver({ cloud })]])`.
+   */
+  readonly observers: ReadonlyMap<string, Observer>;
   readonly clock: Clock;
   readonly ids: Ids;
   readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
@@ -119,7 +124,7 @@ export interface InventoryServiceOptions {
 
 /**
  * What every inventory use case works with: the SQL store of environments, rules and proposals, the observed
- * inventory in Table storage, the observer, the clock and ids, and the scan settings. Built once per host by
+ * inventory in Table storage, the targets' observers, the clock and ids, and the scan settings. Built once per host by
  * `createInventoryService`; the use case files (specification, scan, environments, ignore-rules, proposals) take
  * it first.
  */
@@ -127,7 +132,7 @@ export interface InventoryContext {
   readonly db: Kysely<InventoryTables>;
   readonly dialect: SqlDialect;
   readonly tables: ObservedInventory;
-  readonly observer: Observer;
+  readonly observers: InventoryServiceOptions['observers'];
   readonly clock: Clock;
   readonly ids: Ids;
   readonly scanInterval: InventoryServiceOptions['scanInterval'];

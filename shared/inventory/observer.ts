@@ -1,3 +1,4 @@
+import type { TargetObserver } from '../platform/config/config';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { JsonValue, PathSegment } from './drift';
 
@@ -31,8 +32,8 @@ export interface DesiredResource {
   readonly properties: { readonly [key: string]: JsonValue };
 }
 
-export const OBSERVER_NAMES = ['local-cloud', 'azure-resource-manager', 'kubernetes'] as const;
-export type ObserverName = (typeof OBSERVER_NAMES)[number];
+/** The observer adapters, one per kind of target (config.ts `OBSERVER_OF_KIND`). */
+export type ObserverName = TargetObserver;
 
 /** Where one environment's resources live, as far as the observers need to know. */
 export interface ObservationScope {

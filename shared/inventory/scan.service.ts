@@ -84,10 +84,10 @@ export async function scan(ctx: InventoryContext, key: EnvironmentKey, trigger: 
   let compared: Resources;
   let rows: ObservedRow[];
   try {
-    const { scope, resources } = await observeWithTimeout(ctx, row, desired);
+    const { scope, observer, resources } = await observeWithTimeout(ctx, row, desired);
     observed = observedForInventory(desired, resources);
     // Only what the observer can see, and of that only what it could read back, is compared.
-    const reaches = ctx.observer.reaches?.bind(ctx.observer);
+    const reaches = observer.reaches?.bind(observer);
     compared = desiredToCompare(desired, resources, reaches && ((resource) => reaches(scope, resource)));
     rows = resources.map((r) => ({ urn: r.urn, type: r.type, id: r.id, properties: observed[r.urn]!.properties }));
   } catch (thrown) {
@@ -170,19 +170,27 @@ async function finish(ctx: InventoryContext, record: ScanRecord): Promise<ScanRe
   return record;
 }
 
+/** Observes the environment with the observer of its target, never past the scan's timeout. */
 async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow, desired: Resources) {
+  const where = await ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) });
+  const scope = { ...where, desired: desiredResources(desired) };
+  const observer = ctx.observers.get(scope.target);
+  if (!observer) {
+    throw new AppError('INVENTORY.TARGET_NOT_OBSERVED', 'unavailable', `no observer reads target ${scope.target} of environment ${scope.environmentId}: it is not among RuntimeCloud__Targets`, {
+      environmentId: scope.environmentId,
+      target: scope.target,
+    });
+  }
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       controller.abort();
-      reject(new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `the ${ctx.observer.name} observer did not answer within ${ctx.observeTimeoutMs} ms`));
+      reject(new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `the ${observer.name} observer did not answer within ${ctx.observeTimeoutMs} ms`));
     }, ctx.observeTimeoutMs);
   });
   try {
-    const where = await ctx.scopeOf({ tenant: row.tenant_id, id: row.environment_id, tier: row.tier, stack: stackOfRow(row) });
-    const scope = { ...where, desired: desiredResources(desired) };
-    return { scope, resources: await Promise.race([ctx.observer.observe(scope, { signal: controller.signal }), timeout]) };
+    return { scope, observer, resources: await Promise.race([observer.observe(scope, { signal: controller.signal }), timeout]) };
   } finally {
     clearTimeout(timer);
   }

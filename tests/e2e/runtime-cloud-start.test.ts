@@ -39,6 +39,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
         ['table-storage', 'healthy'],
         ['store-recovery', 'healthy'],
         ['iac-runner', 'healthy'],
+        ['git-cache', 'healthy'],
         ['targets', 'healthy'],
         ['runner-pools', 'healthy'],
         // The external services' stand-ins, real servers on loopback, asked through the gRPC health protocol.

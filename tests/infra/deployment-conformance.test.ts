@@ -102,7 +102,6 @@ const APP_SWAPS: Readonly<Record<string, Swap>> = {
   RuntimeCloud__ControlPlane__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__Knowledge__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__ConfigPlatform__Endpoint: { why: peer, local: () => undefined },
-  RuntimeCloud__Inventory__Observer: { why: "Azure Resource Manager cannot be reached: the local cloud's observer scans the local cloud targets", local: () => 'local-cloud' },
 };
 /** Settings infra does not write that the local host needs here. */
 const APP_ADDITIONS: Readonly<Record<string, { readonly value: string; readonly why: string }>> = {
@@ -130,6 +129,15 @@ const OPERATOR_SET_UP: readonly { readonly path: string; readonly body: unknown 
 const JOB_SWAPS: Readonly<Record<string, Swap>> = {
   RuntimeCloud__Runner__HostUrl: { why: "the Function App's address → the local host's", local: (_, here) => here.hostUrl?.toString() },
   RuntimeCloud__Runner__Engine: { why: 'the Pulumi CLI cannot run here: the local engine', local: () => 'local' },
+  ...Object.fromEntries(
+    ['Namespace', 'Topic', 'Subscription', 'ClientId'].map((part) => [
+      `RuntimeCloud__Runner__Wakeups__${part}`,
+      {
+        why: "Service Bus cannot run here, and the local host publishes no wake-ups: this test starts the job's next execution when one ends, as the job's scale rule starts one per wake-up (tests/integration/runner-wakeups.test.ts takes wake-ups from the AMQP peer)",
+        local: () => undefined,
+      },
+    ]),
+  ),
   AZURE_CLIENT_ID: {
     why: "no managed identity here: the local issuer signs the agent's token (RuntimeCloud__Runner__Credential) for this client id with the app roles infra assigned to it",
     local: () => undefined,

@@ -135,6 +135,8 @@ describe('infra under Pulumi mocks', () => {
       configPlatform: { endpoint: 'https://config.example.test' },
     });
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
+    // Drift scans read each target with its kind's observer: no one observer for the whole installation is written.
+    expect(settings).not.toHaveProperty('RuntimeCloud__Inventory__Observer');
     expect(config.targets).toMatchObject(TARGETS.map(({ id, kind, name }) => ({ id, kind, name })));
     // Each target with its pool and its runners' backend (per tenant), and an Azure target with its scope and the
     // observer identity its drift scans use; its backend is its own state account and vault.

@@ -154,10 +154,11 @@ describe('runner agents under Pulumi mocks', () => {
     expect(field(environment, 'appLogsConfiguration')).toEqual({ destination: 'azure-monitor' });
   });
 
-  it("when a job's container starts, then its environment names the host, its pool, its audience and its own identity, and nothing else (each job names its tenant's state)", () => {
+  it("when a job's container starts, then its environment names the host, its pool, its audience, its own identity, and the subscription its scale rule counts with the identity that reads it, and nothing else (each job names its tenant's state)", () => {
     const app = one('web:WebApp');
+    const namespace = one('servicebus:Namespace').name;
     for (const pool of POOLS) {
-      const { job, runner } = poolOf(pool.id);
+      const { job, runner, wakeups, subscription } = poolOf(pool.id);
       expect(envOf(job), pool.id).toEqual({
         RuntimeCloud__Runner__HostUrl: `https://${app.name}.azurewebsites.net`,
         RuntimeCloud__Runner__Pool: pool.id,
@@ -166,11 +167,17 @@ describe('runner agents under Pulumi mocks', () => {
         RuntimeCloud__Runner__Engine: 'pulumi',
         // One job per execution: a fresh container, so nothing a program leaves behind meets the next job.
         RuntimeCloud__Runner__OneJob: 'true',
+        // Each execution takes the wake-up that started it, from the subscription the scale rule counts, with the
+        // scale rule's identity (which can receive from it and nothing else), not the one the program runs with.
+        RuntimeCloud__Runner__Wakeups__Namespace: `${namespace}.servicebus.windows.net`,
+        RuntimeCloud__Runner__Wakeups__Topic: EVENTS_TOPIC,
+        RuntimeCloud__Runner__Wakeups__Subscription: subscription,
+        RuntimeCloud__Runner__Wakeups__ClientId: clientIdOf(wakeups.name),
       });
     }
   });
 
-  it('when a job is declared, then no secret or connection of the host is in its environment', () => {
+  it('when a job is declared, then no secret or connection of the host is in its environment, and the bus only where its wake-up identity reads its own subscription', () => {
     const settings = appSettings();
     // Values of the host that name or reach its own stores: none belongs in a runner's environment.
     const hostValues = [
@@ -186,8 +193,12 @@ describe('runner agents under Pulumi mocks', () => {
       for (const [key, value] of Object.entries(env)) {
         expect(value, `${job.name} ${key}`).not.toMatch(/AccountKey|Password|SharedAccessKey|client_secret|@Microsoft\.KeyVault/i);
         for (const secret of Object.values(SECRET_VALUES)) expect(value, `${job.name} ${key}`).not.toContain(secret);
-        for (const hostValue of hostValues) expect(value, `${job.name} ${key}`).not.toContain(hostValue);
+        // The namespace, once: where the wake-ups are, for an identity that can only receive them (asserted below).
+        const allowed = key === 'RuntimeCloud__Runner__Wakeups__Namespace' ? [settings.ServiceBusConnection__fullyQualifiedNamespace!] : [];
+        for (const hostValue of hostValues.filter((v) => !allowed.includes(v))) expect(value, `${job.name} ${key}`).not.toContain(hostValue);
       }
+      const reader = all('managedidentity:UserAssignedIdentity').find((i) => clientIdOf(i.name) === env.RuntimeCloud__Runner__Wakeups__ClientId);
+      expect(grantsOf(principalIdOf(reader!.name)), job.name).toEqual([`serviceBusDataReceiver @ servicebus:Subscription/${env.RuntimeCloud__Runner__Wakeups__Subscription}`]);
       const containers = field(job, 'template.containers') as { env: { secretRef?: string }[] }[];
       expect(containers[0]!.env.filter((e) => e.secretRef !== undefined), job.name).toEqual([]);
     }
@@ -264,7 +275,7 @@ describe('runner agents under Pulumi mocks', () => {
         // Nothing at the deployment's subscription, which holds all of the host's resources.
         expect(text(a, 'scope').toLowerCase().replace(/\/+$/, ''), a.name).not.toBe(`/subscriptions/${SUBSCRIPTION_ID}`);
       }
-      // The agent never reads the bus: only the scale rule's identity has a Service Bus role.
+      // The identity a program runs with has no Service Bus role: only the wake-up identity (scale rule, wake-ups) has one.
       if (principals.get(principal)!.kind === 'runner') expect(assignmentsOf(principal).filter((a) => roleOf(a).startsWith('serviceBus')), principal).toEqual([]);
     }
   });

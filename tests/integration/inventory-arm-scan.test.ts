@@ -49,9 +49,10 @@ let published: ReturnType<typeof publishedTargets> | undefined;
 const targets = () => (published ??= publishedTargets());
 
 describe.skipIf(!present).each(DIALECTS)('drift scans of an Azure resource group on %s', (dialect) => {
+  // The published ARM is read when a test asks for it: a describe body runs even when its tests are skipped.
+  const arm = armObserver({ sendRequest: (request) => targets().arm.httpClient.sendRequest(request) });
   const harness = inventoryOnDialect(dialect, {
-    // The published ARM is read when a test asks for it: a describe body runs even when its tests are skipped.
-    observer: armObserver({ sendRequest: (request) => targets().arm.httpClient.sendRequest(request) }),
+    observers: new Map([['azure-tenant-a', arm], ['azure-tenant-b', arm]]),
     scopeOf: (environment): ObservationScope => {
       const { subscriptionId, resourceGroup } = environment.tenant === 'tenant-a' ? targets().a : targets().b;
       return { tenant: environment.tenant, environmentId: environment.id, stack: environment.stack, target: `azure-${environment.tenant}`, azure: { subscriptionId, resourceGroup } };

@@ -104,9 +104,10 @@ afterAll(async () => {
 
 describe.skipIf(!present).each(DIALECTS)('drift scans of two tenants on their own AKS targets, on %s', (dialect) => {
   let observer: Observer | undefined;
+  // Made on first use: the clusters' addresses are known once their servers listen.
+  const kubernetes: Observer = { name: 'kubernetes', observe: (scope, options) => (observer ??= createKubernetesObserver({ clusters: kubernetesClusters(targets) })).observe(scope, options) };
   const harness = inventoryOnDialect(dialect, {
-    // Made on first use: the clusters' addresses are known once their servers listen.
-    observer: { name: 'kubernetes', observe: (scope, options) => (observer ??= createKubernetesObserver({ clusters: kubernetesClusters(targets) })).observe(scope, options) },
+    observers: new Map([['aks-contoso', kubernetes], ['aks-fabrikam', kubernetes]]),
     // As the host finds an environment's target (deps.ts): the first target whose rule matches it.
     scopeOf: (environment) => ({
       tenant: environment.tenant,

@@ -131,6 +131,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
         expect(environ.join('\n')).not.toContain(host.stateDir);
         expect(environ.join('\n')).not.toContain(database.settings.RuntimeCloud__Store__Connection ?? 'no-connection');
         expect(cwd.startsWith(host.stateDir)).toBe(false);
+        // Long-lived: the host wakes their claims itself and starts again an agent that exits.
+        expect(environ).toContain('RuntimeCloud__Runner__IdleSeconds=0');
         const credential = environ.find((e) => e.startsWith('RuntimeCloud__Runner__Credential='))?.split('=')[1] ?? '';
         const runs = await fetch(new URL('/runtime-cloud/runs', host.url), { headers: { authorization: `Bearer ${credential}` } });
         expect(runs.status).toBe(403);

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { errors as joseErrors, jwtVerify, type CryptoKey, type KeyObject } from 'jose';
 import rhea, { type Connection, type EventContext, type Message } from 'rhea';
@@ -21,6 +22,15 @@ export interface QueuedMessage {
   readonly enqueuedAt: Date;
   /** Service Bus's `x-opt-message-state`; default active. */
   readonly state?: 'active' | 'deferred' | 'scheduled';
+  readonly contentType?: string;
+  readonly applicationProperties?: Record<string, unknown>;
+}
+
+/** A message a receiver dead-lettered, with the reason and description it gave. */
+export interface DeadLettered {
+  readonly messageId: string;
+  readonly reason: unknown;
+  readonly description: unknown;
 }
 
 /** A `$cbs` put-token request as the peer answered it. */
@@ -45,6 +55,12 @@ export interface EntraAuthorization {
   readonly namespace: string;
   readonly issuer: string;
   readonly key: CryptoKey | KeyObject;
+  /**
+   * Role assignments: whether the identity a token was issued to (its `appid`, the client id) holds the claim on
+   * the entity (lower-cased path, e.g. `runtime-cloud-events/subscriptions/runner-a`). Default: every identity
+   * holds every claim.
+   */
+  readonly permits?: (appid: string, entity: string, claim: 'Send' | 'Listen') => boolean;
 }
 
 /**
@@ -84,6 +100,16 @@ export interface AmqpPeer {
   enqueue(queue: string, message: QueuedMessage): void;
   /** Takes the oldest message off a queue, as a completed receive would. */
   settleOldest(queue: string): void;
+  /**
+   * Declares a subscription of a topic: from then on every message sent to the topic that `takes` passes (its
+   * application properties, as a SQL filter reads them) is copied to the entity `<topic>/Subscriptions/<name>`,
+   * where receivers take it with peek-lock.
+   */
+  subscribe(topic: string, name: string, takes: (properties: Record<string, unknown>) => boolean): void;
+  /** The messages of an entity not yet completed or dead-lettered (locked ones included), oldest first. */
+  messagesOf(entity: string): QueuedMessage[];
+  /** The messages receivers dead-lettered from an entity. */
+  deadLetteredOf(entity: string): DeadLettered[];
   close(): Promise<void>;
 }
 
@@ -93,6 +119,14 @@ interface LinkState {
   readonly remote: { readonly attach?: { readonly target?: { readonly address?: string }; readonly source?: { readonly address?: string } } };
   readonly local: { attach: { max_message_size?: number } };
 }
+
+/** rhea's outcome constructors, which its typings leave out. */
+interface Outcomes {
+  rejected(fields: object): { described(): unknown };
+}
+
+/** A message in one of the peer's entities: its sequence number, how often it was delivered, and the lock of its current delivery. */
+type StoredMessage = QueuedMessage & { readonly sequenceNumber: number; deliveryCount: number; lock?: { readonly tag: Buffer; readonly on: rhea.Sender } | undefined };
 
 /** Service Bus's batched-message format: the body's data sections each hold one encoded message. */
 const BATCH_FORMAT = 0x80013700;
@@ -104,7 +138,10 @@ const MESSAGE_STATES = { active: 0, deferred: 1, scheduled: 2 } as const;
  * A small AMQP 1.0 peer built with rhea that the real @azure/service-bus SDK talks to (see verified-facts.md): SASL
  * ANONYMOUS, `$cbs` put-token (answered 200, or checked as Service Bus does for Entra with `entra`), receiver links
  * advertising a max message size, batched sends decoded per data section, and `com.microsoft:peek-message` on
- * `<queue>/$management` answered from the queues filled with `enqueue`.
+ * `<queue>/$management` answered from the queues filled with `enqueue`. Clients receive from a queue or a
+ * subscription with peek-lock: a delivery locks its message (the delivery tag is the lock token) until the receiver
+ * completes it (accepted: gone), abandons it (modified/released: delivered again, its delivery count one higher) or
+ * dead-letters it (rejected with `com.microsoft:dead-letter`: kept with its reason); a drain is answered.
  */
 export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<AmqpPeer> {
   const { entra } = options;
@@ -112,19 +149,64 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
   const container = rhea.create_container({ id: 'amqp-peer' });
   const received: PeerMessage[] = [];
   const putTokens: PutToken[] = [];
-  const queues = new Map<string, (QueuedMessage & { sequenceNumber: number })[]>();
+  const queues = new Map<string, StoredMessage[]>();
+  const deadLettered = new Map<string, DeadLettered[]>();
+  const subscriptions = new Map<string, { readonly entity: string; readonly takes: (properties: Record<string, unknown>) => boolean }[]>();
+  // The links clients receive on, by entity (lower-cased, as Service Bus compares paths).
+  const receivers = new Map<string, Set<rhea.Sender>>();
   let sequenceNumber = 0;
   const waiters: { count: number; resolve: (m: PeerMessage[]) => void }[] = [];
-  // Per connection, the entities a put-token authorized (lower-cased path, '' for the namespace) and until when.
-  const grants = new WeakMap<Connection, Map<string, number>>();
-  const authorized = (connection: Connection, address: string): boolean => {
+  // Per connection, the entities a put-token authorized (lower-cased path, '' for the namespace), until when and for whom.
+  const grants = new WeakMap<Connection, Map<string, { until: number; appid: string }>>();
+  const authorized = (connection: Connection, address: string, claim: 'Send' | 'Listen'): boolean => {
     if (!entra || address === CBS) return true;
     const path = address.toLowerCase();
-    for (const [entity, until] of grants.get(connection) ?? []) {
+    for (const [entity, { until, appid }] of grants.get(connection) ?? []) {
       const covers = entity === '' || path === entity || path.startsWith(`${entity}/`);
-      if (covers && until > Date.now()) return true;
+      // A role is held on the entity, and so on its management node.
+      if (covers && until > Date.now() && (entra.permits?.(appid, path.replace(/\/\$management$/, ''), claim) ?? true)) return true;
     }
     return false;
+  };
+  const entityKey = (address: string) => address.toLowerCase();
+  const store = (entity: string, message: QueuedMessage) => {
+    const key = entityKey(entity);
+    queues.set(key, [...(queues.get(key) ?? []), { ...message, sequenceNumber: ++sequenceNumber, deliveryCount: 0 }]);
+    pump(key);
+  };
+  /** Hands each receiver of the entity with credit its next message that no one holds, locking it. */
+  const pump = (key: string) => {
+    for (const sender of receivers.get(key) ?? []) {
+      for (;;) {
+        const next = (queues.get(key) ?? []).find((m) => (m.state ?? 'active') === 'active' && !m.lock);
+        if (!next || !sender.sendable()) break;
+        next.lock = { tag: randomBytes(16), on: sender };
+        next.deliveryCount++;
+        sender.send(
+          {
+            message_id: next.messageId,
+            ...(next.contentType ? { content_type: next.contentType } : {}),
+            application_properties: next.applicationProperties ?? {},
+            delivery_count: next.deliveryCount - 1,
+            body: rhea.message.data_section(Buffer.from(typeof next.body === 'string' ? next.body : JSON.stringify(next.body))),
+            message_annotations: { 'x-opt-sequence-number': rhea.types.wrap_long(next.sequenceNumber), 'x-opt-enqueued-time': next.enqueuedAt },
+          },
+          next.lock.tag,
+        );
+      }
+    }
+  };
+  /** The stored message a delivery locked (its tag is the lock token); `ours` when the delivery was one of a receiver's. */
+  const lockedBy = (context: EventContext) => {
+    const key = entityKey((context.sender as unknown as LinkState | undefined)?.remote.attach?.source?.address ?? '');
+    const tag = (context.delivery as unknown as { tag?: Buffer } | undefined)?.tag;
+    const messages = queues.get(key) ?? [];
+    const message = messages.find((m) => m.lock && tag && m.lock.tag.equals(tag));
+    const ours = message !== undefined || (context.sender !== undefined && (receivers.get(key)?.has(context.sender) ?? false));
+    // Settled with the outcome the receiver gave (a dead-letter's without its error, which the SDK would take for a failure).
+    const state = context.delivery?.remote_state as { described?: () => unknown; error?: unknown } | undefined;
+    const outcome = state?.error ? (rhea.message as unknown as Outcomes).rejected({}).described() : state?.described?.();
+    return { key, messages, message, settle: () => ours && context.delivery?.update(true, outcome) };
   };
   const refusal = (claim: 'Send' | 'Listen', address: string) => ({
     condition: 'amqp:unauthorized-access',
@@ -137,7 +219,7 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     const link = receiver as unknown as LinkState;
     const address = link.remote.attach?.target?.address ?? '';
     // Service Bus answers the attach of a link it does not authorize and detaches it at once, with the error.
-    if (!authorized(context.connection, address)) {
+    if (!authorized(context.connection, address, 'Send')) {
       receiver.close(refusal('Send', address));
       return;
     }
@@ -148,7 +230,51 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
   container.on('sender_open', (context: EventContext) => {
     const sender = context.sender;
     const address = (sender as unknown as LinkState | undefined)?.remote.attach?.source?.address ?? '';
-    if (sender && !authorized(context.connection, address)) sender.close(refusal('Listen', address));
+    if (!sender) return;
+    if (!authorized(context.connection, address, 'Listen')) {
+      sender.close(refusal('Listen', address));
+      return;
+    }
+    if (address === CBS || address.endsWith(MANAGEMENT_SUFFIX) || address.startsWith('$') || address === '') return;
+    // A client receives from the entity: the peer sends its messages as credit allows.
+    sender.set_source({ address });
+    const key = entityKey(address);
+    receivers.set(key, (receivers.get(key) ?? new Set()).add(sender));
+  });
+  container.on('sendable', (context: EventContext) => pump(entityKey((context.sender as unknown as LinkState | undefined)?.remote.attach?.source?.address ?? '')));
+  // A drain asks for every message there is, then the rest of the credit back.
+  container.on('sender_draining', (context: EventContext) => {
+    pump(entityKey((context.sender as unknown as LinkState | undefined)?.remote.attach?.source?.address ?? ''));
+    context.sender?.set_drained(true);
+  });
+  // Dispositions of peek-locked deliveries; each is settled back, which is what the SDK waits for.
+  container.on('accepted', (context: EventContext) => {
+    const { key, messages, message, settle } = lockedBy(context);
+    if (message) queues.set(key, messages.filter((m) => m !== message));
+    settle();
+  });
+  container.on('released', (context: EventContext) => {
+    const { key, message, settle } = lockedBy(context);
+    if (message) message.lock = undefined;
+    settle();
+    pump(key);
+  });
+  container.on('rejected', (context: EventContext) => {
+    const { key, messages, message, settle } = lockedBy(context);
+    const error = (context.delivery?.remote_state as { error?: { condition?: string; info?: Record<string, unknown> } } | undefined)?.error;
+    if (message) {
+      queues.set(key, messages.filter((m) => m !== message));
+      deadLettered.set(key, [...(deadLettered.get(key) ?? []), { messageId: message.messageId, reason: error?.info?.DeadLetterReason, description: error?.info?.DeadLetterErrorDescription }]);
+    }
+    settle();
+  });
+  // A receiver gone: the locks it held lapse (Service Bus keeps them to their expiry; the peer has no clock for that).
+  container.on('sender_close', (context: EventContext) => {
+    const sender = context.sender;
+    const key = entityKey((sender as unknown as LinkState | undefined)?.remote.attach?.source?.address ?? '');
+    if (!sender || !receivers.get(key)?.delete(sender)) return;
+    for (const message of queues.get(key) ?? []) if (message.lock?.on === sender) message.lock = undefined;
+    pump(key);
   });
   container.on('message', (context: EventContext) => {
     const message = context.message;
@@ -164,8 +290,9 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
       });
       return;
     }
-    if (!authorized(context.connection, address)) {
-      delivery.reject(refusal(address.endsWith(MANAGEMENT_SUFFIX) ? 'Listen' : 'Send', address));
+    const claim = address.endsWith(MANAGEMENT_SUFFIX) ? 'Listen' : 'Send';
+    if (!authorized(context.connection, address, claim)) {
+      delivery.reject(refusal(claim, address));
       return;
     }
     if (address.endsWith(MANAGEMENT_SUFFIX)) {
@@ -183,7 +310,13 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
       delivery.reject({ condition: 'amqp:link:message-size-exceeded', description: `The received message (size ${size} bytes) exceeds the limit (${maxMessageBytes} bytes) currently allowed on the link.` });
       return;
     }
-    for (const one of unbatch(context)) received.push(toPeerMessage(address, one));
+    for (const one of unbatch(context)) {
+      const message = toPeerMessage(address, one);
+      received.push(message);
+      for (const subscription of subscriptions.get(entityKey(address)) ?? []) {
+        if (subscription.takes(message.applicationProperties)) store(subscription.entity, { messageId: message.messageId ?? '', body: message.body, enqueuedAt: new Date(), ...(message.contentType ? { contentType: message.contentType } : {}), applicationProperties: message.applicationProperties });
+      }
+    }
     delivery.accept();
     for (const waiter of [...waiters]) {
       if (received.length >= waiter.count) {
@@ -210,8 +343,8 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
       if (!audiences.some((aud) => aud.replace(/\/$/, '') === SERVICE_BUS_AUDIENCE)) {
         return answer(401, `InvalidAudience: The token has an invalid audience '${audiences.join(', ')}', expected '${SERVICE_BUS_AUDIENCE}'.`);
       }
-      const forConnection = grants.get(connection) ?? new Map<string, number>();
-      forConnection.set(entity, (payload.exp ?? 0) * 1000);
+      const forConnection = grants.get(connection) ?? new Map<string, { until: number; appid: string }>();
+      forConnection.set(entity, { until: (payload.exp ?? 0) * 1000, appid: typeof payload.appid === 'string' ? payload.appid : '' });
       grants.set(connection, forConnection);
       return answer(200, 'OK');
     } catch (error) {
@@ -230,7 +363,7 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     const body = request.body as Record<string, unknown>;
     const from = Number(body['from-sequence-number']);
     const count = Number(body['message-count']);
-    const peeked = (queues.get(entity) ?? []).filter((m) => m.sequenceNumber >= from).slice(0, count);
+    const peeked = (queues.get(entityKey(entity)) ?? []).filter((m) => m.sequenceNumber >= from).slice(0, count);
     if (peeked.length === 0) {
       reply(connection, request, { statusCode: 204, statusDescription: 'No Content' }, undefined);
       return;
@@ -272,14 +405,16 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
       if (received.length >= count) return Promise.resolve(received.slice());
       return new Promise((resolve) => waiters.push({ count, resolve }));
     },
-    enqueue(queue, message) {
-      const messages = queues.get(queue) ?? [];
-      messages.push({ ...message, sequenceNumber: ++sequenceNumber });
-      queues.set(queue, messages);
-    },
+    enqueue: store,
     settleOldest(queue) {
-      queues.get(queue)?.shift();
+      queues.get(entityKey(queue))?.shift();
     },
+    subscribe(topic, name, takes) {
+      const key = entityKey(topic);
+      subscriptions.set(key, [...(subscriptions.get(key) ?? []), { entity: `${topic}/Subscriptions/${name}`, takes }]);
+    },
+    messagesOf: (entity) => (queues.get(entityKey(entity)) ?? []).map(({ messageId, body, enqueuedAt, state, contentType, applicationProperties }) => ({ messageId, body, enqueuedAt, ...(state ? { state } : {}), ...(contentType ? { contentType } : {}), ...(applicationProperties ? { applicationProperties } : {}) })),
+    deadLetteredOf: (entity) => [...(deadLettered.get(entityKey(entity)) ?? [])],
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -15,6 +15,8 @@ export interface TestResource {
   readonly name: string;
   readonly type: string;
   readonly properties: Record<string, unknown>;
+  /** The provider's id the stack state records (an ARM id, for the ARM observer); default `id-<name>`. */
+  readonly id?: string;
 }
 
 export const urnOf = (stack: string, r: { name: string; type: string }) => `urn:pulumi:${stack}::demo::${r.type}::${r.name}`;
@@ -32,7 +34,7 @@ export function specificationApplied(environment: { id: string; name?: string; t
     stack: environment.stack,
     desiredState: { repository: 'file:///repo', commit: 'a'.repeat(40), path: 'app' },
     planDigest: `sha256:${'0'.repeat(64)}`,
-    resources: resources.map((r) => ({ urn: urnOf(environment.stack, r), type: r.type, name: r.name, op: 'create', id: `id-${r.name}`, properties: r.properties })),
+    resources: resources.map((r) => ({ urn: urnOf(environment.stack, r), type: r.type, name: r.name, op: 'create', id: r.id ?? `id-${r.name}`, properties: r.properties })),
     outputs: {},
   };
 }
@@ -63,7 +65,7 @@ export function inventoryOver(
   const inventory = createInventoryService({
     store,
     tables: createObservedInventory(createTableStore(tablesConnection)),
-    observer: wrapObserver(createLocalCloudObserver({ cloud })),
+    observers: new Map([['local', wrapObserver(createLocalCloudObserver({ cloud }))]]),
     clock,
     ids: randomIds,
     scanInterval: { defaultMs: 300_000, byEnvironment: {} },

@@ -11,8 +11,11 @@ import { generateKeyPair, SignJWT, type CryptoKey } from 'jose';
 export interface TestEntra {
   readonly issuer: string;
   readonly publicKey: CryptoKey;
-  /** Signs a token for `audience`, valid for `lifetimeSeconds` from now (negative: already expired). */
-  issue(audience: string, lifetimeSeconds?: number): Promise<AccessToken>;
+  /**
+   * Signs a token for `audience`, valid for `lifetimeSeconds` from now (negative: already expired), issued to the
+   * identity whose client id is `appid` (default the host's).
+   */
+  issue(audience: string, lifetimeSeconds?: number, appid?: string): Promise<AccessToken>;
   /**
    * A TokenCredential issuing tokens for the scope it is asked for, or for `audience` whatever it is asked for;
    * `scopes` records each request.
@@ -23,10 +26,10 @@ export interface TestEntra {
 export async function startTestEntra(): Promise<TestEntra> {
   const { privateKey, publicKey } = await generateKeyPair('ES256');
   const issuer = 'https://sts.windows.net/00000000-0000-0000-0000-00000000test/';
-  const issue = async (audience: string, lifetimeSeconds = 3600): Promise<AccessToken> => {
+  const issue = async (audience: string, lifetimeSeconds = 3600, appid = 'runtime-cloud-host'): Promise<AccessToken> => {
     const now = Math.floor(Date.now() / 1000);
     const exp = now + lifetimeSeconds;
-    const token = await new SignJWT({ appid: 'runtime-cloud-host', oid: 'host-identity' })
+    const token = await new SignJWT({ appid, oid: appid === 'runtime-cloud-host' ? 'host-identity' : `${appid}-identity` })
       .setProtectedHeader({ alg: 'ES256', typ: 'JWT' })
       .setIssuer(issuer)
       .setAudience(audience)
@@ -77,12 +80,14 @@ export async function startIdentityEndpoint(entra: TestEntra): Promise<IdentityE
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
     const url = new URL(request.url ?? '/', 'http://localhost');
     const resource = url.searchParams.get('resource');
-    asked.push({ resource, clientId: url.searchParams.get('client_id') });
+    const clientId = url.searchParams.get('client_id');
+    asked.push({ resource, clientId });
     if (request.headers['x-identity-header'] !== header || !resource) {
       response.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'invalid_request' }));
       return;
     }
-    void entra.issue(resource).then(({ token, expiresOnTimestamp }) => {
+    // A user-assigned identity's token is issued to its client id.
+    void entra.issue(resource, undefined, clientId ?? undefined).then(({ token, expiresOnTimestamp }) => {
       response.writeHead(200, { 'content-type': 'application/json' });
       response.end(JSON.stringify({ access_token: token, expires_on: String(expiresOnTimestamp / 1000), resource, token_type: 'Bearer' }));
     });

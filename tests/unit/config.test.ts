@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { isAbsolute, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
 import { agentPoolNamed, agentPoolOf, backendOfTenant, runnerTargetOf, tenantSegmentProblem } from '../../shared/platform/config/targets';
@@ -84,6 +85,46 @@ describe('configuration', () => {
       expect.stringMatching(/^RuntimeCloud__Targets\.0\.backend\.secretsProvider: must name \{tenant\}/),
     ]);
     expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([{ ...dc, backend: { url: 's3://dc/{tenant}' } }]) }).targets[0]?.backend).toEqual({ url: 's3://dc/{tenant}' });
+  });
+
+  it('when the retired RuntimeCloud__Inventory__Observer names the observer of every target, then it is accepted; when a target of another kind is added, then parsing fails naming that target', () => {
+    const azure = { id: 'prod-we', kind: 'azure-subscription', name: 'Azure', backend: { url: 'azblob://state-{tenant}' } };
+    const aks = { id: 'aks-we', kind: 'aks-cluster', name: 'AKS', backend: { url: 'azblob://state-{tenant}' } };
+    // As infra wrote it for an installation of Azure targets only.
+    expect(() => parseConfig({ RuntimeCloud__Inventory__Observer: 'azure-resource-manager', RuntimeCloud__Targets: JSON.stringify([azure]) })).not.toThrow();
+    expect(() => parseConfig({ RuntimeCloud__Inventory__Observer: 'local-cloud' })).not.toThrow();
+
+    let caught: unknown;
+    try {
+      parseConfig({ RuntimeCloud__Inventory__Observer: 'azure-resource-manager', RuntimeCloud__Targets: JSON.stringify([azure, aks]) });
+    } catch (error) {
+      caught = error;
+    }
+
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).problems).toEqual([
+      { field: 'RuntimeCloud__Inventory__Observer', message: 'is retired: each target is observed as its kind says, and aks-we (aks-cluster) by kubernetes; remove the setting' },
+    ]);
+    // Unset, a mix of kinds is what one installation may have.
+    expect(parseConfig({ RuntimeCloud__Targets: JSON.stringify([azure, aks]) }).targets.map((t) => t.id)).toEqual(['prod-we', 'aks-we']);
+  });
+
+  it("when no Git cache folder is set, then it is in the OS temporary folder, never the app's; a relative one is refused naming the setting", () => {
+    const cacheDir = parseConfig({}).provisioning.gitCacheDir;
+    expect(isAbsolute(cacheDir)).toBe(true);
+    expect(relative(tmpdir(), cacheDir).startsWith('..')).toBe(false);
+    expect(relative(process.cwd(), cacheDir).startsWith('..')).toBe(true);
+    expect(parseConfig({ RuntimeCloud__Provisioning__GitCacheDir: '/mnt/cache/git' }).provisioning.gitCacheDir).toBe('/mnt/cache/git');
+
+    let caught: unknown;
+    try {
+      parseConfig({ RuntimeCloud__Provisioning__GitCacheDir: 'git-cache' });
+    } catch (error) {
+      caught = error;
+    }
+
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).problems).toEqual([{ field: 'RuntimeCloud__Provisioning__GitCacheDir', message: "must be an absolute path: a relative one would land in the app's folder" }]);
   });
 
   it("when a job's backend is made for a tenant, then its id is put in both URLs, and an id that could leave its own segment is refused", () => {

@@ -1,3 +1,5 @@
+import { tmpdir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { validRange } from 'semver';
 import { z } from 'zod';
 import { sourcePrefixProblem } from '../git/repository-url';
@@ -140,6 +142,22 @@ const targetSchema = z.object({
     path: ['kubernetes'],
   });
 export type ProvisioningTarget = z.infer<typeof targetSchema>;
+
+/** What reads a target's resources for drift scans. */
+export const TARGET_OBSERVERS = ['local-cloud', 'azure-resource-manager', 'kubernetes'] as const;
+export type TargetObserver = (typeof TARGET_OBSERVERS)[number];
+
+/**
+ * The observer of each kind of target, so one installation scans targets of every kind: a local cloud is read in
+ * its own store, an Azure subscription through Azure Resource Manager, an AKS cluster and an on-prem target through
+ * the Kubernetes API of the target's `kubernetes` settings.
+ */
+export const OBSERVER_OF_KIND: Readonly<Record<ProvisioningTarget['kind'], TargetObserver>> = {
+  'local-cloud': 'local-cloud',
+  'azure-subscription': 'azure-resource-manager',
+  'aks-cluster': 'kubernetes',
+  'on-prem': 'kubernetes',
+};
 
 /** Where an environment's resources live for the Azure and Kubernetes observers. */
 const observationScopeSchema = z.object({
@@ -400,6 +418,16 @@ export const settings = {
   /** Longest one fetch of a remote repository may take in all, in seconds, however steadily bytes arrive. Example: `120`. */
   RuntimeCloud__Provisioning__FetchTimeoutSeconds: z.coerce.number().int().min(1).max(3600).default(120),
   /**
+   * The folder remote repositories are fetched into (a folder per tenant in it), an absolute path: a relative one would
+   * resolve against the working directory, which in Azure is the app's folder, read-only when the app runs from a
+   * package. Empty: `runtime-cloud-git-cache` in the OS temporary folder, which is writable and local to each instance
+   * (the local host: `<state dir>/git-cache`). Example: `/tmp/runtime-cloud-git-cache`.
+   */
+  RuntimeCloud__Provisioning__GitCacheDir: z
+    .string()
+    .default('')
+    .refine((dir) => dir === '' || isAbsolute(dir), { message: "must be an absolute path: a relative one would land in the app's folder" }),
+  /**
    * Pulumi runtimes a project may name in `runtime`, comma-separated. Example: `yaml` (the default; the local engine
    * evaluates YAML only).
    */
@@ -413,9 +441,11 @@ export const settings = {
    */
   RuntimeCloud__Provisioning__Packages: packagesSchema,
   /**
-   * What inventory observes: `local-cloud` (the embedded default), `azure-resource-manager` or `kubernetes`.
+   * Retired: each target is observed as its kind says (`OBSERVER_OF_KIND`). Still accepted when it names the observer
+   * of every target (an installation of one kind of target, as this setting served it); otherwise start-up fails
+   * naming the targets it disagrees with. Leave it unset. Example: `azure-resource-manager`.
    */
-  RuntimeCloud__Inventory__Observer: z.enum(['local-cloud', 'azure-resource-manager', 'kubernetes']).default('local-cloud'),
+  RuntimeCloud__Inventory__Observer: z.enum(TARGET_OBSERVERS).optional(),
   /**
    * How often each environment is scanned for drift, in seconds, as JSON: `default` for every environment, other
    * keys an environment's id or name. Empty: every 5 minutes. An environment not scanned within twice its interval
@@ -479,7 +509,16 @@ export const settings = {
 export type SettingKey = keyof typeof settings;
 export const settingKeys = Object.keys(settings) as SettingKey[];
 
-const schema = z.object(settings);
+const schema = z.object(settings).superRefine((s, ctx) => {
+  const retired = s.RuntimeCloud__Inventory__Observer;
+  const others = s.RuntimeCloud__Targets.filter((t) => OBSERVER_OF_KIND[t.kind] !== retired);
+  if (retired === undefined || others.length === 0) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['RuntimeCloud__Inventory__Observer'],
+    message: `is retired: each target is observed as its kind says, and ${others.map((t) => `${t.id} (${t.kind}) by ${OBSERVER_OF_KIND[t.kind]}`).join(', ')}; remove the setting`,
+  });
+});
 type Settings = z.infer<typeof schema>;
 
 /** An external service: its base URL (empty: not configured) and the audience of the tokens it accepts. */
@@ -540,7 +579,6 @@ export interface Config {
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
-    readonly observer: 'local-cloud' | 'azure-resource-manager' | 'kubernetes';
     /** Scan interval in ms: `defaultMs`, and by environment id or name. */
     readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
     readonly scanConcurrency: number;
@@ -565,6 +603,8 @@ export interface Config {
     readonly sources: Readonly<Record<string, readonly { readonly prefix: string; readonly credentialRef?: string }[]>>;
     readonly fetchMaxBytes: number;
     readonly fetchTimeoutMs: number;
+    /** Where remote repositories are fetched to: an absolute, writable folder of this instance. */
+    readonly gitCacheDir: string;
     /** Runtimes a project may name. */
     readonly runtimes: readonly string[];
     /** Pulumi packages a program may use: name → the semver range of the versions it may ask for. */
@@ -640,7 +680,6 @@ function toConfig(s: Settings): Config {
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {
-      observer: s.RuntimeCloud__Inventory__Observer,
       scanInterval: secondsByEnvironment(s.RuntimeCloud__Inventory__ScanIntervalSeconds, DEFAULT_SCAN_INTERVAL_SECONDS),
       scanConcurrency: s.RuntimeCloud__Inventory__ScanConcurrency,
       observeTimeoutMs: s.RuntimeCloud__Inventory__ObserveTimeoutSeconds * 1000,
@@ -652,6 +691,7 @@ function toConfig(s: Settings): Config {
       sources: s.RuntimeCloud__Provisioning__Sources,
       fetchMaxBytes: s.RuntimeCloud__Provisioning__FetchMaxBytes,
       fetchTimeoutMs: s.RuntimeCloud__Provisioning__FetchTimeoutSeconds * 1000,
+      gitCacheDir: s.RuntimeCloud__Provisioning__GitCacheDir || join(tmpdir(), 'runtime-cloud-git-cache'),
       runtimes: [...new Set(s.RuntimeCloud__Provisioning__Runtimes)],
       packages: s.RuntimeCloud__Provisioning__Packages,
     },
