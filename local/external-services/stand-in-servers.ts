@@ -11,7 +11,7 @@ import { Health, HealthCheckResponse_ServingStatus } from '../../contracts/gen/g
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import type { JsonValue } from '../../shared/platform/iac/iac-values';
 import type { PolicyAnswer } from '../../shared/provisioning/external-services.client';
-import type { LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import type { LocalExternalServices, LocalServiceName } from '../../shared/provisioning/local-external-services.adapter';
 import type { EnvironmentTier } from '../../shared/provisioning/promotion';
 
 /**
@@ -20,10 +20,14 @@ import type { EnvironmentTier } from '../../shared/provisioning/promotion';
  * gRPC health protocol), the Config Platform as an HTTP server. The host reaches them through the same clients as
  * Azure's services (peer-external-services.adapter.ts). Each checks the caller's bearer token (the local issuer's,
  * for its own audience), and answers from the local implementations (local-external-services.adapter.ts), bound
- * once the host's store is open; until then, and while switched unreachable, they answer UNAVAILABLE.
+ * once the host's store is open; until then, and while switched unreachable, they answer UNAVAILABLE, to the health
+ * protocol too (the Config Platform's `GET /health` 503): a peer that does not answer is not SERVING either.
  */
 export const STAND_IN_NAMES = ['governance', 'controlPlane', 'knowledge', 'configPlatform'] as const;
 export type StandInName = (typeof STAND_IN_NAMES)[number];
+
+/** The outage switch (local-external-services.adapter.ts) each stand-in answers by. */
+const SWITCHES: Record<StandInName, LocalServiceName> = { governance: 'governance', controlPlane: 'control-plane', knowledge: 'knowledge', configPlatform: 'config-platform' };
 
 export interface StandInOptions {
   readonly issuer: string;
@@ -58,11 +62,15 @@ export async function startStandIns(options: StandInOptions): Promise<StandIns> 
       throw new ConnectError(`the token is not valid for ${audience}: ${ensureError(thrown).message}`, Code.Unauthenticated);
     }
   };
+  /** Throws UNAVAILABLE unless the stand-in is bound and its switch says reachable: what its health protocol answers. */
+  const serving = (name: StandInName) => async (): Promise<void> => {
+    if (!(await services().isReachable(SWITCHES[name]))) throw new ConnectError(`${SWITCHES[name]} is switched unreachable on this host`, Code.Unavailable);
+  };
   const servers: Record<StandInName, Server | Http2Server> = {
-    governance: grpcServer(GovernanceService.typeName, options.audiences.governance, verify, (router) => router.service(GovernanceService, governance(services))),
-    controlPlane: grpcServer(ControlPlaneService.typeName, options.audiences.controlPlane, verify, (router) => router.service(ControlPlaneService, controlPlane(services))),
-    knowledge: grpcServer(KnowledgeService.typeName, options.audiences.knowledge, verify, (router) => router.service(KnowledgeService, knowledge(services))),
-    configPlatform: configPlatformServer(options.audiences.configPlatform, verify, services),
+    governance: grpcServer(GovernanceService.typeName, options.audiences.governance, verify, serving('governance'), (router) => router.service(GovernanceService, governance(services))),
+    controlPlane: grpcServer(ControlPlaneService.typeName, options.audiences.controlPlane, verify, serving('controlPlane'), (router) => router.service(ControlPlaneService, controlPlane(services))),
+    knowledge: grpcServer(KnowledgeService.typeName, options.audiences.knowledge, verify, serving('knowledge'), (router) => router.service(KnowledgeService, knowledge(services))),
+    configPlatform: configPlatformServer(options.audiences.configPlatform, verify, serving('configPlatform'), services),
   };
   const endpoints = {} as Record<StandInName, string>;
   for (const name of STAND_IN_NAMES) endpoints[name] = await listen(servers[name]);
@@ -94,8 +102,10 @@ export async function startStandIns(options: StandInOptions): Promise<StandIns> 
 
 type Verify = (authorization: string | null | undefined, audience: string) => Promise<void>;
 
+type Serving = () => Promise<void>;
+
 /** A gRPC server (h2c on loopback) for one service and the health protocol; every call of the service needs a token. */
-function grpcServer(serviceName: string, audience: string, verify: Verify, routes: (router: ConnectRouter) => void): Http2Server {
+function grpcServer(serviceName: string, audience: string, verify: Verify, serving: Serving, routes: (router: ConnectRouter) => void): Http2Server {
   const authenticated: Interceptor = (next) => async (request) => {
     if (request.service.typeName !== Health.typeName) await verify(request.header.get('authorization'), audience);
     return next(request);
@@ -108,8 +118,9 @@ function grpcServer(serviceName: string, audience: string, verify: Verify, route
     routes(router) {
       routes(router);
       router.service(Health, {
-        check: (request) => {
+        check: async (request) => {
           if (request.service !== '' && request.service !== serviceName) throw new ConnectError(`this server serves ${serviceName}`, Code.NotFound);
+          await serving();
           return { status: HealthCheckResponse_ServingStatus.SERVING };
         },
       });
@@ -242,9 +253,9 @@ function knowledge(services: () => LocalExternalServices) {
 /**
  * The Config Platform (contracts/configplatform/openapi.json): `GET /v1/tenants/{tenant}/references/{reference}`
  * answers the value, a problem+json 404 for an unknown reference, 401 without a valid token, 503 while unreachable;
- * `GET /health` answers 200.
+ * `GET /health` answers 200, and 503 while unreachable.
  */
-function configPlatformServer(audience: string, verify: Verify, services: () => LocalExternalServices): Server {
+function configPlatformServer(audience: string, verify: Verify, serving: Serving, services: () => LocalExternalServices): Server {
   return createHttpServer((request, response) => {
     const send = (status: number, body: object, type = 'application/json') => {
       response.writeHead(status, { 'content-type': type });
@@ -253,7 +264,12 @@ function configPlatformServer(audience: string, verify: Verify, services: () => 
     const problem = (status: number, code: string, detail: string) => send(status, { type: 'about:blank', title: code, status, code, detail }, 'application/problem+json');
     void (async () => {
       const path = new URL(request.url ?? '/', 'http://stand-in').pathname;
-      if (request.method === 'GET' && path === '/health') return send(200, { status: 'healthy' });
+      if (request.method === 'GET' && path === '/health') {
+        return serving().then(
+          () => send(200, { status: 'healthy' }),
+          (thrown: unknown) => problem(503, 'CONFIG.UNAVAILABLE', ensureError(thrown).message),
+        );
+      }
       const match = /^\/v1\/tenants\/([^/]+)\/references\/([^/]+)$/.exec(path);
       if (request.method !== 'GET' || !match) return problem(404, 'CONFIG.ROUTE_NOT_FOUND', `${request.method ?? ''} ${path}`);
       try {

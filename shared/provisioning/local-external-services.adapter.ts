@@ -67,6 +67,8 @@ export type Review = { readonly decision: 'allow'; readonly by: string } | { rea
 export interface LocalExternalServices extends ExternalServices {
   /** The operator's switch: an unreachable service fails every call as the real one would when it does not answer. */
   setReachable(name: LocalServiceName, reachable: boolean): Promise<void>;
+  /** Where the switch stands: the stand-in servers answer their health protocol from it, as an unreachable peer would. */
+  isReachable(name: LocalServiceName): Promise<boolean>;
   /** The evidence the local GovernanceHost recorded for a run (bookkeeping: works while unreachable). */
   evidenceOf(runId: string): Promise<readonly ApplyEvidence[]>;
   /** An artifact the local KnowledgeHost stores (bookkeeping: works while unreachable). */
@@ -139,10 +141,14 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     'config-platform': { code: ExternalErrors.configUnavailable, service: 'the Config Platform' },
   };
 
+  async function isReachable(name: LocalServiceName): Promise<boolean> {
+    const row = await retryingContention(() => db.selectFrom('local_external_services').select('reachable').where('name', '=', name).executeTakeFirst());
+    return !row || Number(row.reachable) !== 0;
+  }
+
   /** Runs `call` as the service would answer it: not at all while it is switched unreachable. */
   async function reachable<T>(name: LocalServiceName, call: () => Promise<T>): Promise<T> {
-    const row = await retryingContention(() => db.selectFrom('local_external_services').select('reachable').where('name', '=', name).executeTakeFirst());
-    if (row && Number(row.reachable) === 0) throw serviceUnavailable(names[name].code, names[name].service, new Error(`${name} is switched unreachable on this host`));
+    if (!(await isReachable(name))) throw serviceUnavailable(names[name].code, names[name].service, new Error(`${name} is switched unreachable on this host`));
     return call();
   }
 
@@ -247,12 +253,13 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     knowledge,
     configPlatform,
     lastKnownConfig,
-    async setReachable(name, isReachable) {
+    async setReachable(name, value) {
       await retryingContention(async () => {
         await db.deleteFrom('local_external_services').where('name', '=', name).execute();
-        await db.insertInto('local_external_services').values({ name, reachable: isReachable ? 1 : 0 }).execute();
+        await db.insertInto('local_external_services').values({ name, reachable: value ? 1 : 0 }).execute();
       });
     },
+    isReachable,
     async evidenceOf(runId) {
       const rows = await retryingContention(() => db.selectFrom('local_governance_evidence').select('evidence').where('run_id', '=', runId).orderBy('recorded_at').execute());
       return rows.map((r) => JSON.parse(r.evidence) as ApplyEvidence);

@@ -73,6 +73,35 @@ describe('external services as servers on loopback', () => {
     expect(new Set(Object.values(endpoints)).size).toBe(4);
   });
 
+  it('when the GovernanceHost stand-in is switched unreachable, then health turns unhealthy for it (its health protocol no longer SERVING), and healthy again once switched back', async () => {
+    const outage = (unreachable: boolean) =>
+      host.fetch('/runtime-cloud/local/external-services/governance/outage', { method: 'POST', body: JSON.stringify({ unreachable }), claims: { roles: ['PlatformAdmin'] } });
+
+    expect((await outage(true)).status).toBe(200);
+    const down = await health();
+    expect((await outage(false)).status).toBe(200);
+    const back = await health();
+
+    expect(down.status).toBe(503);
+    expect(down.body.status).toBe('unhealthy');
+    expect(down.body.checks.find((c) => c.name === 'governance-host')).toMatchObject({ status: 'unhealthy', error: expect.stringMatching(/switched unreachable/) });
+    expect(down.body.checks.find((c) => c.name === 'control-plane-api')?.status).toBe('healthy');
+    expect(back.status).toBe(200);
+    expect(back.body.checks.find((c) => c.name === 'governance-host')?.status).toBe('healthy');
+  });
+
+  it('when the Config Platform stand-in is switched unreachable, then its check is degraded (the platform degrades), not unhealthy', async () => {
+    const outage = (unreachable: boolean) =>
+      host.fetch('/runtime-cloud/local/external-services/config-platform/outage', { method: 'POST', body: JSON.stringify({ unreachable }), claims: { roles: ['PlatformAdmin'] } });
+
+    await outage(true);
+    const down = await health();
+    await outage(false);
+
+    expect(down.body.checks.find((c) => c.name === 'config-platform')).toMatchObject({ status: 'degraded', error: 'GET /health answered 503' });
+    expect(down.body.status).toBe('degraded');
+  });
+
   it('when the GovernanceHost stand-in stops, then health turns unhealthy for it and a run fails fast with GOVERNANCE_UNAVAILABLE', async () => {
     await host.host.standIns!.stop('governance');
     const promotion = { ...examplePromotion('development', example.repository), promotionId: 'prm-peers-governance-down' };
