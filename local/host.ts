@@ -290,6 +290,7 @@ const PEER_ENDPOINT_SETTINGS: Readonly<Record<StandInName, string>> = {
   controlPlane: 'RuntimeCloud__ControlPlane__Endpoint',
   knowledge: 'RuntimeCloud__Knowledge__Endpoint',
   configPlatform: 'RuntimeCloud__ConfigPlatform__Endpoint',
+  delivery: 'RuntimeCloud__Delivery__Endpoint',
 };
 
 function mapPeers<T>(config: Config, of: (peer: PeerSetting) => T): Record<StandInName, T> {

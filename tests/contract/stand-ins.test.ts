@@ -23,6 +23,7 @@ const audiences = {
   controlPlane: config.peers.controlPlane.audience,
   knowledge: config.peers.knowledge.audience,
   configPlatform: config.peers.configPlatform.audience,
+  delivery: config.peers.delivery.audience,
 };
 
 describe('the external services contract suite, against the local stand-ins', () => {
@@ -47,7 +48,7 @@ describe('the external services contract suite, against the local stand-ins', ()
   });
 
   // The cases are made once the stand-ins listen; their names are known before.
-  const names = contractCases({ governance: peer(), controlPlane: peer(), knowledge: peer(), configPlatform: peer() }, () => Promise.resolve(''));
+  const names = contractCases({ governance: peer(), controlPlane: peer(), knowledge: peer(), configPlatform: peer(), delivery: peer() }, () => Promise.resolve(''));
   for (const { service, name } of names) {
     it(`${service}: ${name}`, async () => {
       const cases = contractCases(
@@ -56,6 +57,7 @@ describe('the external services contract suite, against the local stand-ins', ()
           controlPlane: { url: standIns.endpoints.controlPlane, audience: audiences.controlPlane },
           knowledge: { url: standIns.endpoints.knowledge, audience: audiences.knowledge },
           configPlatform: { url: standIns.endpoints.configPlatform, audience: audiences.configPlatform },
+          delivery: { url: standIns.endpoints.delivery, audience: audiences.delivery },
         },
         issue,
       );

@@ -95,6 +95,8 @@ for (const dialect of DIALECTS) {
       },
       // The example component wrote the reference store on the host's first start.
       'config-platform': { code: ExternalErrors.configUnavailable, call: () => services.configPlatform.resolve('platform://app/feature-flags', { tenant: 'demo-team' }), answer: '{"newCheckout":false}' },
+      // No delivery.json: every release is known and pins no desired state.
+      delivery: { code: ExternalErrors.deliveryUnavailable, call: () => services.delivery.resolveRelease('demo-team', { name: 'demo-app', version: '1.0.0' }), answer: { name: 'demo-app', version: '1.0.0' } },
     };
     const expectAllReachableBut = async (down?: LocalServiceName) => {
       for (const service of LOCAL_SERVICES) {

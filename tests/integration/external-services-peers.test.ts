@@ -66,11 +66,12 @@ describe('external services as servers on loopback', () => {
       ['control-plane-api', endpoints.controlPlane],
       ['knowledge-host', endpoints.knowledge],
       ['config-platform', endpoints.configPlatform],
+      ['delivery-host', endpoints.delivery],
     ] as const) {
       expect(body.checks.find((c) => c.name === name)).toMatchObject({ status: 'healthy', details: { endpoint } });
       expect(endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     }
-    expect(new Set(Object.values(endpoints)).size).toBe(4);
+    expect(new Set(Object.values(endpoints)).size).toBe(5);
   });
 
   it('when the GovernanceHost stand-in is switched unreachable, then health turns unhealthy for it (its health protocol no longer SERVING), and healthy again once switched back', async () => {
