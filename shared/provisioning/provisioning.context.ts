@@ -16,6 +16,7 @@ import { recordRunEnded } from '../platform/telemetry/metrics';
 import { stderrSecurityLog, type SecurityLog } from '../platform/telemetry/security-events';
 import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
+import { enqueueDeliveryReports } from './delivery-reports.repository';
 import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import type { PackagePolicy } from './package-policy';
@@ -209,8 +210,12 @@ export function nowOf(ctx: ProvisioningContext): number {
   return ctx.clock.now().getTime();
 }
 
-/** Writes events to the outbox in the caller's transaction. */
+/**
+ * Writes events to the outbox in the caller's transaction, and with a promotion run's terminal event its report to
+ * the DeliveryHost (delivery-reports.service.ts). The report first: the outbox's lanes are the lock order's last step.
+ */
 export async function appendEvents(ctx: ProvisioningContext, trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]): Promise<void> {
+  await enqueueDeliveryReports(trx, events, nowOf(ctx));
   await appendToOutbox(trx, events, ctx.clock, ctx.ids);
 }
 

@@ -1,8 +1,12 @@
 import * as fs from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import { findReport } from '../../shared/provisioning/delivery-reports.repository';
+import type { ExternalServices, OutcomeReport } from '../../shared/provisioning/external-services.client';
 import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
@@ -14,8 +18,10 @@ import { provisioningFixture } from '../support/provisioning-fixture';
  * The DeliveryHost at intake (issue 32, part 7): a promotion's release is what the DeliveryHost says it is, never
  * what the message says; a promotion whose desired state (repository, commit, path) is not its release's is a
  * rejected run with `PROVISIONING.RELEASE_MISMATCH`, one the DeliveryHost did not make `PROVISIONING.RELEASE_UNKNOWN`.
- * Releases are per tenant. The local DeliveryHost's releases come from `<state dir>/delivery.json`.
+ * Releases are per tenant. The local DeliveryHost's releases come from `<state dir>/delivery.json`. Every promotion run
+ * that ends is reported to the DeliveryHost once, sent until acknowledged.
  */
+const ALL = { kind: 'all' } as const;
 const OTHER_TENANT = 'other-team';
 
 for (const dialect of DIALECTS) {
@@ -44,16 +50,29 @@ for (const dialect of DIALECTS) {
       await current?.setReachable('delivery', true);
     });
 
-    /** A provisioning service whose local DeliveryHost made `releases` (no file at all when undefined). */
-    function host(releases?: readonly Record<string, string>[]) {
+    /**
+     * A provisioning service whose local DeliveryHost made `releases` (no file at all when undefined); `reported` lists
+     * the run of every report it is sent, as the DeliveryHost receives them.
+     */
+    function host(releases?: readonly Record<string, string>[], store: SqlStore = database.store) {
       const stateDir = join(root, `state-${++dirs}`);
       writeExampleReferences(stateDir);
       if (releases) fs.writeFileSync(join(stateDir, 'delivery.json'), JSON.stringify({ releases }));
-      const services = createLocalExternalServices({ store: database.store, clock, stateDir });
+      const services = createLocalExternalServices({ store, clock, stateDir });
       current = services;
-      const service: ProvisioningService = createProvisioningService({ ...testServiceOptions(database.store, clock, cloud, root), services, knowsTenant: () => Promise.resolve(true) });
-      return { service, services };
+      const reported: string[] = [];
+      const counted: ExternalServices = {
+        ...services,
+        delivery: {
+          resolveRelease: (tenant, named) => services.delivery.resolveRelease(tenant, named),
+          reportOutcome: (report) => services.delivery.reportOutcome(report).then((id) => (reported.push(report.runId), id)),
+        },
+      };
+      const service: ProvisioningService = createProvisioningService({ ...testServiceOptions(store, clock, cloud, root), services: counted, knowsTenant: () => Promise.resolve(true) });
+      return { service, services, reported };
     }
+    const reportOf = async (services: LocalExternalServices, tenant: string, runId: string): Promise<OutcomeReport[]> => [...(await services.reportsOf(tenant, runId))];
+    const rowOf = (tenant: string, runId: string) => findReport(provisioningDb(database.store.db), tenant, runId);
 
     /** A release of the example's project at `commit`, as delivery.json lists it. */
     const release = (version: string, commit: string, extra: Record<string, string> = {}) => ({ name: 'demo-app', version, repository: example.repository.url, commit, path: 'app', ...extra });
@@ -138,6 +157,119 @@ for (const dialect of DIALECTS) {
 
       expect(early).toMatchObject({ code: 'PROVISIONING.DELIVERY_UNAVAILABLE', kind: 'unavailable' });
       expect(last).toMatchObject({ outcome: 'rejected', code: 'PROVISIONING.DELIVERY_UNAVAILABLE' });
+    });
+
+    it('when a promotion run is applied, then the DeliveryHost is told once: applied, with its plan and apply receipts\' digests', async () => {
+      const { service, services, reported } = host([release('5.0.0', first)]);
+      const accepted = await intake(service, promotion('5.0.0', first));
+      if (accepted.outcome !== 'accepted') throw new Error(`not accepted: ${JSON.stringify(accepted)}`);
+      const runId = accepted.run.id;
+      await service.plan(runId);
+      await service.apply(runId);
+
+      await service.sendDeliveryReports();
+      await service.sendDeliveryReports();
+
+      const detail = await service.getRun(ALL, runId);
+      expect(detail.run.state).toBe('applied');
+      expect(reported.filter((id) => id === runId)).toHaveLength(1);
+      const [report, ...more] = await reportOf(services, 'demo-team', runId);
+      expect(more).toEqual([]);
+      expect(report).toMatchObject({
+        tenant: 'demo-team',
+        runId,
+        promotionId: accepted.run.promotionId,
+        release: { name: 'demo-app', version: '5.0.0' },
+        outcome: 'applied',
+        state: 'applied',
+        finishedAt: detail.run.finishedAt?.toISOString(),
+      });
+      expect(report?.code).toBeUndefined();
+      expect(report?.receipts.map((r) => r.kind)).toEqual(['plan-receipt', 'apply-receipt']);
+      for (const receipt of report?.receipts ?? []) expect(receipt.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+      expect(await rowOf('demo-team', runId)).toMatchObject({ attempts: 1, acknowledgedAt: clock.now().getTime(), reportId: expect.stringMatching(/^rpt-/) });
+    });
+
+    it('when a promotion is refused at intake, then the DeliveryHost is told it failed, with the code and the reason, and no receipts', async () => {
+      const { service, services } = host([release('6.0.0', first)]);
+      const refused = await intake(service, promotion('6.0.0', second));
+      if (refused.outcome !== 'rejected' || !refused.run) throw new Error('expected a rejected run');
+
+      await service.sendDeliveryReports();
+
+      expect(await reportOf(services, 'demo-team', refused.run.id)).toEqual([
+        expect.objectContaining({ outcome: 'failed', state: 'rejected', code: 'PROVISIONING.RELEASE_MISMATCH', reason: refused.reason, receipts: [] }),
+      ]);
+    });
+
+    it('when the DeliveryHost does not answer, then the report waits out its back-off and is sent once it answers, once', async () => {
+      const { service, services, reported } = host([release('7.0.0', first)]);
+      const refused = await intake(service, promotion('7.0.0', second));
+      if (refused.outcome !== 'rejected' || !refused.run) throw new Error('expected a rejected run');
+      const runId = refused.run.id;
+      await services.setReachable('delivery', false);
+
+      await service.sendDeliveryReports();
+      const waiting = await rowOf('demo-team', runId);
+      await services.setReachable('delivery', true);
+      await service.sendDeliveryReports();
+      const stillWaiting = await rowOf('demo-team', runId);
+      clock.advance(5_000);
+      await service.sendDeliveryReports();
+      await service.sendDeliveryReports();
+
+      expect(waiting).toMatchObject({ attempts: 1, acknowledgedAt: undefined, lastError: expect.stringContaining('PROVISIONING.DELIVERY_UNAVAILABLE'), nextAttemptAt: clock.now().getTime() });
+      expect(stillWaiting?.acknowledgedAt).toBeUndefined();
+      expect(reported.filter((id) => id === runId)).toHaveLength(1);
+      expect(await reportOf(services, 'demo-team', runId)).toHaveLength(1);
+      expect(await rowOf('demo-team', runId)).toMatchObject({ attempts: 2, lastError: undefined });
+    });
+
+    it('when an operator cancels a queued promotion run, then its report is made with that end, not before', async () => {
+      const { service } = host();
+      const accepted = await intake(service, promotion('8.0.0', first));
+      if (accepted.outcome !== 'accepted') throw new Error('expected an accepted run');
+
+      // A promotion run's report is made with its terminal event: none before it ends.
+      expect(await rowOf('demo-team', accepted.run.id)).toBeUndefined();
+      await service.cancel(ALL, accepted.run.id, 'operator');
+      expect(await rowOf('demo-team', accepted.run.id)).toMatchObject({ attempts: 0 });
+    });
+  });
+
+  describe.skipIf(skipDialect(dialect))(`promotion reports sent by two hosts at once on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-delivery-hosts-', stackCopies: 1, stateDirName: 'example-state' });
+    let second: SqlStore;
+    afterAll(async () => {
+      await second?.close();
+    });
+
+    it('when two hosts send the pending reports at once, then the DeliveryHost is sent each run\'s report exactly once', async () => {
+      // Arrange: 12 refused promotions (each a run that ended), and two hosts on the one database.
+      const { database, clock, cloud, root, example } = fixture;
+      second = database.connectAgain();
+      const stateDir = join(root, 'state-hosts');
+      writeExampleReferences(stateDir);
+      fs.writeFileSync(join(stateDir, 'delivery.json'), JSON.stringify({ releases: [] }));
+      const reported: string[] = [];
+      const services = [database.store, second].map((store) => {
+        const local = createLocalExternalServices({ store, clock, stateDir });
+        const counted: ExternalServices = { ...local, delivery: { ...local.delivery, reportOutcome: (report) => local.delivery.reportOutcome(report).then((id) => (reported.push(report.runId), id)) } };
+        return createProvisioningService({ ...testServiceOptions(store, clock, cloud, root), services: counted, knowsTenant: () => Promise.resolve(true) });
+      });
+      const runs: string[] = [];
+      for (let i = 0; i < 12; i++) {
+        const result = await services[0]!.intake({ messageId: `msg-hosts-${dialect}-${i}`, body: { ...aStackPromotion(example.repository, 'development', { environmentId: `env-hosts-${i}` }), promotionId: `prm-hosts-${dialect}-${i}` } });
+        if (result.outcome !== 'rejected' || !result.run) throw new Error(`expected a refused promotion: ${JSON.stringify(result)}`);
+        runs.push(result.run.id);
+      }
+
+      // Act
+      const passes = await Promise.all([...services, ...services].map((service) => service.sendDeliveryReports()));
+
+      // Assert
+      expect([...reported].sort()).toEqual([...runs].sort());
+      expect(passes.reduce((sum, pass) => sum + pass.sent, 0)).toBe(runs.length);
     });
   });
 }
