@@ -102,16 +102,20 @@ describe('the external services contract suite, against the local stand-ins', ()
     expect(back).toBe('SERVING');
   });
 
-  it('when the ControlPlaneApi and the KnowledgeHost are switched unreachable, then each answers its health protocol UNAVAILABLE', async () => {
+  it('when the ControlPlaneApi, the KnowledgeHost and the DeliveryHost are switched unreachable, then each answers its health protocol UNAVAILABLE', async () => {
     await local.setReachable('control-plane', false);
     await local.setReachable('knowledge', false);
+    await local.setReachable('delivery', false);
     const controlPlane = await healthOf(standIns.endpoints.controlPlane, 'connectsoft.controlplane.v1.ControlPlaneService');
     const knowledge = await healthOf(standIns.endpoints.knowledge, 'connectsoft.knowledge.v1.KnowledgeService');
+    const delivery = await healthOf(standIns.endpoints.delivery, 'connectsoft.delivery.v1.DeliveryService');
     await local.setReachable('control-plane', true);
     await local.setReachable('knowledge', true);
+    await local.setReachable('delivery', true);
 
     expect(controlPlane).toBe('Unavailable');
     expect(knowledge).toBe('Unavailable');
+    expect(delivery).toBe('Unavailable');
   });
 
   it('when the Config Platform is switched unreachable, then GET /health answers 503; switched back, 200', async () => {

@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import type { SqlStore } from '../../shared/platform/sql/database';
-import { findReport } from '../../shared/provisioning/delivery-reports.repository';
+import { inTransaction } from '../../shared/platform/sql/transaction';
+import { enqueueDeliveryReports, findReport } from '../../shared/provisioning/delivery-reports.repository';
 import type { ExternalServices, OutcomeReport } from '../../shared/provisioning/external-services.client';
 import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
@@ -234,6 +235,22 @@ for (const dialect of DIALECTS) {
       expect(await rowOf('demo-team', accepted.run.id)).toBeUndefined();
       await service.cancel(ALL, accepted.run.id, 'operator');
       expect(await rowOf('demo-team', accepted.run.id)).toMatchObject({ attempts: 0 });
+    });
+  });
+
+  describe.skipIf(skipDialect(dialect))(`which runs are reported on ${dialect}`, () => {
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-delivery-which-', stackCopies: 1 });
+
+    it('when runs of a pool resize or a reconciliation end, then only the promotion\'s run is reported, and a second terminal event of it adds no second report', async () => {
+      const ended = (runId: string, trigger: string) => ({ type: 'ProvisioningFailed' as const, tenant: 'demo-team', correlationId: runId, data: { runId, trigger, state: 'failed' } });
+      const db = provisioningDb(fixture.database.store.db);
+
+      await inTransaction(db, (trx) => enqueueDeliveryReports(trx, [ended('run-resize', 'pool-resize'), ended('run-reconcile', 'reconciliation'), ended('run-promoted', 'promotion')], 1000));
+      await inTransaction(db, (trx) => enqueueDeliveryReports(trx, [ended('run-promoted', 'promotion')], 2000));
+
+      expect(await findReport(db, 'demo-team', 'run-resize')).toBeUndefined();
+      expect(await findReport(db, 'demo-team', 'run-reconcile')).toBeUndefined();
+      expect(await findReport(db, 'demo-team', 'run-promoted')).toMatchObject({ attempts: 0, nextAttemptAt: 1000 });
     });
   });
 
