@@ -226,6 +226,34 @@ for (const dialect of DIALECTS) {
       expect(await rowOf('demo-team', runId)).toMatchObject({ attempts: 2, lastError: undefined });
     });
 
+    it('when the DeliveryHost took a report in but its answer was lost, then the report is sent again and the DeliveryHost keeps the one report, under its one id', async () => {
+      const { service, services } = host([release('7.5.0', first)]);
+      const refused = await intake(service, promotion('7.5.0', second));
+      if (refused.outcome !== 'rejected' || !refused.run) throw new Error('expected a rejected run');
+      const runId = refused.run.id;
+      // The first send reaches the DeliveryHost, and its answer is lost on the way back.
+      const answered: string[] = [];
+      const lossy = createProvisioningService({
+        ...testServiceOptions(database.store, clock, cloud, root),
+        services: {
+          ...services,
+          delivery: { ...services.delivery, reportOutcome: (report) => services.delivery.reportOutcome(report).then((id) => (answered.push(id), Promise.reject(new Error('the answer was lost')))) },
+        },
+        knowsTenant: () => Promise.resolve(true),
+      });
+
+      await lossy.sendDeliveryReports();
+      const lost = await rowOf('demo-team', runId);
+      clock.advance(5_000);
+      await service.sendDeliveryReports();
+
+      expect(lost).toMatchObject({ attempts: 1, acknowledgedAt: undefined, lastError: 'the answer was lost' });
+      const kept = await reportOf(services, 'demo-team', runId);
+      expect(kept).toHaveLength(1);
+      expect(answered).toHaveLength(1);
+      expect(await rowOf('demo-team', runId)).toMatchObject({ attempts: 2, reportId: answered[0] });
+    });
+
     it('when an operator cancels a queued promotion run, then its report is made with that end, not before', async () => {
       const { service } = host();
       const accepted = await intake(service, promotion('8.0.0', first));
