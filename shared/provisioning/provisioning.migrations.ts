@@ -260,7 +260,7 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
     // The DeliveryHost's promotion reports: one row per promotion run that ended, written with its terminal event and
     // sent until the DeliveryHost acknowledges it (delivery-reports.service.ts); and the local DeliveryHost's own
     // record of the reports it took in.
-    '20261206-20-provisioning-delivery-reports': {
+    '20261206-30-provisioning-delivery-reports': {
       async up(db: Kysely<unknown>) {
         await db.schema
           .createTable('provisioning_delivery_reports')
