@@ -22,6 +22,7 @@
  *   against the app's registrations under Pulumi's mocks.
  */
 import * as pulumi from '@pulumi/pulumi';
+import * as azuread from '@pulumi/azuread';
 import * as insights from '@pulumi/azure-native/applicationinsights';
 import * as authorization from '@pulumi/azure-native/authorization';
 import * as keyvault from '@pulumi/azure-native/keyvault';
@@ -33,8 +34,8 @@ import * as sql from '@pulumi/azure-native/sql';
 import * as storage from '@pulumi/azure-native/storage';
 import * as web from '@pulumi/azure-native/web';
 import { assignRole, type Role } from './roles';
-import { ENTRA_ONLY_STORAGE, runnerEnvironment, targetBackend, targetObserver, targetRunners, type DeployedPool, type RunnerContext } from './runners';
-import { isAzureTarget, parseRunnerImage, parseTargets, stateNames, type RunnerImage, type Target } from './targets';
+import { AGENT_ROLE, ENTRA_ONLY_STORAGE, runnerEnvironment, targetBackend, targetObserver, targetRunners, type DeployedPool, type RunnerContext } from './runners';
+import { isAzureTarget, parseClients, parseRunnerImage, parseSources, parseTargets, stateNames, type RunnerImage, type Target } from './targets';
 
 /**
  * The seed's secrets (design page, Security) and their rotation periods; `configKey` is the Pulumi config secret
@@ -77,6 +78,21 @@ const sqlAdminGroupName = config.get('sqlAdminGroupName') ?? 'runtime-cloud-sql-
 const issuer = config.require('authIssuer');
 const audience = config.require('authAudience');
 const jwksUrl = config.require('authJwksUrl');
+/**
+ * The client id of the host API's Entra application (whose service principal holds the app roles agents are
+ * assigned); default the token audience, which for a v2 API registration is its client id.
+ */
+const apiClientId = config.get('authApiClientId') ?? audience;
+/**
+ * By tenant id (or `*` for every tenant), the Git repositories its promotions may name (`RuntimeCloud__Provisioning__Sources`):
+ * the host refuses every other source before fetching anything, and allows nothing unless listed here.
+ */
+const sources = parseSources(config.requireObject<unknown>('sources'));
+/**
+ * Client application ids of the callers that act for one tenant (a tenant's console or pipeline) → that tenant
+ * (`RuntimeCloud__Auth__Clients`): Entra's tokens carry no tenant of ours, so this is how a tenant's caller is bound.
+ */
+const clients = parseClients(config.getObject<unknown>('clients') ?? {});
 /** Where environments' infrastructure lives, and for Azure targets the scope their runners may change (./targets.ts). */
 const targets = parseTargets(config.requireObject<unknown>('targets'));
 const azureTargets = targets.filter(isAzureTarget);
@@ -427,6 +443,8 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Auth__Issuer: issuer,
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,
+      RuntimeCloud__Auth__Clients: JSON.stringify(clients),
+      RuntimeCloud__Provisioning__Sources: JSON.stringify(sources),
       RuntimeCloud__Targets: targetsSetting,
       RuntimeCloud__Runners__Agents: agentsSetting,
       ...peerSettings,
@@ -452,9 +470,26 @@ function deployRunners(image: RunnerImage): DeployedPool[] {
     image,
     hostUrl: pulumi.interpolate`https://${app.defaultHostName}`,
     audience,
+    api: hostApi(),
     diagnose: toWorkspace,
   };
   return azureTargets.flatMap((target) => targetRunners(target, context));
+}
+
+/**
+ * The host API's service principal and the id of its `factory.runner.agent` app role, which each agent pool's identity
+ * is assigned: an agent's token carries it in `roles`, and the host maps the token's client id to its pool.
+ */
+function hostApi(): RunnerContext['api'] {
+  const principal = azuread.getServicePrincipalOutput({ clientId: apiClientId });
+  return {
+    objectId: principal.objectId,
+    agentRoleId: principal.appRoleIds.apply((ids) => {
+      const id = ids[AGENT_ROLE];
+      if (!id) throw new Error(`the host API's Entra application (client id ${apiClientId}) has no app role ${AGENT_ROLE}: add it (allowed member types: Application) before deploying runners`);
+      return id;
+    }),
+  };
 }
 
 /** A target as the host's `RuntimeCloud__Targets` carries it. */

@@ -7,6 +7,7 @@
  * (../shared/ARCHITECTURE.md, "Runner jobs").
  */
 import * as pulumi from '@pulumi/pulumi';
+import * as azuread from '@pulumi/azuread';
 import * as containerapps from '@pulumi/azure-native/app';
 import * as keyvault from '@pulumi/azure-native/keyvault';
 import * as managedidentity from '@pulumi/azure-native/managedidentity';
@@ -32,6 +33,8 @@ export const ENTRA_ONLY_STORAGE = {
   defaultToOAuthAuthentication: true,
   publicNetworkAccess: storage.PublicNetworkAccess.Enabled,
 } as const;
+/** The host API's app role a runner agent's token must carry (shared/platform/auth: scope `factory.runner.agent`). */
+export const AGENT_ROLE = 'factory.runner.agent';
 /** Event type and application property the host sets on a job's wake-up message (one subscription per pool). */
 export const RUNNER_EVENT = 'RunnerJobDispatched';
 /** An apply can run for hours; the platform stops an execution after this. */
@@ -100,6 +103,8 @@ export interface RunnerContext {
   readonly hostUrl: pulumi.Input<string>;
   /** The host API's token audience: agents get an Entra token for it with their own identity. */
   readonly audience: string;
+  /** The host API's service principal and the id of its agent app role (`AGENT_ROLE`). */
+  readonly api: { readonly objectId: pulumi.Input<string>; readonly agentRoleId: pulumi.Input<string> };
   readonly diagnose: Diagnose;
 }
 
@@ -149,6 +154,8 @@ function agentPool(target: AzureTarget, pool: AgentPool, state: TargetState, ctx
       ];
     }),
     grant('image', 'acrPull', ctx.image.registryId, ctx.image.registrySubscriptionId, 'pulls the runner image'),
+    // Not an Azure role: the host API's app role, so the agent's token is one of a runner agent's.
+    new azuread.AppRoleAssignment(`${name}-agent-role`, { appRoleId: ctx.api.agentRoleId, principalObjectId: runner.principalId, resourceObjectId: ctx.api.objectId }),
     // The scale rule reads the subscription's message count with this identity.
     grantsOf(wakeups, wakeupName)('receive', 'serviceBusDataReceiver', subscription.id, ctx.subscriptionId, `wake-ups of pool ${pool.id}`),
   ];

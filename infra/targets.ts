@@ -406,3 +406,55 @@ function uniquePools(entries: readonly { key: string; owner: string }[], what: s
 function show(value: unknown): string {
   return value === undefined ? 'nothing' : JSON.stringify(value);
 }
+
+/** A source rule of `RuntimeCloud__Provisioning__Sources`: a repository prefix, and the credential it is read with. */
+export interface SourceRule {
+  readonly prefix: string;
+  readonly credentialRef?: string;
+}
+
+/**
+ * The `sources` config: by tenant id or `*`, the repository prefixes its promotions may name. Only `https://`
+ * prefixes that end at a path segment (`https://dev.azure.com/contoso/platform/` or a whole repository URL): a bare
+ * host or a prefix cut inside a name would let a tenant name a repository nobody listed. The host checks the rules
+ * again as it starts; this fails the deployment before anything is declared.
+ */
+export function parseSources(raw: unknown): Record<string, SourceRule[]> {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw) || Object.keys(raw).length === 0) {
+    throw new Error(`config sources must be a JSON object of tenant id (or "*") → repository prefixes; without it every promotion is refused (got ${show(raw)})`);
+  }
+  return Object.fromEntries(
+    Object.entries(raw as Record<string, unknown>).map(([tenant, rules]) => {
+      const at = `sources[${JSON.stringify(tenant)}]`;
+      if (tenant !== '*' && !HOST_TENANT.test(tenant)) throw new Error(`config ${at}: ${show(tenant)} is not a tenant id or "*"`);
+      if (!Array.isArray(rules) || rules.length === 0) throw new Error(`config ${at} must be a non-empty array of {prefix, credentialRef?} (got ${show(rules)})`);
+      return [tenant, rules.map((rule, i) => parseSourceRule(rule, `${at}[${i}]`))];
+    }),
+  );
+}
+
+function parseSourceRule(rule: unknown, at: string): SourceRule {
+  const { prefix, credentialRef, ...rest } = (rule ?? {}) as Record<string, unknown>;
+  if (Object.keys(rest).length > 0 || typeof prefix !== 'string') throw new Error(`config ${at} must be {prefix, credentialRef?} (got ${show(rule)})`);
+  let url: URL | undefined;
+  try {
+    url = new URL(prefix);
+  } catch {
+    url = undefined;
+  }
+  if (url?.protocol !== 'https:' || url.pathname.length <= 1 || url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '') {
+    throw new Error(`config ${at}.prefix must be an https:// repository URL or a path prefix ending in "/", with no credentials, query or fragment (got ${show(prefix)})`);
+  }
+  if (credentialRef !== undefined && (typeof credentialRef !== 'string' || credentialRef.length === 0)) throw new Error(`config ${at}.credentialRef must be a non-empty string (got ${show(credentialRef)})`);
+  return { prefix, ...(credentialRef !== undefined ? { credentialRef } : {}) };
+}
+
+/** The `clients` config: client application id (a GUID) → the tenant that client acts for. */
+export function parseClients(raw: unknown): Record<string, string> {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`config clients must be a JSON object of client id → tenant id (got ${show(raw)})`);
+  for (const [client, tenant] of Object.entries(raw as Record<string, unknown>)) {
+    if (!GUID.test(client)) throw new Error(`config clients: ${show(client)} is not a client (application) id`);
+    if (typeof tenant !== 'string' || !HOST_TENANT.test(tenant)) throw new Error(`config clients[${JSON.stringify(client)}] must be a tenant id (got ${show(tenant)})`);
+  }
+  return raw as Record<string, string>;
+}

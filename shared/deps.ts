@@ -306,7 +306,7 @@ function observerFor(config: Config, localCloud: () => Observer): Observer {
  * edition bounds how many of its plans and applies run at once. A refused grant (quota, pool full) leaves the job
  * queued for a later claim.
  */
-function runnerLeases(capacity: CapacityService): RunnerLeases {
+export function runnerLeases(capacity: CapacityService): RunnerLeases {
   const tenantOnly = (tenant: string) => ({ kind: 'one', tenant }) as const;
   return {
     async acquire({ tenant, pool, holder, ttlMs, idempotencyKey }) {

@@ -10,8 +10,8 @@ import { ExternalErrors, type ReferenceScope } from './external-services.client'
 import type { PlanOptions } from '../platform/iac/iac-runner';
 import type { ClaimedJob } from '../platform/iac/runner-job';
 import { configOf, planOptionsFor } from './plan.service';
-import { clearStackRefresh, countUnbegunLostApplies, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
+import { clearStackRefresh, countUnbegunLostJobs, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
+import { dispatchJob, lossOf, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
 import {
   appendEvents,
   existingRun,
@@ -208,28 +208,29 @@ function applyErredAfterBegin(ctx: ProvisioningContext, run: Run, job: FinishedJ
 export const MAX_UNBEGUN_APPLY_LOSSES = 3;
 
 /**
- * The apply job's runner went silent (its lease lapsed). Before the host recorded that its apply began (the agent
- * beats with `applyBegins` before its first change, and every write of the job is refused without it) the agent
- * changed nothing: the apply is dispatched again, until `MAX_UNBEGUN_APPLY_LOSSES` jobs were lost so (an agent that
- * dies on this job each time). After that record, what it changed is not known: the run fails `RUNNER_LOST`.
+ * The apply job's runner went silent or ran past its maximum duration (its lease lapsed). Before the host recorded
+ * that its apply began (the agent beats with `applyBegins` before its first change, and every write of the job is
+ * refused without it) the agent changed nothing: the apply is dispatched again, until `MAX_UNBEGUN_APPLY_LOSSES` jobs
+ * were lost so (an agent that dies on this job each time). After that record, what it changed is not known: the run
+ * fails `RUNNER_LOST`.
  */
 export async function applyJobLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
   if (job.applyBeganAt) return applyRunnerLost(ctx, run, job);
-  const losses = await retryingContention(() => countUnbegunLostApplies(ctx.db, run.id));
+  const losses = await retryingContention(() => countUnbegunLostJobs(ctx.db, run.id, 'apply'));
   if (losses < MAX_UNBEGUN_APPLY_LOSSES) return apply(ctx, run.id);
   return failRunWith(ctx, run, {
     code: RunErrors.runnerLost,
-    message: `${losses} apply jobs of the run were lost before their runner began to apply (the last, ${job.id}, by ${job.agent ?? 'its agent'}); nothing was applied`,
+    message: `${losses} apply jobs of the run were lost before their runner began to apply (the last, ${job.id}, by ${job.agent ?? 'its agent'}, ${lossOf(job)}); nothing was applied`,
   });
 }
 
 /**
- * The apply job's runner went silent after it began to apply: the run fails `PROVISIONING.RUNNER_LOST` with a
- * receipt of what the host heard (its log, the target calls it recorded), the stack is marked to refresh before its
- * next plan, and the apply is never dispatched again.
+ * The apply job's runner went silent (or ran past its maximum duration) after it began to apply: the run fails
+ * `PROVISIONING.RUNNER_LOST` with a receipt of what the host heard (its log, the target calls it recorded), the stack
+ * is marked to refresh before its next plan, and the apply is never dispatched again.
  */
 async function applyRunnerLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
-  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} went silent (its lease lapsed at ${job.leaseExpiresAt?.toISOString() ?? 'its claim'}); what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
+  const message = `the runner ${job.agent ?? ''} of apply job ${job.id} ${lossOf(job)}; what it changed is not known, so the apply is not repeated and the stack's next plan refreshes first`;
   return recordUnknownApply(ctx, run, { code: RunErrors.runnerLost, message }, {
     runner: { name: job.spec.engine, version: 'unknown', ...(job.agent ? { agent: job.agent } : {}), jobId: job.id },
     startedAt: job.claimedAt ?? job.createdAt,

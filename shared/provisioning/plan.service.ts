@@ -38,8 +38,8 @@ import { specificationDeclared } from './run-events';
 import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
-import { stackNeedsRefresh } from './runner-jobs.repository';
-import { dispatchJob, JobErrors, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
+import { countUnbegunLostJobs, stackNeedsRefresh, type RunnerJob } from './runner-jobs.repository';
+import { dispatchJob, JobErrors, lossOf, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
 
 /**
  * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and
@@ -97,6 +97,23 @@ export async function plan(ctx: ProvisioningContext, runId: string): Promise<Run
     return failRunWith(ctx, run, planFailure(thrown));
   }
   return planned_(ctx, run, desired.path, planned, { name: engine.name, version: await engine.version() }, startedAt, options.refresh === true);
+}
+
+/** How many times a run's lost plan job is dispatched again; the next loss fails the run `PROVISIONING.RUNNER_TIMEOUT`. */
+export const MAX_PLAN_REDISPATCHES = 3;
+
+/**
+ * The plan job of a run was lost (its runner went silent, or ran past its maximum duration). A plan changes nothing:
+ * it is made again (a new job, under a new lock version), up to `MAX_PLAN_REDISPATCHES` times; then the run fails
+ * `PROVISIONING.RUNNER_TIMEOUT` (an agent that dies on this plan, or a plan that never ends in time, each time).
+ */
+export async function planJobLost(ctx: ProvisioningContext, run: Run, job: RunnerJob): Promise<RunStep> {
+  const losses = await retryingContention(() => countUnbegunLostJobs(ctx.db, run.id, 'plan'));
+  if (losses <= MAX_PLAN_REDISPATCHES) return plan(ctx, run.id);
+  return failRunWith(ctx, run, {
+    code: RunErrors.runnerTimeout,
+    message: `${losses} plan jobs of the run were lost, the last (${job.id}, by ${job.agent ?? 'its agent'}) ${lossOf(job)}; a plan is dispatched again at most ${MAX_PLAN_REDISPATCHES} times`,
+  });
 }
 
 /** The plan job of a run finished: its plan goes on as a plan made here would; its plan error fails the run. */

@@ -257,6 +257,15 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
         await db.schema.createIndex('provisioning_runs_key').on('provisioning_runs').columns(['tenant_id', 'promotion_id']).unique().execute();
       },
     },
+    // A runner job may run until a deadline set at its claim (its target's maximum duration for its kind): the job's
+    // lease never reaches past it. Jobs claimed before get the default maximum durations (plan 30 min, apply 2 h).
+    '20261206-20-provisioning-runner-job-deadlines': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('provisioning_runner_jobs').addColumn('deadline_at', 'bigint').execute();
+        await sql`update provisioning_runner_jobs set deadline_at = claimed_at + case when kind = 'plan' then ${sql.lit(30 * 60_000)} else ${sql.lit(120 * 60_000)} end
+          where claimed_at is not null`.execute(db);
+      },
+    },
     // The DeliveryHost's promotion reports: one row per promotion run that ended, written with its terminal event and
     // sent until the DeliveryHost acknowledges it (delivery-reports.service.ts); and the local DeliveryHost's own
     // record of the reports it took in.

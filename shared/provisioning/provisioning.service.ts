@@ -8,7 +8,7 @@ import { sendDeliveryReports, type SendResult } from './delivery-reports.service
 import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
-import { checkPolicy, plan, planJobFinished } from './plan.service';
+import { checkPolicy, plan, planJobFinished, planJobLost } from './plan.service';
 import { poolResize, type PoolResizeResult } from './pool-resize.service';
 import { createProvisioningContext, failRun, failRunWith, type ProvisioningContext, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
 import type { Rejection, RunDetail } from './provisioning.repository';
@@ -98,7 +98,8 @@ export interface ProvisioningService {
   getRejection(messageId: string): Promise<Rejection | undefined>;
   /**
    * Where the run's runner job stands, after its result event or at its deadline: the step goes on with its
-   * outcome; a lost plan job is dispatched again, a lost apply fails the run (`PROVISIONING.RUNNER_LOST`); a job no
+   * outcome; a lost plan job (silent, or past its maximum duration) is dispatched again, at most 3 times, then the
+   * run fails (`PROVISIONING.RUNNER_TIMEOUT`); a lost apply fails the run (`PROVISIONING.RUNNER_LOST`); a job no
    * agent claimed in time fails it (`PROVISIONING.RUNNER_UNAVAILABLE`); a job still out says until when to wait.
    */
   collectJob(runId: string, jobId: string): Promise<RunStep>;
@@ -164,9 +165,9 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     collectJob: (runId, jobId) =>
       collectJob(ctx, runId, jobId, {
         finished: (run, job) => (job.kind === 'plan' ? planThenApply(ctx, run, job) : applyJobFinished(ctx, run, job)),
-        // A plan changes nothing: a lost one is made again (a new job, under a new lock version). An apply is only
-        // while its agent had not begun it.
-        lost: (run, job) => (job.kind === 'plan' ? plan(ctx, run.id) : applyJobLost(ctx, run, job)),
+        // A plan changes nothing: a lost one is made again (a new job, under a new lock version), a few times. An apply
+        // is only while its agent had not begun it.
+        lost: (run, job) => (job.kind === 'plan' ? planJobLost(ctx, run, job) : applyJobLost(ctx, run, job)),
         unclaimed: (run, job) =>
           failRunWith(ctx, run, { code: RunErrors.runnerUnavailable, message: `no runner of pool ${job.pool} claimed ${job.kind} job ${job.id} within ${ctx.runners?.claimTimeoutMs ?? 0} ms` }),
       }),

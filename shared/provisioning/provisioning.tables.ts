@@ -220,6 +220,11 @@ export interface ProvisioningRunnerJobTable {
   log: string;
   /** When the host let the apply job's agent begin changing the target; null while it has changed nothing. */
   apply_began_at: number | null;
+  /**
+   * Until when the job may run (its claim plus its target's maximum duration for its kind); null while queued. Its
+   * lease never reaches past it, so a job still running then is lost, however its agent beats.
+   */
+  deadline_at: number | null;
 }
 
 /** A stack whose apply lost its runner: what the target holds is not what the state says, so its next plan refreshes. */

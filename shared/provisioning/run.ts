@@ -294,8 +294,16 @@ export const RunErrors = {
   stackLockLost: 'PROVISIONING.STACK_LOCK_LOST',
   /** No runner can run the step: none of the target's pool claimed its job in time, or this host has no engine. */
   runnerUnavailable: 'PROVISIONING.RUNNER_UNAVAILABLE',
-  /** The runner of an apply went silent (its job's lease lapsed): the run fails, never applied a second time. */
+  /**
+   * The runner of an apply went silent or ran past its maximum duration (its job's lease lapsed): the run fails,
+   * never applied a second time.
+   */
   runnerLost: 'PROVISIONING.RUNNER_LOST',
+  /**
+   * The run's plan jobs were lost (their runners went silent or ran past their maximum duration) more often than a
+   * plan is dispatched again (`MAX_PLAN_REDISPATCHES`).
+   */
+  runnerTimeout: 'PROVISIONING.RUNNER_TIMEOUT',
   /**
    * The host stopped (killed, crashed) while its own engine applied the plan: what it changed is not known, so the
    * run fails, never applied a second time (an apply in the host; a runner job's is `RUNNER_LOST`).

@@ -34,6 +34,8 @@ export interface RunnerJob {
   readonly log: string;
   /** When the host let the apply job's agent begin changing the target (absent: it changed nothing). */
   readonly applyBeganAt?: Date;
+  /** Until when the job may run, from its claim (its target's maximum duration): its lease never reaches past it. */
+  readonly deadlineAt?: Date;
 }
 
 /** The log excerpt a job keeps: its last this many characters. */
@@ -64,6 +66,7 @@ export async function insertJob(db: Db, spec: StoredSpec, at: number): Promise<v
       degraded: null,
       log: '',
       apply_began_at: null,
+      deadline_at: null,
     })
     .execute();
 }
@@ -121,12 +124,12 @@ export async function queuePosition(db: Db, job: Pick<RunnerJob, 'pool' | 'creat
 
 /**
  * Claims a queued job for an agent: only one claim of a job wins (the update is conditional on the job still being
- * queued), so two agents polling at once never both run it.
+ * queued), so two agents polling at once never both run it. `leaseExpiresAt` is at most `deadlineAt`.
  */
 export async function markClaimed(
   db: Db,
   id: string,
-  claim: { agent: string; tokenHash: string; lease: { id: string; fencingToken: number }; at: number; leaseExpiresAt: number; degraded: readonly DegradedReference[] },
+  claim: { agent: string; tokenHash: string; lease: { id: string; fencingToken: number }; at: number; leaseExpiresAt: number; deadlineAt: number; degraded: readonly DegradedReference[] },
 ): Promise<boolean> {
   const result = await db
     .updateTable('provisioning_runner_jobs')
@@ -138,6 +141,7 @@ export async function markClaimed(
       lease_fencing: claim.lease.fencingToken,
       claimed_at: claim.at,
       lease_expires_at: claim.leaseExpiresAt,
+      deadline_at: claim.deadlineAt,
       degraded: claim.degraded.length > 0 ? JSON.stringify(claim.degraded) : null,
     })
     .where('id', '=', id)
@@ -193,13 +197,16 @@ export async function markLost(db: Db, id: string, at: number): Promise<boolean>
   return Number(result.numUpdatedRows) === 1;
 }
 
-/** How many of the run's apply jobs were lost before their agent began to apply (each was dispatched again). */
-export async function countUnbegunLostApplies(db: Db, runId: string): Promise<number> {
+/**
+ * How many of the run's jobs of `kind` were lost before their agent began to apply (every lost plan job; each was
+ * dispatched again).
+ */
+export async function countUnbegunLostJobs(db: Db, runId: string, kind: RunnerJob['kind']): Promise<number> {
   const row = await db
     .selectFrom('provisioning_runner_jobs')
     .select((eb) => eb.fn.countAll<number>().as('n'))
     .where('run_id', '=', runId)
-    .where('kind', '=', 'apply')
+    .where('kind', '=', kind)
     .where('state', '=', 'lost')
     .where('apply_began_at', 'is', null)
     .executeTakeFirst();
@@ -282,6 +289,7 @@ function rowToJob(row: Selectable<ProvisioningRunnerJobTable>): RunnerJob {
     ...(row.degraded !== null ? { degraded: JSON.parse(row.degraded) as DegradedReference[] } : {}),
     log: row.log,
     ...(row.apply_began_at !== null ? { applyBeganAt: new Date(Number(row.apply_began_at)) } : {}),
+    ...(row.deadline_at !== null ? { deadlineAt: new Date(Number(row.deadline_at)) } : {}),
   };
 }
 

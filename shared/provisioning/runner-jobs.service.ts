@@ -34,8 +34,10 @@ import { getStackLock, renewStackLock, type StackLock } from './stack-lock.repos
  * engines"). The plan or apply step dispatches a job for the pool of the run's target and the orchestration waits
  * for its result; an agent of the pool claims it (holding a capacity lease of kind `runner` for it), beats while it
  * runs (renewing that lease, the job's lease and the stack lock), and posts its outcome, which is accepted only
- * while the job's lease and the stack lock it runs under are current. A job whose lease lapses is lost: a plan is
- * dispatched again, an apply fails its run (`PROVISIONING.RUNNER_LOST`) and is never dispatched again.
+ * while the job's lease and the stack lock it runs under are current. A job may run until its deadline (its claim plus
+ * its target's maximum duration for its kind): its lease is never renewed past it. A job whose lease lapses is lost,
+ * however its agent beats: a plan is dispatched again (at most `MAX_PLAN_REDISPATCHES` times), an apply that began
+ * fails its run (`PROVISIONING.RUNNER_LOST`) and is never dispatched again.
  */
 
 export const JobErrors = {
@@ -99,13 +101,16 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
     if (!(await setWaiting(trx, run.id, run.state, { kind: 'runner', pool, jobId: spec.id }, at))) return 'moved';
     // The run's row is locked from here on: a second dispatch of its apply (two hosts collecting its plan job) sees
     // the first one's job, and gives up its own, rolled back. A plan's apply is dispatched once, never twice.
-    if (kind === 'apply' && (await isApplyDispatched(trx, ctx, run.id))) throw new ApplyDispatched();
+    if (kind === 'apply' && (await isApplyDispatched(trx, ctx, run.id))) throw new DispatchMoved();
+    // Another step of the run took the stack again meanwhile (two hosts collecting one lost job): the job goes out under
+    // the newer lock version only, so none is left waiting under a version that is gone (its agent could do nothing).
+    if ((await getStackLock(trx, spec.stack))?.version !== lock.version) throw new DispatchMoved();
     await cancelJobsOfRun(trx, run.id, at);
     await insertJob(trx, spec, at);
     await appendEvents(ctx, trx, [{ type: 'RunnerJobDispatched', subject: pool, correlationId: spec.id, tenant: run.tenant, data: { jobId: spec.id, runId: run.id, kind, pool, target } }]);
     return 'dispatched';
   }).catch((thrown: unknown) => {
-    if (thrown instanceof ApplyDispatched) return 'moved';
+    if (thrown instanceof DispatchMoved) return 'moved';
     throw thrown;
   });
   if (dispatched === 'moved') {
@@ -117,8 +122,8 @@ export async function dispatchJob(ctx: ProvisioningContext, runners: RunnerExecu
   return { outcome: 'running', jobId: spec.id, kind, until: new Date(queuedUntil(runners, at, at)).toISOString() };
 }
 
-/** Rolls back a dispatch of an apply whose job is out already. */
-class ApplyDispatched extends Error {}
+/** Rolls back a dispatch another one took over: an apply whose job is out already, a stack taken again since. */
+class DispatchMoved extends Error {}
 
 /**
  * Whether the run's latest job is an apply job (since its last plan job), not canceled, and not lost before its
@@ -254,10 +259,12 @@ async function claimNow(
     }
     const token = randomBytes(32).toString('base64url');
     const at = nowOf(ctx);
-    const leaseExpiresAt = at + runners.leaseTtlMs;
+    // The job's target (queued jobs are of the served pool's target) says how long a job of its kind may run.
+    const deadlineAt = at + served.runner.maxJobMs[job.kind];
+    const leaseExpiresAt = leaseFrom(runners, at, deadlineAt);
     const run = await existingRun(ctx, job.runId);
     const claimed = await inTransaction(ctx.db, async (trx) => {
-      if (!(await markClaimed(trx, job.id, { agent, tokenHash: hashToken(token), lease, at, leaseExpiresAt, degraded: references.degraded }))) return false;
+      if (!(await markClaimed(trx, job.id, { agent, tokenHash: hashToken(token), lease, at, leaseExpiresAt, deadlineAt, degraded: references.degraded }))) return false;
       await setWaiting(trx, run.id, run.state, null, at);
       await touchAgent(trx, pool, agent, job.id, at);
       return true;
@@ -290,7 +297,8 @@ export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, bea
   await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
-  const leaseExpiresAt = at + runners.leaseTtlMs;
+  // Every running job has its deadline (set at its claim; the migration that added it gave older jobs theirs).
+  const leaseExpiresAt = leaseFrom(runners, at, job.deadlineAt?.getTime() ?? Number.POSITIVE_INFINITY);
   const renewed =
     lock !== undefined &&
     (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
@@ -300,6 +308,24 @@ export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, bea
   if (job.lease && !(await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs))) throw superseded(job);
   await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', job.id, at));
   return { leaseExpiresAt: new Date(leaseExpiresAt).toISOString() };
+}
+
+/**
+ * A job's lease from `at`: one lease length, but never past the job's deadline. So a job past its maximum duration is
+ * lost as one whose agent went silent is, by the host's clock, whatever its agent says.
+ */
+function leaseFrom(runners: RunnerExecution, at: number, deadlineAt: number): number {
+  return Math.min(at + runners.leaseTtlMs, deadlineAt);
+}
+
+/** Why a lost job was lost, for its run's error and receipt: it ran past its deadline, or its runner went silent. */
+export function lossOf(job: RunnerJob): string {
+  const lapsedAt = job.leaseExpiresAt?.toISOString() ?? 'its claim';
+  if (job.deadlineAt && job.leaseExpiresAt && job.leaseExpiresAt.getTime() >= job.deadlineAt.getTime()) {
+    const minutes = (job.deadlineAt.getTime() - (job.claimedAt ?? job.createdAt).getTime()) / 60_000;
+    return `ran past its maximum duration of ${minutes} minutes (at ${lapsedAt})`;
+  }
+  return `went silent (its lease lapsed at ${lapsedAt})`;
 }
 
 /** The job's stack state (jobs on a local cloud target: the stand-in for the per-tenant state backend). */

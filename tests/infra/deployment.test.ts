@@ -7,6 +7,7 @@ import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscription
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {
   APP_PRINCIPAL_ID,
+  CLIENTS,
   clientIdOf,
   field,
   GROUP_A,
@@ -21,6 +22,7 @@ import {
   ROTATED_ON,
   runInfra,
   SECRET_VALUES,
+  SOURCES,
   SQL_ADMIN_GROUP,
   SUBSCRIPTION_ID,
   TARGETS,
@@ -149,6 +151,9 @@ describe('infra under Pulumi mocks', () => {
       { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', runnerPool: 'c', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },
     ]);
     expect(config.targets.find((t) => t.id === 'c')?.kubernetes).toEqual(ON_PREM_CLUSTER);
+    // What tenants may promote from and which callers act for which tenant, as the stack's config says.
+    expect(config.provisioning.sources).toEqual(SOURCES);
+    expect(config.auth.clients).toEqual(CLIENTS);
     expect(settings).toMatchObject({
       FUNCTIONS_EXTENSION_VERSION: '~4',
       FUNCTIONS_WORKER_RUNTIME: 'node',

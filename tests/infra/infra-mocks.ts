@@ -41,6 +41,12 @@ export const TARGETS = [
   { id: 'b', kind: 'azure-subscription', name: 'Target B', location: 'northeurope', scope: { subscriptionId: TARGET_SUBSCRIPTIONS.b, resourceGroup: 'rg-target-b' }, pool: 'pool-b', runners: { max: 4 }, tenants: TENANTS },
   { id: 'c', kind: 'on-prem', name: 'Datacenter', endpoint: 'https://dc.example.test', backend: ON_PREM_BACKEND, kubernetes: ON_PREM_CLUSTER },
 ];
+/** The host API's service principal (object id) and the ids of its app roles, as Entra answers a lookup by client id. */
+export const API_PRINCIPAL_ID = '00000000-0000-4000-8000-0000000000ee';
+export const API_APP_ROLE_IDS = { 'factory.runner.agent': '00000000-0000-4000-8000-0000000000a1', 'factory.runtime.read': '00000000-0000-4000-8000-0000000000a2' };
+/** Each tenant's repositories, and the client id of the console that acts for contoso. */
+export const SOURCES = { contoso: [{ prefix: 'https://dev.azure.com/contoso/platform/' }], '*': [{ prefix: 'https://github.com/connectsoft/shared-infra.git' }] };
+export const CLIENTS = { '7f3e1c2a-0000-4000-8000-000000000001': 'contoso' };
 export const RUNNER_REGISTRY_ID = `/subscriptions/${SUBSCRIPTION_ID}/resourceGroups/rg-images/providers/Microsoft.ContainerRegistry/registries/rchimages`;
 export const RUNNER_IMAGE = 'rchimages.azurecr.io/runtime-cloud-runner:2026.12.1';
 
@@ -55,6 +61,8 @@ export function validConfig(): Record<string, string> {
     runnerImage: RUNNER_IMAGE,
     runnerRegistryId: RUNNER_REGISTRY_ID,
     secretsRotatedOn: JSON.stringify(ROTATED_ON),
+    sources: JSON.stringify(SOURCES),
+    clients: JSON.stringify(CLIENTS),
     governanceEndpoint: 'https://governance.example.test',
     controlPlaneEndpoint: 'https://control-plane.example.test',
     knowledgeEndpoint: 'https://knowledge.example.test',
@@ -116,9 +124,14 @@ export async function runInfra(config: Record<string, string>): Promise<{ declar
         }
         return { id, state };
       },
-      call({ token }) {
+      call({ token, inputs }) {
         if (token === 'azure-native:authorization:getClientConfig') {
           return { clientId: 'deployer', objectId: 'deployer-object', subscriptionId: SUBSCRIPTION_ID, tenantId: TENANT_ID };
+        }
+        if (token === 'azuread:index/getServicePrincipal:getServicePrincipal') {
+          // Entra finds the API's service principal by the client id the program asks for; any other id finds none.
+          if (inputs.clientId !== config.authApiClientId && inputs.clientId !== config.authAudience) throw new Error(`no service principal has client id ${String(inputs.clientId)}`);
+          return { clientId: inputs.clientId, objectId: API_PRINCIPAL_ID, appRoleIds: API_APP_ROLE_IDS };
         }
         throw new Error(`unexpected call ${token}`);
       },

@@ -5,6 +5,8 @@ import { normalArmId, resourceGroupId } from '../../shared/inventory/arm-resourc
 import { parseConfig } from '../../shared/platform/config/config';
 import { agentPoolOf, runnerTargetOf } from '../../shared/platform/config/targets';
 import {
+  API_APP_ROLE_IDS,
+  API_PRINCIPAL_ID,
   APP_PRINCIPAL_ID,
   clientIdOf,
   field,
@@ -270,6 +272,15 @@ describe('runner agents under Pulumi mocks', () => {
   it("when the host maps agents' Entra client ids to pools, then every pool's agent identity is there with its own pool, and no other identity", () => {
     const { iac } = parseConfig(appSettings());
     expect(iac.agents).toEqual(Object.fromEntries(POOLS.map((pool) => [clientIdOf(poolOf(pool.id).runner.name), pool.id])));
+  });
+
+  it("when Entra issues an agent's token, then it carries the host API's agent app role: each pool's agent identity is assigned it, and no other identity any app role", () => {
+    const assignments = declared.filter((r) => r.type === 'azuread:index/appRoleAssignment:AppRoleAssignment');
+    const agentRole = API_APP_ROLE_IDS['factory.runner.agent'];
+
+    expect(assignments.map((a) => [a.inputs.principalObjectId, a.inputs.appRoleId, a.inputs.resourceObjectId]).sort()).toEqual(
+      POOLS.map((pool) => [principalIdOf(poolOf(pool.id).runner.name), agentRole, API_PRINCIPAL_ID]).sort(),
+    );
   });
 
   it("when the host reads RuntimeCloud__Targets, then it parses, carries target a's group, and the contract's default-pool rule over it gives exactly the pools deployed", () => {

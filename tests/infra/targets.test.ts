@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseRunnerImage, parseTargets, poolResourceName, stateNames, type AzureTarget } from '../../infra/targets';
+import { parseClients, parseRunnerImage, parseSources, parseTargets, poolResourceName, stateNames, type AzureTarget } from '../../infra/targets';
 
 /** The `targets`, `runnerImage` and `runnerRegistryId` config of infra/, parsed without running the program. */
 
@@ -135,5 +135,25 @@ describe('infra targets config', () => {
     expect(stateNames('rch', 'production', target('prod-we')).account).toMatch(/^rchprodwest[0-9a-f]{8}$/);
     expect(stateNames('rch', 'staging', target('prod-we')).account).not.toBe(stateNames('rch', 'production', target('prod-we')).account);
     expect(stateNames('rch', 'production', target('prod-we', '00000000-0000-4000-8000-00000000000b')).vault).not.toBe(stateNames('rch', 'production', target('prod-we')).vault);
+  });
+  it('when the sources are parsed, then each tenant (or "*") has https repository prefixes; anything that would allow more than was listed fails naming the path', () => {
+    const sources = { contoso: [{ prefix: 'https://dev.azure.com/contoso/platform/' }], '*': [{ prefix: 'https://github.com/connectsoft/shared.git', credentialRef: 'broker://git/shared' }] };
+    expect(parseSources(sources)).toEqual(sources);
+
+    expect(() => parseSources({})).toThrow('config sources must be a JSON object of tenant id (or "*") → repository prefixes; without it every promotion is refused');
+    expect(() => parseSources({ contoso: [] })).toThrow('config sources["contoso"] must be a non-empty array');
+    expect(() => parseSources({ 'a/b': [{ prefix: 'https://x.example/a/' }] })).toThrow('config sources["a/b"]: "a/b" is not a tenant id');
+    for (const prefix of ['https://dev.azure.com', 'https://dev.azure.com/', 'http://dev.azure.com/contoso/', 'file:///srv/git/', 'https://user:pw@dev.azure.com/contoso/', 'https://dev.azure.com/contoso/?x=1']) {
+      expect(() => parseSources({ contoso: [{ prefix }] }), prefix).toThrow('config sources["contoso"][0].prefix must be an https:// repository URL');
+    }
+    expect(() => parseSources({ contoso: [{ prefix: 'https://dev.azure.com/contoso/', branch: 'main' }] })).toThrow('config sources["contoso"][0] must be {prefix, credentialRef?}');
+  });
+
+  it('when the clients are parsed, then each client id is a GUID bound to one tenant id', () => {
+    expect(parseClients({ '7f3e1c2a-0000-4000-8000-000000000001': 'contoso' })).toEqual({ '7f3e1c2a-0000-4000-8000-000000000001': 'contoso' });
+
+    expect(() => parseClients([])).toThrow('config clients must be a JSON object of client id → tenant id');
+    expect(() => parseClients({ console: 'contoso' })).toThrow('config clients: "console" is not a client (application) id');
+    expect(() => parseClients({ '7f3e1c2a-0000-4000-8000-000000000001': '' })).toThrow('config clients["7f3e1c2a-0000-4000-8000-000000000001"] must be a tenant id');
   });
 });

@@ -134,6 +134,31 @@ describe('configuration', () => {
     expect(problemsOf([{ ...local, runnerPools: [{ id: 'a', tenants: [] }] }])).toHaveLength(1);
   });
 
+  it("when a target sets its jobs' maximum durations, then its runners have them (the other kind keeping its default), and a bad one stops the host naming the field", () => {
+    // Arrange
+    const local = { id: 'local', kind: 'local-cloud', name: 'Local' };
+    const problemsOf = (jobMaxMinutes: unknown) => {
+      try {
+        parseConfig({ RuntimeCloud__Targets: JSON.stringify([{ ...local, jobMaxMinutes }]) });
+      } catch (error) {
+        return (error as ConfigError).problems.map((p) => `${p.field}: ${p.message}`);
+      }
+      return [];
+    };
+
+    // Act
+    const [plain, limited] = parseConfig({ RuntimeCloud__Targets: JSON.stringify([local, { ...local, id: 'edge', jobMaxMinutes: { apply: 240 } }]) }).targets.map(runnerTargetOf);
+
+    // Assert
+    expect(plain?.maxJobMs).toEqual({ plan: 30 * 60_000, apply: 120 * 60_000 });
+    expect(limited?.maxJobMs).toEqual({ plan: 30 * 60_000, apply: 240 * 60_000 });
+    expect(problemsOf({ plan: 0 })).toEqual(['RuntimeCloud__Targets.0.jobMaxMinutes.plan: a maximum job duration is at least 1 minute']);
+    expect(problemsOf({ apply: 1441 })).toEqual(['RuntimeCloud__Targets.0.jobMaxMinutes.apply: a maximum job duration is at most 1440 minutes (a day)']);
+    expect(problemsOf({ plan: 2.5 })).toEqual(['RuntimeCloud__Targets.0.jobMaxMinutes.plan: a maximum job duration is a whole number of minutes']);
+    expect(problemsOf({ plan: '30' })).toEqual(['RuntimeCloud__Targets.0.jobMaxMinutes.plan: a maximum job duration is a whole number of minutes']);
+    expect(problemsOf({ build: 5 })).toEqual([expect.stringMatching(/^RuntimeCloud__Targets\.0\.jobMaxMinutes: .*build/)]);
+  });
+
   it('when local.settings.sample.json is read, then it lists exactly the schema keys', () => {
     const sample = JSON.parse(readFileSync(join(__dirname, '../../local.settings.sample.json'), 'utf8')) as {
       Values: Record<string, string>;

@@ -1,9 +1,8 @@
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
 import { applyDivergence, planCounts, planDigest, planSchema, type ApplyResult, type Plan, type PlanStep } from '../../shared/platform/iac/plan';
 import { parseUpdatePlan, planFromPreview, updatePlanProblem } from '../../shared/platform/iac/pulumi-mapping';
+import { PLANS, present, publishedPlan, stackOfUrn, type PlanName } from '../support/pulumi-published';
 
 /**
  * What the host checks of a runner agent's report (issue "Tenant code is contained in its own tenant's runner",
@@ -108,25 +107,20 @@ describe('an apply result against the approved plan', () => {
   });
 });
 
-const FIXTURES = join(__dirname, '..', '..', '..', 'shared', 'fixtures', 'pulumi', 'plans');
-const PUBLISHED = ['pulumi-hugo.update-plans.aws-typescript-preview.plan.json', 'automation-api-examples.PreviewUpProgram.inline_preview_up.plan.json'];
-const present = PUBLISHED.every((name) => existsSync(join(FIXTURES, name)));
-if (!present) console.warn(`skipped: the published Pulumi update plans are not at ${FIXTURES} (../shared/fixtures beside the repository)`);
-
 /** The plan the `pulumi` engine makes of a preview that saved `published` (no events: the plan file alone). */
 function planOfPublished(published: JsonObject): Plan {
   const resourcePlans = Object.keys((published.resourcePlans ?? {}) as JsonObject);
-  const [, stack = '', project = ''] = /^urn:pulumi:([^:]+)::([^:]+)::/.exec(resourcePlans[0] ?? '') ?? [];
+  const { stack, project } = stackOfUrn(resourcePlans[0] ?? '');
   const plan = planFromPreview({ stack, project, baseSerial: 0, events: [], updatePlan: parseUpdatePlan(published), changeSummary: undefined, references: [] });
   return { ...plan, updatePlan: published };
 }
 
 describe.skipIf(!present)('the update plan a pulumi plan carries, against its steps (published update plans)', () => {
-  for (const name of PUBLISHED) {
-    const published = () => JSON.parse(readFileSync(join(FIXTURES, name), 'utf8')) as JsonObject;
+  for (const name of Object.keys(PLANS) as PlanName[]) {
+    const published = () => publishedPlan(name);
     const resourcePlans = (plan: JsonObject) => plan.resourcePlans as Record<string, { steps: string[] }>;
 
-    it(`when the plan is the one made of ${name}, then its resourcePlans' urns and steps are its steps, and the update plan does nothing beyond them`, () => {
+    it(`when the plan is the one made of ${PLANS[name]}, then its resourcePlans' urns and steps are its steps, and the update plan does nothing beyond them`, () => {
       const plan = planOfPublished(published());
 
       expect(plan.steps.map((s) => s.urn).sort()).toEqual(Object.keys(resourcePlans(published())).sort());
@@ -135,7 +129,7 @@ describe.skipIf(!present)('the update plan a pulumi plan carries, against its st
       expect(updatePlanProblem(plan)).toBeUndefined();
     });
 
-    it(`when ${name} gains a resource or another operation than the plan's steps, then the update plan is refused naming it`, () => {
+    it(`when ${PLANS[name]} gains a resource or another operation than the plan's steps, then the update plan is refused naming it`, () => {
       const plan = planOfPublished(published());
       const [first] = plan.steps;
       const extra = published();
@@ -153,7 +147,7 @@ describe.skipIf(!present)('the update plan a pulumi plan carries, against its st
   }
 
   it('when an update plan is larger than the bound, then the plan schema refuses it', () => {
-    const plan = planOfPublished(JSON.parse(readFileSync(join(FIXTURES, PUBLISHED[0]!), 'utf8')) as JsonObject);
+    const plan = planOfPublished(publishedPlan('awsTypescript'));
     const huge = { ...plan, updatePlan: { ...plan.updatePlan, padding: 'x'.repeat(4 * 1024 * 1024) } };
     expect(planSchema.safeParse(plan).success).toBe(true);
     expect(planSchema.safeParse(huge).error?.issues[0]?.message).toContain('an update plan is at most');

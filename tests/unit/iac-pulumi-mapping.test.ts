@@ -23,11 +23,42 @@ import {
 } from '../../shared/platform/iac/pulumi-mapping';
 
 /*
- * Recorded engine event sequences, hand-written in exactly the shapes of `@pulumi/pulumi/automation`'s typed
- * events (events.d.ts: EngineEvent, ResourcePreEvent, ResOutputsEvent, ResOpFailedEvent, DiagnosticEvent,
- * SummaryEvent, StepEventMetadata, StepEventStateMetadata) and of the update plan file (apitype.DeploymentPlanV1),
- * for a project `shop`, stack `dev`: a stack, a default provider, a network `net` and a database `db` whose
- * `password` is a secret; a second update changes a tag of `net`, replaces `db` (its sku) and deletes `cache`.
+ * HAND-WRITTEN engine event sequences, in exactly the shapes of `@pulumi/pulumi/automation`'s typed events
+ * (events.d.ts: EngineEvent, ResourcePreEvent, ResOutputsEvent, ResOpFailedEvent, DiagnosticEvent, SummaryEvent,
+ * StepEventMetadata, StepEventStateMetadata) and of the update plan file (apitype.DeploymentPlanV1), for a project
+ * `shop`, stack `dev`: a stack, a default provider, a network `net` and a database `db` whose `password` is a
+ * secret; a second update changes a tag of `net`, replaces `db` (its sku) and deletes `cache`.
+ *
+ * The mapping is tested on what Pulumi published in iac-pulumi-published.test.ts (../shared/fixtures/pulumi, README
+ * sections 4 and 5): creates (up-3), an in-place update with detailedDiff (up-4), replaces (webserver-userdata,
+ * TestDetailedDiffReplace), deletes (destroy-with-components), stack outputs (stack-output-resource-diff,
+ * yaml-text-change), failed operations without and with diagnostics (failed-stacks-dont-rewrite-operations,
+ * TestUpContinueOnErrorUpdate), a mandatory policy violation (TestSimpleAnalyzeResourceFailure) and both published
+ * update plans. The cases below stay hand-written because no published stream or plan shows them; each would be
+ * covered by the published stream named, and none is published:
+ * - ops other than create, update, same, delete and the replace halves (import, read, refresh, discard, …; the op
+ *   table) and an op this host does not know: a stream with those steps;
+ * - a change summary counting a replacement's halves: a summary event with create-replacement/delete-replaced keys;
+ * - a URN whose name holds `::`: a stream of such a resource;
+ * - secrets in a plan file (encrypted ciphertext) or as plaintext, and `UpResult.outputs` flagged secret or holding a
+ *   secret unflagged: a saved plan or an up result with secret values (the published plans hold none; an event
+ *   stream never carries UpResult; the only published secret is the blinded `__provider` of
+ *   failed-stacks-dont-rewrite-operations, tested there);
+ * - a plan file wrapped as `{ version, plan }`: a published plan in that form;
+ * - a preview's events together with its own plan file (goals with `dependencies`, `protect: true`, a resource the
+ *   events missed) and unknown inputs: a preview stream published with the plan it saved (the published unknowns are
+ *   stack outputs, tested on webserver-userdata);
+ * - the same preview in another order, or delivered out of sequence: one preview recorded twice (every published
+ *   stream is in sequence; the engine's own have every sequence 0);
+ * - a provider giving `diffs`/`keys` without `detailedDiff`: a stream of such a provider (every published event
+ *   with `diffs` also has `detailedDiff`);
+ * - a replace that changes the type (`oldType`): a stream with an alias across types;
+ * - a summary reporting more changes than the events (IAC.PULUMI_EVENTS_INCOMPLETE): upstream up-interrupted.json
+ *   comes closest and is not among the published fixtures;
+ * - an approved plan against the plan made again at apply (planCovers): a preview without secret values and one
+ *   with them, of one program;
+ * - `up --plan` refusing an operation (PROVISIONING.PLAN_CHANGED), an update the caller cancelled, and a resolved
+ *   secret in a diagnostic (redaction): a stream of such an update.
  */
 
 const STACK_URN = 'urn:pulumi:dev::shop::pulumi:pulumi:Stack::shop-dev';

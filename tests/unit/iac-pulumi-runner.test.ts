@@ -30,6 +30,8 @@ import { refusal } from '../support/refusal';
  * secret config, the plan made from events, the check against the approved plan, `up` constrained to the saved
  * plan, the mapping of failures. The real Automation API and CLI are exercised only where this machine allows:
  * without a CLI (which cannot be installed here), where they must fail with PROVISIONING.RUNNER_UNAVAILABLE.
+ * Its events are hand-written: the mapping they pass through is tested on Pulumi's published streams in
+ * iac-pulumi-published.test.ts; the runner's own work above is in no published recording.
  */
 
 /** The stack every call names: the runner selects it in the backend by its own name, `dev`. */

@@ -28,6 +28,13 @@ const peerEndpoint = z
     message: 'an external service is reached over https:// (http:// only on loopback)',
   });
 
+/** A runner job's maximum duration on a target, in minutes. */
+const jobMinutes = z
+  .number({ error: 'a maximum job duration is a whole number of minutes' })
+  .int('a maximum job duration is a whole number of minutes')
+  .min(1, 'a maximum job duration is at least 1 minute')
+  .max(24 * 60, 'a maximum job duration is at most 1440 minutes (a day)');
+
 const targetSchema = z.object({
   id: z.string().min(1),
   kind: z.enum(['local-cloud', 'azure-subscription', 'aks-cluster', 'on-prem']),
@@ -56,6 +63,12 @@ const targetSchema = z.object({
         .strict(),
     )
     .optional(),
+  /**
+   * How long one runner job of each kind may run on this target, in minutes from its claim (defaults: plan 30, apply
+   * 120): the host takes a job past it for lost even while its agent beats (a plan is dispatched again, at most 3
+   * times; an apply follows the rules of a lost apply). Example: `{"plan":45,"apply":240}`.
+   */
+  jobMaxMinutes: z.object({ plan: jobMinutes.optional(), apply: jobMinutes.optional() }).strict().optional(),
   /** An Azure target's scope: where its runners' identity may write and its observer identity reads. */
   scope: z.object({ subscriptionId: z.string().min(1), resourceGroup: z.string().min(1) }).optional(),
   /**

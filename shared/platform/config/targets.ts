@@ -27,15 +27,20 @@ export function targetOfEnvironment(targets: readonly ProvisioningTarget[], envi
   return targets.find((t) => t.environments?.some(matches)) ?? first;
 }
 
+/** How long a runner job of each kind may run when its target does not say (`jobMaxMinutes`), in minutes. */
+export const DEFAULT_JOB_MAX_MINUTES = { plan: 30, apply: 120 } as const;
+
 /**
  * A target's runner pools: its capacity pool (default `<id>-runner`), its explicit agent pools (`runnerPools`), the
- * engine its runners use and, for `pulumi`, their state backend.
+ * engine its runners use and, for `pulumi`, their state backend; and how long each kind of its jobs may run.
  */
 export function runnerTargetOf(target: ProvisioningTarget): RunnerTarget {
   const pool = target.runnerPool ?? `${target.id}-runner`;
   const groups = (target.runnerPools ?? []).map((g) => ({ id: g.id, tenants: [...g.tenants] }));
-  if (target.kind === 'local-cloud') return { target: target.id, pool, groups, engine: 'local' };
-  return { target: target.id, pool, groups, engine: 'pulumi', ...(target.backend ? { backend: target.backend } : {}) };
+  const minutes = { ...DEFAULT_JOB_MAX_MINUTES, ...target.jobMaxMinutes };
+  const maxJobMs = { plan: minutes.plan * 60_000, apply: minutes.apply * 60_000 };
+  if (target.kind === 'local-cloud') return { target: target.id, pool, groups, engine: 'local', maxJobMs };
+  return { target: target.id, pool, groups, engine: 'pulumi', maxJobMs, ...(target.backend ? { backend: target.backend } : {}) };
 }
 
 export interface RunnerTarget {
@@ -47,6 +52,8 @@ export interface RunnerTarget {
   readonly engine: 'local' | 'pulumi';
   /** `pulumi` targets: the state backend and secrets provider of the target's runners, `{tenant}` still in them. */
   readonly backend?: JobBackend;
+  /** How long a job of each kind may run from its claim. Example: `{ plan: 1_800_000, apply: 7_200_000 }`. */
+  readonly maxJobMs: Readonly<Record<'plan' | 'apply', number>>;
 }
 
 export interface AgentPoolGroup {

@@ -12,7 +12,7 @@ import { planCounts, planDigest, type ApplyError, type ApplyResult, type Plan, t
  * Sources (types of `@pulumi/pulumi/automation`):
  * - `EngineEvent` (events.d.ts), as `onEvent` receives them: `resourcePreEvent` / `resOutputsEvent`
  *   (`StepEventMetadata`: op, urn, type, old/new `StepEventStateMetadata`, `diffs`, `keys`, `detailedDiff`),
- *   `resOpFailedEvent`, `diagnosticEvent`, `summaryEvent`.
+ *   `resOpFailedEvent`, `diagnosticEvent`, `policyEvent`, `summaryEvent`.
  * - `PreviewResult.changeSummary` and `UpResult.summary` / `UpResult.outputs` (stack.d.ts: `OpMap`,
  *   `UpdateSummary`, `OutputMap`).
  * - The update plan file `pulumi preview --save-plan` writes (Pulumi's `apitype.DeploymentPlanV1`:
@@ -398,14 +398,14 @@ function canonicalOrder(steps: readonly PlanStep[]): PlanStep[] {
   return [...ordered, ...deletes];
 }
 
-/** The outputs the program registered on its stack resource: its last outputs event. */
+/**
+ * The outputs the program registered on its stack resource: its last outputs event's; without one, its pre event's
+ * (Pulumi's recorded preview yaml-text-change, where only the outputs change, has nothing else of them).
+ */
 function stackOutputsOf(events: readonly EngineEvent[]): JsonObject {
-  let outputs: JsonObject = {};
-  for (const event of events) {
-    const md = event.resOutputsEvent?.metadata;
-    if (md?.type === STACK_TYPE && md.new?.outputs) outputs = maskObject(md.new.outputs);
-  }
-  return outputs;
+  const last = (kind: 'resOutputsEvent' | 'resourcePreEvent') =>
+    events.map((e) => e[kind]?.metadata).findLast((md) => md?.type === STACK_TYPE && md.new?.outputs)?.new?.outputs;
+  return maskObject(last('resOutputsEvent') ?? last('resourcePreEvent') ?? {});
 }
 
 /**
@@ -520,12 +520,21 @@ export function isPlanConstraintMessage(message: string): boolean {
   return PLAN_CONSTRAINT.some((pattern) => pattern.test(message));
 }
 
-/** Error diagnostics (severity `error`), plain text, secrets redacted, in arrival order. */
+/**
+ * What stopped a preview or an update, in arrival order, plain text, secrets redacted: error diagnostics (severity
+ * `error`) and violations of mandatory policies. Pulumi fails an update on a mandatory `policyEvent` without an
+ * error diagnostic of its own (its engine's recorded stream TestSimpleAnalyzeResourceFailure has none), so without
+ * them the failure would not say why. An advisory violation (`warning`) stops nothing and is not one of them.
+ */
 export function errorDiagnostics(events: readonly EngineEvent[], secrets: readonly string[]): { readonly urn?: string; readonly message: string }[] {
   return events
-    .map((e) => e.diagnosticEvent)
-    .filter((d) => d !== undefined && d.severity === 'error')
-    .map((d) => ({ ...(d?.urn ? { urn: d.urn } : {}), message: redact(plainMessage(d?.message ?? ''), secrets) }))
+    .flatMap((e) => {
+      const { diagnosticEvent: d, policyEvent: p } = e;
+      if (d?.severity === 'error') return [{ urn: d.urn, text: plainMessage(d.message) }];
+      if (p?.enforcementLevel === 'mandatory') return [{ urn: p.resourceUrn, text: `policy ${p.policyName} of ${p.policyPackName} (mandatory): ${plainMessage(p.message)}` }];
+      return [];
+    })
+    .map(({ urn, text }) => ({ ...(urn ? { urn } : {}), message: redact(text, secrets) }))
     .filter((d) => d.message.length > 0);
 }
 
@@ -574,7 +583,9 @@ export function applyResultFromUp(observation: UpObservation): ApplyResult {
     const seen = observed.get(step.urn);
     const done = finishedUrns.has(step.urn);
     const after = seen ? latestNew(seen.metadata)?.new : undefined;
-    const id = step.op === 'delete' ? undefined : after?.id || step.id;
+    // After a replace the resource is the replacement: its id is the one the events show, never the old one's (a
+    // stream that only finishes deleting the old copy, as Pulumi's recorded failed-stacks-dont-rewrite-operations, shows none).
+    const id = step.op === 'delete' ? undefined : after?.id || (step.op === 'replace' ? undefined : step.id);
     if (failedUrns.has(step.urn)) {
       const message = diagnostics.find((d) => d.urn === step.urn)?.message ?? `pulumi could not ${step.op} ${step.name}`;
       const keptId = step.op === 'create' ? after?.id || undefined : step.id;
