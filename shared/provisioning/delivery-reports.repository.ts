@@ -1,5 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
+import { firstRows, type SqlDialect } from '../platform/sql/dialect';
 import type { ProvisioningTables } from './provisioning.tables';
 
 type Executor = Kysely<ProvisioningTables> | Transaction<ProvisioningTables>;
@@ -32,17 +33,16 @@ export async function insertReport(trx: Executor, report: { readonly tenant: str
 }
 
 /** Reports due at `now` that no other pass holds, oldest first. */
-export async function dueReports(db: Executor, now: number, limit: number): Promise<PendingReport[]> {
-  const rows = await db
+export async function dueReports(db: Executor, dialect: SqlDialect, now: number, limit: number): Promise<PendingReport[]> {
+  const due = db
     .selectFrom('provisioning_delivery_reports')
     .select(['tenant_id', 'run_id', 'attempts'])
     .where('acknowledged_at', 'is', null)
     .where('next_attempt_at', '<=', now)
     .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<', now)]))
     .orderBy('created_at')
-    .orderBy('run_id')
-    .limit(limit)
-    .execute();
+    .orderBy('run_id');
+  const rows = await firstRows(due, dialect, limit).execute();
   return rows.map((r) => ({ tenant: r.tenant_id, runId: r.run_id, attempts: Number(r.attempts) }));
 }
 

@@ -36,7 +36,7 @@ export async function sendDeliveryReports(ctx: ProvisioningContext, limit = 100)
   const claimToken = ctx.ids.next('reports');
   let sent = 0;
   let failed = 0;
-  for (const report of await retryingContention(() => dueReports(ctx.db, nowOf(ctx), limit))) {
+  for (const report of await retryingContention(() => dueReports(ctx.db, ctx.dialect, nowOf(ctx), limit))) {
     const now = nowOf(ctx);
     if (!(await retryingContention(() => claimReport(ctx.db, report, { claimToken, now, until: now + CLAIM_MS })))) continue;
     try {

@@ -55,6 +55,7 @@ function deploymentConfig(): Record<string, string> {
     controlPlaneEndpoint: 'https://control-plane.factory.example',
     knowledgeEndpoint: 'https://knowledge.factory.example',
     configPlatformEndpoint: 'https://config.factory.example',
+    deliveryEndpoint: 'https://delivery.factory.example',
     ...SECRET_VALUES,
   };
 }
@@ -101,6 +102,7 @@ const APP_SWAPS: Readonly<Record<string, Swap>> = {
   RuntimeCloud__ControlPlane__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__Knowledge__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__ConfigPlatform__Endpoint: { why: peer, local: () => undefined },
+  RuntimeCloud__Delivery__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__Inventory__Observer: { why: "Azure Resource Manager cannot be reached: the local cloud's observer scans the local cloud targets", local: () => 'local-cloud' },
 };
 /** Settings infra does not write that the local host needs here. */

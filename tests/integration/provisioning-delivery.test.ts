@@ -10,7 +10,7 @@ import { createLocalExternalServices, type LocalExternalServices } from '../../s
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
-import { DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';
 import { aStackPromotion, outboxEvents, testServiceOptions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 import { provisioningFixture } from '../support/provisioning-fixture';
@@ -25,7 +25,7 @@ import { provisioningFixture } from '../support/provisioning-fixture';
 const ALL = { kind: 'all' } as const;
 const OTHER_TENANT = 'other-team';
 
-for (const dialect of DIALECTS) {
+for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`promotions checked against their DeliveryHost release on ${dialect}`, () => {
     const fixture = provisioningFixture(dialect, { prefix: 'rch-delivery-', stackCopies: 12, stateDirName: 'example-state' });
     const { clock, freshStack } = fixture;
