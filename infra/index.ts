@@ -112,6 +112,7 @@ for (const [key, setting] of [
   ['controlPlane', 'ControlPlane'],
   ['knowledge', 'Knowledge'],
   ['configPlatform', 'ConfigPlatform'],
+  ['delivery', 'Delivery'],
 ] as const) {
   const endpoint = key === 'configPlatform' ? configPlatformEndpoint : config.get(`${key}Endpoint`);
   const audience = config.get(`${key}Audience`);

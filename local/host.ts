@@ -182,7 +182,7 @@ export class LocalHost {
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
-    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
+    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
     this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
     const recovery = this.#deps.recovery;
     if (recovery) {
@@ -299,6 +299,7 @@ const PEER_ENDPOINT_SETTINGS: Readonly<Record<StandInName, string>> = {
   controlPlane: 'RuntimeCloud__ControlPlane__Endpoint',
   knowledge: 'RuntimeCloud__Knowledge__Endpoint',
   configPlatform: 'RuntimeCloud__ConfigPlatform__Endpoint',
+  delivery: 'RuntimeCloud__Delivery__Endpoint',
 };
 
 function mapPeers<T>(config: Config, of: (peer: PeerSetting) => T): Record<StandInName, T> {

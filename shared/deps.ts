@@ -89,6 +89,12 @@ export interface DepsOverrides {
    * local host's own. Default false: https: repositories only. Example: `true`.
    */
   readonly localSources?: boolean;
+  /**
+   * Whether a release the DeliveryHost answers without its desired state may be promoted as its message names it:
+   * the local host's, whose stand-in pins no release without `delivery.json`. Default false: refused
+   * (`PROVISIONING.RELEASE_NOT_PINNED`). Example: `true`.
+   */
+  readonly unpinnedReleases?: boolean;
   /** Whether `RuntimeCloud__IaC__Execution=in-process` may run the engine here: the local host's (tests, bench). */
   readonly inProcessEngine?: boolean;
   /** Durations of provisioning runs (tests). Example: `{ lockRetryMs: 60_000 }`. */
@@ -174,6 +180,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     packages: { packages: config.provisioning.packages },
     planExpiry: config.provisioning.planExpiry,
     approval: config.provisioning.approval,
+    unpinnedReleases: overrides.unpinnedReleases ? 'allow' : 'refuse',
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
   });
 

@@ -6,3 +6,4 @@ import './provisioning-run.orchestrator';
 import './runs';
 import './stacks';
 import './runner-jobs';
+import './delivery-reports';

@@ -5,25 +5,36 @@ import { Code, ConnectError, type ConnectRouter, type Interceptor } from '@conne
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { createLocalJWKSet, jwtVerify, type JSONWebKeySet } from 'jose';
 import { ControlPlaneService, Tier as ControlPlaneTier } from '../../contracts/gen/connectsoft/controlplane/v1/control_plane_pb';
+import { DeliveryService, Outcome, type ReportOutcomeRequest } from '../../contracts/gen/connectsoft/delivery/v1/delivery_pb';
 import { GovernanceService, Tier as GovernanceTier, type PolicyAnswer as WirePolicyAnswer } from '../../contracts/gen/connectsoft/governance/v1/governance_pb';
 import { KnowledgeService, ReceiptKind } from '../../contracts/gen/connectsoft/knowledge/v1/knowledge_pb';
 import { Health, HealthCheckResponse_ServingStatus } from '../../contracts/gen/grpc/health/v1/health_pb';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import type { JsonValue } from '../../shared/platform/iac/iac-values';
-import type { PolicyAnswer } from '../../shared/provisioning/external-services.client';
-import type { LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import type { PolicyAnswer, ReceiptKind as RunReceiptKind } from '../../shared/provisioning/external-services.client';
+import type { LocalExternalServices, LocalServiceName } from '../../shared/provisioning/local-external-services.adapter';
 import type { EnvironmentTier } from '../../shared/provisioning/promotion';
 
 /**
  * The local host's stand-ins for the external services, as real servers on loopback speaking the contracts in
- * contracts/: the GovernanceHost, ControlPlaneApi and KnowledgeHost as gRPC servers (ConnectRPC over HTTP/2, with the
+ * contracts/: the GovernanceHost, ControlPlaneApi, KnowledgeHost and DeliveryHost as gRPC servers (ConnectRPC over HTTP/2, with the
  * gRPC health protocol), the Config Platform as an HTTP server. The host reaches them through the same clients as
  * Azure's services (peer-external-services.adapter.ts). Each checks the caller's bearer token (the local issuer's,
  * for its own audience), and answers from the local implementations (local-external-services.adapter.ts), bound
- * once the host's store is open; until then, and while switched unreachable, they answer UNAVAILABLE.
+ * once the host's store is open; until then, and while switched unreachable, they answer UNAVAILABLE, to the health
+ * protocol too (the Config Platform's `GET /health` 503): a peer that does not answer is not SERVING either.
  */
-export const STAND_IN_NAMES = ['governance', 'controlPlane', 'knowledge', 'configPlatform'] as const;
+export const STAND_IN_NAMES = ['governance', 'controlPlane', 'knowledge', 'configPlatform', 'delivery'] as const;
 export type StandInName = (typeof STAND_IN_NAMES)[number];
+
+/** The outage switch (local-external-services.adapter.ts) each stand-in answers by. */
+const SWITCHES: Record<StandInName, LocalServiceName> = {
+  governance: 'governance',
+  controlPlane: 'control-plane',
+  knowledge: 'knowledge',
+  configPlatform: 'config-platform',
+  delivery: 'delivery',
+};
 
 export interface StandInOptions {
   readonly issuer: string;
@@ -58,11 +69,16 @@ export async function startStandIns(options: StandInOptions): Promise<StandIns> 
       throw new ConnectError(`the token is not valid for ${audience}: ${ensureError(thrown).message}`, Code.Unauthenticated);
     }
   };
+  /** Throws UNAVAILABLE unless the stand-in is bound and its switch says reachable: what its health protocol answers. */
+  const serving = (name: StandInName) => async (): Promise<void> => {
+    if (!(await services().isReachable(SWITCHES[name]))) throw new ConnectError(`${SWITCHES[name]} is switched unreachable on this host`, Code.Unavailable);
+  };
   const servers: Record<StandInName, Server | Http2Server> = {
-    governance: grpcServer(GovernanceService.typeName, options.audiences.governance, verify, (router) => router.service(GovernanceService, governance(services))),
-    controlPlane: grpcServer(ControlPlaneService.typeName, options.audiences.controlPlane, verify, (router) => router.service(ControlPlaneService, controlPlane(services))),
-    knowledge: grpcServer(KnowledgeService.typeName, options.audiences.knowledge, verify, (router) => router.service(KnowledgeService, knowledge(services))),
-    configPlatform: configPlatformServer(options.audiences.configPlatform, verify, services),
+    governance: grpcServer(GovernanceService.typeName, options.audiences.governance, verify, serving('governance'), (router) => router.service(GovernanceService, governance(services))),
+    controlPlane: grpcServer(ControlPlaneService.typeName, options.audiences.controlPlane, verify, serving('controlPlane'), (router) => router.service(ControlPlaneService, controlPlane(services))),
+    knowledge: grpcServer(KnowledgeService.typeName, options.audiences.knowledge, verify, serving('knowledge'), (router) => router.service(KnowledgeService, knowledge(services))),
+    configPlatform: configPlatformServer(options.audiences.configPlatform, verify, serving('configPlatform'), services),
+    delivery: grpcServer(DeliveryService.typeName, options.audiences.delivery, verify, serving('delivery'), (router) => router.service(DeliveryService, delivery(services))),
   };
   const endpoints = {} as Record<StandInName, string>;
   for (const name of STAND_IN_NAMES) endpoints[name] = await listen(servers[name]);
@@ -94,8 +110,10 @@ export async function startStandIns(options: StandInOptions): Promise<StandIns> 
 
 type Verify = (authorization: string | null | undefined, audience: string) => Promise<void>;
 
+type Serving = () => Promise<void>;
+
 /** A gRPC server (h2c on loopback) for one service and the health protocol; every call of the service needs a token. */
-function grpcServer(serviceName: string, audience: string, verify: Verify, routes: (router: ConnectRouter) => void): Http2Server {
+function grpcServer(serviceName: string, audience: string, verify: Verify, serving: Serving, routes: (router: ConnectRouter) => void): Http2Server {
   const authenticated: Interceptor = (next) => async (request) => {
     if (request.service.typeName !== Health.typeName) await verify(request.header.get('authorization'), audience);
     return next(request);
@@ -108,8 +126,9 @@ function grpcServer(serviceName: string, audience: string, verify: Verify, route
     routes(router) {
       routes(router);
       router.service(Health, {
-        check: (request) => {
+        check: async (request) => {
           if (request.service !== '' && request.service !== serviceName) throw new ConnectError(`this server serves ${serviceName}`, Code.NotFound);
+          await serving();
           return { status: HealthCheckResponse_ServingStatus.SERVING };
         },
       });
@@ -239,12 +258,47 @@ function knowledge(services: () => LocalExternalServices) {
   };
 }
 
+const RECEIPT_KINDS: readonly string[] = ['plan-receipt', 'apply-receipt'] satisfies readonly RunReceiptKind[];
+
+function delivery(services: () => LocalExternalServices) {
+  return {
+    resolveRelease: (request: { tenant: string; name: string; version: string }) =>
+      answering(async () => {
+        if (!request.tenant || !request.name || !request.version) throw new ConnectError('tenant, name and version are required', Code.InvalidArgument);
+        const release = await services().delivery.resolveRelease(request.tenant, { name: request.name, version: request.version });
+        if (!release) throw new ConnectError(`tenant ${request.tenant} has no release ${request.name} ${request.version}`, Code.NotFound);
+        return { release: { name: release.name, version: release.version, ...(release.desiredState ? { desiredState: { ...release.desiredState } } : {}) } };
+      }),
+    reportOutcome: (request: ReportOutcomeRequest) =>
+      answering(async () => {
+        const outcome = request.outcome === Outcome.APPLIED ? 'applied' : request.outcome === Outcome.FAILED ? 'failed' : undefined;
+        if (!outcome || !request.tenant || !request.runId || !request.state || !request.finishedAt) throw new ConnectError('tenant, run_id, an outcome, state and finished_at are required', Code.InvalidArgument);
+        const unknownKind = request.receipts.find((r) => !RECEIPT_KINDS.includes(r.kind) || !r.digest);
+        if (unknownKind) throw new ConnectError(`a receipt is plan-receipt or apply-receipt, with a digest: ${unknownKind.kind}`, Code.InvalidArgument);
+        const reportId = await services().delivery.reportOutcome({
+          tenant: request.tenant,
+          runId: request.runId,
+          promotionId: request.promotionId,
+          release: { name: request.releaseName, version: request.releaseVersion },
+          environmentId: request.environmentId,
+          outcome,
+          state: request.state,
+          ...(request.code ? { code: request.code } : {}),
+          ...(request.reason ? { reason: request.reason } : {}),
+          receipts: request.receipts.map((r) => ({ kind: r.kind as RunReceiptKind, digest: r.digest })),
+          finishedAt: request.finishedAt,
+        });
+        return { reportId };
+      }),
+  };
+}
+
 /**
  * The Config Platform (contracts/configplatform/openapi.json): `GET /v1/tenants/{tenant}/references/{reference}`
  * answers the value, a problem+json 404 for an unknown reference, 401 without a valid token, 503 while unreachable;
- * `GET /health` answers 200.
+ * `GET /health` answers 200, and 503 while unreachable.
  */
-function configPlatformServer(audience: string, verify: Verify, services: () => LocalExternalServices): Server {
+function configPlatformServer(audience: string, verify: Verify, serving: Serving, services: () => LocalExternalServices): Server {
   return createHttpServer((request, response) => {
     const send = (status: number, body: object, type = 'application/json') => {
       response.writeHead(status, { 'content-type': type });
@@ -253,7 +307,12 @@ function configPlatformServer(audience: string, verify: Verify, services: () => 
     const problem = (status: number, code: string, detail: string) => send(status, { type: 'about:blank', title: code, status, code, detail }, 'application/problem+json');
     void (async () => {
       const path = new URL(request.url ?? '/', 'http://stand-in').pathname;
-      if (request.method === 'GET' && path === '/health') return send(200, { status: 'healthy' });
+      if (request.method === 'GET' && path === '/health') {
+        return serving().then(
+          () => send(200, { status: 'healthy' }),
+          (thrown: unknown) => problem(503, 'CONFIG.UNAVAILABLE', ensureError(thrown).message),
+        );
+      }
       const match = /^\/v1\/tenants\/([^/]+)\/references\/([^/]+)$/.exec(path);
       if (request.method !== 'GET' || !match) return problem(404, 'CONFIG.ROUTE_NOT_FOUND', `${request.method ?? ''} ${path}`);
       try {

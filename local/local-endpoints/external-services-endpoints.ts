@@ -39,12 +39,15 @@ const reviewSchema = z
   // The refinement above guarantees a deny's reason; the fallback only satisfies the type.
   .transform((body): Review => (body.decision === 'deny' ? { decision: 'deny', by: body.by, reason: body.reason ?? '' } : { decision: 'allow', by: body.by }));
 
-const evidenceQuerySchema = z.object({ runId: z.string().regex(PLAIN_ID, 'a run id is 1 to 200 letters, digits, ".", "_", ":" or "-"') });
+const runIdSchema = z.string().regex(PLAIN_ID, 'a run id is 1 to 200 letters, digits, ".", "_", ":" or "-"');
+const evidenceQuerySchema = z.object({ runId: runIdSchema });
+/** A DeliveryHost report is a tenant's: another tenant's run of the same id is another run. */
+const reportsQuerySchema = z.object({ tenant: z.string().regex(PLAIN_ID, 'a tenant is 1 to 200 letters, digits, ".", "_", ":" or "-"'), runId: runIdSchema });
 
 /**
  * Local-only endpoints of the local stand-ins for the external services of provisioning (never registered in
  * Azure): switch a service unreachable, decide a pending policy check as its reviewer, read the GovernanceHost's
- * evidence of a run and a KnowledgeHost artifact. PlatformAdmin or `factory.runtime.admin` only; errors are
+ * evidence of a run, a KnowledgeHost artifact and the DeliveryHost's reports of a tenant's run. PlatformAdmin or `factory.runtime.admin` only; errors are
  * problem+json. The switch, the review and the reads work while the service is unreachable: they are the operator's
  * and the reviewer's side of it, not calls a run makes. The stand-ins serve only with the embedded IaC runner
  * (shared/deps.ts); with another runner every route answers 404 `LOCAL_SERVICES.NOT_IN_USE`.
@@ -72,6 +75,11 @@ export class LocalExternalServicesEndpoints implements HostComponent {
       const { runId } = parseQueryParams(request.url.searchParams, evidenceQuerySchema);
       // Not paginated: a run has one evidence per plan it applied, so the list is as short as the run's replans.
       return { status: 200, body: { runId, items: await services.evidenceOf(runId) } };
+    });
+    route('GET', `${BASE}/delivery/reports`, async (request) => {
+      const { tenant, runId } = parseQueryParams(request.url.searchParams, reportsQuerySchema);
+      // Not paginated: the DeliveryHost keeps one report per run.
+      return { status: 200, body: { tenant, runId, items: await services.reportsOf(tenant, runId) } };
     });
     route('GET', `${BASE}/knowledge/artifacts/{id}`, async (request) => {
       const id = request.params.id ?? '';

@@ -7,7 +7,7 @@ import type { EnvironmentTier } from './promotion';
  * local implementation for the local host (local-external-services.adapter.ts); Azure adapters are a named gap (README).
  *
  * Failure modes, as the seed gives them:
- * - GovernanceHost, ControlPlaneApi, KnowledgeHost: **fail-fast**. A call that fails throws an AppError of kind
+ * - GovernanceHost, ControlPlaneApi, KnowledgeHost, DeliveryHost: **fail-fast**. A call that fails throws an AppError of kind
  *   `unavailable` with the service's code (`PROVISIONING.GOVERNANCE_UNAVAILABLE`, …): the step throws, the
  *   orchestration's activity retry runs it again, and when the retries run out the run fails with that code. A
  *   failed call never counts as an allow.
@@ -18,6 +18,7 @@ export const ExternalErrors = {
   governanceUnavailable: 'PROVISIONING.GOVERNANCE_UNAVAILABLE',
   controlPlaneUnavailable: 'PROVISIONING.CONTROL_PLANE_UNAVAILABLE',
   knowledgeUnavailable: 'PROVISIONING.KNOWLEDGE_UNAVAILABLE',
+  deliveryUnavailable: 'PROVISIONING.DELIVERY_UNAVAILABLE',
   /** The Config Platform failed and the reference has no last known value: nothing was applied. */
   configUnavailable: 'PROVISIONING.CONFIG_UNAVAILABLE',
   /** A GovernanceHost policy denied the plan. */
@@ -28,10 +29,16 @@ export const ExternalErrors = {
   unknownEnvironment: 'PROVISIONING.UNKNOWN_ENVIRONMENT',
   /** The approver is not one the ControlPlaneApi allows for the run's environment. */
   approverNotAllowed: 'PROVISIONING.APPROVER_NOT_ALLOWED',
+  /** The DeliveryHost made no release of the promotion's name and version for its tenant. */
+  releaseUnknown: 'PROVISIONING.RELEASE_UNKNOWN',
+  /** The promotion's desired state (repository, commit, path) is not its release's. */
+  releaseMismatch: 'PROVISIONING.RELEASE_MISMATCH',
+  /** The DeliveryHost answered the release without its desired state, and this host promotes pinned releases only. */
+  releaseNotPinned: 'PROVISIONING.RELEASE_NOT_PINNED',
 } as const;
 
 /** The codes a step throws when a fail-fast service did not answer; a run that gives up on such a step ends with it. */
-export const UNAVAILABLE_CODES: readonly string[] = [ExternalErrors.governanceUnavailable, ExternalErrors.controlPlaneUnavailable, ExternalErrors.knowledgeUnavailable];
+export const UNAVAILABLE_CODES: readonly string[] = [ExternalErrors.governanceUnavailable, ExternalErrors.controlPlaneUnavailable, ExternalErrors.knowledgeUnavailable, ExternalErrors.deliveryUnavailable];
 
 /**
  * The error a fail-fast call throws. Its message starts with the code: the orchestration sees only the message of
@@ -151,6 +158,61 @@ export interface ConfigPlatform {
   resolve(reference: string, scope: ReferenceScope): Promise<JsonValue>;
 }
 
+/** A desired state by reference, as a promotion and a release name it. */
+export interface DesiredStateRef {
+  readonly repository: string;
+  readonly commit: string;
+  readonly path: string;
+}
+
+/**
+ * A release as the DeliveryHost made it. `desiredState` absent: the DeliveryHost pins none (only the local stand-in
+ * without a release catalog answers so, as the local ControlPlaneApi without its file knows every environment).
+ *
+ * BREAKING-CHANGE SHAPE: the DeliveryHost's API.
+ */
+export interface Release {
+  readonly name: string;
+  readonly version: string;
+  readonly desiredState?: DesiredStateRef;
+}
+
+/** A receipt of a run by digest (`sha256:<hex>`). */
+export interface ReceiptDigest {
+  readonly kind: ReceiptKind;
+  readonly digest: string;
+}
+
+/**
+ * How the provisioning run of a promotion ended, as the DeliveryHost is told: once per run, sent until acknowledged.
+ *
+ * BREAKING-CHANGE SHAPE: stored in the host's delivery report outbox and sent to the DeliveryHost.
+ */
+export interface OutcomeReport {
+  readonly tenant: string;
+  readonly runId: string;
+  readonly promotionId: string;
+  readonly release: { readonly name: string; readonly version: string };
+  readonly environmentId: string;
+  readonly outcome: 'applied' | 'failed';
+  /** The run's final state: applied, failed, rejected, superseded or canceled. */
+  readonly state: string;
+  /** Why it did not apply; absent when applied. */
+  readonly code?: string;
+  readonly reason?: string;
+  readonly receipts: readonly ReceiptDigest[];
+  /** ISO-8601 UTC. */
+  readonly finishedAt: string;
+}
+
+/** DeliveryHost (fail-fast): release resolution at intake, promotion reports of ended runs. */
+export interface DeliveryHost {
+  /** A tenant's release by name and version; undefined when the DeliveryHost made no such release for the tenant. */
+  resolveRelease(tenant: string, release: { readonly name: string; readonly version: string }): Promise<Release | undefined>;
+  /** Records how a run ended; answers the report id. Idempotent per tenant and run: the first report stands. */
+  reportOutcome(report: OutcomeReport): Promise<string>;
+}
+
 /** Where the last value the Config Platform gave for each tenant's reference is kept, for when it does not answer. */
 export interface LastKnownConfig {
   get(tenant: string, reference: string): Promise<{ readonly value: JsonValue; readonly at: Date } | undefined>;
@@ -164,11 +226,11 @@ export interface ExternalServices {
   readonly knowledge: KnowledgeHost;
   readonly configPlatform: ConfigPlatform;
   readonly lastKnownConfig: LastKnownConfig;
+  readonly delivery: DeliveryHost;
 }
 
 /**
- * The services where no adapter is wired (Azure: the gRPC/HTTP clients of GovernanceHost, ControlPlaneApi,
- * KnowledgeHost and the Config Platform are not built yet). Every call fails as a service that does not answer, so
+ * The services where no adapter is wired (a peer without an endpoint). Every call fails as a service that does not answer, so
  * a run fails with the service's code instead of passing unchecked.
  */
 export function unwiredExternalServices(): ExternalServices {
@@ -184,5 +246,6 @@ export function unwiredExternalServices(): ExternalServices {
     knowledge: { putReceipt: down(ExternalErrors.knowledgeUnavailable, 'the KnowledgeHost') },
     configPlatform: { resolve: down(ExternalErrors.configUnavailable, 'the Config Platform') },
     lastKnownConfig: { get: () => Promise.resolve(undefined), put: () => Promise.resolve() },
+    delivery: { resolveRelease: down(ExternalErrors.deliveryUnavailable, 'the DeliveryHost'), reportOutcome: down(ExternalErrors.deliveryUnavailable, 'the DeliveryHost') },
   };
 }

@@ -8,7 +8,7 @@ import { qualifiedStackName, sameStack } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
-import { ExternalErrors } from './external-services.client';
+import { ExternalErrors, type DesiredStateRef, type Release } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
 import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
@@ -154,15 +154,19 @@ async function bindEnvironment(trx: Transaction<ProvisioningTables>, run: Pick<N
 type CheckedPromotion = { readonly repository: string } & ({ readonly project: string; readonly target: string } | { readonly refusal: Failure });
 
 /**
- * Whether a well-formed promotion can become a run: an unknown tenant or environment, or desired state that is not
- * there (repository, commit, path) or not allowed, is a refusal. Transient failures (Git remote unreachable, the
- * ControlPlaneApi not answering) are thrown.
+ * Whether a well-formed promotion can become a run: an unknown tenant, release or environment, desired state that is
+ * not its release's, or desired state that is not there (repository, commit, path) or not allowed, is a refusal.
+ * Transient failures (Git remote unreachable, the DeliveryHost or ControlPlaneApi not answering) are thrown.
  */
 async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionApproved): Promise<CheckedPromotion> {
   const refused = (refusal: Failure): CheckedPromotion => ({ repository: describeRepository(promotion.desiredState.repository), refusal });
   if (!(await ctx.knowsTenant(promotion.tenantId))) {
     return refused({ code: RunErrors.unknownTenant, message: `the tenant ${promotion.tenantId} is not known to this host` });
   }
+  // What the release is, the DeliveryHost says: a message never decides it. Fail-fast, as the ControlPlaneApi below.
+  const release = await failFast(ExternalErrors.deliveryUnavailable, 'the DeliveryHost', () => ctx.services.delivery.resolveRelease(promotion.tenantId, promotion.release));
+  const releaseRefusal = releaseProblem(promotion, release, ctx.unpinnedReleases);
+  if (releaseRefusal) return refused(releaseRefusal);
   // Fail-fast: a ControlPlaneApi that does not answer throws, and the message is delivered again.
   const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => ctx.services.controlPlane.environment(promotion.tenantId, promotion.environment.id));
   if (!environment) {
@@ -191,6 +195,28 @@ async function checkPromotion(ctx: ProvisioningContext, promotion: PromotionAppr
   } catch (thrown) {
     return refused(permanentFailure(thrown));
   }
+}
+
+/**
+ * Why a promotion does not promote its release: the DeliveryHost made none of that name and version, cut it from
+ * other desired state, or did not say which desired state it is (unless this host allows that: the local stand-in).
+ */
+function releaseProblem(promotion: PromotionApproved, release: Release | undefined, unpinned: 'refuse' | 'allow'): Failure | undefined {
+  const named = `release ${promotion.release.name} ${promotion.release.version} of tenant ${promotion.tenantId}`;
+  if (!release) return { code: ExternalErrors.releaseUnknown, message: `the DeliveryHost has no ${named}` };
+  const pinned = release.desiredState;
+  if (!pinned) return unpinned === 'allow' ? undefined : { code: ExternalErrors.releaseNotPinned, message: `the DeliveryHost answered the ${named} without its desired state, so nothing says the promotion's is the release's` };
+  const differing = (['repository', 'commit', 'path'] as const satisfies readonly (keyof DesiredStateRef)[]).filter((field) => pinned[field] !== promotion.desiredState[field]);
+  if (differing.length === 0) return undefined;
+  return {
+    code: ExternalErrors.releaseMismatch,
+    message: `the promotion's desired state is not the ${named}: ${differing.map((field) => `${field} ${describeField(field, promotion.desiredState[field])} where the release has ${describeField(field, pinned[field])}`).join('; ')}`,
+  };
+}
+
+/** A desired state field as a refusal may show it: a repository without credentials. */
+function describeField(field: keyof DesiredStateRef, value: string): string {
+  return field === 'repository' ? describeRepository(value) : value;
 }
 
 async function rejectMessage(ctx: ProvisioningContext, messageId: string, body: unknown, problems: readonly FieldProblem[]): Promise<IntakeResult> {

@@ -16,14 +16,17 @@ import {
   type ApplyEvidence,
   type ConfigPlatform,
   type ControlPlaneApi,
+  type DeliveryHost,
   type ExternalServices,
   type GovernanceHost,
   type KnowledgeHost,
   type LastKnownConfig,
+  type OutcomeReport,
   type PolicyAnswer,
   type PolicyDecision,
   type PolicyInput,
 } from './external-services.client';
+import { isUniqueViolation } from './provisioning.repository';
 
 /**
  * The local host's stand-ins for the external services of provisioning: small, real and deterministic.
@@ -37,17 +40,21 @@ import {
  * - KnowledgeHost: receipts in the SQL store (`local_knowledge_artifacts`), content-addressed ids.
  * - Config Platform: the `config` of `<state dir>/references.json`; last known values in
  *   `<state dir>/config-last-known.json` (the client's cache, never the run's store).
+ * - DeliveryHost: releases from `<state dir>/delivery.json` (none: it pins no release), promotion reports in the SQL
+ *   store (`local_delivery_reports`, the first report of a tenant's run stands).
  *
  * Each can be switched unreachable (`local_external_services`, shared by every host on the store), as the local
  * cloud's targets can: its calls then fail as the real service's would when it does not answer.
  */
-export const LOCAL_SERVICES = ['governance', 'control-plane', 'knowledge', 'config-platform'] as const;
+export const LOCAL_SERVICES = ['governance', 'control-plane', 'knowledge', 'config-platform', 'delivery'] as const;
 export type LocalServiceName = (typeof LOCAL_SERVICES)[number];
 
 interface LocalExternalTables {
   local_knowledge_artifacts: { id: string; run_id: string; kind: string; content: string; stored_at: number };
   local_governance_evidence: { id: string; run_id: string; evidence: string; recorded_at: number };
   local_external_services: { name: string; reachable: number };
+  /** `report`: JSON of the `OutcomeReport` first received for the tenant's run. */
+  local_delivery_reports: { tenant: string; run_id: string; id: string; report: string; received_at: number };
   /** `policies`, `review`: JSON arrays of policy ids; `decision`: JSON of a `Review`, null while pending. */
   local_governance_checks: {
     id: string;
@@ -67,6 +74,8 @@ export type Review = { readonly decision: 'allow'; readonly by: string } | { rea
 export interface LocalExternalServices extends ExternalServices {
   /** The operator's switch: an unreachable service fails every call as the real one would when it does not answer. */
   setReachable(name: LocalServiceName, reachable: boolean): Promise<void>;
+  /** Where the switch stands: the stand-in servers answer their health protocol from it, as an unreachable peer would. */
+  isReachable(name: LocalServiceName): Promise<boolean>;
   /** The evidence the local GovernanceHost recorded for a run (bookkeeping: works while unreachable). */
   evidenceOf(runId: string): Promise<readonly ApplyEvidence[]>;
   /** An artifact the local KnowledgeHost stores (bookkeeping: works while unreachable). */
@@ -77,6 +86,8 @@ export interface LocalExternalServices extends ExternalServices {
    * (conflict); an unknown check throws `PROVISIONING.POLICY_CHECK_UNKNOWN` (not-found).
    */
   reviewCheck(checkId: string, review: Review): Promise<void>;
+  /** The promotion reports the local DeliveryHost took in for a tenant's run (bookkeeping: works while unreachable). */
+  reportsOf(tenant: string, runId: string): Promise<readonly OutcomeReport[]>;
 }
 
 /**
@@ -126,6 +137,25 @@ const controlPlaneFile = z.object({
   editions: z.array(z.object({ id: z.string(), name: z.string() })).default([]),
 });
 
+/**
+ * `<state dir>/delivery.json`, the releases the local DeliveryHost made. Example:
+ * `{"releases": [{"tenant": "demo-team", "name": "demo-app", "version": "1.0.0", "repository": "file:///…/desired-state.git", "commit": "3f1c…", "path": "app"}]}`
+ * With the file, a release it does not list is unknown (the promotion is refused); `tenant`, when given, limits an
+ * entry to one tenant. Without it, every release is known and pins no desired state.
+ */
+const deliveryFile = z.object({
+  releases: z.array(
+    z.object({
+      tenant: z.string().min(1).optional(),
+      name: z.string().min(1),
+      version: z.string().min(1),
+      repository: z.string().min(1),
+      commit: z.string().min(1),
+      path: z.string().min(1),
+    }),
+  ),
+});
+
 const lastKnownFile = z.record(z.string(), z.object({ value: z.json(), at: z.string() }));
 
 export function createLocalExternalServices(options: { readonly store: SqlStore; readonly clock: Clock; readonly stateDir: string }): LocalExternalServices {
@@ -137,12 +167,17 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     'control-plane': { code: ExternalErrors.controlPlaneUnavailable, service: 'the ControlPlaneApi' },
     knowledge: { code: ExternalErrors.knowledgeUnavailable, service: 'the KnowledgeHost' },
     'config-platform': { code: ExternalErrors.configUnavailable, service: 'the Config Platform' },
+    delivery: { code: ExternalErrors.deliveryUnavailable, service: 'the DeliveryHost' },
   };
+
+  async function isReachable(name: LocalServiceName): Promise<boolean> {
+    const row = await retryingContention(() => db.selectFrom('local_external_services').select('reachable').where('name', '=', name).executeTakeFirst());
+    return !row || Number(row.reachable) !== 0;
+  }
 
   /** Runs `call` as the service would answer it: not at all while it is switched unreachable. */
   async function reachable<T>(name: LocalServiceName, call: () => Promise<T>): Promise<T> {
-    const row = await retryingContention(() => db.selectFrom('local_external_services').select('reachable').where('name', '=', name).executeTakeFirst());
-    if (row && Number(row.reachable) === 0) throw serviceUnavailable(names[name].code, names[name].service, new Error(`${name} is switched unreachable on this host`));
+    if (!(await isReachable(name))) throw serviceUnavailable(names[name].code, names[name].service, new Error(`${name} is switched unreachable on this host`));
     return call();
   }
 
@@ -224,6 +259,27 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     resolve: (reference) => reachable('config-platform', () => references({ configRef: reference })),
   };
 
+  const delivery: DeliveryHost = {
+    resolveRelease: (tenant, release) =>
+      reachable('delivery', async () => {
+        const file = await readJson(join(stateDir, 'delivery.json'), deliveryFile);
+        if (!file) return { name: release.name, version: release.version };
+        const entry = file.releases.find((r) => r.name === release.name && r.version === release.version && (r.tenant === undefined || r.tenant === tenant));
+        return entry ? { name: entry.name, version: entry.version, desiredState: { repository: entry.repository, commit: entry.commit, path: entry.path } } : undefined;
+      }),
+    reportOutcome: (report) =>
+      reachable('delivery', async () => {
+        const id = `rpt-${sha(`${report.tenant}\n${report.runId}`)}`;
+        try {
+          await retryingContention(() => db.insertInto('local_delivery_reports').values({ tenant: report.tenant, run_id: report.runId, id, report: JSON.stringify(report), received_at: clock.now().getTime() }).execute());
+        } catch (thrown) {
+          // The run was reported before (a retry after a lost answer, or two senders at once): the first report stands.
+          if (!isUniqueViolation(thrown)) throw thrown;
+        }
+        return id;
+      }),
+  };
+
   const lastKnownPath = join(stateDir, 'config-last-known.json');
   const lastKnownConfig: LastKnownConfig = {
     async get(tenant, reference) {
@@ -247,12 +303,14 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     knowledge,
     configPlatform,
     lastKnownConfig,
-    async setReachable(name, isReachable) {
+    delivery,
+    async setReachable(name, value) {
       await retryingContention(async () => {
         await db.deleteFrom('local_external_services').where('name', '=', name).execute();
-        await db.insertInto('local_external_services').values({ name, reachable: isReachable ? 1 : 0 }).execute();
+        await db.insertInto('local_external_services').values({ name, reachable: value ? 1 : 0 }).execute();
       });
     },
+    isReachable,
     async evidenceOf(runId) {
       const rows = await retryingContention(() => db.selectFrom('local_governance_evidence').select('evidence').where('run_id', '=', runId).orderBy('recorded_at').execute());
       return rows.map((r) => JSON.parse(r.evidence) as ApplyEvidence);
@@ -260,6 +318,10 @@ export function createLocalExternalServices(options: { readonly store: SqlStore;
     async artifact(id) {
       const row = await retryingContention(() => db.selectFrom('local_knowledge_artifacts').selectAll().where('id', '=', id).executeTakeFirst());
       return row ? { runId: row.run_id, kind: row.kind, content: JSON.parse(row.content) as unknown } : undefined;
+    },
+    async reportsOf(tenant, runId) {
+      const rows = await retryingContention(() => db.selectFrom('local_delivery_reports').select('report').where('tenant', '=', tenant).where('run_id', '=', runId).execute());
+      return rows.map((r) => JSON.parse(r.report) as OutcomeReport);
     },
     async reviewCheck(checkId, review) {
       await checkRow(checkId);

@@ -1,5 +1,6 @@
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { ControlPlaneService, Tier as ControlPlaneTier } from '../../contracts/gen/connectsoft/controlplane/v1/control_plane_pb';
+import { DeliveryService, Outcome } from '../../contracts/gen/connectsoft/delivery/v1/delivery_pb';
 import { GovernanceService, Tier as GovernanceTier, type PolicyAnswer as WirePolicyAnswer } from '../../contracts/gen/connectsoft/governance/v1/governance_pb';
 import { KnowledgeService, ReceiptKind } from '../../contracts/gen/connectsoft/knowledge/v1/knowledge_pb';
 import type { PeerSetting } from '../platform/config/config';
@@ -12,6 +13,7 @@ import {
   unwiredExternalServices,
   type ConfigPlatform,
   type ControlPlaneApi,
+  type DeliveryHost,
   type ExternalServices,
   type GovernanceHost,
   type KnowledgeHost,
@@ -21,7 +23,7 @@ import {
 import type { EnvironmentTier } from './promotion';
 
 /**
- * The external services over their contracts (contracts/): the GovernanceHost, ControlPlaneApi and KnowledgeHost as
+ * The external services over their contracts (contracts/): the GovernanceHost, ControlPlaneApi, KnowledgeHost and DeliveryHost as
  * gRPC peers (ConnectRPC, peer-transport.ts), the Config Platform over HTTP (contracts/configplatform/openapi.json).
  * The same clients reach Azure's services and the local host's stand-ins. A service without an endpoint fails every
  * call as one that does not answer. Fail-fast services throw `serviceUnavailable` with their code for anything but
@@ -32,6 +34,7 @@ export interface PeerServicesOptions {
   readonly controlPlane: PeerSetting;
   readonly knowledge: PeerSetting;
   readonly configPlatform: PeerSetting;
+  readonly delivery: PeerSetting;
   readonly tokens: PeerTokens;
   readonly deadlineMs: number;
   /** Where the last values the Config Platform gave are kept, for when it does not answer. */
@@ -41,6 +44,7 @@ export interface PeerServicesOptions {
 const GOVERNANCE = { code: ExternalErrors.governanceUnavailable, service: 'the GovernanceHost' };
 const CONTROL_PLANE = { code: ExternalErrors.controlPlaneUnavailable, service: 'the ControlPlaneApi' };
 const KNOWLEDGE = { code: ExternalErrors.knowledgeUnavailable, service: 'the KnowledgeHost' };
+const DELIVERY = { code: ExternalErrors.deliveryUnavailable, service: 'the DeliveryHost' };
 
 export function createPeerExternalServices(options: PeerServicesOptions): ExternalServices {
   const unwired = unwiredExternalServices();
@@ -51,6 +55,7 @@ export function createPeerExternalServices(options: PeerServicesOptions): Extern
     knowledge: options.knowledge.endpoint ? knowledgeClient(transport(options.knowledge)) : unwired.knowledge,
     configPlatform: options.configPlatform.endpoint ? configPlatformClient(options.configPlatform, options.tokens, options.deadlineMs) : unwired.configPlatform,
     lastKnownConfig: options.lastKnownConfig,
+    delivery: options.delivery.endpoint ? deliveryClient(transport(options.delivery)) : unwired.delivery,
   };
 }
 
@@ -172,6 +177,45 @@ function knowledgeClient(transport: ReturnType<typeof peerTransport>): Knowledge
         const kind = receipt.kind === 'plan-receipt' ? ReceiptKind.PLAN : ReceiptKind.APPLY;
         const { artifactId } = await client.putReceipt({ runId: receipt.runId, tenant: receipt.tenant, kind, contentJson: JSON.stringify(receipt.content) });
         return required(artifactId, 'artifact_id');
+      }),
+  };
+}
+
+function deliveryClient(transport: ReturnType<typeof peerTransport>): DeliveryHost {
+  const client = createClient(DeliveryService, transport);
+  return {
+    resolveRelease: (tenant, release) =>
+      call(
+        DELIVERY,
+        async () => {
+          const found = (await client.resolveRelease({ tenant, name: release.name, version: release.version })).release;
+          if (!found) throw new ConnectError('the answer carries no release', Code.Internal);
+          const pinned = found.desiredState;
+          return {
+            name: required(found.name, 'name'),
+            version: required(found.version, 'version'),
+            ...(pinned ? { desiredState: { repository: required(pinned.repository, 'repository'), commit: required(pinned.commit, 'commit'), path: required(pinned.path, 'path') } } : {}),
+          };
+        },
+        () => undefined,
+      ),
+    reportOutcome: (report) =>
+      call(DELIVERY, async () => {
+        const { reportId } = await client.reportOutcome({
+          tenant: report.tenant,
+          runId: report.runId,
+          promotionId: report.promotionId,
+          releaseName: report.release.name,
+          releaseVersion: report.release.version,
+          environmentId: report.environmentId,
+          outcome: report.outcome === 'applied' ? Outcome.APPLIED : Outcome.FAILED,
+          state: report.state,
+          code: report.code ?? '',
+          reason: report.reason ?? '',
+          receipts: report.receipts.map((r) => ({ kind: r.kind, digest: r.digest })),
+          finishedAt: report.finishedAt,
+        });
+        return required(reportId, 'report_id');
       }),
   };
 }

@@ -16,6 +16,7 @@ import { recordRunEnded } from '../platform/telemetry/metrics';
 import { stderrSecurityLog, type SecurityLog } from '../platform/telemetry/security-events';
 import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
+import { enqueueDeliveryReports } from './delivery-reports.repository';
 import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import type { PackagePolicy } from './package-policy';
@@ -61,6 +62,7 @@ export interface ProvisioningContext {
   readonly stackLock: { readonly ttlMs: number; readonly renewEveryMs: number; readonly hostId: string };
   readonly planExpiry: PlanExpiryPolicy;
   readonly approvalPolicy: ApprovalPolicy;
+  readonly unpinnedReleases: 'refuse' | 'allow';
   /** Runner jobs: how plans and applies leave the host. Undefined: the engine runs in this process (tests, bench). */
   readonly runners: RunnerExecution | undefined;
   readonly targets: EnvironmentTargets;
@@ -158,6 +160,12 @@ export interface ProvisioningServiceOptions {
    * Example: `{ tiers: ['production'], onDeleteOrReplace: true, byEnvironment: { 'env-dev-1': { always: true } } }`.
    */
   readonly approval?: ApprovalPolicy;
+  /**
+   * A release the DeliveryHost answers without its desired state: refused (`PROVISIONING.RELEASE_NOT_PINNED`, the
+   * default: a message never decides what a release is), or promoted as the message names it, where the DeliveryHost
+   * is the local host's stand-in without a catalog (`delivery.json`). Example: `'allow'`.
+   */
+  readonly unpinnedReleases?: 'refuse' | 'allow';
   /** This host's name in stack locks. Example: `host-a`. */
   readonly hostId?: string;
   /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 86_400_000 }`. */
@@ -196,6 +204,7 @@ export function createProvisioningContext(options: ProvisioningServiceOptions): 
     stackLock: { ttlMs, renewEveryMs: options.stackLockRenewEveryMs ?? Math.max(1, Math.floor(ttlMs / 3)), hostId: options.hostId ?? options.ids.next('host') },
     planExpiry: options.planExpiry ?? { defaultMs: DEFAULT_PLAN_EXPIRY_MS, byEnvironment: {} },
     approvalPolicy: options.approval ?? DEFAULT_APPROVAL_POLICY,
+    unpinnedReleases: options.unpinnedReleases ?? 'refuse',
     runners: options.runners,
     targets: options.targets ?? { ids: ['local'], byRules: () => 'local' },
     securityLog: options.securityLog ?? stderrSecurityLog,
@@ -209,8 +218,12 @@ export function nowOf(ctx: ProvisioningContext): number {
   return ctx.clock.now().getTime();
 }
 
-/** Writes events to the outbox in the caller's transaction. */
+/**
+ * Writes events to the outbox in the caller's transaction, and with a promotion run's terminal event its report to
+ * the DeliveryHost (delivery-reports.service.ts). The report first: the outbox's lanes are the lock order's last step.
+ */
 export async function appendEvents(ctx: ProvisioningContext, trx: Transaction<ProvisioningTables>, events: readonly NewEvent[]): Promise<void> {
+  await enqueueDeliveryReports(trx, events, nowOf(ctx));
   await appendToOutbox(trx, events, ctx.clock, ctx.ids);
 }
 

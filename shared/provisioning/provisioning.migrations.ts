@@ -266,6 +266,37 @@ export const provisioningMigrations: MigrationSource = (dialect) => {
           where claimed_at is not null`.execute(db);
       },
     },
+    // The DeliveryHost's promotion reports: one row per promotion run that ended, written with its terminal event and
+    // sent until the DeliveryHost acknowledges it (delivery-reports.service.ts); and the local DeliveryHost's own
+    // record of the reports it took in.
+    '20261206-30-provisioning-delivery-reports': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .createTable('provisioning_delivery_reports')
+          .addColumn('tenant_id', t.key, (c) => c.notNull())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('created_at', 'bigint', (c) => c.notNull())
+          .addColumn('next_attempt_at', 'bigint', (c) => c.notNull())
+          .addColumn('attempts', 'integer', (c) => c.notNull())
+          .addColumn('claimed_by', t.key)
+          .addColumn('claimed_until', 'bigint')
+          .addColumn('acknowledged_at', 'bigint')
+          .addColumn('report_id', t.key)
+          .addColumn('last_error', t.text)
+          .addPrimaryKeyConstraint('provisioning_delivery_reports_pk', ['tenant_id', 'run_id'])
+          .execute();
+        await db.schema.createIndex('provisioning_delivery_reports_due').on('provisioning_delivery_reports').columns(['acknowledged_at', 'next_attempt_at']).execute();
+        await db.schema
+          .createTable('local_delivery_reports')
+          .addColumn('tenant', t.key, (c) => c.notNull())
+          .addColumn('run_id', t.key, (c) => c.notNull())
+          .addColumn('id', t.key, (c) => c.notNull())
+          .addColumn('report', t.text, (c) => c.notNull())
+          .addColumn('received_at', 'bigint', (c) => c.notNull())
+          .addPrimaryKeyConstraint('local_delivery_reports_pk', ['tenant', 'run_id'])
+          .execute();
+      },
+    },
   };
 };
 

@@ -4,6 +4,7 @@ import type { CloudResource } from '../platform/cloud/local-cloud';
 import type { StackState } from '../platform/iac/plan';
 import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
+import { sendDeliveryReports, type SendResult } from './delivery-reports.service';
 import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferences } from './apply.service';
 import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
@@ -102,6 +103,11 @@ export interface ProvisioningService {
    * agent claimed in time fails it (`PROVISIONING.RUNNER_UNAVAILABLE`); a job still out says until when to wait.
    */
   collectJob(runId: string, jobId: string): Promise<RunStep>;
+  /**
+   * Sends the DeliveryHost the reports of promotion runs that ended and are not acknowledged yet (one pass; a report
+   * that fails waits out its back-off). Each run is reported once (delivery-reports.service.ts).
+   */
+  sendDeliveryReports(): Promise<SendResult>;
   /** What runner agents call (runner-jobs.service.ts), and what operators see of runner pools. */
   readonly runners: RunnerJobs;
 }
@@ -155,6 +161,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     getRun: (tenants, runId) => getRun(ctx, tenants, runId),
     listRuns: (tenants, query) => listRuns(ctx, tenants, query),
     getRejection: (messageId) => getRejection(ctx, messageId),
+    sendDeliveryReports: () => sendDeliveryReports(ctx),
     collectJob: (runId, jobId) =>
       collectJob(ctx, runId, jobId, {
         finished: (run, job) => (job.kind === 'plan' ? planThenApply(ctx, run, job) : applyJobFinished(ctx, run, job)),

@@ -245,7 +245,28 @@ export interface ProvisioningRunnerAgentTable {
   last_seen: number;
 }
 
+/**
+ * A promotion run's report to the DeliveryHost (delivery-reports.service.ts): written once with the run's terminal
+ * event, sent until acknowledged. The report itself is built from the ended run when it is sent.
+ */
+export interface ProvisioningDeliveryReportTable {
+  tenant_id: string;
+  run_id: string;
+  created_at: number;
+  /** Epoch ms before which it is not sent again (the back-off after a failed send). */
+  next_attempt_at: number;
+  attempts: number;
+  /** The relay pass sending it now, and until when that claim holds (a crashed pass's claim lapses). */
+  claimed_by: string | null;
+  claimed_until: number | null;
+  /** When the DeliveryHost acknowledged it, and the id it answered; null while it is still to be sent. */
+  acknowledged_at: number | null;
+  report_id: string | null;
+  last_error: string | null;
+}
+
 export interface ProvisioningTables extends OutboxTables {
+  provisioning_delivery_reports: ProvisioningDeliveryReportTable;
   provisioning_runner_agents: ProvisioningRunnerAgentTable;
   provisioning_runner_jobs: ProvisioningRunnerJobTable;
   provisioning_stack_refresh: ProvisioningStackRefreshTable;

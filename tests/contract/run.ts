@@ -1,5 +1,5 @@
 /**
- * `npm run contract -- --governance https://… [--control-plane URL] [--knowledge URL] [--config-platform URL]`: the
+ * `npm run contract -- --governance https://… [--control-plane URL] [--knowledge URL] [--config-platform URL] [--delivery URL]`: the
  * contract suite (suite.ts) against any implementation of the contracts in contracts/, for the sibling services'
  * teams. Tokens: Entra tokens for each service's audience (`--<service>-audience`, defaults as the host's settings)
  * from @azure/identity's default credential (`az login`, a managed identity, …), or the fixed bearer token in
@@ -17,10 +17,12 @@ async function main(): Promise<number> {
       'control-plane': { type: 'string' },
       knowledge: { type: 'string' },
       'config-platform': { type: 'string' },
+      delivery: { type: 'string' },
       'governance-audience': { type: 'string' },
       'control-plane-audience': { type: 'string' },
       'knowledge-audience': { type: 'string' },
       'config-platform-audience': { type: 'string' },
+      'delivery-audience': { type: 'string' },
     },
   });
   const defaults = parseConfig({}).peers;
@@ -30,9 +32,10 @@ async function main(): Promise<number> {
     ...optional('controlPlane', peer(values['control-plane'], values['control-plane-audience'], defaults.controlPlane.audience)),
     ...optional('knowledge', peer(values.knowledge, values['knowledge-audience'], defaults.knowledge.audience)),
     ...optional('configPlatform', peer(values['config-platform'], values['config-platform-audience'], defaults.configPlatform.audience)),
+    ...optional('delivery', peer(values.delivery, values['delivery-audience'], defaults.delivery.audience)),
   };
   if (Object.keys(peers).length === 0) {
-    process.stderr.write('name at least one endpoint: --governance, --control-plane, --knowledge or --config-platform\n');
+    process.stderr.write('name at least one endpoint: --governance, --control-plane, --knowledge, --config-platform or --delivery\n');
     return 2;
   }
   const fixed = process.env.RUNTIME_CLOUD_CONTRACT_TOKEN;

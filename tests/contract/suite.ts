@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { Code, ConnectError, createClient, type Transport } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { ControlPlaneService } from '../../contracts/gen/connectsoft/controlplane/v1/control_plane_pb';
+import { DeliveryService, Outcome } from '../../contracts/gen/connectsoft/delivery/v1/delivery_pb';
 import { GovernanceService, Tier } from '../../contracts/gen/connectsoft/governance/v1/governance_pb';
 import { KnowledgeService, ReceiptKind } from '../../contracts/gen/connectsoft/knowledge/v1/knowledge_pb';
 import { Health, HealthCheckResponse_ServingStatus } from '../../contracts/gen/grpc/health/v1/health_pb';
@@ -21,7 +22,7 @@ export interface Peer {
 }
 
 export interface ContractCase {
-  readonly service: 'governance' | 'control-plane' | 'knowledge' | 'config-platform';
+  readonly service: 'governance' | 'control-plane' | 'knowledge' | 'config-platform' | 'delivery';
   readonly name: string;
   run(): Promise<void>;
 }
@@ -31,6 +32,7 @@ export interface SuitePeers {
   readonly controlPlane?: Peer;
   readonly knowledge?: Peer;
   readonly configPlatform?: Peer;
+  readonly delivery?: Peer;
 }
 
 export function contractCases(peers: SuitePeers, tokens: PeerTokens): ContractCase[] {
@@ -118,6 +120,51 @@ export function contractCases(peers: SuitePeers, tokens: PeerTokens): ContractCa
     add('knowledge', 'refuses a receipt of no kind with INVALID_ARGUMENT', () =>
       expectCode(Code.InvalidArgument, () => client.putReceipt({ runId: `run-${randomUUID()}`, tenant, kind: ReceiptKind.UNSPECIFIED, contentJson: '{}' })),
     );
+  }
+
+  if (peers.delivery) {
+    const peer = peers.delivery;
+    const client = createClient(DeliveryService, transport(peer));
+    const report = (runId: string) => ({
+      tenant,
+      runId,
+      promotionId: `prm-${randomUUID()}`,
+      releaseName: 'contract-app',
+      releaseVersion: '1.0.0',
+      environmentId: 'env-contract',
+      outcome: Outcome.FAILED,
+      state: 'rejected',
+      code: 'PROVISIONING.RELEASE_MISMATCH',
+      reason: 'the contract suite made it up',
+      receipts: [{ kind: 'plan-receipt', digest: `sha256:${'2'.repeat(64)}` }],
+      finishedAt: new Date().toISOString(),
+    });
+    add('delivery', 'answers the gRPC health protocol SERVING for connectsoft.delivery.v1.DeliveryService', () => serving(transport(peer), DeliveryService.typeName));
+    add('delivery', 'refuses a call without a bearer token with UNAUTHENTICATED', () =>
+      expectCode(Code.Unauthenticated, () => createClient(DeliveryService, anonymous(peer)).resolveRelease({ tenant, name: 'contract-app', version: '1.0.0' })),
+    );
+    add('delivery', 'answers the release asked for (its own name and version, a full desired state when it pins one), or NOT_FOUND', async () => {
+      const version = `0.0.0-${randomUUID()}`;
+      try {
+        const { release } = await client.resolveRelease({ tenant, name: 'contract-app', version });
+        assert.equal(release?.name, 'contract-app');
+        assert.equal(release.version, version);
+        const pinned = release.desiredState;
+        if (pinned) assert.ok(pinned.repository && pinned.commit && pinned.path, 'a pinned desired state names repository, commit and path');
+      } catch (thrown) {
+        assert.equal(ConnectError.from(thrown).code, Code.NotFound, `ResolveRelease failed: ${ConnectError.from(thrown).message}`);
+      }
+    });
+    add('delivery', 'takes a run\'s report once: a repeat answers the same report id, another run\'s report another id', async () => {
+      const runId = `run-${randomUUID()}`;
+      const first = await client.reportOutcome(report(runId));
+      const again = await client.reportOutcome({ ...report(runId), reason: 'sent again' });
+      const other = await client.reportOutcome(report(`run-${randomUUID()}`));
+      assert.ok(first.reportId, 'a report id');
+      assert.equal(again.reportId, first.reportId);
+      assert.notEqual(other.reportId, first.reportId);
+    });
+    add('delivery', 'refuses a report of no outcome with INVALID_ARGUMENT', () => expectCode(Code.InvalidArgument, () => client.reportOutcome({ ...report(`run-${randomUUID()}`), outcome: Outcome.UNSPECIFIED })));
   }
 
   if (peers.configPlatform) {

@@ -174,6 +174,45 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     }
   });
 
+  it('when the DeliveryHost stand-in\'s reports are read, then each run was reported applied, with its plan and apply receipts\' digests', async () => {
+    const runs = ((await call('/runtime-cloud/runs?limit=1000', operator)).json as { items: RunBody[] }).items;
+
+    for (const run of runs) {
+      // The reports go out every five seconds.
+      const reports = await vi.waitFor(
+        async () => {
+          const page = await call(`/runtime-cloud/local/external-services/delivery/reports?tenant=demo-team&runId=${run.runId}`, admin);
+          const items = (page.json as { items: { outcome: string; state: string; promotionId: string; receipts: { kind: string }[] }[] }).items;
+          if (items.length === 0) throw new Error(`run ${run.runId} not reported yet`);
+          return items;
+        },
+        { timeout: 20_000, interval: 200 },
+      );
+
+      expect(reports).toEqual([expect.objectContaining({ outcome: 'applied', state: 'applied', promotionId: run.promotionId })]);
+      expect(reports[0]?.receipts.map((r) => r.kind)).toEqual(['plan-receipt', 'apply-receipt']);
+    }
+  });
+
+  it('when the stand-in\'s delivery.json pins the example\'s release to another path, then the next promotion of it is a rejected run with RELEASE_MISMATCH', async () => {
+    // Arrange: as the README's step 5.
+    const promotion = await cli('example', 'promotion', 'development');
+    const parsed = JSON.parse(promotion) as { promotionId: string; tenantId: string; release: object; desiredState: { repository: string; commit: string } };
+    const file = join(stateDir, 'delivery.json');
+    fs.writeFileSync(file, JSON.stringify({ releases: [{ tenant: parsed.tenantId, ...parsed.release, repository: parsed.desiredState.repository, commit: parsed.desiredState.commit, path: 'elsewhere' }] }));
+    try {
+      // Act
+      await send(promotion);
+      const { run } = await watch('development', parsed.promotionId, ['applied', 'failed', 'rejected']);
+
+      // Assert
+      expect(run.state).toBe('rejected');
+      expect((run as RunBody & { error?: { code: string } }).error?.code).toBe('PROVISIONING.RELEASE_MISMATCH');
+    } finally {
+      fs.rmSync(file, { force: true });
+    }
+  });
+
   it('when the walk-through has run, then no secret value from references.json is in any answer or in the host output', () => {
     const store = JSON.parse(fs.readFileSync(join(stateDir, 'references.json'), 'utf8')) as { secrets: Record<string, string> };
     const values = Object.values(store.secrets);

@@ -55,6 +55,7 @@ function deploymentConfig(): Record<string, string> {
     controlPlaneEndpoint: 'https://control-plane.factory.example',
     knowledgeEndpoint: 'https://knowledge.factory.example',
     configPlatformEndpoint: 'https://config.factory.example',
+    deliveryEndpoint: 'https://delivery.factory.example',
     ...SECRET_VALUES,
   };
 }
@@ -102,6 +103,7 @@ const APP_SWAPS: Readonly<Record<string, Swap>> = {
   RuntimeCloud__ControlPlane__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__Knowledge__Endpoint: { why: peer, local: () => undefined },
   RuntimeCloud__ConfigPlatform__Endpoint: { why: peer, local: () => undefined },
+  RuntimeCloud__Delivery__Endpoint: { why: peer, local: () => undefined },
 };
 /** Settings infra does not write that the local host needs here. */
 const APP_ADDITIONS: Readonly<Record<string, { readonly value: string; readonly why: string }>> = {
@@ -224,6 +226,12 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
         ],
       }),
     );
+    // The DeliveryHost's stand-in answers from this file: the example's release, pinned to its desired state.
+    const pinned = (environment: 'development' | 'production') => examplePromotion(environment, repository);
+    writeFileSync(
+      join(host.stateDir, 'delivery.json'),
+      JSON.stringify({ releases: [{ tenant: TENANT, ...pinned('development').release, repository: repository.url, commit: repository.commit, path: pinned('development').desiredState.path }] }),
+    );
     const admin = await host.token({ roles: ['PlatformAdmin'] });
     for (const { path, body } of OPERATOR_SET_UP) expect([200, 201], path).toContain((await call(path, admin, body, 'PUT')).status);
     for (const job of jobs) await execute(job);
@@ -328,6 +336,17 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
       { timeout: 15_000, interval: 200 },
     );
     expect(published).toContain('ProvisioningApplied');
+    // The DeliveryHost is told how the run ended, besides the event (the reports go out every five seconds).
+    const reports = await vi.waitFor(
+      async () => {
+        const page = await call(`/runtime-cloud/local/external-services/delivery/reports?tenant=${TENANT}&runId=${run.runId}`, admin);
+        const items = page.json.items as { outcome: string }[];
+        if (items.length === 0) throw new Error(`run ${run.runId} not reported yet`);
+        return items;
+      },
+      { timeout: 20_000, interval: 200 },
+    );
+    expect(reports).toEqual([expect.objectContaining({ outcome: 'applied' })]);
   }, 120_000);
 
   it('when the example production promotion is sent, then it waits for approval, its requester cannot approve it, and it applies after a second person approves', async () => {

@@ -133,6 +133,7 @@ describe('infra under Pulumi mocks', () => {
       controlPlane: { endpoint: 'https://control-plane.example.test' },
       knowledge: { endpoint: 'https://knowledge.example.test', audience: 'api://knowledge-example' },
       configPlatform: { endpoint: 'https://config.example.test' },
+      delivery: { endpoint: 'https://delivery.example.test', audience: 'api://connectsoft-delivery' },
     });
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
     // Drift scans read each target with its kind's observer: no one observer for the whole installation is written.

@@ -68,6 +68,7 @@ export function validConfig(): Record<string, string> {
     knowledgeEndpoint: 'https://knowledge.example.test',
     knowledgeAudience: 'api://knowledge-example',
     configPlatformEndpoint: 'https://config.example.test',
+    deliveryEndpoint: 'https://delivery.example.test',
     ...SECRET_VALUES,
   };
 }

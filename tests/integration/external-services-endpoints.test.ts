@@ -20,6 +20,7 @@ const outage = (service: string) => `${BASE}/${service}/outage`;
 const review = (checkId: string) => `${BASE}/governance/checks/${checkId}/review`;
 const EVIDENCE = `${BASE}/governance/evidence`;
 const artifactPath = (id: string) => `${BASE}/knowledge/artifacts/${id}`;
+const REPORTS = `${BASE}/delivery/reports`;
 const admin = { roles: ['PlatformAdmin'] };
 const REVIEWED = 'env-reviewed';
 /** Sends plans of the environment `REVIEWED` to review; every other plan is allowed by no policy. */
@@ -95,6 +96,8 @@ for (const dialect of DIALECTS) {
       },
       // The example component wrote the reference store on the host's first start.
       'config-platform': { code: ExternalErrors.configUnavailable, call: () => services.configPlatform.resolve('platform://app/feature-flags', { tenant: 'demo-team' }), answer: '{"newCheckout":false}' },
+      // No delivery.json: every release is known and pins no desired state.
+      delivery: { code: ExternalErrors.deliveryUnavailable, call: () => services.delivery.resolveRelease('demo-team', { name: 'demo-app', version: '1.0.0' }), answer: { name: 'demo-app', version: '1.0.0' } },
     };
     const expectAllReachableBut = async (down?: LocalServiceName) => {
       for (const service of LOCAL_SERVICES) {
@@ -176,6 +179,35 @@ for (const dialect of DIALECTS) {
       expect(await expectOk(none)).toEqual({ runId: 'run-without-evidence', items: [] });
     });
 
+    it('when a run was reported to the DeliveryHost, then the reports read answers its tenant\'s report only, also while the DeliveryHost is unreachable', async () => {
+      const report = (tenant: string, reason: string) => ({
+        tenant,
+        runId: `run-reported-${dialect}`,
+        promotionId: 'prm-reported',
+        release: { name: 'demo-app', version: '1.0.0' },
+        environmentId: 'env-demo-development',
+        outcome: 'failed' as const,
+        state: 'rejected',
+        code: 'PROVISIONING.RELEASE_MISMATCH',
+        reason,
+        receipts: [],
+        finishedAt: '2026-03-01T09:00:00.000Z',
+      });
+      await services.delivery.reportOutcome(report('demo-team', 'the first report'));
+      await services.delivery.reportOutcome(report('demo-team', 'a repeat'));
+      await services.delivery.reportOutcome(report('other-team', 'the other tenant\'s run of the same id'));
+      await expectOk(await call('POST', outage('delivery'), { unreachable: true }));
+
+      const mine = await call('GET', `${REPORTS}?tenant=demo-team&runId=run-reported-${dialect}`);
+      const none = await call('GET', `${REPORTS}?tenant=third-team&runId=run-reported-${dialect}`);
+
+      expect(await expectOk(mine)).toEqual({ tenant: 'demo-team', runId: `run-reported-${dialect}`, items: [report('demo-team', 'the first report')] });
+      expect(await expectOk(none)).toEqual({ tenant: 'third-team', runId: `run-reported-${dialect}`, items: [] });
+      for (const query of ['', '?runId=run-x', '?tenant=demo-team', '?tenant=a%00b&runId=run-x']) {
+        expect(await expectProblem(await call('GET', `${REPORTS}${query}`), 400, 'REQUEST.INVALID_QUERY')).toBeDefined();
+      }
+    });
+
     it('when an artifact is stored, then the artifact read answers it, also while the KnowledgeHost is unreachable, and an unknown id answers 404', async () => {
       const content = { runId: 'run-artifact', steps: [{ op: 'create' }] };
       const id = await services.knowledge.putReceipt({ runId: 'run-artifact', tenant: 'demo-team', kind: 'apply-receipt', content });
@@ -227,6 +259,7 @@ for (const dialect of DIALECTS) {
         call('POST', review(checkId), { decision: 'allow', by: 'intruder' }, claims),
         call('GET', `${EVIDENCE}?runId=run-auth`, undefined, claims),
         call('GET', artifactPath(id), undefined, claims),
+        call('GET', `${REPORTS}?tenant=demo-team&runId=run-auth`, undefined, claims),
       ];
 
       for (const response of await Promise.all(attempts({ tenant: 'demo-team', roles: ['PlatformAdmin'] }))) await expectProblem(response, 403, 'AUTH.PLATFORM_ONLY');

@@ -196,6 +196,8 @@ export function testServiceOptions(store: SqlStore, clock: Clock, cloud: LocalCl
     // The packages the local host allows, as it parses them.
     packages: { packages: settings.RuntimeCloud__Provisioning__Packages.parse(LOCAL_PACKAGES) },
     hostId: 'test-host',
+    // As the local host: its DeliveryHost stand-in pins no release unless the test writes a delivery.json.
+    unpinnedReleases: 'allow',
   };
 }
 

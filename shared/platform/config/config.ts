@@ -330,7 +330,7 @@ export const settings = {
     JSON.stringify([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]),
   ),
   /**
-   * The external services' endpoints (contracts/README.md): the GovernanceHost, ControlPlaneApi and KnowledgeHost
+   * The external services' endpoints (contracts/README.md): the GovernanceHost, ControlPlaneApi, KnowledgeHost and DeliveryHost
    * speak gRPC (HTTP/2), the Config Platform HTTP. `https://` outside loopback; `http://127.0.0.1:<port>` (h2c) only
    * on loopback, where the local host starts its stand-ins and fills these in. Empty: not configured (every call
    * fails as a service that does not answer, and health says so). Example: `https://governance.factory.internal`.
@@ -339,6 +339,7 @@ export const settings = {
   RuntimeCloud__ControlPlane__Endpoint: peerEndpoint,
   RuntimeCloud__Knowledge__Endpoint: peerEndpoint,
   RuntimeCloud__ConfigPlatform__Endpoint: peerEndpoint,
+  RuntimeCloud__Delivery__Endpoint: peerEndpoint,
   /**
    * The token audience of each external service: the host asks Entra for `<audience>/.default` with its managed
    * identity (the local host signs its own). Example: `api://connectsoft-governance`.
@@ -347,6 +348,7 @@ export const settings = {
   RuntimeCloud__ControlPlane__Audience: z.string().min(1).default('api://connectsoft-control-plane'),
   RuntimeCloud__Knowledge__Audience: z.string().min(1).default('api://connectsoft-knowledge'),
   RuntimeCloud__ConfigPlatform__Audience: z.string().min(1).default('api://connectsoft-config-platform'),
+  RuntimeCloud__Delivery__Audience: z.string().min(1).default('api://connectsoft-delivery'),
   /** How long one call to an external service may take, in milliseconds (its deadline). */
   RuntimeCloud__Peers__DeadlineMs: z.coerce.number().int().min(100).max(60_000).default(5000),
   /** The client id of the user-assigned identity the host calls external services with; empty: the default credential. */
@@ -553,6 +555,7 @@ export interface Config {
     readonly controlPlane: PeerSetting;
     readonly knowledge: PeerSetting;
     readonly configPlatform: PeerSetting;
+    readonly delivery: PeerSetting;
     readonly deadlineMs: number;
     readonly clientId: string;
   };
@@ -658,6 +661,7 @@ function toConfig(s: Settings): Config {
       controlPlane: { endpoint: s.RuntimeCloud__ControlPlane__Endpoint, audience: s.RuntimeCloud__ControlPlane__Audience },
       knowledge: { endpoint: s.RuntimeCloud__Knowledge__Endpoint, audience: s.RuntimeCloud__Knowledge__Audience },
       configPlatform: { endpoint: s.RuntimeCloud__ConfigPlatform__Endpoint, audience: s.RuntimeCloud__ConfigPlatform__Audience },
+      delivery: { endpoint: s.RuntimeCloud__Delivery__Endpoint, audience: s.RuntimeCloud__Delivery__Audience },
       deadlineMs: s.RuntimeCloud__Peers__DeadlineMs,
       clientId: s.RuntimeCloud__Peers__ClientId,
     },

@@ -1,5 +1,6 @@
 import { createClient } from '@connectrpc/connect';
 import { ControlPlaneService } from '../../../contracts/gen/connectsoft/controlplane/v1/control_plane_pb';
+import { DeliveryService } from '../../../contracts/gen/connectsoft/delivery/v1/delivery_pb';
 import { GovernanceService } from '../../../contracts/gen/connectsoft/governance/v1/governance_pb';
 import { KnowledgeService } from '../../../contracts/gen/connectsoft/knowledge/v1/knowledge_pb';
 import { Health, HealthCheckResponse_ServingStatus } from '../../../contracts/gen/grpc/health/v1/health_pb';
@@ -9,7 +10,7 @@ import { peerTransport, type PeerTokens } from './peer-transport';
 
 /**
  * One health check per external service, each a real call: the gRPC health protocol's Check for the peer's own
- * service (GovernanceHost, ControlPlaneApi, KnowledgeHost: fail-fast, so critical), `GET /health` of the Config
+ * service (GovernanceHost, ControlPlaneApi, KnowledgeHost, DeliveryHost: fail-fast, so critical), `GET /health` of the Config
  * Platform (degrade, so never critical). A service without an endpoint fails its check: nothing is assumed up.
  */
 export function peerHealthChecks(peers: Config['peers'], tokens: PeerTokens): HealthCheck[] {
@@ -17,6 +18,7 @@ export function peerHealthChecks(peers: Config['peers'], tokens: PeerTokens): He
     grpcHealthCheck('governance-host', 'RuntimeCloud__Governance__Endpoint', peers.governance, GovernanceService.typeName, tokens, peers.deadlineMs),
     grpcHealthCheck('control-plane-api', 'RuntimeCloud__ControlPlane__Endpoint', peers.controlPlane, ControlPlaneService.typeName, tokens, peers.deadlineMs),
     grpcHealthCheck('knowledge-host', 'RuntimeCloud__Knowledge__Endpoint', peers.knowledge, KnowledgeService.typeName, tokens, peers.deadlineMs),
+    grpcHealthCheck('delivery-host', 'RuntimeCloud__Delivery__Endpoint', peers.delivery, DeliveryService.typeName, tokens, peers.deadlineMs),
     configPlatformCheck(peers.configPlatform, tokens, peers.deadlineMs),
   ];
 }
