@@ -47,6 +47,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
         ['control-plane-api', 'healthy'],
         ['knowledge-host', 'healthy'],
         ['config-platform', 'healthy'],
+        ['delivery-host', 'healthy'],
         ['inbox-lag:provisioning', 'healthy'],
         ['inbox-lag:inventory', 'healthy'],
         ['inbox-lag:capacity', 'healthy'],

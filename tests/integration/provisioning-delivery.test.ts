@@ -27,7 +27,7 @@ const OTHER_TENANT = 'other-team';
 
 for (const dialect of REPOSITORY_DIALECTS) {
   describe.skipIf(skipDialect(dialect))(`promotions checked against their DeliveryHost release on ${dialect}`, () => {
-    const fixture = provisioningFixture(dialect, { prefix: 'rch-delivery-', stackCopies: 12, stateDirName: 'example-state' });
+    const fixture = provisioningFixture(dialect, { prefix: 'rch-delivery-', stackCopies: 14, stateDirName: 'example-state' });
     const { clock, freshStack } = fixture;
     let database: TestDatabase;
     let example: ProvisioningExample;
