@@ -363,7 +363,7 @@ const grant = (name: string, scope: pulumi.Input<string>, role: Role, descriptio
 const grants = [
   // Host storage and the Durable task hub create their containers, queues and tables at run time, and inventory
   // creates its tables on first use: the account is the narrowest scope that covers names not known here.
-  grant('app-storage-blobs', account.id, 'storageBlobDataContributor', 'Functions host storage and Durable task hub: blobs'),
+  grant('app-storage-blobs', account.id, 'storageBlobDataContributor', 'Functions host storage and Durable task hub: blobs; claim-checked event bodies'),
   grant('app-storage-queues', account.id, 'storageQueueDataContributor', 'Durable task hub: control and work-item queues'),
   grant('app-storage-tables', account.id, 'storageTableDataContributor', 'Durable task hub history; observed inventory'),
   grant('app-bus-promotions', promotions.id, 'serviceBusDataReceiver', 'promotionIntake: receives PromotionApproved'),
@@ -439,6 +439,8 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Store__Dialect: 'mssql',
       RuntimeCloud__Store__Connection: pulumi.interpolate`Server=tcp:${sqlServer.fullyQualifiedDomainName},1433;Database=${database.name}`,
       RuntimeCloud__Tables__Connection: pulumi.interpolate`https://${account.name}.table.core.windows.net`,
+      // Claim-checked event bodies (container runtime-cloud-event-bodies, made by the host on first use).
+      RuntimeCloud__Outbox__Bodies__Connection: pulumi.interpolate`https://${account.name}.blob.core.windows.net`,
       RuntimeCloud__Auth__Issuer: issuer,
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,

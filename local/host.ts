@@ -6,6 +6,7 @@ import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';
 import { startStandIns, STAND_IN_NAMES, type StandInName, type StandIns } from './external-services/stand-in-servers';
+import { startBlobServer, type RunningBlobServer } from './azurite/blob-server';
 import { startTableServer, type RunningTableServer } from './azurite/table-server';
 import { installFunctionsCore } from './functions-core/install';
 import { hostJsonSetting, useAppHostJson } from './host-json';
@@ -111,6 +112,7 @@ export class LocalHost {
   readonly #options: LocalHostOptions;
   readonly #components: HostComponent[];
   #tableServer: RunningTableServer | undefined;
+  #blobServer: RunningBlobServer | undefined;
   #deps: Deps | undefined;
   #standIns: StandIns | undefined;
   #http: HttpBinding | undefined;
@@ -160,6 +162,12 @@ export class LocalHost {
     if (!config.tables.connection) {
       this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
       overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
+      config = configFromEnvironment({ defaults, overrides });
+    }
+    // Claim-checked event bodies (shared/platform/bus/event-bodies.ts) in Azurite's Blob server, beside its tables.
+    if (!config.outbox.bodiesConnection) {
+      this.#blobServer = await startBlobServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
+      overrides.RuntimeCloud__Outbox__Bodies__Connection = this.#blobServer.connectionString;
       config = configFromEnvironment({ defaults, overrides });
     }
     // The external services' stand-ins, as servers on loopback, for every one the settings leave unconfigured: the
@@ -227,6 +235,7 @@ export class LocalHost {
     await this.#deps?.close();
     await this.#standIns?.close();
     await this.#tableServer?.close();
+    await this.#blobServer?.close();
     this.#unmark?.();
   }
 }

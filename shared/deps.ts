@@ -3,7 +3,8 @@ import { armCrashPoints } from './platform/faults/crash-points';
 import { sql, type Kysely } from 'kysely';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
-import { inboxLagChecks } from './platform/bus/bus.health';
+import { inboxLagChecks, outboxDeadLetterCheck } from './platform/bus/bus.health';
+import { blobEventBodies, claimCheckingPublisher, type EventBodyStore } from './platform/bus/event-bodies';
 import type { EventPublisher } from './platform/bus/event-publisher';
 import { createEventPublisher, createInboxLagReader } from './platform/bus/publishers';
 import { startAfterCommitPublish } from './platform/bus/after-commit-publish';
@@ -58,6 +59,8 @@ export interface Deps {
   readonly healthChecks: readonly HealthCheck[];
   /** Where the outbox relay publishes: Service Bus when ServiceBusConnection is set, else the embedded topic. */
   readonly events: EventPublisher;
+  /** Where claim-checked events' data is stored; undefined when no Blob storage is configured for it. */
+  readonly eventBodies: EventBodyStore | undefined;
   /** Pools, editions, quotas and leases. */
   readonly capacity: CapacityService;
   /** Promotions, runs, approvals, receipts. */
@@ -181,7 +184,10 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     ...(overrides.provisioningTimings ? { timings: overrides.provisioningTimings } : {}),
   });
 
-  const events = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
+  // Event bodies over the threshold go to Blob storage, the message carrying their reference and digest (claim check).
+  const eventBodies = config.outbox.bodiesConnection ? blobEventBodies(config.outbox.bodiesConnection) : undefined;
+  const publisher = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
+  const events = eventBodies ? claimCheckingPublisher(publisher, { store: eventBodies, thresholdBytes: config.outbox.claimCheckBytes }) : publisher;
   // Events go out right after the commit that wrote them; the relay's timer is the fallback (outbox-relay.service.ts).
   const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids, ...(config.outbox.claimMs ? { leaseMs: config.outbox.claimMs } : {}) }) : undefined;
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
@@ -223,6 +229,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
           .executeTakeFirst()
       )?.id,
     knowsTenant,
+    ...(eventBodies ? { eventBodies } : {}),
   });
 
   const healthChecks: HealthCheck[] = [
@@ -265,6 +272,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     },
     ...peerHealthChecks(config.peers, peerTokens),
     ...inboxLagChecks(inboxLagReader, config.host.enabledModules),
+    outboxDeadLetterCheck(busDb(store.db), clock),
   ];
   const stopInboxLagGauge = registerInboxLagGauge(() => inboxLagReader.read(config.host.enabledModules));
 
@@ -281,6 +289,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     provisioning,
     inventory,
     events,
+    eventBodies,
     ...(recovery ? { recovery } : {}),
     async close() {
       stopInboxLagGauge();

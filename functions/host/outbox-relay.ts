@@ -21,6 +21,8 @@ export async function outboxRelay(_timer: Timer, context: InvocationContext): Pr
     ids: deps.ids,
     ...(deps.config.outbox.claimMs ? { leaseMs: deps.config.outbox.claimMs } : {}),
   });
+  // Refused by the bus for good: dead-lettered in the outbox (metric and health check `outbox-dead-letters`).
+  for (const dead of result.deadLettered ?? []) logOf(context).error(`event ${dead.eventId} dead-lettered in the outbox (${dead.code}): ${dead.reason}`);
   if (result.failed) {
     // Left pending: the next tick retries after the back-off; the error is kept on the rows (outbox.last_error).
     logOf(context).warn(`${result.failed.events} event(s) not published via ${deps.events.name}: ${result.failed.error}`);

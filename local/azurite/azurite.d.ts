@@ -32,3 +32,38 @@ declare module 'azurite/dist/src/table/TableConfiguration' {
     );
   }
 }
+
+declare module 'azurite/dist/src/blob/BlobServer' {
+  import type BlobConfiguration from 'azurite/dist/src/blob/BlobConfiguration';
+  export default class BlobServer {
+    constructor(configuration: BlobConfiguration);
+    start(): Promise<void>;
+    close(): Promise<void>;
+    getHttpServerAddress(): string;
+  }
+}
+
+declare module 'azurite/dist/src/blob/BlobConfiguration' {
+  export default class BlobConfiguration {
+    constructor(
+      host?: string,
+      port?: number,
+      keepAliveTimeout?: number,
+      metadataDBPath?: string,
+      extentDBPath?: string,
+      persistencePathArray?: readonly { readonly locationId: string; readonly locationPath: string; readonly maxConcurrency: number }[],
+      enableAccessLog?: boolean,
+      accessLogWriteStream?: unknown,
+      enableDebugLog?: boolean,
+      debugLogFilePath?: string,
+      loose?: boolean,
+      skipApiVersionCheck?: boolean,
+      cert?: string,
+      key?: string,
+      pwd?: string,
+      oauth?: string,
+      disableProductStyleUrl?: boolean,
+      isMemoryPersistence?: boolean,
+    );
+  }
+}

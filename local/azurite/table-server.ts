@@ -4,8 +4,8 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Azurite's well-known development account (public, documented by Microsoft). */
-const DEV_ACCOUNT = 'devstoreaccount1';
-const DEV_KEY = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
+export const DEV_ACCOUNT = 'devstoreaccount1';
+export const DEV_KEY = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
 
 /** The connection string of Azurite's development account on a Table endpoint of 127.0.0.1 (needs `allowInsecureConnection`). */
 export function devConnectionString(port: number | string): string {

@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import { z } from 'zod';
 import type { BusTables } from '../platform/bus/bus.tables';
+import { openEvent } from '../platform/bus/event-bodies';
 import { cloudEventSchema } from '../platform/bus/events';
 import { markInboundProcessed, recordInbound } from '../platform/bus/inbox.repository';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
@@ -57,8 +58,11 @@ export interface IntakeMessage {
  */
 export async function intake(ctx: InventoryContext, message: IntakeMessage): Promise<IntakeResult> {
   const refuse = (refusal: Refusal) => rejectMessage(ctx, message, refusal);
-  const body = jsonOf(message.body);
-  if (body === undefined) return refuse({ code: IntakeErrors.invalidEvent, reason: 'the message is not JSON', problems: [] });
+  // A claim-checked event's data comes back from the event body store, digest checked (event-bodies.ts).
+  const opened = await openEvent(message.body, ctx.eventBodies);
+  if ('refused' in opened) return refuse({ ...opened.refused, problems: [{ field: 'dataref', message: opened.refused.reason }] });
+  const body = opened.event;
+  if (typeof body === 'string') return refuse({ code: IntakeErrors.invalidEvent, reason: 'the message is not JSON', problems: [] });
   const specversion = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).specversion : undefined;
   if (specversion !== undefined && specversion !== '1.0') {
     return refuse({ code: IntakeErrors.unsupportedVersion, reason: `CloudEvents specversion ${JSON.stringify(specversion)} is not read here; events are CloudEvents 1.0`, problems: [{ field: 'specversion', message: 'must be "1.0"' }] });
@@ -122,14 +126,4 @@ async function processedInInbox(ctx: InventoryContext, trx: Transaction<Inventor
   const db = trx as unknown as Transaction<BusTables>;
   await recordInbound(db, { module: INVENTORY_MODULE, messageId: entry.messageId, businessKey: entry.businessKey }, ctx.clock);
   await markInboundProcessed(db, { module: INVENTORY_MODULE, messageId: entry.messageId, outcome: entry.outcome }, ctx.clock);
-}
-
-/** The body as JSON: parsed already (the trigger parses a JSON body), or text or bytes to parse; undefined if not JSON. */
-function jsonOf(body: unknown): unknown {
-  if (typeof body !== 'string' && !(body instanceof Uint8Array)) return body;
-  try {
-    return JSON.parse(typeof body === 'string' ? body : new TextDecoder().decode(body)) as unknown;
-  } catch {
-    return undefined;
-  }
 }

@@ -1,3 +1,4 @@
+import type { EventBodyReader } from '../platform/bus/event-bodies';
 import type { Kysely, Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { NewEvent } from '../platform/bus/events';
@@ -114,6 +115,11 @@ export interface InventoryServiceOptions {
   readonly applyingRun: (stack: StackRef) => Promise<string | undefined>;
   /** Whether this host knows the tenant (the capacity module administers tenants): a desired state of another is refused. */
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
+  /**
+   * Where claim-checked events' data is read (shared/platform/bus/event-bodies.ts); without it such an event is
+   * refused, naming the missing store. Example: `blobEventBodies(config.outbox.bodiesConnection)`.
+   */
+  readonly eventBodies?: EventBodyReader;
 }
 
 /**
@@ -135,11 +141,12 @@ export interface InventoryContext {
   readonly scopeOf: InventoryServiceOptions['scopeOf'];
   readonly applyingRun: InventoryServiceOptions['applyingRun'];
   readonly knowsTenant: InventoryServiceOptions['knowsTenant'];
+  readonly eventBodies: InventoryServiceOptions['eventBodies'];
 }
 
 export function createInventoryContext(options: InventoryServiceOptions): InventoryContext {
   const { store, ...rest } = options;
-  return { ...rest, db: inventoryDb(store.db), dialect: store.dialect };
+  return { ...rest, eventBodies: options.eventBodies, db: inventoryDb(store.db), dialect: store.dialect };
 }
 
 export function nowOf(ctx: InventoryContext): number {

@@ -51,6 +51,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
         ['inbox-lag:provisioning', 'healthy'],
         ['inbox-lag:inventory', 'healthy'],
         ['inbox-lag:capacity', 'healthy'],
+        ['outbox-dead-letters', 'healthy'],
       ].sort(),
     );
     for (const check of body.checks) expect(check.latencyMs).toBeGreaterThanOrEqual(0);

@@ -88,6 +88,7 @@ const APP_SWAPS: Readonly<Record<string, Swap>> = {
     local: (_, here) => here.database.settings.RuntimeCloud__Store__Connection,
   },
   RuntimeCloud__Tables__Connection: { why: 'Azure Table storage cannot be reached: the local host starts its Azurite table server', local: () => undefined },
+  RuntimeCloud__Outbox__Bodies__Connection: { why: 'Azure Blob storage cannot be reached: the local host starts its Azurite blob server for claim-checked event bodies', local: () => undefined },
   RuntimeCloud__Auth__JwksUrl: { why: "Entra's keys cannot be reached: the local issuer signs every token with the issuer and audience infra wrote", local: () => undefined },
   RuntimeCloud__IaC__Runner: { why: 'the Pulumi CLI cannot run here: the local engine plans and applies in the same runner jobs', local: () => 'local' },
   RuntimeCloud__Targets: {

@@ -4,6 +4,8 @@ import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import { describe, expect, it } from 'vitest';
 import { examplePromotion, type ExampleRepository } from '../../local/example-repository';
+import { claimCheckingPublisher, eventBodyName, type EventBodyStore } from '../../shared/platform/bus/event-bodies';
+import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { appendToOutbox, toCloudEvent, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { PROMOTIONS_QUEUE } from '../../shared/platform/bus/queue';
@@ -93,7 +95,8 @@ describe('asyncapi.json', () => {
 
     // Assert
     expect(missing).toEqual([]);
-    expect(Object.keys(topic?.messages ?? {}).sort()).toEqual([...EVENT_TYPES].sort());
+    // Beside the event types, the envelope any of them is published in when it is claim-checked.
+    expect(Object.keys(topic?.messages ?? {}).sort()).toEqual([...EVENT_TYPES, 'ClaimCheckedEvent'].sort());
   });
 });
 
@@ -204,5 +207,36 @@ describe('the outbox check of test databases', () => {
 
     // Assert
     await expect(dropped).rejects.toThrow(`- LeaseExpired ${written?.id}:\n    /data/units must be >= 1`);
+  });
+});
+
+describe('claim-checked events in asyncapi.json', () => {
+  // The envelope's shape is what is checked here: the data is kept in a map (Blob storage is tests/integration/events-never-wedge.test.ts's).
+  const stored = new Map<string, string>();
+  const store: EventBodyStore = { put: async (key, data) => void stored.set(eventBodyName(key), data), get: async (key) => stored.get(eventBodyName(key)) };
+  const big = toCloudEvent({ type: 'LeaseExpired', subject: 'leases/l1', correlationId: 'l1', tenant: 't1', data: { padding: 'x'.repeat(2048) } }, new ManualClock('2026-12-06T10:00:00Z'), randomIds);
+  const envelopeOf = async (): Promise<Json> => {
+    let body = '';
+    const capture: EventPublisher = { name: 'capture', publishBudgetMs: 0, publish: async (_topic, [message]) => void (body = message?.body ?? ''), close: async () => undefined };
+    await claimCheckingPublisher(capture, { store, thresholdBytes: 1024 }).publish(EVENTS_TOPIC, [{ messageId: big.id, body: JSON.stringify(big), contentType: 'application/json' }]);
+    return JSON.parse(body) as Json;
+  };
+
+  it('when an event over the threshold is published, then its envelope is the documented ClaimCheckedEvent', async () => {
+    // Act
+    const envelope = await envelopeOf();
+
+    // Assert
+    expect(contractValidators().claimCheckEnvelope(envelope), JSON.stringify(contractValidators().claimCheckEnvelope.errors)).toBe(true);
+    expect(envelope).toMatchObject({ id: big.id, tenant: 't1', dataref: `tenants/t1/events/${big.id}.json` });
+  });
+
+  it.each<[string, (envelope: Json) => Json]>([
+    ['with its data as well', (e) => ({ ...e, data: {} })],
+    ['without its digest', (e) => ({ ...e, datadigest: undefined })],
+    ['with a digest of another algorithm', (e) => ({ ...e, datadigest: `md5:${'0'.repeat(32)}` })],
+    ['with a dataref outside the tenants and host prefixes', (e) => ({ ...e, dataref: 'https://elsewhere.example/evt.json' })],
+  ])('when an envelope is %s, then the contract check refuses it', async (_name, breakIt) => {
+    expect(contractValidators().claimCheckEnvelope(JSON.parse(JSON.stringify(breakIt(await envelopeOf()))))).toBe(false);
   });
 });

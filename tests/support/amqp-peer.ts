@@ -63,9 +63,23 @@ export interface EntraAuthorization {
   readonly permits?: (appid: string, entity: string, claim: 'Send' | 'Listen') => boolean;
 }
 
+/**
+ * Service Bus Standard's limits (the quotas page: "256 KB for Standard tier"; "the maximum size for batches is 256 KB
+ * for the Standard tier"), properties and payload counted together. A Standard namespace advertises it as the
+ * `max-message-size` of a sender's link and refuses a larger transfer with `amqp:link:message-size-exceeded`.
+ */
+export const STANDARD_MAX_MESSAGE_BYTES = 256 * 1024;
+
 export interface AmqpPeerOptions {
   /** Authorize as Service Bus does for Entra; the peer then listens with TLS, the only transport the SDK uses for a namespace given by name. */
   readonly entra?: EntraAuthorization;
+  /** The largest transfer (one message, or one batch) accepted; default Service Bus Standard's, {@link STANDARD_MAX_MESSAGE_BYTES}. */
+  readonly maxMessageBytes?: number;
+  /**
+   * The `max-message-size` advertised on a sender's link, which the SDK sizes its batches by; default `maxMessageBytes`.
+   * Larger than that, the SDK sends what the peer then refuses (the namespace counting bytes the SDK did not).
+   */
+  readonly advertisedMaxMessageBytes?: number;
 }
 
 export interface AmqpPeer {
@@ -80,6 +94,8 @@ export interface AmqpPeer {
   waitFor(count: number): Promise<PeerMessage[]>;
   /** While set, every transfer is rejected (the bus refuses the send). */
   rejectSends: boolean;
+  /** Sizes of the transfers refused as larger than `maxMessageBytes`. */
+  readonly refusedTooLarge: number[];
   /** Puts a message in a queue with the next sequence number (what peek-message answers from). */
   enqueue(queue: string, message: QueuedMessage): void;
   /** Takes the oldest message off a queue, as a completed receive would. */
@@ -129,6 +145,7 @@ const MESSAGE_STATES = { active: 0, deferred: 1, scheduled: 2 } as const;
  */
 export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<AmqpPeer> {
   const { entra } = options;
+  const maxMessageBytes = options.maxMessageBytes ?? STANDARD_MAX_MESSAGE_BYTES;
   const container = rhea.create_container({ id: 'amqp-peer' });
   const received: PeerMessage[] = [];
   const putTokens: PutToken[] = [];
@@ -208,7 +225,7 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     }
     receiver.set_target({ address });
     // Without max_message_size on our attach the SDK cannot size a batch.
-    link.local.attach.max_message_size = 1024 * 1024;
+    link.local.attach.max_message_size = options.advertisedMaxMessageBytes ?? maxMessageBytes;
   });
   container.on('sender_open', (context: EventContext) => {
     const sender = context.sender;
@@ -285,6 +302,12 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     }
     if (peer.rejectSends) {
       delivery.reject({ condition: 'amqp:internal-error', description: 'the peer refuses sends' });
+      return;
+    }
+    const size = transferSize(context);
+    if (size > maxMessageBytes) {
+      peer.refusedTooLarge.push(size);
+      delivery.reject({ condition: 'amqp:link:message-size-exceeded', description: `The received message (size ${size} bytes) exceeds the limit (${maxMessageBytes} bytes) currently allowed on the link.` });
       return;
     }
     for (const one of unbatch(context)) {
@@ -377,6 +400,7 @@ export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<Amqp
     received,
     putTokens,
     rejectSends: false,
+    refusedTooLarge: [],
     waitFor(count) {
       if (received.length >= count) return Promise.resolve(received.slice());
       return new Promise((resolve) => waiters.push({ count, resolve }));
@@ -419,6 +443,12 @@ function entityOf(name: string, namespace: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The bytes of a transfer: a batch as it came, a single message as encoded again. */
+function transferSize(context: EventContext): number {
+  const raw = context.message as unknown;
+  return Buffer.isBuffer(raw) ? raw.length : context.message ? rhea.message.encode(context.message).length : 0;
 }
 
 /** A batched transfer reaches rhea undecoded (a Buffer, non-zero format): its data sections each hold one message. */

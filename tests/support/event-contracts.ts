@@ -27,6 +27,8 @@ export interface ContractValidators {
   /** Validates a CloudEvent (parsed JSON) against the message of its `type`. */
   readonly event: (type: string) => ValidateFunction | undefined;
   readonly promotionApproved: ValidateFunction;
+  /** Validates a claim-checked event's envelope (the message as published, its data stored apart). */
+  readonly claimCheckEnvelope: ValidateFunction;
 }
 
 let validators: ContractValidators | undefined;
@@ -61,9 +63,14 @@ export function contractValidators(): ContractValidators {
   if (!promotionFile) throw new Error('asyncapi.json: the PromotionApproved payload must reference its schema file');
   const promotionSchema = JSON.parse(readFileSync(join(dirname(ASYNCAPI_FILE), promotionFile), 'utf8')) as object;
   let promotionApproved: ValidateFunction | undefined;
+  let claimCheckEnvelope: ValidateFunction | undefined;
   validators = {
     document,
     event,
+    get claimCheckEnvelope() {
+      claimCheckEnvelope ??= ajv.compile({ $ref: `${DOCUMENT_ID}#/components/schemas/ClaimCheckEnvelope` });
+      return claimCheckEnvelope;
+    },
     get promotionApproved() {
       promotionApproved ??= ajv.compile(promotionSchema);
       return promotionApproved;

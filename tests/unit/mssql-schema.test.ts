@@ -50,14 +50,14 @@ describe('the outbox relay on Azure SQL (compiled T-SQL)', () => {
     const { db, queries } = recordingMssql((q) => (/^select top\(100\) "lane"/.test(q.sql) ? { rows: [{ lane: 7 }, { lane: 3 }, { lane: 7 }] } : { rows: [], numAffectedRows: 1n }));
     await claimPending(db, { claimToken: 'c1', now: 1000, leaseMs: 30_000, batchSize: 100, dialect: 'mssql' });
     expect(queries.slice(0, 3)).toEqual([
-      { sql: 'select top(100) "lane" from "outbox" where "published_at" is null order by "seq"', parameters: [] },
+      { sql: 'select top(100) "lane" from "outbox" where "published_at" is null and "dead_lettered_at" is null order by "seq"', parameters: [] },
       {
         sql: 'update "outbox_lanes" set "claimed_by" = @1, "claimed_until" = @2 where "lane" in (@3, @4) and ("claimed_until" is null or "claimed_until" <= @5)',
         // The claim lasts until now + lease, for the lanes of the head rows read above, if free at now.
         parameters: ['c1', 31_000, 7, 3, 1000],
       },
       {
-        sql: 'select top(100) "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "lane" in (select "lane" from "outbox_lanes" where "claimed_by" = @1) and "published_at" is null order by "seq"',
+        sql: 'select top(100) "seq", "event_id", "topic", "correlation_id", "payload", "attempts" from "outbox" where "lane" in (select "lane" from "outbox_lanes" where "claimed_by" = @1) and "published_at" is null and "dead_lettered_at" is null order by "seq"',
         parameters: ['c1'],
       },
     ]);

@@ -3,7 +3,10 @@ import type { HealthCheck } from '../health/health';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
 import { inboxLag, type ModuleLag } from './inbox.repository';
+import type { OutboxTables } from './outbox';
+import { deadLettersSince } from './outbox-relay.repository';
 import { PROMOTIONS_QUEUE } from './queue';
+import { METRICS } from '../telemetry/metrics';
 
 /** The seed's gauge: age in seconds of the oldest unprocessed event per module. */
 export const INBOX_LAG_METRIC = 'connectsoft.factory.runtime_cloud.host.inbox_lag';
@@ -57,4 +60,24 @@ export function inboxLagChecks(reader: InboxLagReader, modules: readonly string[
         : { details };
     },
   }));
+}
+
+/** How long an event dead-lettered in the outbox keeps the host degraded: a day, so someone looks at it. */
+export const DEAD_LETTER_DEGRADED_MS = 24 * 60 * 60_000;
+
+/**
+ * `outbox-dead-letters`: degraded while an event the bus refused for good was dead-lettered in the outbox within the
+ * last day (outbox-relay.service.ts), naming the latest and why; never critical (the rest of the events flow on).
+ */
+export function outboxDeadLetterCheck(db: Kysely<OutboxTables>, clock: Clock): HealthCheck {
+  return {
+    name: 'outbox-dead-letters',
+    critical: false,
+    async run() {
+      const since = clock.now().getTime() - DEAD_LETTER_DEGRADED_MS;
+      const { count, latest } = await deadLettersSince(db, since);
+      const details = { metric: METRICS.outboxDeadLetters, sinceHours: DEAD_LETTER_DEGRADED_MS / 3_600_000, count, ...(latest ? { latest: { eventId: latest.eventId, at: new Date(latest.at).toISOString(), reason: latest.reason } } : {}) };
+      return latest ? { status: 'degraded' as const, details, error: `${count} event(s) refused by the bus were dead-lettered in the outbox; the latest, ${latest.eventId}: ${latest.reason}` } : { details };
+    },
+  };
 }

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import { AppError } from '../errors/app-error';
 import type { SqlDialect } from '../sql/dialect';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
@@ -19,8 +20,39 @@ export interface EventPublisher {
    * outlasts it (outbox-relay.service.ts), so no second relay publishes a lane while this one may still send.
    */
   readonly publishBudgetMs: number;
+  /**
+   * Hands the messages over in order. When the bus refuses one for good (too large), throws `messageRefused` naming
+   * it and how many before it were accepted; any other failure throws as it is, and the whole call may be retried.
+   */
   publish(topic: string, messages: readonly OutgoingMessage[]): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Codes of a message the bus refuses for good, which the relay dead-letters (outbox-relay.service.ts). */
+export const RefusalCodes = {
+  /** Larger than the entity takes (Service Bus Standard: 256 KiB), even alone in a batch. */
+  tooLarge: 'BUS.MESSAGE_TOO_LARGE',
+} as const;
+
+/** A message the bus refused for good, as `publish` reports it (`messageRefused`). */
+export interface Refusal {
+  readonly code: string;
+  readonly messageId: string;
+  /** How many messages of the publish call the bus accepted before this one; the ones after it were not sent. */
+  readonly accepted: number;
+  readonly reason: string;
+}
+
+/** What `publish` throws when the bus refused one message for good: the ones before it were accepted. */
+export function messageRefused(refusal: Refusal): AppError {
+  return new AppError(refusal.code, 'too-large', `message ${refusal.messageId} was refused by the bus: ${refusal.reason}`, { ...refusal });
+}
+
+/** The refusal a failed publish reports, or undefined for any other failure (a transient one: retried). */
+export function refusalOf(error: Error): Refusal | undefined {
+  if (!(error instanceof AppError) || !Object.values<string>(RefusalCodes).includes(error.code)) return undefined;
+  const { messageId, accepted, reason } = error.details;
+  return typeof messageId === 'string' && typeof accepted === 'number' ? { code: error.code, messageId, accepted, reason: String(reason) } : undefined;
 }
 
 /**

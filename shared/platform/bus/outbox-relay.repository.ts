@@ -42,7 +42,7 @@ export interface ClaimOptions {
  */
 export async function claimPending(db: Db, options: ClaimOptions): Promise<PendingEvent[]> {
   if (options.lanes?.length === 0) return [];
-  let oldest = db.selectFrom('outbox').select('lane').where('published_at', 'is', null).orderBy('seq');
+  let oldest = db.selectFrom('outbox').select('lane').where('published_at', 'is', null).where('dead_lettered_at', 'is', null).orderBy('seq');
   if (options.lanes) oldest = oldest.where('lane', 'in', [...options.lanes]);
   // firstRows' TOP or LIMIT, spelled here: this module loads with the relay's timer function at registration, and
   // dialect.ts would load Kysely with it (cold start).
@@ -62,6 +62,7 @@ export async function claimPending(db: Db, options: ClaimOptions): Promise<Pendi
     .select(['seq', 'event_id', 'topic', 'correlation_id', 'payload', 'attempts'])
     .where('lane', 'in', claimed)
     .where('published_at', 'is', null)
+    .where('dead_lettered_at', 'is', null)
     .orderBy('seq');
   const pending = await (options.dialect === 'mssql' ? rows.top(options.batchSize) : rows.limit(options.batchSize)).execute();
   if (pending.length === 0) await releaseLanes(db, options.claimToken);
@@ -104,6 +105,39 @@ export async function releaseClaim(db: Db, claimToken: string, seqs: readonly nu
   await db.updateTable('outbox_lanes').set({ claimed_until: now + retryAfterMs }).where('claimed_by', '=', claimToken).execute();
 }
 
+/**
+ * After the bus refused an event for good: dead-letters its row here, with the reason, so it is never published and
+ * the lane's later rows flow on. The claim stays: the caller marks the rows before it published, which gives it back.
+ */
+export async function deadLetter(db: Db, claimToken: string, seq: number, reason: string, now: number): Promise<void> {
+  const claimed = db.selectFrom('outbox_lanes').select('lane').where('claimed_by', '=', claimToken);
+  await db
+    .updateTable('outbox')
+    .set((eb) => ({ dead_lettered_at: now, dead_letter_reason: reason.slice(0, 2000), attempts: eb('attempts', '+', 1) }))
+    .where('seq', '=', seq)
+    .where('lane', 'in', claimed)
+    .where('published_at', 'is', null)
+    .execute();
+}
+
+/** Events dead-lettered since `since` (epoch ms): how many, and the latest, for the health check. */
+export async function deadLettersSince(db: Db, since: number): Promise<{ count: number; latest?: { eventId: string; at: number; reason: string } }> {
+  const row = await db
+    .selectFrom('outbox')
+    .select((eb) => [eb.fn.countAll<number>().as('count'), eb.fn.max<number>('dead_lettered_at').as('latest')])
+    .where('dead_lettered_at', '>=', since)
+    .executeTakeFirstOrThrow();
+  const count = Number(row.count);
+  if (count === 0 || row.latest === null) return { count };
+  const latest = await db
+    .selectFrom('outbox')
+    .select(['event_id', 'dead_lettered_at', 'dead_letter_reason'])
+    .where('dead_lettered_at', '=', row.latest)
+    .orderBy('seq', 'desc')
+    .executeTakeFirstOrThrow();
+  return { count, latest: { eventId: latest.event_id, at: Number(latest.dead_lettered_at), reason: latest.dead_letter_reason ?? '' } };
+}
+
 async function releaseLanes(db: Db, claimToken: string): Promise<void> {
   await db.updateTable('outbox_lanes').set({ claimed_by: null, claimed_until: null }).where('claimed_by', '=', claimToken).execute();
 }
@@ -114,6 +148,7 @@ export async function pendingSummary(db: Db): Promise<{ count: number; oldestCre
     .selectFrom('outbox')
     .select((eb) => [eb.fn.countAll<number>().as('count'), eb.fn.min<number>('created_at').as('oldest')])
     .where('published_at', 'is', null)
+    .where('dead_lettered_at', 'is', null)
     .executeTakeFirstOrThrow();
   return { count: Number(row.count), oldestCreatedAt: row.oldest === null ? null : Number(row.oldest) };
 }

@@ -34,6 +34,13 @@ export interface OutboxTable {
   published_at: number | null;
   attempts: number;
   last_error: string | null;
+  /**
+   * Epoch ms when the bus refused the event for good (too large even as a claim check) and the relay dead-lettered it
+   * here instead, so the rest of its lane flows on; null otherwise. A dead-lettered row is never published.
+   */
+  dead_lettered_at: number | null;
+  /** Why: the refusal's code and the bus's reason. */
+  dead_letter_reason: string | null;
 }
 
 /** Row of `outbox_lanes`, one per lane, all made by the migration (so writers only ever update them). */
@@ -92,7 +99,13 @@ export const outboxMigrations: MigrationSource = (dialect) => {
       }
     },
   };
-  return { '20261130-01-platform-outbox': migration, '20261203-01-platform-outbox-lanes': lanes };
+  const deadLetters: Migration = {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('outbox').addColumn('dead_lettered_at', 'bigint').execute();
+      await db.schema.alterTable('outbox').addColumn('dead_letter_reason', t.text).execute();
+    },
+  };
+  return { '20261130-01-platform-outbox': migration, '20261203-01-platform-outbox-lanes': lanes, '20261206-20-platform-outbox-dead-letters': deadLetters };
 };
 
 /** The stream of an event (see PUBLISH ORDER): its tenant and correlation id, else the event alone. */
@@ -153,6 +166,8 @@ export async function appendToOutbox(
         published_at: null,
         attempts: 0,
         last_error: null,
+        dead_lettered_at: null,
+        dead_letter_reason: null,
       })),
     )
     .execute();

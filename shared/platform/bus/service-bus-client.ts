@@ -38,7 +38,7 @@ export function createServiceBusClient(options: ServiceBusConnectionOptions): Se
 }
 
 /** The host's managed identity (Entra); @azure/identity is loaded only here. */
-function managedIdentity(): TokenCredential {
+export function managedIdentity(): TokenCredential {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { DefaultAzureCredential } = require('@azure/identity') as typeof import('@azure/identity');
   return new DefaultAzureCredential();

@@ -1,6 +1,6 @@
-import type { RetryOptions, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSender } from '@azure/service-bus';
-import { AppError } from '../errors/app-error';
-import type { EventPublisher } from './event-publisher';
+import type { OperationOptionsBase, RetryOptions, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSender } from '@azure/service-bus';
+import { ensureError } from '../errors/app-error';
+import { messageRefused, RefusalCodes, type EventPublisher } from './event-publisher';
 import type { OutgoingMessage } from './queue';
 import { createServiceBusClient, type ServiceBusConnectionOptions } from './service-bus-client';
 
@@ -69,25 +69,27 @@ export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventP
       if (messages.length === 0) return;
       const sender = senderFor(topic);
       const deadline = { abortSignal: AbortSignal.timeout(publishBudgetMs) };
+      let accepted = 0;
       // Batches keep the order and cut the round trips; a batch that is full is sent and a new one started.
-      let batch: ServiceBusMessageBatch = await sender.createMessageBatch(deadline);
+      let batch: { readonly sb: ServiceBusMessageBatch; readonly messages: OutgoingMessage[] } = { sb: await sender.createMessageBatch(deadline), messages: [] };
+      const send = async () => {
+        accepted = await sendBatch(sender, batch.sb, batch.messages, accepted, deadline);
+        batch = { sb: await sender.createMessageBatch(deadline), messages: [] };
+      };
       for (const message of messages) {
         const sbMessage = toServiceBusMessage(message);
-        if (batch.tryAddMessage(sbMessage)) continue;
-        if (batch.count === 0) {
-          throw new AppError('BUS.MESSAGE_TOO_LARGE', 'too-large', `message ${message.messageId} exceeds the topic's maximum size`, {
-            messageId: message.messageId,
-          });
+        if (!batch.sb.tryAddMessage(sbMessage) && batch.sb.count > 0) {
+          await send();
+          batch.sb.tryAddMessage(sbMessage);
         }
-        await sender.sendMessages(batch, deadline);
-        batch = await sender.createMessageBatch(deadline);
-        if (!batch.tryAddMessage(sbMessage)) {
-          throw new AppError('BUS.MESSAGE_TOO_LARGE', 'too-large', `message ${message.messageId} exceeds the topic's maximum size`, {
-            messageId: message.messageId,
-          });
+        if (batch.sb.count === batch.messages.length) {
+          // Not even alone in a batch: the SDK measured it against the size the entity's link advertises.
+          const reason = `it exceeds the topic's maximum message size of ${batch.sb.maxSizeInBytes} bytes`;
+          throw messageRefused({ code: RefusalCodes.tooLarge, messageId: message.messageId, accepted, reason });
         }
+        batch.messages.push(message);
       }
-      if (batch.count > 0) await sender.sendMessages(batch, deadline);
+      if (batch.sb.count > 0) await send();
     },
     async close() {
       for (const sender of senders.values()) await sender.close();
@@ -95,6 +97,38 @@ export function serviceBusPublisher(options: ServiceBusPublisherOptions): EventP
       await client.close();
     },
   };
+}
+
+/**
+ * Sends a batch; returns how many messages of the publish the bus has accepted after it. When the namespace refuses
+ * the batch as too large (the size it checks counts more than the SDK's estimate), its messages are sent one by one,
+ * so only a message refused alone is reported refused, with the ones before it accepted.
+ */
+async function sendBatch(sender: ServiceBusSender, batch: ServiceBusMessageBatch, messages: readonly OutgoingMessage[], accepted: number, deadline: OperationOptionsBase): Promise<number> {
+  try {
+    await sender.sendMessages(batch, deadline);
+    return accepted + messages.length;
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    if (!tooLargeForTheBus(error)) throw error;
+  }
+  let sent = accepted;
+  for (const message of messages) {
+    try {
+      await sender.sendMessages(toServiceBusMessage(message), deadline);
+    } catch (thrown) {
+      const error = ensureError(thrown);
+      if (!tooLargeForTheBus(error)) throw error;
+      throw messageRefused({ code: RefusalCodes.tooLarge, messageId: message.messageId, accepted: sent, reason: error.message });
+    }
+    sent++;
+  }
+  return sent;
+}
+
+/** The namespace refused a transfer as too large (`amqp:link:message-size-exceeded`): sending it again cannot help. */
+function tooLargeForTheBus(error: Error): boolean {
+  return (error as Error & { code?: unknown }).code === 'MessageSizeExceeded';
 }
 
 export function toServiceBusMessage(message: OutgoingMessage): ServiceBusMessage {

@@ -475,11 +475,24 @@ export const settings = {
   RuntimeCloud__Outbox__Publish: z.enum(['after-commit', 'relay']).default('after-commit'),
   /**
    * How long a relay's claim of outbox lanes holds, in seconds: a host that dies mid-publish leaves its lanes' events
-   * to another relay after this long. Default (0): the publisher's budget plus a margin (30 s on the local host, about
-   * 260 s with Service Bus), so a claim outlasts a publish with every retry it may make. Shorter only where a
-   * republish is harmless and fast (the crash tests; the embedded topic keeps one copy per messageId). Example: `2`.
+   * to another relay after this long. Default (0): the publisher's budget, claim-check stores included, plus a margin
+   * (60 s on the local host, about 291 s with Service Bus), so a claim outlasts a publish with every retry it may make.
+   * Shorter only where a republish is harmless and fast (the crash tests; the embedded topic keeps one copy per
+   * messageId). Example: `2`.
    */
   RuntimeCloud__Outbox__ClaimSeconds: z.coerce.number().int().min(0).max(600).default(0),
+  /**
+   * Where event bodies over `RuntimeCloud__Outbox__ClaimCheckBytes` are stored (claim check, event-bodies.ts): a Blob
+   * storage connection string, or an account URL (`https://acct.blob.core.windows.net`, the host's managed identity).
+   * Empty on the local host, which starts Azurite's Blob server in-process. Example: `https://rcevents.blob.core.windows.net`.
+   */
+  RuntimeCloud__Outbox__Bodies__Connection: z.string().default(''),
+  /**
+   * An event whose CloudEvent JSON is larger than this many bytes is published as a claim check: its data stored in
+   * Blob storage, the message carrying its reference and digest (Service Bus Standard takes 256 KiB a message,
+   * properties included). Example: `196608`.
+   */
+  RuntimeCloud__Outbox__ClaimCheckBytes: z.coerce.number().int().min(1024).max(1_000_000).default(196_608),
   /** Service Bus connection string used by the Functions triggers and the event relay (Azure only). */
   ServiceBusConnection: z.string().default(''),
   /** Service Bus namespace for identity-based connections (`ns.servicebus.windows.net`), as the Functions extension reads it. */
@@ -558,7 +571,14 @@ export interface Config {
   readonly faults: { readonly crashAt: readonly string[]; readonly agentCrashAt: readonly string[]; readonly markers: string };
   readonly serviceBus: { readonly connection: string };
   /** When outbox events are published: right after their commit (relay as fallback), or by the relay only. */
-  readonly outbox: { readonly publish: 'after-commit' | 'relay'; /** Undefined: the relay's default (RelayOptions.leaseMs). */ readonly claimMs?: number };
+  readonly outbox: {
+    readonly publish: 'after-commit' | 'relay';
+    /** Undefined: the relay's default (RelayOptions.leaseMs). */
+    readonly claimMs?: number;
+    /** Blob storage of claim-checked event bodies; empty: the local host's Azurite. */
+    readonly bodiesConnection: string;
+    readonly claimCheckBytes: number;
+  };
   readonly telemetry: { readonly connectionString: string };
   readonly capacity: { readonly seedFile: string };
   readonly inventory: {
@@ -655,7 +675,12 @@ function toConfig(s: Settings): Config {
     },
     faults: { crashAt: s.RuntimeCloud__Faults__CrashAt, agentCrashAt: s.RuntimeCloud__Faults__AgentCrashAt, markers: s.RuntimeCloud__Faults__CrashMarkers },
     serviceBus: { connection: s.ServiceBusConnection || s.ServiceBusConnection__fullyQualifiedNamespace },
-    outbox: { publish: s.RuntimeCloud__Outbox__Publish, ...(s.RuntimeCloud__Outbox__ClaimSeconds > 0 ? { claimMs: s.RuntimeCloud__Outbox__ClaimSeconds * 1000 } : {}) },
+    outbox: {
+      publish: s.RuntimeCloud__Outbox__Publish,
+      ...(s.RuntimeCloud__Outbox__ClaimSeconds > 0 ? { claimMs: s.RuntimeCloud__Outbox__ClaimSeconds * 1000 } : {}),
+      bodiesConnection: s.RuntimeCloud__Outbox__Bodies__Connection,
+      claimCheckBytes: s.RuntimeCloud__Outbox__ClaimCheckBytes,
+    },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
     capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
     inventory: {

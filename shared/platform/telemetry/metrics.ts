@@ -25,6 +25,8 @@ export const METRICS = {
   driftFindings: 'connectsoft.factory.runtime_cloud.inventory.drift_findings',
   /** From an event's commit to the outbox until the bus confirmed it (`topic`). */
   outboxPublishLag: 'connectsoft.factory.runtime_cloud.host.outbox_publish_lag',
+  /** Events the bus refused for good, dead-lettered in the outbox (`topic`, `code`: `BUS.MESSAGE_TOO_LARGE`). */
+  outboxDeadLetters: 'connectsoft.factory.runtime_cloud.host.outbox_dead_letters',
   /** Runner agents' reports the host did not believe (`code`: `PROVISIONING.APPLY_DIVERGED`, …): security events. */
   agentReportsRefused: 'connectsoft.factory.runtime_cloud.provisioning.agent_reports_refused',
 } as const;
@@ -39,6 +41,7 @@ interface Instruments {
   readonly runDuration: Histogram;
   readonly driftFindings: Counter;
   readonly outboxPublishLag: Histogram;
+  readonly outboxDeadLetters: Counter;
   readonly agentReportsRefused: Counter;
 }
 
@@ -80,6 +83,7 @@ function define(provider: MeterProvider): Instruments {
       description: 'From an event written to the outbox to its publication confirmed by the bus',
       advice: { explicitBucketBoundaries: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600] },
     }),
+    outboxDeadLetters: meter.createCounter(METRICS.outboxDeadLetters, { unit: '{event}', description: 'Events the bus refused for good, dead-lettered in the outbox, by code' }),
     agentReportsRefused: meter.createCounter(METRICS.agentReportsRefused, { unit: '{report}', description: 'Runner agent reports the host did not believe, by code' }),
   };
 }
@@ -138,6 +142,11 @@ export function recordDriftFindings(findings: readonly { readonly kind: string }
 
 export function recordOutboxPublishLag(topic: string, seconds: number): void {
   instruments().outboxPublishLag.record(Math.max(0, seconds), { topic });
+}
+
+/** An event the bus refused for good, dead-lettered in the outbox (outbox-relay.service.ts). */
+export function recordOutboxDeadLetter(topic: string, code: string): void {
+  instruments().outboxDeadLetters.add(1, { topic, code });
 }
 
 /** A runner agent's report the host did not believe (a security event, security-events.ts). */
