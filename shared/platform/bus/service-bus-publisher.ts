@@ -1,6 +1,7 @@
 import type { OperationOptionsBase, RetryOptions, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSender } from '@azure/service-bus';
 import { ensureError } from '../errors/app-error';
-import { messageRefused, RefusalCodes, type EventPublisher } from './event-publisher';
+import type { EventPublisher } from './event-publisher';
+import { messageRefused, RefusalCodes } from './refusals';
 import type { OutgoingMessage } from './queue';
 import { createServiceBusClient, type ServiceBusConnectionOptions } from './service-bus-client';
 
