@@ -19,19 +19,15 @@ export const PROVISIONING_SUBSCRIPTION = 'provisioning';
 /**
  * Takes a `PoolResizeRequested` of the capacity module off the events topic: the provisioning service records it as
  * a run on the pool's stack (or a rejection with its reason) and the run's orchestration is started, exactly as
- * promotionIntake does for a promotion. A claim-checked message whose data cannot be read back is completed with a
- * warning naming why (redelivery cannot change it). A transient failure throws: the message is delivered again.
+ * promotionIntake does for a promotion. A claim-checked resize whose data cannot be read back is a recorded rejection
+ * with its reason (redelivery cannot change it). A transient failure throws: the message is delivered again.
  */
 export async function poolResizeIntake(message: unknown, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
   const messageId = typeof context.triggerMetadata?.messageId === 'string' ? context.triggerMetadata.messageId : `invocation:${context.invocationId}`;
   // Read as every consumer of the topic reads it: a claim-checked event with its data back (event-bodies.ts).
   const opened = await openEvent(message, deps.eventBodies);
-  if ('refused' in opened) {
-    logOf(context, { messageId }).warn(`message refused (${opened.refused.code}): ${opened.refused.reason}`);
-    return;
-  }
-  const result = await deps.provisioning.poolResize({ messageId, body: opened.event });
+  const result = await deps.provisioning.poolResize('refused' in opened ? { messageId, body: message, unreadable: opened.refused } : { messageId, body: opened.event });
   switch (result.outcome) {
     case 'accepted':
       crashPoint('pool-resize:recorded', result.run.id);

@@ -1,9 +1,10 @@
 import type { Transaction } from 'kysely';
+import type { EventRefusal } from '../platform/bus/event-bodies';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems, type FieldProblem } from '../platform/validation/validation';
 import { MessageIdReused, recordRejectedInbound, recordResend, recordRunInbound } from './intake.service';
-import { parsePoolResize, poolResizeKey, type PoolResizeRequested } from './pool-resize';
+import { parsePoolResize, POOL_RESIZE_REQUESTED, poolResizeKey, type PoolResizeRequested } from './pool-resize';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
 import { findRunByPromotion, insertRejection, insertRun, isUniqueViolation, latestAppliedRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
@@ -27,7 +28,13 @@ export type PoolResizeResult =
  * the resize plans that desired state (repository, commit, path; tenant and environment) with only the size
  * changed. A stack no run has applied is refused: nothing says where its project is.
  */
-export async function poolResize(ctx: ProvisioningContext, message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult> {
+export async function poolResize(ctx: ProvisioningContext, message: PoolResizeMessage): Promise<PoolResizeResult> {
+  const { unreadable } = message;
+  if (unreadable) {
+    // A claim-checked message whose data cannot be read back: recorded as refused when it is a resize, as any other.
+    if (unreadable.type !== POOL_RESIZE_REQUESTED) return { outcome: 'ignored', reason: `${unreadable.type ?? 'an event without a type'} is not for provisioning` };
+    return rejectResize(ctx, message.messageId, { code: unreadable.code, reason: unreadable.reason, problems: [] });
+  }
   const parsed = parsePoolResize(message.body);
   if (parsed.outcome === 'other') return { outcome: 'ignored', reason: `${parsed.type} is not for provisioning` };
   if (parsed.outcome === 'invalid') {
@@ -54,6 +61,13 @@ export async function poolResize(ctx: ProvisioningContext, message: { readonly m
     }
     throw thrown;
   }
+}
+
+/** A message of provisioning's subscription: its body, or why a claim-checked one could not be read back (event-bodies.ts). */
+export interface PoolResizeMessage {
+  readonly messageId: string;
+  readonly body: unknown;
+  readonly unreadable?: EventRefusal;
 }
 
 /** One transaction in the lock order (run rows, then inbox and outbox): the run, the older resizes it replaces. */

@@ -9,7 +9,7 @@ import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferen
 import { intake, type IntakeMessage, type IntakeResult } from './intake.service';
 import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenStackLock } from './operator.service';
 import { checkPolicy, plan, planJobFinished, planJobLost } from './plan.service';
-import { poolResize, type PoolResizeResult } from './pool-resize.service';
+import { poolResize, type PoolResizeMessage, type PoolResizeResult } from './pool-resize.service';
 import { createProvisioningContext, failRun, failRunWith, type ProvisioningContext, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
 import type { Rejection, RunDetail } from './provisioning.repository';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
@@ -47,7 +47,7 @@ export interface ProvisioningService {
   /** Takes a message from the promotions queue: one run per promotion, or a recorded rejection. */
   intake(message: IntakeMessage): Promise<IntakeResult>;
   /** Takes a message of the events topic: a `PoolResizeRequested` becomes a run on the pool's stack. */
-  poolResize(message: { readonly messageId: string; readonly body: unknown }): Promise<PoolResizeResult>;
+  poolResize(message: PoolResizeMessage): Promise<PoolResizeResult>;
   /**
    * An accepted reconciliation proposal becomes a queued run on its stack, one per proposal: the stack's latest
    * applied desired state, planned and applied with refresh and the request's ignore rules, approved as any run of

@@ -542,6 +542,9 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const bareStack = await service.poolResize({ messageId: `evt-resize-${dialect}-6`, body: bare });
       const notTheirs = await service.poolResize({ messageId: `evt-resize-${dialect}-7`, body: otherTenant });
       const other = await service.poolResize({ messageId: `evt-other-${dialect}`, body: { ...resize, id: `evt-other-${dialect}`, type: 'LeaseExpired' } });
+      // Claim-checked messages whose data could not be read back (event-bodies.ts openEvent): a resize, another type.
+      const unreadable = await service.poolResize({ messageId: `evt-resize-${dialect}-8`, body: {}, unreadable: { code: 'EVENTS.BODY_MISSING', reason: 'the data is gone', type: 'PoolResizeRequested' } });
+      const unreadableOther = await service.poolResize({ messageId: `evt-other-${dialect}-2`, body: {}, unreadable: { code: 'EVENTS.BODY_MISSING', reason: 'the data is gone', type: 'LeaseExpired' } });
 
       // Assert
       if (first.outcome !== 'accepted') throw new Error('not accepted');
@@ -557,6 +560,10 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(await service.getRejection(`evt-resize-${dialect}-4`)).toMatchObject({ code: 'PROVISIONING.INVALID_POOL_RESIZE' });
       expect(other).toMatchObject({ outcome: 'ignored' });
       expect(await service.getRejection(`evt-other-${dialect}`)).toBeUndefined();
+      expect(unreadable).toEqual({ outcome: 'rejected', code: 'EVENTS.BODY_MISSING', reason: 'the data is gone' });
+      expect(await service.getRejection(`evt-resize-${dialect}-8`)).toMatchObject({ code: 'EVENTS.BODY_MISSING', reason: 'the data is gone' });
+      expect(unreadableOther).toMatchObject({ outcome: 'ignored' });
+      expect(await service.getRejection(`evt-other-${dialect}-2`)).toBeUndefined();
       await service.cancel(ALL, first.run.id, 'operator-1');
     });
 

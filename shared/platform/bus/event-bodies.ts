@@ -108,7 +108,14 @@ export type OpenedEvent =
   /** The event as published (a claim-checked one with its data back in place), for the consumer to validate. */
   | { readonly event: unknown }
   /** A claim-checked message whose data cannot be read back: permanent, with its code and reason. */
-  | { readonly refused: { readonly code: string; readonly reason: string } };
+  | { readonly refused: EventRefusal };
+
+/** Why a claim-checked message cannot be read back, and the event type its envelope names (when it names one). */
+export interface EventRefusal {
+  readonly code: string;
+  readonly reason: string;
+  readonly type?: string;
+}
 
 /**
  * How every consumer of the events topic reads a message: its body as the trigger gives it (parsed JSON, text or
@@ -122,15 +129,16 @@ export async function openEvent(body: unknown, store: EventBodyReader | undefine
   const { dataref, datadigest, datasize: _size, ...attributes } = value as Record<string, unknown>;
   const key = keyOf(attributes);
   const expected = eventBodyName(key);
+  const refused = (code: string, reason: string): OpenedEvent => ({ refused: { code, reason, ...(typeof attributes.type === 'string' ? { type: attributes.type } : {}) } });
   if (dataref !== expected) {
-    return { refused: { code: EventBodyErrors.foreignRef, reason: `the event's dataref ${JSON.stringify(dataref)} is not where its data is stored (${expected})` } };
+    return refused(EventBodyErrors.foreignRef, `the event's dataref ${JSON.stringify(dataref)} is not where its data is stored (${expected})`);
   }
-  if (!store) return { refused: { code: EventBodyErrors.noStore, reason: `the event's data is stored at ${expected}, and this host has no event body store (RuntimeCloud__Outbox__Bodies__Connection)` } };
+  if (!store) return refused(EventBodyErrors.noStore, `the event's data is stored at ${expected}, and this host has no event body store (RuntimeCloud__Outbox__Bodies__Connection)`);
   const stored = await store.get(key);
-  if (stored === undefined) return { refused: { code: EventBodyErrors.missing, reason: `the event's data is not stored at ${expected}` } };
+  if (stored === undefined) return refused(EventBodyErrors.missing, `the event's data is not stored at ${expected}`);
   const digest = digestOf(stored);
   if (digest !== datadigest) {
-    return { refused: { code: EventBodyErrors.digestMismatch, reason: `the data stored at ${expected} has digest ${digest}, the event says ${String(datadigest)}` } };
+    return refused(EventBodyErrors.digestMismatch, `the data stored at ${expected} has digest ${digest}, the event says ${String(datadigest)}`);
   }
   return { event: { ...attributes, data: JSON.parse(stored) as unknown } };
 }
