@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import { configFromEnvironment, type Config, type PeerSetting } from '../shared/platform/config/config';
 import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
-import { createLocalExternalServices } from '../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices } from './external-services/local-external-services.adapter';
 import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';

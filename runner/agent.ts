@@ -3,7 +3,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { AppError, ensureError } from '../shared/platform/errors/app-error';
 import type { IacEngine } from '../shared/platform/iac/iac-runner';
-import { createLocalEngine } from '../shared/platform/iac/local-engine';
+import { createLocalEngine } from '../local/engine/local-engine';
 import { filesDigest, type ClaimedJob, type JobError, type RunnerInfo, type RunnerJobOutcome } from '../shared/platform/iac/runner-job';
 import type { JsonValue } from '../shared/platform/iac/iac-values';
 import { referenceKey } from '../shared/platform/iac/iac-values';

@@ -1,8 +1,8 @@
-import type { CloudApply, CloudResource, LocalCloud } from '../shared/platform/cloud/local-cloud';
+import type { CloudApply, CloudResource, LocalCloud } from '../local/cloud/local-cloud';
 import { AppError } from '../shared/platform/errors/app-error';
 import type { StackState } from '../shared/platform/iac/plan';
 import type { ClaimedJob, Heartbeat, RunnerJobOutcome, TargetCall } from '../shared/platform/iac/runner-job';
-import type { StackStates } from '../shared/platform/iac/stack-state.repository';
+import type { StackStates } from '../local/engine/stack-state.repository';
 
 /**
  * The agent's side of the runner job protocol (shared/platform/iac/runner-job.ts) over HTTP: the pool's claim with

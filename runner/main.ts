@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { AppError, ensureError } from '../shared/platform/errors/app-error';
 import { pulumiIacRunner, type IacEngine } from '../shared/platform/iac/iac-runner';
 import type { ClaimedJob } from '../shared/platform/iac/runner-job';
-import { createLocalEngine } from '../shared/platform/iac/local-engine';
+import { createLocalEngine } from '../local/engine/local-engine';
 import { systemClock } from '../shared/platform/time/clock';
 import { DEFAULT_IDLE_MS, runAgent, type AgentOptions } from './agent';
 import { hostClient } from './host-client';

@@ -1,6 +1,6 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
-import type { CloudResource } from '../platform/cloud/local-cloud';
+import type { CloudResource } from '../../local/cloud/local-cloud';
 import type { StackState } from '../platform/iac/plan';
 import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { CloudResource } from '../platform/cloud/local-cloud';
+import type { CloudResource } from '../../local/cloud/local-cloud';
 import { agentPoolNamed, agentPoolOf, backendOfTenant, type AgentPool } from '../platform/config/targets';
 import { AppError } from '../platform/errors/app-error';
 import { filesDigest, filesOfStack, type ClaimedJob, type Heartbeat, type RunnerJobKind, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';

@@ -8,9 +8,9 @@
 import { allMigrations } from '../../shared/migrations';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { jsonEqual, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
-import { createLocalEngine, type ConfigOverrides, type LocalEngine } from '../../shared/platform/iac/local-engine';
+import { createLocalEngine, type ConfigOverrides, type LocalEngine } from '../../local/engine/local-engine';
 import type { ApplyResult, Plan, ResolveReferences } from '../../shared/platform/iac/plan';
-import { loadProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import { loadProgram, type ProjectFiles } from '../../local/engine/pulumi-yaml';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud } from '../../local/cloud/local-cloud';
 import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { allMigrations } from '../../shared/migrations';

@@ -6,7 +6,7 @@ import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer'
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import type { Kysely } from 'kysely';
 import { durableDb } from '../../local/durable/durable.repository';
-import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud } from '../../local/cloud/local-cloud';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createDeps, type Deps } from '../../shared/deps';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';

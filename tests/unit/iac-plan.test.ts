@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { MAX_PATH_INDEX, type JsonObject } from '../../shared/platform/iac/iac-values';
 import { changedPaths, planSchema, planStack, refreshedInputs, resourceUrn, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
-import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
+import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../local/engine/pulumi-yaml';
 
 const STACK = 'dev';
 

@@ -1,7 +1,7 @@
-import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions, type PlanOptions } from './local-engine';
+import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions, type PlanOptions } from '../../../local/engine/local-engine';
 import type { ApplyResult, HeldIgnoreRule, Plan, ResolveReferences } from './plan';
 import { createPulumiRunner, type PulumiRunnerOptions } from './pulumi-runner';
-import type { ProjectFiles } from './pulumi-yaml';
+import type { ProjectFiles } from '../../../local/engine/pulumi-yaml';
 import type { StackRef } from './stack-ref';
 
 export type { ApplyOptions, ConfigOverrides, HeldIgnoreRule, LocalEngineOptions, PlanOptions };

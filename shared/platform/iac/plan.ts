@@ -22,11 +22,11 @@ import {
   type PathSegment,
   type ValueReference,
 } from './iac-values';
-import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
-import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
-import { stdInvoke } from './std-functions';
-import { getRoots, isDuration, unsupportedBecause, type CustomTimeouts } from './pulumi-yaml-resource';
-import { aliasUrns, resourceIdentities, type ResourceIdentity } from './resource-identity';
+import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from '../../../local/engine/emulated-providers';
+import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from '../../../local/engine/pulumi-yaml';
+import { stdInvoke } from '../../../local/engine/std-functions';
+import { getRoots, isDuration, unsupportedBecause, type CustomTimeouts } from '../../../local/engine/pulumi-yaml-resource';
+import { aliasUrns, resourceIdentities, type ResourceIdentity } from '../../../local/engine/resource-identity';
 
 /**
  * The diff and plan engine: desired resources (a loaded Pulumi YAML program) against a stack's state give one
@@ -226,7 +226,7 @@ export const planSchema = z.object({
   updatePlan: jsonObject.refine((plan) => JSON.stringify(plan).length <= MAX_UPDATE_PLAN_CHARS, `an update plan is at most ${MAX_UPDATE_PLAN_CHARS} characters of JSON`).optional(),
 });
 
-export { resourceUrn } from './resource-identity';
+export { resourceUrn } from '../../../local/engine/resource-identity';
 
 /** A resource of the target as a plan reads it (for `get:` and `import`). */
 export interface TargetResource {

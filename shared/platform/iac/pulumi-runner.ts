@@ -8,7 +8,7 @@ import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { AppError, expectedAppError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
 import { asValueReference, collectReferences, formatPath, isPlainObject, referenceKey, type JsonValue, type PathSegment, type ValueReference } from './iac-values';
-import type { ApplyOptions, ConfigOverrides, PlanOptions } from './local-engine';
+import type { ApplyOptions, ConfigOverrides, PlanOptions } from '../../../local/engine/local-engine';
 import { heldIgnoreProblem, planSchema, refusedApply, resourceUrn, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
 import {
   pulumiAutomationApi,
@@ -22,7 +22,7 @@ import {
 } from './pulumi-automation';
 import { applyResultFromUp, errorDiagnostics, parseUpdatePlan, planCovers, planFromPreview, redact } from './pulumi-mapping';
 import type { StackRef } from './stack-ref';
-import type { ProjectFiles } from './pulumi-yaml';
+import type { ProjectFiles } from '../../../local/engine/pulumi-yaml';
 
 /**
  * The `pulumi` runner: the `IacEngine` port (iac-runner.ts) over the Pulumi Automation API.

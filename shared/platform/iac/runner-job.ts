@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { ConfigOverrides, PlanOptions } from './iac-runner';
 import type { JsonValue } from './iac-values';
 import { planSchema, stateResourceOptionalSchema, type ApplyResult, type Plan, type StackState } from './plan';
-import type { ProjectFiles } from './pulumi-yaml';
+import type { ProjectFiles } from '../../../local/engine/pulumi-yaml';
 import type { StackRef } from './stack-ref';
 
 /**

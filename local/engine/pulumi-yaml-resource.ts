@@ -1,5 +1,5 @@
-import { AppError } from '../errors/app-error';
-import { invalidProject, isPlainObject, parsePath, unsupported, type JsonObject, type JsonValue } from './iac-values';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { invalidProject, isPlainObject, parsePath, unsupported, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 
 /**
  * A resource of a Pulumi YAML program as written: its type token, its properties (interpolations not yet

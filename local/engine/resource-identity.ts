@@ -1,5 +1,5 @@
-import { AppError } from '../errors/app-error';
-import { invalidProject, isPlainObject, type JsonValue, type PathSegment } from './iac-values';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { invalidProject, isPlainObject, type JsonValue, type PathSegment } from '../../shared/platform/iac/iac-values';
 import { isProviderType, packageOf, type ResourceDeclaration } from './pulumi-yaml-resource';
 
 /**

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
-import { AppError, ensureError, expectedAppError } from '../errors/app-error';
-import type { SqlStore } from '../sql/database';
-import type { Clock, Ids } from '../time/clock';
+import { AppError, ensureError, expectedAppError } from '../../shared/platform/errors/app-error';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import type { Clock, Ids } from '../../shared/platform/time/clock';
 import { emulationOf, generatedOutputs, outputsFor } from './emulated-providers';
-import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from './iac-values';
+import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import {
   heldRulesOf,
   keepHeld,
@@ -29,12 +29,12 @@ import {
   type ResourceResult,
   type StackState,
   type StateResource,
-} from './plan';
+} from '../../shared/platform/iac/plan';
 import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
 import { isProviderType, packageOf } from './pulumi-yaml-resource';
 import { defaultProviderUrn } from './resource-identity';
 import { sqlStackStates, type StackStates } from './stack-state.repository';
-import { qualifiedStackName, type StackRef } from './stack-ref';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 
 /** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
 export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';

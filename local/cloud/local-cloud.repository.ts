@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
-import type { AnyDb } from '../sql/database';
-import type { StackRef } from '../iac/stack-ref';
+import type { AnyDb } from '../../shared/platform/sql/database';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { LocalCloudResourceTable, LocalCloudTables } from './local-cloud.tables';
 
 /** Kysely code of the local cloud. Functions take `db` first; rows are mapped before they leave this file. */
