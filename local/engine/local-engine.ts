@@ -5,31 +5,8 @@ import type { SqlStore } from '../../shared/platform/sql/database';
 import type { Clock, Ids } from '../../shared/platform/time/clock';
 import { emulationOf, generatedOutputs, outputsFor } from './emulated-providers';
 import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
-import {
-  heldRulesOf,
-  keepHeld,
-  keepIgnored,
-  planSchema,
-  evaluatorContext,
-  planStack,
-  refreshedInputs,
-  secretOutputsOf,
-  shownOutputs,
-  TargetReadNeeded,
-  type PlanInput,
-  type TargetResource,
-  refusedApply,
-  skippedStep,
-  type ApplyError,
-  type HeldIgnoreRule,
-  type ApplyResult,
-  type Plan,
-  type PlanStep,
-  type ResolveReferences,
-  type ResourceResult,
-  type StackState,
-  type StateResource,
-} from '../../shared/platform/iac/plan';
+import { planSchema, refusedApply, skippedStep, type ApplyError, type HeldIgnoreRule, type ApplyResult, type Plan, type PlanStep, type ResolveReferences, type ResourceResult, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { heldRulesOf, keepHeld, keepIgnored, evaluatorContext, planStack, refreshedInputs, secretOutputsOf, shownOutputs, TargetReadNeeded, type PlanInput, type TargetResource } from './planner';
 import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
 import { isProviderType, packageOf } from './pulumi-yaml-resource';
 import { defaultProviderUrn } from './resource-identity';

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { isUniqueViolation } from '../cloud/local-cloud.repository';
+import { isUniqueViolation } from '../../shared/platform/sql/dialect';
 import type { AnyDb, SqlStore } from '../../shared/platform/sql/database';
 import { retryingContention } from '../../shared/platform/sql/transaction';
 import type { Clock } from '../../shared/platform/time/clock';

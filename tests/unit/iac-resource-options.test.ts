@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
-import { planStack, TargetReadNeeded, type Plan, type PlanInput, type StackState, type StateResource, type TargetResource } from '../../shared/platform/iac/plan';
+import { type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { planStack, TargetReadNeeded, type PlanInput, type TargetResource } from '../../local/engine/planner';
 import { loadProgram, type LoadedProgram } from '../../local/engine/pulumi-yaml';
 
 /**

@@ -9,7 +9,8 @@ import { AppError, expectedAppError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
 import { asValueReference, collectReferences, formatPath, isPlainObject, referenceKey, type JsonValue, type PathSegment, type ValueReference } from './iac-values';
 import type { ApplyOptions, ConfigOverrides, PlanOptions } from '../../../local/engine/local-engine';
-import { heldIgnoreProblem, planSchema, refusedApply, resourceUrn, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
+import { resourceUrn } from './stack-ref';
+import { heldIgnoreProblem, planSchema, refusedApply, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
 import {
   pulumiAutomationApi,
   pulumiCliPath,
