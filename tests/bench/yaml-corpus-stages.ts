@@ -5,7 +5,7 @@
  * apply's stack outputs against what Pulumi gives, where known). For a program Pulumi refuses, the faithful
  * outcome is a clear refusal (an AppError code) before anything is applied.
  */
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { jsonEqual, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { createLocalEngine, type ConfigOverrides, type LocalEngine } from '../../local/engine/local-engine';

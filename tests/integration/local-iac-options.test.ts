@@ -9,7 +9,7 @@ import { AppError } from '../../shared/platform/errors/app-error';
 import { createLocalEngine, type LocalEngine } from '../../local/engine/local-engine';
 import type { Plan, ResolveReferences, StackState } from '../../shared/platform/iac/plan';
 import type { ProjectFiles } from '../../local/engine/pulumi-yaml';
-import { stackStateSchema } from '../../shared/platform/iac/runner-job';
+import { stackStateSchema } from '../../local/cloud/job-target-calls';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { sqlStackStates } from '../../local/engine/stack-state.repository';
 import type { Run } from '../../shared/provisioning/run';

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocalCloud } from '../../local/cloud/local-cloud';
 import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { createProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';

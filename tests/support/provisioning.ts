@@ -7,7 +7,7 @@ import { settings } from '../../shared/platform/config/config';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner } from '../../local/engine/local-engine';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { randomIds, type Clock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices } from '../../local/external-services/local-external-services.adapter';
