@@ -14,6 +14,7 @@ import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createDeps } from '../../shared/deps';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { localTwin } from '../../local/twin';
 
 /**
  * Issue 19's outbox holes: publish order per stream true across concurrent writers, a relay's claim that outlasts a
@@ -251,6 +252,7 @@ for (const dialect of DIALECTS) {
         // No timer runs here: closing the deps waits for every after-commit publish they started.
         const deps = await createDeps(parseConfig({ ...database.settings, RuntimeCloud__IaC__Runner: 'local', RuntimeCloud__Tables__Connection: NEVER_CONTACTED_TABLES, RuntimeCloud__Outbox__Publish: publish }), {
           ...database.overrides,
+          twin: localTwin,
           jwks: { keys: [] },
         });
         try {

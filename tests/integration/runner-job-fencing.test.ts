@@ -104,8 +104,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(nextState?.resources).toHaveLength(3);
       await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, next, () => undefined);
       const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
       expect(await stateOf(nextApply)).toEqual(nextState);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
       // The result endpoint collects each job (a plan that needs no approval goes on to its apply job there) and hands
       // the step to the run with its result event: the orchestration schedules its plan step and no collect.
       await eventually(async () => {
