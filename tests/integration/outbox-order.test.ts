@@ -8,7 +8,7 @@ import { appendToOutbox, laneOf, streamOf, toCloudEvent, type OutboxTables } fro
 import { pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
 import { CLAIM_MARGIN_MS, relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { sendBudgetMs, serviceBusPublisher } from '../../shared/platform/bus/service-bus-publisher';
-import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { readTopic } from '../../local/bus/topic.repository';
 import { inTransaction } from '../../shared/platform/sql/transaction';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createDeps } from '../../shared/deps';

@@ -6,7 +6,7 @@ import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
-import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { readTopic } from '../../local/bus/topic.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 

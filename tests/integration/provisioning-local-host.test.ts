@@ -5,7 +5,7 @@ import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { listActive } from '../../shared/platform/bus/queue.repository';
+import { listActive } from '../../local/bus/queue.repository';
 import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';

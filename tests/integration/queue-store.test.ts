@@ -13,7 +13,7 @@ import {
   receive,
   release,
   renewLock,
-} from '../../shared/platform/bus/queue.repository';
+} from '../../local/bus/queue.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';

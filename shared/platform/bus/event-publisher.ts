@@ -3,8 +3,8 @@ import type { SqlDialect } from '../sql/dialect';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
 import type { OutgoingMessage } from './queue';
-import { announceArrival } from './arrivals';
-import { appendToTopic } from './topic.repository';
+import { announceArrival } from '../../../local/bus/arrivals';
+import { appendToTopic } from '../../../local/bus/topic.repository';
 
 /**
  * Port: hands messages to a topic. `publish` resolves only once the bus has accepted every message (the relay

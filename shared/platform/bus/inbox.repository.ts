@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
-import { oldestActive } from './queue.repository';
+import { oldestActive } from '../../../local/bus/queue.repository';
 
 /**
  * The inbox: every inbound message is recorded by messageId and business key, in the transaction of the change
