@@ -6,7 +6,7 @@ import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks, outboxDeadLetterCheck } from './platform/bus/bus.health';
 import { blobEventBodies, claimCheckingPublisher, type EventBodyStore } from './platform/bus/event-bodies';
 import type { EventPublisher } from './platform/bus/event-publisher';
-import { createEventPublisher, createInboxLagReader } from './platform/bus/publishers';
+import { createEventPublisher, createInboxLagReader, type EmbeddedBus } from './platform/bus/publishers';
 import { startAfterCommitPublish } from './platform/bus/after-commit-publish';
 import type { Config } from './platform/config/config';
 import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from './platform/config/targets';
@@ -84,6 +84,8 @@ export interface Twin {
   engine(parts: TwinParts): IacEngine;
   /** The observer of `local-cloud` targets. */
   observer(parts: TwinParts): Observer;
+  /** The embedded topic and queues, where no Service Bus is configured. */
+  readonly bus: EmbeddedBus;
 }
 
 export interface TwinParts {
@@ -211,12 +213,12 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
 
   // Event bodies over the threshold go to Blob storage, the message carrying their reference and digest (claim check).
   const eventBodies = config.outbox.bodiesConnection ? blobEventBodies(config.outbox.bodiesConnection) : undefined;
-  const publisher = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
+  const publisher = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock, twin?.bus);
   const events = eventBodies ? claimCheckingPublisher(publisher, { store: eventBodies, thresholdBytes: config.outbox.claimCheckBytes }) : publisher;
   // Events go out right after the commit that wrote them; the relay's timer is the fallback (outbox-relay.service.ts).
   const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids, ...(config.outbox.claimMs ? { leaseMs: config.outbox.claimMs } : {}) }) : undefined;
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
-  const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
+  const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock, twin?.bus);
 
   const inventory = createInventoryService({
     store,

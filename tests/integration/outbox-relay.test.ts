@@ -1,7 +1,8 @@
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { embeddedTopicPublisher, type EventPublisher } from '../../shared/platform/bus/event-publisher';
+import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
+import { embeddedTopicPublisher } from '../../local/bus/embedded-bus';
 import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
