@@ -148,6 +148,7 @@ for (const dialect of DIALECTS) {
       RuntimeCloud__Runner__Agent: `execution-${tenant}`,
       RuntimeCloud__Runner__WorkDir: join(root, 'work', tenant),
       RuntimeCloud__Runner__OneJob: 'true',
+      RuntimeCloud__Runner__Engine: 'local',
       RuntimeCloud__Runner__Wakeups__Namespace: NAMESPACE,
       RuntimeCloud__Runner__Wakeups__Topic: EVENTS_TOPIC,
       RuntimeCloud__Runner__Wakeups__Subscription: subscriptionOf(tenant),
