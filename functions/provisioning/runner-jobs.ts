@@ -61,7 +61,7 @@ export const JOB_TOKEN_HEADER = 'x-runner-job-token';
  * the service as sent, and is validated there: the job protocol's schemas reach the YAML parser, which registering
  * the functions must not load (cold start).
  */
-export function jobEndpoint(summary: string, call: JobCall) {
+export function jobEndpoint(summary: string, call: JobCall, options: { readonly localOnly?: boolean } = {}) {
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
       const deps = await getDeps();
@@ -79,7 +79,7 @@ export function jobEndpoint(summary: string, call: JobCall) {
       return errorResponse(error, context);
     }
   };
-  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }] });
+  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }], ...options });
   return handler;
 }
 
