@@ -22,6 +22,7 @@ import {
   type PathSegment,
   type ValueReference,
 } from './iac-values';
+import { computedOutputNames, withComputedOutputs } from './computed-outputs';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
 import { stdInvoke } from './std-functions';
@@ -468,7 +469,8 @@ class Planner {
     const kept = step.op === 'same' || step.op === 'update';
     const id = kept ? (step.id as string) : step.import !== undefined ? step.import : computed(`\${${d.name}.id}`);
     const generated = kept && old ? generatedOutputs(d.type, old.outputs) : Object.fromEntries((emulation?.outputs ?? []).map((o) => [o, computed(`\${${d.name}.${o}}`)]));
-    this.#outputs.set(d.name, { ...shownOutputs({ ...inputs, id, ...generated }, secret), urn: identity.urn });
+    const context = { tenant: this.program.context.organization, urn: identity.urn, name: d.name, config: this.program.config };
+    this.#outputs.set(d.name, { ...shownOutputs(withComputedOutputs(d.type, { ...inputs, id, ...generated }, context), secret), urn: identity.urn });
     return hideDiffs(step, options.hideDiffs ?? []);
   }
 
@@ -636,7 +638,9 @@ function unknownOutput(d: ResourceDeclaration, members: readonly PathSegment[], 
     ? `the local engine does not emulate ${d.type}'s ${output}`
     : emulation
       ? `${d.type} has the outputs ${[...emulation.outputs, 'and its inputs'].join(', ')}`
-      : `the local engine knows only the inputs and id of ${d.type} (no provider computes its outputs here)`;
+      : computedOutputNames(d.type).length > 0
+        ? `the local engine computes ${computedOutputNames(d.type).join(', ')} of ${d.type} besides its inputs, and does not emulate ${output}`
+        : `the local engine knows only the inputs and id of ${d.type} (no provider computes its outputs here)`;
   return new AppError('IAC.UNKNOWN_OUTPUT', 'validation', `${typeof path === 'string' ? `${path}: ` : ''}\${${d.name}.${output}}: ${d.name} (${d.type}) has no output ${output}: ${why}`, {
     ...(typeof path === 'string' ? { path } : {}),
     resource: d.name,
