@@ -40,6 +40,8 @@ export type Derive = (inputs: Inputs, context: OutputContext) => JsonValue | und
 /** What the emulation knows of one type: its computed outputs by top-level name. */
 export interface OutputModel {
   readonly outputs: Readonly<Record<string, Derive>>;
+  /** The outputs the provider's schema marks secret: masked wherever values are shown. */
+  readonly secret?: readonly string[];
 }
 
 /** The model of `type`, or undefined when no provider's outputs are emulated for it. */
@@ -50,6 +52,11 @@ export function outputModelOf(type: string): OutputModel | undefined {
 /** The names of the outputs the emulation computes for `type` (empty when none). */
 export function computedOutputNames(type: string): string[] {
   return Object.keys(outputModelOf(type)?.outputs ?? {}).sort();
+}
+
+/** The computed outputs of `type` its provider marks secret. */
+export function computedSecretNames(type: string): readonly string[] {
+  return outputModelOf(type)?.secret ?? [];
 }
 
 /** Thrown by `Inputs.string` for a value not known yet: the output it was read for is computed. */

@@ -390,7 +390,7 @@ class StepRunner {
         if (!old) return done('unchanged', step.id);
         // Options (protect, dependencies, a new urn from an alias) can change without the target changing.
         const inputs = this.inputsOf(step, old);
-        await this.checkpointIfChanged(old, this.stateResource(step, old.id, inputs, this.outputsOf(step, inputs, old.id, generatedOutputs(step.type, old.outputs))));
+        await this.checkpointIfChanged(old, this.stateResource(step, old.id, inputs, this.outputsOf(step, inputs, old.id, generatedOutputs(step.type, old.outputs), old.outputs.id)));
         return done('unchanged', old.id);
       }
       case 'create': {
@@ -398,7 +398,7 @@ class StepRunner {
         if (step.import !== undefined) {
           // Adopted: the target already holds it, as the plan checked; from now on it is the stack's.
           await cloud.adopt(target, step.import, step.urn);
-          await this.checkpoint(this.stateResource(step, step.import, inputs, this.outputsOf(step, inputs, step.import, this.generate(step, inputs))), undefined);
+          await this.checkpoint(this.stateResource(step, step.import, inputs, this.outputsOf(step, inputs, step.import, this.generate(step, inputs), step.import)), undefined);
           return done('succeeded', step.import);
         }
         const generated = this.generate(step, inputs);
@@ -410,7 +410,7 @@ class StepRunner {
         const inputs = this.inputsOf(step, old);
         const id = old?.id ?? step.id ?? '';
         await cloud.update(target, id, this.resolve(this.keepOld(step, this.cloudInputsOf(step), old)));
-        await this.checkpoint(this.stateResource(step, id, inputs, this.outputsOf(step, inputs, id, old ? generatedOutputs(step.type, old.outputs) : {})), old);
+        await this.checkpoint(this.stateResource(step, id, inputs, this.outputsOf(step, inputs, id, old ? generatedOutputs(step.type, old.outputs) : {}, old?.outputs.id)), old);
         return done('succeeded', id);
       }
       case 'replace': {
@@ -453,10 +453,14 @@ class StepRunner {
     return found.id;
   }
 
-  /** The outputs of the step's resource: its inputs, id, what an emulated provider drew, and what its cloud computes. */
-  private outputsOf(step: PlanStep, inputs: JsonObject, id: string, generated: JsonObject): JsonObject {
+  /**
+   * The outputs of the step's resource: its inputs, id, what an emulated provider drew, and what its cloud computes
+   * (computed-outputs.ts); a resource that keeps its id (`keptId`: same, update, import) shows the id it had.
+   */
+  private outputsOf(step: PlanStep, inputs: JsonObject, id: string, generated: JsonObject, keptId?: JsonValue): JsonObject {
     const { stack, program } = this.context;
-    return withComputedOutputs(step.type, outputsFor(inputs, id, generated), { tenant: stack.tenant, urn: step.urn, name: step.name, config: program.config });
+    const outputs = withComputedOutputs(step.type, outputsFor(inputs, id, generated), { tenant: stack.tenant, urn: step.urn, name: step.name, config: program.config });
+    return keptId === undefined ? outputs : { ...outputs, id: keptId };
   }
 
   /** What the step's emulated provider computes (emulated-providers.ts), seeded by tenant, urn, inputs and fresh entropy. */

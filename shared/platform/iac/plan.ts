@@ -22,7 +22,7 @@ import {
   type PathSegment,
   type ValueReference,
 } from './iac-values';
-import { computedOutputNames, withComputedOutputs } from './computed-outputs';
+import { computedOutputNames, computedSecretNames, withComputedOutputs } from './computed-outputs';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
 import { stdInvoke } from './std-functions';
@@ -315,11 +315,11 @@ export function planStack({ stack, program, state, ignore = [], target }: PlanIn
 }
 
 /**
- * The names of the secret outputs of a declared resource: its provider's (emulated-providers.ts) and its
+ * The names of the secret outputs of a declared resource: its provider's (emulated-providers.ts, computed-outputs.ts) and its
  * `additionalSecretOutputs`.
  */
 export function secretOutputsOf(declaration: ResourceDeclaration): string[] {
-  return [...new Set([...(emulationOf(declaration.type)?.secret ?? []), ...(declaration.options?.additionalSecretOutputs ?? [])])];
+  return [...new Set([...(emulationOf(declaration.type)?.secret ?? []), ...computedSecretNames(declaration.type), ...(declaration.options?.additionalSecretOutputs ?? [])])];
 }
 
 /** Outputs as plans, states' inputs and receipts show them: secret outputs masked. */
@@ -470,7 +470,10 @@ class Planner {
     const id = kept ? (step.id as string) : step.import !== undefined ? step.import : computed(`\${${d.name}.id}`);
     const generated = kept && old ? generatedOutputs(d.type, old.outputs) : Object.fromEntries((emulation?.outputs ?? []).map((o) => [o, computed(`\${${d.name}.${o}}`)]));
     const context = { tenant: this.program.context.organization, urn: identity.urn, name: d.name, config: this.program.config };
-    this.#outputs.set(d.name, { ...shownOutputs(withComputedOutputs(d.type, { ...inputs, id, ...generated }, context), secret), urn: identity.urn });
+    // The cloud's outputs (computed-outputs.ts) are known from the inputs; the id of what the apply creates is not
+    // (as in Pulumi's preview), and a kept resource keeps the id it has.
+    const outputs = { ...withComputedOutputs(d.type, { ...inputs, id, ...generated }, context), id: kept ? (old?.outputs.id ?? id) : id };
+    this.#outputs.set(d.name, { ...shownOutputs(outputs, secret), urn: identity.urn });
     return hideDiffs(step, options.hideDiffs ?? []);
   }
 
