@@ -17,6 +17,8 @@ interface AzureType {
   readonly path: string;
   /** How the name parameter is filled when not given (default `random`); `none`: the path's last part is literal. */
   readonly autoname?: 'random' | 'copy' | 'none';
+  /** A resource of the provider's own, not ARM's (a Blob): no ARM `type` output (a Blob's `type` is its blob type). */
+  readonly custom?: true;
   /** Outputs besides name, id, type and location. */
   readonly extra?: Readonly<Record<string, Derive>>;
 }
@@ -47,17 +49,18 @@ const TYPES: Readonly<Record<string, AzureType>> = {
   'azure-native:storage:Blob': {
     path: `${STORAGE}/blobServices/default/containers/{containerName}/blobs/{blobName}`,
     autoname: 'copy',
+    custom: true,
     extra: { url: (inputs, context) => blobUrl(inputs, context) },
   },
   'azure-native:storage:StorageAccountStaticWebsite': {
     path: `${STORAGE}/staticWebsite`,
     autoname: 'none',
+    custom: true,
     // The container Azure serves a static website from.
     extra: { containerName: () => '$web' },
   },
   'azure-native:web:AppServicePlan': { path: `${WEB}/serverfarms/{name}` },
   'azure-native:web:WebApp': { path: `${WEB}/sites/{name}`, extra: { defaultHostName: fromName((n) => `${n}.azurewebsites.net`) } },
-  'azure-native:web:WebAppSlot': { path: `${WEB}/sites/{name}/slots/{slot}` },
   'azure-native:web:KubeEnvironment': { path: `${WEB}/kubeEnvironments/{name}` },
   'azure-native:web:ContainerApp': { path: `${WEB}/containerApps/{name}` },
   'azure-native:network:VirtualNetwork': { path: `${NETWORK}/virtualNetworks/{virtualNetworkName}` },
@@ -102,7 +105,7 @@ const TYPES: Readonly<Record<string, AzureType>> = {
       properties: (inputs, context) => {
         const name = nameOf(inputs, context);
         const given = inputs.value('properties');
-        return name === undefined ? undefined : { ...(isObject(given) ? given : {}), vaultUri: `https://${name}.vault.azure.net/` };
+        return name === undefined ? undefined : { ...(isObject(given) ? given : {}), vaultUri: `https://${name}.vault.azure.net` };
       },
     },
   },
@@ -127,7 +130,7 @@ export function azureNativeModel(type: string): OutputModel | undefined {
   if (!azure) return undefined;
   const outputs: Record<string, Derive> = {
     id: (inputs, context) => armId(azure, inputs, context),
-    type: () => armType(azure.path),
+    ...(azure.custom ? {} : { type: () => armType(azure.path) }),
     location: (inputs, context) => (type === 'azure-native:resources:ResourceGroup' || inputs.value('location') !== undefined ? locationOf(inputs, context) : undefined),
     ...(azure.autoname === 'none' ? {} : { name: (inputs: Inputs, context: OutputContext) => nameOf(inputs, context) }),
     ...azure.extra,
