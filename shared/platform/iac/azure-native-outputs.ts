@@ -1,4 +1,4 @@
-import { autoName, configString, drawnUuid, resourceUuid, type Derive, type Inputs, type OutputContext, type OutputModel } from './computed-outputs';
+import { autoName, configString, drawnUuid, resourceUuid, type Derive, type Inputs, type OutputContext, type OutputModel } from './output-model';
 import type { JsonObject, JsonValue } from './iac-values';
 
 /**

@@ -1,4 +1,4 @@
-import { autoName, drawnHex, resourceUuid, type Derive, type Inputs, type OutputContext, type OutputModel } from './computed-outputs';
+import { autoName, drawnHex, resourceUuid, type Derive, type Inputs, type OutputContext, type OutputModel } from './output-model';
 import { isComputed, type JsonObject, type JsonValue } from './iac-values';
 
 /**

@@ -1,4 +1,4 @@
-import { configString, drawnHex, type Derive, type Inputs, type OutputContext, type OutputModel } from './computed-outputs';
+import { configString, drawnHex, type Derive, type Inputs, type OutputContext, type OutputModel } from './output-model';
 import { createHash } from 'node:crypto';
 import type { JsonObject, JsonValue } from './iac-values';
 
