@@ -3,6 +3,7 @@ import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
 import { AppError, ensureError, expectedAppError } from '../../shared/platform/errors/app-error';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import type { Clock, Ids } from '../../shared/platform/time/clock';
+import { keptComputedOutputs, withComputedOutputs } from './computed-outputs';
 import { emulationOf, generatedOutputs, outputsFor } from './emulated-providers';
 import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { planSchema, refusedApply, skippedStep, type ApplyError, type HeldIgnoreRule, type ApplyResult, type Plan, type PlanStep, type ResolveReferences, type ResourceResult, type StackState, type StateResource } from '../../shared/platform/iac/plan';
@@ -71,7 +72,7 @@ export function createLocalEngine(options: LocalEngineOptions): LocalEngine {
       if (!found) continue;
       const inputs = refreshedInputs(resource.inputs, found.properties);
       // What an emulated provider computed is not in the target; the state keeps it.
-      resources.push({ ...resource, type: found.type, inputs, outputs: outputsFor(inputs, resource.id, generatedOutputs(resource.type, resource.outputs)) });
+      resources.push({ ...resource, type: found.type, inputs, outputs: outputsFor(inputs, resource.id, { ...keptComputedOutputs(resource.type, resource.outputs), ...generatedOutputs(resource.type, resource.outputs) }) });
     }
     return { ...state, resources };
   }
@@ -338,7 +339,7 @@ class StepRunner {
         if (!old) return done('unchanged', step.id);
         // Options (protect, dependencies, a new urn from an alias) can change without the target changing.
         const inputs = this.inputsOf(step, old);
-        await this.checkpointIfChanged(old, this.stateResource(step, old.id, inputs, outputsFor(inputs, old.id, generatedOutputs(step.type, old.outputs))));
+        await this.checkpointIfChanged(old, this.stateResource(step, old.id, inputs, this.outputsOf(step, inputs, old.id, generatedOutputs(step.type, old.outputs), old.outputs.id)));
         return done('unchanged', old.id);
       }
       case 'create': {
@@ -346,19 +347,19 @@ class StepRunner {
         if (step.import !== undefined) {
           // Adopted: the target already holds it, as the plan checked; from now on it is the stack's.
           await cloud.adopt(target, step.import, step.urn);
-          await this.checkpoint(this.stateResource(step, step.import, inputs, outputsFor(inputs, step.import, this.generate(step, inputs))), undefined);
+          await this.checkpoint(this.stateResource(step, step.import, inputs, this.outputsOf(step, inputs, step.import, this.generate(step, inputs), step.import)), undefined);
           return done('succeeded', step.import);
         }
         const generated = this.generate(step, inputs);
         const created = await cloud.create(target, { scope: this.context.stack.tenant, urn: step.urn, type: step.type, properties: this.resolve(this.cloudInputsOf(step)) });
-        await this.checkpoint(this.stateResource(step, created.id, inputs, outputsFor(inputs, created.id, generated)), undefined);
+        await this.checkpoint(this.stateResource(step, created.id, inputs, this.outputsOf(step, inputs, created.id, generated)), undefined);
         return done('succeeded', created.id);
       }
       case 'update': {
         const inputs = this.inputsOf(step, old);
         const id = old?.id ?? step.id ?? '';
         await cloud.update(target, id, this.resolve(this.keepOld(step, this.cloudInputsOf(step), old)));
-        await this.checkpoint(this.stateResource(step, id, inputs, outputsFor(inputs, id, old ? generatedOutputs(step.type, old.outputs) : {})), old);
+        await this.checkpoint(this.stateResource(step, id, inputs, this.outputsOf(step, inputs, id, old ? generatedOutputs(step.type, old.outputs) : {}, old?.outputs.id)), old);
         return done('succeeded', id);
       }
       case 'replace': {
@@ -371,7 +372,7 @@ class StepRunner {
         const inputs = this.inputsOf(step);
         const generated = this.generate(step, inputs);
         const created = await cloud.create(target, { scope: this.context.stack.tenant, urn: step.urn, type: step.type, properties: this.resolve(this.cloudInputsOf(step)) });
-        const replacement = this.stateResource(step, created.id, inputs, outputsFor(inputs, created.id, generated));
+        const replacement = this.stateResource(step, created.id, inputs, this.outputsOf(step, inputs, created.id, generated));
         if (old && !step.deleteBeforeReplace) {
           await this.checkpoint(replacement, old, step.retain === undefined ? { ...old, pendingDelete: true } : undefined);
           if (step.retain === undefined) this.#replaced.push({ index, resource: { ...old, pendingDelete: true } });
@@ -399,6 +400,16 @@ class StepRunner {
     const resource: StateResource = { ...this.stateResource(step, found.id, step.inputs ?? {}, outputsFor(found.properties, found.id)), external: true };
     await this.checkpointIfChanged(old, resource);
     return found.id;
+  }
+
+  /**
+   * The outputs of the step's resource: its inputs, id, what an emulated provider drew, and what its cloud computes
+   * (computed-outputs.ts); a resource that keeps its id (`keptId`: same, update, import) shows the id it had.
+   */
+  private outputsOf(step: PlanStep, inputs: JsonObject, id: string, generated: JsonObject, keptId?: JsonValue): JsonObject {
+    const { stack, program } = this.context;
+    const outputs = withComputedOutputs(step.type, outputsFor(inputs, id, generated), { tenant: stack.tenant, urn: step.urn, name: step.name, config: program.config });
+    return keptId === undefined ? outputs : { ...outputs, id: keptId };
   }
 
   /** What the step's emulated provider computes (emulated-providers.ts), seeded by tenant, urn, inputs and fresh entropy. */

@@ -33,6 +33,7 @@ import {
   type StackState,
   type StateResource,
 } from '../../shared/platform/iac/plan';
+import { computedOutputNames, computedSecretNames, withComputedOutputs } from './computed-outputs';
 import { assertTypeAllowed, emulationOf, generatedOutputs, maskOutputs, type Emulation } from './emulated-providers';
 import { ProgramEvaluator, projectGraph, topologicalOrder, type EvaluatorContext, type LoadedProgram, type ResourceDeclaration } from './pulumi-yaml';
 import { stdInvoke } from './std-functions';
@@ -113,11 +114,11 @@ export function planStack({ stack, program, state, ignore = [], target }: PlanIn
 }
 
 /**
- * The names of the secret outputs of a declared resource: its provider's (emulated-providers.ts) and its
- * `additionalSecretOutputs`.
+ * The names of the secret outputs of a declared resource: its provider's (emulated-providers.ts, computed-outputs.ts)
+ * and its `additionalSecretOutputs`.
  */
 export function secretOutputsOf(declaration: ResourceDeclaration): string[] {
-  return [...new Set([...(emulationOf(declaration.type)?.secret ?? []), ...(declaration.options?.additionalSecretOutputs ?? [])])];
+  return [...new Set([...(emulationOf(declaration.type)?.secret ?? []), ...computedSecretNames(declaration.type), ...(declaration.options?.additionalSecretOutputs ?? [])])];
 }
 
 /** Outputs as plans, states' inputs and receipts show them: secret outputs masked. */
@@ -267,7 +268,11 @@ class Planner {
     const kept = step.op === 'same' || step.op === 'update';
     const id = kept ? (step.id as string) : step.import !== undefined ? step.import : computed(`\${${d.name}.id}`);
     const generated = kept && old ? generatedOutputs(d.type, old.outputs) : Object.fromEntries((emulation?.outputs ?? []).map((o) => [o, computed(`\${${d.name}.${o}}`)]));
-    this.#outputs.set(d.name, { ...shownOutputs({ ...inputs, id, ...generated }, secret), urn: identity.urn });
+    const context = { tenant: this.program.context.organization, urn: identity.urn, name: d.name, config: this.program.config };
+    // The cloud's outputs (computed-outputs.ts) are known from the inputs; the id of what the apply creates is not
+    // (as in Pulumi's preview), and a kept resource keeps the id it has.
+    const outputs = { ...withComputedOutputs(d.type, { ...inputs, id, ...generated }, context), id: kept ? (old?.outputs.id ?? id) : id };
+    this.#outputs.set(d.name, { ...shownOutputs(outputs, secret), urn: identity.urn });
     return hideDiffs(step, options.hideDiffs ?? []);
   }
 
@@ -435,7 +440,9 @@ function unknownOutput(d: ResourceDeclaration, members: readonly PathSegment[], 
     ? `the local engine does not emulate ${d.type}'s ${output}`
     : emulation
       ? `${d.type} has the outputs ${[...emulation.outputs, 'and its inputs'].join(', ')}`
-      : `the local engine knows only the inputs and id of ${d.type} (no provider computes its outputs here)`;
+      : computedOutputNames(d.type).length > 0
+        ? `the local engine computes ${computedOutputNames(d.type).join(', ')} of ${d.type} besides its inputs, and does not emulate ${output}`
+        : `the local engine knows only the inputs and id of ${d.type} (no provider computes its outputs here)`;
   return new AppError('IAC.UNKNOWN_OUTPUT', 'validation', `${typeof path === 'string' ? `${path}: ` : ''}\${${d.name}.${output}}: ${d.name} (${d.type}) has no output ${output}: ${why}`, {
     ...(typeof path === 'string' ? { path } : {}),
     resource: d.name,

@@ -278,7 +278,8 @@ function literalOutputs(main: Record<string, unknown>, project: string, config: 
       return items.every((i) => i !== undefined) ? (items) : undefined;
     }
     if (isObject(value)) {
-      if (Object.keys(value).some((k) => k.startsWith('fn::'))) return undefined;
+      // pulumi-yaml reads a function's name in any case (`Fn::ReadFile` is `fn::readFile`).
+      if (Object.keys(value).some((k) => k.toLowerCase().startsWith('fn::'))) return undefined;
       // Keys are interpolated as values are (`$${` in a key is a literal `${` in Pulumi's output too).
       const entries = Object.entries(value).map(([k, v]) => [interpolate(k), evaluate(v)] as const);
       return entries.every(([k, v]) => typeof k === 'string' && v !== undefined) ? (Object.fromEntries(entries) as JsonObject) : undefined;

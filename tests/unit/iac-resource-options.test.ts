@@ -362,11 +362,11 @@ describe('emulated providers in plans', () => {
   it('when a random resource is created, then its outputs are computed values; one of an output no provider here computes fails naming resource, output and type', () => {
     const p = program(`  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n  db:\n    type: local:sql:Database\n    properties:\n      password: \${pw.result}\n`);
     expect(plan(p).steps[1]?.inputs).toEqual({ password: { 'fn::computed': '${pw.result}' } });
-    const bucket = program(`  bucket:\n    type: aws:s3:Bucket\n  site:\n    type: local:web:Site\n    properties:\n      origin: \${bucket.arn}\n`);
-    expect(thrown(() => plan(bucket))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'bucket', output: 'arn', type: 'aws:s3:Bucket', path: 'resources.site.properties.origin' } });
-    // A member the provider fills in under an input object (Kubernetes' auto-named metadata.name).
-    const configMap = program(`  config:\n    type: kubernetes:core/v1:ConfigMap\n    properties:\n      metadata: { namespace: web }\n  app:\n    type: local:web:Site\n    properties:\n      configName: \${config.metadata.name}\n`);
-    expect(thrown(() => plan(configMap))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'config', output: 'metadata.name', type: 'kubernetes:core/v1:ConfigMap', path: 'resources.app.properties.configName' } });
+    const queue = program(`  queue:\n    type: aws:mq:Broker\n  site:\n    type: local:web:Site\n    properties:\n      origin: \${queue.arn}\n`);
+    expect(thrown(() => plan(queue))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'queue', output: 'arn', type: 'aws:mq:Broker', path: 'resources.site.properties.origin' } });
+    // A member the provider fills in under an input object and the emulation does not (a ConfigMap's metadata.resourceVersion).
+    const configMap = program(`  config:\n    type: kubernetes:core/v1:ConfigMap\n    properties:\n      metadata: { namespace: web }\n  app:\n    type: local:web:Site\n    properties:\n      configName: \${config.metadata.resourceVersion}\n`);
+    expect(thrown(() => plan(configMap))).toMatchObject({ code: 'IAC.UNKNOWN_OUTPUT', details: { resource: 'config', output: 'metadata.resourceVersion', type: 'kubernetes:core/v1:ConfigMap', path: 'resources.app.properties.configName' } });
     const bcrypt = program(`  pw:\n    type: random:RandomPassword\n    properties:\n      length: 16\n  db:\n    type: local:sql:Database\n    properties:\n      hash: \${pw.bcryptHash}\n`);
     expect(thrown(() => plan(bcrypt)).message).toMatch(/does not emulate random:index:RandomPassword's bcryptHash/);
   });
