@@ -52,6 +52,7 @@ import {
   type Tenant,
 } from './pool';
 import { poolScope, quotaScope } from './slots';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 export type AcquireResult = { readonly outcome: 'granted' | 'existing'; readonly lease: Lease };
 export type ReleaseResult = { readonly outcome: 'released' | 'already-released' };
@@ -528,11 +529,5 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     },
   };
   return service;
-}
-
-/** A unique-index or primary-key violation on any of the three dialects. */
-function isUniqueViolation(error: Error): boolean {
-  const { code, number } = error as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2601 || number === 2627;
 }
 

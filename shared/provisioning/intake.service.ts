@@ -11,12 +11,13 @@ import { describeFieldProblems, type FieldProblem } from '../platform/validation
 import { ExternalErrors, type DesiredStateRef, type Release } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
+import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, type NewRun, type Rejection } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { promotionRejected, provisioningFailed } from './run-events';
 import { RunErrors, stackOf, type Run } from './run';
 import { readProject } from './source.service';
 import { supersedeQueued } from './stack-queue.service';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 /** The inbox module name of provisioning messages. */
 export const PROVISIONING_MODULE = 'provisioning';

@@ -1,10 +1,9 @@
 import type { Kysely } from 'kysely';
 import { AppError } from '../errors/app-error';
-import { isUniqueViolation } from '../cloud/local-cloud.repository';
 import type { AnyDb, SqlStore } from '../sql/database';
 import { retryingContention } from '../sql/transaction';
 import type { Clock } from '../time/clock';
-import { firstRows, type SqlDialect } from '../sql/dialect';
+import { firstRows, isUniqueViolation, type SqlDialect } from '../sql/dialect';
 import type { StackState, StateResource } from './plan';
 import { qualifiedStackName, type StackRef } from './stack-ref';
 
