@@ -38,6 +38,10 @@ describe('backoffDelayMs', () => {
     expect([1, 2, 3].map((n) => backoffDelayMs({ firstMs: 1000, factor: 1.5 }, n))).toEqual([1000, 1500, 2250]);
   });
 
+  it('when the backoff is linear, then the wait grows by the first per failure, up to the cap', () => {
+    expect([1, 2, 3, 4].map((n) => backoffDelayMs({ kind: 'linear', firstMs: 2, maxMs: 7 }, n))).toEqual([2, 4, 6, 7]);
+  });
+
   it('when the backoff is fixed, then every wait is the first', () => {
     expect([1, 2, 7].map((n) => backoffDelayMs({ kind: 'fixed', firstMs: 5000, factor: 3 }, n))).toEqual([5000, 5000, 5000]);
   });

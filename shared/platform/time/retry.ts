@@ -5,8 +5,8 @@ import { ensureError } from '../errors/app-error';
  * 16 … 200 ms; `{ kind: 'fixed', firstMs: 5000 }` waits 5 s every time.
  */
 export interface Backoff {
-  /** `exponential` (default): `firstMs × factor^(failures − 1)`; `fixed`: `firstMs` every time. */
-  readonly kind?: 'exponential' | 'fixed';
+  /** `exponential` (default): `firstMs × factor^(failures − 1)`; `linear`: `firstMs × failures`; `fixed`: `firstMs`. */
+  readonly kind?: 'exponential' | 'linear' | 'fixed';
   /** The wait after the first failure. Example: `1000`. */
   readonly firstMs: number;
   /** The growth per failure of an exponential backoff (default 2). Example: `1.5`. */
@@ -22,8 +22,9 @@ export interface Backoff {
 
 /** The wait after `failures` failures in a row (1 for the first). `random` draws in [0, 1). */
 export function backoffDelayMs(backoff: Backoff, failures: number, random: () => number = Math.random): number {
-  const factor = backoff.kind === 'fixed' ? 1 : (backoff.factor ?? 2);
-  const delay = Math.min(backoff.maxMs ?? Infinity, backoff.firstMs * factor ** Math.max(0, failures - 1));
+  const n = Math.max(1, failures);
+  const growth = backoff.kind === 'fixed' ? 1 : backoff.kind === 'linear' ? n : (backoff.factor ?? 2) ** (n - 1);
+  const delay = Math.min(backoff.maxMs ?? Infinity, backoff.firstMs * growth);
   if (backoff.jitter === 'full') return random() * delay;
   if (backoff.jitter === 'half') return delay * (1 - random() / 2);
   return delay;
