@@ -1,7 +1,7 @@
 import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
 import { v4 } from 'uuid';
-import { canonicalJson, isComputed, type JsonObject, type JsonValue } from './iac-values';
+import { canonicalJson, isComputed, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { unsupportedBecause } from './pulumi-yaml-resource';
 
 /**

@@ -1,8 +1,8 @@
 import type { Kysely } from 'kysely';
-import type { AnyDb } from '../sql/database';
-import type { StackRef } from '../iac/stack-ref';
+import type { AnyDb } from '../../shared/platform/sql/database';
+import { isUniqueViolation } from '../../shared/platform/sql/dialect';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { LocalCloudResourceTable, LocalCloudTables } from './local-cloud.tables';
-import { isUniqueViolation } from '../sql/dialect';
 
 /** Kysely code of the local cloud. Functions take `db` first; rows are mapped before they leave this file. */
 export type LocalCloudDb = Kysely<LocalCloudTables>;
