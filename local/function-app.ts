@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
+import picomatch from 'picomatch';
 
 /**
  * The files a Functions v4 Node app registers its functions from, as the Functions host finds them: the app's
@@ -12,7 +13,7 @@ export function functionAppEntryPoints(appDir: string): string[] {
     throw new Error(`${join(appDir, 'package.json')} has no "main": the host cannot know which files register the functions`);
   }
   const main = manifest.main.replace(/^\.\//, '');
-  if (!/[*?{]/.test(main)) {
+  if (!picomatch.scan(main).isGlob) {
     const file = resolve(appDir, main);
     if (!existsSync(file)) throw new Error(`the app's main ${main} does not exist in ${appDir}`);
     return [file];
@@ -36,20 +37,10 @@ function walk(dir: string): string[] {
   return out;
 }
 
-/** A glob as a regular expression over `/`-separated relative paths: `**` any folders, `*` and `?` within one, `{a,b}`. */
+/**
+ * A glob as a regular expression over `/`-separated relative paths (picomatch): `**` any folders, `*` and `?` within
+ * one, `{a,b}`; names starting with a dot match too, as the host's glob does.
+ */
 export function globRegExp(glob: string): RegExp {
-  let out = '';
-  for (let i = 0; i < glob.length; i++) {
-    const c = glob[i] ?? '';
-    if (c === '*' && glob[i + 1] === '*') {
-      out += glob[i + 2] === '/' ? '(?:.*/)?' : '.*';
-      i += glob[i + 2] === '/' ? 2 : 1;
-    } else if (c === '*') out += '[^/]*';
-    else if (c === '?') out += '[^/]';
-    else if (c === '{') out += '(?:';
-    else if (c === '}') out += ')';
-    else if (c === ',') out += '|';
-    else out += c.replace(/[.+^$()|[\]\\]/g, '\\$&');
-  }
-  return new RegExp(`^${out}$`);
+  return picomatch.makeRe(glob, { dot: true });
 }

@@ -8,6 +8,7 @@ import type { JsonValue } from '../shared/platform/iac/iac-values';
 import { referenceKey } from '../shared/platform/iac/iac-values';
 import { qualifiedStackName } from '../shared/platform/iac/stack-ref';
 import { systemClock, type Clock } from '../shared/platform/time/clock';
+import { retry, sleep } from '../shared/platform/time/retry';
 import type { HostClient, JobClient } from './host-client';
 import type { Wakeup, Wakeups } from './wakeups';
 
@@ -126,23 +127,26 @@ async function takeWakeup(wakeups: Wakeups, idleLeft: () => number, signal: Abor
  * jittered, growing delay, whatever the idle time says: a host that did not answer has not said there is nothing.
  */
 async function claimNext(options: AgentOptions, idleLeft: () => number, log: (line: string) => void): Promise<ClaimedJob | undefined> {
-  const retry = options.claimRetry ?? DEFAULT_CLAIM_RETRY;
+  const policy = options.claimRetry ?? DEFAULT_CLAIM_RETRY;
   const wait = options.claimWaitMs ?? 20_000;
-  for (let failures = 0; !options.signal?.aborted; ) {
+  while (!options.signal?.aborted) {
+    let claimed: ClaimedJob | undefined;
     try {
-      const claimed = await options.client.claim(options.agent, Math.max(0, Math.min(wait, idleLeft())));
-      if (claimed || idleLeft() <= 0) return claimed;
-      failures = 0;
+      claimed = await retry(() => options.client.claim(options.agent, Math.max(0, Math.min(wait, idleLeft()))), {
+        attempts: policy.attempts,
+        backoff: { firstMs: policy.firstMs, maxMs: policy.maxMs, jitter: 'half' },
+        onRetry: (error, failures, delayMs) =>
+          log(`${options.agent}: claim ${failures} of ${policy.attempts} failed: ${error.message}; trying again in ${Math.round(delayMs)} ms`),
+        sleep: (ms, signal) => (options.sleep ?? sleep)(Math.round(ms), signal),
+        ...(options.random ? { random: options.random } : {}),
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
     } catch (thrown) {
       if (options.signal?.aborted) return undefined;
       const error = ensureError(thrown);
-      if (++failures >= retry.attempts) {
-        throw new AppError('RUNNER.CLAIM_GAVE_UP', 'unavailable', `${options.agent} gives up: ${failures} claims in a row failed, the last with: ${error.message}`);
-      }
-      const delayMs = Math.round(Math.min(retry.maxMs, retry.firstMs * 2 ** (failures - 1)) * (1 - (options.random ?? Math.random)() / 2));
-      log(`${options.agent}: claim ${failures} of ${retry.attempts} failed: ${error.message}; trying again in ${delayMs} ms`);
-      await (options.sleep ?? sleep)(delayMs, options.signal);
+      throw new AppError('RUNNER.CLAIM_GAVE_UP', 'unavailable', `${options.agent} gives up: ${policy.attempts} claims in a row failed, the last with: ${error.message}`);
     }
+    if (claimed || idleLeft() <= 0) return claimed;
   }
   return undefined;
 }
@@ -188,17 +192,17 @@ const RESULT_RETRY_MS = 60_000;
  * its job having ended.
  */
 export async function postResult(post: () => Promise<void>, signal: AbortSignal | undefined): Promise<void> {
-  const giveUpAt = Date.now() + RESULT_RETRY_MS;
-  for (let delayMs = 250; ; delayMs = Math.min(delayMs * 2, 5000)) {
-    try {
-      return await post();
-    } catch (thrown) {
-      const error = ensureError(thrown);
-      const transient = !(error instanceof AppError) || error.kind === 'unavailable' || error.kind === 'internal';
-      if (!transient || signal?.aborted || Date.now() + delayMs > giveUpAt) throw error;
-      await sleep(delayMs, signal);
-    }
-  }
+  await retry(post, {
+    withinMs: RESULT_RETRY_MS,
+    backoff: { firstMs: 250, maxMs: 5000 },
+    retryIf: isTransient,
+    ...(signal ? { signal } : {}),
+  });
+}
+
+/** A failure the host may not give again: it was unreachable, unavailable or failed inside; not an answer refusing. */
+function isTransient(error: Error): boolean {
+  return !(error instanceof AppError) || error.kind === 'unavailable' || error.kind === 'internal';
 }
 
 /** The job's step with the engine: a plan, or an apply of exactly the approved plan on the state it was made against. */
@@ -278,18 +282,11 @@ class Beat {
   async applyBegins(): Promise<void> {
     await this.#chain;
     if (this.#lost) throw this.#lost;
-    const giveUpAt = Date.now() + 3 * this.everyMs;
-    for (let delayMs = 100; ; delayMs = Math.min(delayMs * 2, 2000)) {
-      try {
-        await this.client.heartbeat({ log: this.lines.splice(0), applyBegins: true });
-        return;
-      } catch (thrown) {
-        const error = ensureError(thrown);
-        const transient = !(error instanceof AppError) || error.kind === 'unavailable' || error.kind === 'internal';
-        if (!transient || Date.now() + delayMs > giveUpAt) throw error;
-        await sleep(delayMs, undefined);
-      }
-    }
+    await retry(() => this.client.heartbeat({ log: this.lines.splice(0), applyBegins: true }), {
+      withinMs: 3 * this.everyMs,
+      backoff: { firstMs: 100, maxMs: 2000 },
+      retryIf: isTransient,
+    });
   }
 
   /** Throws once a beat found the job superseded. */
@@ -322,14 +319,3 @@ function jobError(thrown: unknown): JobError {
   if (error instanceof AppError) return { code: error.code, message: error.message };
   return { code: 'RUNNER.ENGINE_FAULT', message: error.message.slice(0, 2000) };
 }
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((done) => {
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      done();
-    });
-  });
-}
-

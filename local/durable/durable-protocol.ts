@@ -1,3 +1,5 @@
+import { backoffDelayMs } from '../../shared/platform/time/retry';
+
 /**
  * The out-of-process protocol between a Durable Functions host and the durable-functions SDK, as the local runner
  * relies on it. Pinned to durable-functions 3.5.0 (package.json pins it exactly); tests/unit/durable-protocol.test.ts
@@ -312,10 +314,9 @@ function decodeAction(raw: RawAction): Action {
 
 /** The delay before attempt `failedAttempts + 1`: first × backoff^(failedAttempts − 1), capped by the maximum. */
 export function retryDelayMs(options: RetryOptionsShape, failedAttempts: number): number {
-  const backoff = options.backoffCoefficient && options.backoffCoefficient > 0 ? options.backoffCoefficient : 1;
-  const delay = options.firstRetryIntervalInMilliseconds * backoff ** Math.max(0, failedAttempts - 1);
+  const factor = options.backoffCoefficient && options.backoffCoefficient > 0 ? options.backoffCoefficient : 1;
   const cap = options.maxRetryIntervalInMilliseconds;
-  return cap && cap > 0 ? Math.min(delay, cap) : delay;
+  return backoffDelayMs({ firstMs: options.firstRetryIntervalInMilliseconds, factor, ...(cap && cap > 0 ? { maxMs: cap } : {}) }, failedAttempts);
 }
 
 /**

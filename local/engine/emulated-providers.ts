@@ -1,5 +1,6 @@
 import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
+import { v4 } from 'uuid';
 import { canonicalJson, isComputed, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { unsupportedBecause } from './pulumi-yaml-resource';
 
@@ -165,12 +166,9 @@ const ADJECTIVES = ['amused', 'brave', 'calm', 'eager', 'fair', 'gentle', 'happy
 const ADVERBS = ['boldly', 'briskly', 'calmly', 'deeply', 'firmly', 'freely', 'gladly', 'kindly', 'neatly', 'openly', 'really', 'simply', 'slowly', 'subtly', 'truly', 'vastly', 'warmly', 'wholly', 'wildly', 'wisely'];
 const NAMES = ['badger', 'bison', 'crane', 'dingo', 'eagle', 'ferret', 'gecko', 'heron', 'ibis', 'koala', 'lemur', 'marten', 'newt', 'otter', 'panda', 'quail', 'raven', 'seal', 'tapir', 'walrus'];
 
+/** A version 4 UUID made of the drawn bytes (so the same seed makes the same UUID). */
 function uuidOf(bytes: Buffer): string {
-  const b = Buffer.from(bytes.subarray(0, 16));
-  b[6] = ((b[6] as number) & 0x0f) | 0x40;
-  b[8] = ((b[8] as number) & 0x3f) | 0x80;
-  const hex = b.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  return v4({ random: Uint8Array.from(bytes.subarray(0, 16)) });
 }
 
 const random = (outputs: string[], secret: string[], notEmulated: string[], generate: (inputs: JsonObject, draw: Draw) => JsonObject): Emulation => ({

@@ -1,10 +1,9 @@
 import type { Kysely } from 'kysely';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { isUniqueViolation } from '../../shared/platform/sql/dialect';
 import type { AnyDb, SqlStore } from '../../shared/platform/sql/database';
 import { retryingContention } from '../../shared/platform/sql/transaction';
 import type { Clock } from '../../shared/platform/time/clock';
-import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
+import { firstRows, isUniqueViolation, type SqlDialect } from '../../shared/platform/sql/dialect';
 import type { StackState, StateResource } from '../../shared/platform/iac/plan';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 

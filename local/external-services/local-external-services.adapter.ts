@@ -26,7 +26,7 @@ import {
   type PolicyDecision,
   type PolicyInput,
 } from '../../shared/provisioning/external-services.client';
-import { isUniqueViolation } from '../../shared/provisioning/provisioning.repository';
+import { isUniqueViolation } from '../../shared/platform/sql/dialect';
 
 /**
  * The local host's stand-ins for the external services of provisioning: small, real and deterministic.

@@ -52,6 +52,8 @@ import {
   type Tenant,
 } from './pool';
 import { poolScope, quotaScope } from './slots';
+import { isUniqueViolation } from '../platform/sql/dialect';
+import { retry } from '../platform/time/retry';
 
 export type AcquireResult = { readonly outcome: 'granted' | 'existing'; readonly lease: Lease };
 export type ReleaseResult = { readonly outcome: 'released' | 'already-released' };
@@ -112,6 +114,13 @@ export interface CapacityServiceOptions {
 const DEFAULT_SWEEP_BATCH = 500;
 /** Looks a refused grant takes again when the rows it needed were held by grants in flight. */
 const IN_FLIGHT_ROUNDS = 10;
+
+/** A refusal whose free rows were held by grants in flight: worth a look again (see acquire). */
+class GrantsInFlight extends Error {
+  constructor(readonly refusal: AppError) {
+    super(refusal.message);
+  }
+}
 
 /** A refusal to answer unless a look again finds room: `inFlight` when free rows were held by other grants. */
 interface Refusal {
@@ -341,17 +350,20 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
       }
       await recovery.refuseGrants(request.kind);
       try {
-        for (let round = 1; ; round++) {
-          const result = await retryingContention(() => grantOnce(request, digest));
-          if ('lease' in result) {
-            recordLeaseGrant(result.lease.kind, result.lease.pool);
-            return result;
-          }
-          // Free rows were there but held by grants in flight, which may yet roll back: look again shortly. A scope
-          // that stays saturated (every free row taken by another grant each time) is refused as full.
-          if (!result.inFlight || round >= IN_FLIGHT_ROUNDS) throw result.refusal;
-          await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * round));
-        }
+        // Free rows were there but held by grants in flight, which may yet roll back: look again shortly. A scope
+        // that stays saturated (every free row taken by another grant each time) is refused as full.
+        const result = await retry(
+          async () => {
+            const result = await retryingContention(() => grantOnce(request, digest));
+            if ('lease' in result) return result;
+            throw result.inFlight ? new GrantsInFlight(result.refusal) : result.refusal;
+          },
+          { attempts: IN_FLIGHT_ROUNDS, backoff: { kind: 'linear', firstMs: 2, jitter: 'full' }, retryIf: (e) => e instanceof GrantsInFlight },
+        ).catch((thrown: unknown) => {
+          throw thrown instanceof GrantsInFlight ? thrown.refusal : thrown;
+        });
+        recordLeaseGrant(result.lease.kind, result.lease.pool);
+        return result;
       } catch (thrown) {
         const error = ensureError(thrown);
         // Two concurrent requests with one idempotency key: the loser's insert hits the unique index and rolls back
@@ -528,11 +540,5 @@ export function createCapacityService({ store, clock, ids }: CapacityServiceOpti
     },
   };
   return service;
-}
-
-/** A unique-index or primary-key violation on any of the three dialects. */
-function isUniqueViolation(error: Error): boolean {
-  const { code, number } = error as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2601 || number === 2627;
 }
 

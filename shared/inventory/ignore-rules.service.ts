@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { TenantFilter } from '../platform/auth/auth';
-import { isUniqueViolation } from '../platform/sql/dialect';
 import { AppError } from '../platform/errors/app-error';
 import { retryingContention } from '../platform/sql/transaction';
 import { canonicalJson, ignoreRuleProblems, type IgnoreRule } from './drift';
 import { cursorKey, existingEnvironment, keyOf, nowOf, pageOf, ruleById, type InventoryContext, type Page, type PageRequest } from './inventory.context';
 import { deleteIgnoreRule as deleteIgnoreRuleRow, findIgnoreRuleByKey, insertIgnoreRule, listIgnoreRules as listIgnoreRuleRows, type RecordedIgnoreRule } from './inventory.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 /** An environment's ignore rules: drift an operator accepts for a while, listed as ignored instead of as a finding. */
 

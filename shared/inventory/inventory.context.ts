@@ -3,7 +3,6 @@ import type { Kysely, Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
-import { isUniqueViolation } from '../platform/sql/dialect';
 import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
@@ -17,6 +16,7 @@ import { findEnvironment, findEnvironments, findProposal, inventoryDb, listIgnor
 import type { InventoryTables } from './inventory.tables';
 import type { ObservedInventory, ScanRecord } from './observed-inventory.repository';
 import type { ObservationScope, Observer } from './observer';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 /** `?limit=&cursor=` of a list. */
 export interface PageRequest {

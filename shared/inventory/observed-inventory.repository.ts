@@ -2,6 +2,7 @@ import { odata, type TableClient, type TransactionAction } from '@azure/data-tab
 import { createHash } from 'node:crypto';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { TableStore } from '../platform/tables/tables';
+import { retry } from '../platform/time/retry';
 import { canonicalJson, type JsonValue } from './drift';
 import type { EnvironmentKey } from './environment';
 
@@ -138,7 +139,8 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
       const partitionKey = environmentPartition(environment);
       const rows = resources.map((resource) => toEntity(partitionKey, tableKey(resource.urn), resource, observation.at));
       const digest = partitionDigest(rows);
-      for (let attempt = 1; attempt <= REPLACE_ATTEMPTS; attempt++) {
+      // Another writer changed the partition after this one read it: read the head again and decide.
+      const attempt = async (): Promise<ReplaceOutcome> => {
         const head = await tableCall(() => readHead(table, partitionKey));
         if (head && Date.parse(head.observedAt) > observation.at.getTime()) {
           return { outcome: 'superseded', by: { scanId: head.scanId, observedAt: head.observedAt } };
@@ -146,11 +148,15 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
         try {
           return { outcome: 'stored', ...(await writeObservation(table, partitionKey, head, rows, { ...observation, digest })), digest };
         } catch (thrown) {
-          // Another writer changed the partition after this one read it: read the head again and decide.
-          if (!isConditionFailure(thrown)) throw unavailable(thrown);
+          throw isConditionFailure(thrown) ? thrown : unavailable(thrown);
         }
+      };
+      try {
+        return await retry(attempt, { attempts: REPLACE_ATTEMPTS, backoff: { kind: 'fixed', firstMs: 0 }, retryIf: isConditionFailure });
+      } catch (thrown) {
+        if (!isConditionFailure(thrown)) throw thrown;
+        throw new AppError('INVENTORY.OBSERVATION_CONFLICT', 'unavailable', `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
       }
-      throw new AppError('INVENTORY.OBSERVATION_CONFLICT', 'unavailable', `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
     },
 
     async listPage(environment, { after, limit }) {

@@ -1,9 +1,9 @@
-import { isUniqueViolation } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems } from '../platform/validation/validation';
 import { desiredStateOf, type DesiredState, type EnvironmentKey, type RunOutcome } from './environment';
 import { againOnUniqueViolation, nowOf, type InventoryContext } from './inventory.context';
 import { findProposalByRun, insertEnvironment, lockEnvironment, updateEnvironment, updateProposal } from './inventory.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 /**
  * What provisioning tells inventory: an environment's desired state (`SpecificationApplied`), and how its runs

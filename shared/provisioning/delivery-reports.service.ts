@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { ensureError } from '../platform/errors/app-error';
 import { canonicalJson, type JsonValue } from '../platform/iac/iac-values';
 import { retryingContention } from '../platform/sql/transaction';
+import { backoffDelayMs } from '../platform/time/retry';
 import type { OutcomeReport, ReceiptDigest } from './external-services.client';
 import { acknowledgeReport, claimReport, dueReports, postponeReport, type PendingReport } from './delivery-reports.repository';
 import { nowOf, type ProvisioningContext } from './provisioning.context';
@@ -45,7 +46,7 @@ export async function sendDeliveryReports(ctx: ProvisioningContext, limit = 100)
       sent++;
     } catch (thrown) {
       const error = ensureError(thrown);
-      const nextAttemptAt = nowOf(ctx) + Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** report.attempts);
+      const nextAttemptAt = nowOf(ctx) + backoffDelayMs({ firstMs: FIRST_RETRY_MS, maxMs: MAX_RETRY_MS }, report.attempts + 1);
       await retryingContention(() => postponeReport(ctx.db, report, { claimToken, error: error.message, nextAttemptAt }));
       failed++;
     }

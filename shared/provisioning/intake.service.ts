@@ -11,12 +11,14 @@ import { describeFieldProblems, type FieldProblem } from '../platform/validation
 import { ExternalErrors, type DesiredStateRef, type Release } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, isUniqueViolation, type NewRun, type Rejection } from './provisioning.repository';
+import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, type NewRun, type Rejection } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { promotionRejected, provisioningFailed } from './run-events';
 import { RunErrors, stackOf, type Run } from './run';
 import { readProject } from './source.service';
 import { supersedeQueued } from './stack-queue.service';
+import { isUniqueViolation } from '../platform/sql/dialect';
+import { retry } from '../platform/time/retry';
 
 /** The inbox module name of provisioning messages. */
 export const PROVISIONING_MODULE = 'provisioning';
@@ -63,21 +65,21 @@ export async function intake(ctx: ProvisioningContext, message: IntakeMessage): 
     const code = error instanceof AppError ? error.code : RunErrors.internal;
     return { repository: describeRepository(promotion.desiredState.repository), refusal: { code, message: `on the message's last delivery: ${error.message}` } } satisfies CheckedPromotion;
   });
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, checked));
-    } catch (thrown) {
-      if (thrown instanceof MessageIdReused) {
-        return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
-      }
-      if (!isUniqueViolation(thrown)) throw thrown;
-      // Another host took the same promotion in at the same moment: its run is the one.
-      const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.tenantId, promotion.promotionId));
-      if (winner) return duplicate(ctx, winner, message.messageId);
-      // Another host bound the environment to its stack at the same moment: once more, which reads that binding.
-      if (attempt > 1) throw thrown;
-    }
-  }
+  // Another host bound the environment to its stack at the same moment: once more, which reads that binding.
+  return retry(
+    () =>
+      inTransaction(ctx.db, (trx) => recordRun(ctx, trx, promotion, message.messageId, checked)).catch(async (thrown: unknown): Promise<IntakeResult> => {
+        if (thrown instanceof MessageIdReused) {
+          return { outcome: 'ignored', reason: `messageId ${message.messageId} was used before for another message` };
+        }
+        if (!isUniqueViolation(thrown)) throw thrown;
+        // Another host took the same promotion in at the same moment: its run is the one.
+        const winner = await retryingContention(() => findRunByPromotion(ctx.db, promotion.tenantId, promotion.promotionId));
+        if (winner) return duplicate(ctx, winner, message.messageId);
+        throw thrown;
+      }),
+    { attempts: 2, backoff: { kind: 'fixed', firstMs: 0 }, retryIf: isUniqueViolation },
+  );
 }
 
 /**

@@ -6,11 +6,12 @@ import { describeFieldProblems, type FieldProblem } from '../platform/validation
 import { MessageIdReused, recordRejectedInbound, recordResend, recordRunInbound } from './intake.service';
 import { parsePoolResize, POOL_RESIZE_REQUESTED, poolResizeKey, type PoolResizeRequested } from './pool-resize';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
-import { findRunByPromotion, insertRejection, insertRun, isUniqueViolation, latestAppliedRun } from './provisioning.repository';
+import { findRunByPromotion, insertRejection, insertRun, latestAppliedRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { poolResizeRejected } from './run-events';
 import { POOL_SIZE_CONFIG_KEY, RunErrors, type Run } from './run';
 import { onStackOf, supersedeQueued } from './stack-queue.service';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 export type PoolResizeResult =
   /** A new pool-resize run, queued: start its orchestration. */

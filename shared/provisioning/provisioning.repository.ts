@@ -749,11 +749,6 @@ export function inboxOf(db: Executor): Kysely<BusTables> {
   return db as unknown as Kysely<BusTables>;
 }
 
-export function isUniqueViolation(thrown: unknown): boolean {
-  const { code, number } = thrown as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2627 || number === 2601;
-}
-
 /** Records what a run stored at an external service; recording the same id again changes nothing. */
 export async function insertArtifact(trx: Executor, runId: string, artifact: RunArtifact): Promise<void> {
   const known = await trx

@@ -5,11 +5,12 @@ import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems } from '../platform/validation/validation';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
-import { findRunByPromotion, insertRun, isUniqueViolation, latestAppliedRun } from './provisioning.repository';
+import { findRunByPromotion, insertRun, latestAppliedRun } from './provisioning.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { parseReconcileRequest, reconciliationKey, type ReconcileRequest } from './reconciliation';
 import { RunErrors, type Run } from './run';
 import { onStackOf, supersedeQueued } from './stack-queue.service';
+import { isUniqueViolation } from '../platform/sql/dialect';
 
 export type ReconcileResult =
   /** A new reconciliation run, queued: start its orchestration (`startRun`, functions/provisioning). */

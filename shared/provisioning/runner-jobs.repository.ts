@@ -1,8 +1,7 @@
 import type { Selectable, Transaction } from 'kysely';
-import { isUniqueViolation } from '../platform/sql/dialect';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
-import { appendedKeepingLast, firstRows, type SqlDialect } from '../platform/sql/dialect';
+import { appendedKeepingLast, firstRows, isUniqueViolation, type SqlDialect } from '../platform/sql/dialect';
 import type { DegradedReference } from './provisioning.repository';
 import type { ProvisioningRunnerJobTable, ProvisioningTables } from './provisioning.tables';
 import { forStack, type ProvisioningDb } from './stack-lock.repository';

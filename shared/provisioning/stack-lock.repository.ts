@@ -1,5 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
-import { LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
+import { isUniqueViolation, LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { AnyDb } from '../platform/sql/database';
 import type { ProvisioningStackLockTable, ProvisioningTables } from './provisioning.tables';
@@ -87,11 +87,6 @@ async function insertIfAbsent(db: ProvisioningDb, dialect: SqlDialect, row: Prov
     if (isUniqueViolation(thrown)) return undefined;
     throw thrown;
   }
-}
-
-function isUniqueViolation(thrown: unknown): boolean {
-  const { code, number } = thrown as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || number === 2627 || number === 2601;
 }
 
 /** Extends the lock while its holder works; false when the run no longer holds this version of it. */

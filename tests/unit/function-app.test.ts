@@ -15,6 +15,10 @@ describe('a Functions app main, as the Functions host resolves it', () => {
     expect(globRegExp('dist/**/*.js').test('dist/c.js')).toBe(true);
     expect(globRegExp('dist/{index.js,functions/*.js}').test('dist/functions/x.js')).toBe(true);
     expect(globRegExp('dist/{index.js,functions/*.js}').test('dist/other.js')).toBe(false);
+    expect(globRegExp('dist/?.js').test('dist/a.js')).toBe(true);
+    expect(globRegExp('dist/?.js').test('dist/ab.js')).toBe(false);
+    expect(globRegExp('dist/*.js').test('dist/a.jsx')).toBe(false);
+    expect(globRegExp('dist/*.js').test('dist/.hidden.js')).toBe(true);
   });
 
   it('when the sample app is read, then its main glob (src/*.js) finds every function file, in name order', () => {

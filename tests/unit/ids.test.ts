@@ -15,6 +15,13 @@ describe('ids', () => {
     expect(new Set(ids).size).toBe(ids.length);
   });
 
+  it('when a time is given (an injected clock), then the id carries that millisecond', () => {
+    const at = Date.parse('2026-01-01T00:00:00.000Z');
+    const id = uuidV7(at);
+    expect(parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBe(at);
+    expect(uuidV7(at + 1) > id).toBe(true);
+  });
+
   it('when a prefix is given, then it leads the id', () => {
     expect(randomIds.next('lease')).toMatch(/^lease_[0-9a-f-]{36}$/);
   });

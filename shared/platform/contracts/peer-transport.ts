@@ -1,6 +1,7 @@
 import type { TokenCredential } from '@azure/identity';
 import { MethodOptions_IdempotencyLevel } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type Interceptor, type Transport } from '@connectrpc/connect';
+import { retry } from '../time/retry';
 
 /**
  * How this host calls the gRPC peers whose contracts it owns (contracts/README.md): ConnectRPC's gRPC protocol over
@@ -47,15 +48,21 @@ const IDEMPOTENT = new Set([MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS, Meth
 export function retryingIdempotent(attempts: number): Interceptor {
   return (next) => async (request) => {
     const idempotent = IDEMPOTENT.has(request.method.idempotency);
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await next(request);
-      } catch (thrown) {
-        const error = ConnectError.from(thrown);
-        if (!idempotent || attempt >= attempts || error.code !== Code.Unavailable || request.signal.aborted) throw error;
-        await new Promise((resolve) => setTimeout(resolve, 25 * 2 ** attempt));
-      }
-    }
+    return retry(
+      async () => {
+        try {
+          return await next(request);
+        } catch (thrown) {
+          throw ConnectError.from(thrown);
+        }
+      },
+      {
+        attempts,
+        backoff: { firstMs: 50 },
+        retryIf: (error) => idempotent && (error as ConnectError).code === Code.Unavailable,
+        signal: request.signal,
+      },
+    );
   };
 }
 

@@ -146,8 +146,15 @@ export class RuntimeCloudMssqlQueryCompiler extends MssqlQueryCompiler {
   }
 }
 
-/** A duplicate key on PostgreSQL, SQLite or Azure SQL. */
+/**
+ * A unique or primary-key violation, in any of the three dialects: SQLite's `SQLITE_CONSTRAINT_UNIQUE` and
+ * `SQLITE_CONSTRAINT_PRIMARYKEY` (better-sqlite3's extended codes), PostgreSQL's `23505` (unique_violation), SQL
+ * Server's 2627 (a PRIMARY KEY or UNIQUE constraint) and 2601 (a unique index), the `number` tedious puts on its
+ * RequestError. tedious gathers several errors of one request in an AggregateError: one of them is enough.
+ */
 export function isUniqueViolation(error: unknown): boolean {
-  const { code, number } = (error ?? {}) as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
+  if (error instanceof AggregateError) return error.errors.some(isUniqueViolation);
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, number } = error as { code?: unknown; number?: unknown };
+  return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === '23505' || number === 2627 || number === 2601;
 }

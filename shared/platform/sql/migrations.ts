@@ -3,6 +3,7 @@ import { Migrator, sql, type ColumnDataType, type CreateTableBuilder, type Expre
 /** A column type as Kysely's schema builder takes it. */
 export type ColumnType = ColumnDataType | Expression<unknown>;
 import { ensureError } from '../errors/app-error';
+import { retry } from '../time/retry';
 import type { AnyDb, SqlDialect } from './database';
 
 /**
@@ -61,15 +62,16 @@ export async function migrateToLatest(db: AnyDb, dialect: SqlDialect, sources: r
     allowUnorderedMigrations: true,
     ...(migrationTableSchema ? { migrationTableSchema } : {}),
   });
-  for (let attempt = 1; ; attempt++) {
-    const { error, results } = await migrator.migrateToLatest();
-    if (!error) return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
-    const failure = ensureError(error);
-    // Two processes creating Kysely's bookkeeping tables at the same moment can collide on PostgreSQL's catalog;
-    // the loser retries and then finds the tables there.
-    if (attempt < 5 && isConcurrentCreateConflict(failure)) continue;
-    throw failure;
-  }
+  // Two processes creating Kysely's bookkeeping tables at the same moment can collide on PostgreSQL's catalog;
+  // the loser retries at once and then finds the tables there.
+  return retry(
+    async () => {
+      const { error, results } = await migrator.migrateToLatest();
+      if (error) throw ensureError(error);
+      return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+    },
+    { attempts: 5, backoff: { kind: 'fixed', firstMs: 0 }, retryIf: isConcurrentCreateConflict },
+  );
 }
 
 function isConcurrentCreateConflict(error: Error): boolean {

@@ -1,5 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import { AppError, ensureError } from '../errors/app-error';
+import { retry } from '../time/retry';
 
 /**
  * THE LOCK ORDER. Every transaction of every module that waits for row locks on more than one kind of row takes
@@ -73,21 +74,13 @@ export async function inTransaction<DB, T>(db: Kysely<DB>, work: (trx: Transacti
 /** The retry of `inTransaction`, for work that is one autocommitted statement (no explicit transaction). */
 export async function retryingContention<T>(work: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
   const { attempts, baseDelayMs, maxDelayMs } = { ...DEFAULTS, ...options };
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await work();
-    } catch (thrown) {
-      const error = ensureError(thrown);
-      if (!isContention(error)) throw error;
-      if (attempt >= attempts) {
-        throw new AppError('STORE.CONTENTION', 'unavailable', 'the store is busy with conflicting requests; retry shortly', {
-          retryAfterSeconds: 1,
-        });
-      }
-      // Full jitter: competing transactions that failed together do not come back together.
-      const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
-    }
+  try {
+    // Full jitter: competing transactions that failed together do not come back together.
+    return await retry(work, { attempts, backoff: { firstMs: baseDelayMs, maxMs: maxDelayMs, jitter: 'full' }, retryIf: isContention });
+  } catch (thrown) {
+    const error = ensureError(thrown);
+    if (!isContention(error)) throw error;
+    throw new AppError('STORE.CONTENTION', 'unavailable', 'the store is busy with conflicting requests; retry shortly', { retryAfterSeconds: 1 });
   }
 }
 

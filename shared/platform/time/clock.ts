@@ -1,4 +1,4 @@
-import { randomFillSync } from 'node:crypto';
+import { randomInt } from 'node:crypto';
 
 /** Time, injected so lease expiry, drift windows and approval timeouts are tested without waiting. */
 export interface Clock {
@@ -29,43 +29,36 @@ export interface Ids {
   next(prefix?: string): string;
 }
 
-let lastMs = 0;
-let sequence = 0;
+let uuid: typeof import('uuid') | undefined;
 
-/** Random bytes drawn in blocks (as `randomUUID` does): one call into the CSPRNG serves 512 ids. */
-const pool = Buffer.alloc(8 * 512);
-let poolOffset = pool.length;
-
-function random8(): Buffer {
-  if (poolOffset >= pool.length) {
-    randomFillSync(pool);
-    poolOffset = 0;
-  }
-  const bytes = Buffer.from(pool.subarray(poolOffset, poolOffset + 8));
-  poolOffset += 8;
-  return bytes;
+/** `uuid`'s v7, loaded with the first id, not with the functions (cold start: the package is some 16 modules). */
+function v7(options?: { msecs: number; seq: number }): string {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  uuid ??= require('uuid') as typeof import('uuid');
+  return options ? uuid.v7(options) : uuid.v7();
 }
 
+/** The millisecond and sequence of the last id made at a given time (`uuidV7(nowMs)`), so those keep their order too. */
+const given = { msecs: -Infinity, seq: 0 };
+
 /**
- * A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then a 12-bit sequence that keeps ids of one millisecond in
- * order, then 62 random bits. Ids made later sort later, so new rows land at the right edge of every index keyed
- * by id instead of on a random page: fewer pages written per insert, and a hot cache.
+ * A UUIDv7 (RFC 9562, the `uuid` package): 48 bits of Unix milliseconds, then a sequence that keeps ids of one
+ * millisecond in order, then random bits. Ids made later sort later, so new rows land at the right edge of every
+ * index keyed by id instead of on a random page: fewer pages written per insert, and a hot cache. Given a time
+ * (an injected clock's), the id carries that time; ids given the same time still sort in the order made.
  */
-export function uuidV7(nowMs = Date.now()): string {
-  const random = random8();
-  if (nowMs > lastMs) {
-    lastMs = nowMs;
-    // A random start within the millisecond, leaving room for many more ids before the sequence runs out.
-    sequence = random.readUInt16BE(6) & 0x1ff;
-  } else if (++sequence > 0xfff) {
+export function uuidV7(nowMs?: number): string {
+  if (nowMs === undefined) return v7();
+  if (nowMs > given.msecs) {
+    given.msecs = nowMs;
+    // A random start within the millisecond (as `v7` does), leaving room for many more ids before the sequence runs out.
+    given.seq = randomInt(0x80000000);
+  } else if (++given.seq > 0xffffffff) {
     // The sequence ran out within one millisecond: borrow the next millisecond, keeping the order.
-    lastMs++;
-    sequence = 0;
+    given.msecs++;
+    given.seq = 0;
   }
-  random[0] = (random[0]! & 0x3f) | 0x80;
-  const hex =
-    lastMs.toString(16).padStart(12, '0') + (0x7000 | sequence).toString(16) + random.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+  return v7({ msecs: given.msecs, seq: given.seq });
 }
 
 /** Time-ordered unique ids, optionally prefixed (`lease_…`). */
