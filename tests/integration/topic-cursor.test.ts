@@ -94,5 +94,31 @@ for (const dialect of ['postgres', 'mssql'] as const) {
       const all = await readTopic(reader, dialect, TOPIC, { limit: 100 });
       expect(all.slice(1).map((m) => m.messageId)).toEqual(seen.map((m) => m.messageId));
     });
+
+    it('when a publish that others wait for rolls back, then the next one publishes and the reader gets only what was committed', async () => {
+      // Arrange
+      const reader = busOf(database.store);
+      const [first, second] = hosts;
+      if (!first || !second) throw new Error('two hosts expected');
+      let cursor = (await readTopic(reader, dialect, TOPIC, { limit: 1000 })).at(-1)?.sequenceNumber ?? 0;
+      const rolledBack = await busOf(first).startTransaction().execute();
+      await appendToTopic(rolledBack, dialect, TOPIC, [message('undone')], 3000);
+      const waiting = await busOf(second).startTransaction().execute();
+      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(waiting);
+      let settled = false;
+      const publish = appendToTopic(waiting, dialect, TOPIC, [message('kept')], 3001).finally(() => (settled = true));
+      await vi.waitFor(async () => expect(settled || (await waitsForLock(Number(rows[0]?.pid)))).toBe(true), { timeout: 10_000, interval: 5 });
+
+      // Act
+      await rolledBack.rollback().execute();
+      expect(await publish).toBe(1);
+      await waiting.commit().execute();
+      const items = await readTopic(reader, dialect, TOPIC, { after: cursor, limit: 10 });
+      cursor = items.at(-1)?.sequenceNumber ?? cursor;
+
+      // Assert
+      expect(items.map((m) => m.messageId)).toEqual(['kept']);
+      expect(await readTopic(reader, dialect, TOPIC, { after: cursor, limit: 10 })).toEqual([]);
+    });
   });
 }
