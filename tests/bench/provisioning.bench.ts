@@ -339,7 +339,16 @@ class TerminalWatcher {
 
   async #watch(): Promise<void> {
     while (!this.#stopped) {
-      const page = await this.client.topic(this.#after);
+      // A read that fails (a host closing a kept-alive connection under load) is read again from the same cursor:
+      // nothing is passed over, and one reset no longer ends the bench.
+      const page = await this.client.topic(this.#after).catch((error: unknown) => {
+        this.client.failures.push(`topic read after ${this.#after}: ${String(error)}`);
+        return undefined;
+      });
+      if (!page) {
+        await sleep(100);
+        continue;
+      }
       const at = Date.now();
       for (const message of page) {
         this.#after = message.sequenceNumber;
@@ -538,7 +547,7 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     value: [single.map((s) => s.toPlan), single.map((s) => s.betweenSteps), single.map((s) => s.toFinished)].map((v) => `${quantile(v, 0.5).toFixed(0)} ms`).join(' | '),
     note: 'p50 each',
   });
-  print({ name: 'non-2xx answers to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
+  print({ name: 'non-2xx answers or failed topic reads to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
 }
 
 /** The same load with the engine in process, in the same run: the runner-job rows beside it, and ratios. */
@@ -599,7 +608,7 @@ function reportBaseline(dynamic: Measured, baseline: Measured, client: BenchClie
     value: baseline.cpuMs === undefined ? 'n/a' : `${(baseline.cpuMs / count).toFixed(1)} ms`,
     ...(baseline.cpuMs === undefined ? {} : { note: `${((baseline.cpuMs / baseline.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
   });
-  print({ name: '  baseline: non-2xx answers to the bench', value: String(client.failures.length) });
+  print({ name: '  baseline: non-2xx answers or failed topic reads to the bench', value: String(client.failures.length) });
 }
 
 export function quantile(values: readonly number[], q: number): number {
