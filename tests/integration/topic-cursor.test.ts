@@ -2,7 +2,7 @@ import { sql, type ControlledTransaction, type Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { appendToTopic, readTopic } from '../../shared/platform/bus/topic.repository';
+import { appendToTopic, readTopic } from '../../local/bus/topic.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { createTestDatabase, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
 

@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
-import { firstRows, upsertRow, type SqlDialect } from '../sql/dialect';
-import type { BusTables, TopicHeadTable, TopicMessageTable, TopicSubscriptionTable } from './bus.tables';
-import type { ApplicationProperties, OutgoingMessage } from './queue';
+import { firstRows, upsertRow, type SqlDialect } from '../../shared/platform/sql/dialect';
+import type { BusTables, TopicHeadTable, TopicMessageTable, TopicSubscriptionTable } from '../../shared/platform/bus/bus.tables';
+import type { ApplicationProperties, OutgoingMessage } from '../../shared/platform/bus/queue';
 import { subscriptionTakes } from './subscriptions';
 import { insertActive, storedMessageColumns } from './queue.repository';
 
@@ -30,7 +30,7 @@ export interface TopicMessage {
  * lower one. SQLite, one writer at a time, gets this anyway. Preferred to reading only rows of transactions below
  * `pg_snapshot_xmin` (the outbox-ordering trick), which is PostgreSQL's alone, orders by commit rather than by the
  * number the cursor names, and holds readers back behind any long transaction in the database; the price here is
- * that publishes to one topic do not overlap, and each is one short transaction (event-publisher.ts): measured on
+ * that publishes to one topic do not overlap, and each is one short transaction (embedded-bus.ts): measured on
  * PostgreSQL with 8 publishing connections, about 220 one-message publishes/s against 870 overlapping, where a run
  * publishes a few, so well above the local host's runs/s.
  */
