@@ -11,8 +11,8 @@ import { appendToTopic } from './topic.repository';
 
 /**
  * The embedded topic's budget: one short transaction on the host's own store, with no retries. On SQLite it waits
- * for the write lock at most the busy timeout (10 s, database.ts); on PostgreSQL it inserts new keys only, which wait
- * only for another insert of the same messageId (a republish) to end.
+ * for the write lock at most the busy timeout (10 s, database.ts); on PostgreSQL it waits for the short publishes to
+ * the same topic before it (the topic's head, topic.repository.ts), then inserts new keys only.
  */
 export const EMBEDDED_PUBLISH_BUDGET_MS = 20_000;
 

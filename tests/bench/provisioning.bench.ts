@@ -1,7 +1,7 @@
 /**
  * Provisioning benchmark (`npm run bench -- provisioning`). Prints figures against the targets of issue 8; nothing
  * here is asserted. Options: `--store sqlite|postgres` (default sqlite), `--promotions N` (default 200),
- * `--stacks N` (default 50).
+ * `--stacks N` (default 50), `--wait-seconds N` (how long a load may take to end, default 300).
  *
  * Development promotions of the example project, each to an environment of its own (so none is superseded and
  * every one is applied), spread round-robin over the stacks, are sent at once to the embedded queue of local hosts
@@ -110,7 +110,7 @@ interface Split {
 }
 
 export async function run(args: string[]): Promise<Row[]> {
-  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, quick: { type: 'boolean' } } });
+  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, 'wait-seconds': { type: 'string' }, quick: { type: 'boolean' } } });
   // --quick: 20 promotions over 10 stacks and 3 unloaded runs, the same rows.
   const quick = values.quick === true;
   const store = values.store ?? 'sqlite';
@@ -118,6 +118,7 @@ export async function run(args: string[]): Promise<Row[]> {
   const promotions = Number(values.promotions ?? (quick ? '20' : '200'));
   const stacks = Number(values.stacks ?? (quick ? '10' : '50'));
   const unloadedRuns = quick ? 3 : UNLOADED_RUNS;
+  const waitMs = Number(values['wait-seconds'] ?? '300') * 1000;
   const work = mkdtempSync(join(tmpdir(), 'rch-bench-provisioning-'));
   const { rows, print } = rowCollector();
   /** The loaded measurement with dynamic concurrency on, compared with the baseline's. */
@@ -153,7 +154,7 @@ export async function run(args: string[]): Promise<Row[]> {
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
         );
-        const loaded = await runAtOnce(client, load);
+        const loaded = await runAtOnce(client, load, waitMs);
         if (pass.name !== 'dynamic-off') rounds[pass.name].push(loaded);
         if (unloaded) {
           report(store, hosts.length, loaded, unloaded, client, print);
@@ -327,9 +328,21 @@ class TerminalWatcher {
   async until(promotionIds: readonly string[], timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (!promotionIds.every((id) => this.seen.has(id))) {
-      if (Date.now() > deadline) throw new Error(`${promotionIds.filter((id) => !this.seen.has(id)).length} promotions did not end within ${timeoutMs} ms`);
+      if (Date.now() > deadline) throw new Error(await this.#unseen(promotionIds, timeoutMs));
       await sleep(20);
     }
+  }
+
+  /** Why promotions were not seen: the topic read again from its start tells a cursor that passed them over from runs not ended. */
+  async #unseen(promotionIds: readonly string[], timeoutMs: number): Promise<string> {
+    const missing = promotionIds.filter((id) => !this.seen.has(id));
+    const ended = new Set<string>();
+    for (let after = 0, page = await this.client.topic(0); page.length > 0; page = await this.client.topic(after)) {
+      for (const message of page) if (TERMINAL.includes(message.body.type) && message.body.data.promotionId) ended.add(message.body.data.promotionId);
+      after = page[page.length - 1]?.sequenceNumber ?? after;
+    }
+    const passedOver = missing.filter((id) => ended.has(id)).length;
+    return `${missing.length} promotions were not seen ending within ${timeoutMs} ms: ${passedOver} of them have their terminal event on the topic (passed over by the cursor), ${missing.length - passedOver} not yet`;
   }
 
   async stop(): Promise<void> {
@@ -339,7 +352,16 @@ class TerminalWatcher {
 
   async #watch(): Promise<void> {
     while (!this.#stopped) {
-      const page = await this.client.topic(this.#after);
+      // A read that fails (a host closing a kept-alive connection under load) is read again from the same cursor:
+      // nothing is passed over, and one reset no longer ends the bench.
+      const page = await this.client.topic(this.#after).catch((error: unknown) => {
+        this.client.failures.push(`topic read after ${this.#after}: ${String(error)}`);
+        return undefined;
+      });
+      if (!page) {
+        await sleep(100);
+        continue;
+      }
       const at = Date.now();
       for (const message of page) {
         this.#after = message.sequenceNumber;
@@ -364,7 +386,7 @@ export interface Measured {
 }
 
 /** Sends the promotions at once and waits for every terminal event. */
-async function runAtOnce(client: BenchClient, promotions: readonly PromotionApproved[]): Promise<Measured> {
+async function runAtOnce(client: BenchClient, promotions: readonly PromotionApproved[], waitMs: number): Promise<Measured> {
   const watcher = new TerminalWatcher(client);
   await watcher.start();
   const sent = new Map<string, number>();
@@ -377,7 +399,7 @@ async function runAtOnce(client: BenchClient, promotions: readonly PromotionAppr
         await client.send(promotion);
       }),
     );
-    await watcher.until(promotions.map((p) => p.promotionId), 300_000);
+    await watcher.until(promotions.map((p) => p.promotionId), waitMs);
     const cpuAfter = hostsCpuMs(client.hosts);
     if (cpuBefore !== undefined && cpuAfter !== undefined) cpuMs = cpuAfter - cpuBefore;
   } finally {
@@ -538,7 +560,7 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     value: [single.map((s) => s.toPlan), single.map((s) => s.betweenSteps), single.map((s) => s.toFinished)].map((v) => `${quantile(v, 0.5).toFixed(0)} ms`).join(' | '),
     note: 'p50 each',
   });
-  print({ name: 'non-2xx answers to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
+  print({ name: 'non-2xx answers or failed topic reads to the bench', value: String(client.failures.length), ...(client.failures[0] ? { note: `first: ${client.failures[0]}` } : {}) });
 }
 
 /** The same load with the engine in process, in the same run: the runner-job rows beside it, and ratios. */
@@ -599,7 +621,7 @@ function reportBaseline(dynamic: Measured, baseline: Measured, client: BenchClie
     value: baseline.cpuMs === undefined ? 'n/a' : `${(baseline.cpuMs / count).toFixed(1)} ms`,
     ...(baseline.cpuMs === undefined ? {} : { note: `${((baseline.cpuMs / baseline.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
   });
-  print({ name: '  baseline: non-2xx answers to the bench', value: String(client.failures.length) });
+  print({ name: '  baseline: non-2xx answers or failed topic reads to the bench', value: String(client.failures.length) });
 }
 
 export function quantile(values: readonly number[], q: number): number {

@@ -79,11 +79,22 @@ export const busMigrations: MigrationSource = (dialect) => {
         .execute();
     },
   };
+  const topicHeads: Migration = {
+    async up(db: Kysely<unknown>) {
+      // One row per topic, locked by each publish until it commits (topic.repository.ts, READING BY SEQUENCE).
+      await db.schema
+        .createTable('topic_heads')
+        .addColumn('topic', t.key, (c) => c.notNull().primaryKey())
+        .addColumn('published_at', 'bigint', (c) => c.notNull())
+        .execute();
+    },
+  };
   return {
     '20261130-02-platform-bus-queue': queue,
     '20261130-03-platform-bus-topic': topic,
     '20261130-04-platform-inbox': inbox,
     '20261130-05-platform-outbox-claims': outboxClaims,
     '20261201-06-platform-bus-topic-subscriptions': subscriptions,
+    '20261206-40-platform-bus-topic-heads': topicHeads,
   };
 };

@@ -46,6 +46,16 @@ export interface TopicMessageTable extends StoredMessageColumns {
   topic: string;
 }
 
+/**
+ * Row of `topic_heads`: one per topic that has been published to. Each publish locks its topic's row before it
+ * takes sequence numbers and holds it until it commits (topic.repository.ts, READING BY SEQUENCE).
+ */
+export interface TopicHeadTable {
+  topic: string;
+  /** When the last publish to the topic took the head; what matters is the lock the update takes. */
+  published_at: number;
+}
+
 /** Row of `topic_subscriptions`: a subscription of an embedded topic; published messages are copied to it. */
 export interface TopicSubscriptionTable {
   topic: string;
@@ -69,5 +79,6 @@ export interface BusTables {
   queue_message_ids: QueueMessageIdTable;
   topic_messages: TopicMessageTable;
   topic_subscriptions: TopicSubscriptionTable;
+  topic_heads: TopicHeadTable;
   inbox: InboxTable;
 }

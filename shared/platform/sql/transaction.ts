@@ -13,6 +13,8 @@ import { retry } from '../time/retry';
  *   4. capacity slots, in (scope, slot) order; grants claim them with SKIP LOCKED / READPAST and never wait
  *   5. the outbox and the inbox: outbox lanes in lane order (an update of each lane appended to, held until the
  *      commit, so a lane's writers commit in `seq` order: outbox.ts, PUBLISH ORDER), then inserts only
+ *   6. the embedded topic (local host): a publish's own transaction locks the topic's head row, then inserts only
+ *      (held until the commit, so a topic's messages become visible in `seq` order: topic.repository.ts)
  *
  * An upsert (`upsertRow`) locks the row of its key as a row of its kind, also when there is none yet: on Azure SQL
  * its MERGE holds the key's range (HOLDLOCK) until the transaction ends.
