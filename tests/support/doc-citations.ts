@@ -8,8 +8,10 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
  * (a folder beside it) is a broken one: the repository stands alone.
  */
 
-/** Where the documents and the code are; generated, installed and local state folders are not the repository's own. */
-const SKIPPED_FOLDERS = new Set(['node_modules', '.git', 'dist', '.tmp', '.runtime-cloud', 'coverage', 'bench', 'gen', '.azurite']);
+/** Installed packages and Git's files, wherever they are, are not the repository's own documents or code. */
+const SKIPPED_ANYWHERE = new Set(['node_modules', '.git']);
+/** Built, generated at run time or local state (git-ignored): not in a fresh clone, so neither read nor citable. */
+const SKIPPED_AT_ROOT = new Set(['dist', '.tmp', '.runtime-cloud', 'coverage', 'bench', '.azurite']);
 
 /** The repository's top-level folders: a path in backticks that starts with one of them is a citation. */
 const TOP_FOLDERS = ['functions', 'shared', 'local', 'runner', 'contracts', 'infra', 'docs', 'tests', 'bin', '.ci'];
@@ -43,7 +45,7 @@ function filesOf(root: string, folder: string): string[] {
   for (const entry of readdirSync(folder, { withFileTypes: true })) {
     const path = join(folder, entry.name);
     if (entry.isDirectory()) {
-      if (!SKIPPED_FOLDERS.has(entry.name)) files.push(...filesOf(root, path));
+      if (!SKIPPED_ANYWHERE.has(entry.name) && !(folder === root && SKIPPED_AT_ROOT.has(entry.name))) files.push(...filesOf(root, path));
     } else if (entry.isFile() && (entry.name.endsWith('.md') || CODE_FILE.test(entry.name) || relative(root, path) === join('.ci', 'run'))) {
       files.push(relative(root, path).split(sep).join('/'));
     }
@@ -103,7 +105,7 @@ export function citedPaths(text: string): string[] {
   return [...paths]
     .map((path) => path.replace(/[.,:;]+$/, ''))
     .filter((path) => !/[<{$…]|\*\*/.test(path) && !/^\.+$/.test(path))
-    .filter((path) => !path.split('/').some((segment) => SKIPPED_FOLDERS.has(segment) && segment !== 'gen' && segment !== 'bench'));
+    .filter((path) => !path.split('/').some((segment) => SKIPPED_ANYWHERE.has(segment)) && !SKIPPED_AT_ROOT.has(path.split('/')[0]!));
 }
 
 function linkProblem(root: string, file: string, target: string): string | undefined {
