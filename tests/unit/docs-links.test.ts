@@ -56,7 +56,7 @@ describe('the citation checker', () => {
     const at = repository({
       'README.md': '[a](docs/a.md) [gone](docs/gone.md) [b](docs/a.md#b) [nope](docs/a.md#nope) `shared/x.ts` `shared/y.ts`\n',
       'docs/a.md': '# A\n\n## B\n\n[up](../README.md)\n',
-      'shared/x.ts': '/** See docs/a.md and ARCHITECTURE.md, "Layers". */\nexport const x = 1; // ../../shared/notes.md\n',
+      'shared/x.ts': '/** See docs/a.md and DESIGN.md, "Layers". */\nexport const x = 1; // ../../shared/notes.md\n',
     });
 
     // Act
@@ -67,7 +67,7 @@ describe('the citation checker', () => {
       ['README.md', 'docs/gone.md', 'no such file in the repository'],
       ['README.md', 'docs/a.md#nope', 'no heading #nope in it'],
       ['README.md', 'shared/y.ts', 'no such file in the repository'],
-      ['shared/x.ts', 'ARCHITECTURE.md', 'no such file in the repository'],
+      ['shared/x.ts', 'DESIGN.md', 'no such file in the repository'],
       ['shared/x.ts', '../../shared/notes.md', 'outside the repository'],
     ]);
   });
