@@ -56,7 +56,7 @@ describe('the citation checker', () => {
     const at = repository({
       'README.md': '[a](docs/a.md) [gone](docs/gone.md) [b](docs/a.md#b) [nope](docs/a.md#nope) `shared/x.ts` `shared/y.ts`\n',
       'docs/a.md': '# A\n\n## B\n\n[up](../README.md)\n',
-      'shared/x.ts': '/** See docs/a.md and DESIGN.md, "Layers". */\nexport const x = 1; // ../../shared/notes.md\n',
+      'shared/x.ts': '/** See docs/a.md and DESIGN.md, "Layers". */\nexport const x = 1; // ../../kit/notes.md\n',
     });
 
     // Act
@@ -68,7 +68,7 @@ describe('the citation checker', () => {
       ['README.md', 'docs/a.md#nope', 'no heading #nope in it'],
       ['README.md', 'shared/y.ts', 'no such file in the repository'],
       ['shared/x.ts', 'DESIGN.md', 'no such file in the repository'],
-      ['shared/x.ts', '../../shared/notes.md', 'outside the repository'],
+      ['shared/x.ts', '../../kit/notes.md', 'outside the repository'],
     ]);
   });
 
@@ -94,9 +94,9 @@ describe('the citation checker', () => {
   });
 
   it('when text names relative paths and Markdown files, then those are what it cites', () => {
-    expect(citedPaths('see ../shared/fixtures/README.md, section 2, `local/engine/` and contracts/README.md.')).toEqual([
+    expect(citedPaths('see ../kit/fixtures/README.md, section 2, `local/engine/` and contracts/README.md.')).toEqual([
       'local/engine/',
-      '../shared/fixtures/README.md',
+      '../kit/fixtures/README.md',
       'contracts/README.md',
     ]);
   });
