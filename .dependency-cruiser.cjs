@@ -1,5 +1,5 @@
 /**
- * Layer rules of ARCHITECTURE.md, checked by `npm run check`:
+ * Layer rules of docs/architecture.md ("Layers and their import rules"), checked by `npm run check`:
  * functions → shared/<module> → shared/platform; shared never imports functions/ or local/; nothing deployed imports
  * local/ or tests/; pure model files (shared/<module>/<name>.ts without a role suffix) import nothing that does I/O.
  */
