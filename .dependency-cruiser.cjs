@@ -1,7 +1,8 @@
 /**
- * Layer rules of ARCHITECTURE.md, checked by `npm run check`:
+ * Layer rules of docs/architecture.md ("Layers and their import rules"), checked by `npm run check`:
  * functions → shared/<module> → shared/platform; shared never imports functions/; nothing deployed (functions/, shared/,
- * runner/) imports the twin (local/) or tests/; pure model files (shared/<module>/<name>.ts without a role suffix) import nothing that does I/O.
+ * runner/) imports the twin (local/) or tests/; pure model files (shared/<module>/<name>.ts without a role suffix)
+ * import nothing that does I/O.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {

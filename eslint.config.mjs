@@ -18,7 +18,7 @@ export default tseslint.config(
     },
   },
   {
-    // Orchestrators are replayed: they must be deterministic (CONVENTIONS.md).
+    // Orchestrators are replayed: they must be deterministic (docs/conventions.md, "Durable orchestrations").
     files: ['**/*.orchestrator.ts'],
     rules: {
       'no-restricted-globals': ['error', 'Date', 'setTimeout', 'setInterval', 'fetch', 'process'],

@@ -4,7 +4,7 @@
  * pool of the target (one per tenant, or one per explicit group of tenants), an identity that can change that target
  * and reach its own tenants' state and nothing else, and a Container Apps Job that Service Bus wakes for the pool.
  * The host never holds a role that can change a target and hands none of its own secrets to a runner
- * (../shared/ARCHITECTURE.md, "Runner jobs").
+ * (docs/architecture.md, "IaC: targets, runner agents and engines").
  */
 import * as pulumi from '@pulumi/pulumi';
 import * as azuread from '@pulumi/azuread';

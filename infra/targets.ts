@@ -2,7 +2,7 @@
  * The `targets` and `runnerImage` config of the infra program, parsed and checked before any resource is declared.
  * Pure (no Pulumi import): tests/infra/targets.test.ts runs it directly.
  *
- * A target is where an environment's infrastructure lives (../shared/ARCHITECTURE.md, "IaC: targets, runner agents
+ * A target is where an environment's infrastructure lives (docs/architecture.md, "IaC: targets, runner agents
  * and engines"). Only `azure-subscription` targets get Azure runner agents from this program; the agents of
  * `aks-cluster` and `on-prem` targets are customer-hosted and pull their jobs (infra/README.md).
  */

@@ -10,7 +10,7 @@ Usage:
       Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
-      secret and config references; see the README walk-through).
+      secret and config references; see docs/walkthrough.md).
   runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--user OID [--directory TID]] [--ttl SECONDS] [--runner-pool P] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]

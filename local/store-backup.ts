@@ -21,7 +21,7 @@ export class StoreCommandError extends Error {}
 const SERVER_STORE = (dialect: string) =>
   `the store is ${dialect === 'postgres' ? 'PostgreSQL' : 'Azure SQL'}: its backups are the database's own (pg_dump / pg_restore; ` +
   `Azure SQL's automatic backups and point-in-time restore). After restoring it, run \`runtime-cloud restored\` against the ` +
-  `restored database (README, "Operations: store lost").`;
+  `restored database (docs/operations.md, "Store lost").`;
 
 /** The SQLite file of a state dir's store, as the host resolves it. */
 export function storeFile(config: Config, stateDir: string): string {

@@ -13,7 +13,7 @@ import type { HostClient, JobClient } from './host-client';
 import type { Wakeup, Wakeups } from './wakeups';
 
 /**
- * A runner agent (ARCHITECTURE.md, "IaC: targets, runner agents and engines"): claims one job of its pool at a
+ * A runner agent (docs/architecture.md, "IaC: targets, runner agents and engines"): claims one job of its pool at a
  * time, runs it with its engine in a fresh working directory, beats while it runs and posts its outcome. It holds
  * no store, bus or table credential and no host key: only its pool credential, and per job what the claim gave it;
  * an event-driven execution also takes its pool's wake-ups, with an identity that can receive those and nothing else.

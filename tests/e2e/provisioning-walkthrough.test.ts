@@ -9,7 +9,7 @@ import { collectReferences, type JsonValue } from '../../shared/platform/iac/iac
 import { runCli, startChildHost, type RunningChild } from '../support/child-process';
 
 /**
- * The README's "Walk-through: a promotion end to end", step by step, against `runtime-cloud start` in a child process
+ * The walk-through, docs/walkthrough.md, step by step, against `runtime-cloud start` in a child process
  * on a fresh state dir: the same CLI commands (token, example promotion) and the same HTTP calls.
  */
 
@@ -50,7 +50,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
     fs.rmSync(stateDir, { recursive: true, force: true });
   });
 
-  /** Runs a CLI command on the walk-through's state dir (as `npm run -s …` in the README) and answers its stdout. */
+  /** Runs a CLI command on the walk-through's state dir (as `npm run -s …` there) and answers its stdout. */
   async function cli(...args: string[]): Promise<string> {
     const result = await runCli([...args, '--state-dir', stateDir]);
     expect(result.stderr).toBe('');
@@ -195,7 +195,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
   });
 
   it('when the stand-in\'s delivery.json pins the example\'s release to another path, then the next promotion of it is a rejected run with RELEASE_MISMATCH', async () => {
-    // Arrange: as the README's step 5.
+    // Arrange: as the walk-through's step 5.
     const promotion = await cli('example', 'promotion', 'development');
     const parsed = JSON.parse(promotion) as { promotionId: string; tenantId: string; release: object; desiredState: { repository: string; commit: string } };
     const file = join(stateDir, 'delivery.json');

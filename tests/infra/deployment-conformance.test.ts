@@ -112,13 +112,13 @@ const APP_ADDITIONS: Readonly<Record<string, { readonly value: string; readonly 
   RuntimeCloud__Local__Runners: { value: '0', why: "the agents are the runner jobs' below, not the local host's own" },
   RuntimeCloud__Capacity__SeedFile: {
     value: 'none',
-    why: "the local host's bundled seed is not the deployment's: in Azure nothing seeds capacity, the operator makes the runner pool, editions and tenants through the admin API (`operatorSetUp`, as the README's runbook says)",
+    why: "the local host's bundled seed is not the deployment's: in Azure nothing seeds capacity, the operator makes the runner pool, editions and tenants through the admin API (`operatorSetUp`, as docs/deploy-to-azure.md's runbook says)",
   },
 };
 
 /**
- * What the README's runbook has the operator do once the deployment is up, through the admin API: each target's
- * runner capacity pool (its `runnerPool`), the editions and the tenants.
+ * What the runbook (docs/deploy-to-azure.md) has the operator do once the deployment is up, through the admin API: each
+ * target's runner capacity pool (its `runnerPool`), the editions and the tenants.
  */
 const OPERATOR_SET_UP: readonly { readonly path: string; readonly body: unknown }[] = [
   { path: '/runtime-cloud/editions/team', body: { limits: { runner: { maxUnits: 2, maxTtlSeconds: 300 } } } },

@@ -15,9 +15,9 @@ import { selfSignedCertificate } from '../support/self-signed-certificate';
 /*
  * Drift scans of environments on AKS targets, through the inventory service: the desired state of a
  * `SpecificationApplied`, the real Kubernetes observer reading each environment's own target (an HTTPS API server
- * serving objects real API servers returned, ../shared/fixtures/kubernetes, with @azure/identity getting each
- * target's observer token from an App Service identity endpoint), the comparison of what the manifests set.
- * Two tenants use the same environment id and stack name, each on its own target.
+ * serving objects real API servers returned, the published fixtures (docs/testing.md, "Published fixtures"), with
+ * @azure/identity getting each target's observer token from an App Service identity endpoint), the comparison of what
+ * the manifests set. Two tenants use the same environment id and stack name, each on its own target.
  */
 
 const TYPE = 'kubernetes:apps/v1:Deployment';

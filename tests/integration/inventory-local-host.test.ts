@@ -9,8 +9,9 @@ import { aStackPromotion, EXAMPLE_PROJECT, EXAMPLE_SECRETS, EXAMPLE_TENANT, prov
 
 /**
  * Inventory and drift end to end on a local host started in this process: a development promotion is applied,
- * `SpecificationApplied` reaches inventory through the outbox relay and the topic subscription, and the drift of
- * the local cloud is produced with the local-only out-of-band endpoints, as the README walk-through does.
+ * `SpecificationApplied` reaches inventory through the outbox relay and the topic subscription, and the drift of the
+ * local cloud is produced with the local-only out-of-band endpoints, as the walk-through does (docs/walkthrough.md,
+ * "Drift on the local host").
  */
 
 const admin = { roles: ['PlatformAdmin'] };

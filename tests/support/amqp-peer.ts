@@ -135,13 +135,14 @@ const MANAGEMENT_SUFFIX = '/$management';
 const MESSAGE_STATES = { active: 0, deferred: 1, scheduled: 2 } as const;
 
 /**
- * A small AMQP 1.0 peer built with rhea that the real @azure/service-bus SDK talks to (see verified-facts.md): SASL
- * ANONYMOUS, `$cbs` put-token (answered 200, or checked as Service Bus does for Entra with `entra`), receiver links
- * advertising a max message size, batched sends decoded per data section, and `com.microsoft:peek-message` on
- * `<queue>/$management` answered from the queues filled with `enqueue`. Clients receive from a queue or a
- * subscription with peek-lock: a delivery locks its message (the delivery tag is the lock token) until the receiver
- * completes it (accepted: gone), abandons it (modified/released: delivered again, its delivery count one higher) or
- * dead-letters it (rejected with `com.microsoft:dead-letter`: kept with its reason); a drain is answered.
+ * A small AMQP 1.0 peer built with rhea that the real @azure/service-bus SDK talks to over plain TCP (its connection
+ * string saying `UseDevelopmentEmulator=true`): SASL ANONYMOUS, `$cbs` put-token (answered 200, or checked as Service
+ * Bus does for Entra with `entra`), receiver links advertising a max message size, batched sends decoded per data
+ * section, and `com.microsoft:peek-message` on `<queue>/$management` answered from the queues filled with `enqueue`.
+ * Clients receive from a queue or a subscription with peek-lock: a delivery locks its message (the delivery tag is the
+ * lock token) until the receiver completes it (accepted: gone), abandons it (modified/released: delivered again, its
+ * delivery count one higher) or dead-letters it (rejected with `com.microsoft:dead-letter`: kept with its reason); a
+ * drain is answered.
  */
 export async function startAmqpPeer(options: AmqpPeerOptions = {}): Promise<AmqpPeer> {
   const { entra } = options;

@@ -9,7 +9,7 @@ import type { KubernetesObject } from '../../shared/inventory/kubernetes-observe
 import type { TestCertificate } from './self-signed-certificate';
 
 /**
- * Objects real Kubernetes API servers returned, as published upstream (../shared/fixtures/README.md, section 2),
+ * Objects real Kubernetes API servers returned, as published upstream (docs/testing.md, "Published fixtures"),
  * read from the team's fixtures beside the repository at test time, and a stand-in API server that serves them, so
  * the real `@kubernetes/client-node` parses them.
  */
@@ -28,7 +28,7 @@ export const FILES = {
   serviceList: 'kubectl-edit.servicelist.testcase-list-errors.1.response.json',
 } as const;
 export const present = existsSync(FIXTURES) && Object.values(FILES).every((file) => existsSync(join(FIXTURES, file)));
-if (!present) console.warn(`skipped: the published Kubernetes API objects are not at ${FIXTURES} (../shared/fixtures beside the repository)`);
+if (!present) console.warn(`skipped: the published Kubernetes API objects are not at ${FIXTURES} (the published fixtures: docs/testing.md)`);
 
 export const text = (file: string) => readFileSync(join(FIXTURES, file), 'utf8');
 /** The JSON the API server sent: a JSON file as it is; a gitops-engine YAML capture as JSON; a reference example's `response` as it is. */

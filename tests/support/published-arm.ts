@@ -8,11 +8,12 @@ import type { JsonValue } from '../../shared/inventory/drift';
 import type { Observer } from '../../shared/inventory/observer';
 
 /**
- * ARM as Microsoft published it, for the ARM observer's tests: the REST API's own examples (x-ms-examples
- * of Azure/azure-rest-api-specs) for the GETs by id, the Azure SDK teams' recordings of live ARM for the listings,
- * and Pulumi's recorded azure-native stack exports for the desired side (../shared/fixtures, see its README; read
- * from there, never copied here). The real `@azure/arm-resources` SDK and core pipeline run (URLs, paging, errors,
- * deserialization); only the HTTP transport is replaced, and it answers with those files' bodies.
+ * ARM as Microsoft published it, for the ARM observer's tests: the REST API's own examples (x-ms-examples of
+ * Azure/azure-rest-api-specs) for the GETs by id, the Azure SDK teams' recordings of live ARM for the listings, and
+ * Pulumi's recorded azure-native stack exports for the desired side (the published fixtures: docs/testing.md,
+ * "Published fixtures"; read from there, never copied here). The real `@azure/arm-resources` SDK and core pipeline run
+ * (URLs, paging, errors, deserialization); only the HTTP transport is replaced, and it answers with those files'
+ * bodies.
  *
  * Two answers are not published and are made from the published ones, each said where it is made: ARM publishes no
  * listing of the groups the examples live in, so a group's listing is its examples' bodies without `properties`
@@ -36,7 +37,7 @@ export const FILES = {
   storageStack: 'pulumi/pulumi-azure-native.upgrade-storage-blob.2.76.0.stack.json',
 } as const;
 export const present = Object.values(FILES).every((file) => existsSync(join(SHARED, file)));
-if (!present) console.warn(`skipped: the published ARM examples, SDK recordings and Pulumi stack exports are not at ${SHARED} (../shared/fixtures beside the repository)`);
+if (!present) console.warn(`skipped: the published ARM examples, SDK recordings and Pulumi stack exports are not at ${SHARED} (the published fixtures: docs/testing.md)`);
 
 const read = <T>(file: string): T => JSON.parse(readFileSync(join(SHARED, file), 'utf8')) as T;
 

@@ -4,10 +4,10 @@ import type { EngineEvent } from '@pulumi/pulumi/automation';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
 
 /**
- * What Pulumi published of its engine's output, for the tests of the Pulumi mapping (../shared/fixtures/pulumi, see
- * its README sections 4 and 5; read from there, never copied here): engine event streams recorded from real `pulumi`
- * runs (`pulumi.display.*`) and from the engine's lifecycle tests (`pulumi.lifecycletest.*`), and the two update
- * plans (`pulumi preview --save-plan`) Pulumi's own pages show.
+ * What Pulumi published of its engine's output, for the tests of the Pulumi mapping (the published fixtures:
+ * docs/testing.md, "Published fixtures"; read from there, never copied here): engine event streams recorded from real
+ * `pulumi` runs (`pulumi.display.*`) and from the engine's lifecycle tests (`pulumi.lifecycletest.*`), and the two
+ * update plans (`pulumi preview --save-plan`) Pulumi's own pages show.
  */
 export const PULUMI_FIXTURES = join(__dirname, '..', '..', '..', 'shared', 'fixtures', 'pulumi');
 
@@ -49,7 +49,7 @@ const streamFile = (name: StreamName) => join(PULUMI_FIXTURES, 'events', STREAMS
 const planFile = (name: PlanName) => join(PULUMI_FIXTURES, 'plans', PLANS[name]);
 
 export const present = [...(Object.keys(STREAMS) as StreamName[]).map(streamFile), ...(Object.keys(PLANS) as PlanName[]).map(planFile)].every((file) => existsSync(file));
-if (!present) console.warn(`skipped: the published Pulumi engine event streams and update plans are not at ${PULUMI_FIXTURES} (../shared/fixtures beside the repository)`);
+if (!present) console.warn(`skipped: the published Pulumi engine event streams and update plans are not at ${PULUMI_FIXTURES} (the published fixtures: docs/testing.md)`);
 
 /**
  * The JSON values of a stream that holds them back to back, as Pulumi writes engine events and reads them (Go's

@@ -347,11 +347,12 @@ describe('clients bound to tenants (RuntimeCloud__Auth__Clients)', () => {
 
 /**
  * Identities as Microsoft Entra issues them, from Microsoft's published tokens: the two example access tokens of
- * "Access tokens in the Microsoft identity platform" (MicrosoftDocs/entra-docs, docs/identity-platform/access-tokens.md
- * at 0bbfa8a3b9832cfcf180599b762231b4296c6d3d: a v1.0 and a v2.0 token, both delegated, with `sub` ≠ `oid`; their
- * payload segments below are copied from the page, byte for byte) and the v1.0 app-only token of "Token claims
- * reference for agent IDs" (../shared/fixtures/entra). Each keeps its claims and is signed again for this test's
- * issuer and audience (the published signatures are cut short on the page).
+ * "Access tokens in the Microsoft identity platform"
+ * (https://github.com/MicrosoftDocs/entra-docs/blob/0bbfa8a3b9832cfcf180599b762231b4296c6d3d/docs/identity-platform/access-tokens.md:
+ * a v1.0 and a v2.0 token, both delegated, with `sub` ≠ `oid`; their payload segments below are copied from the page,
+ * byte for byte) and the v1.0 app-only token of "Token claims reference for agent IDs" (the published fixtures,
+ * docs/testing.md, "Published fixtures"). Each keeps its claims and is signed again for this test's issuer and audience
+ * (the published signatures are cut short on the page).
  */
 describe('identities as the identity platform issues them', () => {
   const PUBLISHED_V1_DELEGATED =

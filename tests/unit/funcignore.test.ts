@@ -35,6 +35,7 @@ describe('.funcignore', () => {
     'infra/node_modules/@pulumi/pulumi/package.json',
     'bin/runtime-cloud.js',
     'README.md',
+    'docs/architecture.md',
     'package-lock.json',
     'tsconfig.json',
   ])('when a publish meets %s, then it is left out', (path) => {

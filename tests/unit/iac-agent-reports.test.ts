@@ -8,7 +8,7 @@ import { PLANS, present, publishedPlan, stackOfUrn, type PlanName } from '../sup
  * What the host checks of a runner agent's report (issue "Tenant code is contained in its own tenant's runner",
  * part 3), as pure functions: an apply result against the approved plan (`applyDivergence`), and the update plan a
  * `pulumi` plan carries against its steps (`updatePlanProblem`), the latter with the update plans Pulumi published
- * (../shared/fixtures/pulumi/plans, see its README section 5).
+ * (the published fixtures, docs/testing.md, "Published fixtures").
  */
 
 const STACK = 'development';

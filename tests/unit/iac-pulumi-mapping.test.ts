@@ -29,13 +29,13 @@ import {
  * `shop`, stack `dev`: a stack, a default provider, a network `net` and a database `db` whose `password` is a
  * secret; a second update changes a tag of `net`, replaces `db` (its sku) and deletes `cache`.
  *
- * The mapping is tested on what Pulumi published in iac-pulumi-published.test.ts (../shared/fixtures/pulumi, README
- * sections 4 and 5): creates (up-3), an in-place update with detailedDiff (up-4), replaces (webserver-userdata,
- * TestDetailedDiffReplace), deletes (destroy-with-components), stack outputs (stack-output-resource-diff,
- * yaml-text-change), failed operations without and with diagnostics (failed-stacks-dont-rewrite-operations,
- * TestUpContinueOnErrorUpdate), a mandatory policy violation (TestSimpleAnalyzeResourceFailure) and both published
- * update plans. The cases below stay hand-written because no published stream or plan shows them; each would be
- * covered by the published stream named, and none is published:
+ * The mapping is tested on what Pulumi published in iac-pulumi-published.test.ts (the published fixtures:
+ * docs/testing.md, "Published fixtures"): creates (up-3), an in-place update with detailedDiff (up-4), replaces
+ * (webserver-userdata, TestDetailedDiffReplace), deletes (destroy-with-components), stack outputs
+ * (stack-output-resource-diff, yaml-text-change), failed operations without and with diagnostics
+ * (failed-stacks-dont-rewrite-operations, TestUpContinueOnErrorUpdate), a mandatory policy violation
+ * (TestSimpleAnalyzeResourceFailure) and both published update plans. The cases below stay hand-written because no
+ * published stream or plan shows them; each would be covered by the published stream named, and none is published:
  * - ops other than create, update, same, delete and the replace halves (import, read, refresh, discard, …; the op
  *   table) and an op this host does not know: a stream with those steps;
  * - a change summary counting a replacement's halves: a summary event with create-replacement/delete-replaced keys;

@@ -28,7 +28,7 @@ import { selfSignedCertificate, type TestCertificate } from '../support/self-sig
 /**
  * The Kubernetes observer and its comparison, on objects real API servers returned, as published upstream (the
  * kubectl edit recordings, gitops-engine's server-side diff test data, the API reference's examples; see
- * ../shared/fixtures/README.md, section 2). They are read from there at test time and served by a local HTTPS
+ * docs/testing.md, "Published fixtures"). They are read from there at test time and served by a local HTTPS
  * server, so the real `@kubernetes/client-node` parses them. The desired manifests are ours: where a fixture carries
  * the manifest that was applied to make it (its `last-applied-configuration`, the reference example's request),
  * that manifest is the desired state; the others are written here.

@@ -5,9 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../shared/platform/config/config';
 
 /**
- * The runner image carries the plugins the installation's default package list allows, at versions in its ranges,
- * and never downloads another: the Dockerfile's pins and the default RuntimeCloud__Provisioning__Packages cannot
- * drift apart. (The image itself cannot be built here; README, "Security", says what is unverified.)
+ * The runner image carries the plugins the installation's default package list allows, at versions in its ranges, and
+ * never downloads another: the Dockerfile's pins and the default RuntimeCloud__Provisioning__Packages cannot drift
+ * apart. (The image itself cannot be built here; docs/security.md, "Packages are the installation's", says what is
+ * unverified.)
  */
 const DOCKERFILE = readFileSync(join(__dirname, '../../infra/runner/Dockerfile'), 'utf8');
 

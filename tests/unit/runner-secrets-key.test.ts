@@ -12,12 +12,12 @@ import { refusal } from '../support/refusal';
  * A runner agent makes each tenant's Pulumi secrets key on its target's Key Vault before the tenant's first job, and
  * pins its first version (issue 17). Key Vault cannot run here: the real `@azure/keyvault-keys` SDK runs (its
  * challenge authentication, paging and parsing) and only its transport answers, with what Key Vault answered in the
- * Azure SDK team's recordings against a live vault (../shared/fixtures/keyvault, see its README).
+ * Azure SDK team's recordings against a live vault (the published fixtures, docs/testing.md, "Published fixtures").
  */
 const FIXTURES = join(__dirname, '..', '..', '..', 'shared', 'fixtures', 'keyvault');
 const RECORDINGS = ['list-0-versions-of-a-nonexisting-key', 'create-a-rsa-key-with-size', 'get-the-versions-of-a-key'];
 const present = existsSync(FIXTURES) && RECORDINGS.every((name) => readdirSync(FIXTURES).includes(`azure-sdk-for-js.keys.${name}.json`));
-if (!present) console.warn(`skipped: the published Key Vault recordings are not at ${FIXTURES} (../shared/fixtures beside the repository)`);
+if (!present) console.warn(`skipped: the published Key Vault recordings are not at ${FIXTURES} (the published fixtures: docs/testing.md)`);
 
 interface Entry {
   readonly RequestUri: string;

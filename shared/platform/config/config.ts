@@ -436,10 +436,10 @@ export const settings = {
   RuntimeCloud__Provisioning__Runtimes: list('yaml').pipe(z.array(z.string().regex(/^[a-z][a-z0-9-]*$/, 'must be a runtime name such as yaml or nodejs'))),
   /**
    * The Pulumi packages a tenant's program may use, each with the versions it may ask for (`options.version`), as
-   * `name@range` (a semver range), comma-separated: anything else is refused before a runner job, and so are
-   * `command` and a `pluginDownloadURL` whatever this says (README, "Security"). The runner image must carry a
-   * version of each in its range. Example: `azure-native@3.28.0,random@>=4.21.0 <5.0.0` (default: the runner image's
-   * azure-native, azuread, kubernetes, random and tls; the local host adds `local` and `std`).
+   * `name@range` (a semver range), comma-separated: anything else is refused before a runner job, and so are `command`
+   * and a `pluginDownloadURL` whatever this says (docs/security.md, "Packages are the installation's"). The runner
+   * image must carry a version of each in its range. Example: `azure-native@3.28.0,random@>=4.21.0 <5.0.0` (default:
+   * the runner image's azure-native, azuread, kubernetes, random and tls; the local host adds `local` and `std`).
    */
   RuntimeCloud__Provisioning__Packages: packagesSchema,
   /**

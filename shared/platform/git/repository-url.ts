@@ -32,7 +32,7 @@ export function describeRepository(repository: string): string {
  * - `https`: the origin (scheme, lower-case host, port unless 443) and the path as segments, dot segments resolved
  *   and percent-escapes decoded; `href` is the URL to fetch (the same place, written one way).
  * - `file`: an absolute local path, `..` resolved (symlinks are not: that needs the disk, see the source policy).
- *   A `file://` URL, or a bare path (`/srv/repo`, `./repo`) read from the working directory.
+ *   A `file://` URL, or a bare path (`/srv/repo`, or one relative to the working directory).
  * - `refused`: `credentials` for a URL with a user name or password (never echoed), `unsupported` for anything else
  *   the host does not fetch (plain http, ssh, scp-like `user@host:path`, a query, a path segment that decodes to a
  *   separator or a dot segment, control characters), with a reason a human can read.

@@ -43,7 +43,7 @@ export interface IacRunner {
 }
 
 /**
- * The IaC runner port of ARCHITECTURE.md: a runner that plans and applies.
+ * The IaC port (docs/architecture.md, "IaC: targets, runner agents and engines"): a runner that plans and applies.
  *
  * - `stack` is the stack's identity, `tenant/project/stack` (stack-ref.ts): its state and its resources are that
  *   tenant's, never another's of the same project and stack names.

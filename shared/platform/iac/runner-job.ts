@@ -7,7 +7,7 @@ import type { ProjectFiles } from './pulumi-yaml-source';
 import type { StackRef } from './stack-ref';
 
 /**
- * The runner job protocol between the host and its runner agents (ARCHITECTURE.md, "IaC: targets, runner agents
+ * The runner job protocol between the host and its runner agents (docs/architecture.md, "IaC: targets, runner agents
  * and engines"). The host dispatches a plan or an apply as a job for the pool of the environment's target; an agent
  * of that pool claims it with its pool credential and gets the job's spec and a job token, which authenticates
  * every call of that job (heartbeat, result, and for the local cloud target its state and resources) and nothing
