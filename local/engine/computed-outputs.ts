@@ -9,7 +9,7 @@ export type { OutputContext } from './output-model';
 /**
  * The outputs a cloud provider computes and programs read (`${resourceGroup.name}`, `${deployment.metadata.name}`,
  * `${account.primaryEndpoints.web}`), emulated for the local cloud from the providers' published schemas and the
- * values they are seen to give (../shared/fixtures): names auto-named as each provider names them, ARM ids, the
+ * values they are seen to give (the published fixtures: docs/testing.md, "Published fixtures"): names auto-named as each provider names them, ARM ids, the
  * endpoints a name implies. Each value is a function of the stack's tenant, the resource's urn, its inputs and the
  * stack's config only: the same inputs give the same outputs at plan and at apply, so a re-plan shows nothing new,
  * and two tenants with the same names get their own (another random suffix, another subscription id).

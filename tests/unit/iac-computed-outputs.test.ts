@@ -14,7 +14,7 @@ import { thrown } from '../support/refusal';
  * The outputs the local engine computes for the providers' resources (computed-outputs.ts), held against what the
  * providers published: Pulumi's recorded azure-native stack exports (their `inputs` carry the names azure-native
  * chose; their `outputs` the ids and types it read back), ARM's own GET examples, and the Kubernetes API's answers
- * (../shared/fixtures). Plan and apply of such programs on the local cloud: tests/integration/local-iac-computed-outputs.test.ts.
+ * (the published fixtures: docs/testing.md, "Published fixtures"). Plan and apply of such programs on the local cloud: tests/integration/local-iac-computed-outputs.test.ts.
  */
 
 const context = (urn: string, config: Record<string, JsonValue> = {}, tenant = 'tenant-a'): OutputContext => ({
