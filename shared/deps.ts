@@ -37,7 +37,7 @@ import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-trans
 import { peerHealthChecks } from './platform/contracts/peer-health';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
-import { findEnvironmentStack } from './provisioning/provisioning.repository';
+import { findEnvironmentStack } from './provisioning/runs.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
 import { recoverAfterRestore, type StoreRecovery } from './store-restore';

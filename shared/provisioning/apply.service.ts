@@ -25,7 +25,9 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import { findRunDetail, insertArtifact, markApplyBegan, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference, type PlanReceipt } from './provisioning.repository';
+import { findRunDetail, insertArtifact, readPlanReceipt, recordApply } from './receipts.repository';
+import { markApplyBegan, setWaiting, transitionRun } from './runs.repository';
+import type { ApplyReceipt, DegradedReference, PlanReceipt } from './receipt';
 import { provisioningApplied, provisioningFailed, specificationAppliedOf } from './run-events';
 import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';

@@ -26,7 +26,7 @@ import {
   type PolicyDecision,
   type PolicyInput,
 } from './external-services.client';
-import { isUniqueViolation } from './provisioning.repository';
+import { isUniqueViolation } from './rejections.repository';
 
 /**
  * The local host's stand-ins for the external services of provisioning: small, real and deterministic.

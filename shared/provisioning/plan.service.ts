@@ -20,20 +20,9 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import {
-  deletePolicyWait,
-  findPolicyWait,
-  insertArtifact,
-  latestAppliedRun,
-  rebaseRun,
-  recordPlan,
-  savePolicyWait,
-  setRunProject,
-  setWaiting,
-  transitionRun,
-  type PlanReceipt,
-  type UndecidedPlanReceipt,
-} from './provisioning.repository';
+import { deletePolicyWait, findPolicyWait, insertArtifact, recordPlan, savePolicyWait } from './receipts.repository';
+import { latestAppliedRun, rebaseRun, setRunProject, setWaiting, transitionRun } from './runs.repository';
+import type { PlanReceipt, UndecidedPlanReceipt } from './receipt';
 import { specificationDeclared } from './run-events';
 import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';

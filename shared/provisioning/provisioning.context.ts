@@ -17,7 +17,8 @@ import { stderrSecurityLog, type SecurityLog } from '../platform/telemetry/secur
 import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import { enqueueDeliveryReports } from './delivery-reports.repository';
-import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
+import { deletePolicyWait } from './receipts.repository';
+import { findRun, transitionRun } from './runs.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import type { PackagePolicy } from './package-policy';
 import type { ProjectPolicy } from './project-policy';

@@ -3,7 +3,10 @@ import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { retryingContention } from '../platform/sql/transaction';
 import type { ProvisioningContext } from './provisioning.context';
-import { findRejection, findRunDetail, listRuns as listRunRows, type Rejection, type RunDetail } from './provisioning.repository';
+import { findRejection, type Rejection } from './rejections.repository';
+import { findRunDetail } from './receipts.repository';
+import { listRuns as listRunRows } from './runs.repository';
+import type { RunDetail } from './receipt';
 import type { Run, RunState } from './run';
 import { findJob, queuePosition } from './runner-jobs.repository';
 

@@ -7,7 +7,7 @@ import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { localIacRunner, type IacEngine } from '../../shared/platform/iac/iac-runner';
 import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
 import { randomIds } from '../../shared/platform/time/clock';
-import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
+import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/receipts.repository';
 import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
