@@ -8,6 +8,8 @@ import { leaseRequestDigest, type Lease, type LeaseRequest } from './lease';
 import { poolMatchesLabels } from './pool';
 import { exhaustedRefusal, freeAfterRelaying, quotaRefusal, refuseUnfitPool, type Refusal } from './refusals';
 import { poolScope } from './slots';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 /** Looks a refused grant takes again when the rows it needed were held by grants in flight. */
 const IN_FLIGHT_ROUNDS = 10;
@@ -18,10 +20,10 @@ const IN_FLIGHT_ROUNDS = 10;
  */
 export async function acquire(ctx: CapacityContext, request: LeaseRequest): Promise<AcquireResult> {
   if (!Number.isInteger(request.units) || request.units <= 0) {
-    throw new AppError('CAPACITY.INVALID_UNITS', 'validation', 'units must be a positive integer');
+    throw problemError(CapacityErrors.invalidUnits, 'units must be a positive integer');
   }
   if (!Number.isInteger(request.ttlSeconds) || request.ttlSeconds <= 0) {
-    throw new AppError('CAPACITY.INVALID_TTL', 'validation', 'ttlSeconds must be a positive integer');
+    throw problemError(CapacityErrors.invalidTtl, 'ttlSeconds must be a positive integer');
   }
   const key = request.idempotencyKey;
   // What the key is bound to; a request without a key is never compared, so it records none.

@@ -1,10 +1,11 @@
 import type { TenantFilter } from '../platform/auth/auth';
-import { AppError } from '../platform/errors/app-error';
 import { inTransaction } from '../platform/sql/transaction';
 import { appendEvents, type CapacityContext, type CapacitySummary } from './capacity.context';
 import { editionExists, getPool, listEditions as listEditionRows, listPools, tenantUse, upsertEdition, upsertPool, upsertTenant } from './capacity.repository';
 import type { CapacitySeed } from './capacity.seed';
 import { CAPACITY_KINDS, freeUnits, needsResizeRequest, poolSpecProblems, type Edition, type Pool, type PoolSpec, type Tenant } from './pool';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 /** The kinds' capacity and use, the pools, and each tenant's use against its edition's limits. */
 export async function summary(ctx: CapacityContext, tenants: TenantFilter): Promise<CapacitySummary> {
@@ -28,13 +29,13 @@ export async function summary(ctx: CapacityContext, tenants: TenantFilter): Prom
 export async function putPool(ctx: CapacityContext, id: string, spec: PoolSpec): Promise<{ created: boolean; pool: Pool; resizeRequested: boolean }> {
   const problems = poolSpecProblems(spec);
   if (problems.length > 0) {
-    throw new AppError('CAPACITY.INVALID_POOL', 'validation', 'the pool is not valid', { errors: problems });
+    throw problemError(CapacityErrors.invalidPool, 'the pool is not valid', { errors: problems });
   }
   const now = ctx.clock.now().getTime();
   return inTransaction(ctx.db, async (trx) => {
     const before = await upsertPool(trx, ctx.dialect, ctx.ledger, id, spec, now);
     if (before && before.kind !== spec.kind && before.used > 0) {
-      throw new AppError('CAPACITY.POOL_IN_USE', 'conflict', `pool ${id} holds ${before.used} leased units; its kind cannot change`);
+      throw problemError(CapacityErrors.poolInUse, `pool ${id} holds ${before.used} leased units; its kind cannot change`);
     }
     const resizeRequested = needsResizeRequest(before, spec);
     if (resizeRequested && before) {
@@ -74,7 +75,7 @@ export async function putTenant(ctx: CapacityContext, tenant: Tenant): Promise<{
   const now = ctx.clock.now().getTime();
   return inTransaction(ctx.db, async (trx) => {
     if (!(await editionExists(trx, tenant.edition))) {
-      throw new AppError('CAPACITY.EDITION_NOT_FOUND', 'validation', `edition ${tenant.edition} does not exist`);
+      throw problemError(CapacityErrors.editionNotFound, `edition ${tenant.edition} does not exist`);
     }
     const existed = (await trx.selectFrom('capacity_tenants').select('id').where('id', '=', tenant.id).executeTakeFirst()) !== undefined;
     await upsertTenant(trx, ctx.dialect, ctx.ledger, tenant, now);

@@ -13,6 +13,8 @@ import { getLease, leaseTenant, type CapacityDb } from './lease.repository';
 import { effectiveState, fencingMatches, type Lease, type LeaseState } from './lease';
 import type { CapacityKind, Pool } from './pool';
 import { recoveryWindow, type RecoveryWindow } from './recovery-window.service';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 export type AcquireResult = { readonly outcome: 'granted' | 'existing'; readonly lease: Lease };
 export type ReleaseResult = { readonly outcome: 'released' | 'already-released' };
@@ -74,16 +76,16 @@ export async function appendEvents(ctx: CapacityContext, trx: Transaction<Capaci
 }
 
 export function leaseNotFound(id: string): AppError {
-  return new AppError('CAPACITY.LEASE_NOT_FOUND', 'not-found', `lease ${id} does not exist`);
+  return problemError(CapacityErrors.leaseNotFound, `lease ${id} does not exist`);
 }
 
 export function fencingMismatch(lease: Lease, presented: number): AppError {
   const message = fencingMatches(lease, presented) ? 'the lease changed meanwhile' : 'the fencing token is not the one this lease was granted with';
-  return new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', message, { presented });
+  return problemError(CapacityErrors.fencingMismatch, message, { presented });
 }
 
 export function leaseGone(id: string, state: LeaseState): AppError {
-  return new AppError('CAPACITY.LEASE_GONE', 'gone', `lease ${id} is ${state}`, { state });
+  return problemError(CapacityErrors.leaseGone, `lease ${id} is ${state}`, { state });
 }
 
 /** The tenant whose lease the caller acts on: its own, or for a caller of all tenants, the lease's. */

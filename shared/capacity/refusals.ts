@@ -7,6 +7,8 @@ import { soonestExpiry } from './lease.repository';
 import { retryAfterSeconds, ttlProblem, type LeaseRequest } from './lease';
 import type { CapacityKind } from './pool';
 import { quotaScope } from './slots';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 /**
  * Why a grant was refused, explained from what the rows say (read without locks, on the slow path only): the
@@ -35,16 +37,16 @@ export async function freeAfterRelaying(ctx: CapacityContext, scope: string, own
 /** Why the tenant's quota refused. */
 export async function quotaRefusal(ctx: CapacityContext, request: LeaseRequest, now: number): Promise<Refusal> {
   const view = await tenantLimit(ctx.db, ctx.ledger, request.tenant, request.kind);
-  if (!view) throw new AppError('CAPACITY.TENANT_UNKNOWN', 'not-found', `tenant ${request.tenant} has no capacity edition`);
+  if (!view) throw problemError(CapacityErrors.tenantUnknown, `tenant ${request.tenant} has no capacity edition`);
   const problem = ttlProblem(request.ttlSeconds, view.limit);
   if (!view.limit) {
-    throw new AppError('CAPACITY.KIND_NOT_IN_EDITION', 'forbidden', problem ?? 'the edition grants no capacity of this kind', {
+    throw problemError(CapacityErrors.kindNotInEdition, problem ?? 'the edition grants no capacity of this kind', {
       edition: view.edition,
       kind: request.kind,
     });
   }
   if (problem) {
-    throw new AppError('CAPACITY.TTL_TOO_LONG', 'validation', problem, {
+    throw problemError(CapacityErrors.ttlTooLong, problem, {
       edition: view.edition,
       kind: request.kind,
       maxTtlSeconds: view.limit.maxTtlSeconds,
@@ -52,7 +54,7 @@ export async function quotaRefusal(ctx: CapacityContext, request: LeaseRequest, 
   }
   const inFlight = await freeAfterRelaying(ctx, quotaScope(request.tenant, request.kind), { tenant: request.tenant, kind: request.kind }, request.units);
   const soonest = await soonestExpiry(ctx.db, ctx.dialect, { tenant: request.tenant, kind: request.kind });
-  const refusal = new AppError('CAPACITY.QUOTA_EXCEEDED', 'limit', `the ${view.edition} edition allows ${view.limit.maxUnits} ${request.kind} units at once`, {
+  const refusal = problemError(CapacityErrors.quotaExceeded, `the ${view.edition} edition allows ${view.limit.maxUnits} ${request.kind} units at once`, {
     kind: request.kind,
     edition: view.edition,
     used: view.used,
@@ -66,15 +68,15 @@ export async function quotaRefusal(ctx: CapacityContext, request: LeaseRequest, 
 /** Refuses a named pool that does not exist or holds another kind of units. */
 export async function refuseUnfitPool(ctx: CapacityContext, id: string, kind: CapacityKind): Promise<void> {
   const pool = await getPool(ctx.db, ctx.ledger, id);
-  if (!pool) throw new AppError('CAPACITY.POOL_NOT_FOUND', 'not-found', `pool ${id} does not exist`);
-  if (pool.kind !== kind) throw new AppError('CAPACITY.POOL_KIND_MISMATCH', 'validation', `pool ${pool.id} holds ${pool.kind} units, not ${kind}`);
+  if (!pool) throw problemError(CapacityErrors.poolNotFound, `pool ${id} does not exist`);
+  if (pool.kind !== kind) throw problemError(CapacityErrors.poolKindMismatch, `pool ${pool.id} holds ${pool.kind} units, not ${kind}`);
 }
 
 /** No pool the request may use has its units free. */
 export async function exhaustedRefusal(ctx: CapacityContext, request: LeaseRequest, now: number, inFlight: boolean): Promise<AppError> {
   const pools = (await listPools(ctx.db, ctx.ledger, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
   const soonest = await soonestExpiry(ctx.db, ctx.dialect, { kind: request.kind, ...(request.pool !== undefined ? { pool: request.pool } : {}) });
-  return new AppError('CAPACITY.EXHAUSTED', 'limit', `no ${request.kind} pool has ${request.units} free units`, {
+  return problemError(CapacityErrors.exhausted, `no ${request.kind} pool has ${request.units} free units`, {
     kind: request.kind,
     ...(request.pool !== undefined ? { pool: request.pool } : {}),
     ...(request.labels !== undefined ? { labels: request.labels } : {}),

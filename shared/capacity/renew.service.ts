@@ -1,5 +1,5 @@
 import type { TenantFilter } from '../platform/auth/auth';
-import { AppError, ensureError } from '../platform/errors/app-error';
+import { ensureError } from '../platform/errors/app-error';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { EPOCH_SPAN } from '../platform/sql/store-epoch';
 import { fencingMismatch, isUniqueViolation, leaseGone, leaseNotFound, tenantOfLease, type CapacityContext, type LeaseHolding } from './capacity.context';
@@ -9,6 +9,8 @@ import { getLease, renewActiveLease } from './lease.repository';
 import { effectiveState, ttlProblem, type Lease, type LeaseRequest } from './lease';
 import { exhaustedRefusal, quotaRefusal, refuseUnfitPool } from './refusals';
 import { sweepExpired } from './sweep.service';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 /**
  * Extends a lease whose holder proves itself with its fencing token, to `ttlSeconds` from now when given (within
@@ -24,7 +26,7 @@ export async function renew(ctx: CapacityContext, tenants: TenantFilter, id: str
     const view = await tenantLimit(ctx.db, ctx.ledger, lease.tenant, lease.kind);
     const problem = ttlProblem(ttlSeconds, view?.limit);
     if (problem) {
-      throw new AppError('CAPACITY.TTL_TOO_LONG', 'validation', problem, {
+      throw problemError(CapacityErrors.ttlTooLong, problem, {
         kind: lease.kind,
         ...(view?.limit ? { maxTtlSeconds: view.limit.maxTtlSeconds } : {}),
       });
@@ -49,10 +51,10 @@ async function reRegister(ctx: CapacityContext, tenants: TenantFilter, id: strin
   const now = ctx.clock.now().getTime();
   if (tenants.kind !== 'one' || holding === undefined || (await recovery.until(holding.kind, now)) === undefined) throw leaseNotFound(id);
   if (ttlSeconds === undefined) {
-    throw new AppError('CAPACITY.TTL_REQUIRED', 'validation', 're-registering a lease after a restore needs its ttlSeconds');
+    throw problemError(CapacityErrors.ttlRequired, 're-registering a lease after a restore needs its ttlSeconds');
   }
   if (Math.floor(fencingToken / EPOCH_SPAN) >= (await recovery.epoch())) {
-    throw new AppError('CAPACITY.FENCING_MISMATCH', 'conflict', 'only a lease granted before the store was restored can be re-registered', { presented: fencingToken });
+    throw problemError(CapacityErrors.fencingMismatch, 'only a lease granted before the store was restored can be re-registered', { presented: fencingToken });
   }
   const request: LeaseRequest = { tenant: tenants.tenant, ...holding, ttlSeconds };
   const lease: Omit<Lease, 'fencingToken'> = {
@@ -77,7 +79,7 @@ async function reRegister(ctx: CapacityContext, tenants: TenantFilter, id: strin
     // The same holder re-registered it meanwhile (a retry): renew that. Else the id is another tenant's.
     const renewed = await inTransaction(db, (trx) => renewActiveLease(trx, ctx.dialect, tenants.tenant, id, fencingToken, now, ttlSeconds));
     if (renewed) return renewed;
-    throw new AppError('CAPACITY.LEASE_CONFLICT', 'conflict', `lease ${id} cannot be re-registered`);
+    throw problemError(CapacityErrors.leaseConflict, `lease ${id} cannot be re-registered`);
   }
   if ('fencingToken' in outcome) return { ...lease, fencingToken: outcome.fencingToken };
   if (outcome.shortOf === 'quota') throw (await quotaRefusal(ctx, request, now)).refusal;

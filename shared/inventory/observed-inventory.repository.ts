@@ -4,6 +4,8 @@ import { AppError, ensureError } from '../platform/errors/app-error';
 import type { TableStore } from '../platform/tables/tables';
 import { canonicalJson, type JsonValue } from './drift';
 import type { EnvironmentKey } from './environment';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /**
  * The observed inventory in Table storage: a partition per environment of a tenant (environment ids are unique per
@@ -150,7 +152,7 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
           if (!isConditionFailure(thrown)) throw unavailable(thrown);
         }
       }
-      throw new AppError('INVENTORY.OBSERVATION_CONFLICT', 'unavailable', `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
+      throw problemError(InventoryErrors.observationConflict, `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
     },
 
     async listPage(environment, { after, limit }) {
@@ -213,7 +215,7 @@ async function tableCall<T>(read: () => Promise<T>): Promise<T> {
 function unavailable(thrown: unknown): AppError {
   const error = ensureError(thrown);
   if (error instanceof AppError) return error;
-  return new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${error.message}`, { retryAfterSeconds: 5 });
+  return problemError(InventoryErrors.tablesUnavailable, `Table storage did not answer: ${error.message}`, { retryAfterSeconds: 5 });
 }
 
 /** 412 (an ETag that no longer matches) or 409 (a create-only row that exists): another writer got in first. */

@@ -40,6 +40,8 @@ import {
 } from './run';
 import { provisioningDb, releaseStackLock, type ProvisioningDb } from './stack-lock.repository';
 import { cancelJobsOfRun } from './runner-jobs.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * What every provisioning use case works with: the store, the clock and ids, the engine and the external services,
@@ -239,7 +241,7 @@ export function readRun(ctx: ProvisioningContext, id: string): Promise<Run | und
 
 export async function existingRun(ctx: ProvisioningContext, id: string): Promise<Run> {
   const run = await readRun(ctx, id);
-  if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${id}`, { runId: id });
+  if (!run) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${id}`, { runId: id });
   return run;
 }
 

@@ -1,11 +1,12 @@
 import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
-import { AppError } from '../platform/errors/app-error';
 import { type Run, type RunState, type WaitingFor } from './run';
 import type { ProvisioningApprovalTable, ProvisioningTables } from './provisioning.tables';
 import { type ProvisioningDb } from './stack-lock.repository';
 import type { ApplyReceipt, Decision, PlanReceipt, PolicyWait, RefusedApproval, RunArtifact, RunDetail, UndecidedPlanReceipt } from './receipt';
 import { byTenant, RUN_COLUMNS, runRowToRun, waitingColumns } from './runs.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * A run's plans, receipts and decisions in SQL (shapes in receipt.ts): receipts are written once, with the state
@@ -56,7 +57,7 @@ function decisionRowToDecision(row: ProvisioningApprovalTable): Decision {
 }
 
 const receiptWritten = (id: string, receipt: string) =>
-  new AppError('PROVISIONING.RECEIPT_IMMUTABLE', 'conflict', `run ${id} already has a ${receipt} receipt, or is not in the state to record one`, { runId: id });
+  problemError(ProvisioningErrors.receiptImmutable, `run ${id} already has a ${receipt} receipt, or is not in the state to record one`, { runId: id });
 
 /**
  * Records the plan receipt and moves the run from planning to `to`, in one statement that only succeeds while the

@@ -9,6 +9,8 @@ import { listRuns as listRunRows } from './runs.repository';
 import type { RunDetail } from './receipt';
 import type { Run, RunState } from './run';
 import { findJob, queuePosition } from './runner-jobs.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /** What operators and services read of runs: one run with its receipts, a page of runs, a rejected message. */
 
@@ -19,7 +21,7 @@ export interface RunPage {
 
 export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, runId: string): Promise<RunDetail> {
   const detail = await retryingContention(() => findRunDetail(ctx.db, runId, tenants));
-  if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+  if (!detail) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${runId}`, { runId });
   return { ...detail, run: await withQueuePosition(ctx, detail.run) };
 }
 
