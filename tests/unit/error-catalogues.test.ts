@@ -81,7 +81,7 @@ describe('the error catalogues', () => {
   });
 
   it("when a catalogue is read, then each code starts with its module's prefix and is listed once", () => {
-    const codes = [CapacityErrors, InventoryErrors, ProvisioningErrors].flatMap((c) => Object.values(c).map((e) => e.code));
+    const codes = [...Object.values(CapacityErrors), ...Object.values(InventoryErrors), ...Object.values(ProvisioningErrors)].map((e: ProblemEntry) => e.code);
     expect(new Set(codes).size).toBe(codes.length);
     expect(Object.values(CapacityErrors).every((e) => e.code.startsWith('CAPACITY.'))).toBe(true);
     expect(Object.values(InventoryErrors).every((e) => e.code.startsWith('INVENTORY.'))).toBe(true);
