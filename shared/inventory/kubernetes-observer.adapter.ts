@@ -1,7 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import type { TokenCredential } from '@azure/identity';
 import type { AppsV1Api, ConfigurationOptions, CoreV1Api, KubeConfig, V1ListMeta } from '@kubernetes/client-node';
-import type { ProvisioningTarget } from '../platform/config/config';
+import type { ProvisioningTarget } from '../platform/config/setting-schemas';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { JsonValue } from './drift';
 import { URN_ANNOTATION, type ObservationScope, type ObservedResource, type Observer } from './observer';

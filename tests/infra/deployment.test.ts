@@ -2,7 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { functionsWithTrigger, triggerOf } from '../../local/functions-core/registry';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
-import { parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { parseConfig } from '../../shared/platform/config/config';
+import { settingKeys } from '../../shared/platform/config/settings';
 import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscriptions';
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {

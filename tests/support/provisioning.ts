@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
 import { LOCAL_PACKAGES } from '../../local/local-packages';
-import { settings } from '../../shared/platform/config/config';
+import { settings } from '../../shared/platform/config/settings';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { ConfigError, parseConfig } from '../../shared/platform/config/config';
+import { settingKeys } from '../../shared/platform/config/settings';
 import { agentPoolNamed, agentPoolOf, backendOfTenant, runnerTargetOf, tenantSegmentProblem } from '../../shared/platform/config/targets';
 
 describe('configuration', () => {
