@@ -6,7 +6,7 @@ import { poolsOfKind } from './capacity.repository';
 import { findLeaseByIdempotencyKey } from './lease.repository';
 import { leaseRequestDigest, type Lease, type LeaseRequest } from './lease';
 import { poolMatchesLabels } from './pool';
-import { exhaustedRefusal, freeAfterRelaying, quotaRefusal, refuseUnfitPool, type Refusal } from './refusals';
+import { exhaustedRefusal, freeAfterRelaying, quotaRefusal, refuseUnfitPool, type Refusal } from './refusals.service';
 import { poolScope } from './slots';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';

@@ -46,7 +46,7 @@ export interface CapacityService {
 
 /**
  * The capacity use cases, each in a file of its own flow (acquire, renew, leases, sweep, administration
- * `.service.ts`, with the refusals' explanations in refusals.ts) over one `CapacityContext` (capacity.context.ts).
+ * `.service.ts`, with the refusals' explanations in refusals.service.ts) over one `CapacityContext` (capacity.context.ts).
  */
 export function createCapacityService(options: CapacityServiceOptions): CapacityService {
   const ctx = createCapacityContext(options);

@@ -7,7 +7,7 @@ import { tenantLimit } from './capacity.repository';
 import type { GrantOutcome } from './capacity-ledger.repository';
 import { getLease, renewActiveLease } from './lease.repository';
 import { effectiveState, ttlProblem, type Lease, type LeaseRequest } from './lease';
-import { exhaustedRefusal, quotaRefusal, refuseUnfitPool } from './refusals';
+import { exhaustedRefusal, quotaRefusal, refuseUnfitPool } from './refusals.service';
 import { sweepExpired } from './sweep.service';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';
