@@ -14,7 +14,7 @@ import { createLocalExternalServices } from '../../shared/provisioning/local-ext
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import type { ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
-import { realLocalPath } from '../../shared/platform/git/desired-state';
+import { realLocalPath } from '../../shared/platform/git/load-desired-state';
 import type { TestHost } from './local-host';
 
 /**
