@@ -3,7 +3,7 @@ import type { DesiredState } from '../platform/git/desired-state';
 import type { ConfigOverrides, PlanOptions } from '../platform/iac/iac-runner';
 import { jsonEqual, referenceKey } from '../platform/iac/iac-values';
 import { planCounts, planDigest, type Plan } from '../platform/iac/plan';
-import { updatePlanProblem } from '../platform/iac/pulumi-mapping';
+import { updatePlanProblem } from '../platform/iac/pulumi-plan-mapping';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { ExternalErrors, type PolicyDecision } from './external-services.client';
