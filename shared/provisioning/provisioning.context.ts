@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
-import type { DesiredStateHostOptions } from '../platform/git/desired-state';
+import type { DesiredStateFetchSettings } from '../platform/git/desired-state';
 import { redactUrl } from '../platform/git/repository-url';
 import type { LocalCloud } from '../platform/cloud/local-cloud';
 import type { IacEngine } from '../platform/iac/iac-runner';
@@ -57,7 +57,7 @@ export interface ProvisioningContext {
   readonly engine: IacEngine | undefined;
   readonly services: ExternalServices;
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
-  readonly desiredState: DesiredStateHostOptions | undefined;
+  readonly desiredState: DesiredStateFetchSettings | undefined;
   readonly sources: ProvisioningServiceOptions['sources'];
   readonly projects: ProjectPolicy;
   readonly packages: PackagePolicy;
@@ -138,7 +138,7 @@ export interface ProvisioningServiceOptions {
   /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
   /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache', fetchMaxBytes: 64 << 20 }`. */
-  readonly desiredState?: DesiredStateHostOptions;
+  readonly desiredState?: DesiredStateFetchSettings;
   /**
    * Where a promotion's desired state may come from: the installation's rules (`RuntimeCloud__Provisioning__Sources`,
    * parsed) and what besides https: this host reads. Nothing the message names is fetched before these allow it.

@@ -24,7 +24,7 @@ export interface PlanReceipt {
   readonly repository: string;
   readonly commit: string;
   readonly path: string;
-  readonly runner: ReceiptRunner;
+  readonly runner: ReceiptEngine;
   /** The plan read the target first (a reconciliation; a stack whose last apply lost its runner). */
   readonly refreshed?: boolean;
   readonly approvalRequired: boolean;
@@ -54,8 +54,11 @@ export interface PolicyWait {
   readonly requestedAt: Date;
 }
 
-/** The engine that made a plan or an apply, and where a runner job did: the agent and the job. */
-export interface ReceiptRunner {
+/**
+ * The engine that made a plan or an apply (its name and version), and when an agent ran it as a job, the agent and
+ * the job. Serialized as the receipt's `runner` member (a breaking-change shape, so the name stays there).
+ */
+export interface ReceiptEngine {
   readonly name: string;
   readonly version: string;
   readonly agent?: string;
@@ -75,7 +78,7 @@ export interface ApplyReceipt {
   readonly stack: string;
   readonly qualifiedStack?: string;
   readonly commit: string;
-  readonly runner: ReceiptRunner;
+  readonly runner: ReceiptEngine;
   readonly result: ApplyResult;
   /**
    * The Config Platform references the apply used a last known value for, because the platform did not answer:

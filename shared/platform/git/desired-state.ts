@@ -63,8 +63,8 @@ export interface DesiredState {
   readonly stacks: Readonly<Record<string, string>>;
 }
 
-/** What a host sets once for every read: where and how remotes are fetched. */
-export interface DesiredStateHostOptions {
+/** What the installation sets once for every read: where and how remotes are fetched. */
+export interface DesiredStateFetchSettings {
   /**
    * Where remotes are fetched to: a folder per tenant, in it one bare repository per remote URL; commits never
    * change, so a commit found there is read without asking the remote again. Example: `join(stateDir, 'git-cache')`.
@@ -102,7 +102,7 @@ export interface DesiredStateHostOptions {
 }
 
 /** One read: the host's options, and who reads, with which credential. */
-export interface LoadDesiredStateOptions extends DesiredStateHostOptions {
+export interface LoadDesiredStateOptions extends DesiredStateFetchSettings {
   /**
    * The tenant the project is read for: remotes are fetched into that tenant's own cache folder, and a project read
    * for one tenant is never served from memory to another. Required, so no caller shares a cache by forgetting it.
