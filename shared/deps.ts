@@ -143,7 +143,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   // agents' stack state), or the Pulumi Automation API in process (tests). In Azure the Pulumi engine runs in runner
   // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
   const engine: IacEngine | undefined =
-    config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
+    config.iac.engine === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);

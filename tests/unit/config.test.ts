@@ -10,7 +10,7 @@ describe('configuration', () => {
   it('when nothing is set, then the seed defaults apply and the config is frozen', () => {
     const config = parseConfig({});
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
-    expect(config.iac.runner).toBe('pulumi');
+    expect(config.iac.engine).toBe('pulumi');
     expect(config.host.serviceName).toBe('runtime-cloud');
     expect(config.targets).toEqual([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]);
     expect(Object.isFrozen(config.store)).toBe(true);

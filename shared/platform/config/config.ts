@@ -20,7 +20,8 @@ export interface PeerSetting {
 export interface Config {
   readonly host: { readonly enabledModules: readonly ModuleName[]; readonly serviceName: string };
   readonly iac: {
-    readonly runner: 'pulumi' | 'local';
+    /** The engine that plans and applies programs (`RuntimeCloud__IaC__Runner`, an older name for it). */
+    readonly engine: 'pulumi' | 'local';
     readonly execution: 'runner-jobs' | 'in-process';
     readonly leaseMs: number;
     readonly claimTimeoutMs: number;
@@ -50,7 +51,8 @@ export interface Config {
   readonly local: {
     readonly stateDir: string;
     readonly port: number;
-    readonly runners: number;
+    /** How many agents the local host starts (`RuntimeCloud__Local__Runners`). */
+    readonly agents: number;
     readonly bodyTimeoutMs: number;
     readonly queueLockMs: number;
     readonly durableLeaseMs: number;
@@ -129,7 +131,7 @@ function toConfig(s: Settings): Config {
   return {
     host: { enabledModules: [...new Set(s.RuntimeCloud__Host__EnabledModules)], serviceName: s.OrleansMessaging__ServiceName },
     iac: {
-      runner: s.RuntimeCloud__IaC__Runner,
+      engine: s.RuntimeCloud__IaC__Runner,
       execution: s.RuntimeCloud__IaC__Execution,
       leaseMs: s.RuntimeCloud__Runners__LeaseSeconds * 1000,
       claimTimeoutMs: s.RuntimeCloud__Runners__ClaimTimeoutSeconds * 1000,
@@ -156,7 +158,7 @@ function toConfig(s: Settings): Config {
     local: {
       stateDir: s.RuntimeCloud__Local__StateDir,
       port: s.RuntimeCloud__Local__Port,
-      runners: s.RuntimeCloud__Local__Runners,
+      agents: s.RuntimeCloud__Local__Runners,
       bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs,
       queueLockMs: s.RuntimeCloud__Local__QueueLockSeconds * 1000,
       durableLeaseMs: s.RuntimeCloud__Local__DurableLeaseSeconds * 1000,
