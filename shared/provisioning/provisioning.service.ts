@@ -1,8 +1,6 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
-import type { CloudResource } from '../platform/cloud/local-cloud';
-import type { StackState } from '../platform/iac/plan';
-import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
+import { heartbeatSchema, jobOutcomeSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
 import { sendDeliveryReports, type SendResult } from './delivery-reports.service';
 import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferences } from './apply.service';
@@ -21,14 +19,14 @@ import {
   claimJob,
   collectJob,
   heartbeat,
-  jobState,
+  authorizeTargetCall,
   runnerAgents,
   runnerPools,
-  targetCall,
   watchDispatches,
-  writeJobState,
+
   type FinishedJob,
   type JobCaller,
+  type TargetCallGrant,
   type RunnerAgentView,
   type RunnerPoolView,
 } from './runner-jobs.service';
@@ -36,7 +34,7 @@ import { getRejection, getRun, listRuns, type RunPage } from './run-queries.serv
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
 
-export type { BrokenStackLock, IntakeResult, JobCaller, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
+export type { BrokenStackLock, IntakeResult, JobCaller, TargetCallGrant, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
 
 /**
  * The provisioning use cases; built once per host by `createDeps`. Each lives in a file of its own flow
@@ -125,11 +123,8 @@ export interface RunnerJobs {
   // Each is the job's only with its token, from an agent of the job's pool (`JobCaller`).
   /** A heartbeat (`Heartbeat`). */
   heartbeat(caller: JobCaller, body: string): Promise<{ leaseExpiresAt: string }>;
-  state(caller: JobCaller): Promise<StackState | undefined>;
-  /** Writes the job's stack state (`StackState`). */
-  writeState(caller: JobCaller, body: string): Promise<void>;
-  /** A call to the job's local cloud target (`TargetCall`). */
-  target(caller: JobCaller, body: string): Promise<{ resource?: CloudResource; deleted?: boolean }>;
+  /** What a call of the job to a target the host serves may touch (a local cloud target's; `write`: a change). */
+  authorizeTargetCall(caller: JobCaller, write: boolean): Promise<TargetCallGrant>;
   /** Accepts a job's outcome (`RunnerJobOutcome`); returns the run whose orchestration to wake. */
   accept(caller: JobCaller, body: string): Promise<{ runId: string }>;
   /** The agent pools; those serving `tenant` only, when given. */
@@ -176,9 +171,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs, claimWaits.signal),
       endClaimWaits: () => claimWaits.abort(),
       heartbeat: (caller, body) => heartbeat(ctx, caller, parseJsonBody(body || '{}', heartbeatSchema)),
-      state: (caller) => jobState(ctx, caller),
-      writeState: (caller, body) => writeJobState(ctx, caller, parseJsonBody(body, stackStateSchema)),
-      target: (caller, body) => targetCall(ctx, caller, parseJsonBody(body, targetCallSchema)),
+      authorizeTargetCall: (caller, write) => authorizeTargetCall(ctx, caller, write),
       accept: (caller, body) => acceptOutcome(ctx, caller, parseJsonBody(body, jobOutcomeSchema)),
       pools: (tenant) => runnerPools(ctx, tenant),
       agents: (pool, tenant) => runnerAgents(ctx, pool, tenant),

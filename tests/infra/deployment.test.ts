@@ -4,7 +4,7 @@ import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
 import { parseConfig } from '../../shared/platform/config/config';
 import { settingKeys } from '../../shared/platform/config/settings';
-import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscriptions';
+import { EVENT_SUBSCRIPTION_TYPES } from '../../local/bus/subscriptions';
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {
   APP_PRINCIPAL_ID,

@@ -1,9 +1,9 @@
-import { AppError, ensureError } from '../platform/errors/app-error';
-import type { CloudResource, LocalCloud } from '../platform/cloud/local-cloud';
-import type { JsonValue } from './drift';
-import type { ObservationScope, ObservedResource, Observer } from './observer';
-import { problemError } from '../platform/errors/catalogue';
-import { InventoryErrors } from './errors';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import type { CloudResource, LocalCloud } from './local-cloud';
+import type { JsonValue } from '../../shared/inventory/drift';
+import type { ObservationScope, ObservedResource, Observer } from '../../shared/inventory/observer';
+import { problemError } from '../../shared/platform/errors/catalogue';
+import { InventoryErrors } from '../../shared/inventory/errors';
 
 export interface LocalCloudObserverOptions {
   /**
