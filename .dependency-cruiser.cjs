@@ -52,8 +52,9 @@ module.exports = {
         // Pure themselves: the one notion of a secret or opaque value and of an ignore-rule path (iac-values), a
         // stack's identity (stack-ref), which the modules' models share with the engines, and where a project's
         // program is read from (pulumi-yaml-source), so the project policy checks the file the engine reads, and which
-        // keys are function calls (pulumi-yaml-functions), so the package policy finds the invokes the engine finds.
-        pathNot: '^shared/platform/iac/(iac-values|stack-ref|pulumi-yaml-source|pulumi-yaml-functions)\\.ts$',
+        // keys are function calls (pulumi-yaml-functions), so the package policy finds the invokes the engine finds;
+        // and the `Plan` and `ApplyResult` shapes (plan), which the receipt model (receipt.ts) carries.
+        pathNot: '^shared/platform/iac/(iac-values|stack-ref|pulumi-yaml-source|pulumi-yaml-functions|plan)\\.ts$',
       },
     },
     {

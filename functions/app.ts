@@ -1,5 +1,5 @@
 import { app } from '@azure/functions';
-import type { ModuleName } from '../shared/platform/config/config';
+import type { ModuleName } from '../shared/platform/config/settings';
 import { enabledModules } from './runtime';
 
 type App = typeof app;

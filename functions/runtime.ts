@@ -1,4 +1,5 @@
-import { configFromEnvironment, enabledModulesFromEnvironment, type Config, type ModuleName } from '../shared/platform/config/config';
+import { configFromEnvironment, enabledModulesFromEnvironment, type Config } from '../shared/platform/config/config';
+import type { ModuleName } from '../shared/platform/config/settings';
 import type { Deps } from '../shared/deps';
 
 /**

@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { resolve } from 'node:path';
-import { configFromEnvironment, ConfigError, settingKeys } from '../shared/platform/config/config';
+import { configFromEnvironment, ConfigError } from '../shared/platform/config/config';
+import { settingKeys } from '../shared/platform/config/settings';
 import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
 
 const USAGE = `runtime-cloud: the local RuntimeCloudHost

@@ -1,4 +1,4 @@
-import { DEFAULT_PACKAGES } from '../shared/platform/config/config';
+import { DEFAULT_PACKAGES } from '../shared/platform/config/setting-schemas';
 
 /**
  * The local host's default `RuntimeCloud__Provisioning__Packages`: the installation's default list, and what the

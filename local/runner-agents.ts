@@ -42,7 +42,7 @@ export class LocalRunnerAgents implements HostComponent {
 
   async listening(): Promise<void> {
     const context = this.#context;
-    if (!context || context.config.iac.execution !== 'runner-jobs' || context.config.local.runners === 0) return;
+    if (!context || context.config.iac.execution !== 'runner-jobs' || context.config.local.agents === 0) return;
     const local = new Set(context.config.targets.filter((t) => t.kind === 'local-cloud').map((t) => t.id));
     if (local.size === 0) return;
     this.#workRoot = mkdtempSync(join(tmpdir(), 'rch-runners-'));
@@ -82,7 +82,7 @@ export class LocalRunnerAgents implements HostComponent {
       runnerPool: pool,
       ttlSeconds: 7 * 24 * 3600,
     });
-    for (let i = 1; i <= context.config.local.runners; i++) this.#spawn(`local-${i}.${this.#self}`, pool, credential);
+    for (let i = 1; i <= context.config.local.agents; i++) this.#spawn(`local-${i}.${this.#self}`, pool, credential);
   }
 
   /** The agents stop before the host closes its HTTP server: their long-polled claims would hold it open. */

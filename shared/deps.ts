@@ -16,7 +16,8 @@ import { engineCheck, gitCacheCheck, targetsCheck } from './platform/health/depe
 import type { HealthCheck } from './platform/health/health';
 import type { IacEngine, IacRunner } from './platform/iac/iac-runner';
 import { pulumiIacRunner } from './platform/iac/pulumi-runner';
-import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
+import { desiredStateMemory } from './platform/git/desired-state';
+import { realLocalPath } from './platform/git/load-desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
@@ -35,7 +36,7 @@ import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-trans
 import { peerHealthChecks } from './platform/contracts/peer-health';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
-import { findEnvironmentStack } from './provisioning/provisioning.repository';
+import { findEnvironmentStack } from './provisioning/runs.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
 import type { MigrationSource } from './platform/sql/migrations';
@@ -166,12 +167,12 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   // agents' stack state), or the Pulumi Automation API in process (tests). In Azure the Pulumi engine runs in runner
   // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
   const twin = overrides.twin;
-  if (!twin && (config.iac.runner === 'local' || config.targets.some((t) => t.kind === 'local-cloud'))) {
+  if (!twin && (config.iac.engine === 'local' || config.targets.some((t) => t.kind === 'local-cloud'))) {
     await store.close();
     throw new Error('RuntimeCloud__IaC__Runner=local and local-cloud targets are the local host\'s: the deployed host runs Pulumi against Azure and Kubernetes targets');
   }
   const engine: IacEngine | undefined =
-    config.iac.runner === 'local' && twin ? twin.engine({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
+    config.iac.engine === 'local' && twin ? twin.engine({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);

@@ -18,7 +18,7 @@ export interface StoreRecovery {
  * - every environment is stale until a scan after now observes it, and due for one now;
  * - capacity opens a recovery window of one longest lease TTL: until it ends, holders of leases the backup does not
  *   know re-register them (renew with their fencing token and what they hold), and new grants wait, so no grant
- *   takes units a holder the store forgot still uses (capacity.service.ts).
+ *   takes units a holder the store forgot still uses (capacity renew.service.ts).
  * Both in one transaction, so no host sees the window open over environments still shown as observed.
  */
 export async function recoverAfterRestore(store: SqlStore, clock: Clock): Promise<StoreRecovery | undefined> {

@@ -29,7 +29,7 @@ export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, asyn
         const agentsOnline = sum((p) => p.agentsOnline);
         return { ...target, runners: { pool: runner.pool, engine: runner.engine, agentPools: own.length, agentsOnline, jobsRunning: sum((p) => p.jobsRunning), jobsWaiting: sum((p) => p.jobsWaiting), answered: agentsOnline > 0 } };
       }),
-      iacRunner: { name: deps.config.iac.runner, version, ...(deps.iac ? {} : { runsIn: 'runner-jobs' }), ...(versionError ? { error: versionError } : {}) },
+      iacRunner: { name: deps.config.iac.engine, version, ...(deps.iac ? {} : { runsIn: 'runner-jobs' }), ...(versionError ? { error: versionError } : {}) },
     },
   };
 });

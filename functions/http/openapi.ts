@@ -1,6 +1,14 @@
 import { z } from 'zod';
 import type { HttpRoute } from '../app';
+import { CapacityErrors } from '../../shared/capacity/errors';
+import { InventoryErrors } from '../../shared/inventory/errors';
+import type { ProblemCatalogue } from '../../shared/platform/errors/catalogue';
+import { problemTypeUri, STATUS_BY_KIND } from '../../shared/platform/http/problem';
+import { ProvisioningErrors } from '../../shared/provisioning/errors';
 import { endpointSpec } from './endpoint';
+
+/** The modules' error catalogues, whose problems the document lists (`components.x-problem-types`). */
+export const PROBLEM_CATALOGUES: readonly ProblemCatalogue[] = [CapacityErrors, InventoryErrors, ProvisioningErrors];
 
 /**
  * The OpenAPI 3.1 document of the registered HTTP functions, built from the same zod schemas their handlers
@@ -38,6 +46,7 @@ export function openApiDocument(routes: readonly HttpRoute[], version: string): 
       responses: {
         Problem: { description: 'A failure, as problem+json (RFC 9457) with a stable `code`.', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } },
       },
+      'x-problem-types': problemTypes(),
     },
   };
 }
@@ -69,6 +78,12 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
 function toSchema(schema: z.ZodType): Record<string, unknown> {
   const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
   return rest;
+}
+
+/** Every catalogued problem by code: its `type` URI and HTTP status as a response carries them, and a title naming the problem (a response's `title` describes the occurrence). */
+function problemTypes(): Record<string, { type: string; status: number; title: string }> {
+  const entries = PROBLEM_CATALOGUES.flatMap((catalogue) => Object.values(catalogue)).sort((a, b) => a.code.localeCompare(b.code));
+  return Object.fromEntries(entries.map((e) => [e.code, { type: problemTypeUri(e.code), status: STATUS_BY_KIND[e.kind], title: e.title }]));
 }
 
 const PROBLEM_SCHEMA = {

@@ -1,5 +1,5 @@
 import { redactUrl } from '../../shared/platform/git/repository-url';
-import type { Decision, RunDetail } from '../../shared/provisioning/provisioning.repository';
+import type { Decision, RunDetail } from '../../shared/provisioning/receipt';
 import { qualifiedStackName } from '../../shared/platform/iac/stack-ref';
 import { stackOf, type Run } from '../../shared/provisioning/run';
 

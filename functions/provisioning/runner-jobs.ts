@@ -12,6 +12,8 @@ import type { JobCaller, RunStep } from '../../shared/provisioning/provisioning.
 import { requireScope } from '../../shared/platform/auth/auth';
 import { handOver } from './provisioning-run.activities';
 import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.orchestrator';
+import { problemError } from '../../shared/platform/errors/catalogue';
+import { ProvisioningErrors } from '../../shared/provisioning/errors';
 
 /**
  * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
@@ -32,7 +34,7 @@ const claimQuery = z.object({ waitMs: z.coerce.number().int().min(0).max(30_000)
 export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
   const pool = request.params.pool ?? '';
   if (principal.runnerPool !== pool) {
-    throw new AppError('RUNNER.POOL_MISMATCH', 'forbidden', `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
+    throw problemError(ProvisioningErrors.poolMismatch, `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
   }
   const claimed = await deps.provisioning.runners.claim(pool, body.agent, query.waitMs);
   // The run is not woken: while its job is queued it looks again every job lease, and then waits on the lease.
@@ -68,7 +70,7 @@ export function jobEndpoint(summary: string, call: JobCall, options: { readonly 
       const principal = await deps.auth.authenticate(request.headers.get('authorization'));
       requireScope(principal, 'factory.runner.agent');
       const token = /^([A-Za-z0-9_-]{20,200})$/.exec(request.headers.get(JOB_TOKEN_HEADER) ?? '')?.[1];
-      if (!token) throw new AppError('RUNNER.JOB_TOKEN_INVALID', 'unauthorized', `a job call needs its job token in ${JOB_TOKEN_HEADER}`);
+      if (!token) throw problemError(ProvisioningErrors.jobTokenInvalid, `a job call needs its job token in ${JOB_TOKEN_HEADER}`);
       const declared = Number(request.headers.get('content-length') ?? '0');
       const text = declared > MAX_JOB_BODY_BYTES ? '' : await request.text();
       if (declared > MAX_JOB_BODY_BYTES || Buffer.byteLength(text) > MAX_JOB_BODY_BYTES) {

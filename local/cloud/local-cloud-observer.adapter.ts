@@ -2,6 +2,8 @@ import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import type { CloudResource, LocalCloud } from './local-cloud';
 import type { JsonValue } from '../../shared/inventory/drift';
 import type { ObservationScope, ObservedResource, Observer } from '../../shared/inventory/observer';
+import { problemError } from '../../shared/platform/errors/catalogue';
+import { InventoryErrors } from '../../shared/inventory/errors';
 
 export interface LocalCloudObserverOptions {
   /**
@@ -27,7 +29,7 @@ export function createLocalCloudObserver({ cloud }: LocalCloudObserverOptions): 
         const error = ensureError(thrown);
         if (signal.aborted) throw observeTimeout(scope);
         if (error instanceof AppError && error.code === 'PROVISIONING.TARGET_UNREACHABLE') {
-          throw new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `the local cloud target ${scope.target} is unreachable`, {
+          throw problemError(InventoryErrors.targetUnreachable, `the local cloud target ${scope.target} is unreachable`, {
             observer: 'local-cloud',
             environmentId: scope.environmentId,
             target: scope.target,
@@ -46,7 +48,7 @@ export function cloudResourceToObserved(resource: CloudResource): ObservedResour
 }
 
 function observeTimeout(scope: ObservationScope): AppError {
-  return new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `observing the local cloud target ${scope.target} ran past the scan's timeout`, {
+  return problemError(InventoryErrors.observeTimeout, `observing the local cloud target ${scope.target} ran past the scan's timeout`, {
     observer: 'local-cloud',
     environmentId: scope.environmentId,
     target: scope.target,

@@ -57,14 +57,14 @@ export class LocalExternalServicesEndpoints implements HostComponent {
 
   start(context: HostContext): Promise<void> {
     const { config, deps, http } = context;
-    const inUse = config.iac.runner === 'local';
+    const inUse = config.iac.engine === 'local';
     // A second adapter over the provisioning service's store and state dir (deps does not expose its own): all
     // their state is in the store and the state dir's files, so both see the same switches, checks and artifacts.
     const services = createLocalExternalServices({ store: deps.sql, clock: deps.clock, stateDir: resolve(config.local.stateDir) });
     const route = (method: string, template: string, run: (request: RawRequest) => Promise<RawResponse>) =>
       http.addRawRoute([method], template, (request) =>
         adminOnly(deps.auth, request, () => {
-          if (!inUse) throw notInUse(config.iac.runner);
+          if (!inUse) throw notInUse(config.iac.engine);
           return run(request);
         }),
       );

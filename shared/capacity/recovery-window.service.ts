@@ -1,9 +1,11 @@
-import { AppError, ensureError } from '../platform/errors/app-error';
+import { ensureError } from '../platform/errors/app-error';
 import type { SqlStore } from '../platform/sql/database';
 import { readStoreEpoch } from '../platform/sql/store-epoch';
 import type { Clock } from '../platform/time/clock';
 import { capacityDb, longestLeaseTtlSeconds } from './capacity.repository';
 import { CAPACITY_KINDS, type CapacityKind } from './pool';
+import { problemError } from '../platform/errors/catalogue';
+import { CapacityErrors } from './errors';
 
 /**
  * Capacity's recovery window after a restore of the store (opened by shared/store-restore.ts): per kind, from the
@@ -51,10 +53,7 @@ export function recoveryWindow(store: SqlStore, clock: Clock): RecoveryWindow {
       const now = clock.now().getTime();
       const until = await window.until(kind, now);
       if (until === undefined) return;
-      throw new AppError(
-        'CAPACITY.RECOVERING',
-        'unavailable',
-        `the store was restored from a backup: until ${new Date(until).toISOString()} holders re-register the ${kind} leases it does not know, and new grants wait`,
+      throw problemError(CapacityErrors.recovering, `the store was restored from a backup: until ${new Date(until).toISOString()} holders re-register the ${kind} leases it does not know, and new grants wait`,
         { kind, recoveringUntil: new Date(until).toISOString(), retryAfterSeconds: Math.ceil((until - now) / 1000) },
       );
     },

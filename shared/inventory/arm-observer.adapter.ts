@@ -11,6 +11,8 @@ import { AppError, ensureError } from '../platform/errors/app-error';
 import { apiVersionOfToken, isInGroup, newestApiVersion, normalArmId, observedAsDesired, parseArmId, resourceGroupId, type ArmId } from './arm-resource';
 import type { JsonValue } from './drift';
 import type { DesiredResource, ObservationScope, ObservedResource, Observer } from './observer';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /** The calls the observer makes; `ResourceManagementClient` of `@azure/arm-resources` has them. */
 export interface ArmResourcesClient {
@@ -71,7 +73,7 @@ export function createArmObserver(options: ArmObserverOptions = {}): Observer {
     async observe(scope, { signal }) {
       const azure = scope.azure;
       if (!azure) {
-        throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `environment ${scope.environmentId} names no Azure resource group to observe`, {
+        throw problemError(InventoryErrors.scopeIncomplete, `environment ${scope.environmentId} names no Azure resource group to observe`, {
           observer: 'azure-resource-manager',
           environmentId: scope.environmentId,
         });
@@ -95,7 +97,7 @@ export function createArmObserver(options: ArmObserverOptions = {}): Observer {
           }
         }
         const versionOf = apiVersions(client, signal, (type) =>
-          new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `the resources of type ${type} in resource group ${azure.resourceGroup} cannot be read: its provider registers no api-version for it`, {
+          problemError(InventoryErrors.targetUnreachable, `the resources of type ${type} in resource group ${azure.resourceGroup} cannot be read: its provider registers no api-version for it`, {
             observer: 'azure-resource-manager',
             environmentId: scope.environmentId,
             subscriptionId: azure.subscriptionId,
@@ -211,10 +213,7 @@ function armFailure(thrown: unknown, environmentId: string, azure: NonNullable<O
   const status = typeof statusCode === 'number' ? statusCode : undefined;
   // What was asked for when ARM refused: the listing, a provider or one resource (its path, without the query).
   const path = typeof request?.url === 'string' ? new URL(request.url).pathname : undefined;
-  return new AppError(
-    'INVENTORY.TARGET_UNREACHABLE',
-    'unavailable',
-    `the resource group ${azure.resourceGroup} of subscription ${azure.subscriptionId} could not be read${status === undefined ? '' : ` (HTTP ${status}${path ? ` for ${path}` : ''})`}`,
+  return problemError(InventoryErrors.targetUnreachable, `the resource group ${azure.resourceGroup} of subscription ${azure.subscriptionId} could not be read${status === undefined ? '' : ` (HTTP ${status}${path ? ` for ${path}` : ''})`}`,
     {
       observer: 'azure-resource-manager',
       environmentId,
@@ -231,7 +230,7 @@ function armFailure(thrown: unknown, environmentId: string, azure: NonNullable<O
 }
 
 function observeTimeout(scope: ObservationScope): AppError {
-  return new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `observing resource group ${scope.azure?.resourceGroup} ran past the scan's timeout`, {
+  return problemError(InventoryErrors.observeTimeout, `observing resource group ${scope.azure?.resourceGroup} ran past the scan's timeout`, {
     observer: 'azure-resource-manager',
     environmentId: scope.environmentId,
     subscriptionId: scope.azure?.subscriptionId,

@@ -5,6 +5,8 @@ import { retryingContention } from '../platform/sql/transaction';
 import { canonicalJson, ignoreRuleProblems, type IgnoreRule } from './drift';
 import { cursorKey, existingEnvironment, keyOf, nowOf, pageOf, ruleById, type InventoryContext, type Page, type PageRequest } from './inventory.context';
 import { deleteIgnoreRule as deleteIgnoreRuleRow, findIgnoreRuleByKey, insertIgnoreRule, listIgnoreRules as listIgnoreRuleRows, type RecordedIgnoreRule } from './inventory.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 import { isUniqueViolation } from '../platform/sql/dialect';
 
 /** An environment's ignore rules: drift an operator accepts for a while, listed as ignored instead of as a finding. */
@@ -28,7 +30,7 @@ export async function addIgnoreRule(
   const key = keyOf(await existingEnvironment(ctx, tenants, environmentId));
   const recorded: IgnoreRule = { ...rule, id: ctx.ids.next('ign') };
   const problems = ignoreRuleProblems(recorded);
-  if (problems.length > 0) throw new AppError('INVENTORY.INVALID_IGNORE_RULE', 'validation', `the ignore rule is not valid: ${problems.join('; ')}`, { problems });
+  if (problems.length > 0) throw problemError(InventoryErrors.invalidIgnoreRule, `the ignore rule is not valid: ${problems.join('; ')}`, { problems });
   const requestDigest = createHash('sha256').update(canonicalJson(rule)).digest('hex');
   const earlier = async () => {
     const found = made.idempotencyKey === undefined ? undefined : await retryingContention(() => findIgnoreRuleByKey(ctx.db, key, made.idempotencyKey!));
@@ -37,7 +39,7 @@ export async function addIgnoreRule(
   };
   const before = await earlier();
   if (before) return before;
-  if (Date.parse(rule.expiresAt) <= nowOf(ctx)) throw new AppError('INVENTORY.INVALID_IGNORE_RULE', 'validation', 'expiresAt must be in the future', { expiresAt: rule.expiresAt });
+  if (Date.parse(rule.expiresAt) <= nowOf(ctx)) throw problemError(InventoryErrors.invalidIgnoreRule, 'expiresAt must be in the future', { expiresAt: rule.expiresAt });
   try {
     await retryingContention(() =>
       insertIgnoreRule(ctx.db, key, recorded, { by: made.by, at: nowOf(ctx), requestDigest, ...(made.idempotencyKey !== undefined ? { idempotencyKey: made.idempotencyKey } : {}) }),
@@ -54,6 +56,6 @@ export async function addIgnoreRule(
 export async function deleteIgnoreRule(ctx: InventoryContext, tenants: TenantFilter, environmentId: string, ruleId: string, by: string): Promise<void> {
   const key = keyOf(await existingEnvironment(ctx, tenants, environmentId));
   if (!(await retryingContention(() => deleteIgnoreRuleRow(ctx.db, key, ruleId, by, nowOf(ctx))))) {
-    throw new AppError('INVENTORY.IGNORE_RULE_NOT_FOUND', 'not-found', `environment ${environmentId} has no ignore rule ${ruleId} in force`, { environmentId, ruleId });
+    throw problemError(InventoryErrors.ignoreRuleNotFound, `environment ${environmentId} has no ignore rule ${ruleId} in force`, { environmentId, ruleId });
   }
 }

@@ -16,6 +16,8 @@ import { findEnvironment, findEnvironments, findProposal, inventoryDb, listIgnor
 import type { InventoryTables } from './inventory.tables';
 import type { ObservedInventory, ScanRecord } from './observed-inventory.repository';
 import type { ObservationScope, Observer } from './observer';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 import { isUniqueViolation } from '../platform/sql/dialect';
 
 /** `?limit=&cursor=` of a list. */
@@ -180,20 +182,20 @@ export async function existingEnvironment(ctx: InventoryContext, tenants: Tenant
   const rows = await retryingContention(() => findEnvironments(ctx.db, environmentId, tenants));
   if (rows.length > 1) {
     const owners = rows.map((r) => r.tenant_id);
-    throw new AppError('INVENTORY.ENVIRONMENT_AMBIGUOUS', 'conflict', `environment ${environmentId} exists in tenants ${owners.join(', ')}; name the tenant (X-Tenant-Id or ?tenant=)`, {
+    throw problemError(InventoryErrors.environmentAmbiguous, `environment ${environmentId} exists in tenants ${owners.join(', ')}; name the tenant (X-Tenant-Id or ?tenant=)`, {
       environmentId,
       tenants: owners,
     });
   }
   const row = rows[0];
-  if (!row) throw new AppError('INVENTORY.ENVIRONMENT_NOT_FOUND', 'not-found', `no environment ${environmentId} has been applied to`, { environmentId });
+  if (!row) throw problemError(InventoryErrors.environmentNotFound, `no environment ${environmentId} has been applied to`, { environmentId });
   return row;
 }
 
 /** The environment of a key inventory holds itself (a scan's, a proposal's). */
 export async function environmentByKey(ctx: InventoryContext, key: EnvironmentKey): Promise<EnvironmentRow> {
   const row = await retryingContention(() => findEnvironment(ctx.db, key));
-  if (!row) throw new AppError('INVENTORY.ENVIRONMENT_NOT_FOUND', 'not-found', `no environment ${key.id} has been applied to`, { environmentId: key.id });
+  if (!row) throw problemError(InventoryErrors.environmentNotFound, `no environment ${key.id} has been applied to`, { environmentId: key.id });
   return row;
 }
 
@@ -265,7 +267,7 @@ export async function ruleById(ctx: InventoryContext, key: EnvironmentKey, ruleI
 
 export async function existingProposal(ctx: InventoryContext, tenants: TenantFilter, proposalId: string): Promise<ProposalRow> {
   const row = await retryingContention(() => findProposal(ctx.db, proposalId, tenants));
-  if (!row) throw new AppError('INVENTORY.PROPOSAL_NOT_FOUND', 'not-found', `no proposal ${proposalId}`, { proposalId });
+  if (!row) throw problemError(InventoryErrors.proposalNotFound, `no proposal ${proposalId}`, { proposalId });
   return row;
 }
 

@@ -1,10 +1,12 @@
 import { setMaxListeners } from 'node:events';
 import type { TokenCredential } from '@azure/identity';
 import type { AppsV1Api, ConfigurationOptions, CoreV1Api, KubeConfig, V1ListMeta } from '@kubernetes/client-node';
-import type { ProvisioningTarget } from '../platform/config/config';
+import type { ProvisioningTarget } from '../platform/config/setting-schemas';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { JsonValue } from './drift';
 import { URN_ANNOTATION, type ObservationScope, type ObservedResource, type Observer } from './observer';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /** `@kubernetes/client-node`, loaded on first use. */
 export type KubernetesSdk = typeof import('@kubernetes/client-node');
@@ -128,14 +130,14 @@ export function createKubernetesObserver(options: KubernetesObserverOptions): Ob
     async observe(scope, { signal }) {
       const namespaces = scope.kubernetes?.namespaces;
       if (!namespaces) {
-        throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `environment ${scope.environmentId} names no Kubernetes namespaces to observe`, {
+        throw problemError(InventoryErrors.scopeIncomplete, `environment ${scope.environmentId} names no Kubernetes namespaces to observe`, {
           observer: 'kubernetes',
           environmentId: scope.environmentId,
         });
       }
       const cluster = options.clusters.get(scope.target);
       if (!cluster) {
-        throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `target ${scope.target} of environment ${scope.environmentId} has no Kubernetes cluster configured (RuntimeCloud__Targets: kubernetes)`, {
+        throw problemError(InventoryErrors.scopeIncomplete, `target ${scope.target} of environment ${scope.environmentId} has no Kubernetes cluster configured (RuntimeCloud__Targets: kubernetes)`, {
           observer: 'kubernetes',
           environmentId: scope.environmentId,
           target: scope.target,
@@ -174,7 +176,7 @@ async function connect(cluster: KubernetesCluster, credentialOf: NonNullable<Kub
       config.loadFromFile(cluster.path);
       if (cluster.context !== undefined) {
         if (!config.getContextObject(cluster.context)) {
-          throw new AppError('INVENTORY.SCOPE_INCOMPLETE', 'validation', `the kubeconfig ${cluster.path} has no context ${cluster.context}`, { observer: 'kubernetes' });
+          throw problemError(InventoryErrors.scopeIncomplete, `the kubeconfig ${cluster.path} has no context ${cluster.context}`, { observer: 'kubernetes' });
         }
         config.setCurrentContext(cluster.context);
       }
@@ -184,7 +186,7 @@ async function connect(cluster: KubernetesCluster, credentialOf: NonNullable<Kub
   const credential = await credentialOf(cluster.observerClientId);
   return async (signal) => {
     const token = await credential.getToken(AKS_TOKEN_SCOPE, { abortSignal: signal });
-    if (!token) throw new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'no Microsoft Entra token for the AKS API server', { observer: 'kubernetes' });
+    if (!token) throw problemError(InventoryErrors.targetUnreachable, 'no Microsoft Entra token for the AKS API server', { observer: 'kubernetes' });
     const config = new sdk.KubeConfig();
     config.loadFromOptions({
       clusters: [{ name: 'target', server: cluster.server, caData: cluster.certificateAuthorityData, skipTLSVerify: false }],
@@ -316,11 +318,11 @@ function kubernetesFailure(thrown: unknown, scope: ObservationScope, sdk: Kubern
   if (error instanceof AppError) return error;
   const where = { observer: 'kubernetes', environmentId: scope.environmentId, target: scope.target, namespaces: scope.kubernetes?.namespaces ?? [] };
   if (CREDENTIAL_ERRORS.has(error.name)) {
-    return new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `no Microsoft Entra token for the cluster of target ${scope.target}: ${error.message}`, where);
+    return problemError(InventoryErrors.targetUnreachable, `no Microsoft Entra token for the cluster of target ${scope.target}: ${error.message}`, where);
   }
   if (sdk && error instanceof sdk.ApiException) {
     const status = error.code;
-    return new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', `the Kubernetes API answered HTTP ${status}`, {
+    return problemError(InventoryErrors.targetUnreachable, `the Kubernetes API answered HTTP ${status}`, {
       ...where,
       status,
       ...statusReason(error.body),
@@ -329,7 +331,7 @@ function kubernetesFailure(thrown: unknown, scope: ObservationScope, sdk: Kubern
   const { code } = error as { code?: unknown };
   // node-fetch's FetchError (refused, reset, DNS, TLS) and system errors carry the system's code.
   if (error.name === 'FetchError' || (typeof code === 'string' && /^E[A-Z_]+$/.test(code))) {
-    return new AppError('INVENTORY.TARGET_UNREACHABLE', 'unavailable', 'the Kubernetes API could not be reached', {
+    return problemError(InventoryErrors.targetUnreachable, 'the Kubernetes API could not be reached', {
       ...where,
       ...(typeof code === 'string' ? { code } : {}),
     });
@@ -348,7 +350,7 @@ function statusReason(body: unknown): { reason?: string } {
 }
 
 function observeTimeout(scope: ObservationScope): AppError {
-  return new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `observing the Kubernetes namespaces of ${scope.environmentId} ran past the scan's timeout`, {
+  return problemError(InventoryErrors.observeTimeout, `observing the Kubernetes namespaces of ${scope.environmentId} ran past the scan's timeout`, {
     observer: 'kubernetes',
     environmentId: scope.environmentId,
     namespaces: scope.kubernetes?.namespaces ?? [],

@@ -5,6 +5,8 @@ import type { TableStore } from '../platform/tables/tables';
 import { retry } from '../platform/time/retry';
 import { canonicalJson, type JsonValue } from './drift';
 import type { EnvironmentKey } from './environment';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /**
  * The observed inventory in Table storage: a partition per environment of a tenant (environment ids are unique per
@@ -155,7 +157,7 @@ export function createObservedInventory(tables: TableStore): ObservedInventory {
         return await retry(attempt, { attempts: REPLACE_ATTEMPTS, backoff: { kind: 'fixed', firstMs: 0 }, retryIf: isConditionFailure });
       } catch (thrown) {
         if (!isConditionFailure(thrown)) throw thrown;
-        throw new AppError('INVENTORY.OBSERVATION_CONFLICT', 'unavailable', `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
+        throw problemError(InventoryErrors.observationConflict, `the observed inventory kept changing under ${REPLACE_ATTEMPTS} attempts to store this observation`, { retryAfterSeconds: 5 });
       }
     },
 
@@ -219,7 +221,7 @@ async function tableCall<T>(read: () => Promise<T>): Promise<T> {
 function unavailable(thrown: unknown): AppError {
   const error = ensureError(thrown);
   if (error instanceof AppError) return error;
-  return new AppError('INVENTORY.TABLES_UNAVAILABLE', 'unavailable', `Table storage did not answer: ${error.message}`, { retryAfterSeconds: 5 });
+  return problemError(InventoryErrors.tablesUnavailable, `Table storage did not answer: ${error.message}`, { retryAfterSeconds: 5 });
 }
 
 /** 412 (an ETag that no longer matches) or 409 (a create-only row that exists): another writer got in first. */

@@ -1,4 +1,4 @@
-import type { TargetObserver } from '../platform/config/config';
+import type { TargetObserver } from '../platform/config/setting-schemas';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { JsonValue, PathSegment } from './drift';
 

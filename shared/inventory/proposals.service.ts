@@ -1,9 +1,10 @@
 import type { TenantFilter } from '../platform/auth/auth';
-import { AppError } from '../platform/errors/app-error';
 import { retryingContention } from '../platform/sql/transaction';
 import type { ProposalStatus } from './environment';
 import { cursorKey, environmentByKey, existingProposal, keyOf, nowOf, pageOf, proposalView, type InventoryContext, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
 import { listIgnoreRules, listProposals as listProposalRows, updateProposal } from './inventory.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /**
  * Reconciliation proposals as operators decide them: accepted (the run request for provisioning, then the run it
@@ -31,7 +32,7 @@ export async function reconciliationFor(ctx: InventoryContext, tenants: TenantFi
   const proposal = await existingProposal(ctx, tenants, proposalId);
   // Accepting again after the run was made gives the same run (provisioning's reconcile is idempotent per proposal).
   if (proposal.status !== 'open' && !(proposal.status === 'accepted' && proposal.run_id !== null)) {
-    throw new AppError('INVENTORY.PROPOSAL_NOT_OPEN', 'conflict', `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
+    throw problemError(InventoryErrors.proposalNotOpen, `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
   }
   const env = await environmentByKey(ctx, { tenant: proposal.tenant_id, id: proposal.environment_id });
   const rules = await retryingContention(() => listIgnoreRules(ctx.db, ctx.dialect, keyOf(env), { includeDeleted: false }));
@@ -45,7 +46,7 @@ export async function acceptedAs(ctx: InventoryContext, proposalId: string, runI
   await retryingContention(() => updateProposal(ctx.db, proposalId, ['open'], { status: 'accepted', run_id: runId, decided_by: by, updated_at: at, note: `accepted by ${by}: run ${runId}` }));
   const proposal = await existingProposal(ctx, { kind: 'all' }, proposalId);
   if (proposal.run_id !== runId) {
-    throw new AppError('INVENTORY.PROPOSAL_NOT_OPEN', 'conflict', `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
+    throw problemError(InventoryErrors.proposalNotOpen, `proposal ${proposalId} is ${proposal.status}; only an open proposal can be accepted`, { status: proposal.status });
   }
   return proposalView(proposal);
 }
@@ -56,6 +57,6 @@ export async function dismiss(ctx: InventoryContext, tenants: TenantFilter, prop
     updateProposal(ctx.db, proposalId, ['open'], { status: 'dismissed', decided_by: request.by, updated_at: nowOf(ctx), note: `dismissed by ${request.by}: ${request.reason}` }),
   );
   const proposal = await existingProposal(ctx, tenants, proposalId);
-  if (!moved) throw new AppError('INVENTORY.PROPOSAL_NOT_OPEN', 'conflict', `proposal ${proposalId} is ${proposal.status}; only an open proposal can be dismissed`, { status: proposal.status });
+  if (!moved) throw problemError(InventoryErrors.proposalNotOpen, `proposal ${proposalId} is ${proposal.status}; only an open proposal can be dismissed`, { status: proposal.status });
   return proposalView(proposal);
 }

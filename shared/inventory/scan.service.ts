@@ -24,6 +24,8 @@ import {
 } from './inventory.repository';
 import type { InventoryTables } from './inventory.tables';
 import type { ObservedRow, ReplaceOutcome, ScanRecord } from './observed-inventory.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { InventoryErrors } from './errors';
 
 /**
  * Drift scans: observe one environment (never past the scan's timeout), store what was seen in Table storage, diff
@@ -176,7 +178,7 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow, de
   const scope = { ...where, desired: desiredResources(desired) };
   const observer = ctx.observers.get(scope.target);
   if (!observer) {
-    throw new AppError('INVENTORY.TARGET_NOT_OBSERVED', 'unavailable', `no observer reads target ${scope.target} of environment ${scope.environmentId}: it is not among RuntimeCloud__Targets`, {
+    throw problemError(InventoryErrors.targetNotObserved, `no observer reads target ${scope.target} of environment ${scope.environmentId}: it is not among RuntimeCloud__Targets`, {
       environmentId: scope.environmentId,
       target: scope.target,
     });
@@ -186,7 +188,7 @@ async function observeWithTimeout(ctx: InventoryContext, row: EnvironmentRow, de
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       controller.abort();
-      reject(new AppError('INVENTORY.OBSERVE_TIMEOUT', 'unavailable', `the ${observer.name} observer did not answer within ${ctx.observeTimeoutMs} ms`));
+      reject(problemError(InventoryErrors.observeTimeout, `the ${observer.name} observer did not answer within ${ctx.observeTimeoutMs} ms`));
     }, ctx.observeTimeoutMs);
   });
   try {

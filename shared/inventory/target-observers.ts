@@ -1,4 +1,5 @@
-import { OBSERVER_OF_KIND, type Config, type ProvisioningTarget } from '../platform/config/config';
+import { OBSERVER_OF_KIND, type ProvisioningTarget } from '../platform/config/setting-schemas';
+import type { Config } from '../platform/config/config';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { ObservationScope, Observer, ObserverName } from './observer';
 

@@ -25,11 +25,15 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import { findRunDetail, insertArtifact, markApplyBegan, readPlanReceipt, recordApply, setWaiting, transitionRun, type ApplyReceipt, type DegradedReference, type PlanReceipt } from './provisioning.repository';
+import { findRunDetail, insertArtifact, readPlanReceipt, recordApply } from './receipts.repository';
+import { markApplyBegan, setWaiting, transitionRun } from './runs.repository';
+import type { ApplyReceipt, DegradedReference, PlanReceipt } from './receipt';
 import { provisioningApplied, provisioningFailed, specificationAppliedOf } from './run-events';
 import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';
 import { keepStackLock, takeStack } from './stack-queue.service';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * The apply step of a run, and the wait for a person before it: an approval (or a replan of a stale plan) lets the
@@ -354,7 +358,7 @@ async function resolveForApply(ctx: ProvisioningContext, plan: Plan, scope: Refe
   }
   const resolve: ResolveReferences = (reference) => {
     const entry = values.get(referenceKey(reference));
-    if (!entry) return Promise.reject(new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the reference ${referenceKey(reference)} is not in the approved plan`));
+    if (!entry) return Promise.reject(problemError(ProvisioningErrors.referenceUnresolved, `the reference ${referenceKey(reference)} is not in the approved plan`));
     return 'error' in entry ? Promise.reject(entry.error) : Promise.resolve(entry.value);
   };
   return { resolve, degraded };
@@ -391,7 +395,7 @@ async function resolveConfig(ctx: ProvisioningContext, reference: string, scope:
     const last = await ctx.services.lastKnownConfig.get(scope.tenant, reference);
     if (!last) {
       return {
-        error: new AppError(ExternalErrors.configUnavailable, 'unavailable', `the Config Platform did not answer for ${reference} and there is no last known value of it; nothing was applied`, {
+        error: problemError(ProvisioningErrors.configUnavailable, `the Config Platform did not answer for ${reference} and there is no last known value of it; nothing was applied`, {
           reference,
         }),
       };

@@ -6,7 +6,8 @@ import { backoffDelayMs } from '../platform/time/retry';
 import type { OutcomeReport, ReceiptDigest } from './external-services.client';
 import { acknowledgeReport, claimReport, dueReports, postponeReport, type PendingReport } from './delivery-reports.repository';
 import { nowOf, type ProvisioningContext } from './provisioning.context';
-import { findRunDetail, type RunDetail } from './provisioning.repository';
+import { findRunDetail } from './receipts.repository';
+import type { RunDetail } from './receipt';
 
 /**
  * Promotion reports (design page: DeliveryHost, "release resolution and promotion reports"): every run of a

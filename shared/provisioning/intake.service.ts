@@ -11,7 +11,8 @@ import { describeFieldProblems, type FieldProblem } from '../platform/validation
 import { ExternalErrors, type DesiredStateRef, type Release } from './external-services.client';
 import { parsePromotion, type PromotionApproved } from './promotion';
 import { appendEvents, failFast, nowOf, permanentFailure, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, inboxOf, insertRejection, insertRun, type NewRun, type Rejection } from './provisioning.repository';
+import { bindEnvironmentStack, findEnvironmentStack, findRunByPromotion, insertRun, type NewRun } from './runs.repository';
+import { inboxOf, insertRejection, type Rejection } from './rejections.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { promotionRejected, provisioningFailed } from './run-events';
 import { RunErrors, stackOf, type Run } from './run';

@@ -6,11 +6,14 @@ import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { expiredPlan } from './apply.service';
 import { ExternalErrors } from './external-services.client';
 import { appendEvents, counted, failFast, nowOf, repositoryOf, type Failure, type ProvisioningContext } from './provisioning.context';
-import { deletePolicyWait, findDecision, findRun, insertDecision, insertRefusedApproval, replacePlan, runRequesters, transitionRun } from './provisioning.repository';
+import { deletePolicyWait, findDecision, insertDecision, insertRefusedApproval, replacePlan, runRequesters } from './receipts.repository';
+import { findRun, transitionRun } from './runs.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { provisioningFailed } from './run-events';
 import { RunErrors, secondPersonRequired, type Run, type RunState } from './run';
 import { breakStackLock, getStackLock, type StackLock } from './stack-lock.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * What operators do to runs and stacks: decide on a plan (approve, reject), replan a stale run, cancel a queued
@@ -32,7 +35,7 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
   if (target) {
     const environment = await failFast(ExternalErrors.controlPlaneUnavailable, 'the ControlPlaneApi', () => ctx.services.controlPlane.environment(target.tenant, target.environment.id));
     if (!environment || (environment.approvers !== undefined && !environment.approvers.some((approver) => samePerson(approver, approval.by)))) {
-      throw new AppError(ExternalErrors.approverNotAllowed, 'forbidden', `${approval.by} may not approve plans of environment ${target.environment.id}`, {
+      throw problemError(ProvisioningErrors.approverNotAllowed, `${approval.by} may not approve plans of environment ${target.environment.id}`, {
         runId,
         environment: target.environment.id,
         by: approval.by,
@@ -47,7 +50,7 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
     // Four eyes: where a second person must approve, whoever asked for the run (or for its fresh plan) may not. Persons
     // are compared as the identity platform names them (auth.ts `samePerson`), never by a token's pairwise `sub`.
     if (secondPersonRequired(run.environment, ctx.approvalPolicy) && (await runRequesters(trx, run)).some((requester) => samePerson(requester, approval.by))) {
-      const refused = new AppError(RunErrors.selfApproval, 'forbidden', `${approval.by} asked for run ${runId}, and environment ${run.environment.id} needs a second person to approve it`, {
+      const refused = problemError(ProvisioningErrors.selfApproval, `${approval.by} asked for run ${runId}, and environment ${run.environment.id} needs a second person to approve it`, {
         runId,
         environment: run.environment.id,
         by: approval.by,
@@ -66,7 +69,7 @@ export async function approve(ctx: ProvisioningContext, tenants: TenantFilter, r
     }
     if (run.planDigest !== approval.planDigest) {
       // An approval is of one plan: a digest the approver did not read from this run's receipt approves nothing.
-      throw new AppError('PROVISIONING.PLAN_DIGEST_MISMATCH', 'conflict', 'the approval names another plan than the one recorded for this run', {
+      throw problemError(ProvisioningErrors.planDigestMismatch, 'the approval names another plan than the one recorded for this run', {
         runId,
         approvedDigest: approval.planDigest,
         planDigest: run.planDigest,
@@ -111,7 +114,7 @@ export async function reject(ctx: ProvisioningContext, tenants: TenantFilter, ru
 export async function replan(ctx: ProvisioningContext, tenants: TenantFilter, runId: string, by: string): Promise<Run> {
   return inTransaction(ctx.db, async (trx) => {
     const run = await visible(trx, tenants, runId);
-    const notStale = (state: RunState) => new AppError('PROVISIONING.RUN_NOT_STALE', 'conflict', `run ${runId} is ${state}; only a stale run can be replanned`, { runId, state });
+    const notStale = (state: RunState) => problemError(ProvisioningErrors.runNotStale, `run ${runId} is ${state}; only a stale run can be replanned`, { runId, state });
     if (run.state !== 'stale') throw notStale(run.state);
     if (!(await replacePlan(trx, run, { id: ctx.ids.next('plan'), by, now: nowOf(ctx) }))) throw notStale((await visible(trx, tenants, runId)).state);
     return visible(trx, tenants, runId);
@@ -123,7 +126,7 @@ export async function cancel(ctx: ProvisioningContext, tenants: TenantFilter, ru
   const canceled = await inTransaction(ctx.db, async (trx) => {
     const run = await visible(trx, tenants, runId);
     const refuse = (state: RunState) =>
-      new AppError('PROVISIONING.RUN_NOT_CANCELABLE', 'conflict', `run ${runId} is ${state}; only a queued run can be canceled`, { runId, state });
+      problemError(ProvisioningErrors.runNotCancelable, `run ${runId} is ${state}; only a queued run can be canceled`, { runId, state });
     if (run.state !== 'queued') throw refuse(run.state);
     const at = nowOf(ctx);
     const error = { code: RunErrors.canceled, message: `canceled by ${by}` };
@@ -153,7 +156,7 @@ export async function unlockStack(ctx: ProvisioningContext, stack: StackRef, req
   const current = await retryingContention(() => getStackLock(ctx.db, stack));
   if (current && request.version !== undefined) {
     const name = qualifiedStackName(stack);
-    throw new AppError('PROVISIONING.STACK_LOCK_VERSION_MISMATCH', 'conflict', `the lock of stack ${name} is at version ${current.version}, not ${request.version}; nothing was broken`, {
+    throw problemError(ProvisioningErrors.stackLockVersionMismatch, `the lock of stack ${name} is at version ${current.version}, not ${request.version}; nothing was broken`, {
       stack: name,
       version: current.version,
       requestedVersion: request.version,
@@ -164,15 +167,15 @@ export async function unlockStack(ctx: ProvisioningContext, stack: StackRef, req
 
 async function visible(trx: Transaction<ProvisioningTables>, tenants: TenantFilter, runId: string): Promise<Run> {
   const run = await findRun(trx, runId, tenants);
-  if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+  if (!run) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${runId}`, { runId });
   return run;
 }
 
 const notAwaitingApproval = (run: Run) =>
-  new AppError('PROVISIONING.RUN_NOT_AWAITING_APPROVAL', 'conflict', `run ${run.id} is ${run.state}, not awaiting approval`, { runId: run.id, state: run.state });
+  problemError(ProvisioningErrors.runNotAwaitingApproval, `run ${run.id} is ${run.state}, not awaiting approval`, { runId: run.id, state: run.state });
 
 const planStale = (run: Run, reason: Failure) =>
-  new AppError(RunErrors.planStale, 'conflict', reason.message, {
+  problemError(ProvisioningErrors.planStale, reason.message, {
     runId: run.id,
     state: 'stale',
     ...(run.planDigest !== undefined ? { planDigest: run.planDigest } : {}),
@@ -180,4 +183,4 @@ const planStale = (run: Run, reason: Failure) =>
   });
 
 const notLocked = (stack: StackRef) =>
-  new AppError('PROVISIONING.STACK_NOT_LOCKED', 'not-found', `nothing holds the lock of stack ${qualifiedStackName(stack)}`, { stack: qualifiedStackName(stack) });
+  problemError(ProvisioningErrors.stackNotLocked, `nothing holds the lock of stack ${qualifiedStackName(stack)}`, { stack: qualifiedStackName(stack) });

@@ -3,6 +3,8 @@ import { AppError } from '../platform/errors/app-error';
 import { formatPath, isPlainObject, type JsonValue, type PathSegment } from '../platform/iac/iac-values';
 import { INVOKE_SHORT_FORM } from '../platform/iac/pulumi-yaml-functions';
 import { locate, parseYamlSource, type SourceFile } from '../platform/iac/pulumi-yaml-source';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * Which Pulumi packages a tenant's program may use: the installation's list (`RuntimeCloud__Provisioning__Packages`),
@@ -98,7 +100,7 @@ export function packageProblems(programs: readonly ProgramText[], policy: Packag
 /** The AppError that fails a run whose program uses what the policy does not allow, naming each type, file and line. */
 export function packageNotAllowed(problems: readonly PackageProblem[]): AppError {
   const listed = problems.map((p) => `${p.file}:${p.line}: ${p.type} ${p.reason}`).join('; ');
-  return new AppError(PackageErrors.notAllowed, 'forbidden', `the program uses packages this installation does not allow: ${listed}`, {
+  return problemError(ProvisioningErrors.packageNotAllowed, `the program uses packages this installation does not allow: ${listed}`, {
     packages: problems.map((p) => ({ type: p.type, file: p.file, line: p.line, reason: p.reason })),
   });
 }

@@ -5,7 +5,6 @@ import { GovernanceService, Tier as GovernanceTier, type PolicyAnswer as WirePol
 import { KnowledgeService, ReceiptKind } from '../../contracts/gen/connectsoft/knowledge/v1/knowledge_pb';
 import type { PeerSetting } from '../platform/config/config';
 import { peerTransport, type PeerTokens } from '../platform/contracts/peer-transport';
-import { AppError } from '../platform/errors/app-error';
 import type { JsonValue } from '../platform/iac/iac-values';
 import {
   ExternalErrors,
@@ -21,6 +20,8 @@ import {
   type PolicyAnswer,
 } from './external-services.client';
 import type { EnvironmentTier } from './promotion';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * The external services over their contracts (contracts/): the GovernanceHost, ControlPlaneApi, KnowledgeHost and DeliveryHost as
@@ -95,7 +96,7 @@ function governanceClient(transport: ReturnType<typeof peerTransport>): Governan
         GOVERNANCE,
         async () => policyAnswer((await client.getPolicyCheck({ checkId })).answer),
         () => {
-          throw new AppError(ExternalErrors.policyCheckUnknown, 'not-found', `the GovernanceHost has no policy check ${checkId}`, { checkId });
+          throw problemError(ProvisioningErrors.policyCheckUnknown, `the GovernanceHost has no policy check ${checkId}`, { checkId });
         },
       ),
     resolveSecret: (reference, scope) =>
@@ -103,7 +104,7 @@ function governanceClient(transport: ReturnType<typeof peerTransport>): Governan
         GOVERNANCE,
         async () => parseValue((await client.resolveSecret({ tenant: scope.tenant, reference, runId: scope.runId ?? '' })).valueJson),
         (error) => {
-          throw new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the GovernanceHost has no secret ${reference} for tenant ${scope.tenant}: ${error.rawMessage}`);
+          throw problemError(ProvisioningErrors.referenceUnresolved, `the GovernanceHost has no secret ${reference} for tenant ${scope.tenant}: ${error.rawMessage}`);
         },
       ),
     recordEvidence: (evidence) =>
@@ -232,10 +233,10 @@ function configPlatformClient(peer: PeerSetting, tokens: PeerTokens, deadlineMs:
       const url = `${base}/v1/tenants/${encodeURIComponent(scope.tenant)}/references/${encodeURIComponent(reference)}`;
       const response = await fetch(url, { headers: { authorization: `Bearer ${await tokens(peer.audience)}`, accept: 'application/json' }, signal: AbortSignal.timeout(deadlineMs) });
       const text = await response.text();
-      if (response.status === 404) throw new AppError('PROVISIONING.REFERENCE_UNRESOLVED', 'not-found', `the Config Platform has no ${reference} for tenant ${scope.tenant}`);
-      if (response.status !== 200) throw new AppError(ExternalErrors.configUnavailable, 'unavailable', `the Config Platform answered ${response.status}: ${text.slice(0, 300)}`);
+      if (response.status === 404) throw problemError(ProvisioningErrors.referenceUnresolved, `the Config Platform has no ${reference} for tenant ${scope.tenant}`);
+      if (response.status !== 200) throw problemError(ProvisioningErrors.configUnavailable, `the Config Platform answered ${response.status}: ${text.slice(0, 300)}`);
       const body = JSON.parse(text) as { value?: JsonValue };
-      if (!('value' in body)) throw new AppError(ExternalErrors.configUnavailable, 'unavailable', 'the Config Platform answered without a value');
+      if (!('value' in body)) throw problemError(ProvisioningErrors.configUnavailable, 'the Config Platform answered without a value');
       return body.value as JsonValue;
     },
   };

@@ -3,7 +3,7 @@ import type { DesiredState } from '../platform/git/desired-state';
 import type { ConfigOverrides, PlanOptions } from '../platform/iac/iac-runner';
 import { jsonEqual, referenceKey } from '../platform/iac/iac-values';
 import { planCounts, planDigest, type Plan } from '../platform/iac/plan';
-import { updatePlanProblem } from '../platform/iac/pulumi-mapping';
+import { updatePlanProblem } from '../platform/iac/pulumi-plan-mapping';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { ExternalErrors, type PolicyDecision } from './external-services.client';
@@ -20,20 +20,9 @@ import {
   type Failure,
   type ProvisioningContext,
 } from './provisioning.context';
-import {
-  deletePolicyWait,
-  findPolicyWait,
-  insertArtifact,
-  latestAppliedRun,
-  rebaseRun,
-  recordPlan,
-  savePolicyWait,
-  setRunProject,
-  setWaiting,
-  transitionRun,
-  type PlanReceipt,
-  type UndecidedPlanReceipt,
-} from './provisioning.repository';
+import { deletePolicyWait, findPolicyWait, insertArtifact, recordPlan, savePolicyWait } from './receipts.repository';
+import { latestAppliedRun, rebaseRun, setRunProject, setWaiting, transitionRun } from './runs.repository';
+import type { PlanReceipt, UndecidedPlanReceipt } from './receipt';
 import { specificationDeclared } from './run-events';
 import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { checkProjectPolicy, readProject } from './source.service';

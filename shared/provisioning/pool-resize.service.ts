@@ -6,7 +6,8 @@ import { describeFieldProblems, type FieldProblem } from '../platform/validation
 import { MessageIdReused, recordRejectedInbound, recordResend, recordRunInbound } from './intake.service';
 import { parsePoolResize, POOL_RESIZE_REQUESTED, poolResizeKey, type PoolResizeRequested } from './pool-resize';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
-import { findRunByPromotion, insertRejection, insertRun, latestAppliedRun } from './provisioning.repository';
+import { findRunByPromotion, insertRun, latestAppliedRun } from './runs.repository';
+import { insertRejection } from './rejections.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { poolResizeRejected } from './run-events';
 import { POOL_SIZE_CONFIG_KEY, RunErrors, type Run } from './run';

@@ -4,6 +4,8 @@ import { parseDocument } from 'yaml';
 import { AppError } from '../platform/errors/app-error';
 import { deepFreeze } from '../platform/values/deep-freeze';
 import { findProgram } from '../platform/iac/pulumi-yaml-source';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * Which Pulumi projects the installation lets a runner evaluate, checked on the files read at the commit before
@@ -181,7 +183,7 @@ function programFileOf(projectText: string, files: Readonly<Record<string, strin
 /** The AppError that fails a plan whose project has problems: `PROVISIONING.PROJECT_NOT_ALLOWED`, naming each key. */
 export function projectNotAllowed(problems: readonly ProjectProblem[]): AppError {
   const listed = problems.map((p) => `${p.key} (${p.file}) ${p.reason}`).join('; ');
-  return new AppError(ProjectErrors.notAllowed, 'forbidden', `the project is not allowed by this installation: ${listed}`, {
+  return problemError(ProvisioningErrors.projectNotAllowed, `the project is not allowed by this installation: ${listed}`, {
     keys: problems.map((p) => (p.file === 'Pulumi.yaml' ? p.key : `${p.file}:${p.key}`)),
     problems: problems.map((p) => ({ file: p.file, key: p.key, reason: p.reason })),
   });

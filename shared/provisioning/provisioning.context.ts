@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
-import type { DesiredStateHostOptions } from '../platform/git/desired-state';
+import type { DesiredStateFetchSettings } from '../platform/git/desired-state';
 import { redactUrl } from '../platform/git/repository-url';
 import type { IacEngine } from '../platform/iac/iac-runner';
 import type { RunnerTarget } from '../platform/config/targets';
@@ -15,7 +15,8 @@ import { stderrSecurityLog, type SecurityLog } from '../platform/telemetry/secur
 import type { Clock, Ids } from '../platform/time/clock';
 import { serviceUnavailable, unavailableCodeIn, type ExternalServices } from './external-services.client';
 import { enqueueDeliveryReports } from './delivery-reports.repository';
-import { deletePolicyWait, findRun, transitionRun } from './provisioning.repository';
+import { deletePolicyWait } from './receipts.repository';
+import { findRun, transitionRun } from './runs.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import type { PackagePolicy } from './package-policy';
 import type { ProjectPolicy } from './project-policy';
@@ -37,6 +38,8 @@ import {
 } from './run';
 import { provisioningDb, releaseStackLock, type ProvisioningDb } from './stack-lock.repository';
 import { cancelJobsOfRun } from './runner-jobs.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * What every provisioning use case works with: the store, the clock and ids, the engine and the external services,
@@ -52,7 +55,7 @@ export interface ProvisioningContext {
   readonly engine: IacEngine | undefined;
   readonly services: ExternalServices;
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
-  readonly desiredState: DesiredStateHostOptions | undefined;
+  readonly desiredState: DesiredStateFetchSettings | undefined;
   readonly sources: ProvisioningServiceOptions['sources'];
   readonly projects: ProjectPolicy;
   readonly packages: PackagePolicy;
@@ -130,7 +133,7 @@ export interface ProvisioningServiceOptions {
   /** Whether a tenant exists. Example: a read of the capacity module's tenants. */
   readonly knowsTenant: (tenant: string) => Promise<boolean>;
   /** How desired state is read from Git. Example: `{ cacheDir: '.runtime-cloud/git-cache', fetchMaxBytes: 64 << 20 }`. */
-  readonly desiredState?: DesiredStateHostOptions;
+  readonly desiredState?: DesiredStateFetchSettings;
   /**
    * Where a promotion's desired state may come from: the installation's rules (`RuntimeCloud__Provisioning__Sources`,
    * parsed) and what besides https: this host reads. Nothing the message names is fetched before these allow it.
@@ -233,7 +236,7 @@ export function readRun(ctx: ProvisioningContext, id: string): Promise<Run | und
 
 export async function existingRun(ctx: ProvisioningContext, id: string): Promise<Run> {
   const run = await readRun(ctx, id);
-  if (!run) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${id}`, { runId: id });
+  if (!run) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${id}`, { runId: id });
   return run;
 }
 

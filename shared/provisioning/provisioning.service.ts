@@ -9,7 +9,8 @@ import { approve, cancel, reject, replan, stackLock, unlockStack, type BrokenSta
 import { checkPolicy, plan, planJobFinished, planJobLost } from './plan.service';
 import { poolResize, type PoolResizeMessage, type PoolResizeResult } from './pool-resize.service';
 import { createProvisioningContext, failRun, failRunWith, type ProvisioningContext, type ProvisioningServiceOptions, type RunTimings } from './provisioning.context';
-import type { Rejection, RunDetail } from './provisioning.repository';
+import type { Rejection } from './rejections.repository';
+import type { RunDetail } from './receipt';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
 import type { ReconcileRequest } from './reconciliation';
 import { RunErrors, type Run, type RunState, type RunStep } from './run';

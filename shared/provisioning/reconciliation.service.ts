@@ -1,15 +1,16 @@
 import type { Transaction } from 'kysely';
-import { AppError } from '../platform/errors/app-error';
 import { heldIgnoreProblem } from '../platform/iac/plan';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems } from '../platform/validation/validation';
 import { appendEvents, nowOf, type ProvisioningContext } from './provisioning.context';
-import { findRunByPromotion, insertRun, latestAppliedRun } from './provisioning.repository';
+import { findRunByPromotion, insertRun, latestAppliedRun } from './runs.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { parseReconcileRequest, reconciliationKey, type ReconcileRequest } from './reconciliation';
-import { RunErrors, type Run } from './run';
+import type { Run } from './run';
 import { onStackOf, supersedeQueued } from './stack-queue.service';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 import { isUniqueViolation } from '../platform/sql/dialect';
 
 export type ReconcileResult =
@@ -33,7 +34,7 @@ export async function reconcile(ctx: ProvisioningContext, request: ReconcileRequ
           return problem ? [{ field: `ignore.${i}.path`, message: problem }] : [];
         });
   if (parsed.outcome === 'invalid' || problems.length > 0) {
-    throw new AppError(RunErrors.invalidReconciliation, 'validation', `the reconciliation request is not valid: ${describeFieldProblems(problems)}`, { errors: problems });
+    throw problemError(ProvisioningErrors.invalidReconciliation, `the reconciliation request is not valid: ${describeFieldProblems(problems)}`, { errors: problems });
   }
   const valid = parsed.request;
   const key = reconciliationKey(valid.proposalId);
@@ -43,10 +44,7 @@ export async function reconcile(ctx: ProvisioningContext, request: ReconcileRequ
   // The stack is the requesting tenant's by its identity: another tenant's stack of the same names is not even read.
   const base = await retryingContention(() => latestAppliedRun(ctx.db, ctx.dialect, stack));
   if (!base || base.environment.id !== valid.environmentId) {
-    throw new AppError(
-      RunErrors.unknownStack,
-      'not-found',
-      `no run has applied stack ${qualifiedStackName(stack)} for environment ${valid.environmentId}: there is no desired state to reconcile it to`,
+    throw problemError(ProvisioningErrors.unknownStack, `no run has applied stack ${qualifiedStackName(stack)} for environment ${valid.environmentId}: there is no desired state to reconcile it to`,
       { stack: qualifiedStackName(stack), environmentId: valid.environmentId, proposalId: valid.proposalId },
     );
   }

@@ -3,9 +3,14 @@ import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { retryingContention } from '../platform/sql/transaction';
 import type { ProvisioningContext } from './provisioning.context';
-import { findRejection, findRunDetail, listRuns as listRunRows, type Rejection, type RunDetail } from './provisioning.repository';
+import { findRejection, type Rejection } from './rejections.repository';
+import { findRunDetail } from './receipts.repository';
+import { listRuns as listRunRows } from './runs.repository';
+import type { RunDetail } from './receipt';
 import type { Run, RunState } from './run';
 import { findJob, queuePosition } from './runner-jobs.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /** What operators and services read of runs: one run with its receipts, a page of runs, a rejected message. */
 
@@ -16,7 +21,7 @@ export interface RunPage {
 
 export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, runId: string): Promise<RunDetail> {
   const detail = await retryingContention(() => findRunDetail(ctx.db, runId, tenants));
-  if (!detail) throw new AppError('PROVISIONING.RUN_NOT_FOUND', 'not-found', `there is no run ${runId}`, { runId });
+  if (!detail) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${runId}`, { runId });
   return { ...detail, run: await withQueuePosition(ctx, detail.run) };
 }
 

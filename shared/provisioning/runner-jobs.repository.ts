@@ -2,7 +2,7 @@ import type { Selectable, Transaction } from 'kysely';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { appendedKeepingLast, firstRows, isUniqueViolation, type SqlDialect } from '../platform/sql/dialect';
-import type { DegradedReference } from './provisioning.repository';
+import type { DegradedReference } from './receipt';
 import type { ProvisioningRunnerJobTable, ProvisioningTables } from './provisioning.tables';
 import { forStack, type ProvisioningDb } from './stack-lock.repository';
 

@@ -6,7 +6,7 @@ import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { securityEvent } from '../platform/telemetry/security-events';
 import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
-import { findEnvironmentStack, replaceWaiting, setWaiting } from './provisioning.repository';
+import { findEnvironmentStack, replaceWaiting, setWaiting } from './runs.repository';
 import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import {
   appendJobLog,

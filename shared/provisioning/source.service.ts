@@ -1,6 +1,7 @@
 import { parse as parseYaml } from 'yaml';
 import { AppError } from '../platform/errors/app-error';
-import { loadDesiredState, type DesiredState, type DesiredStateRef } from '../platform/git/desired-state';
+import { loadDesiredState } from '../platform/git/load-desired-state';
+import type { DesiredState, DesiredStateRef } from '../platform/git/desired-state';
 import { STACK_PART_PATTERN } from '../platform/iac/stack-ref';
 import { packageNotAllowed, packageProblems } from './package-policy';
 import { programFiles, projectNotAllowed, projectProblems } from './project-policy';

@@ -3,12 +3,15 @@ import type { NewEvent } from '../platform/bus/events';
 import { AppError } from '../platform/errors/app-error';
 import { retryingContention } from '../platform/sql/transaction';
 import { existingRun, nowOf, readRun, repositoryOf, type ProvisioningContext } from './provisioning.context';
-import { earlierWaitingRun, findRun, firstWaitingRun, queuedRunsBefore, setWaiting, transitionRun } from './provisioning.repository';
+import { earlierWaitingRun, firstWaitingRun, queuedRunsBefore } from './run-queue.repository';
+import { findRun, setWaiting, transitionRun } from './runs.repository';
 import type { ProvisioningTables } from './provisioning.tables';
 import { provisioningFailed } from './run-events';
 import { RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import { acquireStackLock, getStackLock, renewStackLock, type StackLock } from './stack-lock.repository';
+import { problemError } from '../platform/errors/catalogue';
+import { ProvisioningErrors } from './errors';
 
 /**
  * One run at a time acts on a stack: the stack lock (a lease in SQL), taken first in first out among the stack's
@@ -61,7 +64,7 @@ export function keepStackLock(ctx: ProvisioningContext, run: Run, lock: StackLoc
         return;
       }
       const stack = qualifiedStackName(lock.stack);
-      lost = new AppError(RunErrors.stackLockLost, 'conflict', `run ${run.id} lost the lock of stack ${stack} during its apply (its lease lapsed or an operator broke it); the apply stopped`, {
+      lost = problemError(ProvisioningErrors.stackLockLost, `run ${run.id} lost the lock of stack ${stack} during its apply (its lease lapsed or an operator broke it); the apply stopped`, {
         runId: run.id,
         stack,
         version: lock.version,

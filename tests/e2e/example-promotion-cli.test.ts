@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadDesiredState } from '../../shared/platform/git/desired-state';
+import { loadDesiredState } from '../../shared/platform/git/load-desired-state';
 import { parsePromotion, type PromotionApproved } from '../../shared/provisioning/promotion';
 import { runCli } from '../support/child-process';
 

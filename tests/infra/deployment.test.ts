@@ -2,7 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { functionsWithTrigger, triggerOf } from '../../local/functions-core/registry';
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
-import { parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { parseConfig } from '../../shared/platform/config/config';
+import { settingKeys } from '../../shared/platform/config/settings';
 import { EVENT_SUBSCRIPTION_TYPES } from '../../local/bus/subscriptions';
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {
@@ -126,7 +127,7 @@ describe('infra under Pulumi mocks', () => {
     expect(config.store).toEqual({ dialect: 'mssql', connection: `Server=tcp:${server.name}.database.windows.net,1433;Database=${database.name}` });
     expect(config.tables.connection).toBe(`https://${account.name}.table.core.windows.net`);
     expect(config.serviceBus.connection).toBe(`${bus.name}.servicebus.windows.net`);
-    expect(config.iac.runner).toBe('pulumi');
+    expect(config.iac.engine).toBe('pulumi');
     // The external services the host calls, with their audiences (the default unless the stack names another).
     expect(config.peers).toMatchObject({
       governance: { endpoint: 'https://governance.example.test', audience: 'api://connectsoft-governance' },

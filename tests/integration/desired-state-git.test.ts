@@ -5,14 +5,9 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as git from 'isomorphic-git';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  DesiredStateErrors,
-  desiredStateMemory,
-  loadDesiredState,
-  remoteCacheDir,
-  repositoryLocation,
-  type DesiredStateRef,
-} from '../../shared/platform/git/desired-state';
+import { DesiredStateErrors, desiredStateMemory, type DesiredStateRef } from '../../shared/platform/git/desired-state';
+import { loadDesiredState, repositoryLocation } from '../../shared/platform/git/load-desired-state';
+import { remoteCacheDir } from '../../shared/platform/git/git-fetch';
 import { GitHttpServer } from '../support/git-http-server';
 import { TestRepository } from '../support/git-repositories';
 import { refusal } from '../support/refusal';

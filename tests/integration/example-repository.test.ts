@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import * as git from 'isomorphic-git';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EXAMPLES_DIR, ensureExampleRepository, examplePromotion } from '../../local/example-repository';
-import { loadDesiredState } from '../../shared/platform/git/desired-state';
+import { loadDesiredState } from '../../shared/platform/git/load-desired-state';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { parsePromotion } from '../../shared/provisioning/promotion';
 

@@ -1,7 +1,9 @@
 import type { EngineEvent, OpType, OutputMap, StepEventMetadata, StepEventStateMetadata } from '@pulumi/pulumi/automation';
 import { describe, expect, it } from 'vitest';
 import { appendToOutbox } from '../../shared/platform/bus/outbox';
-import { applyResultFromUp, parseUpdatePlan, planFromPreview, PULUMI_SECRET_SIG, PULUMI_SIG_KEY } from '../../shared/platform/iac/pulumi-mapping';
+import { applyResultFromUp } from '../../shared/platform/iac/pulumi-apply-mapping';
+import { parseUpdatePlan, planFromPreview } from '../../shared/platform/iac/pulumi-plan-mapping';
+import { PULUMI_SECRET_SIG, PULUMI_SIG_KEY } from '../../shared/platform/iac/pulumi-mapping';
 import { randomIds } from '../../shared/platform/time/clock';
 import type { Run } from '../../shared/provisioning/run';
 import { specificationAppliedOf } from '../../shared/provisioning/run-events';

@@ -7,7 +7,7 @@ import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { systemClock } from '../../shared/platform/time/clock';
 import { createLocalExternalServices, type LocalExternalServices } from '../../local/external-services/local-external-services.adapter';
-import { transitionRun } from '../../shared/provisioning/provisioning.repository';
+import { transitionRun } from '../../shared/provisioning/runs.repository';
 import { createProvisioningService, type ProvisioningService, type RunStep } from '../../shared/provisioning/provisioning.service';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { stackOf, type Run } from '../../shared/provisioning/run';

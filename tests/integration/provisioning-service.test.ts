@@ -8,7 +8,7 @@ import { type IacEngine } from '../../shared/platform/iac/iac-runner';
 import { localIacRunner } from '../../local/engine/local-engine';
 import { readStackState, stackStateDb, writeStackState } from '../../local/engine/stack-state.repository';
 import { randomIds } from '../../shared/platform/time/clock';
-import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/provisioning.repository';
+import { findRunDetail, recordApply, recordPlan } from '../../shared/provisioning/receipts.repository';
 import type { EventResource } from '../../shared/provisioning/run-events';
 import { createProvisioningService, type ProvisioningService, type ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';

@@ -7,7 +7,7 @@ import type * as git from 'isomorphic-git';
 import nodeHttp from 'isomorphic-git/http/node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { realLocalPath } from '../../shared/platform/git/desired-state';
+import { realLocalPath } from '../../shared/platform/git/load-desired-state';
 import { createLocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';

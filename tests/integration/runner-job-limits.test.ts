@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BUNDLED_CAPACITY_SEED, readCapacitySeed } from '../../local/capacity-seed';
 import { createCapacityService } from '../../shared/capacity/capacity.service';
 import { runnerLeases } from '../../shared/deps';
-import { settings } from '../../shared/platform/config/config';
+import { settings } from '../../shared/platform/config/settings';
 import { runnerTargetOf } from '../../shared/platform/config/targets';
 import { localIacRunner } from '../../local/engine/local-engine';
 import type { ClaimedJob } from '../../shared/platform/iac/runner-job';

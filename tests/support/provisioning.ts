@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePromotion, type ExampleRepository } from '../../local/example-repository';
 import { LOCAL_PACKAGES } from '../../local/local-packages';
-import { settings } from '../../shared/platform/config/config';
+import { settings } from '../../shared/platform/config/settings';
 import type { CloudEvent } from '../../shared/platform/bus/events';
 import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
@@ -14,7 +14,7 @@ import { createLocalExternalServices } from '../../local/external-services/local
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import type { ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
-import { realLocalPath } from '../../shared/platform/git/desired-state';
+import { realLocalPath } from '../../shared/platform/git/load-desired-state';
 import type { TestHost } from './local-host';
 
 /**

@@ -2,14 +2,15 @@ import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig, settingKeys } from '../../shared/platform/config/config';
+import { ConfigError, parseConfig } from '../../shared/platform/config/config';
+import { settingKeys } from '../../shared/platform/config/settings';
 import { agentPoolNamed, agentPoolOf, backendOfTenant, runnerTargetOf, tenantSegmentProblem } from '../../shared/platform/config/targets';
 
 describe('configuration', () => {
   it('when nothing is set, then the seed defaults apply and the config is frozen', () => {
     const config = parseConfig({});
     expect(config.host.enabledModules).toEqual(['provisioning', 'inventory', 'capacity']);
-    expect(config.iac.runner).toBe('pulumi');
+    expect(config.iac.engine).toBe('pulumi');
     expect(config.host.serviceName).toBe('runtime-cloud');
     expect(config.targets).toEqual([{ id: 'local', kind: 'local-cloud', name: 'Local cloud', location: 'local' }]);
     expect(Object.isFrozen(config.store)).toBe(true);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
 import { applyDivergence, planCounts, planDigest, planSchema, type ApplyResult, type Plan, type PlanStep } from '../../shared/platform/iac/plan';
-import { parseUpdatePlan, planFromPreview, updatePlanProblem } from '../../shared/platform/iac/pulumi-mapping';
+import { parseUpdatePlan, planFromPreview, updatePlanProblem } from '../../shared/platform/iac/pulumi-plan-mapping';
 import { PLANS, present, publishedPlan, stackOfUrn, type PlanName } from '../support/pulumi-published';
 
 /**

@@ -3,24 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { computed } from '../../shared/platform/iac/iac-values';
 import { planDigest, planSchema, type Plan } from '../../shared/platform/iac/plan';
-import {
-  applyResultFromUp,
-  collapseOps,
-  countsFromChangeSummary,
-  maskOutputs,
-  maskValue,
-  parseUpdatePlan,
-  planCovers,
-  planFromPreview,
-  PULUMI_SECRET_SIG,
-  PULUMI_SIG_KEY,
-  PULUMI_UNKNOWN,
-  PULUMI_UNKNOWN_EXPRESSION,
-  stepOpOf,
-  urnName,
-  type PreviewObservation,
-  type PulumiUpdatePlan,
-} from '../../shared/platform/iac/pulumi-mapping';
+import { applyResultFromUp } from '../../shared/platform/iac/pulumi-apply-mapping';
+import { collapseOps, countsFromChangeSummary, maskOutputs, maskValue, PULUMI_SECRET_SIG, PULUMI_SIG_KEY, PULUMI_UNKNOWN, PULUMI_UNKNOWN_EXPRESSION, stepOpOf, urnName } from '../../shared/platform/iac/pulumi-mapping';
+import { parseUpdatePlan, planCovers, planFromPreview, type PreviewObservation, type PulumiUpdatePlan } from '../../shared/platform/iac/pulumi-plan-mapping';
 
 /*
  * HAND-WRITTEN engine event sequences, in exactly the shapes of `@pulumi/pulumi/automation`'s typed events

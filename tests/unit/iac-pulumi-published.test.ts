@@ -3,17 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { computed } from '../../shared/platform/iac/iac-values';
 import { planSchema, type Plan } from '../../shared/platform/iac/plan';
 import { PulumiCommandFailure, type PulumiAutomation } from '../../shared/platform/iac/pulumi-automation';
-import {
-  applyResultFromUp,
-  countsFromChangeSummary,
-  errorDiagnostics,
-  maskValue,
-  parseUpdatePlan,
-  planFromPreview,
-  PULUMI_SECRET_SIG,
-  PULUMI_UNKNOWN_EXPRESSION,
-  type PulumiUpdatePlan,
-} from '../../shared/platform/iac/pulumi-mapping';
+import { applyResultFromUp, errorDiagnostics } from '../../shared/platform/iac/pulumi-apply-mapping';
+import { countsFromChangeSummary, maskValue, PULUMI_SECRET_SIG, PULUMI_UNKNOWN_EXPRESSION } from '../../shared/platform/iac/pulumi-mapping';
+import { parseUpdatePlan, planFromPreview, type PulumiUpdatePlan } from '../../shared/platform/iac/pulumi-plan-mapping';
 import { createPulumiRunner } from '../../shared/platform/iac/pulumi-runner';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { refusal } from '../support/refusal';

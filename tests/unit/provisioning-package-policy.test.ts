@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_PACKAGES, parseConfig, settings } from '../../shared/platform/config/config';
+import { DEFAULT_PACKAGES } from '../../shared/platform/config/setting-schemas';
+import { parseConfig } from '../../shared/platform/config/config';
+import { settings } from '../../shared/platform/config/settings';
 import { PackageErrors, packageNotAllowed, packageProblems, type PackagePolicy } from '../../shared/provisioning/package-policy';
 import { programFiles, type PolicyProjectFiles } from '../../shared/provisioning/project-policy';
 

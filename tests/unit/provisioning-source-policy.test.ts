@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { realLocalPath } from '../../shared/platform/git/desired-state';
+import { realLocalPath } from '../../shared/platform/git/load-desired-state';
 import { checkSource, parseSourcePolicy, SourceErrors, sourceRefusedError, type LocalSourceAccess, type SourceRules } from '../../shared/provisioning/source-policy';
 
 /**

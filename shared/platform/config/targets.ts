@@ -1,6 +1,6 @@
 import { AppError } from '../errors/app-error';
 import type { JobBackend } from '../iac/runner-job';
-import type { ProvisioningTarget } from './config';
+import type { ProvisioningTarget } from './setting-schemas';
 
 /** A tenant whose id cannot be put in its target's backend URL (`tenantSegmentProblem`). */
 export const TENANT_NOT_ADDRESSABLE = 'PROVISIONING.TENANT_NOT_ADDRESSABLE';

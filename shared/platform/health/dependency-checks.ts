@@ -1,6 +1,6 @@
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ProvisioningTarget } from '../config/config';
+import type { ProvisioningTarget } from '../config/setting-schemas';
 import type { IacRunner } from '../iac/iac-runner';
 import type { HealthCheck } from './health';
 

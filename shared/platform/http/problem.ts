@@ -41,9 +41,14 @@ export interface ProblemResponse {
   readonly body: string;
 }
 
+/** The `type` URI of a problem code. Example: `CAPACITY.QUOTA_EXCEEDED` → `https://runtime-cloud.dev/problems/capacity-quota-exceeded`. */
+export function problemTypeUri(code: string): string {
+  return `https://runtime-cloud.dev/problems/${code.toLowerCase().replace(/[._]/g, '-')}`;
+}
+
 export function problemResponse(problem: Problem, headers: Readonly<Record<string, string>> = {}): ProblemResponse {
   const { status, code, title, detail, extensions } = problem;
-  const members = { type: `https://runtime-cloud.dev/problems/${code.toLowerCase().replace(/[._]/g, '-')}`, title, status, code };
+  const members = { type: problemTypeUri(code), title, status, code };
   return {
     status,
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, ...headers },

@@ -21,7 +21,9 @@ import {
   type PulumiAutomationOptions,
   type PulumiStackHandle,
 } from './pulumi-automation';
-import { applyResultFromUp, errorDiagnostics, parseUpdatePlan, planCovers, planFromPreview, redact } from './pulumi-mapping';
+import { applyResultFromUp, errorDiagnostics } from './pulumi-apply-mapping';
+import { parseUpdatePlan, planCovers, planFromPreview } from './pulumi-plan-mapping';
+import { redact } from './pulumi-mapping';
 import type { StackRef } from './stack-ref';
 import type { ProjectFiles } from './pulumi-yaml-source';
 
