@@ -462,6 +462,16 @@ export async function collectJob(
   }
   if (job.state === 'lost') return handlers.lost(run, job);
   // Canceled: a newer job of the run, or none, is where the run stands.
+  return whereRunStands(ctx, run, job, handlers.finished);
+}
+
+/**
+ * Where a run stands that moved on from `job`: its newer job's step; that job collected first when it finished
+ * already (the run's wait is for `job`, and the result event of the newer one came while it waited).
+ */
+async function whereRunStands(ctx: ProvisioningContext, run: Run, job: RunnerJob, finished: (run: Run, job: FinishedJob) => Promise<RunStep>): Promise<RunStep> {
+  const latest = await retryingContention(() => latestJobOfRun(ctx.db, ctx.dialect, run.id));
+  if (latest && latest.id !== job.id && latest.state === 'done' && latest.outcome) return collectFinished(ctx, run, { ...latest, outcome: latest.outcome }, finished);
   return (await openJobStep(ctx, run)) ?? stepOf(run);
 }
 
@@ -482,7 +492,7 @@ async function collectFinished(
   finished: (run: Run, job: FinishedJob) => Promise<RunStep>,
 ): Promise<RunStep> {
   const waiting = run.waitingFor ?? null;
-  if (!(await awaitsCollect(ctx, run, job))) return (await openJobStep(ctx, run)) ?? stepOf(run);
+  if (!(await awaitsCollect(ctx, run, job))) return whereRunStands(ctx, run, job, finished);
   const at = nowOf(ctx);
   if (waiting?.kind === 'runner' && waiting.collectingUntil !== undefined && Date.parse(waiting.collectingUntil) > at) {
     return { outcome: 'running', jobId: job.id, kind: job.kind, until: waiting.collectingUntil };
