@@ -294,19 +294,20 @@ export async function heartbeat(ctx: ProvisioningContext, caller: JobCaller, bea
   const runners = requireRunners(ctx);
   const job = await authenticJob(ctx, caller);
   if (beat.applyBegins && job.kind !== 'apply') throw refused(job, 'a plan job changes nothing');
-  await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, beat.log));
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
   // Every running job has its deadline (set at its claim; the migration that added it gave older jobs theirs).
   const leaseExpiresAt = leaseFrom(runners, at, job.deadlineAt?.getTime() ?? Number.POSITIVE_INFINITY);
-  const renewed =
-    lock !== undefined &&
-    (await retryingContention(() => renewStackLock(ctx.db, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs)))) &&
-    (await retryingContention(() => renewJob(ctx.db, job.id, at, leaseExpiresAt, beat.applyBegins)));
+  // One transaction: the log lines are kept whatever the renewal finds; the agent is seen with its job once renewed.
+  const renewed = await inTransaction(ctx.db, async (trx) => {
+    await appendJobLog(trx, ctx.dialect, job.id, beat.log);
+    if (!lock || !(await renewStackLock(trx, lock, at, Math.max(ctx.stackLock.ttlMs, runners.leaseTtlMs))) || !(await renewJob(trx, job.id, at, leaseExpiresAt, beat.applyBegins))) return false;
+    await touchAgent(trx, job.pool, job.agent ?? 'unknown', job.id, at);
+    return true;
+  });
   if (!renewed) throw superseded(job);
   // A capacity lease that lapsed may be granted to another holder: the job no longer holds its capacity.
   if (job.lease && !(await runners.leases.renew(job.tenant, job.lease, runners.leaseTtlMs))) throw superseded(job);
-  await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', job.id, at));
   return { leaseExpiresAt: new Date(leaseExpiresAt).toISOString() };
 }
 
@@ -409,13 +410,20 @@ export async function acceptOutcome(ctx: ProvisioningContext, caller: JobCaller,
   if (outcome.kind !== job.kind) throw refused(job, `a ${job.kind} job cannot report a ${outcome.kind} outcome`);
   const at = nowOf(ctx);
   const lock = await current(ctx, job);
-  const accepted = job.state === 'running' && lock !== undefined && (await retryingContention(() => finishJob(ctx.db, job.id, outcome, at)));
+  // The outcome and the agent free again, in one transaction.
+  const accepted =
+    job.state === 'running' &&
+    lock !== undefined &&
+    (await inTransaction(ctx.db, async (trx) => {
+      if (!(await finishJob(trx, job.id, outcome, at))) return false;
+      await touchAgent(trx, job.pool, job.agent ?? 'unknown', null, at);
+      return true;
+    }));
   if (!accepted) {
     await retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${new Date(at).toISOString()} host refused the ${outcome.kind} outcome: the job no longer runs under stack lock ${job.fencingToken}`]));
     throw superseded(job);
   }
   if (job.lease) await runners.leases.release(job.tenant, job.lease);
-  await retryingContention(() => touchAgent(ctx.db, job.pool, job.agent ?? 'unknown', null, at));
   return { runId: job.runId };
 }
 
