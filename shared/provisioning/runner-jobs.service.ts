@@ -239,7 +239,7 @@ async function claimNow(
     const lease = await runners.leases.acquire({ tenant: queued.tenant, pool: served.runner.pool, holder: agent, ttlMs: runners.leaseTtlMs, idempotencyKey: `runner-job:${queued.id}:${randomBytes(8).toString('hex')}` });
     // This tenant's runner quota is used up: a job of another tenant may go first.
     if ('refused' in lease) continue;
-    const job = await retryingContention(() => findJob(ctx.db, queued.id));
+    const job = await retryingContention(() => findJob(ctx.db, ctx.dialect, queued.id));
     if (!job || job.state !== 'queued') {
       // Another agent claimed it (or it was canceled) meanwhile.
       await runners.leases.release(queued.tenant, lease);
@@ -453,7 +453,7 @@ export async function collectJob(
 ): Promise<RunStep> {
   const runners = requireRunners(ctx);
   const run = await existingRun(ctx, runId);
-  const job = await retryingContention(() => findJob(ctx.db, jobId));
+  const job = await retryingContention(() => findJob(ctx.db, ctx.dialect, jobId));
   if (!job || job.runId !== runId) throw new AppError(RunErrors.internal, 'internal', `run ${runId} has no job ${jobId}`);
   const at = nowOf(ctx);
   if (isTerminal(run.state)) {
@@ -570,7 +570,7 @@ export interface JobCaller {
  * changes, so a refused call leaves no trace.
  */
 async function authenticJob(ctx: ProvisioningContext, caller: JobCaller, ended = false): Promise<RunnerJob> {
-  const job = await retryingContention(() => findJob(ctx.db, caller.jobId));
+  const job = await retryingContention(() => findJob(ctx.db, ctx.dialect, caller.jobId));
   const presented = Buffer.from(hashToken(caller.token));
   const expected = Buffer.from(job?.tokenHash ?? '');
   if (!job || expected.length !== presented.length || !timingSafeEqual(presented, expected)) {
