@@ -1,4 +1,5 @@
-import { configFromEnvironment, enabledModulesFromEnvironment, type Config, type ModuleName } from '../shared/platform/config/config';
+import type { Config } from '../shared/platform/config/config';
+import { enabledModulesFromEnvironment, type ModuleName } from '../shared/platform/config/modules';
 import type { Deps } from '../shared/deps';
 
 /**
@@ -18,8 +19,10 @@ export function enabledModules(): readonly ModuleName[] {
   return config?.host.enabledModules ?? enabledModulesFromEnvironment();
 }
 
+/** The configuration from the app settings, parsed on first use: registering the functions needs none of it. */
 export function getConfig(): Config {
-  return (config ??= configFromEnvironment());
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (config ??= (require('../shared/platform/config/config') as typeof import('../shared/platform/config/config')).configFromEnvironment());
 }
 
 export function getDeps(): Promise<Deps> {

@@ -5,14 +5,15 @@ import { z } from 'zod';
 import { sourcePrefixProblem } from '../git/repository-url';
 import { describeFieldProblems, fieldProblems, type FieldProblem } from '../validation/validation';
 import { deepFreeze } from '../values/deep-freeze';
+import { MODULES, type ModuleName } from './modules';
 
 /**
  * Every setting of RuntimeCloudHost, in Azure app-settings form (`Section__Sub__Key`), so the same names work
  * as Function App settings, in `local.settings.json` and as environment variables of the local host.
- * This module is the only place that reads `process.env`; `local.settings.sample.json` lists exactly these keys.
+ * This module is the only place that reads `process.env` (with modules.ts, for the one setting that registering the
+ * functions reads); `local.settings.sample.json` lists exactly these keys.
  */
-export const MODULES = ['provisioning', 'inventory', 'capacity'] as const;
-export type ModuleName = (typeof MODULES)[number];
+export { MODULES, type ModuleName };
 
 const list = (fallback: string) =>
   z

@@ -1,0 +1,21 @@
+/**
+ * The modules a host may enable, and which ones `RuntimeCloud__Host__EnabledModules` enables: all that registering
+ * the functions needs of the configuration, without loading the configuration's schema (zod, semver: cold start).
+ */
+export const MODULES = ['provisioning', 'inventory', 'capacity'] as const;
+export type ModuleName = (typeof MODULES)[number];
+
+/**
+ * Only `RuntimeCloud__Host__EnabledModules` of the process environment (all modules when unset or empty). A value
+ * naming an unknown module is refused by the configuration's own check, with the same error a host's start gives.
+ */
+export function enabledModulesFromEnvironment(): readonly ModuleName[] {
+  const value = process.env.RuntimeCloud__Host__EnabledModules;
+  const names = (value === undefined || value === '' ? MODULES.join(',') : value)
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => name.length > 0);
+  if (names.every((name): name is ModuleName => (MODULES as readonly string[]).includes(name))) return [...new Set(names)];
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (require('./config') as typeof import('./config')).enabledModulesFromEnvironment();
+}
