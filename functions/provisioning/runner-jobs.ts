@@ -13,7 +13,7 @@ import { requireScope } from '../../shared/platform/auth/auth';
 import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.orchestrator';
 
 /**
- * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
+ * The runner agents' endpoints (runner-job-agents.service.ts) and the operators' view of runner pools.
  * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
  * - Every call of a claimed job carries both: the pool credential as the bearer token, and the job's token in
  *   `X-Runner-Job-Token`, for that job only: its heartbeat, its result and, on a local cloud target, its stack state
