@@ -39,6 +39,9 @@ export interface RunnerJob {
   readonly deadlineAt?: Date;
 }
 
+/** A runner job whose outcome was accepted. */
+export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
+
 /** The log excerpt a job keeps: its last this many characters. */
 export const JOB_LOG_CHARS = 32 * 1024;
 

@@ -1,11 +1,10 @@
 import { createHash } from 'node:crypto';
 import { agentPoolNamed, type AgentPool } from '../platform/config/targets';
 import { AppError } from '../platform/errors/app-error';
-import { type RunnerJobOutcome } from '../platform/iac/runner-job';
 import { qualifiedStackName } from '../platform/iac/stack-ref';
 import { type ProvisioningContext, type RunnerExecution } from './provisioning.context';
 import { RunErrors } from './run';
-import { type RunnerJob, type StoredSpec } from './runner-jobs.repository';
+import { type FinishedJob, type RunnerJob, type StoredSpec } from './runner-jobs.repository';
 
 /**
  * Runner jobs: how a run's plan and apply leave the host (ARCHITECTURE.md, "IaC: targets, runner agents and
@@ -36,8 +35,7 @@ export const JobErrors = {
 /** What a dispatch hands to the job besides the run's stack and the lock: the step's inputs. */
 export type JobInputs = Pick<StoredSpec, 'files' | 'config' | 'options' | 'approvedPlan'>;
 
-/** A runner job whose outcome was accepted. */
-export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
+export type { FinishedJob };
 
 /**
  * Who calls for a job: the job's token, and the pool its agent's credential serves (the credential's `runner_pool`,

@@ -28,6 +28,8 @@ const HEAVY = [
   'better-sqlite3',
   'yaml',
   'jose',
+  // The configuration's schema (semver for version ranges) is parsed on first use, not to register the functions.
+  'semver',
   // Telemetry starts with the composition root; only the tiny @opentelemetry/api may load with the functions.
   'applicationinsights',
   '@opentelemetry/sdk-metrics',

@@ -6,16 +6,14 @@ export const MODULES = ['provisioning', 'inventory', 'capacity'] as const;
 export type ModuleName = (typeof MODULES)[number];
 
 /**
- * Only `RuntimeCloud__Host__EnabledModules` of the process environment (all modules when unset or empty). A value
- * naming an unknown module is refused by the configuration's own check, with the same error a host's start gives.
+ * Only `RuntimeCloud__Host__EnabledModules` of the process environment (all modules when unset or empty); undefined
+ * when it names a module there is none of (the configuration's own check says which: config.ts).
  */
-export function enabledModulesFromEnvironment(): readonly ModuleName[] {
+export function enabledModulesFromEnvironment(): readonly ModuleName[] | undefined {
   const value = process.env.RuntimeCloud__Host__EnabledModules;
   const names = (value === undefined || value === '' ? MODULES.join(',') : value)
     .split(',')
     .map((name) => name.trim())
     .filter((name) => name.length > 0);
-  if (names.every((name): name is ModuleName => (MODULES as readonly string[]).includes(name))) return [...new Set(names)];
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  return (require('./config') as typeof import('./config')).enabledModulesFromEnvironment();
+  return names.every((name): name is ModuleName => (MODULES as readonly string[]).includes(name)) ? [...new Set(names)] : undefined;
 }
