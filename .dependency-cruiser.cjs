@@ -1,11 +1,18 @@
 /**
  * Layer rules of ARCHITECTURE.md, checked by `npm run check`:
- * functions → shared/<module> → shared/platform; shared never imports functions/ or local/; nothing deployed imports
- * local/ or tests/; pure model files (shared/<module>/<name>.ts without a role suffix) import nothing that does I/O.
+ * functions → shared/<module> → shared/platform; shared never imports functions/; nothing deployed (functions/, shared/,
+ * runner/) imports the twin (local/) or tests/; pure model files (shared/<module>/<name>.ts without a role suffix) import nothing that does I/O.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
+    {
+      name: 'product-not-to-twin',
+      severity: 'error',
+      comment: 'local/ is the twin (the local engine, cloud, bus, external services, Durable schema): what is deployed (functions/, shared/, the runner image) never loads it; the local host injects it (shared/deps.ts DepsOverrides.twin).',
+      from: { path: '^(functions|shared|runner)/' },
+      to: { path: '^local/' },
+    },
     {
       name: 'shared-not-to-functions-or-local',
       severity: 'error',

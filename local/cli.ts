@@ -128,8 +128,8 @@ async function runner(args: string[]): Promise<number> {
   if (values.engine !== undefined) env.RuntimeCloud__Runner__Engine = values.engine;
   if (values['one-job']) env.RuntimeCloud__Runner__OneJob = 'true';
   // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { main: runAgentMain } = require('../runner/main') as typeof import('../runner/main');
-  return runAgentMain(env);
+  const { localAgentMain } = require('./runner-agent') as typeof import('./runner-agent');
+  return localAgentMain(env);
 }
 
 /** backup, restore and restored (local/store-backup.ts): refusals print one line and exit 1. */

@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import { configFromEnvironment, type Config, type PeerSetting } from '../shared/platform/config/config';
 import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
-import { createLocalExternalServices } from '../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices } from './external-services/local-external-services.adapter';
 import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';
@@ -20,6 +20,7 @@ import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
 import { LOCAL_PACKAGES } from './local-packages';
 import { markHostRunning } from './host-marker';
+import { localTwin } from './twin';
 
 export interface LocalHostOptions {
   /** Folder of the host's state. Example: `.runtime-cloud`. */
@@ -182,7 +183,7 @@ export class LocalHost {
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
-    this.#deps = await createDeps(config, { jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
+    this.#deps = await createDeps(config, { twin: localTwin, jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
     this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
     const recovery = this.#deps.recovery;
     if (recovery) {
@@ -241,7 +242,8 @@ export class LocalHost {
 }
 
 /**
- * Loads the function app (functions/index), which registers every function. It must load after the runtime is
+ * Loads the function app (functions/index), which registers every function, and the local cloud's job endpoints
+ * (local/cloud/job-target-functions.ts), which only the local host serves. It must load after the runtime is
  * provided and `@azure/functions-core` is installed. Under tsx (the CLI, child hosts) TypeScript is `require`-able;
  * under vitest only its own `import()` knows TypeScript.
  */
@@ -249,9 +251,12 @@ async function loadFunctionApp(): Promise<void> {
   if (require.extensions['.ts']) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     require('../functions/index');
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    require('./cloud/job-target-functions');
     return;
   }
   await import('../functions/index.js');
+  await import('./cloud/job-target-functions.js');
 }
 
 /**

@@ -17,7 +17,7 @@ export interface LocalAgent {
 const QUEUED_POOLS_LOOK_MS = 1000;
 
 /**
- * The local host's runner agents: child processes of `runner/main.ts`, `RuntimeCloud__Local__Runners` (default 2) per
+ * The local host's runner agents: child processes of `local/runner-agent.ts` (the runner with the local engine), `RuntimeCloud__Local__Runners` (default 2) per
  * agent pool of a local cloud target. The host cannot know the tenants in advance, so it starts a pool's agents on
  * its first queued job: at once for a job this host dispatches, within `QUEUED_POOLS_LOOK_MS` for one another host
  * sharing the store dispatched. Each agent gets only what an agent in a customer's network would: the host's URL,
@@ -115,7 +115,7 @@ export class LocalRunnerAgents implements HostComponent {
     const context = this.#context;
     const workRoot = this.#workRoot;
     if (!context || !workRoot || this.#stopping) return;
-    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), resolve(__dirname, '../runner/main.ts')], {
+    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), resolve(__dirname, 'runner-agent.ts')], {
       cwd: workRoot,
       // Nothing of the host's environment: an agent holds its pool credential and no store, bus or table setting.
       env: {

@@ -3,7 +3,6 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve, sep } from 'node:path';
 import { AppError, ensureError } from '../shared/platform/errors/app-error';
 import type { IacEngine } from '../shared/platform/iac/iac-runner';
-import { createLocalEngine } from '../shared/platform/iac/local-engine';
 import { filesDigest, type ClaimedJob, type JobError, type RunnerInfo, type RunnerJobOutcome } from '../shared/platform/iac/runner-job';
 import type { JsonValue } from '../shared/platform/iac/iac-values';
 import { referenceKey } from '../shared/platform/iac/iac-values';
@@ -18,14 +17,17 @@ import type { Wakeup, Wakeups } from './wakeups';
  * no store, bus or table credential and no host key: only its pool credential, and per job what the claim gave it;
  * an event-driven execution also takes its pool's wake-ups, with an identity that can receive those and nothing else.
  */
+/** The engine that runs a claimed job, in its working directory. */
+export type EngineFor = (claimed: ClaimedJob, job: JobClient, workDir: string) => IacEngine;
+
 export interface AgentOptions {
   readonly client: HostClient;
   /** This agent's id in the pool. Example: `local-1`. */
   readonly agent: string;
   /** Root of the jobs' working directories: each job gets `<workRoot>/<job id>`, removed after it. */
   readonly workRoot: string;
-  /** The engine for a job: the local engine over the job's endpoints, or the Pulumi Automation API. */
-  readonly engineFor?: (claimed: ClaimedJob, job: JobClient, workDir: string) => IacEngine;
+  /** The engine for a job: the Pulumi Automation API (runner/main.ts), or the local host's local engine. */
+  readonly engineFor: EngineFor;
   /** Run one job, then return (a Container Apps Job execution). */
   readonly oneJob?: boolean;
   /**
@@ -156,7 +158,7 @@ export async function runJob(options: AgentOptions, claimed: ClaimedJob, log: (l
   let outcome: RunnerJobOutcome;
   try {
     await writeProject(workDir, claimed);
-    const engine = (options.engineFor ?? localEngineFor)(claimed, client, workDir);
+    const engine = options.engineFor(claimed, client, workDir);
     const runner: RunnerInfo = { name: engine.name, version: await engine.version(), agent: options.agent };
     const started = performance.now();
     const evaluated = await evaluate(claimed, engine, runner, beat);
@@ -313,12 +315,6 @@ async function writeProject(workDir: string, claimed: ClaimedJob): Promise<void>
   await rm(workDir, { recursive: true, force: true });
   for (const folder of new Set([workDir, ...paths.map(({ path }) => dirname(path))])) await mkdir(folder, { recursive: true });
   await Promise.all(paths.map(({ path, text }) => writeFile(path, text)));
-}
-
-/** The local engine against the job's local cloud target and stack state, through the job's endpoints. */
-function localEngineFor(claimed: ClaimedJob, job: JobClient): IacEngine {
-  if (claimed.job.engine !== 'local') throw new AppError('PROVISIONING.RUNNER_UNAVAILABLE', 'unavailable', `this agent runs the local engine, not ${claimed.job.engine}`);
-  return createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target });
 }
 
 function jobError(thrown: unknown): JobError {

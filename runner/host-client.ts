@@ -1,8 +1,5 @@
-import type { CloudApply, CloudResource, LocalCloud } from '../shared/platform/cloud/local-cloud';
 import { AppError } from '../shared/platform/errors/app-error';
-import type { StackState } from '../shared/platform/iac/plan';
-import type { ClaimedJob, Heartbeat, RunnerJobOutcome, TargetCall } from '../shared/platform/iac/runner-job';
-import type { StackStates } from '../shared/platform/iac/stack-state.repository';
+import type { ClaimedJob, Heartbeat, RunnerJobOutcome } from '../shared/platform/iac/runner-job';
 
 /**
  * The agent's side of the runner job protocol (shared/platform/iac/runner-job.ts) over HTTP: the pool's claim with
@@ -18,9 +15,12 @@ export interface HostClient {
 export interface JobClient {
   heartbeat(beat: Heartbeat): Promise<void>;
   result(outcome: RunnerJobOutcome): Promise<void>;
-  /** The local cloud target and the stack's state, through the job's endpoints (local cloud targets only). */
-  readonly states: StackStates;
-  readonly cloud: LocalCloud;
+  /**
+   * Another call of the job, to `runtime-cloud/runner-jobs/{id}/<path>`, with the job's credentials: what a target the
+   * host serves itself answers (the local host's local cloud: local/cloud/job-target-client.ts). Its answer's JSON,
+   * undefined for 204; a problem+json answer is thrown as the AppError it describes.
+   */
+  call(method: 'GET' | 'PUT' | 'POST', path: string, body?: unknown): Promise<unknown>;
 }
 
 export function hostClient(options: {
@@ -56,45 +56,10 @@ export function hostClient(options: {
       const base = `runtime-cloud/runner-jobs/${encodeURIComponent(claimed.job.id)}`;
       // Every call of the job carries the pool credential and the job's token: the host wants both.
       const jobToken = claimed.token;
-      const target = async (body: TargetCall) => (await call(`${base}/target`, { method: 'POST', jobToken, body })) as { resource?: CloudResource; deleted?: boolean };
-      const resourceOf = async (body: TargetCall) => {
-        const { resource } = await target(body);
-        if (!resource) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', 'the target answered without the resource');
-        return resource;
-      };
-      const notForJobs = (): never => {
-        throw new AppError('RUNNER.CALL_REFUSED', 'forbidden', 'a job reaches only its own stack on its target');
-      };
-      const targetName = claimed.job.target;
-      let known = claimed.state;
       return {
         heartbeat: async (beat) => void (await call(`${base}/heartbeat`, { method: 'POST', jobToken, body: beat })),
         result: async (outcome) => void (await call(`${base}/result`, { method: 'POST', jobToken, body: outcome })),
-        states: {
-          // The job is the stack's only writer while it runs: the state is the claim's, then the job's own last write.
-          read: async () => {
-            if (known === undefined) known = ((await call(`${base}/state`, { method: 'GET', jobToken })) as { state: StackState | null }).state;
-            return known ?? undefined;
-          },
-          write: async (_stack, state) => {
-            await call(`${base}/state`, { method: 'PUT', jobToken, body: state });
-            known = state;
-          },
-          probe: async () => undefined,
-        },
-        cloud: {
-          create: (t, resource) => (t === targetName ? resourceOf({ op: 'create', urn: resource.urn, type: resource.type, properties: resource.properties as Record<string, never> }) : notForJobs()),
-          update: (t, id, properties) => (t === targetName ? resourceOf({ op: 'update', id, properties: properties as Record<string, never> }) : notForJobs()),
-          adopt: (t, id, urn) => (t === targetName ? resourceOf({ op: 'adopt', id, urn }) : notForJobs()),
-          delete: async (t, id) => (t === targetName ? ((await target({ op: 'delete', id })).deleted ?? false) : notForJobs()),
-          get: async (t, id) => (t === targetName ? (await target({ op: 'get', id })).resource : notForJobs()),
-          recordApply: async (t, apply) => void (t === targetName ? await target({ op: 'recordApply', planDigest: apply.planDigest }) : notForJobs()),
-          list: notForJobs,
-          listStack: notForJobs,
-          setReachable: notForJobs,
-          isReachable: notForJobs,
-          applies: (): Promise<CloudApply[]> => notForJobs(),
-        },
+        call: (method, path, body) => call(`${base}/${path}`, { method, jobToken, ...(body !== undefined ? { body } : {}) }),
       };
     },
   };

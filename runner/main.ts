@@ -3,11 +3,10 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { AppError, ensureError } from '../shared/platform/errors/app-error';
-import { pulumiIacRunner, type IacEngine } from '../shared/platform/iac/iac-runner';
+import type { IacEngine } from '../shared/platform/iac/iac-runner';
+import { pulumiIacRunner } from '../shared/platform/iac/pulumi-runner';
 import type { ClaimedJob } from '../shared/platform/iac/runner-job';
-import { createLocalEngine } from '../shared/platform/iac/local-engine';
-import { systemClock } from '../shared/platform/time/clock';
-import { DEFAULT_IDLE_MS, runAgent, type AgentOptions } from './agent';
+import { DEFAULT_IDLE_MS, runAgent, type AgentOptions, type EngineFor } from './agent';
 import { hostClient } from './host-client';
 import { withTenantBackend } from './state-backend';
 import { poolWakeups, type Wakeups } from './wakeups';
@@ -18,8 +17,9 @@ import { poolWakeups, type Wakeups } from './wakeups';
  * - `RuntimeCloud__Runner__HostUrl`, `RuntimeCloud__Runner__Pool`: whose jobs it claims;
  * - `RuntimeCloud__Runner__Credential`: its pool credential (a bearer token), or, without it,
  *   `RuntimeCloud__Runner__Audience`: an Entra token for that audience from its managed identity (`AZURE_CLIENT_ID`);
- * - `RuntimeCloud__Runner__Engine`: `local` (local cloud targets) or `pulumi`, over the state backend and secrets
- *   provider each job names (its tenant's container and key on the target: the agent makes them when missing);
+ * - `RuntimeCloud__Runner__Engine`: `pulumi` (default), over the state backend and secrets provider each job names
+ *   (its tenant's container and key on the target: the agent makes them when missing); `local` only where the
+ *   local host starts the agent with its local engine (local/runner-agent.ts): the runner image has none;
  * - `RuntimeCloud__Runner__WorkDir`, `RuntimeCloud__Runner__Agent`, `RuntimeCloud__Runner__OneJob`;
  * - `RuntimeCloud__Runner__IdleSeconds`: with nothing to do (no wake-up, then no job) for this long the agent exits
  *   (default 60; 0 never: a long-lived agent);
@@ -34,7 +34,7 @@ const settings = z.object({
   RuntimeCloud__Runner__Pool: z.string().min(1),
   RuntimeCloud__Runner__Credential: z.string().default(''),
   RuntimeCloud__Runner__Audience: z.string().default(''),
-  RuntimeCloud__Runner__Engine: z.enum(['local', 'pulumi']).default('local'),
+  RuntimeCloud__Runner__Engine: z.enum(['local', 'pulumi']).default('pulumi'),
   RuntimeCloud__Runner__WorkDir: z.string().default(join(tmpdir(), 'runtime-cloud-runner')),
   RuntimeCloud__Runner__Agent: z.string().default(`${hostname()}-${process.pid}`),
   RuntimeCloud__Runner__OneJob: z.enum(['true', 'false']).default('false'),
@@ -49,11 +49,16 @@ const settings = z.object({
   RuntimeCloud__Runner__CrashMarkers: z.string().default(''),
 });
 
-/** Runs the agent its environment describes; answers its exit code. `inject` is for tests: time and waits. */
-export async function main(env: NodeJS.ProcessEnv = process.env, inject: Pick<AgentOptions, 'clock' | 'sleep' | 'random'> = {}): Promise<number> {
+/**
+ * Runs the agent its environment describes; answers its exit code. `inject` is for tests: time and waits. `engines`:
+ * the engines besides Pulumi this process has (the local host's agents: the local engine).
+ */
+export async function main(env: NodeJS.ProcessEnv = process.env, inject: Pick<AgentOptions, 'clock' | 'sleep' | 'random'> = {}, engines: { readonly local?: EngineFor } = {}): Promise<number> {
   const parsed = settings.safeParse(env);
   if (!parsed.success) throw new Error(`runner settings: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const s = parsed.data;
+  const localEngine = engines.local;
+  if (s.RuntimeCloud__Runner__Engine === 'local' && !localEngine) throw new Error('runner settings: RuntimeCloud__Runner__Engine=local: this runner has the pulumi engine only (the local engine runs in the local host\'s agents)');
   const log = (line: string) => process.stdout.write(`${line}\n`);
   const idleMs = s.RuntimeCloud__Runner__IdleSeconds * 1000;
   armCrashPoints({ points: s.RuntimeCloud__Runner__CrashAt.split(',').filter((p) => p.length > 0), markers: s.RuntimeCloud__Runner__CrashMarkers });
@@ -75,10 +80,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env, inject: Pick<Ag
       ...inject,
       signal: controller.signal,
       log,
-      engineFor: (claimed, job, workDir) =>
-        s.RuntimeCloud__Runner__Engine === 'pulumi'
-          ? pulumiEngine(claimed, workDir, env)
-          : createLocalEngine({ states: job.states, cloud: job.cloud, clock: systemClock, targetOf: () => claimed.job.target }),
+      engineFor: (claimed, job, workDir) => (s.RuntimeCloud__Runner__Engine === 'local' && localEngine ? localEngine(claimed, job, workDir) : pulumiEngine(claimed, workDir, env)),
     });
     return 0;
   } catch (thrown) {

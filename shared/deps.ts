@@ -6,16 +6,16 @@ import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks, outboxDeadLetterCheck } from './platform/bus/bus.health';
 import { blobEventBodies, claimCheckingPublisher, type EventBodyStore } from './platform/bus/event-bodies';
 import type { EventPublisher } from './platform/bus/event-publisher';
-import { createEventPublisher, createInboxLagReader } from './platform/bus/publishers';
+import { createEventPublisher, createInboxLagReader, type EmbeddedBus } from './platform/bus/publishers';
 import { startAfterCommitPublish } from './platform/bus/after-commit-publish';
 import type { Config } from './platform/config/config';
 import { runnerTargetOf, targetOfEnvironment, type TargetedEnvironment } from './platform/config/targets';
 import { AppError } from './platform/errors/app-error';
-import { sqlStackStates } from './platform/iac/stack-state.repository';
 import type { RunnerLeases } from './provisioning/provisioning.context';
 import { engineCheck, gitCacheCheck, targetsCheck } from './platform/health/dependency-checks';
 import type { HealthCheck } from './platform/health/health';
-import { localIacRunner, pulumiIacRunner, type IacEngine, type IacRunner } from './platform/iac/iac-runner';
+import type { IacEngine, IacRunner } from './platform/iac/iac-runner';
+import { pulumiIacRunner } from './platform/iac/pulumi-runner';
 import { desiredStateMemory, realLocalPath } from './platform/git/desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
@@ -24,11 +24,9 @@ import { registerInboxLagGauge } from './platform/telemetry/metrics';
 import { startTelemetry } from './platform/telemetry/telemetry';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
-import { createLocalCloud } from './platform/cloud/local-cloud';
 import { createInventoryService, type InventoryService } from './inventory/inventory.service';
 import { createArmObserver } from './inventory/arm-observer.adapter';
 import { createKubernetesObserver, kubernetesClusters } from './inventory/kubernetes-observer.adapter';
-import { createLocalCloudObserver } from './inventory/local-cloud-observer.adapter';
 import { createObservedInventory } from './inventory/observed-inventory.repository';
 import { observationScopeOn, observersByTarget } from './inventory/target-observers';
 import { createPeerExternalServices } from './provisioning/peer-external-services.adapter';
@@ -40,6 +38,8 @@ import { parseSourcePolicy } from './provisioning/source-policy';
 import { findEnvironmentStack } from './provisioning/provisioning.repository';
 import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
+import type { MigrationSource } from './platform/sql/migrations';
+import type { Observer } from './inventory/observer';
 import { recoverAfterRestore, type StoreRecovery } from './store-restore';
 import { readStoreEpoch } from './platform/sql/store-epoch';
 
@@ -72,8 +72,32 @@ export interface Deps {
   close(): Promise<void>;
 }
 
+/**
+ * The local twin (local/twin.ts): what the local host runs where the deployed host has Azure. The Function App has
+ * none, so it never loads the twin: with a `local` engine or a `local-cloud` target but no twin, the host refuses to
+ * start.
+ */
+export interface Twin {
+  /** The twin's schema, run with the product's (the local host's store: local/migrations.ts). */
+  readonly migrations: readonly MigrationSource[];
+  /** The local engine over the host's store (`RuntimeCloud__IaC__Runner=local`). */
+  engine(parts: TwinParts): IacEngine;
+  /** The observer of `local-cloud` targets. */
+  observer(parts: TwinParts): Observer;
+  /** The embedded topic and queues, where no Service Bus is configured. */
+  readonly bus: EmbeddedBus;
+}
+
+export interface TwinParts {
+  readonly store: SqlStore;
+  readonly clock: Clock;
+  readonly ids: Ids;
+}
+
 /** What a host may supply instead of the production defaults. */
 export interface DepsOverrides {
+  /** The local twin: the local host's. Default none (the deployed host). */
+  readonly twin?: Twin;
   readonly clock?: Clock;
   readonly ids?: Ids;
   /** Trusted token keys (the local host's own issuer); production uses the JWKS URL from config. */
@@ -123,7 +147,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     });
   let recovery: StoreRecovery | undefined;
   try {
-    if (!overrides.store) await migrateToLatest(store.db, store.dialect, allMigrations);
+    if (!overrides.store) await migrateToLatest(store.db, store.dialect, overrides.twin ? overrides.twin.migrations : allMigrations);
     recovery = await recoverAfterRestore(store, clock);
   } catch (error) {
     await store.close();
@@ -141,8 +165,13 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   // The engine the host runs itself: the embedded one against the local cloud (in process, or as the keeper of its
   // agents' stack state), or the Pulumi Automation API in process (tests). In Azure the Pulumi engine runs in runner
   // jobs only: the Function App has no CLI, and the runner pools' health covers the engine.
+  const twin = overrides.twin;
+  if (!twin && (config.iac.runner === 'local' || config.targets.some((t) => t.kind === 'local-cloud'))) {
+    await store.close();
+    throw new Error('RuntimeCloud__IaC__Runner=local and local-cloud targets are the local host\'s: the deployed host runs Pulumi against Azure and Kubernetes targets');
+  }
   const engine: IacEngine | undefined =
-    config.iac.runner === 'local' ? localIacRunner({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
+    config.iac.runner === 'local' && twin ? twin.engine({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
@@ -162,8 +191,6 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
             leases: runnerLeases(capacity),
             leaseTtlMs: config.iac.leaseMs,
             claimTimeoutMs: config.iac.claimTimeoutMs,
-            // Jobs on a local cloud target reach its resources and their stack state through the host's job endpoints.
-            ...(config.targets.some((t) => t.kind === 'local-cloud') ? { local: { cloud: createLocalCloud({ store, clock, ids }), states: sqlStackStates(store, clock) } } : {}),
           },
         }
       : {}),
@@ -186,19 +213,22 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
 
   // Event bodies over the threshold go to Blob storage, the message carrying their reference and digest (claim check).
   const eventBodies = config.outbox.bodiesConnection ? blobEventBodies(config.outbox.bodiesConnection) : undefined;
-  const publisher = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock);
+  const publisher = createEventPublisher(config.serviceBus.connection, busDb(store.db), store.dialect, clock, twin?.bus);
   const events = eventBodies ? claimCheckingPublisher(publisher, { store: eventBodies, thresholdBytes: config.outbox.claimCheckBytes }) : publisher;
   // Events go out right after the commit that wrote them; the relay's timer is the fallback (outbox-relay.service.ts).
   const afterCommitPublish = config.outbox.publish === 'after-commit' ? startAfterCommitPublish(busDb(store.db), events, { dialect: store.dialect, clock, ids, ...(config.outbox.claimMs ? { leaseMs: config.outbox.claimMs } : {}) }) : undefined;
   // In Azure the queues are Service Bus queues the Functions trigger consumes: their lag is read from the namespace.
-  const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock);
+  const inboxLagReader = createInboxLagReader(config.serviceBus.connection, busDb(store.db), clock, twin?.bus);
 
   const inventory = createInventoryService({
     store,
     tables: createObservedInventory(tables),
     // Each target read as its kind says; the Azure and Kubernetes adapters load their SDKs on first use, never at start.
     observers: observersByTarget(config.targets, {
-      'local-cloud': () => createLocalCloudObserver({ cloud: createLocalCloud({ store, clock, ids }) }),
+      'local-cloud': () => {
+        if (!twin) throw new Error('local-cloud targets are the local host\'s');
+        return twin.observer({ store, clock, ids });
+      },
       'azure-resource-manager': () => createArmObserver(),
       // Each target's own cluster and credential; a target without one is not observed.
       kubernetes: () => createKubernetesObserver({ clusters: kubernetesClusters(config.targets) }),

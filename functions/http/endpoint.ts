@@ -41,6 +41,8 @@ export interface EndpointSpec<B, Q = undefined> {
   readonly platformOnly?: boolean;
   /** Request headers the operation requires besides the bearer token, for the OpenAPI document. */
   readonly headers?: readonly { readonly name: string; readonly description: string }[];
+  /** Served by the local host only (the twin's routes, local/): not part of the deployed API or its document. */
+  readonly localOnly?: boolean;
 }
 
 /**

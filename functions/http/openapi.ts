@@ -16,7 +16,7 @@ export const API_VERSION = '2.0.0';
 
 export function openApiDocument(routes: readonly HttpRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const route of [...routes].sort((a, b) => a.route.localeCompare(b.route) || a.name.localeCompare(b.name))) {
+  for (const route of [...routes].filter((r) => !endpointSpec(r.handler)?.localOnly).sort((a, b) => a.route.localeCompare(b.route) || a.name.localeCompare(b.name))) {
     const path = `/${route.route}`;
     const item = (paths[path] ??= {});
     for (const method of route.methods) {

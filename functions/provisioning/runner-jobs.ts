@@ -16,8 +16,8 @@ import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.
  * The runner agents' endpoints (runner-job-agents.service.ts) and the operators' view of runner pools.
  * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
  * - Every call of a claimed job carries both: the pool credential as the bearer token, and the job's token in
- *   `X-Runner-Job-Token`, for that job only: its heartbeat, its result and, on a local cloud target, its stack state
- *   and target calls. A job token that leaked is of no use to an agent of another pool or tenant.
+ *   `X-Runner-Job-Token`, for that job only: its heartbeat and its result (and, on the local host's local cloud
+ *   targets, its stack state and target calls: local/cloud/job-target-functions.ts). A job token that leaked is of no use to an agent of another pool or tenant.
  */
 
 /** Results carry a whole plan or apply receipt: larger bodies than the API's other requests. */
@@ -49,7 +49,7 @@ export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: onl
   jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '', principal.tenant) },
 }));
 
-type JobCall = (input: { deps: Deps; caller: JobCaller; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
+export type JobCall = (input: { deps: Deps; caller: JobCaller; text: string; context: InvocationContext }) => Promise<HttpResponseInit>;
 
 /** The header that carries a job's token on its calls (the bearer token is the agent's pool credential). */
 export const JOB_TOKEN_HEADER = 'x-runner-job-token';
@@ -60,7 +60,7 @@ export const JOB_TOKEN_HEADER = 'x-runner-job-token';
  * the service as sent, and is validated there: the job protocol's schemas reach the YAML parser, which registering
  * the functions must not load (cold start).
  */
-function jobEndpoint(summary: string, call: JobCall) {
+export function jobEndpoint(summary: string, call: JobCall, options: { readonly localOnly?: boolean } = {}) {
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
       const deps = await getDeps();
@@ -78,28 +78,13 @@ function jobEndpoint(summary: string, call: JobCall) {
       return errorResponse(error, context);
     }
   };
-  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }] });
+  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }], ...options });
   return handler;
 }
 
 export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, caller, text }) => ({
   status: 200,
   jsonBody: await deps.provisioning.runners.heartbeat(caller, text),
-}));
-
-export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, caller }) => ({
-  status: 200,
-  jsonBody: { state: (await deps.provisioning.runners.state(caller)) ?? null },
-}));
-
-export const putJobState = jobEndpoint("An apply job writes its stack state (local cloud targets)", async ({ deps, caller, text }) => {
-  await deps.provisioning.runners.writeState(caller, text);
-  return { status: 204 };
-});
-
-export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, caller, text }) => ({
-  status: 200,
-  jsonBody: await deps.provisioning.runners.target(caller, text),
 }));
 
 /**
@@ -125,7 +110,4 @@ app.http('claimRunnerJob', { route: 'runtime-cloud/runner-pools/{pool}/claim', m
 app.http('listRunnerPools', { route: 'runtime-cloud/runner-pools', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerPools });
 app.http('listRunnerAgents', { route: 'runtime-cloud/runner-pools/{pool}/agents', methods: ['GET'], authLevel: 'anonymous', handler: listRunnerAgents });
 app.http('runnerJobHeartbeat', { route: 'runtime-cloud/runner-jobs/{id}/heartbeat', methods: ['POST'], authLevel: 'anonymous', handler: jobHeartbeat });
-app.http('getRunnerJobState', { route: 'runtime-cloud/runner-jobs/{id}/state', methods: ['GET'], authLevel: 'anonymous', handler: getJobState });
-app.http('putRunnerJobState', { route: 'runtime-cloud/runner-jobs/{id}/state', methods: ['PUT'], authLevel: 'anonymous', handler: putJobState });
-app.http('runnerJobTargetCall', { route: 'runtime-cloud/runner-jobs/{id}/target', methods: ['POST'], authLevel: 'anonymous', handler: jobTargetCall });
 app.http('postRunnerJobResult', { route: 'runtime-cloud/runner-jobs/{id}/result', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: postJobResult });

@@ -12,7 +12,7 @@ import { Health, HealthCheckResponse_ServingStatus } from '../../contracts/gen/g
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import type { JsonValue } from '../../shared/platform/iac/iac-values';
 import type { PolicyAnswer, ReceiptKind as RunReceiptKind } from '../../shared/provisioning/external-services.client';
-import type { LocalExternalServices, LocalServiceName } from '../../shared/provisioning/local-external-services.adapter';
+import type { LocalExternalServices, LocalServiceName } from './local-external-services.adapter';
 import type { EnvironmentTier } from '../../shared/provisioning/promotion';
 
 /**

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { createLocalCloud, type CloudResource, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type CloudResource, type LocalCloud } from '../cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import { STACK_NAME_PATTERN } from '../../shared/provisioning/promotion';

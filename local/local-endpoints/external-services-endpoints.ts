@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import { ExternalErrors } from '../../shared/provisioning/external-services.client';
-import { createLocalExternalServices, LOCAL_SERVICES, type LocalExternalServices, type LocalServiceName, type Review } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices, LOCAL_SERVICES, type LocalExternalServices, type LocalServiceName, type Review } from '../external-services/local-external-services.adapter';
 import type { HostComponent, HostContext } from '../host';
 import { adminOnly } from '../http/raw-problems';
 import type { RawRequest, RawResponse } from '../http/http-binding';

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { TenantFilter } from '../platform/auth/auth';
-import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 import { AppError } from '../platform/errors/app-error';
 import { retryingContention } from '../platform/sql/transaction';
 import { canonicalJson, ignoreRuleProblems, type IgnoreRule } from './drift';

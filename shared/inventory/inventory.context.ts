@@ -3,7 +3,7 @@ import type { Kysely, Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { NewEvent } from '../platform/bus/events';
 import { appendToOutbox } from '../platform/bus/outbox';
-import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';

@@ -1,4 +1,4 @@
-import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { describeFieldProblems } from '../platform/validation/validation';
 import { desiredStateOf, type DesiredState, type EnvironmentKey, type RunOutcome } from './environment';

@@ -4,9 +4,7 @@ import { appendToOutbox } from '../platform/bus/outbox';
 import { AppError, ensureError } from '../platform/errors/app-error';
 import type { DesiredStateHostOptions } from '../platform/git/desired-state';
 import { redactUrl } from '../platform/git/repository-url';
-import type { LocalCloud } from '../platform/cloud/local-cloud';
 import type { IacEngine } from '../platform/iac/iac-runner';
-import type { StackStates } from '../platform/iac/stack-state.repository';
 import type { RunnerTarget } from '../platform/config/targets';
 export type { RunnerTarget } from '../platform/config/targets';
 import type { SqlStore } from '../platform/sql/database';
@@ -84,8 +82,7 @@ export interface EnvironmentTargets {
 
 /**
  * How this host hands plans and applies to runner agents (runner-jobs.ts): the target and pool of each
- * run's environment, the capacity leases its jobs hold, the job lease's length, and for local cloud targets the
- * state and resources the job endpoints serve.
+ * run's environment, the capacity leases its jobs hold, and the job lease's length.
  */
 export interface RunnerExecution {
   /** Every target of the installation with its runner pool and the engine its runners use. */
@@ -95,8 +92,6 @@ export interface RunnerExecution {
   readonly leaseTtlMs: number;
   /** How long a job waits for an agent of its pool before its run fails `PROVISIONING.RUNNER_UNAVAILABLE`. */
   readonly claimTimeoutMs: number;
-  /** The local cloud and the local engine's stack states, served to jobs on `local-cloud` targets. */
-  readonly local?: { readonly cloud: LocalCloud; readonly states: StackStates };
 }
 
 /** Capacity leases of kind `runner` (the capacity module's), one per claimed job. */

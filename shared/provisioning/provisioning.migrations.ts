@@ -326,8 +326,11 @@ async function stacksByTenant(db: Kysely<unknown>, dialect: SqlDialect): Promise
     const project = (JSON.parse(run.plan_receipt ?? '{}') as { plan?: { project?: unknown } }).plan?.project;
     if (typeof project === 'string') await legacy.updateTable('provisioning_runs').set({ project }).where('id', '=', run.id).execute();
   }
-  await sql`update provisioning_runs set project = coalesce((select max(s.project) from local_iac_stacks s where s.tenant_id = provisioning_runs.tenant_id and s.stack = provisioning_runs.stack), '')
-    where project = ''`.execute(db);
+  // The local engine's stacks are the local host's (local/engine/): a deployed store has none to read.
+  if (await tableExists(db, dialect, 'local_iac_stacks')) {
+    await sql`update provisioning_runs set project = coalesce((select max(s.project) from local_iac_stacks s where s.tenant_id = provisioning_runs.tenant_id and s.stack = provisioning_runs.stack), '')
+      where project = ''`.execute(db);
+  }
   await dropIndex(db, dialect, 'provisioning_runs_stack', 'provisioning_runs');
   await db.schema.createIndex('provisioning_runs_by_stack').on('provisioning_runs').columns(['tenant_id', 'project', 'stack', 'seq']).execute();
 
@@ -403,4 +406,16 @@ async function stacksByTenant(db: Kysely<unknown>, dialect: SqlDialect): Promise
     const applied = runs.filter((r) => r.stack === stack && r.state === 'applied').pop();
     if (applied) await legacy.updateTable('capacity_pools').set({ iac_stack: `${applied.tenant_id}/${applied.project}/${stack}` }).where('id', '=', pool.id).execute();
   }
+}
+
+/** Whether the store has the table, in the schema migrations run in (PostgreSQL's search path). */
+async function tableExists(db: Kysely<unknown>, dialect: SqlDialect, table: string): Promise<boolean> {
+  const query =
+    dialect === 'sqlite'
+      ? sql<{ found: unknown }>`select name as found from sqlite_master where type = 'table' and name = ${table}`
+      : dialect === 'postgres'
+        ? sql<{ found: unknown }>`select to_regclass(${table}) as found`
+        : sql<{ found: unknown }>`select object_id(${table}, 'U') as found`;
+  const found = (await query.execute(db)).rows[0]?.found;
+  return found !== undefined && found !== null;
 }

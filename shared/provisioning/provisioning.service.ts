@@ -1,8 +1,6 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
-import type { CloudResource } from '../platform/cloud/local-cloud';
-import type { StackState } from '../platform/iac/plan';
-import { heartbeatSchema, jobOutcomeSchema, stackStateSchema, targetCallSchema, type ClaimedJob } from '../platform/iac/runner-job';
+import { heartbeatSchema, jobOutcomeSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
 import { sendDeliveryReports, type SendResult } from './delivery-reports.service';
 import { afterApproval, apply, applyJobFinished, applyJobLost, resolveJobReferences } from './apply.service';
@@ -15,7 +13,7 @@ import type { Rejection, RunDetail } from './provisioning.repository';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
 import type { ReconcileRequest } from './reconciliation';
 import { RunErrors, type Run, type RunState, type RunStep } from './run';
-import { acceptOutcome, claimJob, heartbeat, jobState, targetCall, writeJobState } from './runner-job-agents.service';
+import { acceptOutcome, authorizeTargetCall, claimJob, heartbeat, type TargetCallGrant } from './runner-job-agents.service';
 import { collectJob } from './runner-job-dispatch.service';
 import { watchDispatches } from './runner-job-wakeups';
 import { type FinishedJob, type JobCaller } from './runner-jobs';
@@ -24,7 +22,7 @@ import { getRejection, getRun, listRuns, type RunPage } from './run-queries.serv
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
 
-export type { BrokenStackLock, IntakeResult, JobCaller, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
+export type { BrokenStackLock, IntakeResult, JobCaller, TargetCallGrant, PoolResizeResult, ProvisioningServiceOptions, ReconcileResult, RunPage, RunStep, RunTimings };
 
 /**
  * The provisioning use cases; built once per host by `createDeps`. Each lives in a file of its own flow
@@ -113,11 +111,8 @@ export interface RunnerJobs {
   // Each is the job's only with its token, from an agent of the job's pool (`JobCaller`).
   /** A heartbeat (`Heartbeat`). */
   heartbeat(caller: JobCaller, body: string): Promise<{ leaseExpiresAt: string }>;
-  state(caller: JobCaller): Promise<StackState | undefined>;
-  /** Writes the job's stack state (`StackState`). */
-  writeState(caller: JobCaller, body: string): Promise<void>;
-  /** A call to the job's local cloud target (`TargetCall`). */
-  target(caller: JobCaller, body: string): Promise<{ resource?: CloudResource; deleted?: boolean }>;
+  /** What a call of the job to a target the host serves may touch (a local cloud target's; `write`: a change). */
+  authorizeTargetCall(caller: JobCaller, write: boolean): Promise<TargetCallGrant>;
   /** Accepts a job's outcome (`RunnerJobOutcome`); returns the run whose orchestration to wake. */
   accept(caller: JobCaller, body: string): Promise<{ runId: string }>;
   /** The agent pools; those serving `tenant` only, when given. */
@@ -164,9 +159,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
       claim: (pool, agent, waitMs) => claimJob(ctx, pool, agent, (job) => resolveJobReferences(ctx, job), waitMs, claimWaits.signal),
       endClaimWaits: () => claimWaits.abort(),
       heartbeat: (caller, body) => heartbeat(ctx, caller, parseJsonBody(body || '{}', heartbeatSchema)),
-      state: (caller) => jobState(ctx, caller),
-      writeState: (caller, body) => writeJobState(ctx, caller, parseJsonBody(body, stackStateSchema)),
-      target: (caller, body) => targetCall(ctx, caller, parseJsonBody(body, targetCallSchema)),
+      authorizeTargetCall: (caller, write) => authorizeTargetCall(ctx, caller, write),
       accept: (caller, body) => acceptOutcome(ctx, caller, parseJsonBody(body, jobOutcomeSchema)),
       pools: (tenant) => runnerPools(ctx, tenant),
       agents: (pool, tenant) => runnerAgents(ctx, pool, tenant),

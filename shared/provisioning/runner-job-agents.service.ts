@@ -1,9 +1,8 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import type { CloudResource } from '../platform/cloud/local-cloud';
 import { agentPoolNamed, type AgentPool } from '../platform/config/targets';
 import { AppError } from '../platform/errors/app-error';
-import { type ClaimedJob, type Heartbeat, type RunnerJobOutcome, type TargetCall } from '../platform/iac/runner-job';
-import type { StackState } from '../platform/iac/plan';
+import { type ClaimedJob, type Heartbeat, type RunnerJobOutcome } from '../platform/iac/runner-job';
+import { type StackRef } from '../platform/iac/stack-ref';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { existingRun, nowOf, type ProvisioningContext, type RunnerExecution } from './provisioning.context';
 import { setWaiting } from './provisioning.repository';
@@ -14,8 +13,8 @@ import { dispatchedOrAfter } from './runner-job-wakeups';
 
 /**
  * Runner jobs, the agents' side (runner-jobs.ts): an agent claims a job of its pool (a long poll), beats while it
- * runs, and posts its outcome; on a local cloud target it reads and writes its stack state and calls its target. Every
- * call is the job's only with its token, from an agent of its pool, and writes only under the job's stack lock.
+ * runs, and posts its outcome; a job's calls to a target the host serves (a local cloud) are granted here. Every call
+ * is the job's only with its token, from an agent of its pool, and writes only under the job's stack lock.
  */
 
 /**
@@ -73,12 +72,8 @@ async function claimNow(
       continue;
     }
     let references: Awaited<ReturnType<typeof resolve>>;
-    let state: StackState | undefined;
     try {
       references = job.kind === 'apply' ? await resolve(job) : { values: {}, degraded: [] };
-      // The stand-in for the state backend: the job is the stack's only writer while it holds the lock, so the state
-      // as claimed is the one it starts from.
-      state = runners.local && job.spec.engine === 'local' ? await runners.local.states.read(job.spec.stack) : undefined;
     } catch (thrown) {
       // A fail-fast service did not answer: the job stays queued for a later claim, and its lease goes back now.
       await runners.leases.release(job.tenant, lease);
@@ -106,7 +101,6 @@ async function claimNow(
       token,
       heartbeatMs: Math.max(1, Math.floor(runners.leaseTtlMs / 4)),
       ...(job.kind === 'apply' ? { references: references.values } : {}),
-      ...(job.spec.engine === 'local' ? { state: state ?? null } : {}),
     };
   }
   return undefined;
@@ -214,77 +208,33 @@ async function fenceWrite(ctx: ProvisioningContext, job: RunnerJob): Promise<voi
   if (!(await current(ctx, job))) throw superseded(job);
 }
 
-/** The job's stack state (jobs on a local cloud target: the stand-in for the per-tenant state backend). */
-export async function jobState(ctx: ProvisioningContext, caller: JobCaller): Promise<StackState | undefined> {
-  const job = await authenticJob(ctx, caller);
-  return localOf(ctx, job).states.read(job.spec.stack);
-}
-
-/** Writes the job's stack state: apply jobs only, while they run under the stack lock, for their own stack only. */
-export async function writeJobState(ctx: ProvisioningContext, caller: JobCaller, state: StackState): Promise<void> {
-  const job = await authenticJob(ctx, caller);
-  const local = localOf(ctx, job);
-  const { stack } = job.spec;
-  if (state.stack !== stack.stack || state.project !== stack.project) throw refused(job, `the state is of stack ${state.project}/${state.stack}, not ${stack.project}/${stack.stack}`);
-  await fenceWrite(ctx, job);
-  await local.states.write(stack, state);
-}
-
 /**
- * A call of the job to its local cloud target, in its tenant's scope only: a resource of another scope is not
- * found; writes are for apply jobs running under the stack lock, and each is recorded in the job's log.
+ * A call of a job to its target that the host serves (a local cloud target, whose resources and stack state the
+ * local host's job endpoints hold: local/cloud/job-target-calls.ts). What the call may touch is the grant's: its
+ * tenant's scope, its stack. Only the job's token from an agent of its pool, only a job of the local engine; a write
+ * only for an apply job that began, while it runs under its stack lock (fenced).
  */
-export async function targetCall(ctx: ProvisioningContext, caller: JobCaller, call: TargetCall): Promise<{ resource?: CloudResource; deleted?: boolean }> {
-  const job = await authenticJob(ctx, caller);
-  const { cloud } = localOf(ctx, job);
-  const { target } = job.spec;
-  const scope = job.tenant;
-  const own = async (id: string) => {
-    const found = await cloud.get(target, id);
-    return found && found.scope === scope ? found : undefined;
-  };
-  if (call.op === 'get') {
-    const resource = await own(call.id);
-    return resource ? { resource } : {};
-  }
-  await fenceWrite(ctx, job);
-  const record = (line: string) => retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${new Date(nowOf(ctx)).toISOString()} target ${line}`]));
-  switch (call.op) {
-    case 'recordApply':
-      await cloud.recordApply(target, { stack: job.spec.stack, planDigest: call.planDigest });
-      await record(`apply ${call.planDigest} began`);
-      return {};
-    case 'create': {
-      if (!call.urn.startsWith(`urn:pulumi:${job.spec.stack.stack}::${job.spec.stack.project}::`)) throw refused(job, `the urn ${call.urn} is not of the job's stack`);
-      const resource = await cloud.create(target, { scope, urn: call.urn, type: call.type, properties: call.properties });
-      await record(`created ${resource.type} ${resource.id} (${resource.urn})`);
-      return { resource };
-    }
-    case 'update': {
-      if (!(await own(call.id))) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `there is no resource ${call.id}`);
-      const resource = await cloud.update(target, call.id, call.properties);
-      await record(`updated ${resource.type} ${resource.id}`);
-      return { resource };
-    }
-    case 'adopt': {
-      // Pulumi's import: a resource of the job's tenant becomes one of the job's stack.
-      if (!call.urn.startsWith(`urn:pulumi:${job.spec.stack.stack}::${job.spec.stack.project}::`)) throw refused(job, `the urn ${call.urn} is not of the job's stack`);
-      if (!(await own(call.id))) throw new AppError('LOCAL_CLOUD.NOT_FOUND', 'not-found', `there is no resource ${call.id}`);
-      const resource = await cloud.adopt(target, call.id, call.urn);
-      await record(`adopted ${resource.type} ${resource.id} as ${resource.urn}`);
-      return { resource };
-    }
-    case 'delete': {
-      if (!(await own(call.id))) return { deleted: false };
-      const deleted = await cloud.delete(target, call.id);
-      await record(`deleted ${call.id}`);
-      return { deleted };
-    }
-  }
+export interface TargetCallGrant {
+  readonly jobId: string;
+  readonly tenant: string;
+  readonly stack: StackRef;
+  readonly target: string;
+  /** Appends a line to the job's log (writes are recorded). */
+  record(line: string): Promise<void>;
+  /** The refusal of a call the grant does not cover (403 `RUNNER.CALL_REFUSED`), for the caller to throw. */
+  refuse(why: string): AppError;
 }
 
-function localOf(ctx: ProvisioningContext, job: RunnerJob): NonNullable<RunnerExecution['local']> {
-  const local = requireRunners(ctx).local;
-  if (!local || job.spec.engine !== 'local') throw refused(job, `target ${job.target} is not a local cloud: its runners reach it with their own identity`);
-  return local;
+export async function authorizeTargetCall(ctx: ProvisioningContext, caller: JobCaller, write: boolean): Promise<TargetCallGrant> {
+  const job = await authenticJob(ctx, caller);
+  if (job.spec.engine !== 'local') throw refused(job, `target ${job.target} is not a local cloud: its runners reach it with their own identity`);
+  if (write) await fenceWrite(ctx, job);
+  return {
+    jobId: job.id,
+    tenant: job.tenant,
+    stack: job.spec.stack,
+    target: job.spec.target,
+    record: (line) => retryingContention(() => appendJobLog(ctx.db, ctx.dialect, job.id, [`${new Date(nowOf(ctx)).toISOString()} target ${line}`])),
+    refuse: (why) => refused(job, why),
+  };
 }

@@ -1,5 +1,5 @@
 import type { Selectable, Transaction } from 'kysely';
-import { isUniqueViolation } from '../platform/cloud/local-cloud.repository';
+import { isUniqueViolation } from '../platform/sql/dialect';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { appendedKeepingLast, firstRows, type SqlDialect } from '../platform/sql/dialect';

@@ -24,7 +24,7 @@ import { parseConfig } from '../../shared/platform/config/config';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { adminQuery } from '../support/postgres-admin';
 import { rowCollector, type Row } from './table';
 

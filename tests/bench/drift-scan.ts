@@ -17,7 +17,7 @@ import { startTableServer } from '../../local/azurite/table-server';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { ManualClock } from '../../shared/platform/time/clock';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { inventoryOver, specificationApplied, urnOf, type TestResource } from '../support/inventory';
 import { adminQuery } from '../support/postgres-admin';
 import type { Print } from './table';

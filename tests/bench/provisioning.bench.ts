@@ -48,7 +48,7 @@ import { createSqlStore, type SqlStore } from '../../shared/platform/sql/databas
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { adminQuery } from '../support/postgres-admin';
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { aStackPromotion, writeExampleReferences } from '../support/provisioning';

@@ -19,8 +19,8 @@
  */
 import { parseDocument } from 'yaml';
 import type { JsonObject, JsonValue } from '../../shared/platform/iac/iac-values';
-import type { ConfigOverrides } from '../../shared/platform/iac/local-engine';
-import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import type { ConfigOverrides } from '../../local/engine/local-engine';
+import type { ProjectFiles } from '../../local/engine/pulumi-yaml';
 import { knownExpectation } from './yaml-corpus-expected';
 
 /** What Pulumi does with the program: runs it (outputs known or not), refuses it, or we cannot tell. */

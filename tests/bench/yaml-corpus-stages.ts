@@ -5,12 +5,12 @@
  * apply's stack outputs against what Pulumi gives, where known). For a program Pulumi refuses, the faithful
  * outcome is a clear refusal (an AppError code) before anything is applied.
  */
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { jsonEqual, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
-import { createLocalEngine, type ConfigOverrides, type LocalEngine } from '../../shared/platform/iac/local-engine';
+import { createLocalEngine, type ConfigOverrides, type LocalEngine } from '../../local/engine/local-engine';
 import type { ApplyResult, Plan, ResolveReferences } from '../../shared/platform/iac/plan';
-import { loadProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import { loadProgram, type ProjectFiles } from '../../local/engine/pulumi-yaml';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';

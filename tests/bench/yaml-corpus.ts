@@ -11,8 +11,8 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, relative, resolve, sep } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { LocalEngine } from '../../shared/platform/iac/local-engine';
-import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import type { LocalEngine } from '../../local/engine/local-engine';
+import type { ProjectFiles } from '../../local/engine/pulumi-yaml';
 import { prepareProgram, type CorpusProgram } from './yaml-corpus-program';
 import { corpusEngine, measureProgram, measureSequence, STAGES, type ProgramReport } from './yaml-corpus-stages';
 

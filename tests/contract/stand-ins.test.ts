@@ -9,7 +9,7 @@ import { startStandIns, type StandIns } from '../../local/external-services/stan
 import { parseConfig } from '../../shared/platform/config/config';
 import { systemClock } from '../../shared/platform/time/clock';
 import { peerTransport } from '../../shared/platform/contracts/peer-transport';
-import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices, type LocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import { createTestDatabase, type TestDatabase } from '../support/databases';
 import { contractCases } from './suite';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { createSqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { readStoreEpoch } from '../../shared/platform/sql/store-epoch';

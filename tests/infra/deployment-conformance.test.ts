@@ -254,7 +254,7 @@ describe.skipIf(skipDialect('mssql'))('the deployment infra describes, run with 
     if (stopping) return;
     const credential = await host.token({ client: job.env.AZURE_CLIENT_ID, roles: job.appRoles, subject: `managed-identity-${job.name}` });
     const id = `${job.name}-${executions.size}-${Date.now()}`;
-    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../runner/main.ts')], {
+    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../local/runner-agent.ts')], {
       cwd: workRoot,
       env: {
         PATH: process.env.PATH ?? '/usr/bin:/bin',

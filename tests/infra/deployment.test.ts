@@ -3,7 +3,7 @@ import { functionsWithTrigger, triggerOf } from '../../local/functions-core/regi
 import { EVENT_TYPES, EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { stateNames, type AzureTarget } from '../../infra/targets';
 import { parseConfig, settingKeys } from '../../shared/platform/config/config';
-import { EVENT_SUBSCRIPTION_TYPES } from '../../shared/platform/bus/subscriptions';
+import { EVENT_SUBSCRIPTION_TYPES } from '../../local/bus/subscriptions';
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
 import {
   APP_PRINCIPAL_ID,

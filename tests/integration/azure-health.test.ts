@@ -52,6 +52,8 @@ describe('health of the host composed as in Azure', () => {
     RuntimeCloud__IaC__Execution: execution,
     RuntimeCloud__Store__Connection: join(mkdtempSync(join(root, 'store-')), 'runtime-cloud.sqlite'),
     RuntimeCloud__Tables__Connection: tables.connectionString,
+    // Azure's bus: nothing here answers for it, and its inbox-lag checks say so (they are not what this file checks).
+    ServiceBusConnection__fullyQualifiedNamespace: 'rch-health.servicebus.windows.net',
     RuntimeCloud__Targets: JSON.stringify([
       {
         id: 'prod-we',

@@ -4,7 +4,7 @@ import { capacityMigrations } from '../../shared/capacity/capacity.migrations';
 import { createCapacityService } from '../../shared/capacity/capacity.service';
 import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 
 const SLOTS_MIGRATION = '20261130-20-capacity-slots';

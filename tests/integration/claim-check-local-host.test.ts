@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { appendToOutbox } from '../../shared/platform/bus/outbox';
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
-import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { readTopic } from '../../local/bus/topic.repository';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import { eventually } from '../support/eventually';
 import { startTestHost, type TestHost } from '../support/local-host';

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { localDurable } from '../../local/durable/durable-component';
 import { ServiceBusBinding } from '../../local/service-bus/service-bus-binding';
-import { enqueue } from '../../shared/platform/bus/queue.repository';
+import { enqueue } from '../../local/bus/queue.repository';
 import { busDb } from '../../shared/platform/bus/bus-db';
 import { SAMPLE_START_QUEUE, SampleOrchestrations } from '../support/durable-sample';
 import { startTestHost, type TestHost } from '../support/local-host';

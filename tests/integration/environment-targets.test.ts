@@ -10,6 +10,7 @@ import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { ownPool, testAgent, type TestAgent } from '../support/runner-agents';
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { localEngineFor } from '../../local/runner-agent';
 
 /**
  * Environments live on targets (issue 17): the ControlPlaneApi's environment names its target, else the
@@ -101,7 +102,7 @@ for (const dialect of DIALECTS) {
       for (const kind of ['plan', 'apply']) {
         const claimed = await eventually(() => client.claim(`${pool}-agent`, 0), 20_000);
         expect([claimed.job.runId, claimed.job.kind]).toEqual([runId, kind]);
-        await runJob({ client, agent: `${pool}-agent`, workRoot: join(root, 'work') }, claimed, () => undefined);
+        await runJob({ client, engineFor: localEngineFor, agent: `${pool}-agent`, workRoot: join(root, 'work') }, claimed, () => undefined);
       }
       return eventually(async () => {
         const body = (await (await host.fetch(`/runtime-cloud/runs/${runId}`, { claims: as })).json()) as RunBody;

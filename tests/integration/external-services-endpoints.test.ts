@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LocalExternalServicesEndpoints } from '../../local/local-endpoints/external-services-endpoints';
 import { ExternalErrors, type ApplyEvidence, type PolicyInput } from '../../shared/provisioning/external-services.client';
-import { createLocalExternalServices, LOCAL_SERVICES, type LocalExternalServices, type LocalServiceName } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices, LOCAL_SERVICES, type LocalExternalServices, type LocalServiceName } from '../../local/external-services/local-external-services.adapter';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { refusal } from '../support/refusal';

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
-import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import { eventually } from '../support/eventually';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';

@@ -5,8 +5,8 @@ import type { InventoryService } from '../../shared/inventory/inventory.service'
 import { busDb } from '../../shared/platform/bus/bus-db';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { QUEUE_DEFAULTS } from '../../shared/platform/bus/queue';
-import { enqueue, listActive, listDeadLettered } from '../../shared/platform/bus/queue.repository';
-import { subscriptionEntity } from '../../shared/platform/bus/topic.repository';
+import { enqueue, listActive, listDeadLettered } from '../../local/bus/queue.repository';
+import { subscriptionEntity } from '../../local/bus/topic.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { eventually } from '../support/eventually';

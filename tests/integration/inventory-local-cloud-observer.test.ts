@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLocalCloudObserver } from '../../shared/inventory/local-cloud-observer.adapter';
+import { createLocalCloudObserver } from '../../local/cloud/local-cloud-observer.adapter';
 import type { ObservationScope, Observer } from '../../shared/inventory/observer';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 import { refusal } from '../support/refusal';

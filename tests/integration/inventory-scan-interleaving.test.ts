@@ -4,7 +4,7 @@ import type { EnvironmentKey } from '../../shared/inventory/environment';
 import type { InventoryService } from '../../shared/inventory/inventory.service';
 import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
 import type { Observer } from '../../shared/inventory/observer';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { ManualClock } from '../../shared/platform/time/clock';

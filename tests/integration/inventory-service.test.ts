@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { ManualClock } from '../../shared/platform/time/clock';
 import type { InventoryService } from '../../shared/inventory/inventory.service';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { createTableStore, type TableStore } from '../../shared/platform/tables/tables';
 import { createObservedInventory, tableKey } from '../../shared/inventory/observed-inventory.repository';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocalCloud, type CloudResource, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type CloudResource, type LocalCloud } from '../../local/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { expectProblem, fieldsOf } from '../support/problems';

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
-import { localCloudMigrations } from '../../shared/platform/cloud/local-cloud.migrations';
-import { listStackResources, localCloudDb } from '../../shared/platform/cloud/local-cloud.repository';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
+import { localCloudMigrations } from '../../local/cloud/local-cloud.migrations';
+import { listStackResources, localCloudDb } from '../../local/cloud/local-cloud.repository';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { refusal } from '../support/refusal';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';

@@ -1,14 +1,15 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { localIacRunner, type HeldIgnoreRule, type IacEngine } from '../../shared/platform/iac/iac-runner';
+import { type HeldIgnoreRule, type IacEngine } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner } from '../../local/engine/local-engine';
 import type { ValueReference } from '../../shared/platform/iac/iac-values';
-import { LOCAL_ENGINE_VERSION } from '../../shared/platform/iac/local-engine';
+import { LOCAL_ENGINE_VERSION } from '../../local/engine/local-engine';
 import type { Plan, ResolveReferences, StackState } from '../../shared/platform/iac/plan';
-import type { ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import type { ProjectFiles } from '../../local/engine/pulumi-yaml';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
-import { readStackState, stackStateDb, writeStackState } from '../../shared/platform/iac/stack-state.repository';
+import { readStackState, stackStateDb, writeStackState } from '../../local/engine/stack-state.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registeredHttpRoutes } from '../../functions/app';
+import { endpointSpec } from '../../functions/http/endpoint';
 import { API_VERSION, openApiDocument } from '../../functions/http/openapi';
 import { registeredFunctions, triggerOf } from '../../local/functions-core/registry';
 import { startTestHost, type TestHost } from '../support/local-host';
@@ -29,7 +30,10 @@ describe('the OpenAPI document', () => {
   });
 
   it('when the host registers an HTTP function, then its route and methods are in the document', () => {
-    const http = registeredFunctions().filter((r) => triggerOf(r).type === 'httpTrigger');
+    const localOnly = new Set(registeredHttpRoutes().filter((r) => endpointSpec(r.handler)?.localOnly).map((r) => r.name));
+    const http = registeredFunctions().filter((r) => triggerOf(r).type === 'httpTrigger' && !localOnly.has(r.metadata.name));
+    // The local cloud's job routes are the local host's own (local/cloud/job-target-functions.ts), not the API's.
+    expect([...localOnly].sort()).toEqual(['getRunnerJobState', 'putRunnerJobState', 'runnerJobTargetCall']);
     expect(http.length).toBeGreaterThan(25);
     const missing = http.flatMap((r) => {
       const trigger = triggerOf(r) as { route?: string; methods?: string[] };
@@ -53,7 +57,7 @@ describe('the OpenAPI document', () => {
   });
 
   it("when a runner job's call is described, then it needs the agent's pool credential (scope factory.runner.agent) and the job's token header", () => {
-    for (const [path, method] of [['heartbeat', 'post'], ['state', 'get'], ['state', 'put'], ['target', 'post'], ['result', 'post']] as const) {
+    for (const [path, method] of [['heartbeat', 'post'], ['result', 'post']] as const) {
       const operation = checkedIn.paths[`/runtime-cloud/runner-jobs/{id}/${path}`]![method] as { parameters?: { name: string; in: string; required?: boolean }[]; 'x-required-scope'?: string };
       expect(operation['x-required-scope'], `${method} ${path}`).toBe('factory.runner.agent');
       expect(operation.parameters, `${method} ${path}`).toContainEqual(expect.objectContaining({ name: 'x-runner-job-token', in: 'header', required: true }));

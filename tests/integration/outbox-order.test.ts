@@ -2,18 +2,20 @@ import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startAfterCommitPublish } from '../../shared/platform/bus/after-commit-publish';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { embeddedTopicPublisher, type EventPublisher } from '../../shared/platform/bus/event-publisher';
+import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
+import { embeddedTopicPublisher } from '../../local/bus/embedded-bus';
 import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, laneOf, streamOf, toCloudEvent, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
 import { CLAIM_MARGIN_MS, relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { sendBudgetMs, serviceBusPublisher } from '../../shared/platform/bus/service-bus-publisher';
-import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { readTopic } from '../../local/bus/topic.repository';
 import { inTransaction } from '../../shared/platform/sql/transaction';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createDeps } from '../../shared/deps';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createTestDatabase, DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { localTwin } from '../../local/twin';
 
 /**
  * Issue 19's outbox holes: publish order per stream true across concurrent writers, a relay's claim that outlasts a
@@ -251,6 +253,7 @@ for (const dialect of DIALECTS) {
         // No timer runs here: closing the deps waits for every after-commit publish they started.
         const deps = await createDeps(parseConfig({ ...database.settings, RuntimeCloud__IaC__Runner: 'local', RuntimeCloud__Tables__Connection: NEVER_CONTACTED_TABLES, RuntimeCloud__Outbox__Publish: publish }), {
           ...database.overrides,
+          twin: localTwin,
           jwks: { keys: [] },
         });
         try {

@@ -1,12 +1,13 @@
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
-import { embeddedTopicPublisher, type EventPublisher } from '../../shared/platform/bus/event-publisher';
+import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
+import { embeddedTopicPublisher } from '../../local/bus/embedded-bus';
 import { EVENTS_TOPIC, type NewEvent } from '../../shared/platform/bus/events';
 import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
 import { claimPending, pendingSummary } from '../../shared/platform/bus/outbox-relay.repository';
 import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
-import { readTopic } from '../../shared/platform/bus/topic.repository';
+import { readTopic } from '../../local/bus/topic.repository';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 

@@ -1,12 +1,12 @@
 import * as fs from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { inTransaction } from '../../shared/platform/sql/transaction';
 import { enqueueDeliveryReports, findReport } from '../../shared/provisioning/delivery-reports.repository';
 import type { ExternalServices, OutcomeReport } from '../../shared/provisioning/external-services.client';
-import { createLocalExternalServices, type LocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices, type LocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';

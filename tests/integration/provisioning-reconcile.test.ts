@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import type { ReconcileRequest } from '../../shared/provisioning/reconciliation';

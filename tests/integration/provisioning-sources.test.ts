@@ -8,7 +8,7 @@ import nodeHttp from 'isomorphic-git/http/node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { realLocalPath } from '../../shared/platform/git/desired-state';
-import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import { createProvisioningService, type ProvisioningService } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';
 import { DIALECTS, skipDialect } from '../support/databases';

@@ -10,10 +10,11 @@ import {
   enqueue,
   listActive,
   listDeadLettered,
+  oldestActive,
   receive,
   release,
   renewLock,
-} from '../../shared/platform/bus/queue.repository';
+} from '../../local/bus/queue.repository';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
@@ -248,7 +249,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const [idle] = await inboxLag(db, [module], {}, now());
       const queue = `${PROMOTIONS_QUEUE}-${dialect}`;
       await enqueue(db, dialect, queue, aMessage(), { now: start, duplicateDetectionWindowMs: WINDOW });
-      const [queued] = await inboxLag(db, [module], { [module]: [queue] }, now());
+      const [queued] = await inboxLag(db, [module], { [module]: [queue] }, now(), (queues) => oldestActive(db, queues));
 
       expect(before).toEqual({ module, lagSeconds: 10, unprocessed: 2, waitingInQueues: 0 });
       expect(after).toEqual({ module, lagSeconds: 5, unprocessed: 1, waitingInQueues: 0 });

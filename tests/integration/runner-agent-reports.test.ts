@@ -17,6 +17,7 @@ import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { EXAMPLE_PROJECT, exampleStack, outboxEvents, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { localEngineFor } from '../../local/runner-agent';
 
 /**
  * The host checks what runner agents report (issue "Tenant code is contained in its own tenant's runner", part 3).
@@ -145,14 +146,14 @@ for (const dialect of DIALECTS) {
     async function agent(handle: (claimed: ClaimedJob) => Promise<boolean>, done: () => boolean): Promise<void> {
       while (!done()) {
         const claimed = await eventually(() => client.claim('test-agent', 0), 30_000);
-        if (!(await handle(claimed))) await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+        if (!(await handle(claimed))) await runJob({ client, engineFor: localEngineFor, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
       }
     }
     /** The outcome the product's agent code makes of a claimed job, not posted. */
     async function honestOutcome(claimed: ClaimedJob): Promise<RunnerJobOutcome> {
       let outcome: RunnerJobOutcome | undefined;
       const capturing: HostClient = { ...client, job: (c) => ({ ...client.job(c), result: (o) => Promise.resolve(void (outcome = o)) }) };
-      await runJob({ client: capturing, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+      await runJob({ client: capturing, engineFor: localEngineFor, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
       if (!outcome) throw new Error(`job ${claimed.job.id} made no outcome`);
       return outcome;
     }
@@ -178,7 +179,7 @@ for (const dialect of DIALECTS) {
           async (claimed) => {
             if (claimed.job.kind !== 'apply' || claimed.job.stack.stack !== stack) return false;
             if (claimed.job.stack.tenant === B) {
-              await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+              await runJob({ client, engineFor: localEngineFor, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
               appliedB = true;
               return true;
             }
@@ -236,7 +237,7 @@ for (const dialect of DIALECTS) {
         async (claimed) => {
           if (claimed.job.kind !== 'apply' || claimed.job.stack.stack !== stack) return false;
           if (claimed.job.stack.tenant === B) {
-            await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+            await runJob({ client, engineFor: localEngineFor, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
             appliedB = true;
             return true;
           }
@@ -340,7 +341,7 @@ for (const dialect of DIALECTS) {
           async (claimed) => {
             if (claimed.job.stack.stack !== stack) return false;
             if (claimed.job.stack.tenant === B) {
-              await runJob({ client, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
+              await runJob({ client, engineFor: localEngineFor, agent: 'test-agent', workRoot: join(root, 'work') }, claimed, () => undefined);
               appliedB = claimed.job.kind === 'apply';
               return true;
             }

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { migrateToLatest, type MigrationSource } from '../../shared/platform/sql/migrations';
 import { findJob } from '../../shared/provisioning/runner-jobs.repository';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';

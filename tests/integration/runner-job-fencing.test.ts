@@ -6,7 +6,8 @@ import { ProvisioningActivities } from '../../functions/provisioning/provisionin
 import { HistoryEventType, type HistoryEvent } from '../../local/durable/durable-protocol';
 import { examplePromotion } from '../../local/example-repository';
 import { runJob } from '../../runner/agent';
-import type { RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
+import type { ClaimedJob, RunnerJobOutcome } from '../../shared/platform/iac/runner-job';
+import type { StackState } from '../../shared/platform/iac/plan';
 import { MAX_UNBEGUN_APPLY_LOSSES } from '../../shared/provisioning/apply.service';
 import { provisioningDb } from '../../shared/provisioning/stack-lock.repository';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
@@ -14,6 +15,7 @@ import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { ownPool, testAgent } from '../support/runner-agents';
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
+import { localEngineFor } from '../../local/runner-agent';
 
 /**
  * Runner job tokens and fencing (issue 17), with the test as the agent speaking the protocol over HTTP: a job's calls
@@ -69,14 +71,17 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const second = await eventually(() => client.claim('fast-agent', 0), 30_000);
       const late = await jobCall(first.job.id, first.token, 'result', { body: { kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } } });
       const borrowed = await jobCall(second.job.id, first.token, 'state');
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, second, () => undefined);
+      const stateOf = async (claimed: ClaimedJob) => ((await (await jobCall(claimed.job.id, claimed.token, 'state')).json()) as { state: StackState | null }).state;
+      const firstState = await stateOf(second);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, second, () => undefined);
       const apply = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
+      const applyState = await stateOf(apply);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, apply, () => undefined);
 
       // Assert: the job got its own stack's files and the state it starts from (none yet), the apply the plan's state.
       expect(Object.keys(first.job.files).sort()).toEqual(['Pulumi.development.yaml', 'Pulumi.yaml']);
-      expect(first.state).toBeNull();
-      expect(apply.state).toBeNull();
+      expect(firstState).toBeNull();
+      expect(applyState).toBeNull();
       expect(waiting.runId).toBe(first.job.runId);
       expect(second.job.id).not.toBe(first.job.id);
       expect(second.job.fencingToken).toBeGreaterThan(first.job.fencingToken);
@@ -95,13 +100,12 @@ for (const dialect of REPOSITORY_DIALECTS) {
       // The next job of the stack starts from the state the apply wrote.
       await sendToPromotions(host, examplePromotion('development', example.repository), 'fencing-2');
       const next = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      const stored = await jobCall(next.job.id, next.token, 'state');
-      expect(next.state).toEqual(((await stored.json()) as { state: unknown }).state);
-      expect(next.state?.resources).toHaveLength(3);
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, next, () => undefined);
+      const nextState = await stateOf(next);
+      expect(nextState?.resources).toHaveLength(3);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, next, () => undefined);
       const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
-      expect(nextApply.state).toEqual(next.state);
+      expect(await stateOf(nextApply)).toEqual(nextState);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
       // The result endpoint only accepts each outcome and wakes the run: the orchestration's collect activity takes
       // each job's outcome (a plan that needs no approval goes on to its apply job there), once per job.
       await eventually(async () => {
@@ -127,7 +131,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const { client, jobCall } = await testAgent(host, POOL);
       await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-unbegun' }), 'unbegun-1');
       const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
       const silent = await eventually(() => client.claim('silent-agent', 0), 30_000);
       const silentJob = client.job(silent);
       const write = await jobCall(silent.job.id, silent.token, 'target', { body: { op: 'recordApply', planDigest: silent.job.approvedPlan?.digest } });
@@ -138,7 +142,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
         () => 'accepted',
         (thrown: unknown) => (thrown as { code?: string }).code,
       );
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, again, () => undefined);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, again, () => undefined);
 
       // Assert
       expect(silent.job.kind).toBe('apply');
@@ -166,7 +170,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, aStackPromotion(example.repository, 'development', { stack: 'development-1', environmentId: 'env-apply-lost-often' }), 'lost-often-1');
       const plan = await eventually(() => client.claim('fast-agent', 0), 30_000);
-      await runJob({ client, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, plan, () => undefined);
       const db = provisioningDb(host.host.deps.sql.db);
       const { provisioning } = host.host.deps;
 
@@ -196,7 +200,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const plan = await eventually(() => client.claim('collect-agent', 0), 30_000);
       let outcome: RunnerJobOutcome | undefined;
       const capturing: typeof client = { ...client, job: (claimed) => ({ ...client.job(claimed), result: (o) => Promise.resolve(void (outcome = o)) }) };
-      await runJob({ client: capturing, agent: 'collect-agent', workRoot: join(root, 'work') }, plan, () => undefined);
+      await runJob({ client: capturing, engineFor: localEngineFor, agent: 'collect-agent', workRoot: join(root, 'work') }, plan, () => undefined);
       const { provisioning } = host.host.deps;
       await provisioning.runners.accept({ jobId: plan.job.id, token: plan.token, pool: POOL }, JSON.stringify(outcome));
 
@@ -214,7 +218,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(steps.filter((step) => (step as { jobId: string }).jobId === applies[0]?.id).length).toBeGreaterThanOrEqual(1);
       expect(again).toMatchObject({ jobId: applies[0]?.id, kind: 'apply' });
       const apply = await eventually(() => client.claim('collect-agent', 0), 30_000);
-      await runJob({ client, agent: 'collect-agent', workRoot: join(root, 'work') }, apply, () => undefined);
+      await runJob({ client, engineFor: localEngineFor, agent: 'collect-agent', workRoot: join(root, 'work') }, apply, () => undefined);
       await eventually(async () => {
         const body = (await (await host.fetch(`/runtime-cloud/runs/${plan.job.runId}`, { claims: operator })).json()) as RunBody;
         return body.state === 'applied' ? body : undefined;

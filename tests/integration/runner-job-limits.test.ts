@@ -4,7 +4,7 @@ import { createCapacityService } from '../../shared/capacity/capacity.service';
 import { runnerLeases } from '../../shared/deps';
 import { settings } from '../../shared/platform/config/config';
 import { runnerTargetOf } from '../../shared/platform/config/targets';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner } from '../../local/engine/local-engine';
 import type { ClaimedJob } from '../../shared/platform/iac/runner-job';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { randomIds, type Clock } from '../../shared/platform/time/clock';

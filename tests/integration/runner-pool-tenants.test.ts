@@ -12,6 +12,7 @@ import { eventually } from '../support/eventually';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { aStackPromotion, EXAMPLE_SECRETS, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 import { ownPool, testAgent, type TestAgent } from '../support/runner-agents';
+import { localEngineFor } from '../../local/runner-agent';
 
 /**
  * Runner pools serve tenants, not only targets: a run's jobs go to its tenant's agent pool on its target (its own,
@@ -85,7 +86,7 @@ for (const dialect of DIALECTS) {
     async function runToEnd(agent: TestAgent, tenant: string, claimed: ClaimedJob): Promise<RunBody> {
       let job = claimed;
       for (;;) {
-        await runJob({ client: agent.client, agent: `${agent.pool}-agent`, workRoot: join(root, 'work') }, job, () => undefined);
+        await runJob({ client: agent.client, engineFor: localEngineFor, agent: `${agent.pool}-agent`, workRoot: join(root, 'work') }, job, () => undefined);
         const next = await eventually(async (): Promise<{ run: RunBody } | { job: ClaimedJob } | undefined> => {
           const run = await runOf(tenant, claimed.job.runId);
           if (['applied', 'failed', 'rejected', 'canceled'].includes(run.state)) return { run };
@@ -130,7 +131,7 @@ for (const dialect of DIALECTS) {
       // Arrange: B's apply job, claimed by B's agent, its apply not begun.
       const runB = await promote(B, 'env-calls', 'development-2');
       const planB = await eventually(() => agentB.client.claim('b-agent', 0));
-      await runJob({ client: agentB.client, agent: 'b-agent', workRoot: join(root, 'work') }, planB, () => undefined);
+      await runJob({ client: agentB.client, engineFor: localEngineFor, agent: 'b-agent', workRoot: join(root, 'work') }, planB, () => undefined);
       const applyB = await eventually(() => agentB.client.claim('b-agent', 0), 20_000);
       const jobRow = () => db().selectFrom('provisioning_runner_jobs').select(['state', 'log', 'lease_expires_at', 'apply_began_at', 'outcome', 'lease_id']).where('id', '=', applyB.job.id).executeTakeFirstOrThrow();
       const before = await jobRow();
@@ -174,7 +175,7 @@ for (const dialect of DIALECTS) {
       // Arrange: B's plan made; its apply job queued with the development stack's secret reference.
       await promote(B, 'env-secrets', 'development-3');
       const planB = await eventually(() => agentB.client.claim('b-agent', 0));
-      await runJob({ client: agentB.client, agent: 'b-agent', workRoot: join(root, 'work') }, planB, () => undefined);
+      await runJob({ client: agentB.client, engineFor: localEngineFor, agent: 'b-agent', workRoot: join(root, 'work') }, planB, () => undefined);
       await eventually(async () => ((await db().selectFrom('provisioning_runner_jobs').select('id').where('run_id', '=', planB.job.runId).where('kind', '=', 'apply').where('state', '=', 'queued').executeTakeFirst()) ? true : undefined));
 
       // Act

@@ -6,7 +6,7 @@ import type { AccessToken, TokenCredential } from '@azure/identity';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { runAgent, type AgentEnd } from '../../runner/agent';
 import { hostClient, type HostClient } from '../../runner/host-client';
-import { main } from '../../runner/main';
+import { localAgentMain as main } from '../../local/runner-agent';
 import { poolWakeups, type Wakeups } from '../../runner/wakeups';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import type { EventPublisher } from '../../shared/platform/bus/event-publisher';
@@ -22,6 +22,7 @@ import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 import { ownPool, testAgent, type TestAgent } from '../support/runner-agents';
 import { resourceOf, startIdentityEndpoint, startTestEntra, type IdentityEndpoint, type TestEntra } from '../support/test-entra';
+import { localEngineFor } from '../../local/runner-agent';
 
 /**
  * Runner wake-ups (issue 32, part 2): an event-driven execution of an agent pool takes one wake-up from its pool's
@@ -147,6 +148,7 @@ for (const dialect of DIALECTS) {
       RuntimeCloud__Runner__Agent: `execution-${tenant}`,
       RuntimeCloud__Runner__WorkDir: join(root, 'work', tenant),
       RuntimeCloud__Runner__OneJob: 'true',
+      RuntimeCloud__Runner__Engine: 'local',
       RuntimeCloud__Runner__Wakeups__Namespace: NAMESPACE,
       RuntimeCloud__Runner__Wakeups__Topic: EVENTS_TOPIC,
       RuntimeCloud__Runner__Wakeups__Subscription: subscriptionOf(tenant),
@@ -301,7 +303,7 @@ for (const dialect of DIALECTS) {
       const deadLettered = peer.deadLetteredOf(entityOf(A));
 
       // Act
-      const end = await runAgent({ client: time.client, wakeups: time.wakeups, agent: 'execution-idle', workRoot: join(root, 'work', 'idle'), oneJob: true, idleMs: 60_000, claimWaitMs: 20_000, clock: time.clock, log: () => undefined });
+      const end = await runAgent({ client: time.client, engineFor: localEngineFor, wakeups: time.wakeups, agent: 'execution-idle', workRoot: join(root, 'work', 'idle'), oneJob: true, idleMs: 60_000, claimWaitMs: 20_000, clock: time.clock, log: () => undefined });
 
       // Assert
       expect(end).toBe<AgentEnd>('idle');
@@ -320,7 +322,7 @@ for (const dialect of DIALECTS) {
       const time = compressedTime(agents[B]!.client, wakeupsOf(B));
 
       // Act
-      const end = await runAgent({ client: time.client, wakeups: time.wakeups, agent: 'execution-nothing', workRoot: join(root, 'work', 'nothing'), oneJob: true, idleMs: 90_000, clock: time.clock, log: () => undefined });
+      const end = await runAgent({ client: time.client, engineFor: localEngineFor, wakeups: time.wakeups, agent: 'execution-nothing', workRoot: join(root, 'work', 'nothing'), oneJob: true, idleMs: 90_000, clock: time.clock, log: () => undefined });
 
       // Assert: two takes (a take waits a minute at most), no claim.
       expect(end).toBe<AgentEnd>('idle');
@@ -340,7 +342,7 @@ for (const dialect of DIALECTS) {
 
       // Act
       const ran = runAgent({
-        client: away,
+        client: away, engineFor: localEngineFor,
         wakeups: wakeupsOf(A),
         agent: 'execution-failing',
         workRoot: join(root, 'work', 'failing'),

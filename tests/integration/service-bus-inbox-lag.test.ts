@@ -5,6 +5,7 @@ import { busDb } from '../../shared/platform/bus/bus-db';
 import { inboxLagChecks, INBOX_LAG_METRIC, type InboxLagReader } from '../../shared/platform/bus/bus.health';
 import { recordInbound } from '../../shared/platform/bus/inbox.repository';
 import { createInboxLagReader } from '../../shared/platform/bus/publishers';
+import { localTwin } from '../../local/twin';
 import { PROMOTIONS_QUEUE } from '../../shared/platform/bus/queue';
 import { serviceBusInboxLag } from '../../shared/platform/bus/service-bus-inbox-lag';
 import { runHealthChecks } from '../../shared/platform/health/health';
@@ -122,8 +123,10 @@ describe('inbox lag from the Service Bus queue (real @azure/service-bus peeking 
   it('when the host is configured for Service Bus, then its lag is read from the bus; else from the SQL store', async () => {
     const db = busDb(database.store.db);
     const onBus = createInboxLagReader(NAMESPACE, db, clock);
-    const local = createInboxLagReader('', db, clock);
+    const local = createInboxLagReader('', db, clock, localTwin.bus);
     readers.push(onBus, local);
     expect([onBus.source, local.source]).toEqual(['service-bus', 'sql-store']);
+    // The deployed host has no embedded bus: without Service Bus it does not start.
+    expect(() => createInboxLagReader('', db, clock)).toThrow(/ServiceBusConnection is required/);
   });
 });

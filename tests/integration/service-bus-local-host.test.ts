@@ -7,7 +7,7 @@ import { ServiceBusBinding } from '../../local/service-bus/service-bus-binding';
 import { TimerBinding } from '../../local/timers/timer-binding';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { appendToOutbox, type OutboxTables } from '../../shared/platform/bus/outbox';
-import { listActive } from '../../shared/platform/bus/queue.repository';
+import { listActive } from '../../local/bus/queue.repository';
 import { functionsWithTrigger } from '../../local/functions-core/registry';
 import type { HostContext } from '../../local/host';
 import { startTestHost, type TestHost } from '../support/local-host';

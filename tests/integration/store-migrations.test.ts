@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { createTestDatabase, DIALECTS, postgresSkipReason, postgresUrl, skipDialect, type TestDatabase } from '../support/databases';
 import { adminQuery } from '../support/postgres-admin';
 import { configuredPostgresUrl, probePostgres } from '../support/postgres-probe';

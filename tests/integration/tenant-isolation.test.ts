@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePromotion } from '../../local/example-repository';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import { randomIds } from '../../shared/platform/time/clock';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { acquireStackLock, getStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';

@@ -2,8 +2,8 @@ import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
-import { listActive } from '../../shared/platform/bus/queue.repository';
-import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../shared/platform/bus/topic.repository';
+import { listActive } from '../../local/bus/queue.repository';
+import { appendToTopic, ensureSubscription, subscriptionEntity } from '../../local/bus/topic.repository';
 import { ManualClock } from '../../shared/platform/time/clock';
 import { createTestDatabase, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
 

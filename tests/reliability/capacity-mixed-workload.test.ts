@@ -10,6 +10,7 @@ import { expectWorkloadHeld, runCapacityWorkload, storeReader, type WorkloadMini
 import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { startTestHost, type TestHost } from '../support/local-host';
+import { localTwin } from '../../local/twin';
 
 /** What each workload must have done (its loop runs on past its duration until it has). */
 const SQLITE_MINIMUM: WorkloadMinimum = { grants: 40, releases: 20, renews: 15, resizes: 6, expired: 5 };
@@ -58,7 +59,7 @@ describe.skipIf(skip)('capacity mixed workload: 4 local hosts on one PostgreSQL'
     adminToken = await issue({ roles: ['PlatformAdmin'] });
     hosts = await Promise.all(Array.from({ length: HOSTS }, () => startChildHost(stateDir, settings)));
     // A fifth instance of the app on the same schema, built by the same composition root: the test's sweeper.
-    sweeper = await createDeps(config, { jwks: keys.jwks, ...database.overrides });
+    sweeper = await createDeps(config, { twin: localTwin, jwks: keys.jwks, ...database.overrides });
   }, 120_000);
 
   afterAll(async () => {

@@ -6,7 +6,7 @@ import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer'
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import type { Kysely } from 'kysely';
 import { durableDb } from '../../local/durable/durable.repository';
-import { createLocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud } from '../../local/cloud/local-cloud';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createDeps, type Deps } from '../../shared/deps';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
@@ -17,6 +17,7 @@ import { startChildHost, type RunningChild } from '../support/child-process';
 import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 import { aStackPromotion, exampleStack, provisioningExample, writeExampleReferences } from '../support/provisioning';
 import { TERMINAL_EVENT_TYPES, untilEveryPromotionEnded } from '../support/topic-events';
+import { localTwin } from '../../local/twin';
 
 /** What the workload must have done (its loop runs on past its duration until it has). */
 const WORKLOAD_MINIMUM: WorkloadMinimum = { grants: 20, releases: 10, renews: 10, resizes: 5, expired: 1 };
@@ -94,7 +95,7 @@ describe.skipIf(skip)('three local hosts on one PostgreSQL: promotions, leases, 
     });
     const settings = { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString };
     hosts = await Promise.all(Array.from({ length: HOSTS }, () => startChildHost(stateDir, settings)));
-    sweeper = await createDeps(parseConfig(settings), { jwks: keys.jwks, ...database.overrides });
+    sweeper = await createDeps(parseConfig(settings), { twin: localTwin, jwks: keys.jwks, ...database.overrides });
     // The runner pool holds two jobs at a time, for the six agents of the three hosts (two each) to contend for.
     const resized = await fetch(new URL('/runtime-cloud/pools/local-runner', host(0).url), {
       method: 'PUT',

@@ -6,7 +6,7 @@ import type { Kysely } from 'kysely';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import type { BusTables } from '../../shared/platform/bus/bus.tables';
 import type { OutboxTables } from '../../shared/platform/bus/outbox';
-import type { LocalCloudTables } from '../../shared/platform/cloud/local-cloud.tables';
+import type { LocalCloudTables } from '../../local/cloud/local-cloud.tables';
 import { parseConfig } from '../../shared/platform/config/config';
 import type { SqlDialect } from '../../shared/platform/sql/database';
 import { startChildHost, type RunningChild } from './child-process';

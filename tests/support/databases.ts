@@ -7,7 +7,7 @@ import { expect, inject } from 'vitest';
 import type { OutboxTables } from '../../shared/platform/bus/outbox';
 import { createSqlStore, type SqlDialect, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { assertOutboxMatchesContract } from './event-contracts';
 import { adminQuery } from './postgres-admin';
 import { checkTsql, describeTsqlProblems } from './tsql-grammar';

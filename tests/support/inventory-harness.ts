@@ -1,6 +1,6 @@
 import { afterAll, beforeAll } from 'vitest';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import type { SqlDialect } from '../../shared/platform/sql/dialect';
 import { ManualClock } from '../../shared/platform/time/clock';
 import type { InventoryService } from '../../shared/inventory/inventory.service';

@@ -1,9 +1,9 @@
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { createTableStore } from '../../shared/platform/tables/tables';
 import { randomIds, type Clock } from '../../shared/platform/time/clock';
 import { createInventoryService, type InventoryService, type InventoryServiceOptions } from '../../shared/inventory/inventory.service';
-import { createLocalCloudObserver } from '../../shared/inventory/local-cloud-observer.adapter';
+import { createLocalCloudObserver } from '../../local/cloud/local-cloud-observer.adapter';
 import { createObservedInventory } from '../../shared/inventory/observed-inventory.repository';
 import type { Observer } from '../../shared/inventory/observer';
 

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
-import { createLocalCloud, type LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import { createLocalCloud, type LocalCloud } from '../../local/cloud/local-cloud';
 import type { SqlDialect } from '../../shared/platform/sql/dialect';
 import { ManualClock, randomIds } from '../../shared/platform/time/clock';
 import { createTestDatabase, type TestDatabase } from './databases';

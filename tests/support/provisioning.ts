@@ -5,12 +5,12 @@ import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, examplePro
 import { LOCAL_PACKAGES } from '../../local/local-packages';
 import { settings } from '../../shared/platform/config/config';
 import type { CloudEvent } from '../../shared/platform/bus/events';
-import type { LocalCloud } from '../../shared/platform/cloud/local-cloud';
+import type { LocalCloud } from '../../local/cloud/local-cloud';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
-import { localIacRunner } from '../../shared/platform/iac/iac-runner';
+import { localIacRunner } from '../../local/engine/local-engine';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { randomIds, type Clock } from '../../shared/platform/time/clock';
-import { createLocalExternalServices } from '../../shared/provisioning/local-external-services.adapter';
+import { createLocalExternalServices } from '../../local/external-services/local-external-services.adapter';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import type { ProvisioningServiceOptions } from '../../shared/provisioning/provisioning.service';
 import { parseSourcePolicy } from '../../shared/provisioning/source-policy';

@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { MAX_PATH_INDEX, type JsonObject } from '../../shared/platform/iac/iac-values';
-import { changedPaths, planSchema, planStack, refreshedInputs, resourceUrn, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
-import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
+import { changedPaths, planSchema, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { resourceUrn } from '../../shared/platform/iac/stack-ref';
+import { planStack, refreshedInputs } from '../../local/engine/planner';
+import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../local/engine/pulumi-yaml';
 
 const STACK = 'dev';
 

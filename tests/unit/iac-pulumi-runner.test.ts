@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { ConfigMap, EngineEvent, OpMap, OutputMap, PreviewResult, StepEventMetadata, UpdateSummary, UpResult } from '@pulumi/pulumi/automation';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { pulumiIacRunner } from '../../shared/platform/iac/iac-runner';
+import { pulumiIacRunner } from '../../shared/platform/iac/pulumi-runner';
 import { pulumiSettingsOf } from '../../runner/state-backend';
 import { backendOfTenant } from '../../shared/platform/config/targets';
 import type { JsonValue, ValueReference } from '../../shared/platform/iac/iac-values';

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { ASSET_SIG, ARCHIVE_SIG, SECRET_MASK, SIG_KEY, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
-import { loadProgram, ProgramEvaluator, projectGraph, type EvaluatorContext, type LoadedProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import { loadProgram, ProgramEvaluator, projectGraph, type EvaluatorContext, type LoadedProgram, type ProjectFiles } from '../../local/engine/pulumi-yaml';
 
 /** The Pulumi YAML language as the local engine reads it: program discovery, key spelling, config, expressions. */
 

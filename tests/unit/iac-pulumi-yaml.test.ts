@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import type { JsonObject } from '../../shared/platform/iac/iac-values';
-import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram, type ProjectFiles } from '../../local/engine/pulumi-yaml';
 
 function project(body: string, stackYaml?: string): ProjectFiles {
   return { 'Pulumi.yaml': `name: shop\nruntime: yaml\n${body}`, ...(stackYaml === undefined ? {} : { 'Pulumi.dev.yaml': stackYaml }) };

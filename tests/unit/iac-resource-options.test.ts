@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
-import { planStack, TargetReadNeeded, type Plan, type PlanInput, type StackState, type StateResource, type TargetResource } from '../../shared/platform/iac/plan';
-import { loadProgram, type LoadedProgram } from '../../shared/platform/iac/pulumi-yaml';
+import { type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { planStack, TargetReadNeeded, type PlanInput, type TargetResource } from '../../local/engine/planner';
+import { loadProgram, type LoadedProgram } from '../../local/engine/pulumi-yaml';
 
 /**
  * Resource options, get resources and providers in plans (pure): what each does to the steps, the urns and the

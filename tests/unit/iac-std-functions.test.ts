@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
-import { loadProgram, ProgramEvaluator, projectGraph } from '../../shared/platform/iac/pulumi-yaml';
-import { stdInvoke } from '../../shared/platform/iac/std-functions';
+import { loadProgram, ProgramEvaluator, projectGraph } from '../../local/engine/pulumi-yaml';
+import { stdInvoke } from '../../local/engine/std-functions';
 
 /** The Pulumi Standard Library functions the local engine computes for `fn::invoke`, checked against the peer. */
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { allMigrations } from '../../shared/migrations';
+import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { recordInbound } from '../../shared/platform/bus/inbox.repository';
 import { claimPending } from '../../shared/platform/bus/outbox-relay.repository';
 import { ManualClock } from '../../shared/platform/time/clock';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LocalEngine } from '../../shared/platform/iac/local-engine';
-import { loadProgram, type ProjectFiles } from '../../shared/platform/iac/pulumi-yaml';
+import type { LocalEngine } from '../../local/engine/local-engine';
+import { loadProgram, type ProjectFiles } from '../../local/engine/pulumi-yaml';
 import type { SqlStore } from '../../shared/platform/sql/database';
 import { prepareProgram } from '../bench/yaml-corpus-program';
 import { causeOf, corpusEngine, measureProgram, measureSequence } from '../bench/yaml-corpus-stages';

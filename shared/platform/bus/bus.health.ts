@@ -1,8 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { HealthCheck } from '../health/health';
 import type { Clock } from '../time/clock';
-import type { BusTables } from './bus.tables';
-import { inboxLag, type ModuleLag } from './inbox.repository';
+import type { ModuleLag } from './inbox.repository';
 import type { OutboxTables } from './outbox';
 import { deadLettersSince } from './outbox-relay.repository';
 import { PROMOTIONS_QUEUE } from './queue';
@@ -28,15 +27,6 @@ export interface InboxLagReader {
   /** Lag per module, in the order asked; rejects when the store or the bus does not answer (never a lag of 0). */
   read(modules: readonly string[]): Promise<readonly ModuleLag[]>;
   close(): Promise<void>;
-}
-
-/** The local host's reader: inbox and embedded queues, both in the SQL store. */
-export function sqlInboxLag(db: Kysely<BusTables>, clock: Clock): InboxLagReader {
-  return {
-    source: 'sql-store',
-    read: (modules) => inboxLag(db, modules, MODULE_QUEUES, clock.now().getTime()),
-    close: async () => undefined,
-  };
 }
 
 /** One health check per enabled module, `inbox-lag:<module>`; never critical (the host still serves reads). */

@@ -1,10 +1,4 @@
-import type { Kysely } from 'kysely';
-import type { SqlDialect } from '../sql/dialect';
-import type { Clock } from '../time/clock';
-import type { BusTables } from './bus.tables';
 import type { OutgoingMessage } from './queue';
-import { announceArrival } from './arrivals';
-import { appendToTopic } from './topic.repository';
 
 /**
  * Port: hands messages to a topic. `publish` resolves only once the bus has accepted every message (the relay
@@ -25,25 +19,4 @@ export interface EventPublisher {
    */
   publish(topic: string, messages: readonly OutgoingMessage[]): Promise<void>;
   close(): Promise<void>;
-}
-
-/**
- * The embedded topic's budget: one short transaction on the host's own store, with no retries. On SQLite it waits
- * for the write lock at most the busy timeout (10 s, database.ts); on PostgreSQL it inserts new keys only, which wait
- * only for another insert of the same messageId (a republish) to end.
- */
-export const EMBEDDED_PUBLISH_BUDGET_MS = 20_000;
-
-/** The local host's adapter: the embedded topic in the SQL store. */
-export function embeddedTopicPublisher(db: Kysely<BusTables>, dialect: SqlDialect, clock: Clock): EventPublisher {
-  return {
-    name: 'embedded-topic',
-    publishBudgetMs: EMBEDDED_PUBLISH_BUDGET_MS,
-    async publish(topic, messages) {
-      if (messages.length === 0) return;
-      const added = await db.transaction().execute((trx) => appendToTopic(trx, dialect, topic, messages, clock.now().getTime()));
-      if (added > 0) announceArrival(db, topic);
-    },
-    close: () => Promise.resolve(),
-  };
 }

@@ -1,7 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
-import { oldestActive } from './queue.repository';
 
 /**
  * The inbox: every inbound message is recorded by messageId and business key, in the transaction of the change
@@ -98,6 +97,8 @@ export async function inboxLag(
   modules: readonly string[],
   queuesOf: Readonly<Record<string, readonly string[]>>,
   now: number,
+  /** The oldest waiting message and the count per queue, where the host can read its queues (the embedded ones). */
+  queueAges: (queues: readonly string[]) => Promise<ReadonlyMap<string, { enqueuedAt: number; count: number }>> = () => Promise.resolve(new Map()),
 ): Promise<ModuleLag[]> {
   if (modules.length === 0) return [];
   const inbox = await db
@@ -108,7 +109,7 @@ export async function inboxLag(
     .groupBy('module')
     .execute();
   const byModule = new Map(inbox.map((r) => [r.module, { oldest: Number(r.oldest), count: Number(r.count) }]));
-  const queues = await oldestActive(db, modules.flatMap((m) => queuesOf[m] ?? []));
+  const queues = await queueAges(modules.flatMap((m) => queuesOf[m] ?? []));
   return modules.map((module) => {
     const entries = byModule.get(module);
     let oldest = entries?.oldest ?? now;

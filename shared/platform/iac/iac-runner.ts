@@ -1,10 +1,40 @@
-import { createLocalEngine, type ApplyOptions, type ConfigOverrides, type LocalEngineOptions, type PlanOptions } from './local-engine';
+import type { JsonValue } from './iac-values';
 import type { ApplyResult, HeldIgnoreRule, Plan, ResolveReferences } from './plan';
-import { createPulumiRunner, type PulumiRunnerOptions } from './pulumi-runner';
-import type { ProjectFiles } from './pulumi-yaml';
+import type { ProjectFiles } from './pulumi-yaml-source';
 import type { StackRef } from './stack-ref';
 
-export type { ApplyOptions, ConfigOverrides, HeldIgnoreRule, LocalEngineOptions, PlanOptions };
+export type { HeldIgnoreRule };
+
+/** Config set by the caller over the stack file's values, by key (`poolSize` or `project:poolSize`). */
+export type ConfigOverrides = Readonly<Record<string, JsonValue>>;
+
+/** How a preview plans (an apply re-plans the same way, so pass it the same options). */
+export interface PlanOptions {
+  /**
+   * Plan against what the target really holds rather than what the state recorded: each resource of the state is
+   * read from the target first. One gone from the target is created again; one whose type changed is replaced;
+   * one whose properties differ from its recorded inputs is updated at the differing paths (ignoreChanges and
+   * `ignore` still hold; where the state holds a reference or a computed marker the target is not compared).
+   * A target that cannot be read fails as an apply to it does (`PROVISIONING.TARGET_UNREACHABLE`). Default false:
+   * plan against the state. Example: `{ refresh: true }` for a reconciliation run.
+   */
+  readonly refresh?: boolean;
+  /**
+   * Operator ignore rules that hold on apply, over the project's own `ignoreChanges`: a matched path keeps what
+   * the resource has (plan.ts `HeldIgnoreRule`). A path that cannot be read is `IAC.INVALID_IGNORE_RULE`.
+   * Example: `[{ scope: { type: 'local:compute:Service' }, path: 'tags.*' }]`.
+   */
+  readonly ignore?: readonly HeldIgnoreRule[];
+}
+
+/** How a caller takes part in an apply: the plan options the preview had, and a say before each step. */
+export interface ApplyOptions extends PlanOptions {
+  /**
+   * Awaited before each step. An AppError thrown here stops the apply before that step: it and the rest are
+   * skipped and the result fails with the error's code. Example: renew the stack lock, throw when it was lost.
+   */
+  readonly beforeStep?: () => Promise<void>;
+}
 
 /** The IaC runner port, as far as health and target metadata need it. */
 export interface IacRunner {
@@ -31,18 +61,4 @@ export interface IacRunner {
 export interface IacEngine extends IacRunner {
   preview(stack: StackRef, files: ProjectFiles, config?: ConfigOverrides, options?: PlanOptions): Promise<Plan>;
   apply(stack: StackRef, files: ProjectFiles, config: ConfigOverrides, approvedPlan: Plan, resolveReferences: ResolveReferences, options?: ApplyOptions): Promise<ApplyResult>;
-}
-
-/** The embedded runner: the local engine, whose `version()` also checks that its state store answers. */
-export function localIacRunner(options: LocalEngineOptions): IacEngine {
-  return createLocalEngine(options);
-}
-
-/**
- * The production runner: the Pulumi Automation API (pulumi-runner.ts), chosen by `RuntimeCloud__IaC__Runner=pulumi`.
- * Every workspace call runs the `pulumi` CLI, and so does `version()` (the `iac-runner` health probe): without
- * it they fail with `PROVISIONING.RUNNER_UNAVAILABLE`.
- */
-export function pulumiIacRunner(options: PulumiRunnerOptions = {}): IacEngine {
-  return createPulumiRunner(options);
 }

@@ -8,8 +8,9 @@ import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { AppError, expectedAppError } from '../errors/app-error';
 import { systemClock, type Clock } from '../time/clock';
 import { asValueReference, collectReferences, formatPath, isPlainObject, referenceKey, type JsonValue, type PathSegment, type ValueReference } from './iac-values';
-import type { ApplyOptions, ConfigOverrides, PlanOptions } from './local-engine';
-import { heldIgnoreProblem, planSchema, refusedApply, resourceUrn, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
+import type { ApplyOptions, ConfigOverrides, IacEngine, PlanOptions } from './iac-runner';
+import { resourceUrn } from './stack-ref';
+import { heldIgnoreProblem, planSchema, refusedApply, type ApplyResult, type HeldIgnoreRule, type Plan, type ResolveReferences } from './plan';
 import {
   pulumiAutomationApi,
   pulumiCliPath,
@@ -22,7 +23,7 @@ import {
 } from './pulumi-automation';
 import { applyResultFromUp, errorDiagnostics, parseUpdatePlan, planCovers, planFromPreview, redact } from './pulumi-mapping';
 import type { StackRef } from './stack-ref';
-import type { ProjectFiles } from './pulumi-yaml';
+import type { ProjectFiles } from './pulumi-yaml-source';
 
 /**
  * The `pulumi` runner: the `IacEngine` port (iac-runner.ts) over the Pulumi Automation API.
@@ -468,3 +469,11 @@ async function mayGoOn(beforeStep: (() => Promise<void>) | undefined): Promise<A
   }
 }
 
+/**
+ * The production runner: the Pulumi Automation API, chosen by `RuntimeCloud__IaC__Runner=pulumi`.
+ * Every workspace call runs the `pulumi` CLI, and so does `version()` (the `iac-runner` health probe): without
+ * it they fail with `PROVISIONING.RUNNER_UNAVAILABLE`.
+ */
+export function pulumiIacRunner(options: PulumiRunnerOptions = {}): IacEngine {
+  return createPulumiRunner(options);
+}

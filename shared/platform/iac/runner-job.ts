@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { ConfigOverrides, PlanOptions } from './iac-runner';
 import type { JsonValue } from './iac-values';
-import { planSchema, stateResourceOptionalSchema, type ApplyResult, type Plan, type StackState } from './plan';
-import type { ProjectFiles } from './pulumi-yaml';
+import { planSchema, type ApplyResult, type Plan } from './plan';
+import type { ProjectFiles } from './pulumi-yaml-source';
 import type { StackRef } from './stack-ref';
 
 /**
@@ -66,11 +66,6 @@ export interface ClaimedJob {
   readonly heartbeatMs: number;
   /** Reference key (`referenceKey`) → its value, or why it could not be resolved. */
   readonly references?: Readonly<Record<string, { readonly value: JsonValue } | { readonly error: { readonly code: string; readonly message: string } }>>;
-  /**
-   * Jobs on a local cloud target: the stack's state when the job was claimed (null: none yet). The job is the
-   * stack's only writer while it runs under the lock, so the agent starts from it instead of asking again.
-   */
-  readonly state?: StackState | null;
 }
 
 /** Which engine ran a job. */
@@ -147,40 +142,6 @@ export const jobOutcomeSchema: z.ZodType<RunnerJobOutcome> = z.union([
 export const heartbeatSchema = z.object({ log: z.array(z.string().max(2000)).max(200).default([]), applyBegins: z.boolean().optional() });
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
 
-/**
- * The local cloud target's calls of a job (the local stand-in for a cloud API reached with the target's identity):
- * resources are in the job's tenant's scope only, and writes need the job's fencing token to be current.
- */
-export const targetCallSchema = z.discriminatedUnion('op', [
-  z.object({ op: z.literal('get'), id: z.string().min(1).max(400) }),
-  z.object({ op: z.literal('create'), urn: z.string().min(1).max(2000), type: z.string().min(1).max(400), properties: jsonObject }),
-  z.object({ op: z.literal('update'), id: z.string().min(1).max(400), properties: jsonObject }),
-  z.object({ op: z.literal('delete'), id: z.string().min(1).max(400) }),
-  z.object({ op: z.literal('adopt'), id: z.string().min(1).max(400), urn: z.string().min(1).max(2000) }),
-  z.object({ op: z.literal('recordApply'), planDigest: z.string().min(1).max(200) }),
-]);
-export type TargetCall = z.infer<typeof targetCallSchema>;
-
-/** A stack state written by an apply job (the local engine's checkpoint). */
-export const stackStateSchema: z.ZodType<StackState> = z.object({
-  stack: z.string(),
-  project: z.string(),
-  serial: z.number().int().positive(),
-  resources: z.array(
-    z.object({
-      urn: z.string(),
-      name: z.string(),
-      type: z.string(),
-      id: z.string(),
-      inputs: jsonObject,
-      outputs: jsonObject,
-      protect: z.boolean(),
-      dependencies: z.array(z.string()),
-      ignoreChanges: z.array(z.string()).optional(),
-      ...stateResourceOptionalSchema,
-    }),
-  ),
-});
 
 /**
  * The project's files a job of `stack` needs: all of them but the config files of the project's other stacks

@@ -36,3 +36,8 @@ export function parseQualifiedStackName(name: string): StackRef | undefined {
 export function sameStack(a: StackRef, b: StackRef): boolean {
   return a.tenant === b.tenant && a.project === b.project && a.stack === b.stack;
 }
+
+/** The urn Pulumi gives a resource: `urn:pulumi:<stack>::<project>::<qualified type>::<name>`. */
+export function resourceUrn(stack: string, project: string, qualifiedType: string, name: string): string {
+  return `urn:pulumi:${stack}::${project}::${qualifiedType}::${name}`;
+}

@@ -145,3 +145,9 @@ export class RuntimeCloudMssqlQueryCompiler extends MssqlQueryCompiler {
     this.append(' with (holdlock)');
   }
 }
+
+/** A duplicate key on PostgreSQL, SQLite or Azure SQL. */
+export function isUniqueViolation(error: unknown): boolean {
+  const { code, number } = (error ?? {}) as { code?: unknown; number?: unknown };
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
+}

@@ -1,5 +1,5 @@
 import { posix } from 'node:path';
-import { AppError } from '../errors/app-error';
+import { AppError } from '../../shared/platform/errors/app-error';
 import {
   asValueReference,
   canonicalJson,
@@ -18,14 +18,14 @@ import {
   type JsonObject,
   type JsonValue,
   type PathSegment,
-} from './iac-values';
-import { applyFunction, checkCall, functionCall, invokeArguments, scanValue, type FunctionCall, type FunctionHost } from './pulumi-yaml-functions';
+} from '../../shared/platform/iac/iac-values';
+import { applyFunction, checkCall, functionCall, invokeArguments, scanValue, type FunctionCall, type FunctionHost } from '../../shared/platform/iac/pulumi-yaml-functions';
 import { expandTypeToken, OPTION_NAMES, parseResource, RESOURCE_MEMBERS, TIMEOUT_KEYS, type ResourceDeclaration } from './pulumi-yaml-resource';
 import { parseDeclarations, readStackConfig, resolveConfig, type ConfigDeclaration, type ResolvedConfig } from './pulumi-yaml-config';
-import { canonical, canonicalKeys, findProgram, located, optionalMap, parseYamlSource, type ProjectFiles, type SourceFile } from './pulumi-yaml-source';
+import { canonical, canonicalKeys, findProgram, located, optionalMap, parseYamlSource, type ProjectFiles, type SourceFile } from '../../shared/platform/iac/pulumi-yaml-source';
 
 export type { ResourceDeclaration } from './pulumi-yaml-resource';
-export type { ProjectFiles, SourceFile } from './pulumi-yaml-source';
+export type { ProjectFiles, SourceFile } from '../../shared/platform/iac/pulumi-yaml-source';
 export type { ConfigDeclaration, ConfigType, ResolvedConfig } from './pulumi-yaml-config';
 export { readStackConfig, resolveConfig } from './pulumi-yaml-config';
 export type { ConfigOrigin, StackConfig } from './pulumi-yaml-config';

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
-import type { AnyDb } from '../sql/database';
-import type { StackRef } from '../iac/stack-ref';
+import type { AnyDb } from '../../shared/platform/sql/database';
+import { isUniqueViolation } from '../../shared/platform/sql/dialect';
+import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { LocalCloudResourceTable, LocalCloudTables } from './local-cloud.tables';
 
 /** Kysely code of the local cloud. Functions take `db` first; rows are mapped before they leave this file. */
@@ -152,8 +153,3 @@ export async function listApplies(db: LocalCloudDb, target: string, stack?: stri
   return rows.map((r) => ({ target: r.target, stack: r.stack, planDigest: r.plan_digest, appliedAt: Number(r.applied_at) }));
 }
 
-/** A duplicate key on PostgreSQL, SQLite or Azure SQL. */
-export function isUniqueViolation(error: unknown): boolean {
-  const { code, number } = (error ?? {}) as { code?: unknown; number?: unknown };
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || number === 2601 || number === 2627;
-}

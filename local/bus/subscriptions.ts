@@ -1,5 +1,5 @@
-import { EVENTS_TOPIC } from './events';
-import type { OutgoingMessage } from './queue';
+import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
+import type { OutgoingMessage } from '../../shared/platform/bus/queue';
 
 /**
  * The event types each of the host's subscriptions of the events topic takes, by the `type` application property

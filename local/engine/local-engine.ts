@@ -1,74 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { createLocalCloud, type LocalCloud } from '../cloud/local-cloud';
-import { AppError, ensureError, expectedAppError } from '../errors/app-error';
-import type { SqlStore } from '../sql/database';
-import type { Clock, Ids } from '../time/clock';
+import { AppError, ensureError, expectedAppError } from '../../shared/platform/errors/app-error';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import type { Clock, Ids } from '../../shared/platform/time/clock';
 import { emulationOf, generatedOutputs, outputsFor } from './emulated-providers';
-import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from './iac-values';
-import {
-  heldRulesOf,
-  keepHeld,
-  keepIgnored,
-  planSchema,
-  evaluatorContext,
-  planStack,
-  refreshedInputs,
-  secretOutputsOf,
-  shownOutputs,
-  TargetReadNeeded,
-  type PlanInput,
-  type TargetResource,
-  refusedApply,
-  skippedStep,
-  type ApplyError,
-  type HeldIgnoreRule,
-  type ApplyResult,
-  type Plan,
-  type PlanStep,
-  type ResolveReferences,
-  type ResourceResult,
-  type StackState,
-  type StateResource,
-} from './plan';
+import { asValueReference, canonicalJson, isComputed, isPlainObject, referenceKey, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
+import { planSchema, refusedApply, skippedStep, type ApplyError, type HeldIgnoreRule, type ApplyResult, type Plan, type PlanStep, type ResolveReferences, type ResourceResult, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { heldRulesOf, keepHeld, keepIgnored, evaluatorContext, planStack, refreshedInputs, secretOutputsOf, shownOutputs, TargetReadNeeded, type PlanInput, type TargetResource } from './planner';
 import { loadProgram, ProgramEvaluator, type LoadedProgram, type ProjectFiles, type ResourceDeclaration } from './pulumi-yaml';
 import { isProviderType, packageOf } from './pulumi-yaml-resource';
 import { defaultProviderUrn } from './resource-identity';
 import { sqlStackStates, type StackStates } from './stack-state.repository';
-import { qualifiedStackName, type StackRef } from './stack-ref';
+import type { ApplyOptions, ConfigOverrides, IacEngine, PlanOptions } from '../../shared/platform/iac/iac-runner';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
+
+export type { ApplyOptions, ConfigOverrides, PlanOptions };
 
 /** Version of the embedded engine that evaluates Pulumi YAML projects against the local cloud. */
 export const LOCAL_ENGINE_VERSION = 'runtime-cloud-local-iac 0.1.0';
-
-/** Config set by the caller over the stack file's values, by key (`poolSize` or `project:poolSize`). */
-export type ConfigOverrides = Readonly<Record<string, JsonValue>>;
-
-/** How a preview plans (an apply re-plans the same way, so pass it the same options). */
-export interface PlanOptions {
-  /**
-   * Plan against what the target really holds rather than what the state recorded: each resource of the state is
-   * read from the target first. One gone from the target is created again; one whose type changed is replaced;
-   * one whose properties differ from its recorded inputs is updated at the differing paths (ignoreChanges and
-   * `ignore` still hold; where the state holds a reference or a computed marker the target is not compared).
-   * A target that cannot be read fails as an apply to it does (`PROVISIONING.TARGET_UNREACHABLE`). Default false:
-   * plan against the state. Example: `{ refresh: true }` for a reconciliation run.
-   */
-  readonly refresh?: boolean;
-  /**
-   * Operator ignore rules that hold on apply, over the project's own `ignoreChanges`: a matched path keeps what
-   * the resource has (plan.ts `HeldIgnoreRule`). A path that cannot be read is `IAC.INVALID_IGNORE_RULE`.
-   * Example: `[{ scope: { type: 'local:compute:Service' }, path: 'tags.*' }]`.
-   */
-  readonly ignore?: readonly HeldIgnoreRule[];
-}
-
-/** How a caller takes part in an apply: the plan options the preview had, and a say before each step. */
-export interface ApplyOptions extends PlanOptions {
-  /**
-   * Awaited before each step. An AppError thrown here stops the apply before that step: it and the rest are
-   * skipped and the result fails with the error's code. Example: renew the stack lock, throw when it was lost.
-   */
-  readonly beforeStep?: () => Promise<void>;
-}
 
 /** The local engine: the `IacEngine` port (iac-runner.ts) over the local cloud, with stack state in SQL. */
 export interface LocalEngine {
@@ -575,4 +524,9 @@ class StepRunner {
     await states.write(stack, state);
     this.#serial = state.serial;
   }
+}
+
+/** The local engine as the IaC engine port (iac-runner.ts): the local host's, never the deployed host's. */
+export function localIacRunner(options: LocalEngineOptions): IacEngine {
+  return createLocalEngine(options);
 }

@@ -1,5 +1,6 @@
-import { AppError } from '../errors/app-error';
-import { invalidProject, isPlainObject, type JsonValue, type PathSegment } from './iac-values';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { invalidProject, isPlainObject, type JsonValue, type PathSegment } from '../../shared/platform/iac/iac-values';
+import { resourceUrn } from '../../shared/platform/iac/stack-ref';
 import { isProviderType, packageOf, type ResourceDeclaration } from './pulumi-yaml-resource';
 
 /**
@@ -18,10 +19,6 @@ export interface ResourceIdentity {
   readonly provider?: string;
   /** What the state records: `provider`, or the package's default provider urn. Absent for a provider itself. */
   readonly providerOfRecord?: string;
-}
-
-export function resourceUrn(stack: string, project: string, qualifiedType: string, name: string): string {
-  return `urn:pulumi:${stack}::${project}::${qualifiedType}::${name}`;
 }
 
 /** The urn Pulumi gives the default provider of a package in a stack. */
@@ -158,3 +155,5 @@ export function aliasUrns(
     return resourceUrn(text(alias.stack, 'stack') ?? context.stack, text(alias.project, 'project') ?? context.project, parentType ? `${parentType}$${type}` : type, text(alias.name, 'name') ?? d.logicalName ?? d.name);
   });
 }
+
+export { resourceUrn };

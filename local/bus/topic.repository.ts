@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
-import { firstRows, upsertRow, type SqlDialect } from '../sql/dialect';
-import type { BusTables, TopicMessageTable, TopicSubscriptionTable } from './bus.tables';
-import type { ApplicationProperties, OutgoingMessage } from './queue';
+import { firstRows, upsertRow, type SqlDialect } from '../../shared/platform/sql/dialect';
+import type { BusTables, TopicMessageTable, TopicSubscriptionTable } from '../../shared/platform/bus/bus.tables';
+import type { ApplicationProperties, OutgoingMessage } from '../../shared/platform/bus/queue';
 import { subscriptionTakes } from './subscriptions';
 import { insertActive, storedMessageColumns } from './queue.repository';
 

@@ -1,5 +1,6 @@
-import { AppError } from '../errors/app-error';
-import { invalidProject, isPlainObject, parsePath, unsupported, type JsonObject, type JsonValue } from './iac-values';
+import { AppError } from '../../shared/platform/errors/app-error';
+import type { CustomTimeouts } from '../../shared/platform/iac/plan';
+import { invalidProject, isPlainObject, parsePath, unsupported, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 
 /**
  * A resource of a Pulumi YAML program as written: its type token, its properties (interpolations not yet
@@ -42,13 +43,6 @@ export interface GetDeclaration {
   readonly state: JsonObject;
 }
 
-/** Pulumi's `customTimeouts`: Go durations (`5m`, `1h30m`), validated and recorded; the local cloud answers at once. */
-export type CustomTimeouts = {
-  readonly create?: string;
-  readonly update?: string;
-  readonly delete?: string;
-  readonly read?: string;
-};
 
 export interface ResourceOptions {
   /** Resource name: the urn's type is the parent's qualified type `parentType$type`. */
@@ -355,3 +349,5 @@ export function getRoots(get: GetDeclaration): string[] {
   walk(get.state);
   return [...new Set(roots)];
 }
+
+export type { CustomTimeouts };

@@ -1,8 +1,8 @@
-import { AppError } from '../errors/app-error';
-import type { SqlStore } from '../sql/database';
-import { retryingContention } from '../sql/transaction';
-import type { Clock, Ids } from '../time/clock';
-import { qualifiedStackName, type StackRef } from '../iac/stack-ref';
+import { AppError } from '../../shared/platform/errors/app-error';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import { retryingContention } from '../../shared/platform/sql/transaction';
+import type { Clock, Ids } from '../../shared/platform/time/clock';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 import {
   deleteResource,
   findResource,

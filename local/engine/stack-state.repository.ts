@@ -1,12 +1,12 @@
 import type { Kysely } from 'kysely';
-import { AppError } from '../errors/app-error';
-import { isUniqueViolation } from '../cloud/local-cloud.repository';
-import type { AnyDb, SqlStore } from '../sql/database';
-import { retryingContention } from '../sql/transaction';
-import type { Clock } from '../time/clock';
-import { firstRows, type SqlDialect } from '../sql/dialect';
-import type { StackState, StateResource } from './plan';
-import { qualifiedStackName, type StackRef } from './stack-ref';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { isUniqueViolation } from '../../shared/platform/sql/dialect';
+import type { AnyDb, SqlStore } from '../../shared/platform/sql/database';
+import { retryingContention } from '../../shared/platform/sql/transaction';
+import type { Clock } from '../../shared/platform/time/clock';
+import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
+import type { StackState, StateResource } from '../../shared/platform/iac/plan';
+import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
 
 /** Row of `local_iac_stacks`, one per `tenant/project/stack`. Times are epoch milliseconds. */
 interface LocalIacStackTable {

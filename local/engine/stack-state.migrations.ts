@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
-import { legacyStackTenant, renameTable, sqlTypes, type MigrationSource } from '../sql/migrations';
+import { legacyStackTenant, renameTable, sqlTypes, type MigrationSource } from '../../shared/platform/sql/migrations';
 
 /** The local IaC engine's state backend: one row per stack (what Pulumi keeps in its state file). */
 export const localIacMigrations: MigrationSource = (dialect) => {

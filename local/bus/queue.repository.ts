@@ -1,6 +1,6 @@
 import type { ExpressionBuilder, Insertable, Kysely, Selectable, Transaction } from 'kysely';
-import { firstRows, returningColumns, upsertRow, type SqlDialect } from '../sql/dialect';
-import type { BusTables, QueueMessageIdTable, QueueMessageTable, StoredMessageColumns } from './bus.tables';
+import { firstRows, returningColumns, upsertRow, type SqlDialect } from '../../shared/platform/sql/dialect';
+import type { BusTables, QueueMessageIdTable, QueueMessageTable, StoredMessageColumns } from '../../shared/platform/bus/bus.tables';
 import { announceArrival } from './arrivals';
 import {
   exhaustedDeliveries,
@@ -10,7 +10,7 @@ import {
   type OutgoingMessage,
   type QueuedMessage,
   type ReceivedMessage,
-} from './queue';
+} from '../../shared/platform/bus/queue';
 
 /**
  * The embedded durable queue (the local host's Service Bus queue) in the SQL store. Peek-lock: receiving locks a

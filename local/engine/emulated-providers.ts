@@ -1,6 +1,6 @@
 import { createECDH, createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
-import { canonicalJson, isComputed, type JsonObject, type JsonValue } from './iac-values';
+import { canonicalJson, isComputed, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 import { unsupportedBecause } from './pulumi-yaml-resource';
 
 /**

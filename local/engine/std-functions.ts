@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
-import { AppError } from '../errors/app-error';
-import { goJson } from './pulumi-yaml-functions';
-import { canonicalJson, computed, containsComputed, isPlainObject, type JsonObject, type JsonValue } from './iac-values';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { goJson } from '../../shared/platform/iac/pulumi-yaml-functions';
+import { canonicalJson, computed, containsComputed, isPlainObject, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
 
 /**
  * The Pulumi Standard Library (`std`) functions a Pulumi YAML program reaches through `fn::invoke`, computed here

@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { AppError, ensureError } from '../errors/app-error';
-import type { JsonValue } from '../iac/iac-values';
-import type { ResolveReferences } from '../iac/plan';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import type { JsonValue } from '../../shared/platform/iac/iac-values';
+import type { ResolveReferences } from '../../shared/platform/iac/plan';
 
 /**
  * The local stand-in for the Secret Broker and the Config Platform: a JSON file of reference → value, read each time

@@ -1,5 +1,5 @@
 import type { Kysely, Migration } from 'kysely';
-import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
+import { sqlTypes, withSeq, type MigrationSource } from '../../shared/platform/sql/migrations';
 
 /**
  * The local host's Durable task hub (local/durable): orchestration instances with their lease, each instance's

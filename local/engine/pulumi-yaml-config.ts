@@ -1,6 +1,6 @@
-import { AppError } from '../errors/app-error';
-import { asValueReference, formatPath, invalidProject, isPlainObject, unsupported, type JsonObject, type JsonValue } from './iac-values';
-import { canonical, canonicalKeys, located, optionalMap, parseYamlSource, type SourceFile } from './pulumi-yaml-source';
+import { AppError } from '../../shared/platform/errors/app-error';
+import { asValueReference, formatPath, invalidProject, isPlainObject, unsupported, type JsonObject, type JsonValue } from '../../shared/platform/iac/iac-values';
+import { canonical, canonicalKeys, located, optionalMap, parseYamlSource, type SourceFile } from '../../shared/platform/iac/pulumi-yaml-source';
 
 /**
  * Config of a Pulumi YAML project as the language host reads it: declarations (`config:` / `configuration:` of the

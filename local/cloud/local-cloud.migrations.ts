@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
-import { dropIndex, legacyTenantOfStack, type MigrationSource, sqlTypes, withSeq } from '../sql/migrations';
+import { dropIndex, legacyTenantOfStack, type MigrationSource, sqlTypes, withSeq } from '../../shared/platform/sql/migrations';
 
 /** The local cloud: the resources of each target, whether a target answers, and a log of the applies it took. */
 export const localCloudMigrations: MigrationSource = (dialect) => {

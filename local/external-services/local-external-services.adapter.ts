@@ -3,13 +3,13 @@ import { readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
-import { AppError, ensureError } from '../platform/errors/app-error';
-import { canonicalJson, type JsonValue } from '../platform/iac/iac-values';
-import { deepFreeze } from '../platform/values/deep-freeze';
-import { localReferenceResolver } from '../platform/secrets/local-references';
-import type { SqlStore } from '../platform/sql/database';
-import { retryingContention } from '../platform/sql/transaction';
-import type { Clock } from '../platform/time/clock';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import { canonicalJson, type JsonValue } from '../../shared/platform/iac/iac-values';
+import { deepFreeze } from '../../shared/platform/values/deep-freeze';
+import { localReferenceResolver } from './local-references';
+import type { SqlStore } from '../../shared/platform/sql/database';
+import { retryingContention } from '../../shared/platform/sql/transaction';
+import type { Clock } from '../../shared/platform/time/clock';
 import {
   ExternalErrors,
   serviceUnavailable,
@@ -25,8 +25,8 @@ import {
   type PolicyAnswer,
   type PolicyDecision,
   type PolicyInput,
-} from './external-services.client';
-import { isUniqueViolation } from './provisioning.repository';
+} from '../../shared/provisioning/external-services.client';
+import { isUniqueViolation } from '../../shared/provisioning/provisioning.repository';
 
 /**
  * The local host's stand-ins for the external services of provisioning: small, real and deterministic.

@@ -1,7 +1,7 @@
-import { AppError, ensureError } from '../platform/errors/app-error';
-import type { CloudResource, LocalCloud } from '../platform/cloud/local-cloud';
-import type { JsonValue } from './drift';
-import type { ObservationScope, ObservedResource, Observer } from './observer';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import type { CloudResource, LocalCloud } from './local-cloud';
+import type { JsonValue } from '../../shared/inventory/drift';
+import type { ObservationScope, ObservedResource, Observer } from '../../shared/inventory/observer';
 
 export interface LocalCloudObserverOptions {
   /**
