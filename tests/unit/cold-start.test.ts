@@ -95,7 +95,7 @@ describe('cold start: what loads when', () => {
     `const config = runtime.getConfig();
      const store = require(root + '/shared/platform/sql/database.ts').createSqlStore({ dialect: config.store.dialect, connection: config.store.connection });
      const events = require(root + '/shared/platform/bus/service-bus-publisher.ts').serviceBusPublisher({ connection: config.serviceBus.connection });
-     require(root + '/shared/platform/iac/iac-runner.ts').pulumiIacRunner();
+     require(root + '/shared/platform/iac/pulumi-runner.ts').pulumiIacRunner();
      await events.close();
      await store.close();`,
   );
