@@ -1,5 +1,5 @@
-import { configFromEnvironment, enabledModulesFromEnvironment, type Config } from '../shared/platform/config/config';
-import type { ModuleName } from '../shared/platform/config/settings';
+import type { Config } from '../shared/platform/config/config';
+import { enabledModulesFromEnvironment, type ModuleName } from '../shared/platform/config/modules';
 import type { Deps } from '../shared/deps';
 
 /**
@@ -16,11 +16,19 @@ export function provideRuntime(provided: { config: Config; deps: Deps | Promise<
 
 /** The modules whose functions register here: from the provided config, else that one setting alone. */
 export function enabledModules(): readonly ModuleName[] {
-  return config?.host.enabledModules ?? enabledModulesFromEnvironment();
+  // A name of no module is refused by the configuration's own check, with the error a host's start gives.
+  return config?.host.enabledModules ?? enabledModulesFromEnvironment() ?? loadConfigModule().enabledModulesFromEnvironment();
 }
 
+/** The configuration from the app settings, parsed on first use: registering the functions needs none of it. */
 export function getConfig(): Config {
-  return (config ??= configFromEnvironment());
+  return (config ??= loadConfigModule().configFromEnvironment());
+}
+
+/** The configuration's module (its schema: zod, semver), loaded on first use rather than with the functions. */
+function loadConfigModule(): typeof import('../shared/platform/config/config') {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return require('../shared/platform/config/config') as typeof import('../shared/platform/config/config');
 }
 
 export function getDeps(): Promise<Deps> {

@@ -62,8 +62,8 @@ type RunningStep = Extract<RunStep, { outcome: 'running' }>;
 export const RUNNER_RESULT_EVENT = 'runner-result';
 
 /**
- * The result event's payload: the job, and the step its outcome led to when the result endpoint collected it
- * (absent when it could not: the orchestration collects then).
+ * The result event's payload: the job. The result endpoint no longer collects the job itself, so it sends no `step`;
+ * events in the history of instances started before carry the step that endpoint collected, and are taken as they are.
  *
  * BREAKING-CHANGE SHAPE: stored in the history of running instances.
  */
@@ -110,9 +110,9 @@ export const provisioningRunOrchestrator: OrchestrationHandler = function* (cont
 
 /**
  * Waits for the runner job of a plan or an apply: its result event, raced against the job's deadline (its claim
- * deadline while it waits for an agent, its lease while it runs). The result event carries the step the result
- * endpoint collected; at the deadline (or when the endpoint could not collect) the collect activity does it (and
- * dispatches the apply job after a plan that needs no approval: a new job, waited for by the caller's loop). How long
+ * deadline while it waits for an agent, its lease while it runs). Either way the collect activity then takes the
+ * job's outcome (and dispatches the apply job after a plan that needs no approval: a new job, waited for by the
+ * caller's loop); a result event from before the endpoint stopped collecting carries its step already. How long
  * an apply takes is the runner's, not this host's function timeout.
  */
 function* waitForRunner(context: OrchestrationContext, runId: string, first: RunningStep): Generator<Task, RunStep, unknown> {

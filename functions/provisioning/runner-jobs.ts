@@ -8,15 +8,14 @@ import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { getDeps } from '../runtime';
 import { logOf } from '../log';
-import type { JobCaller, RunStep } from '../../shared/provisioning/provisioning.service';
+import type { JobCaller } from '../../shared/provisioning/provisioning.service';
 import { requireScope } from '../../shared/platform/auth/auth';
-import { handOver } from './provisioning-run.activities';
 import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.orchestrator';
 import { problemError } from '../../shared/platform/errors/catalogue';
 import { ProvisioningErrors } from '../../shared/provisioning/errors';
 
 /**
- * The runner agents' endpoints (runner-jobs.service.ts) and the operators' view of runner pools.
+ * The runner agents' endpoints (runner-job-agents.service.ts) and the operators' view of runner pools.
  * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
  * - Every call of a claimed job carries both: the pool credential as the bearer token, and the job's token in
  *   `X-Runner-Job-Token`, for that job only: its heartbeat and its result (and, on the local host's local cloud
@@ -91,32 +90,21 @@ export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the sta
 }));
 
 /**
- * 202 once the outcome is accepted. The outcome is collected here at once (the run's next step: its receipt, the
- * apply job after a plan, the run's end) and handed to the run's orchestration with the result event, so it needs no
- * collect step of its own; a collect that fails here is left to the orchestration, which collects it itself.
+ * 202 once the outcome is accepted: the result event wakes the run's orchestration, whose collect activity takes the
+ * run's next step (its receipt, the apply job after a plan, the run's end). The request does no step of the run, so
+ * no request races the orchestration for one. A wake-up that is lost is made up by the job's deadline timer.
  */
 export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, caller, text, context }) => {
   const { runId } = await deps.provisioning.runners.accept(caller, text);
   crashPoint('runner-result:accepted', runId);
-  await wakeRun(context, deps, runId, caller.jobId);
+  try {
+    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, { jobId: caller.jobId } satisfies RunnerResultEvent);
+  } catch (error) {
+    logOf(context).warn(`could not wake run ${runId} for job ${caller.jobId}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  crashPoint('runner-result:woken', runId);
   return { status: 202, jsonBody: { accepted: true } };
 });
-
-/** Wakes the run's orchestration with its collected job; when the wake-up is lost, the job's deadline timer does it. */
-async function wakeRun(context: InvocationContext, deps: Deps, runId: string, jobId: string): Promise<void> {
-  let step: RunStep | undefined;
-  try {
-    step = await handOver(context, runId, await deps.provisioning.collectJob(runId, jobId));
-  } catch (error) {
-    logOf(context).warn(`could not collect job ${jobId} of run ${runId}; its orchestration will: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  crashPoint('runner-result:collected', runId);
-  try {
-    await df.getClient(context).raiseEvent(runId, RUNNER_RESULT_EVENT, (step ? { jobId, step } : { jobId }) satisfies RunnerResultEvent);
-  } catch (error) {
-    logOf(context).warn(`could not wake run ${runId} for job ${jobId}: ${error instanceof Error ? error.message : String(error)}`);
-  }
-}
 
 const durableClient = [df.input.durableClient()];
 const app = moduleApp('provisioning');

@@ -53,6 +53,9 @@ export interface StandIns {
   close(): Promise<void>;
 }
 
+/** Verified tokens a stand-in remembers (by audience and token) before it forgets them all. */
+const VERIFIED_TOKENS = 1000;
+
 export async function startStandIns(options: StandInOptions): Promise<StandIns> {
   let bound: LocalExternalServices | undefined;
   const services = (): LocalExternalServices => {
@@ -60,11 +63,18 @@ export async function startStandIns(options: StandInOptions): Promise<StandIns> 
     return bound;
   };
   const keys = createLocalJWKSet(options.jwks);
+  // A token that verified for an audience stays valid until its `exp`: the host presents the same token for every call
+  // until it renews it, and verifying its signature each time was most of what a stand-in call cost.
+  const verified = new Map<string, number>();
   const verify = async (authorization: string | null | undefined, audience: string): Promise<void> => {
     const token = /^Bearer (\S+)$/.exec(authorization ?? '')?.[1];
     if (!token) throw new ConnectError('a bearer token is required', Code.Unauthenticated);
+    const known = verified.get(`${audience} ${token}`);
+    if (known !== undefined && known > Date.now()) return;
     try {
-      await jwtVerify(token, keys, { issuer: options.issuer, audience, algorithms: ['ES256'] });
+      const { payload } = await jwtVerify(token, keys, { issuer: options.issuer, audience, algorithms: ['ES256'] });
+      if (verified.size >= VERIFIED_TOKENS) verified.clear();
+      if (typeof payload.exp === 'number') verified.set(`${audience} ${token}`, payload.exp * 1000);
     } catch (thrown) {
       throw new ConnectError(`the token is not valid for ${audience}: ${ensureError(thrown).message}`, Code.Unauthenticated);
     }

@@ -11,7 +11,8 @@ import type { PlanOptions } from '../platform/iac/iac-runner';
 import type { ClaimedJob } from '../platform/iac/runner-job';
 import { configOf, planOptionsFor } from './plan.service';
 import { clearStackRefresh, countUnbegunLostJobs, markStackForRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, lossOf, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
+import { dispatchJob, openJobStep, refusedReport } from './runner-job-dispatch.service';
+import { lossOf, type FinishedJob } from './runner-jobs';
 import {
   appendEvents,
   existingRun,

@@ -28,7 +28,8 @@ import { approvalRequired, planExpiryMs, RunErrors, stackOf, stepOf, type Run, t
 import { checkProjectPolicy, readProject } from './source.service';
 import { takeStack } from './stack-queue.service';
 import { countUnbegunLostJobs, stackNeedsRefresh, type RunnerJob } from './runner-jobs.repository';
-import { dispatchJob, JobErrors, lossOf, openJobStep, refusedReport, type FinishedJob } from './runner-jobs.service';
+import { dispatchJob, openJobStep, refusedReport } from './runner-job-dispatch.service';
+import { JobErrors, lossOf, type FinishedJob } from './runner-jobs';
 
 /**
  * The plan step of a run: take the stack, plan, ask the GovernanceHost, record the plan receipt and

@@ -84,7 +84,7 @@ export interface EnvironmentTargets {
 }
 
 /**
- * How this host hands plans and applies to runner agents (runner-jobs.service.ts): the target and pool of each
+ * How this host hands plans and applies to runner agents (runner-jobs.ts): the target and pool of each
  * run's environment, the capacity leases its jobs hold, and the job lease's length.
  */
 export interface RunnerExecution {
@@ -168,7 +168,7 @@ export interface ProvisioningServiceOptions {
   readonly hostId?: string;
   /** Example: `{ approvalTimeoutMs: 86_400_000, lockRetryMs: 1000, policyPollMs: 5000, policyTimeoutMs: 86_400_000 }`. */
   readonly timings?: Partial<RunTimings>;
-  /** Runner jobs (runner-jobs.service.ts); omit to run the engine in this process (tests and the bench baseline). */
+  /** Runner jobs (runner-jobs.ts); omit to run the engine in this process (tests and the bench baseline). */
   readonly runners?: RunnerExecution;
   /** Where environments live. Default: one target, `local`. */
   readonly targets?: EnvironmentTargets;

@@ -14,22 +14,11 @@ import type { RunDetail } from './receipt';
 import { reconcile, type ReconcileResult } from './reconciliation.service';
 import type { ReconcileRequest } from './reconciliation';
 import { RunErrors, type Run, type RunState, type RunStep } from './run';
-import {
-  acceptOutcome,
-  claimJob,
-  collectJob,
-  heartbeat,
-  authorizeTargetCall,
-  runnerAgents,
-  runnerPools,
-  watchDispatches,
-
-  type FinishedJob,
-  type JobCaller,
-  type TargetCallGrant,
-  type RunnerAgentView,
-  type RunnerPoolView,
-} from './runner-jobs.service';
+import { acceptOutcome, authorizeTargetCall, claimJob, heartbeat, type TargetCallGrant } from './runner-job-agents.service';
+import { collectJob } from './runner-job-dispatch.service';
+import { watchDispatches } from './runner-job-wakeups';
+import { type FinishedJob, type JobCaller } from './runner-jobs';
+import { runnerAgents, runnerPools, type RunnerAgentView, type RunnerPoolView } from './runner-pools.service';
 import { getRejection, getRun, listRuns, type RunPage } from './run-queries.service';
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
@@ -107,7 +96,7 @@ export interface ProvisioningService {
    * that fails waits out its back-off). Each run is reported once (delivery-reports.service.ts).
    */
   sendDeliveryReports(): Promise<SendResult>;
-  /** What runner agents call (runner-jobs.service.ts), and what operators see of runner pools. */
+  /** What runner agents call (runner-job-agents.service.ts), and what operators see of runner pools (runner-pools.service.ts). */
   readonly runners: RunnerJobs;
 }
 

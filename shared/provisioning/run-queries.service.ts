@@ -29,7 +29,7 @@ export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, ru
 async function withQueuePosition(ctx: ProvisioningContext, run: Run): Promise<Run> {
   const waiting = run.waitingFor;
   if (waiting?.kind !== 'runner') return run;
-  const job = await retryingContention(() => findJob(ctx.db, waiting.jobId));
+  const job = await retryingContention(() => findJob(ctx.db, ctx.dialect, waiting.jobId));
   if (job?.state !== 'queued') return run;
   return { ...run, waitingFor: { ...waiting, position: await retryingContention(() => queuePosition(ctx.db, job)) } };
 }

@@ -2,6 +2,7 @@ import type { Selectable, Transaction } from 'kysely';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { appendedKeepingLast, firstRows, isUniqueViolation, type SqlDialect } from '../platform/sql/dialect';
+import { Prepared } from '../platform/sql/prepared';
 import type { DegradedReference } from './receipt';
 import type { ProvisioningRunnerJobTable, ProvisioningTables } from './provisioning.tables';
 import { forStack, type ProvisioningDb } from './stack-lock.repository';
@@ -37,6 +38,9 @@ export interface RunnerJob {
   readonly deadlineAt?: Date;
 }
 
+/** A runner job whose outcome was accepted. */
+export type FinishedJob = RunnerJob & { readonly outcome: RunnerJobOutcome };
+
 /** The log excerpt a job keeps: its last this many characters. */
 export const JOB_LOG_CHARS = 32 * 1024;
 
@@ -70,14 +74,23 @@ export async function insertJob(db: Db, spec: StoredSpec, at: number): Promise<v
     .execute();
 }
 
-export async function findJob(db: Db, id: string): Promise<RunnerJob | undefined> {
-  const row = await db.selectFrom('provisioning_runner_jobs').selectAll().where('id', '=', id).executeTakeFirst();
+export async function findJob(db: Db, dialect: SqlDialect, id: string): Promise<RunnerJob | undefined> {
+  const [row] = (await findJobQuery.execute(db, dialect, { id })).rows;
   return row ? rowToJob(row) : undefined;
 }
 
+// Every job call reads its job, and every collect the run's latest: compiled once (prepared.ts).
+const findJobQuery = new Prepared<ProvisioningTables, 'id', Selectable<ProvisioningRunnerJobTable>>((db, _dialect, p) =>
+  db.selectFrom('provisioning_runner_jobs').selectAll().where('id', '=', p('id')),
+);
+
+const latestJobQuery = new Prepared<ProvisioningTables, 'runId', Selectable<ProvisioningRunnerJobTable>>((db, dialect, p) =>
+  firstRows(db.selectFrom('provisioning_runner_jobs').selectAll().where('run_id', '=', p('runId')).orderBy('created_at', 'desc').orderBy('id', 'desc'), dialect, 1),
+);
+
 /** The run's newest job. */
 export async function latestJobOfRun(db: Db, dialect: SqlDialect, runId: string): Promise<RunnerJob | undefined> {
-  const row = await firstRows(db.selectFrom('provisioning_runner_jobs').selectAll().where('run_id', '=', runId).orderBy('created_at', 'desc').orderBy('id', 'desc'), dialect, 1).executeTakeFirst();
+  const [row] = (await latestJobQuery.execute(db, dialect, { runId })).rows;
   return row ? rowToJob(row) : undefined;
 }
 

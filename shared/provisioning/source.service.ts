@@ -50,14 +50,41 @@ export async function readProject(ctx: ProvisioningContext, tenant: string, ref:
  * `PROVISIONING.PACKAGE_NOT_ALLOWED` naming each type, file and line.
  */
 export function checkProjectPolicy(ctx: ProvisioningContext, desired: DesiredState): void {
+  // A project read once is kept (frozen) and read again at plan and apply: judged once per host, by what it is.
+  const judged = policyVerdicts.get(ctx) ?? new WeakMap<DesiredState, AppError | null>();
+  policyVerdicts.set(ctx, judged);
+  let verdict = judged.get(desired);
+  if (verdict === undefined) {
+    verdict = projectVerdict(ctx, desired);
+    if (Object.isFrozen(desired)) judged.set(desired, verdict);
+  }
+  if (verdict) throw verdict;
+}
+
+/** By host, then by project read: the refusal, or null when the project is allowed. */
+const policyVerdicts = new WeakMap<ProvisioningContext, WeakMap<DesiredState, AppError | null>>();
+
+function projectVerdict(ctx: ProvisioningContext, desired: DesiredState): AppError | null {
   const problems = projectProblems(desired, ctx.projects);
-  if (problems.length > 0) throw projectNotAllowed(problems);
+  if (problems.length > 0) return projectNotAllowed(problems);
   const packages = packageProblems(programFiles(desired), ctx.packages);
-  if (packages.length > 0) throw packageNotAllowed(packages);
+  if (packages.length > 0) return packageNotAllowed(packages);
+  return null;
 }
 
 /** The project's `name`, which must be a Pulumi project name (it becomes part of `tenant/project/stack`). */
 function projectName(desired: DesiredState): string {
+  const known = projectNames.get(desired);
+  if (known !== undefined) return known;
+  const name = parseProjectName(desired);
+  if (Object.isFrozen(desired)) projectNames.set(desired, name);
+  return name;
+}
+
+/** The names of projects read (frozen, kept by the host's memory of projects), so each is parsed once. */
+const projectNames = new WeakMap<DesiredState, string>();
+
+function parseProjectName(desired: DesiredState): string {
   let document: unknown;
   try {
     document = parseYaml(desired.project);

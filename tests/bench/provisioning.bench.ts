@@ -1,7 +1,10 @@
 /**
  * Provisioning benchmark (`npm run bench -- provisioning`). Prints figures against the targets of issue 8; nothing
  * here is asserted. Options: `--store sqlite|postgres` (default sqlite), `--promotions N` (default 200),
- * `--stacks N` (default 50), `--wait-seconds N` (how long a load may take to end, default 300).
+ * `--stacks N` (default 50), `--wait-seconds N` (how long a load may take to end, default 300), `--profile DIR` (each
+ * host writes a V8 CPU profile of its life into DIR: `node --cpu-prof`, to open in Chrome DevTools or read with
+ * `npx tsx tests/bench/cpu-profile.ts DIR/<file>`), `--pass NAME` (only that pass: runner-jobs, in-process or
+ * dynamic-off, its first round).
  *
  * Development promotions of the example project, each to an environment of its own (so none is superseded and
  * every one is applied), spread round-robin over the stacks, are sent at once to the embedded queue of local hosts
@@ -36,7 +39,7 @@
 import { randomBytes } from 'node:crypto';
 import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
@@ -110,7 +113,10 @@ interface Split {
 }
 
 export async function run(args: string[]): Promise<Row[]> {
-  const { values } = parseArgs({ args, options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, 'wait-seconds': { type: 'string' }, quick: { type: 'boolean' } } });
+  const { values } = parseArgs({
+    args,
+    options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, 'wait-seconds': { type: 'string' }, quick: { type: 'boolean' }, profile: { type: 'string' }, pass: { type: 'string' } },
+  });
   // --quick: 20 promotions over 10 stacks and 3 unloaded runs, the same rows.
   const quick = values.quick === true;
   const store = values.store ?? 'sqlite';
@@ -137,7 +143,10 @@ export async function run(args: string[]): Promise<Row[]> {
       { name: 'dynamic-off', round: 1, env: { AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled: 'false' } },
     ] as const;
     const rounds: Record<'runner-jobs' | 'in-process', Measured[]> = { 'runner-jobs': [], 'in-process': [] };
-    for (const pass of passes) {
+    const chosen = values.pass === undefined ? passes : passes.filter((p) => p.name === values.pass && p.round === 1);
+    if (chosen.length === 0) throw new Error(`--pass ${values.pass}: expected one of ${[...new Set(passes.map((p) => p.name))].join(', ')}`);
+    const profile = values.profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${resolve(values.profile)}`];
+    for (const pass of chosen) {
       const passStarted = performance.now();
       const stateDir = join(work, `state-${pass.name}-${pass.round}`);
       // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
@@ -147,9 +156,9 @@ export async function run(args: string[]): Promise<Row[]> {
       const config = parseConfig({});
       const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
       const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
-      await withHosts(store, stateDir, pass.env, async (hosts, jobs) => {
+      await withHosts(store, stateDir, pass.env, profile, async (hosts, jobs) => {
         const client = new BenchClient(hosts, tokens);
-        const first = pass.name === 'runner-jobs' && pass.round === 1;
+        const first = pass === chosen[0];
         const unloaded = first ? await runOneAtATime(client, repository, unloadedRuns) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
@@ -201,10 +210,11 @@ async function withHosts(
   store: 'sqlite' | 'postgres',
   stateDir: string,
   settings: Record<string, string>,
+  nodeArgs: readonly string[],
   work: (hosts: RunningChild[], jobs: () => Promise<number[]>) => Promise<void>,
 ): Promise<void> {
   if (store === 'sqlite') {
-    const host = await startChildHost(stateDir, settings);
+    const host = await startChildHost(stateDir, settings, undefined, [], nodeArgs);
     try {
       await work([host], () => dispatchCosts(createSqlStore({ dialect: 'sqlite', connection: 'runtime-cloud.sqlite', baseDir: stateDir })));
     } finally {
@@ -232,7 +242,7 @@ async function withHosts(
       RuntimeCloud__Store__Connection: `${url}${url.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`,
       RuntimeCloud__Tables__Connection: tables.connectionString,
     };
-    hosts.push(...(await Promise.all([startChildHost(stateDir, env), startChildHost(stateDir, env)])));
+    hosts.push(...(await Promise.all([startChildHost(stateDir, env, undefined, [], nodeArgs), startChildHost(stateDir, env, undefined, [], nodeArgs)])));
     await work(hosts, () => dispatchCosts(createSqlStore({ dialect: 'postgres', connection: url, postgresSchema: schema })));
   } finally {
     await Promise.all(hosts.map((h) => h.stop()));

@@ -69,9 +69,9 @@ for (const dialect of DIALECTS) {
       // Assert
       expect(ran).toContain(MIGRATION);
       const db = provisioningDb(database.store.db);
-      expect((await findJob(db, 'job-plan'))?.deadlineAt).toEqual(new Date(CLAIMED_AT + 30 * 60_000));
-      expect((await findJob(db, 'job-apply'))?.deadlineAt).toEqual(new Date(CLAIMED_AT + 120 * 60_000));
-      expect((await findJob(db, 'job-queued'))?.deadlineAt).toBeUndefined();
+      expect((await findJob(db, dialect, 'job-plan'))?.deadlineAt).toEqual(new Date(CLAIMED_AT + 30 * 60_000));
+      expect((await findJob(db, dialect, 'job-apply'))?.deadlineAt).toEqual(new Date(CLAIMED_AT + 120 * 60_000));
+      expect((await findJob(db, dialect, 'job-queued'))?.deadlineAt).toBeUndefined();
     });
   });
 }

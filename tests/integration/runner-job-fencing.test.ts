@@ -106,8 +106,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const nextApply = await eventually(() => client.claim('fast-agent', 0), 30_000);
       expect(await stateOf(nextApply)).toEqual(nextState);
       await runJob({ client, engineFor: localEngineFor, agent: 'fast-agent', workRoot: join(root, 'work') }, nextApply, () => undefined);
-      // The result endpoint collects each job (a plan that needs no approval goes on to its apply job there) and hands
-      // the step to the run with its result event: the orchestration schedules its plan step and no collect.
+      // The result endpoint only accepts each outcome and wakes the run: the orchestration's collect activity takes
+      // each job's outcome (a plan that needs no approval goes on to its apply job there), once per job.
       await eventually(async () => {
         const body = (await (await host.fetch(`/runtime-cloud/runs/${next.job.runId}`, { claims: operator })).json()) as RunBody;
         return body.state === 'applied' ? body : undefined;
@@ -119,7 +119,11 @@ for (const dialect of REPOSITORY_DIALECTS) {
         .orderBy('position' as never)
         .execute();
       const activities = (history as { event: string }[]).map((row) => JSON.parse(row.event) as HistoryEvent).filter((e) => e.EventType === HistoryEventType.TaskScheduled);
-      expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan]);
+      expect(activities.map((e) => e.Name)).toEqual([ProvisioningActivities.plan, ProvisioningActivities.collectJob, ProvisioningActivities.collectJob]);
+      expect(activities.slice(1).map((e) => JSON.parse(e.Input ?? 'null') as unknown)).toEqual([
+        { runId: next.job.runId, jobId: next.job.id },
+        { runId: next.job.runId, jobId: nextApply.job.id },
+      ]);
     }, 60_000);
 
     it("when an apply job's lease lapses before its agent began to apply, then nothing of it is taken, the apply is dispatched again and applied once", async () => {
@@ -188,8 +192,9 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(run.error?.message).toContain('nothing was applied');
     }, 60_000);
 
-    it('when a finished plan job is collected by several at once (its result endpoint, the run\'s deadline, a retry), then its apply is dispatched once and every collect answers with that job', async () => {
-      // Arrange: the agent's outcome is taken in by the service, not the endpoint, so nothing has collected it yet.
+    it('when a finished plan job is collected by several at once (its collect activity, the run\'s deadline, a retry), then its apply is dispatched once, every collect answers with that job, and the apply\'s result ends the run that waited for the plan job', async () => {
+      // Arrange: the agent's outcome is taken in by the service, not the endpoint, so the run is not woken: its
+      // orchestration still waits for the plan job when the apply job's result event comes.
       const { client } = await testAgent(host, POOL);
       await sendToPromotions(host, examplePromotion('development', example.repository), 'collect-1');
       const plan = await eventually(() => client.claim('collect-agent', 0), 30_000);

@@ -44,7 +44,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       await insertJob(provisioningDb(database.store.db), aSpec('job-concurrent'), Date.now());
       const lines = Array.from({ length: 60 }, (_, i) => `line ${String(i).padStart(2, '0')}`);
       await Promise.all(lines.map((line, i) => appendJobLog(provisioningDb(stores[i % stores.length]!.db), dialect, 'job-concurrent', [line])));
-      const log = (await findJob(provisioningDb(database.store.db), 'job-concurrent'))!.log;
+      const log = (await findJob(provisioningDb(database.store.db), dialect, 'job-concurrent'))!.log;
       expect(log.split('\n').filter(Boolean).sort()).toEqual(lines);
     });
 
@@ -53,7 +53,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       await insertJob(db, aSpec('job-long'), Date.now());
       const chunk = (i: number) => `${String(i).padStart(5, '0')} ${'x'.repeat(994)}`;
       for (let i = 0; i < 40; i++) await appendJobLog(db, dialect, 'job-long', [chunk(i)]);
-      const log = (await findJob(db, 'job-long'))!.log;
+      const log = (await findJob(db, dialect, 'job-long'))!.log;
       expect(log.length).toBe(JOB_LOG_CHARS);
       expect(log.endsWith(`${chunk(39)}\n`)).toBe(true);
       const written = Array.from({ length: 40 }, (_, i) => `${chunk(i)}\n`).join('');
@@ -65,8 +65,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       await insertJob(db, aSpec('job-quiet'), Date.now());
       await appendJobLog(db, dialect, 'job-quiet', []);
       await appendJobLog(db, dialect, 'job-missing', ['lost']);
-      expect((await findJob(db, 'job-quiet'))!.log).toBe('');
-      expect(await findJob(db, 'job-missing')).toBeUndefined();
+      expect((await findJob(db, dialect, 'job-quiet'))!.log).toBe('');
+      expect(await findJob(db, dialect, 'job-missing')).toBeUndefined();
     });
   });
 }

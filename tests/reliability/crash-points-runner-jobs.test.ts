@@ -14,7 +14,7 @@ const HOST_POINTS = [
   'durable:activity-returned:provisioningRunPlan',
   'durable:episode-decided:provisioningRun#2',
   'runner-result:accepted',
-  'runner-result:collected',
+  'runner-result:woken',
 ];
 const AGENT_POINTS = ['agent:claimed', 'agent:evaluated:plan', 'agent:evaluated:apply'];
 

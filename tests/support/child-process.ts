@@ -19,15 +19,17 @@ export interface RunningChild {
 
 /**
  * Starts `runtime-cloud start --port 0` in a child process and waits for "listening on <origin>".
- * `env` adds settings (for example a shared PostgreSQL store); `args` more flags (`--app DIR`).
+ * `env` adds settings (for example a shared PostgreSQL store); `args` more flags (`--app DIR`); `nodeArgs` flags of
+ * node itself (`--cpu-prof`, which NODE_OPTIONS may not carry).
  */
 export async function startChildHost(
   stateDir: string,
   env: Record<string, string> = {},
   timeoutMs = 60_000,
   args: readonly string[] = [],
+  nodeArgs: readonly string[] = [],
 ): Promise<RunningChild> {
-  const child = spawn(process.execPath, [CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], {
+  const child = spawn(process.execPath, [...nodeArgs, CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -28,6 +28,8 @@ const HEAVY = [
   'better-sqlite3',
   'yaml',
   'jose',
+  // The configuration's schema (semver for version ranges) is parsed on first use, not to register the functions.
+  'semver',
   // Telemetry starts with the composition root; only the tiny @opentelemetry/api may load with the functions.
   'applicationinsights',
   '@opentelemetry/sdk-metrics',
@@ -93,7 +95,7 @@ describe('cold start: what loads when', () => {
     `const config = runtime.getConfig();
      const store = require(root + '/shared/platform/sql/database.ts').createSqlStore({ dialect: config.store.dialect, connection: config.store.connection });
      const events = require(root + '/shared/platform/bus/service-bus-publisher.ts').serviceBusPublisher({ connection: config.serviceBus.connection });
-     require(root + '/shared/platform/iac/iac-runner.ts').pulumiIacRunner();
+     require(root + '/shared/platform/iac/pulumi-runner.ts').pulumiIacRunner();
      await events.close();
      await store.close();`,
   );

@@ -11,7 +11,7 @@ import { ProvisioningErrors } from '../../shared/provisioning/errors';
 import { PackageErrors } from '../../shared/provisioning/package-policy';
 import { ProjectErrors } from '../../shared/provisioning/project-policy';
 import { RunErrors } from '../../shared/provisioning/run';
-import { JobErrors } from '../../shared/provisioning/runner-jobs.service';
+import { JobErrors } from '../../shared/provisioning/runner-jobs';
 import { SourceErrors } from '../../shared/provisioning/source-policy';
 
 const root = join(__dirname, '../..');

@@ -1,3 +1,4 @@
+import { MODULES, type ModuleName } from './modules';
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { OBSERVER_OF_KIND, TARGET_OBSERVERS, approvalSchema, clientTenantsSchema, jsonOf, list, observationScopeSchema, packagesSchema, peerEndpoint, port, sourcesSchema, targetSchema } from './setting-schemas';
@@ -6,11 +7,9 @@ import { OBSERVER_OF_KIND, TARGET_OBSERVERS, approvalSchema, clientTenantsSchema
  * Every setting of RuntimeCloudHost, in Azure app-settings form (`Section__Sub__Key`), so the same names work
  * as Function App settings, in `local.settings.json` and as environment variables of the local host.
  * `local.settings.sample.json` lists exactly these keys; config.ts reads them (the only place that reads
- * `process.env`) into a `Config`.
+ * `process.env`, with modules.ts for the one setting registering the functions reads) into a `Config`.
  */
-export const MODULES = ['provisioning', 'inventory', 'capacity'] as const;
-
-export type ModuleName = (typeof MODULES)[number];
+export { MODULES, type ModuleName };
 
 /** Documented settings: key → schema with its default. Descriptions are shown by `runtime-cloud --help`. */
 export const settings = {
