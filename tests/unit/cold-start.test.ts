@@ -80,7 +80,10 @@ describe('cold start: what loads when', () => {
       RuntimeCloud__Tables__Connection: 'DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/devstoreaccount1;',
       RuntimeCloud__Auth__JwksUrl: 'https://login.example.com/keys',
     },
-    'const deps = await runtime.getDeps(); await deps.close();',
+    // As the local host composes it: the product's composition root with the twin (local/twin.ts) injected.
+    `const { localTwin } = require(root + '/local/twin.ts');
+     const deps = await require(root + '/shared/deps.ts').createDeps(runtime.getConfig(), { twin: localTwin });
+     await deps.close();`,
   );
   const azure = packagesLoaded(
     {
