@@ -13,7 +13,7 @@ import { parseConfig } from '../../shared/platform/config/config';
 describe('observer adapters: start-up cost', () => {
   it('when the adapter modules are loaded, then neither SDK is: a host observing the local cloud never pays for them', () => {
     // A fresh process, because this one has loaded both SDKs for the tests above.
-    const adapters = ['arm-observer.adapter', 'kubernetes-observer.adapter', 'local-cloud-observer.adapter'].map((name) => join(__dirname, '../../shared/inventory', `${name}.ts`));
+    const adapters = ['shared/inventory/arm-observer.adapter', 'shared/inventory/kubernetes-observer.adapter', 'local/cloud/local-cloud-observer.adapter'].map((name) => join(__dirname, '../..', `${name}.ts`));
     const script = `
       for (const adapter of ${JSON.stringify(adapters)}) require(adapter);
       // A dot stands for either path separator.
