@@ -7,7 +7,7 @@ import { RunErrors } from './run';
 import { type FinishedJob, type RunnerJob, type StoredSpec } from './runner-jobs.repository';
 
 /**
- * Runner jobs: how a run's plan and apply leave the host (ARCHITECTURE.md, "IaC: targets, runner agents and
+ * Runner jobs: how a run's plan and apply leave the host (docs/architecture.md, "IaC: targets, runner agents and
  * engines"). The plan or apply step dispatches a job for the pool of the run's target and the orchestration waits
  * for its result; an agent of the pool claims it (holding a capacity lease of kind `runner` for it), beats while it
  * runs (renewing that lease, the job's lease and the stack lock), and posts its outcome, which is accepted only
