@@ -1,6 +1,6 @@
 import type { JSONWebKeySet } from 'jose';
 import { armCrashPoints } from './platform/faults/crash-points';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
 import { busDb } from './platform/bus/bus-db';
 import { inboxLagChecks, outboxDeadLetterCheck } from './platform/bus/bus.health';
@@ -36,8 +36,6 @@ import { hostPeerTokens, type PeerTokens } from './platform/contracts/peer-trans
 import { peerHealthChecks } from './platform/contracts/peer-health';
 import { createProvisioningService, type ProvisioningService, type RunTimings } from './provisioning/provisioning.service';
 import { parseSourcePolicy } from './provisioning/source-policy';
-import { findEnvironmentStack } from './provisioning/runs.repository';
-import { provisioningDb } from './provisioning/stack-lock.repository';
 import { allMigrations } from './migrations';
 import type { MigrationSource } from './platform/sql/migrations';
 import type { Observer } from './inventory/observer';
@@ -177,8 +175,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const capacity = createCapacityService({ store, clock, ids });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
   // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning and inventory only read them.
-  const knowsTenant = async (tenant: string) =>
-    (await (store.db as Kysely<{ capacity_tenants: { id: string } }>).selectFrom('capacity_tenants').select('id').where('id', '=', tenant).executeTakeFirst()) !== undefined;
+  const knowsTenant = (tenant: string) => capacity.knowsTenant(tenant);
   const provisioning = createProvisioningService({
     store,
     clock,
@@ -243,22 +240,12 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     // scopes are configured by tenant and environment, never by an environment id another tenant may use.
     // A bound target no longer configured keeps its id: no observer reads it, and the scan says so.
     scopeOf: async (environment) => {
-      const bound = (await findEnvironmentStack(provisioningDb(store.db), environment.tenant, environment.id))?.target;
+      const bound = await provisioning.boundTarget(environment.tenant, environment.id);
       const target = config.targets.find((t) => t.id === bound) ?? targetOf({ tenant: environment.tenant, environment: environment.id, tier: environment.tier });
       return { ...observationScopeOn(target, environment, config.inventory.scopes), target: bound ?? target.id };
     },
     // A scan while a run applies to the stack would see it half applied: it is skipped, with the run named.
-    applyingRun: async (stack) =>
-      (
-        await (store.db as Kysely<{ provisioning_runs: { id: string; tenant_id: string; project: string; stack: string; state: string } }>)
-          .selectFrom('provisioning_runs')
-          .select('id')
-          .where('tenant_id', '=', stack.tenant)
-          .where('project', '=', stack.project)
-          .where('stack', '=', stack.stack)
-          .where('state', '=', 'applying')
-          .executeTakeFirst()
-      )?.id,
+    applyingRun: (stack) => provisioning.applyingRun(stack),
     knowsTenant,
     ...(eventBodies ? { eventBodies } : {}),
   });

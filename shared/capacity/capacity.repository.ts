@@ -182,6 +182,10 @@ export async function upsertEdition(trx: Transaction<CapacityTables>, dialect: S
   for (const id of tenants) await resizeQuotas(trx, ledger, id, edition.limits);
 }
 
+export async function tenantExists(db: CapacityExecutor, id: string): Promise<boolean> {
+  return (await db.selectFrom('capacity_tenants').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
+}
+
 export async function editionExists(db: CapacityExecutor, name: string): Promise<boolean> {
   return (await db.selectFrom('capacity_editions').select('name').where('name', '=', name).executeTakeFirst()) !== undefined;
 }

@@ -1,3 +1,5 @@
+import { retryingContention } from '../platform/sql/transaction';
+import { tenantExists } from './capacity.repository';
 import type { TenantFilter } from '../platform/auth/auth';
 import { acquire } from './acquire.service';
 import { applySeed, listEditions, putEdition, putPool, putTenant, summary } from './administration.service';
@@ -37,6 +39,8 @@ export interface CapacityService {
   putPool(id: string, spec: PoolSpec): Promise<{ created: boolean; pool: Pool; resizeRequested: boolean }>;
   putEdition(edition: Edition): Promise<{ created: boolean }>;
   putTenant(tenant: Tenant): Promise<{ created: boolean }>;
+  /** Whether the installation has the tenant (the other modules ask: tenants are administered here). */
+  knowsTenant(tenant: string): Promise<boolean>;
   listEditions(): Promise<Edition[]>;
   /** Expires every active lease past its expiry, in batches; frees their units and records `LeaseExpired`. */
   sweepExpired(options?: { batchSize?: number }): Promise<SweepResult>;
@@ -60,6 +64,7 @@ export function createCapacityService(options: CapacityServiceOptions): Capacity
     putPool: (id, spec) => putPool(ctx, id, spec),
     putEdition: (edition) => putEdition(ctx, edition),
     putTenant: (tenant) => putTenant(ctx, tenant),
+    knowsTenant: (tenant) => retryingContention(() => tenantExists(ctx.db, tenant)),
     listEditions: () => listEditions(ctx),
     sweepExpired: (options) => sweepExpired(ctx, options),
     applySeed: (seed) => applySeed(ctx, seed),

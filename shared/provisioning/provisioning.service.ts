@@ -1,3 +1,5 @@
+import { retryingContention } from '../platform/sql/transaction';
+import { applyingRunOf, findEnvironmentStack } from './runs.repository';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { heartbeatSchema, jobOutcomeSchema, type ClaimedJob } from '../platform/iac/runner-job';
@@ -96,6 +98,10 @@ export interface ProvisioningService {
    * that fails waits out its back-off). Each run is reported once (delivery-reports.service.ts).
    */
   sendDeliveryReports(): Promise<SendResult>;
+  /** The run applying to the stack now, if one is (inventory skips a scan that would see it half applied). */
+  applyingRun(stack: StackRef): Promise<string | undefined>;
+  /** The target provisioning bound the tenant's environment to, once a run was made for it. */
+  boundTarget(tenant: string, environment: string): Promise<string | undefined>;
   /** What runner agents call (runner-job-agents.service.ts), and what operators see of runner pools (runner-pools.service.ts). */
   readonly runners: RunnerJobs;
 }
@@ -147,6 +153,8 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     listRuns: (tenants, query) => listRuns(ctx, tenants, query),
     getRejection: (messageId) => getRejection(ctx, messageId),
     sendDeliveryReports: () => sendDeliveryReports(ctx),
+    applyingRun: (stack) => retryingContention(() => applyingRunOf(ctx.db, stack)),
+    boundTarget: async (tenant, environment) => (await retryingContention(() => findEnvironmentStack(ctx.db, tenant, environment)))?.target,
     collectJob: (runId, jobId) =>
       collectJob(ctx, runId, jobId, {
         finished: (run, job) => (job.kind === 'plan' ? planThenApply(ctx, run, job) : applyJobFinished(ctx, run, job)),

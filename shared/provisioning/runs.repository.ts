@@ -245,6 +245,19 @@ export async function markApplyBegan(db: Executor, id: string, now: number): Pro
   return Number(result.numUpdatedRows) === 1;
 }
 
+/** The run applying to the stack now, if one is. */
+export async function applyingRunOf(db: Executor, stack: StackRef): Promise<string | undefined> {
+  const row = await db
+    .selectFrom('provisioning_runs')
+    .select('id')
+    .where('tenant_id', '=', stack.tenant)
+    .where('project', '=', stack.project)
+    .where('stack', '=', stack.stack)
+    .where('state', '=', 'applying')
+    .executeTakeFirst();
+  return row?.id;
+}
+
 /** Records (or clears) what a run waits for, while it stays in `state`; false when it has moved on meanwhile. */
 export async function setWaiting(db: Executor, id: string, state: RunState, waitingFor: WaitingFor | null, now: number): Promise<boolean> {
   const result = await db
