@@ -4,7 +4,7 @@ import type { ClaimedJob } from '../shared/platform/iac/runner-job';
 import { systemClock } from '../shared/platform/time/clock';
 import type { AgentOptions } from '../runner/agent';
 import type { JobClient } from '../runner/host-client';
-import { main } from '../runner/main';
+import { main, runAsProcess } from '../runner/main';
 import { jobTargetClient } from './cloud/job-target-client';
 import { createLocalEngine } from './engine/local-engine';
 
@@ -24,15 +24,4 @@ export function localAgentMain(env: NodeJS.ProcessEnv = process.env, inject: Pic
   return main(env, inject, { local: localEngineFor });
 }
 
-if (require.main === module) {
-  localAgentMain()
-    .then(
-      (code) => (process.exitCode = code),
-      (error: unknown) => {
-        process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-        process.exitCode = 1;
-      },
-    )
-    // The agent is done: the IPC channel to the local host would keep this process alive until the host kills it.
-    .finally(() => process.connected && process.disconnect());
-}
+if (require.main === module) runAsProcess(() => localAgentMain());

@@ -140,8 +140,9 @@ function credentialOf(token: string, audience: string): () => Promise<string> {
   return async () => (await identity.getToken(`${audience}/.default`)).token;
 }
 
-if (require.main === module) {
-  main()
+/** Runs `agent` as the process: its exit code, or 1 with the error's stack. */
+export function runAsProcess(agent: () => Promise<number>): void {
+  agent()
     .then(
       (code) => (process.exitCode = code),
       (error: unknown) => {
@@ -152,3 +153,5 @@ if (require.main === module) {
     // The agent is done: the IPC channel to a local host would keep this process alive until the host kills it.
     .finally(() => process.connected && process.disconnect());
 }
+
+if (require.main === module) runAsProcess(() => main());
