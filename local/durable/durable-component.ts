@@ -53,7 +53,7 @@ export class LocalDurableComponent implements HostComponent {
       auth: context.deps.auth,
       key,
       orchestrations: () => context.functionsWithTrigger('orchestrationTrigger').map((r) => r.metadata.name),
-      wake: () => runner.wake(),
+      wake: () => runner.wake({ instances: true }),
       origin: () => context.baseUrl().origin,
       workerId: runner.workerId,
       ...(versioning.defaultVersion !== undefined ? { defaultVersion: versioning.defaultVersion } : {}),

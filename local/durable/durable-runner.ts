@@ -125,6 +125,13 @@ const DEFAULTS = { leaseMs: 15_000, pollMs: 100, maxConcurrentOrchestrations: 16
 /** An instance this worker leaves for another (its version does not match, versionFailureStrategy Reject). */
 class VersionRejected extends Error {}
 
+/** The two kinds of durable work a look takes. */
+interface Work {
+  readonly instances: boolean;
+  readonly activities: boolean;
+}
+const BOTH: Work = { instances: true, activities: true };
+
 /**
  * The local Durable runner: drives orchestration instances stored in the SQL store through the durable-functions
  * SDK's own replay, and runs their activities. Any number of runners (hosts) may share one store: an instance is
@@ -146,6 +153,14 @@ export class DurableRunner {
   /** The look for work in flight, if any (stop waits for it). */
   #looking: Promise<void> = Promise.resolve();
   #again = false;
+  /** What the next look takes: a wake names the kind of work it made due; the poll takes both. */
+  #wanted: Work = { instances: false, activities: false };
+  /** When a look last took both kinds (performance.now()): work made due elsewhere is found within pollMs. */
+  #lastFullLook = -Infinity;
+  /** The last look left due work untaken for want of a free slot: a freed slot looks again. */
+  readonly #full = { instances: false, activities: false };
+  /** Instances a look found due while their session here still ran: their session's end looks again. */
+  readonly #dueInSession = new Set<string>();
   #pollTimer: NodeJS.Timeout | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
   /** Instances whose version this worker does not run (left for another worker, versionFailureStrategy Reject). */
@@ -174,9 +189,14 @@ export class DurableRunner {
     this.wake();
   }
 
-  /** Looks for work now (after a local change such as a start, an event or a completed activity). */
-  wake(): void {
+  /**
+   * Looks for work now (after a local change such as a start, an event or a completed activity): for the kind of
+   * work the change made due, or both when not said. A look for one kind costs one query, not two.
+   */
+  wake(work: Partial<Work> = BOTH): void {
     if (!this.#started || this.#stopping) return;
+    if (!work.instances && !work.activities) return;
+    this.#wanted = { instances: this.#wanted.instances || work.instances === true, activities: this.#wanted.activities || work.activities === true };
     if (this.#ticking) {
       this.#again = true;
       return;
@@ -213,8 +233,13 @@ export class DurableRunner {
     try {
       do {
         this.#again = false;
-        await this.#takeInstances();
-        await this.#takeActivities();
+        // Real time, not the injected clock: the poll's cadence is the timer's.
+        const full = performance.now() - this.#lastFullLook >= this.#options.pollMs;
+        const wanted = full ? BOTH : this.#wanted;
+        this.#wanted = { instances: false, activities: false };
+        if (full) this.#lastFullLook = performance.now();
+        if (wanted.instances) await this.#takeInstances();
+        if (wanted.activities) await this.#takeActivities();
       } while (this.#again && !this.#stopping);
     } catch (error) {
       this.#deps.log(faultLevel(ensureError(error)), 'durable-runner', 'looking for durable work failed', ensureError(error));
@@ -233,14 +258,16 @@ export class DurableRunner {
     for (const instanceId of candidates) {
       if (this.#sessions.size >= this.#options.maxConcurrentOrchestrations || this.#stopping) break;
       // An instance whose lease this worker let lapse may still have a session here: never run two.
+      if (this.#sessions.has(instanceId)) this.#dueInSession.add(instanceId);
       if (this.#sessions.has(instanceId) || this.#rejected.has(instanceId)) continue;
       if (!(await acquireInstanceLease(this.#db, instanceId, this.workerId, now, this.#options.leaseMs))) continue;
       const session = this.#runSession(instanceId).finally(() => {
         this.#sessions.delete(instanceId);
-        this.wake();
+        this.wake({ instances: this.#dueInSession.delete(instanceId) || this.#full.instances });
       });
       this.#sessions.set(instanceId, session);
     }
+    this.#full.instances = this.#sessions.size >= this.#options.maxConcurrentOrchestrations && candidates.length > 0;
   }
 
   async #takeActivities(): Promise<void> {
@@ -256,10 +283,12 @@ export class DurableRunner {
       if (!work) continue;
       const run = this.#runActivity(work).finally(() => {
         this.#activities.delete(seq);
-        this.wake();
+        // Its result is in its instance's inbox.
+        this.wake({ instances: true, activities: this.#full.activities });
       });
       this.#activities.set(seq, run);
     }
+    this.#full.activities = this.#activities.size >= this.#options.maxConcurrentActivities && candidates.length > 0;
   }
 
   async #renew(): Promise<void> {
@@ -768,6 +797,10 @@ export class DurableRunner {
       finished: change.finished ?? false,
     });
     crashPoint(`durable:episode-committed:${instance.name}`, instance.instanceId);
+    this.wake({
+      activities: (change.activities?.length ?? 0) > 0,
+      instances: (change.inbox?.length ?? 0) > 0 || (change.children?.length ?? 0) > 0 || change.toParent !== undefined,
+    });
     return change.resetFrom !== undefined ? [] : [...history, ...change.append];
   }
 

@@ -58,6 +58,8 @@ import { rowCollector, type Row } from './table';
 const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test';
 const QUEUE = 'runtime-cloud-promotions';
 const TERMINAL = ['ProvisioningApplied', 'ProvisioningFailed'];
+/** How often the watcher reads the topic: a run is seen up to this late (0.5 % of a 20 s load). */
+const WATCH_EVERY_MS = 100;
 /** Promotions run one at a time before the load, for the unloaded split. */
 const UNLOADED_RUNS = 10;
 
@@ -380,7 +382,8 @@ class TerminalWatcher {
         this.seen.set(promotionId, { at, type: message.body.type });
         this.published.set(promotionId, Date.parse(message.enqueuedTimeUtc));
       }
-      if (page.length < 1000) await sleep(25);
+      // Every 100 ms: each read costs the host what a client's request costs, and host CPU per run is a figure here.
+      if (page.length < 1000) await sleep(WATCH_EVERY_MS);
     }
   }
 }

@@ -195,6 +195,50 @@ for (const dialect of DIALECTS) {
       expect(await onTopic(run)).toEqual([1, 2]);
     });
 
+    it('when transactions commit while an after-commit publish is sending, then their events go out together in the next pass, each once and in stream order', async () => {
+      const runs = ['run-coalesced-a', 'run-coalesced-b', 'run-coalesced-c'];
+      const embedded = embeddedTopicPublisher(db, dialect, clock);
+      const inSend = gate();
+      const sendEnds = gate();
+      const sends: string[][] = [];
+      const held: EventPublisher = {
+        ...embedded,
+        async publish(topic, messages) {
+          sends.push(messages.map((m) => m.messageId));
+          if (sends.length === 1) {
+            inSend.open();
+            await sendEnds.promise;
+          }
+          await embedded.publish(topic, messages);
+        },
+      };
+      const afterCommit = startAfterCommitPublish(db, held, { dialect, clock, ids: randomIds });
+      try {
+        const first = await inTransaction(db, (trx) => appendToOutbox(trx, [runEvent(runs[0] ?? '', 1)], clock, randomIds));
+        await inSend.promise;
+        // While the first pass sends: six commits, two per stream, each in its own transaction.
+        const later: string[] = [];
+        for (const n of [2, 3]) {
+          const written = await Promise.all(runs.map((run) => inTransaction(db, (trx) => appendToOutbox(trx, [runEvent(run, n)], clock, randomIds))));
+          later.push(...written.flat().map((e) => e.id));
+        }
+        sendEnds.open();
+        await afterCommit.settled();
+
+        expect(sends[0]).toEqual(first.map((e) => e.id));
+        // One pass took the six: one send, or one per topic run (all are events here).
+        expect(sends.slice(1)).toHaveLength(1);
+        expect([...(sends[1] ?? [])].sort()).toEqual([...later].sort());
+        expect(await onTopic(runs[0] ?? '')).toEqual([1, 2, 3]);
+        expect(await onTopic(runs[1] ?? '')).toEqual([2, 3]);
+        expect(await onTopic(runs[2] ?? '')).toEqual([2, 3]);
+        expect((await pendingSummary(db)).count).toBe(0);
+      } finally {
+        sendEnds.open();
+        await afterCommit.stop();
+      }
+    });
+
     it('when the after-commit publish fails, then the event stays pending and the relay publishes it once, under the same messageId', async () => {
       const run = 'run-after-commit-fails';
       const embedded = embeddedTopicPublisher(db, dialect, clock);
