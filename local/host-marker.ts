@@ -10,27 +10,55 @@ import { join } from 'node:path';
 const HOSTS = 'hosts';
 let started = 0;
 
-/** Marks the state dir; the answer unmarks it (on stop). */
-export function markHostRunning(stateDir: string): () => void {
+/** A running host's mark on its state dir. */
+export interface HostMark {
+  /** Unique among the hosts on the state dir (its file's name). */
+  readonly id: string;
+  /** How many other hosts were running on the state dir when this one marked it. */
+  readonly beside: number;
+  /** Removes the mark (on stop). */
+  unmark(): void;
+}
+
+/** Marks the state dir for this host. */
+export function markHostRunning(stateDir: string): HostMark {
   const dir = join(stateDir, HOSTS);
   mkdirSync(dir, { recursive: true });
   // Several hosts of one process (tests) may share a state dir: each has its own file.
-  const file = join(dir, `${process.pid}-${++started}.pid`);
+  const id = `${process.pid}-${++started}`;
+  const file = join(dir, `${id}.pid`);
   writeFileSync(file, `${process.pid}\n`);
-  return () => rmSync(file, { force: true });
+  const beside = liveMarks(dir).filter((name) => name !== `${id}.pid`).length;
+  return { id, beside, unmark: () => rmSync(file, { force: true }) };
 }
 
 /** The processes of the hosts running on a state dir. */
 export function runningHosts(stateDir: string): number[] {
   const dir = join(stateDir, HOSTS);
+  return [...new Set(liveMarks(dir).map((name) => pidOf(dir, name)))];
+}
+
+/** The mark files whose process is alive. */
+function liveMarks(dir: string): string[] {
   let files: string[];
   try {
     files = readdirSync(dir).filter((f) => f.endsWith('.pid'));
   } catch {
     return [];
   }
-  const pids = files.map((f) => Number(readFileSync(join(dir, f), 'utf8').trim()));
-  return [...new Set(pids.filter((pid) => Number.isInteger(pid) && pid > 0 && isAlive(pid)))];
+  return files.filter((name) => {
+    const pid = pidOf(dir, name);
+    return Number.isInteger(pid) && pid > 0 && isAlive(pid);
+  });
+}
+
+function pidOf(dir: string, name: string): number {
+  try {
+    return Number(readFileSync(join(dir, name), 'utf8').trim());
+  } catch {
+    // Unmarked meanwhile.
+    return 0;
+  }
 }
 
 function isAlive(pid: number): boolean {

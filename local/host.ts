@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { configFromEnvironment, type Config, type PeerSetting } from '../shared/platform/config/config';
 import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
@@ -19,7 +20,7 @@ import { logLine, parseLogLine } from '../shared/platform/logging/log';
 import { HttpBinding, type LogHandler } from './http/http-binding';
 import { localSourcesSetting } from './local-sources';
 import { LOCAL_PACKAGES } from './local-packages';
-import { markHostRunning } from './host-marker';
+import { markHostRunning, type HostMark } from './host-marker';
 import { localTwin } from './twin';
 
 export interface LocalHostOptions {
@@ -120,7 +121,9 @@ export class LocalHost {
   #started: HostComponent[] = [];
   #url: URL | undefined;
   #config: Config | undefined;
-  #unmark: (() => void) | undefined;
+  #mark: HostMark | undefined;
+  /** Where this host's Azurite keeps its data. */
+  #azuriteDir: string | undefined;
 
   constructor(options: LocalHostOptions, components: readonly HostComponent[] = []) {
     this.#options = options;
@@ -158,16 +161,21 @@ export class LocalHost {
     let config = configFromEnvironment({ defaults, overrides });
     const keys = await ensureLocalKeys(stateDir);
     // Before the store opens: a restore that checks the marks then finds this host.
-    this.#unmark = markHostRunning(stateDir);
+    this.#mark = markHostRunning(stateDir);
+    // Azurite keeps its metadata in one file per data dir, written whole by its process: two hosts on one state dir
+    // would overwrite each other's (and fail renaming it). The first host keeps `azurite/`; one started beside it
+    // gets a folder of its own for its life (hosts that share a store share tables through RuntimeCloud__Tables__Connection).
+    const azuriteDir = this.#mark.beside === 0 ? join(stateDir, 'azurite') : join(stateDir, 'azurite', 'beside', this.#mark.id);
+    this.#azuriteDir = this.#mark.beside === 0 ? undefined : azuriteDir;
 
     if (!config.tables.connection) {
-      this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
+      this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: azuriteDir });
       overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
       config = configFromEnvironment({ defaults, overrides });
     }
     // Claim-checked event bodies (shared/platform/bus/event-bodies.ts) in Azurite's Blob server, beside its tables.
     if (!config.outbox.bodiesConnection) {
-      this.#blobServer = await startBlobServer(this.#options.inMemoryTables ? {} : { dataDir: join(stateDir, 'azurite') });
+      this.#blobServer = await startBlobServer(this.#options.inMemoryTables ? {} : { dataDir: azuriteDir });
       overrides.RuntimeCloud__Outbox__Bodies__Connection = this.#blobServer.connectionString;
       config = configFromEnvironment({ defaults, overrides });
     }
@@ -237,7 +245,8 @@ export class LocalHost {
     await this.#standIns?.close();
     await this.#tableServer?.close();
     await this.#blobServer?.close();
-    this.#unmark?.();
+    if (this.#azuriteDir) rmSync(this.#azuriteDir, { recursive: true, force: true });
+    this.#mark?.unmark();
   }
 }
 
