@@ -1,6 +1,6 @@
 import { crashPoint } from '../../shared/platform/faults/crash-points';
 import * as df from 'durable-functions';
-import { PROPOSAL_STATUSES } from '../../shared/inventory/environment';
+import { PROPOSAL_STATUSES } from '../../shared/inventory/proposal';
 import { isTerminal } from '../../shared/provisioning/run';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, pageOf, pageQuery } from '../http/endpoint';

@@ -31,9 +31,6 @@ export interface EnvironmentKey {
 export const DRIFT_STATUSES = ['in-sync', 'drifted', 'unknown'] as const;
 export type DriftStatus = (typeof DRIFT_STATUSES)[number];
 
-export const PROPOSAL_STATUSES = ['open', 'accepted', 'dismissed', 'superseded', 'resolved'] as const;
-export type ProposalStatus = (typeof PROPOSAL_STATUSES)[number];
-
 const tiers = ['development', 'staging', 'production'] as const;
 
 /** The members of `SpecificationApplied.data` inventory reads (run-events.ts is the producer). */
