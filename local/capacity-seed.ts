@@ -9,7 +9,7 @@ export const BUNDLED_CAPACITY_SEED = join(__dirname, 'capacity-seed.json');
 
 /** Reads and validates a seed file; a bad file stops the host with the file name and the problems. */
 export function readCapacitySeed(file: string): CapacitySeed {
-  const parsed = capacitySeedSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  const parsed = capacitySeedSchema().safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) {
     throw new Error(`capacity seed ${file} is not valid: ${describeFieldProblems(fieldProblems(parsed.error, '(file)'))}`);
   }

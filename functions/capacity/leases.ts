@@ -1,23 +1,25 @@
-import { z } from 'zod';
 import { LEASE_STATES } from '../../shared/capacity/lease';
 import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
 import { leaseView, singleTenant } from './lease-view';
 import { moduleApp } from '../app';
 
 /** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
-const acquireBody = z
-  .object({
-    kind: z.enum(CAPACITY_KINDS),
-    units: z.number().int().positive().default(1),
-    ttlSeconds: z.number().int().positive(),
-    holder: z.string().min(1).max(200),
-    idempotencyKey: idempotencyKey.optional(),
-    pool: z.string().min(1).max(200).optional(),
-    labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
-  })
-  .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] });
+const acquireBody = lazySchema((z) =>
+  z
+    .object({
+      kind: z.enum(CAPACITY_KINDS),
+      units: z.number().int().positive().default(1),
+      ttlSeconds: z.number().int().positive(),
+      holder: z.string().min(1).max(200),
+      idempotencyKey: idempotencyKey().optional(),
+      pool: z.string().min(1).max(200).optional(),
+      labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
+    })
+    .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] }),
+);
 
 /** Grants a capacity lease: 201 when new, 200 when the idempotency key names one already granted. */
 export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: acquireBody }, async ({ request, deps, tenants, body }) => {
@@ -44,18 +46,20 @@ export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: ac
  * `lease` (what the holder holds) is read only in the recovery window after a restore of the store, to re-register
  * a lease the restored store does not know; holders send it with every renew so a restore needs nothing new of them.
  */
-const renewBody = z.object({
-  fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
-  ttlSeconds: z.number().int().positive().optional(),
-  lease: z
-    .object({
-      kind: z.enum(CAPACITY_KINDS),
-      pool: z.string().min(1).max(200),
-      units: z.number().int().positive().default(1),
-      holder: z.string().min(1).max(200),
-    })
-    .optional(),
-});
+const renewBody = lazySchema((z) =>
+  z.object({
+    fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    ttlSeconds: z.number().int().positive().optional(),
+    lease: z
+      .object({
+        kind: z.enum(CAPACITY_KINDS),
+        pool: z.string().min(1).max(200),
+        units: z.number().int().positive().default(1),
+        holder: z.string().min(1).max(200),
+      })
+      .optional(),
+  }),
+);
 
 /**
  * Extends a lease: 410 when it has expired or was released, 409 when the fencing token is not the lease's. After a
@@ -66,7 +70,7 @@ export const renewLease = endpoint({ scope: 'factory.capacity.lease', body: rene
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
 
-const fencingTokenText = z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer');
+const fencingTokenText = lazySchema((z) => z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer'));
 
 /**
  * Releases a lease. The caller proves it holds the lease with its fencing token (header `Fencing-Token: N` or
@@ -83,7 +87,7 @@ export const releaseLease = endpoint({ scope: 'factory.capacity.lease' }, async 
   if (presented === undefined) {
     throw new AppError('REQUEST.FENCING_TOKEN_REQUIRED', 'validation', 'releasing a lease needs its fencing token: header Fencing-Token or ?fencingToken=');
   }
-  if (!fencingTokenText.safeParse(presented).success) {
+  if (!fencingTokenText().safeParse(presented).success) {
     throw new AppError('REQUEST.INVALID', 'validation', 'the fencing token must be a non-negative integer');
   }
   await deps.capacity.release(tenants(), request.params.id ?? '', Number(presented));
@@ -95,13 +99,15 @@ export const getLease = endpoint({ scope: 'factory.runtime.read' }, async ({ req
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
 
-const listQuery = z.object({
-  holder: z.string().min(1).optional(),
-  state: z.enum(LEASE_STATES).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
-  cursor: z.string().min(1).optional(),
-  tenant: z.string().optional(),
-});
+const listQuery = lazySchema((z) =>
+  z.object({
+    holder: z.string().min(1).optional(),
+    state: z.enum(LEASE_STATES).optional(),
+    limit: z.coerce.number().int().min(1).max(1000).default(100),
+    cursor: z.string().min(1).optional(),
+    tenant: z.string().optional(),
+  }),
+);
 
 /** The caller's tenant's leases, by id, paginated with `?limit=&cursor=`. */
 export const listLeases = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {

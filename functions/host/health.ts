@@ -1,7 +1,7 @@
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { hostApp } from '../app';
 import { runHealthChecks } from '../../shared/platform/health/health';
-import { z } from 'zod';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { describeHandler, endpoint } from '../http/endpoint';
 
 /** Every dependency checked; 503 when the host is unhealthy. Dependency details are for holders of the scope. */
@@ -28,6 +28,6 @@ export async function runtimeCloudHealth(request: HttpRequest, context: Invocati
 describeHandler(runtimeCloudHealth, {
   scope: 'factory.health.read',
   summary: 'Dependency health; with ?probe=live, liveness without a token',
-  query: z.object({ probe: z.enum(['live']).optional() }),
+  query: lazySchema((z) => z.object({ probe: z.enum(['live']).optional() })),
 });
 hostApp.http('RuntimeCloudHealth', { route: 'runtime-cloud/health', methods: ['GET'], authLevel: 'anonymous', handler: runtimeCloudHealth });

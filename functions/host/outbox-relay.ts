@@ -1,7 +1,5 @@
 import type { InvocationContext, Timer } from '@azure/functions';
 import { hostApp } from '../app';
-import { busDb } from '../../shared/platform/bus/bus-db';
-import { relayOutbox } from '../../shared/platform/bus/outbox-relay.service';
 import { getDeps } from '../runtime';
 import { logOf } from '../log';
 
@@ -15,6 +13,9 @@ import { logOf } from '../log';
  */
 export async function outboxRelay(_timer: Timer, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
+  // The relay and its SQL load on the first tick, with the composition root that uses them too, not when the
+  // functions register (docs/benchmarks.md, "Cold start").
+  const [{ busDb }, { relayOutbox }] = await Promise.all([import('../../shared/platform/bus/bus-db.js'), import('../../shared/platform/bus/outbox-relay.service.js')]);
   const result = await relayOutbox(busDb(deps.sql.db), deps.events, {
     dialect: deps.sql.dialect,
     clock: deps.clock,

@@ -1,6 +1,5 @@
 import { hostApp } from '../app';
 import { endpoint } from '../http/endpoint';
-import { runnerTargetOf } from '../../shared/platform/config/targets';
 
 /**
  * Provisioning targets configured for this installation, each with its runners (its capacity pool, how many agent
@@ -8,6 +7,8 @@ import { runnerTargetOf } from '../../shared/platform/config/targets';
  * runner's name and version (its version only where the host runs the engine itself).
  */
 export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, async ({ deps }) => {
+  // Loaded on the first request, not when the functions register (docs/benchmarks.md, "Cold start").
+  const { runnerTargetOf } = await import('../../shared/platform/config/targets.js');
   const pools = deps.config.iac.execution === 'runner-jobs' && deps.config.host.enabledModules.includes('provisioning') ? await deps.provisioning.runners.pools() : [];
   let version: string | null = null;
   let versionError: string | undefined;

@@ -1,10 +1,11 @@
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
+import type { z } from 'zod';
 import { requirePlatformPrincipal, requireScope, resolveTenant, type Principal, type Scope, type TenantFilter } from '../../shared/platform/auth/auth';
 import { AppError, ensureError } from '../../shared/platform/errors/app-error';
 import { errorProblem, internalProblem } from '../../shared/platform/http/problem';
 import { isStoreUnavailable, storeUnavailable } from '../../shared/platform/sql/transaction';
+import { lazySchema, type LazySchema } from '../../shared/platform/validation/lazy-schema';
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { getDeps } from '../runtime';
@@ -30,10 +31,10 @@ export interface EndpointSpec<B, Q = undefined> {
   readonly summary?: string;
   /** The scope the caller must hold. */
   readonly scope: Scope;
-  /** Schema of the JSON body; omit for requests without one. */
-  readonly body?: z.ZodType<B>;
-  /** Schema of the query string (values arrive as strings: coerce); omit for requests without one. */
-  readonly query?: z.ZodType<Q>;
+  /** Schema of the JSON body (`lazySchema`, built on the first request); omit for requests without one. */
+  readonly body?: LazySchema<z.ZodType<B>>;
+  /** Schema of the query string (values arrive as strings: coerce; `lazySchema`); omit for requests without one. */
+  readonly query?: LazySchema<z.ZodType<Q>>;
   /**
    * Platform administration, across tenants: a token bound to a tenant is refused (403) even when it holds the
    * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. Example: `true`.
@@ -59,8 +60,8 @@ export function endpoint<B = undefined, Q = undefined>(
       const principal = await deps.auth.authenticate(request.headers.get('authorization'));
       requireScope(principal, spec.scope);
       if (spec.platformOnly) requirePlatformPrincipal(principal);
-      const body = spec.body ? await readJson(request, spec.body) : (undefined as B);
-      const query = spec.query ? parseQuery(request, spec.query) : (undefined as Q);
+      const body = spec.body ? await readJson(request, spec.body()) : (undefined as B);
+      const query = spec.query ? parseQuery(request, spec.query()) : (undefined as Q);
       const requestedTenant = request.headers.get('x-tenant-id') ?? request.query.get('tenant') ?? undefined;
       const tenants = () => resolveTenant(principal, spec.scope, requestedTenant);
       return await run({ request, context, deps, principal, tenants, body, query });
@@ -113,16 +114,17 @@ function tooLarge(): AppError {
   });
 }
 
-/** Validates query parameters; failures are 400 listing the fields. */
 /** `?limit=&cursor=` of every list (default 100, at most 1000), and `?tenant=` that names the tenant acted on. */
-export const pageQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
-  cursor: z.string().min(1).optional(),
-  tenant: z.string().optional(),
-});
+export const pageQuery = lazySchema((z) =>
+  z.object({
+    limit: z.coerce.number().int().min(1).max(1000).default(100),
+    cursor: z.string().min(1).optional(),
+    tenant: z.string().optional(),
+  }),
+);
 
 /** An `Idempotency-Key` (header, or the body field `idempotencyKey`): 1 to 200 characters. */
-export const idempotencyKey = z.string().min(1).max(200);
+export const idempotencyKey = lazySchema((z) => z.string().min(1).max(200));
 
 /**
  * The request's idempotency key, from the `Idempotency-Key` header or the body's field; both given must agree.
@@ -134,7 +136,7 @@ export function idempotencyKeyOf(request: HttpRequest, bodyKey: string | undefin
     throw new AppError('REQUEST.IDEMPOTENCY_KEY_MISMATCH', 'validation', 'the Idempotency-Key header and body field differ');
   }
   const key = bodyKey ?? headerKey;
-  if (key !== undefined && !idempotencyKey.safeParse(key).success) {
+  if (key !== undefined && !idempotencyKey().safeParse(key).success) {
     throw new AppError('REQUEST.INVALID', 'validation', 'the Idempotency-Key must be 1 to 200 characters');
   }
   return key;
@@ -145,6 +147,7 @@ export function pageOf(query: { limit: number; cursor?: string | undefined }): {
   return { limit: query.limit, ...(query.cursor !== undefined ? { cursor: query.cursor } : {}) };
 }
 
+/** Validates query parameters; failures are 400 listing the fields. */
 export function parseQuery<Q>(request: HttpRequest, schema: z.ZodType<Q>): Q {
   return parseQueryParams(request.query.entries(), schema);
 }

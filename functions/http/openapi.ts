@@ -1,10 +1,11 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { HttpRoute } from '../app';
 import { CapacityErrors } from '../../shared/capacity/errors';
 import { InventoryErrors } from '../../shared/inventory/errors';
 import type { ProblemCatalogue } from '../../shared/platform/errors/catalogue';
 import { problemTypeUri, STATUS_BY_KIND } from '../../shared/platform/http/problem';
 import { ProvisioningErrors } from '../../shared/provisioning/errors';
+import { zod } from '../../shared/platform/validation/lazy-schema';
 import { endpointSpec } from './endpoint';
 
 /** The modules' error catalogues, whose problems the document lists (`components.x-problem-types`). */
@@ -56,7 +57,7 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
   const parameters: Record<string, unknown>[] = [...route.route.matchAll(/\{(\w+)\??\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
   for (const header of spec?.headers ?? []) parameters.push({ name: header.name, in: 'header', required: true, description: header.description, schema: { type: 'string' } });
   if (spec?.query) {
-    const query = toSchema(spec.query) as { properties?: Record<string, unknown>; required?: string[] };
+    const query = toSchema(spec.query()) as { properties?: Record<string, unknown>; required?: string[] };
     for (const [name, schema] of Object.entries(query.properties ?? {})) {
       parameters.push({ name, in: 'query', required: query.required?.includes(name) ?? false, schema });
     }
@@ -66,7 +67,7 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
     ...(spec?.summary !== undefined ? { summary: spec.summary } : {}),
     ...(spec ? { security: [{ bearer: [spec.scope] }], 'x-required-scope': spec.scope, ...(spec.platformOnly ? { 'x-platform-only': true } : {}) } : {}),
     ...(parameters.length > 0 ? { parameters } : {}),
-    ...(spec?.body ? { requestBody: { required: true, content: { 'application/json': { schema: toSchema(spec.body) } } } } : {}),
+    ...(spec?.body ? { requestBody: { required: true, content: { 'application/json': { schema: toSchema(spec.body()) } } } } : {}),
     responses: {
       '2XX': { description: 'Success; the body, if any, is JSON.' },
       default: { $ref: '#/components/responses/Problem' },
@@ -76,7 +77,7 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
 
 /** A zod schema as JSON Schema of what a client sends (before defaults and coercion), without the `$schema` line. */
 function toSchema(schema: z.ZodType): Record<string, unknown> {
-  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+  const { $schema: _dialect, ...rest } = zod().toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
   return rest;
 }
 

@@ -1,5 +1,5 @@
-import { z } from 'zod';
 import { endpoint, idempotencyKey, idempotencyKeyOf, pageOf, pageQuery } from '../http/endpoint';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { moduleApp } from '../app';
 
 /** The caller's tenant's environments: desired release, last run, drift status (unknown when stale or overdue). */
@@ -32,13 +32,13 @@ export const scanEnvironment = endpoint({ scope: 'factory.provisioning.operate' 
  * scans are recorded as skipped with that reason, and its drift status turns unknown once it is overdue.
  * Changing this body is a breaking change for operators' scripts.
  */
-const scanningBody = z.object({ enabled: z.boolean(), reason: z.string().min(1).max(2000) });
+const scanningBody = lazySchema((z) => z.object({ enabled: z.boolean(), reason: z.string().min(1).max(2000) }));
 
 export const setScanning = endpoint({ scope: 'factory.provisioning.operate', body: scanningBody }, async ({ request, deps, tenants, principal, body }) => {
   return { status: 200, jsonBody: await deps.inventory.setScanning(tenants(), request.params.id ?? '', { enabled: body.enabled, by: principal.person, reason: body.reason }) };
 });
 
-const rulesQuery = pageQuery.extend({ includeDeleted: z.enum(['true', 'false']).default('false') });
+const rulesQuery = lazySchema((z) => pageQuery().extend({ includeDeleted: z.enum(['true', 'false']).default('false') }));
 
 export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read', query: rulesQuery }, async ({ request, deps, tenants, query: q }) => {
   return { status: 200, jsonBody: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', { ...pageOf(q), includeDeleted: q.includeDeleted === 'true' }) };
@@ -48,17 +48,19 @@ export const listIgnoreRules = endpoint({ scope: 'factory.runtime.read', query: 
  * A recorded ignore rule (drift.ts `IgnoreRule`): a scope (a resource type or one urn), a property path, why, whose,
  * until when, and whether it also holds on apply. Changing this body is a breaking change.
  */
-const ignoreRuleBody = z
-  .object({
-    scope: z.union([z.object({ type: z.string().min(1).max(200) }).strict(), z.object({ urn: z.string().min(1).max(1000) }).strict()]),
-    path: z.string().min(1).max(500),
-    reason: z.string().min(1).max(2000),
-    owner: z.string().min(1).max(200),
-    expiresAt: z.iso.datetime({ offset: true }),
-    holdsOnApply: z.boolean(),
-    idempotencyKey: idempotencyKey.optional(),
-  })
-  .strict();
+const ignoreRuleBody = lazySchema((z) =>
+  z
+    .object({
+      scope: z.union([z.object({ type: z.string().min(1).max(200) }).strict(), z.object({ urn: z.string().min(1).max(1000) }).strict()]),
+      path: z.string().min(1).max(500),
+      reason: z.string().min(1).max(2000),
+      owner: z.string().min(1).max(200),
+      expiresAt: z.iso.datetime({ offset: true }),
+      holdsOnApply: z.boolean(),
+      idempotencyKey: idempotencyKey().optional(),
+    })
+    .strict(),
+);
 
 /** 201 with the rule; 200 with the same rule when its Idempotency-Key (header or body) made it before. */
 export const addIgnoreRule = endpoint({ scope: 'factory.provisioning.operate', body: ignoreRuleBody }, async ({ request, deps, tenants, principal, body }) => {

@@ -1,13 +1,13 @@
 import { crashPoint } from '../../shared/platform/faults/crash-points';
 import * as df from 'durable-functions';
-import { z } from 'zod';
-import { PROPOSAL_STATUSES } from '../../shared/inventory/environment';
+import { PROPOSAL_STATUSES } from '../../shared/inventory/proposal';
 import { isTerminal } from '../../shared/provisioning/run';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, pageOf, pageQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { startRun } from '../provisioning/promotion-intake';
 
-const listQuery = pageQuery.extend({ status: z.enum(PROPOSAL_STATUSES).optional(), environment: z.string().min(1).max(200).optional() });
+const listQuery = lazySchema((z) => pageQuery().extend({ status: z.enum(PROPOSAL_STATUSES).optional(), environment: z.string().min(1).max(200).optional() }));
 
 /** The caller's tenant's reconciliation proposals, newest first, filtered by status and environment. */
 export const listProposals = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
@@ -39,7 +39,7 @@ export const acceptProposal = endpoint({ scope: 'factory.provisioning.operate' }
 });
 
 /** Changing this body is a breaking change for Studio and operators' scripts. */
-const dismissBody = z.object({ reason: z.string().min(1).max(2000) });
+const dismissBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000) }));
 
 /** Dismisses an open proposal, recorded with who and why; the same findings open no new proposal. */
 export const dismissProposal = endpoint({ scope: 'factory.provisioning.operate', body: dismissBody }, async ({ request, deps, tenants, principal, body }) => {

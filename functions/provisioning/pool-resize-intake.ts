@@ -1,7 +1,6 @@
 import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
-import { openEvent } from '../../shared/platform/bus/event-bodies';
 import { EVENTS_TOPIC } from '../../shared/platform/bus/events';
 import { isTerminal } from '../../shared/provisioning/run';
 import { getDeps } from '../runtime';
@@ -25,7 +24,9 @@ export const PROVISIONING_SUBSCRIPTION = 'provisioning';
 export async function poolResizeIntake(message: unknown, context: InvocationContext): Promise<void> {
   const deps = await getDeps();
   const messageId = typeof context.triggerMetadata?.messageId === 'string' ? context.triggerMetadata.messageId : `invocation:${context.invocationId}`;
-  // Read as every consumer of the topic reads it: a claim-checked event with its data back (event-bodies.ts).
+  // Read as every consumer of the topic reads it: a claim-checked event with its data back (event-bodies.ts, loaded
+  // with the composition root rather than when the functions register: docs/benchmarks.md, "Cold start").
+  const { openEvent } = await import('../../shared/platform/bus/event-bodies.js');
   const opened = await openEvent(message, deps.eventBodies);
   const result = await deps.provisioning.poolResize('refused' in opened ? { messageId, body: message, unreadable: opened.refused } : { messageId, body: opened.event });
   switch (result.outcome) {

@@ -1,8 +1,8 @@
 import { crashPoint } from '../../shared/platform/faults/crash-points';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
-import { z } from 'zod';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import type { Deps } from '../../shared/deps';
 import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
 import { moduleApp } from '../app';
@@ -25,10 +25,10 @@ import { ProvisioningErrors } from '../../shared/provisioning/errors';
 /** Results carry a whole plan or apply receipt: larger bodies than the API's other requests. */
 const MAX_JOB_BODY_BYTES = 8 * 1024 * 1024;
 
-const claimBody = z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/, 'an agent id is 1 to 200 letters, digits, ".", "_", ":" and "-"') });
+const claimBody = lazySchema((z) => z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/, 'an agent id is 1 to 200 letters, digits, ".", "_", ":" and "-"') }));
 
 /** 200 with the claimed job (spec, job token, and for an apply its references' values), or 204 when none waits. */
-const claimQuery = z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) });
+const claimQuery = lazySchema((z) => z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) }));
 
 export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
   const pool = request.params.pool ?? '';

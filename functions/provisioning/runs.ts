@@ -1,7 +1,7 @@
 import type { InvocationContext } from '@azure/functions';
 import * as df from 'durable-functions';
-import { z } from 'zod';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { RUN_STATES, RunErrors, stackOf } from '../../shared/provisioning/run';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
@@ -10,13 +10,15 @@ import { runDetailView, runView } from './run-view';
 import { wakeNextOnStack, raiseStackFree } from './stack-free';
 import { logOf } from '../log';
 
-const listQuery = z.object({
-  environment: z.string().min(1).max(200).optional(),
-  status: z.enum(RUN_STATES).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
-  cursor: z.string().min(1).optional(),
-  tenant: z.string().optional(),
-});
+const listQuery = lazySchema((z) =>
+  z.object({
+    environment: z.string().min(1).max(200).optional(),
+    status: z.enum(RUN_STATES).optional(),
+    limit: z.coerce.number().int().min(1).max(1000).default(100),
+    cursor: z.string().min(1).optional(),
+    tenant: z.string().optional(),
+  }),
+);
 
 /** The caller's tenant's runs in the order they were taken in, filtered by environment (id or name) and status. */
 export const listRuns = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
@@ -36,8 +38,8 @@ export const getRun = endpoint({ scope: 'factory.runtime.read' }, async ({ reque
 });
 
 /** Bodies of the decision endpoints. Changing them is a breaking change for Studio and operators' scripts. */
-const approveBody = z.object({ planDigest: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'a plan digest is sha256:<64 hex>'), comment: z.string().max(2000).optional() });
-const rejectBody = z.object({ reason: z.string().min(1).max(2000) });
+const approveBody = lazySchema((z) => z.object({ planDigest: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'a plan digest is sha256:<64 hex>'), comment: z.string().max(2000).optional() }));
+const rejectBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000) }));
 
 /**
  * Approves the recorded plan of a run awaiting approval, named by its digest: 200 with the run (now applying);

@@ -1,8 +1,8 @@
 import type { HttpRequest } from '@azure/functions';
 import * as df from 'durable-functions';
-import { z } from 'zod';
 import { resolveTenant } from '../../shared/platform/auth/auth';
 import { qualifiedStackName, type StackRef } from '../../shared/platform/iac/stack-ref';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import type { StackLock } from '../../shared/provisioning/stack-lock.repository';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
@@ -46,7 +46,7 @@ export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({
  * The body of unlock. `version` (from GET …/lock) breaks only that version, so a retried request cannot break a
  * lock another run took after the first. Changing it is a breaking change for operators' scripts.
  */
-const unlockBody = z.object({ reason: z.string().min(1).max(2000), version: z.number().int().positive().optional() });
+const unlockBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000), version: z.number().int().positive().optional() }));
 
 /**
  * An operator breaks a stack's lock (a host that hung holding it, a run stuck mid-apply): recorded with who and

@@ -1,5 +1,5 @@
-import { z } from 'zod';
 import { isOpaque, SECRET_MASK, writePath, type JsonObject } from '../platform/iac/iac-values';
+import { lazySchema } from '../platform/validation/lazy-schema';
 import { fieldProblems, type FieldProblem } from '../platform/validation/validation';
 import {
   formatPath,
@@ -31,31 +31,30 @@ export interface EnvironmentKey {
 export const DRIFT_STATUSES = ['in-sync', 'drifted', 'unknown'] as const;
 export type DriftStatus = (typeof DRIFT_STATUSES)[number];
 
-export const PROPOSAL_STATUSES = ['open', 'accepted', 'dismissed', 'superseded', 'resolved'] as const;
-export type ProposalStatus = (typeof PROPOSAL_STATUSES)[number];
-
 const tiers = ['development', 'staging', 'production'] as const;
 
 /** The members of `SpecificationApplied.data` inventory reads (run-events.ts is the producer). */
-const specificationAppliedSchema = z.object({
-  runId: z.string().min(1),
-  tenantId: z.string().min(1),
-  environment: z.object({ id: z.string().min(1), name: z.string().min(1), tier: z.enum(tiers) }),
-  release: z.object({ name: z.string(), version: z.string() }),
-  project: z.string().min(1),
-  stack: z.string().min(1),
-  resources: z.array(
-    z.object({
-      urn: z.string().min(1),
-      type: z.string().min(1),
-      op: z.string(),
-      // The provider's id after the apply (azure-native: the ARM resource id), what the Azure observer matches by.
-      id: z.string().optional(),
-      properties: z.record(z.string(), z.json()).optional(),
-      ignoreChanges: z.array(z.string()).optional(),
-    }),
-  ),
-});
+const specificationAppliedSchema = lazySchema((z) =>
+  z.object({
+    runId: z.string().min(1),
+    tenantId: z.string().min(1),
+    environment: z.object({ id: z.string().min(1), name: z.string().min(1), tier: z.enum(tiers) }),
+    release: z.object({ name: z.string(), version: z.string() }),
+    project: z.string().min(1),
+    stack: z.string().min(1),
+    resources: z.array(
+      z.object({
+        urn: z.string().min(1),
+        type: z.string().min(1),
+        op: z.string(),
+        // The provider's id after the apply (azure-native: the ARM resource id), what the Azure observer matches by.
+        id: z.string().optional(),
+        properties: z.record(z.string(), z.json()).optional(),
+        ignoreChanges: z.array(z.string()).optional(),
+      }),
+    ),
+  }),
+);
 
 /** What one `SpecificationApplied` says an environment must hold. */
 export interface DesiredState {
@@ -76,7 +75,7 @@ const PROJECT_RULES_EXPIRE = '9999-12-31T23:59:59.999Z';
 
 /** The desired state in a `SpecificationApplied`'s data, or the problems that make it unreadable. */
 export function desiredStateOf(data: unknown): { ok: DesiredState } | { problems: FieldProblem[] } {
-  const parsed = specificationAppliedSchema.safeParse(data);
+  const parsed = specificationAppliedSchema().safeParse(data);
   if (!parsed.success) return { problems: fieldProblems(parsed.error, '(data)') };
   const d = parsed.data;
   const resources: Record<string, { type: string; id?: string; properties: { [key: string]: JsonValue } }> = {};
@@ -113,14 +112,16 @@ export interface RunOutcome {
 }
 
 /** The members of a run's terminal event inventory reads. */
-const runOutcomeSchema = z.object({
-  runId: z.string().min(1),
-  tenantId: z.string().min(1),
-  environment: z.object({ id: z.string().min(1) }),
-  state: z.string().min(1),
-  finishedAt: z.iso.datetime({ offset: true }).optional(),
-  code: z.string().optional(),
-});
+const runOutcomeSchema = lazySchema((z) =>
+  z.object({
+    runId: z.string().min(1),
+    tenantId: z.string().min(1),
+    environment: z.object({ id: z.string().min(1) }),
+    state: z.string().min(1),
+    finishedAt: z.iso.datetime({ offset: true }).optional(),
+    code: z.string().optional(),
+  }),
+);
 
 /**
  * The run outcome of a terminal event's `data`; `none` for a `ProvisioningFailed` of a message rejected before any
@@ -129,7 +130,7 @@ const runOutcomeSchema = z.object({
 export function runOutcomeOf(data: unknown): { ok: RunOutcome } | { none: true } | { problems: FieldProblem[] } {
   const d = data as { runId?: unknown; messageId?: unknown } | undefined;
   if (d?.runId === undefined && typeof d?.messageId === 'string') return { none: true };
-  const parsed = runOutcomeSchema.safeParse(data);
+  const parsed = runOutcomeSchema().safeParse(data);
   if (!parsed.success) return { problems: fieldProblems(parsed.error, '(data)') };
   const r = parsed.data;
   return {

@@ -28,7 +28,7 @@ export const IntakeErrors = {
 const INVENTORY_TYPES: readonly string[] = ['SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed'];
 
 /** A CloudEvent of the topic of any type: types this host does not know are not inventory's, not malformed. */
-const envelopeSchema = cloudEventSchema.extend({ type: z.string().min(1) });
+const envelopeSchema = cloudEventSchema().extend({ type: z.string().min(1) });
 
 export type IntakeResult =
   /** A desired state recorded (or an older one that changed nothing): scan the environment. */

@@ -1,6 +1,7 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import type { IgnoreRule } from './drift';
-import type { EnvironmentKey, ProposalStatus } from './environment';
+import type { EnvironmentKey } from './environment';
+import type { ProposalStatus } from './proposal';
 import { drift, getEnvironment, inventory, listEnvironments, setScanning } from './environments.service';
 import { addIgnoreRule, deleteIgnoreRule, listIgnoreRules } from './ignore-rules.service';
 import { createInventoryContext, type DriftView, type EnvironmentView, type InventoryServiceOptions, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';

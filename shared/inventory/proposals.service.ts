@@ -1,6 +1,6 @@
 import type { TenantFilter } from '../platform/auth/auth';
 import { retryingContention } from '../platform/sql/transaction';
-import type { ProposalStatus } from './environment';
+import type { ProposalStatus } from './proposal';
 import { cursorKey, environmentByKey, existingProposal, keyOf, nowOf, pageOf, proposalView, type InventoryContext, type Page, type PageRequest, type ProposalView, type ReconciliationRequest } from './inventory.context';
 import { listIgnoreRules, listProposals as listProposalRows, updateProposal } from './inventory.repository';
 import { problemError } from '../platform/errors/catalogue';

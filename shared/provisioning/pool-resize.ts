@@ -49,7 +49,7 @@ export function parsePoolResize(body: unknown): PoolResizeParse {
       return { outcome: 'invalid', problems: [{ field: '(message)', message: 'the message body is not valid JSON' }] };
     }
   }
-  const event = cloudEventSchema.safeParse(value);
+  const event = cloudEventSchema().safeParse(value);
   if (!event.success) return { outcome: 'invalid', problems: fieldProblems(event.error, '(message)') };
   if (event.data.type !== POOL_RESIZE_REQUESTED) return { outcome: 'other', type: event.data.type };
   const data = poolResizeDataSchema.safeParse(event.data.data);

@@ -92,7 +92,7 @@ function wireBody(valid: fc.Arbitrary<unknown>): fc.Arbitrary<{ body: string; co
 
 /** The event types inventory takes in; a CloudEvent 1.0 of any other type is not for it. */
 const INVENTORY_TYPES = ['SpecificationApplied', 'ProvisioningApplied', 'ProvisioningFailed'];
-const otherEvent = cloudEventSchema.extend({ type: z.string().min(1) });
+const otherEvent = cloudEventSchema().extend({ type: z.string().min(1) });
 const parseOrUndefined = (text: string): unknown => {
   try {
     return JSON.parse(text) as unknown;

@@ -1,7 +1,7 @@
 import { app, type HttpRequest, type InvocationContext } from '@azure/functions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { endpoint } from '../../functions/http/endpoint';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { startTestHost, type TestHost } from '../support/local-host';
 
 // A function registered through the real @azure/functions API, before the host binds registrations.
@@ -26,7 +26,7 @@ app.http('echoForTest', {
 app.http('validatesForTest', {
   route: 'test/validates',
   methods: ['POST'],
-  handler: endpoint({ scope: 'factory.health.read', body: z.object({ name: z.string().min(1), count: z.number().int().positive() }) }, async ({ body }) => ({
+  handler: endpoint({ scope: 'factory.health.read', body: lazySchema((z) => z.object({ name: z.string().min(1), count: z.number().int().positive() })) }, async ({ body }) => ({
     status: 200,
     jsonBody: body,
   })),

@@ -33,6 +33,9 @@ const HEAVY = [
   // Telemetry starts with the composition root; only the tiny @opentelemetry/api may load with the functions.
   'applicationinsights',
   '@opentelemetry/sdk-metrics',
+  // Request and event schemas are built on first use (lazySchema, shared/platform/validation/lazy-schema.ts): zod
+  // alone costs about as much to load as the rest of the functions.
+  'zod',
 ];
 
 interface Loaded {

@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import type { z } from 'zod';
+import { lazySchema } from '../validation/lazy-schema';
 
 /** Event types published on the `runtime-cloud-events` topic. */
 export const EVENT_TYPES = [
@@ -22,19 +23,21 @@ export const EVENT_SOURCE = '/runtime-cloud';
  * `id` is also the Service Bus messageId (duplicate detection); `correlationid` (extension) is the run or
  * promotion id and becomes the message's correlationId.
  */
-export const cloudEventSchema = z.object({
-  specversion: z.literal('1.0'),
-  id: z.string().min(1),
-  source: z.string().min(1),
-  type: z.enum(EVENT_TYPES),
-  subject: z.string().optional(),
-  time: z.string(),
-  datacontenttype: z.literal('application/json'),
-  correlationid: z.string().optional(),
-  tenant: z.string().optional(),
-  data: z.record(z.string(), z.unknown()),
-});
-export type CloudEvent = z.infer<typeof cloudEventSchema>;
+export const cloudEventSchema = lazySchema((z) =>
+  z.object({
+    specversion: z.literal('1.0'),
+    id: z.string().min(1),
+    source: z.string().min(1),
+    type: z.enum(EVENT_TYPES),
+    subject: z.string().optional(),
+    time: z.string(),
+    datacontenttype: z.literal('application/json'),
+    correlationid: z.string().optional(),
+    tenant: z.string().optional(),
+    data: z.record(z.string(), z.unknown()),
+  }),
+);
+export type CloudEvent = z.infer<ReturnType<typeof cloudEventSchema>>;
 
 /** What a use case hands to the outbox; id and time come from the injected Ids and Clock. */
 export interface NewEvent {
