@@ -171,7 +171,7 @@ interface HostChild {
 }
 
 function startHost(stateDir: string, env: Record<string, string> = {}): Promise<HostChild> {
-  const child = spawn(process.execPath, ['--require', 'tsx/cjs', 'local/cli.ts', 'start', '--port', '0', '--state-dir', stateDir], {
+  const child = spawn(process.execPath, ['--require', 'tsx/cjs', '--import', 'tsx/esm', 'local/cli.ts', 'start', '--port', '0', '--state-dir', stateDir], {
     cwd: ROOT,
     env: { ...process.env, RuntimeCloud__Host__EnabledModules: 'capacity', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,6 +2,8 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
+import { parseConfig } from '../../shared/platform/config/config';
 import { startChildHost, type RunningChild } from '../support/child-process';
 
 /**
@@ -27,11 +29,19 @@ describe('local hosts beside each other on one state dir', () => {
     // The first keeps `azurite/`; the other two each have a folder of their own.
     expect(existsSync(join(stateDir, 'azurite', '__azurite_db_blob__.json'))).toBe(true);
     expect(beside()).toHaveLength(2);
-    // Each answers (its API asks for a token).
-    for (const host of hosts) expect((await fetch(new URL('/runtime-cloud/openapi.json', host.url))).status).toBe(401);
+    // Each answers (its API asks for a token), and serves what it loads on first use (run from source, as the CLI
+    // runs it: a lazy import() of a .js path failed there).
+    const config = parseConfig({});
+    const token = await issueLocalToken(await ensureLocalKeys(stateDir), { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 600, roles: ['PlatformAdmin'] });
+    for (const host of hosts) {
+      expect((await fetch(new URL('/runtime-cloud/openapi.json', host.url))).status).toBe(401);
+      expect((await fetch(new URL('/runtime-cloud/metrics', host.url), { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    }
 
     const last = hosts.pop();
     await last?.stop();
+    // Its timers ran (the outbox relay's every 2 s) without an error.
+    expect(last?.output()).not.toMatch(/"level":"error"/);
     expect(beside()).toHaveLength(1);
   });
 });

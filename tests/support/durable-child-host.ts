@@ -1,6 +1,6 @@
 /**
  * A local host in a child process for the Durable restart and multi-host tests, with the Durable sample loaded:
- *   node --require tsx/cjs tests/support/durable-child-host.ts --state-dir DIR --settings JSON [--lease-ms N] [--worker-id ID]
+ *   node --require tsx/cjs --import tsx/esm tests/support/durable-child-host.ts --state-dir DIR --settings JSON [--lease-ms N] [--worker-id ID]
  * Prints one JSON line `{"url": …}` on stdout once listening. Only the Durable component runs (no other bindings),
  * with short leases, so a test that kills it sees its work taken over quickly.
  */

@@ -14,7 +14,7 @@ export interface ChildHost {
 const ENTRY = join(__dirname, 'durable-child-host.ts');
 
 /**
- * Starts tests/support/durable-child-host.ts from source (`node --require tsx/cjs`) on the given store settings and
+ * Starts tests/support/durable-child-host.ts from source (`node --require tsx/cjs --import tsx/esm`) on the given store settings and
  * resolves once it listens. Every child started here must be killed by the test (afterAll).
  */
 export async function startChildHost(options: {
@@ -23,7 +23,7 @@ export async function startChildHost(options: {
   workerId?: string;
 }): Promise<ChildHost> {
   const stateDir = mkdtempSync(join(tmpdir(), 'rch-durable-child-'));
-  const args = ['--require', 'tsx/cjs', ENTRY, '--state-dir', stateDir, '--settings', JSON.stringify(options.settings)];
+  const args = ['--require', 'tsx/cjs', '--import', 'tsx/esm', ENTRY, '--state-dir', stateDir, '--settings', JSON.stringify(options.settings)];
   if (options.leaseMs !== undefined) args.push('--lease-ms', String(options.leaseMs));
   if (options.workerId !== undefined) args.push('--worker-id', options.workerId);
   const child = spawn(process.execPath, args, { cwd: join(__dirname, '..', '..'), stdio: ['ignore', 'pipe', 'pipe'] });
