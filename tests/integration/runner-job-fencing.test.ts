@@ -16,10 +16,12 @@ import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host
 import { ownPool, testAgent } from '../support/runner-agents';
 import { aStackPromotion, provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 import { localEngineFor } from '../../local/runner-agent';
+import { SkippingClock } from '../support/skipping-clock';
 
 /**
  * Runner job tokens and fencing (issue 17), with the test as the agent speaking the protocol over HTTP: a job's calls
  * are accepted only with its token while it runs under its stack lock; a plan whose runner went silent is made again.
+ * The host's clock is the real one, skipped ahead where a test waits for a job's lease to lapse (SkippingClock).
  */
 const operator = { tenant: 'demo-team', roles: ['Operator'], subject: 'operator' };
 /** The agent pool of the tenant's jobs on the local target. */
@@ -32,8 +34,8 @@ interface RunBody {
   planReceipt?: { runner: { agent?: string; jobId?: string } };
 }
 
-async function startHost(database: TestDatabase, settings: Record<string, string>): Promise<TestHost> {
-  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides });
+async function startHost(database: TestDatabase, settings: Record<string, string>, clock: SkippingClock): Promise<TestHost> {
+  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: { ...database.overrides, clock } });
 }
 
 for (const dialect of REPOSITORY_DIALECTS) {
@@ -42,12 +44,13 @@ for (const dialect of REPOSITORY_DIALECTS) {
     let host: TestHost;
     let root: string;
     let example: ProvisioningExample;
+    const clock = new SkippingClock();
 
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
       root = fs.mkdtempSync(join(tmpdir(), 'rch-fencing-'));
       // No agents of its own: the test is the agent, speaking the protocol over HTTP.
-      host = await startHost(database, { RuntimeCloud__Local__Runners: '0', RuntimeCloud__Runners__LeaseSeconds: '5' });
+      host = await startHost(database, { RuntimeCloud__Local__Runners: '0', RuntimeCloud__Runners__LeaseSeconds: '5' }, clock);
       example = await provisioningExample(root, host.stateDir, 1);
       writeExampleReferences(host.stateDir);
     });
@@ -67,7 +70,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
         return runs.items[0];
       });
 
-      // Act: the agent goes silent past its lease; the host dispatches the plan again.
+      // Act: the agent goes silent past its lease (the clock skips the wait); the host dispatches the plan again.
+      clock.skipPast(first.job.leaseExpiresAt);
       const second = await eventually(() => client.claim('fast-agent', 0), 30_000);
       const late = await jobCall(first.job.id, first.token, 'result', { body: { kind: 'plan', runner: { name: 'local', version: 'x', agent: 'slow-agent' }, error: { code: 'IAC.X', message: 'late' } } });
       const borrowed = await jobCall(second.job.id, first.token, 'state');
@@ -136,7 +140,8 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const silentJob = client.job(silent);
       const write = await jobCall(silent.job.id, silent.token, 'target', { body: { op: 'recordApply', planDigest: silent.job.approvedPlan?.digest } });
 
-      // Act: its lease lapses; the run's deadline finds the job lost and dispatches the apply again.
+      // Act: its lease lapses (the clock skips the wait); the run's deadline finds the job lost and dispatches the apply again.
+      clock.skipPast(silent.job.leaseExpiresAt);
       const again = await eventually(() => client.claim('fast-agent', 0), 30_000);
       const lateBegin = await silentJob.heartbeat({ log: [], applyBegins: true }).then(
         () => 'accepted',
@@ -243,6 +248,9 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: POOL, jobId: expect.stringMatching(/^job_/), position: 1 });
       expect(claimed?.job.runId).toBe(waiting.runId);
       expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
+      // The agent gives its job up (the run fails): its runner lease, of the tenant's runner quota, ends with it
+      // instead of lapsing in the next test.
+      await client.job(claimed!).result({ kind: 'plan', runner: { name: 'local', version: 'x', agent: 'agent-x' }, error: { code: 'IAC.X', message: 'given up' } });
     });
 
     it("when a claim took a job's runner lease and died before recording the claim, then another agent claims the job", async () => {

@@ -13,6 +13,7 @@ import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 import { RUNNER_JOBS, startTestHost, type TestHost } from '../support/local-host';
 import { ownPool } from '../support/runner-agents';
+import { SkippingClock } from '../support/skipping-clock';
 import { provisioningExample, sendToPromotions, writeExampleReferences, type ProvisioningExample } from '../support/provisioning';
 
 /**
@@ -41,8 +42,8 @@ function bucketsProgram(count: number): string {
   return `name: slow-app\nruntime: yaml\nresources:\n${resources}`;
 }
 
-async function startHost(database: TestDatabase, settings: Record<string, string>, components = localComponents()): Promise<TestHost> {
-  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: database.overrides, components });
+async function startHost(database: TestDatabase, settings: Record<string, string>, clock: SkippingClock, components = localComponents()): Promise<TestHost> {
+  return startTestHost({ settings: { ...database.settings, ...RUNNER_JOBS, ...settings }, depsOverrides: { ...database.overrides, clock }, components });
 }
 
 for (const dialect of REPOSITORY_DIALECTS) {
@@ -54,12 +55,14 @@ for (const dialect of REPOSITORY_DIALECTS) {
     let slow: TestRepository;
     let slowCommit: string;
     const agents = new LocalRunnerAgents();
+    // The real clock, skipped ahead where a test waits for a killed agent's job lease to lapse.
+    const clock = new SkippingClock();
 
     beforeAll(async () => {
       database = await createTestDatabase(dialect);
       root = fs.mkdtempSync(join(tmpdir(), 'rch-runners-'));
       const components = localComponents().filter((c) => !(c instanceof LocalRunnerAgents));
-      host = await startHost(database, { RuntimeCloud__Runners__LeaseSeconds: '5' }, [...components, agents]);
+      host = await startHost(database, { RuntimeCloud__Runners__LeaseSeconds: '5' }, clock, [...components, agents]);
       example = await provisioningExample(root, host.stateDir, 0);
       writeExampleReferences(host.stateDir);
       slow = await TestRepository.init(join(host.stateDir, 'repos', 'slow'));
@@ -153,8 +156,11 @@ for (const dialect of REPOSITORY_DIALECTS) {
       });
       const victim = agents.agents().find((a) => a.agent === job.agent);
 
-      // Act
+      // Act: the agent is killed, and its job's lease lapses: the clock skips the wait (a renewal that reaches the
+      // host after this read leaves the rest of it to real time).
       process.kill(victim!.pid!, 'SIGKILL');
+      const { lease_expires_at: leaseExpiresAt } = await db.selectFrom('provisioning_runner_jobs').select('lease_expires_at').where('id', '=', job.id).executeTakeFirstOrThrow();
+      clock.skipPast(leaseExpiresAt ?? 0);
       const run = await ended(runId, 40_000);
 
       // Assert
