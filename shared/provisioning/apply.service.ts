@@ -19,6 +19,7 @@ import {
   expectedFailure,
   failFast,
   failRunWith,
+  endedAgain,
   giveBackStack,
   nowOf,
   permanentFailure,
@@ -82,7 +83,10 @@ export async function apply(ctx: ProvisioningContext, runId: string): Promise<Ru
   const run = await existingRun(ctx, runId);
   if (run.state !== 'applying') {
     // A retry of an apply whose result is recorded but whose receipt or evidence did not reach its service.
-    if (run.state === 'applied' || run.state === 'failed') await archiveApply(ctx, run);
+    if (run.state === 'applied' || run.state === 'failed') {
+      await archiveApply(ctx, run);
+      return endedAgain(ctx, run);
+    }
     return stepOf(run);
   }
   // Its apply job is out (a retried or replayed step): wait for it; never a second apply.

@@ -245,6 +245,16 @@ export async function giveBackStack(ctx: ProvisioningContext, run: Run): Promise
   await retryingContention(() => releaseStackLock(ctx.db, stackOf(run), run.id));
 }
 
+/**
+ * A step retried after its run ended: the run gives its stack back again, since a crash may have come between the
+ * commit that ended it and the give-back (which releases only a lock this run still holds), and the runs queued on
+ * the stack would otherwise wait out the lock's whole lease.
+ */
+export async function endedAgain(ctx: ProvisioningContext, run: Run): Promise<RunStep> {
+  await giveBackStack(ctx, run);
+  return stepOf(run);
+}
+
 /** Ends a run as failed with its one `ProvisioningFailed`, and gives its stack back. */
 export async function failRunWith(ctx: ProvisioningContext, run: Run, failure: Failure): Promise<RunStep> {
   const ended = await inTransaction(ctx.db, async (trx) => {
@@ -264,7 +274,7 @@ export async function failRunWith(ctx: ProvisioningContext, run: Run, failure: F
 /** The orchestration gave up on a step: the run fails (if it has not ended) and gives its stack back. */
 export async function failRun(ctx: ProvisioningContext, runId: string, reason: string): Promise<RunStep> {
   const run = await existingRun(ctx, runId);
-  if (isTerminal(run.state)) return stepOf(run);
+  if (isTerminal(run.state)) return endedAgain(ctx, run);
   // A step that gave up because a fail-fast service did not answer ends the run with that service's code.
   return failRunWith(ctx, run, { code: unavailableCodeIn(reason) ?? RunErrors.internal, message: reason });
 }

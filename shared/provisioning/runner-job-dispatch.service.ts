@@ -3,7 +3,7 @@ import { AppError } from '../platform/errors/app-error';
 import { filesDigest, filesOfStack, type RunnerJobKind } from '../platform/iac/runner-job';
 import { inTransaction, retryingContention } from '../platform/sql/transaction';
 import { securityEvent } from '../platform/telemetry/security-events';
-import { appendEvents, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
+import { appendEvents, endedAgain, existingRun, nowOf, type ProvisioningContext, type RunnerExecution, type RunnerTarget } from './provisioning.context';
 import { findEnvironmentStack, replaceWaiting, setWaiting } from './runs.repository';
 import { isTerminal, RunErrors, stackOf, stepOf, type Run, type RunStep, type WaitingFor } from './run';
 import { appendJobLog, cancelJobsOfRun, findJob, insertJob, latestJobOfRun, markLost, type RunnerJob, type StoredSpec } from './runner-jobs.repository';
@@ -120,7 +120,7 @@ export async function collectJob(
   const at = nowOf(ctx);
   if (isTerminal(run.state)) {
     await retryingContention(() => cancelJobsOfRun(ctx.db, run.id, at));
-    return stepOf(run);
+    return endedAgain(ctx, run);
   }
   if (job.state === 'done' && job.outcome) return collectFinished(ctx, run, { ...job, outcome: job.outcome }, handlers.finished);
   if (job.state === 'queued') return at >= job.createdAt.getTime() + runners.claimTimeoutMs ? handlers.unclaimed(run, job) : runningStep(runners, job, at);

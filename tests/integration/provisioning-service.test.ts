@@ -185,6 +185,26 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(JSON.stringify(events)).not.toContain(EXAMPLE_SECRETS.development);
     });
 
+    it('when a run ended but a crash came before it gave its stack back, then its retried step gives it back, and a retried step never frees a lock another run holds', async () => {
+      // Arrange: an applied run, and its lock as the crash left it (taken again here under its id).
+      const stack = freshStack('development');
+      const run = await accepted(aStackPromotion(example.repository, 'development', { stack }));
+      await service.plan(run.id);
+      await service.apply(run.id);
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: run.id, host: 'crashed-host', now: clock.now().getTime(), ttlMs: 600_000 });
+
+      // Act
+      const retried = await service.apply(run.id);
+      await acquireStackLock(db(), dialect, { stack: exampleStack(stack), run: 'run-elsewhere', host: 'other-host', now: clock.now().getTime(), ttlMs: 60_000 });
+      const retriedAgain = await service.apply(run.id);
+
+      // Assert
+      expect(retried).toEqual({ outcome: 'ended', state: 'applied' });
+      expect(retriedAgain).toEqual({ outcome: 'ended', state: 'applied' });
+      expect((await getStackLock(db(), exampleStack(stack)))?.holderRun).toBe('run-elsewhere');
+      await releaseStackLock(db(), exampleStack(stack), 'run-elsewhere');
+    });
+
     it('when a production promotion is planned, then it waits for approval of its digest; another digest is refused, the right one applies', async () => {
       // Arrange
       const stack = freshStack('production');
