@@ -12,6 +12,9 @@ Usage:
       local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
       secret and config references; see docs/walkthrough.md).
+  runtime-cloud peers [--state-dir DIR]
+      Runs Azurite and the external services' stand-ins in a process of their own and prints the settings that point
+      hosts at them (as they run beside a deployed host; the provisioning bench uses it).
   runtime-cloud token [--tenant T] [--client APP_ID] [--role R]... [--scope S]... [--subject ID] [--user OID [--directory TID]] [--ttl SECONDS] [--runner-pool P] [--state-dir DIR]
       Prints a bearer token signed by the local issuer (and nothing else).
   runtime-cloud example promotion <development|production> [--state-dir DIR]
@@ -97,12 +100,29 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === 'start') return start(rest);
   if (command === 'token') return token(rest);
+  if (command === 'peers') return peers(rest);
   if (command === 'example') return example(rest);
   if (command === 'openapi') return openapi();
   if (command === 'runner') return runner(rest);
   if (command === 'backup' || command === 'restore' || command === 'restored') return storeCommand(command, rest);
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
   return 2;
+}
+
+/** Azurite and the stand-ins in this process (local/peers.ts), until SIGINT or SIGTERM. */
+async function peers(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { 'state-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const stop = new Promise((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { peersMain, PEERS_USAGE } = require('./peers') as typeof import('./peers');
+  if (values.help) {
+    process.stdout.write(PEERS_USAGE);
+    return 0;
+  }
+  return peersMain(values['state-dir'] !== undefined ? { stateDir: values['state-dir'] } : {}, stop);
 }
 
 /** Registers the functions as a host would (without starting one) and prints the document of their HTTP routes. */

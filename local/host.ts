@@ -1,14 +1,12 @@
 import { rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { configFromEnvironment, type Config, type PeerSetting } from '../shared/platform/config/config';
+import { configFromEnvironment, type Config } from '../shared/platform/config/config';
 import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
-import { createLocalExternalServices } from './external-services/local-external-services.adapter';
 import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';
-import { startStandIns, STAND_IN_NAMES, type StandInName, type StandIns } from './external-services/stand-in-servers';
-import { startBlobServer, type RunningBlobServer } from './azurite/blob-server';
-import { startTableServer, type RunningTableServer } from './azurite/table-server';
+import type { StandIns } from './external-services/stand-in-servers';
+import { startPeers, type Peers } from './peers';
 import { installFunctionsCore } from './functions-core/install';
 import { hostJsonSetting, useAppHostJson } from './host-json';
 import { functionAppEntryPoints } from './function-app';
@@ -113,10 +111,8 @@ const defaultLog: LogHandler = jsonLineLog('warning');
 export class LocalHost {
   readonly #options: LocalHostOptions;
   readonly #components: HostComponent[];
-  #tableServer: RunningTableServer | undefined;
-  #blobServer: RunningBlobServer | undefined;
+  #peers: Peers | undefined;
   #deps: Deps | undefined;
-  #standIns: StandIns | undefined;
   #http: HttpBinding | undefined;
   #started: HostComponent[] = [];
   #url: URL | undefined;
@@ -142,7 +138,7 @@ export class LocalHost {
 
   /** The external services' stand-ins this host started (those the settings left unconfigured). */
   get standIns(): StandIns | undefined {
-    return this.#standIns;
+    return this.#peers?.standIns;
   }
 
   get config(): Config {
@@ -168,31 +164,17 @@ export class LocalHost {
     const azuriteDir = this.#mark.beside === 0 ? join(stateDir, 'azurite') : join(stateDir, 'azurite', 'beside', this.#mark.id);
     this.#azuriteDir = this.#mark.beside === 0 ? undefined : azuriteDir;
 
-    if (!config.tables.connection) {
-      this.#tableServer = await startTableServer(this.#options.inMemoryTables ? {} : { dataDir: azuriteDir });
-      overrides.RuntimeCloud__Tables__Connection = this.#tableServer.connectionString;
-      config = configFromEnvironment({ defaults, overrides });
-    }
-    // Claim-checked event bodies (shared/platform/bus/event-bodies.ts) in Azurite's Blob server, beside its tables.
-    if (!config.outbox.bodiesConnection) {
-      this.#blobServer = await startBlobServer(this.#options.inMemoryTables ? {} : { dataDir: azuriteDir });
-      overrides.RuntimeCloud__Outbox__Bodies__Connection = this.#blobServer.connectionString;
-      config = configFromEnvironment({ defaults, overrides });
-    }
-    // The external services' stand-ins, as servers on loopback, for every one the settings leave unconfigured: the
-    // host reaches them through the same clients as Azure's services.
-    const unconfigured = STAND_IN_NAMES.filter((name) => !config.peers[name].endpoint);
-    if (unconfigured.length > 0) {
-      this.#standIns = await startStandIns({ issuer: config.auth.issuer, jwks: keys.jwks, audiences: mapPeers(config, (peer) => peer.audience) });
-      for (const name of unconfigured) overrides[PEER_ENDPOINT_SETTINGS[name]] = this.#standIns.endpoints[name];
-      config = configFromEnvironment({ defaults, overrides });
-    }
+    // Azurite and the external services' stand-ins, for whatever the settings leave unconfigured (`runtime-cloud
+    // peers` runs them in a process of their own): the host reaches them through the same clients as Azure's services.
+    this.#peers = await startPeers(config, { stateDir, azuriteDir, inMemoryTables: this.#options.inMemoryTables, jwks: keys.jwks });
+    Object.assign(overrides, this.#peers.settings);
+    config = configFromEnvironment({ defaults, overrides });
     this.#config = config;
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
     this.#deps = await createDeps(config, { twin: localTwin, jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
-    this.#standIns?.bind(createLocalExternalServices({ store: this.#deps.sql, clock: this.#deps.clock, stateDir }));
+    this.#peers.bind(this.#deps.sql, this.#deps.clock);
     const recovery = this.#deps.recovery;
     if (recovery) {
       log('warning', 'runtime-cloud-host', `the store was restored (epoch ${recovery.epoch}): ${recovery.environmentsStale} environments are stale until re-scanned; capacity recovers until ${recovery.window.until.toISOString()} (holders re-register their leases, new grants wait)`);
@@ -242,9 +224,7 @@ export class LocalHost {
     for (const component of this.#started.reverse()) await component.stop();
     this.#started = [];
     await this.#deps?.close();
-    await this.#standIns?.close();
-    await this.#tableServer?.close();
-    await this.#blobServer?.close();
+    await this.#peers?.close();
     if (this.#azuriteDir) rmSync(this.#azuriteDir, { recursive: true, force: true });
     this.#mark?.unmark();
   }
@@ -305,19 +285,6 @@ function loadOtherFunctionApp(appDir: string): void {
 function readRoutePrefix(): string {
   const prefix = hostJsonSetting('extensions', 'http', 'routePrefix');
   return typeof prefix === 'string' ? prefix : 'api';
-}
-
-/** The setting of each external service's endpoint. */
-const PEER_ENDPOINT_SETTINGS: Readonly<Record<StandInName, string>> = {
-  governance: 'RuntimeCloud__Governance__Endpoint',
-  controlPlane: 'RuntimeCloud__ControlPlane__Endpoint',
-  knowledge: 'RuntimeCloud__Knowledge__Endpoint',
-  configPlatform: 'RuntimeCloud__ConfigPlatform__Endpoint',
-  delivery: 'RuntimeCloud__Delivery__Endpoint',
-};
-
-function mapPeers<T>(config: Config, of: (peer: PeerSetting) => T): Record<StandInName, T> {
-  return Object.fromEntries(STAND_IN_NAMES.map((name) => [name, of(config.peers[name])])) as Record<StandInName, T>;
 }
 
 /** Tokens the local issuer signs for the stand-ins' audiences, each kept for most of its hour. */

@@ -21,7 +21,9 @@
  * engine's own). Orchestration overhead is the rest of recorded → finished, less the wait for earlier runs of the
  * stack (a run can only start once the one before it has finished: that is the stack's serialization, not overhead).
  * Host CPU per run is the hosts' user + system time over the load (from /proc, Linux only) divided by the runs: when
- * it is near one core, the host's event loop is what limits runs per second. Before the load, a few promotions run
+ * it is near one core, the host's event loop is what limits runs per second. Azurite (Table storage, event bodies)
+ * and the external services' stand-ins run beside the hosts in a process of their own (`runtime-cloud peers`), as
+ * Azure's services and the peers run beside a deployed host; their CPU per run is a row of its own. Before the load, a few promotions run
  * one at a time on the example's own stack: the same split, unloaded.
  *
  * Plans and applies run as runner jobs on each host's two local agents (issue 17). The same load runs again, in the
@@ -36,13 +38,13 @@
  * same run on fresh hosts with it turned off (`AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled=false`),
  * shows what that changes.
  */
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
-import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
 import { EXAMPLES_DIR, EXAMPLE_PROJECT_PATH, ensureExampleRepository, type ExampleRepository } from '../../local/example-repository';
 import { parseConfig } from '../../shared/platform/config/config';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
@@ -51,7 +53,7 @@ import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import type { PromotionApproved } from '../../shared/provisioning/promotion';
 import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { adminQuery } from '../support/postgres-admin';
-import { startChildHost, type RunningChild } from '../support/child-process';
+import { startChildHost, startPeersProcess, type RunningChild, type RunningPeers } from '../support/child-process';
 import { aStackPromotion, writeExampleReferences } from '../support/provisioning';
 import { rowCollector, type Row } from './table';
 
@@ -158,8 +160,8 @@ export async function run(args: string[]): Promise<Row[]> {
       const config = parseConfig({});
       const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
       const tokens = { admin: await issue({ roles: ['PlatformAdmin'] }), operator: await issue({ tenant: 'demo-team', roles: ['Operator'] }) };
-      await withHosts(store, stateDir, pass.env, profile, async (hosts, jobs) => {
-        const client = new BenchClient(hosts, tokens);
+      await withHosts(store, stateDir, pass.env, profile, async (hosts, peers, jobs) => {
+        const client = new BenchClient(hosts, tokens, peers);
         const first = pass === chosen[0];
         const unloaded = first ? await runOneAtATime(client, repository, unloadedRuns) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
@@ -205,7 +207,8 @@ export async function benchRepository(source: string, stateDir: string, stacks: 
 // ---- hosts -----------------------------------------------------------------------------------------------------------
 
 /**
- * One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema with one Azurite; stopped after.
+ * One host on SQLite in the state dir, or two hosts on a fresh PostgreSQL schema, beside one peers process (Azurite,
+ * the stand-ins) on the same store; stopped after.
  * `jobs` reads the dispatch cost of every finished runner job from their store.
  */
 async function withHosts(
@@ -213,21 +216,26 @@ async function withHosts(
   stateDir: string,
   settings: Record<string, string>,
   nodeArgs: readonly string[],
-  work: (hosts: RunningChild[], jobs: () => Promise<number[]>) => Promise<void>,
+  work: (hosts: RunningChild[], peers: RunningPeers, jobs: () => Promise<number[]>) => Promise<void>,
 ): Promise<void> {
   if (store === 'sqlite') {
-    const host = await startChildHost(stateDir, settings, undefined, [], nodeArgs);
+    const peers = await startPeersProcess(stateDir);
     try {
-      await work([host], () => dispatchCosts(createSqlStore({ dialect: 'sqlite', connection: 'runtime-cloud.sqlite', baseDir: stateDir })));
+      const host = await startChildHost(stateDir, { ...settings, ...peers.settings }, undefined, [], nodeArgs);
+      try {
+        await work([host], peers, () => dispatchCosts(createSqlStore({ dialect: 'sqlite', connection: 'runtime-cloud.sqlite', baseDir: stateDir })));
+      } finally {
+        await host.stop();
+      }
     } finally {
-      await host.stop();
+      await peers.stop();
     }
     return;
   }
   const url = process.env.RUNTIME_CLOUD_TEST_POSTGRES_URL ?? DEFAULT_POSTGRES_URL;
   const schema = `bench_${randomBytes(6).toString('hex')}`;
   await adminQuery(url, `create schema ${schema}`);
-  let tables: RunningTableServer | undefined;
+  let peers: RunningPeers | undefined;
   const hosts: RunningChild[] = [];
   try {
     // Migrated once here, so the two hosts do not race to create the schema's tables.
@@ -237,18 +245,17 @@ async function withHosts(
     } finally {
       await sqlStore.close();
     }
-    tables = await startTableServer();
-    const env = {
-      ...settings,
+    const storeSettings = {
       RuntimeCloud__Store__Dialect: 'postgres',
       RuntimeCloud__Store__Connection: `${url}${url.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`,
-      RuntimeCloud__Tables__Connection: tables.connectionString,
     };
+    peers = await startPeersProcess(stateDir, storeSettings);
+    const env = { ...settings, ...storeSettings, ...peers.settings };
     hosts.push(...(await Promise.all([startChildHost(stateDir, env, undefined, [], nodeArgs), startChildHost(stateDir, env, undefined, [], nodeArgs)])));
-    await work(hosts, () => dispatchCosts(createSqlStore({ dialect: 'postgres', connection: url, postgresSchema: schema })));
+    await work(hosts, peers, () => dispatchCosts(createSqlStore({ dialect: 'postgres', connection: url, postgresSchema: schema })));
   } finally {
     await Promise.all(hosts.map((h) => h.stop()));
-    await tables?.close();
+    await peers?.stop();
     await adminQuery(url, `drop schema if exists ${schema} cascade`);
   }
 }
@@ -274,6 +281,8 @@ export class BenchClient {
   constructor(
     readonly hosts: readonly RunningChild[],
     private readonly tokens: { readonly admin: string; readonly operator: string },
+    /** The process that runs Azurite and the external services' stand-ins beside the hosts, where there is one. */
+    readonly peers?: RunningPeers,
   ) {}
 
   async send(promotion: PromotionApproved): Promise<void> {
@@ -396,6 +405,8 @@ export interface Measured {
   readonly notApplied: readonly string[];
   /** CPU time the hosts spent from the first promotion sent to the last event seen (Linux: /proc), ms. */
   readonly cpuMs?: number;
+  /** The same for the peers' process (Azurite, the external services' stand-ins). */
+  readonly peersCpuMs?: number;
 }
 
 /** Sends the promotions at once and waits for every terminal event. */
@@ -403,8 +414,10 @@ async function runAtOnce(client: BenchClient, promotions: readonly PromotionAppr
   const watcher = new TerminalWatcher(client);
   await watcher.start();
   const sent = new Map<string, number>();
-  const cpuBefore = hostsCpuMs(client.hosts);
+  const cpuBefore = processesCpuMs(client.hosts.map((h) => h.child));
+  const peersBefore = client.peers && processesCpuMs([client.peers.child]);
   let cpuMs: number | undefined;
+  let peersCpuMs: number | undefined;
   try {
     await Promise.all(
       promotions.map(async (promotion) => {
@@ -413,21 +426,23 @@ async function runAtOnce(client: BenchClient, promotions: readonly PromotionAppr
       }),
     );
     await watcher.until(promotions.map((p) => p.promotionId), waitMs);
-    const cpuAfter = hostsCpuMs(client.hosts);
+    const cpuAfter = processesCpuMs(client.hosts.map((h) => h.child));
     if (cpuBefore !== undefined && cpuAfter !== undefined) cpuMs = cpuAfter - cpuBefore;
+    const peersAfter = client.peers && processesCpuMs([client.peers.child]);
+    if (peersBefore !== undefined && peersAfter !== undefined) peersCpuMs = peersAfter - peersBefore;
   } finally {
     await watcher.stop();
   }
-  return { ...(await measure(client, promotions, sent, watcher)), ...(cpuMs !== undefined ? { cpuMs } : {}) };
+  return { ...(await measure(client, promotions, sent, watcher)), ...(cpuMs !== undefined ? { cpuMs } : {}), ...(peersCpuMs !== undefined ? { peersCpuMs } : {}) };
 }
 
-/** User + system CPU time of the host processes so far (ms), from /proc; undefined where there is none. */
-function hostsCpuMs(hosts: readonly RunningChild[]): number | undefined {
+/** User + system CPU time of the processes so far (ms), from /proc; undefined where there is none. */
+function processesCpuMs(processes: readonly ChildProcess[]): number | undefined {
   let total = 0;
-  for (const host of hosts) {
+  for (const child of processes) {
     let stat: string;
     try {
-      stat = readFileSync(`/proc/${host.child.pid}/stat`, 'utf8');
+      stat = readFileSync(`/proc/${child.pid}/stat`, 'utf8');
     } catch {
       return undefined;
     }
@@ -562,6 +577,11 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     name: '  host CPU per run (all hosts, user + system)',
     value: loaded.cpuMs === undefined ? 'n/a' : `${(loaded.cpuMs / count).toFixed(1)} ms`,
     ...(loaded.cpuMs === undefined ? { note: 'no /proc here' } : { note: `${((loaded.cpuMs / loaded.wallToFinished) * 100).toFixed(0)} % of one core while the runs ran` }),
+  });
+  print({
+    name: '  beside: Azurite and the stand-ins per run (their own process)',
+    value: loaded.peersCpuMs === undefined ? 'n/a' : `${(loaded.peersCpuMs / count).toFixed(1)} ms`,
+    note: 'Table storage, event bodies and the external services, which a deployed host reaches over the network: not in the host CPU above',
   });
   print({ name: '  run finished → event published', value: percentiles(load.map((s) => s.publish)), note: 'published after the commit that ends the run (RuntimeCloud__Outbox__Publish); the 2 s outboxRelay timer is the fallback' });
   print({ name: 'share of sent → seen outside the engine', value: `p50 ${pct(quantile(share, 0.5))}, p95 ${pct(quantile(share, 0.95))}` });

@@ -80,3 +80,44 @@ export function runCli(args: string[], env: Record<string, string> = {}): Promis
     child.once('exit', (code) => resolve({ code, stdout, stderr }));
   });
 }
+
+export interface RunningPeers {
+  readonly child: ChildProcess;
+  /** The settings that point hosts at the peers (Azurite, the external services' stand-ins). */
+  readonly settings: Readonly<Record<string, string>>;
+  stop(): Promise<number | null>;
+}
+
+/**
+ * Starts `runtime-cloud peers` (local/peers.ts) in a child process and waits for the settings it prints. `env` names
+ * the store the stand-ins answer from, which the hosts started with `settings` must share.
+ */
+export async function startPeersProcess(stateDir: string, env: Record<string, string> = {}, timeoutMs = 60_000): Promise<RunningPeers> {
+  const child = spawn(process.execPath, [CLI, 'peers', '--state-dir', stateDir], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const settings = await new Promise<Record<string, string>>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the peers did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    child.stdout.on('data', () => {
+      const line = /^peers (\{.*\})$/m.exec(output);
+      if (line?.[1]) {
+        clearTimeout(timer);
+        resolve(JSON.parse(line[1]) as Record<string, string>);
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`the peers exited with ${code} before they were ready:\n${output}`));
+    });
+  });
+  return {
+    child,
+    settings,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
