@@ -11,7 +11,8 @@
  * (`runtime-cloud start` in child processes): one host on SQLite, or with `--store postgres` two hosts on one fresh
  * PostgreSQL schema (created and dropped here, in the database of RUNTIME_CLOUD_TEST_POSTGRES_URL, default
  * postgres://postgres@127.0.0.1:5432/test). The bench watches the events topic for each promotion's
- * `ProvisioningApplied`, then reads every run's receipts and splits each run's time:
+ * `ProvisioningApplied`, then reads every run's receipts and splits each run's time. It sends to the queue and reads
+ * the topic in the store itself, as Service Bus's callers do, not through a host. Each run's time:
  *
  *   sent → run recorded (queue, intake) → [waiting for earlier runs of its stack] → plan → apply → run finished
  *        → event published (the outbox relay timer) → seen by the bench

@@ -1,7 +1,7 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { parseConfig } from '../../shared/platform/config/config';
 import { startChildHost, startPeersProcess, type RunningChild, type RunningPeers } from '../support/child-process';
@@ -72,8 +72,16 @@ describe('the peers in a process of their own', () => {
     const ended = events.find((e) => e.body.data.promotionId === promotion.promotionId && ['ProvisioningApplied', 'ProvisioningFailed'].includes(e.body.type));
     expect(ended?.body.type).toBe('ProvisioningApplied');
     const runId = (ended?.body.data as { runId?: string }).runId ?? '';
-    const evidence = (await (await call(`/runtime-cloud/local/external-services/governance/evidence?runId=${runId}`)).json()) as { items: unknown[] };
-    expect(evidence.items.length).toBeGreaterThan(0);
+    // The evidence is archived once the apply has ended (apply.service.ts archiveApply), not before the event.
+    const evidence = await vi.waitFor(
+      async () => {
+        const found = (await (await call(`/runtime-cloud/local/external-services/governance/evidence?runId=${runId}`)).json()) as { items: unknown[] };
+        if (found.items.length === 0) throw new Error(`no evidence of ${runId} yet`);
+        return found.items;
+      },
+      { timeout: 60_000, interval: 200 },
+    );
+    expect(evidence).toEqual([expect.objectContaining({ runId })]);
     expect((await health()).status).toBe('healthy');
   });
 
