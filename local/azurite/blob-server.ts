@@ -1,3 +1,5 @@
+// Before Azurite: its telemetry SDK, never used here, is not loaded.
+import './without-telemetry';
 import BlobConfiguration from 'azurite/dist/src/blob/BlobConfiguration';
 import BlobServer from 'azurite/dist/src/blob/BlobServer';
 import { mkdirSync } from 'node:fs';

@@ -1,3 +1,5 @@
+// Before Azurite: its telemetry SDK, never used here, is not loaded.
+import './without-telemetry';
 import TableConfiguration from 'azurite/dist/src/table/TableConfiguration';
 import TableServer from 'azurite/dist/src/table/TableServer';
 import { mkdirSync } from 'node:fs';
