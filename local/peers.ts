@@ -47,7 +47,7 @@ const PEER_ENDPOINT_SETTINGS: Readonly<Record<StandInName, string>> = {
 
 /**
  * Starts what `config` leaves unconfigured: Azurite's Table and Blob servers, the external services' stand-ins. Azurite
- * is loaded only when it is started: a host whose peers run elsewhere does not load it (about 1.4 s of CPU).
+ * is loaded only when it is started: a host whose peers run elsewhere does not load it (about 0.4 s of CPU).
  */
 export async function startPeers(config: Config, options: PeersOptions): Promise<Peers> {
   const settings: Record<string, string> = {};
