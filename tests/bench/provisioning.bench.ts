@@ -186,8 +186,9 @@ export async function run(args: string[]): Promise<Row[]> {
         } else if (baseline && pass.name === 'dynamic-off') {
           reportBaseline(baseline, loaded, client, print);
         }
-        const troubled = hosts.flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"/.test(line)));
-        print({ name: `host warnings and errors (${pass.name})`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
+        // The peers' log too: a stand-in's failure reaches the host as an error the bench may never see.
+        const troubled = [...hosts, peers].flatMap((h) => h.output().split('\n').filter((line) => /"level":"(warning|error|critical)"|Error/.test(line)));
+        print({ name: `host and peers warnings and errors (${pass.name})`, value: String(troubled.length), ...(troubled[0] ? { note: `first: ${troubled[0].slice(0, 200)}` } : {}) });
       });
       process.stderr.write(`  (pass ${pass.name} ${pass.round}: ${((performance.now() - passStarted) / 1000).toFixed(1)} s)\n`);
     }

@@ -29,33 +29,12 @@ export async function startChildHost(
   args: readonly string[] = [],
   nodeArgs: readonly string[] = [],
 ): Promise<RunningChild> {
-  const child = spawn(process.execPath, [...nodeArgs, CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const url = await new Promise<URL>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`host did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
-    const check = () => {
-      const match = /listening on (http:\/\/\S+)/.exec(output);
-      if (match?.[1]) {
-        clearTimeout(timer);
-        resolve(new URL(match[1]));
-      }
-    };
-    child.stdout.on('data', check);
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`host exited with ${code} before listening:\n${output}`));
-    });
-  });
+  const { child, output, exited, match } = await spawnCli([...nodeArgs, CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], env, /listening on (http:\/\/\S+)/, 'host', timeoutMs);
+  const url = new URL(match);
   return {
     child,
     url,
-    output: () => output,
+    output,
     async stop(signal = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const code = await exited;
@@ -85,6 +64,7 @@ export interface RunningPeers {
   readonly child: ChildProcess;
   /** The settings that point hosts at the peers (Azurite, the external services' stand-ins). */
   readonly settings: Readonly<Record<string, string>>;
+  output(): string;
   stop(): Promise<number | null>;
 }
 
@@ -93,31 +73,48 @@ export interface RunningPeers {
  * the store the stand-ins answer from, which the hosts started with `settings` must share.
  */
 export async function startPeersProcess(stateDir: string, env: Record<string, string> = {}, timeoutMs = 60_000): Promise<RunningPeers> {
-  const child = spawn(process.execPath, [CLI, 'peers', '--state-dir', stateDir], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const settings = await new Promise<Record<string, string>>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the peers did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
-    child.stdout.on('data', () => {
-      const line = /^peers (\{.*\})$/m.exec(output);
-      if (line?.[1]) {
-        clearTimeout(timer);
-        resolve(JSON.parse(line[1]) as Record<string, string>);
-      }
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`the peers exited with ${code} before they were ready:\n${output}`));
-    });
-  });
+  const { child, output, exited, match } = await spawnCli([CLI, 'peers', '--state-dir', stateDir], env, /^peers (\{.*\})$/m, 'the peers', timeoutMs);
+  const settings = JSON.parse(match) as Record<string, string>;
   return {
     child,
     settings,
+    output,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       return exited;
     },
   };
+}
+
+/**
+ * Spawns node with `args` and waits until its output matches `ready` (its first group is `match`); rejects when it
+ * exits first or `timeoutMs` passes, with what it printed.
+ */
+async function spawnCli(
+  args: readonly string[],
+  env: Record<string, string>,
+  ready: RegExp,
+  what: string,
+  timeoutMs: number,
+): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null>; match: string }> {
+  const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const match = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    child.stdout.on('data', () => {
+      const found = ready.exec(output)?.[1];
+      if (found) {
+        clearTimeout(timer);
+        resolve(found);
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited with ${code} before it was ready:\n${output}`));
+    });
+  });
+  return { child, output: () => output, exited, match };
 }
