@@ -32,14 +32,15 @@
  * kept as this baseline), and the rows are printed side by side with their ratio. Both run twice, in the order runner
  * jobs, in process, in process, runner jobs, so that a machine getting busier or quieter during the bench moves both
  * alike; the ratio of both rounds together is the figure, each round's beside it. Per job, the dispatch cost is claim
- * → outcome accepted (the jobs table) less the engine's own time (the agent's `engineMs`).
+ * → outcome accepted (the jobs table) less the engine's own time (the agent's `engineMs`), and its wait for an agent is
+ * queued → claimed. The agents' CPU per run (the hosts' child processes) is a row of its own, as the peers' is: on
+ * Azure they run on the target, and on this machine they share its cores with the host.
  *
  * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
  * burst's backlog waits in the queue (sent → run recorded) rather than inside the host. The baseline, measured in the
  * same run on fresh hosts with it turned off (`AzureFunctionsJobHost__concurrency__dynamicConcurrencyEnabled=false`),
  * shows what that changes.
  */
-import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -177,8 +178,9 @@ export async function run(args: string[]): Promise<Row[]> {
         if (unloaded) {
           report(store, hosts.length, loaded, unloaded, client, print);
           baseline = loaded;
-          const dispatch = await dispatchCosts(sqlStore);
-          print({ name: 'runner job dispatch, claim → outcome accepted less engine (target ≤ 20 ms p50)', value: percentiles(dispatch), note: `${dispatch.length} jobs` });
+          const jobs = await jobTimes(sqlStore);
+          print({ name: 'runner job dispatch, claim → outcome accepted less engine (target ≤ 20 ms p50)', value: percentiles(jobs.dispatch), note: `${jobs.dispatch.length} jobs` });
+          print({ name: 'runner job waiting for an agent, queued → claimed', value: percentiles(jobs.waiting), note: `${jobs.waiting.length} jobs` });
         } else if (baseline && pass.name === 'in-process' && pass.round === 1) {
           reportInProcess(baseline, loaded, print);
         } else if (pass.name === 'runner-jobs') {
@@ -266,13 +268,19 @@ async function withHosts(
   }
 }
 
-/** Claim → outcome accepted less the engine's own time, ms, of every runner job that finished. */
-async function dispatchCosts(sqlStore: SqlStore): Promise<number[]> {
-  const rows = await provisioningDb(sqlStore.db).selectFrom('provisioning_runner_jobs').select(['claimed_at', 'finished_at', 'outcome']).where('state', '=', 'done').execute();
-  return rows.map((r) => {
-    const outcome = JSON.parse(r.outcome ?? '{}') as { runner?: { engineMs?: number } };
-    return Number(r.finished_at) - Number(r.claimed_at) - (outcome.runner?.engineMs ?? 0);
-  });
+/**
+ * Of every runner job that finished, ms: claim → outcome accepted less the engine's own time (dispatch), and queued →
+ * claimed (waiting for an agent).
+ */
+async function jobTimes(sqlStore: SqlStore): Promise<{ dispatch: number[]; waiting: number[] }> {
+  const rows = await provisioningDb(sqlStore.db).selectFrom('provisioning_runner_jobs').select(['created_at', 'claimed_at', 'finished_at', 'outcome']).where('state', '=', 'done').execute();
+  return {
+    dispatch: rows.map((r) => {
+      const outcome = JSON.parse(r.outcome ?? '{}') as { runner?: { engineMs?: number } };
+      return Number(r.finished_at) - Number(r.claimed_at) - (outcome.runner?.engineMs ?? 0);
+    }),
+    waiting: rows.map((r) => Number(r.claimed_at) - Number(r.created_at)),
+  };
 }
 
 /**
@@ -423,6 +431,8 @@ export interface Measured {
   readonly cpuMs?: number;
   /** The same for the peers' process (Azurite, the external services' stand-ins). */
   readonly peersCpuMs?: number;
+  /** The same for the hosts' runner agents (their child processes). */
+  readonly agentsCpuMs?: number;
 }
 
 /** Sends the promotions at once and waits for every terminal event. */
@@ -430,10 +440,13 @@ async function runAtOnce(client: BenchClient, promotions: readonly PromotionAppr
   const watcher = new TerminalWatcher(client);
   await watcher.start();
   const sent = new Map<string, number>();
-  const cpuBefore = processesCpuMs(client.hosts.map((h) => h.child));
-  const peersBefore = client.peers && processesCpuMs([client.peers.child]);
+  const hostPids = client.hosts.map((h) => h.child.pid ?? 0);
+  const cpuBefore = processesCpuMs(hostPids);
+  const peersBefore = client.peers && processesCpuMs([client.peers.child.pid ?? 0]);
+  const agentsBefore = processesCpuMs(hostPids.flatMap(childPids));
   let cpuMs: number | undefined;
   let peersCpuMs: number | undefined;
+  let agentsCpuMs: number | undefined;
   try {
     await Promise.all(
       promotions.map(async (promotion) => {
@@ -442,23 +455,26 @@ async function runAtOnce(client: BenchClient, promotions: readonly PromotionAppr
       }),
     );
     await watcher.until(promotions.map((p) => p.promotionId), waitMs);
-    const cpuAfter = processesCpuMs(client.hosts.map((h) => h.child));
+    const cpuAfter = processesCpuMs(hostPids);
     if (cpuBefore !== undefined && cpuAfter !== undefined) cpuMs = cpuAfter - cpuBefore;
-    const peersAfter = client.peers && processesCpuMs([client.peers.child]);
+    const peersAfter = client.peers && processesCpuMs([client.peers.child.pid ?? 0]);
     if (peersBefore !== undefined && peersAfter !== undefined) peersCpuMs = peersAfter - peersBefore;
+    // The same agents before and after: a host starts its agents once, before the load (in process: none).
+    const agentsAfter = processesCpuMs(hostPids.flatMap(childPids));
+    if (agentsBefore !== undefined && agentsAfter !== undefined && agentsAfter > 0) agentsCpuMs = agentsAfter - agentsBefore;
   } finally {
     await watcher.stop();
   }
-  return { ...(await measure(client, promotions, sent, watcher)), ...(cpuMs !== undefined ? { cpuMs } : {}), ...(peersCpuMs !== undefined ? { peersCpuMs } : {}) };
+  return { ...(await measure(client, promotions, sent, watcher)), ...(cpuMs !== undefined ? { cpuMs } : {}), ...(peersCpuMs !== undefined ? { peersCpuMs } : {}), ...(agentsCpuMs !== undefined ? { agentsCpuMs } : {}) };
 }
 
 /** User + system CPU time of the processes so far (ms), from /proc; undefined where there is none. */
-function processesCpuMs(processes: readonly ChildProcess[]): number | undefined {
+function processesCpuMs(pids: readonly number[]): number | undefined {
   let total = 0;
-  for (const child of processes) {
+  for (const pid of pids) {
     let stat: string;
     try {
-      stat = readFileSync(`/proc/${child.pid}/stat`, 'utf8');
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     } catch {
       return undefined;
     }
@@ -468,6 +484,15 @@ function processesCpuMs(processes: readonly ChildProcess[]): number | undefined 
   }
   // Clock ticks: 100 per second on Linux.
   return total * 10;
+}
+
+/** The process's children (Linux: /proc), sorted: the host's runner agents. */
+function childPids(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number).sort((a, b) => a - b);
+  } catch {
+    return [];
+  }
 }
 
 /** Sends `count` promotions to the example's own stack, each once the one before has been seen ending. */
@@ -599,6 +624,13 @@ function report(store: string, hostCount: number, loaded: Measured, unloaded: Me
     value: loaded.peersCpuMs === undefined ? 'n/a' : `${(loaded.peersCpuMs / count).toFixed(1)} ms`,
     note: 'Table storage, event bodies and the external services, which a deployed host reaches over the network: not in the host CPU above',
   });
+  if (loaded.agentsCpuMs !== undefined) {
+    print({
+      name: '  beside: the runner agents per run (their own processes)',
+      value: `${(loaded.agentsCpuMs / count).toFixed(1)} ms`,
+      note: "the local engine and the agents' calls; on Azure they run on the target: not in the host CPU above",
+    });
+  }
   print({ name: '  run finished → event published', value: percentiles(load.map((s) => s.publish)), note: 'published after the commit that ends the run (RuntimeCloud__Outbox__Publish); the 2 s outboxRelay timer is the fallback' });
   print({ name: 'share of sent → seen outside the engine', value: `p50 ${pct(quantile(share, 0.5))}, p95 ${pct(quantile(share, 0.95))}` });
   print({ name: 'unloaded (runs one at a time): sent → seen', value: percentiles(single.map((s) => s.latency)), note: `${unloaded.timelines.length} runs` });
