@@ -21,7 +21,7 @@ export const PROBLEM_CATALOGUES: readonly ProblemCatalogue[] = [CapacityErrors, 
  * every failure. Responses are described by status and media type only: the views are not zod schemas.
  *
  * The checked-in `openapi.json` is this document for a host with every module enabled (a test compares them);
- * `npm run -s openapi > openapi.json` writes it again.
+ * `npm run -s openapi > openapi.json` writes it again, and `npm run check` lints it with Spectral (`.spectral.yaml`).
  */
 /** The version of the HTTP API the document describes; a breaking change of a route or schema bumps it (2: job calls carry the pool credential besides the job token). */
 export const API_VERSION = '2.0.0';

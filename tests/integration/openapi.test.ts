@@ -1,6 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
+import { Document as SpectralDocument, Spectral, type RulesetDefinition } from '@stoplight/spectral-core';
+import { Json } from '@stoplight/spectral-parsers';
+import { oas } from '@stoplight/spectral-rulesets';
+import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registeredHttpRoutes } from '../../functions/app';
 import { endpointSpec } from '../../functions/http/endpoint';
@@ -25,6 +29,16 @@ type Document = {
 };
 
 const root = join(__dirname, '../..');
+
+/**
+ * The repository's Spectral ruleset (.spectral.yaml, which `npm run check` lints openapi.json with): spectral:oas and
+ * the file's own rule settings. (Spectral's ruleset loader is not used here: its types declare the DOM's globals.)
+ */
+function repositoryRuleset(): RulesetDefinition {
+  const file = parse(readFileSync(join(root, '.spectral.yaml'), 'utf8')) as { extends?: unknown; rules?: Record<string, unknown> };
+  expect(file.extends).toEqual(['spectral:oas']);
+  return { extends: [oas], rules: file.rules ?? {} } as RulesetDefinition;
+}
 
 /**
  * The OpenAPI document: generated from the handlers' own zod schemas, checked into the repository as openapi.json,
@@ -63,6 +77,14 @@ describe('the OpenAPI document', () => {
     const result = await new Validator().validate(checkedIn);
     expect(result.errors ?? []).toEqual([]);
     expect(result.valid).toBe(true);
+  });
+
+  it("when the generated document is linted with the repository's Spectral ruleset (.spectral.yaml, spectral:oas), then there is no finding", async () => {
+    const spectral = new Spectral();
+    spectral.setRuleset(repositoryRuleset());
+    const generated = JSON.stringify(openApiDocument(registeredHttpRoutes(), API_VERSION), null, 2);
+    const findings = await spectral.run(new SpectralDocument(generated, Json, 'openapi.json'));
+    expect(findings.map((f) => `${f.code} at ${f.path.join('.')}: ${f.message}`)).toEqual([]);
   });
 
   it('when an operation is described, then it has a declared tag, a summary, a description and the OAuth 2.0 scope it checks (x-required-scope)', () => {
