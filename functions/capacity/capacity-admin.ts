@@ -2,17 +2,30 @@ import { editionSpecSchema, poolSpecSchema, tenantSpecSchema } from '../../share
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 
-/** Pools with capacity, used and free units per kind, and each visible tenant's use against its quota. */
-export const capacitySummary = endpoint({ scope: 'factory.runtime.read' }, async ({ deps, tenants }) => {
+export const capacitySummary = endpoint({
+  tag: 'Capacity',
+  summary: 'Summarize capacity and quota use',
+  description:
+    "Per kind and per pool: capacity, used and free units; and each visible tenant's use of each kind against its edition's quota. " +
+    'A token bound to a tenant sees its own use only; a PlatformAdmin sees every tenant. Never cached.',
+  scope: 'factory.runtime.read',
+}, async ({ deps, tenants }) => {
   const summary = await deps.capacity.summary(tenants());
   return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: summary };
 });
 
-/**
- * Creates or changes a pool. Shrinking below current use revokes nothing: grants stop until use falls. A size
- * change on a pool sized by an IaC stack is requested from provisioning (`PoolResizeRequested`).
- */
-export const putPool = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: poolSpecSchema }, async ({ request, deps, body }) => {
+export const putPool = endpoint({
+  tag: 'Capacity',
+  summary: 'Create or change a capacity pool',
+  description:
+    'Creates the pool or replaces its kind, target, capacity, bounds and labels: 201 when created, 200 when changed. Shrinking below ' +
+    'current use revokes nothing: grants stop until use falls below the new capacity. A size change on a pool sized by a provisioning ' +
+    'stack (`iacStack`, `tenant/project/stack`) is requested from provisioning as a run (`PoolResizeRequested`; `resizeRequested` in ' +
+    'the answer). 400 `CAPACITY.INVALID_POOL`; 409 `CAPACITY.POOL_IN_USE` for a kind change while units are leased.',
+  scope: 'factory.runtime.admin',
+  platformOnly: true,
+  body: poolSpecSchema,
+}, async ({ request, deps, body }) => {
   const { created, pool, resizeRequested } = await deps.capacity.putPool(request.params.id ?? '', {
     kind: body.kind,
     target: body.target,
@@ -25,15 +38,31 @@ export const putPool = endpoint({ scope: 'factory.runtime.admin', platformOnly: 
   return { status: created ? 201 : 200, jsonBody: { ...pool, resizeRequested } };
 });
 
-/** Creates an edition or replaces its per-kind limits. */
-export const putEdition = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: editionSpecSchema }, async ({ request, deps, body }) => {
+export const putEdition = endpoint({
+  tag: 'Capacity',
+  summary: 'Create or change an edition',
+  description:
+    'Creates the edition or replaces its per-kind limits (`maxUnits` a tenant may hold at once, `maxTtlSeconds` a lease may run): ' +
+    '201 when created, 200 when changed. A kind left out grants nothing to tenants on the edition.',
+  scope: 'factory.runtime.admin',
+  platformOnly: true,
+  body: editionSpecSchema,
+}, async ({ request, deps, body }) => {
   const name = request.params.name ?? '';
   const { created } = await deps.capacity.putEdition({ name, limits: body.limits });
   return { status: created ? 201 : 200, jsonBody: { name, limits: body.limits } };
 });
 
-/** Creates a tenant or moves it to another edition. */
-export const putTenant = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: tenantSpecSchema }, async ({ request, deps, body }) => {
+export const putTenant = endpoint({
+  tag: 'Capacity',
+  summary: 'Create a tenant or change its edition',
+  description:
+    "Creates the tenant with an edition, or moves it to another: 201 when created, 200 when changed. Its quotas are the edition's at " +
+    'once; a lower quota revokes no lease held, grants stop until use falls below it. 400 `CAPACITY.EDITION_NOT_FOUND` for an edition that does not exist.',
+  scope: 'factory.runtime.admin',
+  platformOnly: true,
+  body: tenantSpecSchema,
+}, async ({ request, deps, body }) => {
   const id = request.params.id ?? '';
   const { created } = await deps.capacity.putTenant({ id, edition: body.edition });
   return { status: created ? 201 : 200, jsonBody: { id, edition: body.edition } };

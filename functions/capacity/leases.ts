@@ -21,8 +21,21 @@ const acquireBody = lazySchema((z) =>
     .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] }),
 );
 
-/** Grants a capacity lease: 201 when new, 200 when the idempotency key names one already granted. */
-export const acquireLease = endpoint({ scope: 'factory.capacity.lease', body: acquireBody }, async ({ request, deps, tenants, body }) => {
+export const acquireLease = endpoint({
+  tag: 'Leases',
+  summary: 'Acquire a capacity lease',
+  description:
+    'Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) ' +
+    "that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, " +
+    '`expiresAt`) and its `Location`. Fencing tokens strictly increase per pool: present yours to whatever the lease protects. With an ' +
+    '`Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 ' +
+    '`REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); ' +
+    'a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` ' +
+    "with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 " +
+    '`CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore.',
+  scope: 'factory.capacity.lease',
+  body: acquireBody,
+}, async ({ request, deps, tenants, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const result = await deps.capacity.acquire({
     tenant: singleTenant(tenants()),
@@ -61,23 +74,34 @@ const renewBody = lazySchema((z) =>
   }),
 );
 
-/**
- * Extends a lease: 410 when it has expired or was released, 409 when the fencing token is not the lease's. After a
- * restore, a lease the store does not know is re-registered from `lease` within the recovery window.
- */
-export const renewLease = endpoint({ scope: 'factory.capacity.lease', body: renewBody }, async ({ request, deps, tenants, body }) => {
+export const renewLease = endpoint({
+  tag: 'Leases',
+  summary: 'Renew a capacity lease',
+  description:
+    'Extends a lease by `ttlSeconds` (else its own TTL) from now; the holder proves it holds the lease with its `fencingToken`. 200 ' +
+    'with the new `expiresAt`. 410 `CAPACITY.LEASE_GONE` once it has expired or was released (a lease is expired from its `expiresAt` ' +
+    "on, swept or not); 409 `CAPACITY.FENCING_MISMATCH` for a token that is not the lease's. In the recovery window after a restore of " +
+    "the store, a lease the store does not know is re-registered from `lease` and `ttlSeconds` for the caller's tenant (429 when the quota or pool " +
+    'no longer has the units), so holders send `lease` with every renew.',
+  scope: 'factory.capacity.lease',
+  body: renewBody,
+}, async ({ request, deps, tenants, body }) => {
   const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds, body.lease);
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
 
 const fencingTokenText = lazySchema((z) => z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer'));
 
-/**
- * Releases a lease. The caller proves it holds the lease with its fencing token (header `Fencing-Token: N` or
- * `?fencingToken=N`), as for renew: 204, also for one already released; 409 for a token that is not the lease's;
- * 410 for an expired lease.
- */
-export const releaseLease = endpoint({ scope: 'factory.capacity.lease' }, async ({ request, deps, tenants }) => {
+export const releaseLease = endpoint({
+  tag: 'Leases',
+  summary: 'Release a capacity lease',
+  description:
+    'Gives the units back. The caller proves it holds the lease with its fencing token, in the `Fencing-Token` header or as ' +
+    '`?fencingToken=`: 204, also for a lease already released with the right token. 400 `REQUEST.FENCING_TOKEN_REQUIRED` without a ' +
+    'token, `REQUEST.FENCING_TOKEN_MISMATCH` when header and query differ; 409 `CAPACITY.FENCING_MISMATCH` for a token that is not ' +
+    "the lease's; 410 `CAPACITY.LEASE_GONE` for an expired lease.",
+  scope: 'factory.capacity.lease',
+}, async ({ request, deps, tenants }) => {
   const header = request.headers.get('fencing-token') ?? undefined;
   const query = request.query.get('fencingToken') ?? undefined;
   if (header !== undefined && query !== undefined && header !== query) {
@@ -94,7 +118,14 @@ export const releaseLease = endpoint({ scope: 'factory.capacity.lease' }, async 
   return { status: 204 };
 });
 
-export const getLease = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+export const getLease = endpoint({
+  tag: 'Leases',
+  summary: 'Get a capacity lease',
+  description:
+    "One lease of the caller's tenant: kind, units, pool, holder, fencing token, state (`active`, `released`, `expired`; expired from " +
+    "its `expiresAt` on, swept or not) and times. 404 `CAPACITY.LEASE_NOT_FOUND`, also for another tenant's lease.",
+  scope: 'factory.runtime.read',
+}, async ({ request, deps, tenants }) => {
   const lease = await deps.capacity.getLease(tenants(), request.params.id ?? '');
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
 });
@@ -109,8 +140,15 @@ const listQuery = lazySchema((z) =>
   }),
 );
 
-/** The caller's tenant's leases, by id, paginated with `?limit=&cursor=`. */
-export const listLeases = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
+export const listLeases = endpoint({
+  tag: 'Leases',
+  summary: 'List capacity leases',
+  description:
+    "The caller's tenant's leases by id, a page at a time (`?limit=&cursor=`, `nextCursor` while more remain), optionally only one " +
+    "`holder`'s or those in one `state`. A service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=`.",
+  scope: 'factory.runtime.read',
+  query: listQuery,
+}, async ({ deps, tenants, query: q }) => {
   const page = await deps.capacity.listLeases(tenants(), {
     limit: q.limit,
     ...(q.holder !== undefined ? { holder: q.holder } : {}),

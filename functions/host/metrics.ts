@@ -9,7 +9,15 @@ const PROMETHEUS_TEXT = 'text/plain; version=0.0.4; charset=utf-8';
  * durations, drift findings, outbox publish lag and the inbox lag per module (shared/platform/telemetry/metrics.ts).
  */
 export const runtimeCloudMetrics = endpoint(
-  { scope: 'factory.health.read', summary: 'Metrics of this host, in Prometheus text format (text/plain; version=0.0.4)' },
+  {
+    tag: 'Health',
+    summary: "Scrape this host's metrics",
+    description:
+      "This host's OpenTelemetry metrics in Prometheus text exposition format 0.0.4 (`text/plain; version=0.0.4`): lease grants and " +
+      'refusals, lease sweeps, run durations, drift findings, outbox publish lag and dead letters, and the inbox lag per module. ' +
+      'Each host answers for itself: scrape every instance. Never cached.',
+    scope: 'factory.health.read',
+  },
   async () => {
     // The serializer comes with the OpenTelemetry SDK: loaded on the first scrape, never when the functions register.
     const { prometheusText } = await import('../../shared/platform/telemetry/telemetry.js');

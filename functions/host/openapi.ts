@@ -4,7 +4,14 @@ import { endpoint } from '../http/endpoint';
 let document: Record<string, unknown> | undefined;
 
 /** The OpenAPI 3.1 document of this host's HTTP routes (the modules it runs), built once from their schemas. */
-export const openApi = endpoint({ scope: 'factory.meta.read', summary: 'The OpenAPI document of this host' }, async () => {
+export const openApi = endpoint({
+  tag: 'Meta',
+  summary: 'Get the OpenAPI document of this host',
+  description:
+    'This document, for the modules this host runs (a host configured with fewer modules describes fewer routes): every operation ' +
+    'with the scope it needs, its parameters and request body as JSON Schema, and the problem types of every failure. Never cached.',
+  scope: 'factory.meta.read',
+}, async () => {
   if (!document) {
     // The document's builder (zod's JSON Schema, the error catalogues) loads on the first request for it, not when
     // the functions register (docs/benchmarks.md, "Cold start").

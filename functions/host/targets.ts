@@ -1,12 +1,16 @@
 import { hostApp } from '../app';
 import { endpoint } from '../http/endpoint';
 
-/**
- * Provisioning targets configured for this installation, each with its runners (its capacity pool, how many agent
- * pools it has now, agents online, jobs running and waiting, and whether an agent answered lately), and the IaC
- * runner's name and version (its version only where the host runs the engine itself).
- */
-export const runtimeCloudTargets = endpoint({ scope: 'factory.meta.read' }, async ({ deps }) => {
+export const runtimeCloudTargets = endpoint({
+  tag: 'Meta',
+  summary: 'List provisioning targets and the IaC runner',
+  description:
+    'The provisioning targets configured for this installation (Azure subscription scopes, AKS and on-prem clusters, local clouds), ' +
+    'each with its runners where plans and applies run in runner jobs: its capacity pool and engine, how many agent pools it has now, ' +
+    "agents online, jobs running and waiting, and whether an agent answered lately. Also the IaC runner's name, and its version where " +
+    'the host runs the engine itself (`runsIn: runner-jobs` where it does not; `error` when the version could not be read).',
+  scope: 'factory.meta.read',
+}, async ({ deps }) => {
   // Loaded on the first request, not when the functions register (docs/benchmarks.md, "Cold start").
   const { runnerTargetOf } = await import('../../shared/platform/config/targets.js');
   const pools = deps.config.iac.execution === 'runner-jobs' && deps.config.host.enabledModules.includes('provisioning') ? await deps.provisioning.runners.pools() : [];

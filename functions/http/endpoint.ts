@@ -9,6 +9,7 @@ import { lazySchema, type LazySchema } from '../../shared/platform/validation/la
 import { parseJsonBody, parseQueryParams } from '../../shared/platform/validation/validation';
 import type { Deps } from '../../shared/deps';
 import { getDeps } from '../runtime';
+import type { ApiTag } from './api-tags';
 import { logOf } from '../log';
 
 /** Request bodies larger than this are refused with 413. */
@@ -26,9 +27,29 @@ export interface EndpointInput<B, Q = undefined> {
   readonly query: Q;
 }
 
-export interface EndpointSpec<B, Q = undefined> {
-  /** One line for the OpenAPI document. Example: `'Grants a capacity lease'`. */
-  readonly summary?: string;
+/**
+ * How the OpenAPI document describes an operation (functions/http/openapi.ts), written beside its handler so that the
+ * text changes with the code.
+ */
+export interface OperationText {
+  /** The group it is listed under (functions/http/api-tags.ts). Example: `'Leases'`. */
+  readonly tag: ApiTag;
+  /** One line: what it does. Example: `'Acquire a capacity lease'`. */
+  readonly summary: string;
+  /**
+   * What it does and answers, who may call it (beyond its scope, which the document states), and its notable
+   * failures with their codes; CommonMark. Example: `'Grants units of a kind … 429 \`CAPACITY.QUOTA_EXCEEDED\` …'`.
+   */
+  readonly description: string;
+}
+
+/**
+ * Every route of the deployed API carries its text; a route served by the local host only (`localOnly`: the twin's
+ * routes, local/) is not in the document and needs none.
+ */
+export type Documented = (OperationText & { readonly localOnly?: false }) | (Partial<OperationText> & { readonly localOnly: true });
+
+export interface EndpointOptions<B, Q = undefined> {
   /** The scope the caller must hold. */
   readonly scope: Scope;
   /** Schema of the JSON body (`lazySchema`, built on the first request); omit for requests without one. */
@@ -37,14 +58,15 @@ export interface EndpointSpec<B, Q = undefined> {
   readonly query?: LazySchema<z.ZodType<Q>>;
   /**
    * Platform administration, across tenants: a token bound to a tenant is refused (403) even when it holds the
-   * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. Example: `true`.
+   * scope, so a tenant's administrator cannot change pools, editions or which edition a tenant is on. The document
+   * says so after the operation's description. Example: `true`.
    */
   readonly platformOnly?: boolean;
   /** Request headers the operation requires besides the bearer token, for the OpenAPI document. */
   readonly headers?: readonly { readonly name: string; readonly description: string }[];
-  /** Served by the local host only (the twin's routes, local/): not part of the deployed API or its document. */
-  readonly localOnly?: boolean;
 }
+
+export type EndpointSpec<B, Q = undefined> = EndpointOptions<B, Q> & Documented;
 
 /**
  * Wraps a use case as an HTTP handler: bearer auth and scope, JSON body validation, and the mapping of every

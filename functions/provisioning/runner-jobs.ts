@@ -4,7 +4,7 @@ import * as df from 'durable-functions';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import type { Deps } from '../../shared/deps';
-import { describeHandler, endpoint, errorResponse } from '../http/endpoint';
+import { describeHandler, endpoint, errorResponse, type Documented } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { getDeps } from '../runtime';
 import { logOf } from '../log';
@@ -27,10 +27,22 @@ const MAX_JOB_BODY_BYTES = 8 * 1024 * 1024;
 
 const claimBody = lazySchema((z) => z.object({ agent: z.string().regex(/^[A-Za-z0-9._:-]{1,200}$/, 'an agent id is 1 to 200 letters, digits, ".", "_", ":" and "-"') }));
 
-/** 200 with the claimed job (spec, job token, and for an apply its references' values), or 204 when none waits. */
+/** How long a claim waits for a job (a long poll). */
 const claimQuery = lazySchema((z) => z.object({ waitMs: z.coerce.number().int().min(0).max(30_000).default(0) }));
 
-export const claimJob = endpoint({ summary: 'A runner agent claims the next job of its pool', scope: 'factory.runner.agent', body: claimBody, query: claimQuery }, async ({ request, deps, principal, body, query }) => {
+export const claimJob = endpoint({
+  tag: 'Runner agents',
+  summary: 'Claim the next job of a runner pool',
+  description:
+    "A runner agent claims the next queued job of its pool, on its pool's target and of the tenants the pool serves, waiting up to " +
+    '`waitMs` (at most 30 s) for one: 200 with the job (its kind, files and their digest, config and secret references, for an apply ' +
+    "the approved plan and its references' resolved values) and the job's token, which every call of the job then carries in " +
+    "`X-Runner-Job-Token`; 204 when none came. Called with the pool's credential (scope `factory.runner.agent`, bound to the pool): " +
+    "403 `RUNNER.POOL_MISMATCH` for another pool's credential, 404 `RUNNER.POOL_NOT_FOUND` for a pool no target has.",
+  scope: 'factory.runner.agent',
+  body: claimBody,
+  query: claimQuery,
+}, async ({ request, deps, principal, body, query }) => {
   const pool = request.params.pool ?? '';
   if (principal.runnerPool !== pool) {
     throw problemError(ProvisioningErrors.poolMismatch, `this credential serves runner pool ${principal.runnerPool ?? '(none)'}, not ${pool}`, { pool });
@@ -40,13 +52,27 @@ export const claimJob = endpoint({ summary: 'A runner agent claims the next job 
   return claimed ? { status: 200, jsonBody: claimed } : { status: 204 };
 });
 
-// A caller bound to a tenant sees only the pools serving its tenant: a pool's id and tenants name other tenants.
-export const listRunnerPools = endpoint({ summary: 'Runner agent pools: target, tenants served, agents online, jobs running and waiting', scope: 'factory.runtime.read' }, async ({ deps, principal }) => ({
+export const listRunnerPools = endpoint({
+  tag: 'Runner pools',
+  summary: 'List runner agent pools',
+  description:
+    "Each runner agent pool: its target and capacity pool, the tenants it serves, agents online, jobs running and waiting (the installation's " +
+    "configured groups, and tenants' own pools with open jobs or agents online). A token bound to a tenant sees only the pools serving " +
+    'its tenant, since a pool names the tenants it serves.',
+  scope: 'factory.runtime.read',
+}, async ({ deps, principal }) => ({
   status: 200,
   jsonBody: { items: await deps.provisioning.runners.pools(principal.tenant) },
 }));
 
-export const listRunnerAgents = endpoint({ summary: "A runner pool's agents: online, their job, last heartbeat", scope: 'factory.runtime.read' }, async ({ request, deps, principal }) => ({
+export const listRunnerAgents = endpoint({
+  tag: 'Runner pools',
+  summary: "List a runner pool's agents",
+  description:
+    'The agents of one runner pool: whether each is online, the job it runs and its last heartbeat. 404 `RUNNER.POOL_NOT_FOUND` for a ' +
+    'pool no target has, and for a token bound to a tenant also for a pool not serving its tenant.',
+  scope: 'factory.runtime.read',
+}, async ({ request, deps, principal }) => ({
   status: 200,
   jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '', principal.tenant) },
 }));
@@ -62,7 +88,7 @@ export const JOB_TOKEN_HEADER = 'x-runner-job-token';
  * the service as sent, and is validated there: the job protocol's schemas reach the YAML parser, which registering
  * the functions must not load (cold start).
  */
-export function jobEndpoint(summary: string, call: JobCall, options: { readonly localOnly?: boolean } = {}) {
+export function jobEndpoint(text: Documented, call: JobCall) {
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
       const deps = await getDeps();
@@ -80,21 +106,37 @@ export function jobEndpoint(summary: string, call: JobCall, options: { readonly 
       return errorResponse(error, context);
     }
   };
-  describeHandler(handler, { summary, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }], ...options });
+  describeHandler(handler, { ...text, scope: 'factory.runner.agent', headers: [{ name: JOB_TOKEN_HEADER, description: "The job's token, from its claim." }] });
   return handler;
 }
 
-export const jobHeartbeat = jobEndpoint('A running job beats: its lease, the stack lock and its log', async ({ deps, caller, text }) => ({
+export const jobHeartbeat = jobEndpoint({
+  tag: 'Runner agents',
+  summary: 'Beat for a running job',
+  description:
+    "The agent running a claimed job beats (every `heartbeatMs` of its claim): the job's lease, its capacity lease and the stack lock are renewed, " +
+    "and the log lines sent are recorded; an apply says `applyBegins` before it changes anything. 200 with the lease's new expiry " +
+    "(never past the job's deadline). Needs both the pool's credential and the job's token: 401 `RUNNER.JOB_TOKEN_INVALID`, " +
+    '403 `RUNNER.POOL_MISMATCH`; 409 `RUNNER.JOB_SUPERSEDED` once the job was lost or handed to another agent (the agent stops); ' +
+    '413 `REQUEST.TOO_LARGE` above 8 MiB.',
+}, async ({ deps, caller, text }) => ({
   status: 200,
   jsonBody: await deps.provisioning.runners.heartbeat(caller, text),
 }));
 
 /**
- * 202 once the outcome is accepted: the result event wakes the run's orchestration, whose collect activity takes the
- * run's next step (its receipt, the apply job after a plan, the run's end). The request does no step of the run, so
- * no request races the orchestration for one. A wake-up that is lost is made up by the job's deadline timer.
+ * The request does no step of the run, so no request races the orchestration for one. A wake-up that is lost is made
+ * up by the job's deadline timer.
  */
-export const postJobResult = jobEndpoint("A job's outcome: its plan, or its apply's result", async ({ deps, caller, text, context }) => {
+export const postJobResult = jobEndpoint({
+  tag: 'Runner agents',
+  summary: "Post a job's outcome",
+  description:
+    "The agent posts a claimed job's outcome: its plan, or its apply's per-resource results. 202 once it is accepted; the run's " +
+    "orchestration then checks and records it (its receipt, the apply job after a plan, the run's end). Accepted only with the job's " +
+    "token while the job runs under the stack lock's current version: 401 `RUNNER.JOB_TOKEN_INVALID`, 403 `RUNNER.POOL_MISMATCH`, " +
+    "409 `RUNNER.JOB_SUPERSEDED` for a late or superseded result (recorded in the job's log, nothing else); 413 `REQUEST.TOO_LARGE` above 8 MiB.",
+}, async ({ deps, caller, text, context }) => {
   const { runId } = await deps.provisioning.runners.accept(caller, text);
   crashPoint('runner-result:accepted', runId);
   try {

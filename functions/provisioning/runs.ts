@@ -20,8 +20,19 @@ const listQuery = lazySchema((z) =>
   }),
 );
 
-/** The caller's tenant's runs in the order they were taken in, filtered by environment (id or name) and status. */
-export const listRuns = endpoint({ scope: 'factory.runtime.read', query: listQuery }, async ({ deps, tenants, query: q }) => {
+export const listRuns = endpoint({
+  tag: 'Runs',
+  summary: 'List provisioning runs',
+  description:
+    "The caller's tenant's runs in the order they were taken in, a page at a time (`?limit=&cursor=`, `nextCursor` while more remain), " +
+    'optionally only those of one environment (`environment`: its id or name) or in one state (`status`). Each run shows its state, ' +
+    'what it waits for (`waitingFor`: the stack lock, a runner, a policy check, an approval or a replan) and its plan digest. ' +
+    'A token bound to a tenant sees that tenant only; a service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=` ' +
+    '(a PlatformAdmin naming none sees every tenant). 400 `REQUEST.INVALID` for a bad filter, `REQUEST.INVALID_CURSOR` for a cursor ' +
+    'this API did not give out.',
+  scope: 'factory.runtime.read',
+  query: listQuery,
+}, async ({ deps, tenants, query: q }) => {
   const page = await deps.provisioning.listRuns(tenants(), {
     limit: q.limit,
     ...(q.environment !== undefined ? { environment: q.environment } : {}),
@@ -31,8 +42,16 @@ export const listRuns = endpoint({ scope: 'factory.runtime.read', query: listQue
   return { status: 200, jsonBody: { items: page.items.map(runView), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
 });
 
-/** One run with its plan receipt (steps, counts, digest), apply receipt (per-resource results) and decision. */
-export const getRun = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, tenants }) => {
+export const getRun = endpoint({
+  tag: 'Runs',
+  summary: 'Get a provisioning run with its receipts',
+  description:
+    "One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed), " +
+    'the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan ' +
+    'replaced (`replacedPlans`). Receipts name secret and config references, never their values. ' +
+    "404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.",
+  scope: 'factory.runtime.read',
+}, async ({ request, deps, tenants }) => {
   const detail = await deps.provisioning.getRun(tenants(), request.params.id ?? '');
   return { status: 200, jsonBody: runDetailView(detail) };
 });
@@ -41,12 +60,20 @@ export const getRun = endpoint({ scope: 'factory.runtime.read' }, async ({ reque
 const approveBody = lazySchema((z) => z.object({ planDigest: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'a plan digest is sha256:<64 hex>'), comment: z.string().max(2000).optional() }));
 const rejectBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000) }));
 
-/**
- * Approves the recorded plan of a run awaiting approval, named by its digest: 200 with the run (now applying);
- * 409 `PROVISIONING.PLAN_DIGEST_MISMATCH` for another digest, 409 `PROVISIONING.RUN_NOT_AWAITING_APPROVAL` when
- * there is nothing to approve (also for an approval repeated: its effect cannot double).
- */
-export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body: approveBody }, async ({ request, context, deps, principal, tenants, body }) => {
+export const approveRun = endpoint({
+  tag: 'Approvals',
+  summary: "Approve a run's plan",
+  description:
+    "Approves the recorded plan of a run awaiting approval, named by its digest (`planDigest` from the run's plan receipt), " +
+    'recorded with the caller as approver and an optional comment: 200 with the run, now applying exactly that plan. ' +
+    '409 `PROVISIONING.PLAN_DIGEST_MISMATCH` for another digest; 409 `PROVISIONING.RUN_NOT_AWAITING_APPROVAL` when there is nothing ' +
+    'to approve (also for an approval repeated: its effect cannot double); 409 `PROVISIONING.PLAN_STALE` for a plan past its expiry ' +
+    'or made against a state that has moved (the run turns stale and waits for a replan or a rejection); ' +
+    '403 `PROVISIONING.SELF_APPROVAL` (recorded on the run) when the environment needs a second person and the caller asked for the run; ' +
+    "403 `PROVISIONING.APPROVER_NOT_ALLOWED` when the ControlPlaneApi's approvers of the environment do not include the caller.",
+  scope: 'factory.provisioning.operate',
+  body: approveBody,
+}, async ({ request, context, deps, principal, tenants, body }) => {
   const runId = request.params.id ?? '';
   let run;
   try {
@@ -64,28 +91,45 @@ export const approveRun = endpoint({ scope: 'factory.provisioning.operate', body
   return { status: 200, jsonBody: runView(run) };
 });
 
-/**
- * Rejects a run awaiting approval, a stale one, or one whose plan waits for its policy check: 200 with the run
- * (rejected, ProvisioningFailed published). The event wakes its orchestration, which then ends.
- */
-export const rejectRun = endpoint({ scope: 'factory.provisioning.operate', body: rejectBody }, async ({ request, context, deps, principal, tenants, body }) => {
+export const rejectRun = endpoint({
+  tag: 'Approvals',
+  summary: 'Reject a run',
+  description:
+    'Rejects a run awaiting approval, a stale one, or one whose plan waits for its policy check, recorded with who and why (`reason`): ' +
+    '200 with the run, now rejected; `ProvisioningFailed` is published and nothing is applied. ' +
+    '409 `PROVISIONING.RUN_NOT_AWAITING_APPROVAL` for a run in any other state; 404 `PROVISIONING.RUN_NOT_FOUND`.',
+  scope: 'factory.provisioning.operate',
+  body: rejectBody,
+}, async ({ request, context, deps, principal, tenants, body }) => {
   const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.person });
   await wakeRun(context, run.id, 'rejected');
   return { status: 200, jsonBody: runView(run) };
 });
 
-/**
- * Replans a stale run: its stale plan is kept in `replacedPlans` and the run plans afresh; the new plan needs its
- * own approval where the policy asks for one. 200 with the run (planning); 409 `PROVISIONING.RUN_NOT_STALE`.
- */
-export const replanRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
+export const replanRun = endpoint({
+  tag: 'Approvals',
+  summary: 'Replan a stale run',
+  description:
+    "Makes a fresh plan for a stale run (its plan expired, or the stack's state moved since it was made): the stale plan's receipt " +
+    "and the decision on it move unchanged to the run's `replacedPlans`, and the new plan needs its own approval where the policy asks " +
+    'for one (an approval never carries over). The caller counts as one who asked for the run, for four eyes. ' +
+    '200 with the run, now planning; 409 `PROVISIONING.RUN_NOT_STALE` for a run that is not stale.',
+  scope: 'factory.provisioning.operate',
+}, async ({ request, context, deps, principal, tenants }) => {
   const run = await deps.provisioning.replan(tenants(), request.params.id ?? '', principal.person);
   await wakeRun(context, run.id, 'replan');
   return { status: 200, jsonBody: runView(run) };
 });
 
-/** Cancels a queued run: 200 with the run; 409 `PROVISIONING.RUN_NOT_CANCELABLE` once it has started planning. */
-export const cancelRun = endpoint({ scope: 'factory.provisioning.operate' }, async ({ request, context, deps, principal, tenants }) => {
+export const cancelRun = endpoint({
+  tag: 'Runs',
+  summary: 'Cancel a queued run',
+  description:
+    'Cancels a run that is still queued (waiting for its stack or behind another run), recorded with who: 200 with the run, now canceled; ' +
+    '`ProvisioningFailed` is published, and the next run waiting for the stack goes on. ' +
+    '409 `PROVISIONING.RUN_NOT_CANCELABLE` once it has started planning (reject it at its approval instead).',
+  scope: 'factory.provisioning.operate',
+}, async ({ request, context, deps, principal, tenants }) => {
   const run = await deps.provisioning.cancel(tenants(), request.params.id ?? '', principal.person);
   // Its orchestration finds the run canceled when it next asks for the stack, and ends: woken now rather than at its
   // retry timer. Runs that queued behind it may go first now.

@@ -32,11 +32,16 @@ function routeStack(request: HttpRequest): StackRef {
   return { tenant: request.params.tenant ?? '', project: request.params.project ?? '', stack: request.params.stack ?? '' };
 }
 
-/**
- * Who holds a stack's lock: 200 with holder run, host, expiry and version; 404 `PROVISIONING.STACK_NOT_LOCKED`. A
- * caller bound to another tenant than the route's is refused (403 `AUTH.TENANT_MISMATCH`).
- */
-export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({ request, deps, principal }) => {
+export const getStackLock = endpoint({
+  tag: 'Stacks',
+  summary: "Show who holds a stack's lock",
+  description:
+    'Who holds the lock of the stack `tenant/project/stack` (a lease that a run takes to plan and to apply): 200 with the holder run ' +
+    'and host, when it was taken and expires, its `version` (what unlock names) and whether it has `expired` (the next run to ask ' +
+    'takes it over). 404 `PROVISIONING.STACK_NOT_LOCKED` when nothing holds it; 403 `AUTH.TENANT_MISMATCH` for a token bound to ' +
+    "another tenant than the route's.",
+  scope: 'factory.runtime.read',
+}, async ({ request, deps, principal }) => {
   const stack = routeStack(request);
   const lock = await deps.provisioning.stackLock(resolveTenant(principal, 'factory.runtime.read', stack.tenant), stack);
   return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: lockView(lock, deps.clock.now()) };
@@ -48,12 +53,20 @@ export const getStackLock = endpoint({ scope: 'factory.runtime.read' }, async ({
  */
 const unlockBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000), version: z.number().int().positive().optional() }));
 
-/**
- * An operator breaks a stack's lock (a host that hung holding it, a run stuck mid-apply): recorded with who and
- * why. The run that held it loses it: an apply stops before its next step and fails with
- * `PROVISIONING.STACK_LOCK_LOST`. 200 with the broken lock; 404 when nothing holds it; 409 for another version.
- */
-export const unlockStack = endpoint({ scope: 'factory.runtime.admin', platformOnly: true, body: unlockBody }, async ({ request, context, deps, principal, body }) => {
+export const unlockStack = endpoint({
+  tag: 'Stacks',
+  summary: "Break a stack's lock",
+  description:
+    "Breaks a stack's lock when its holder hung (a host that stopped holding it, a run stuck mid-apply), recorded with who, why and " +
+    'whose it was. The run that held it loses it: an apply stops before its next step and fails with `PROVISIONING.STACK_LOCK_LOST`, ' +
+    'and the first run waiting for the stack takes it. Send the `version` read from the lock, so that a retried request cannot break ' +
+    'a lock another run took since. ' +
+    '200 with the broken lock, who and when; 404 `PROVISIONING.STACK_NOT_LOCKED` when nothing holds it; ' +
+    '409 `PROVISIONING.STACK_LOCK_VERSION_MISMATCH` when the lock has another version.',
+  scope: 'factory.runtime.admin',
+  platformOnly: true,
+  body: unlockBody,
+}, async ({ request, context, deps, principal, body }) => {
   const stack = routeStack(request);
   const broken = await deps.provisioning.unlockStack(stack, { by: principal.person, reason: body.reason, ...(body.version !== undefined ? { version: body.version } : {}) });
   logOf(context).warn(`the stack lock (version ${broken.lock.version}) was broken by ${broken.by}: ${broken.reason}`, { stack: qualifiedStackName(stack), runId: broken.lock.holderRun });

@@ -10,7 +10,6 @@ import { createLocalCloud } from './local-cloud';
  * Azure reaches its target and its state backend with its pool's own identity). Authenticated as every job call is
  * (functions/provisioning/runner-jobs.ts `jobEndpoint`: the pool credential and the job's token).
  */
-const LOCAL_ONLY = { localOnly: true } as const;
 const calls = new WeakMap<Deps, JobTargetCalls>();
 
 function callsOf(deps: Deps): JobTargetCalls {
@@ -22,20 +21,20 @@ function callsOf(deps: Deps): JobTargetCalls {
   return known;
 }
 
-export const getJobState = jobEndpoint("A job's stack state (local cloud targets)", async ({ deps, caller }) => ({
+export const getJobState = jobEndpoint({ localOnly: true, summary: "A job's stack state (local cloud targets)" }, async ({ deps, caller }) => ({
   status: 200,
   jsonBody: { state: await callsOf(deps).state(caller) },
-}), LOCAL_ONLY);
+}));
 
-export const putJobState = jobEndpoint('An apply job writes its stack state (local cloud targets)', async ({ deps, caller, text }) => {
+export const putJobState = jobEndpoint({ localOnly: true, summary: 'An apply job writes its stack state (local cloud targets)' }, async ({ deps, caller, text }) => {
   await callsOf(deps).writeState(caller, text);
   return { status: 204 };
-}, LOCAL_ONLY);
+});
 
-export const jobTargetCall = jobEndpoint("A job's call to its local cloud target, in its tenant's scope", async ({ deps, caller, text }) => ({
+export const jobTargetCall = jobEndpoint({ localOnly: true, summary: "A job's call to its local cloud target, in its tenant's scope" }, async ({ deps, caller, text }) => ({
   status: 200,
   jsonBody: await callsOf(deps).target(caller, text),
-}), LOCAL_ONLY);
+}));
 
 const app = moduleApp('provisioning');
 app.http('getRunnerJobState', { route: 'runtime-cloud/runner-jobs/{id}/state', methods: ['GET'], authLevel: 'anonymous', handler: getJobState });

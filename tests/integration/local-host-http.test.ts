@@ -22,11 +22,11 @@ app.http('echoForTest', {
   }),
 });
 
-// Product endpoints built with `endpoint`: one validates a body, one fails unexpectedly.
+// Product endpoints built with `endpoint`: one validates a body, one fails unexpectedly. Neither is in the API's document.
 app.http('validatesForTest', {
   route: 'test/validates',
   methods: ['POST'],
-  handler: endpoint({ scope: 'factory.health.read', body: lazySchema((z) => z.object({ name: z.string().min(1), count: z.number().int().positive() })) }, async ({ body }) => ({
+  handler: endpoint({ localOnly: true, scope: 'factory.health.read', body: lazySchema((z) => z.object({ name: z.string().min(1), count: z.number().int().positive() })) }, async ({ body }) => ({
     status: 200,
     jsonBody: body,
   })),
@@ -34,7 +34,7 @@ app.http('validatesForTest', {
 app.http('failsForTest', {
   route: 'test/fails',
   methods: ['GET'],
-  handler: endpoint({ scope: 'factory.health.read' }, async () => {
+  handler: endpoint({ localOnly: true, scope: 'factory.health.read' }, async () => {
     throw new Error('secret internal detail');
   }),
 });

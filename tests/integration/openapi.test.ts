@@ -1,6 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
+import { Document as SpectralDocument, Spectral, type RulesetDefinition } from '@stoplight/spectral-core';
+import { Json } from '@stoplight/spectral-parsers';
+import { oas } from '@stoplight/spectral-rulesets';
+import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registeredHttpRoutes } from '../../functions/app';
 import { endpointSpec } from '../../functions/http/endpoint';
@@ -8,7 +12,33 @@ import { API_VERSION, openApiDocument } from '../../functions/http/openapi';
 import { registeredFunctions, triggerOf } from '../../local/functions-core/registry';
 import { startTestHost, type TestHost } from '../support/local-host';
 
-type Document = { paths: Record<string, Record<string, { operationId: string; requestBody?: unknown; parameters?: { name: string; in: string }[] }>> };
+type Operation = {
+  operationId: string;
+  tags?: string[];
+  summary?: string;
+  description?: string;
+  security?: Record<string, string[]>[];
+  'x-required-scope'?: string;
+  requestBody?: unknown;
+  parameters?: { name: string; in: string }[];
+};
+type Document = {
+  tags?: { name: string; description?: string }[];
+  paths: Record<string, Record<string, Operation>>;
+  components: { securitySchemes: Record<string, { type: string; flows?: { clientCredentials?: { tokenUrl: string; scopes: Record<string, string> } } }> };
+};
+
+const root = join(__dirname, '../..');
+
+/**
+ * The repository's Spectral ruleset (.spectral.yaml, which `npm run check` lints openapi.json with): spectral:oas and
+ * the file's own rule settings. (Spectral's ruleset loader is not used here: its types declare the DOM's globals.)
+ */
+function repositoryRuleset(): RulesetDefinition {
+  const file = parse(readFileSync(join(root, '.spectral.yaml'), 'utf8')) as { extends?: unknown; rules?: Record<string, unknown> };
+  expect(file.extends).toEqual(['spectral:oas']);
+  return { extends: [oas], rules: file.rules ?? {} } as RulesetDefinition;
+}
 
 /**
  * The OpenAPI document: generated from the handlers' own zod schemas, checked into the repository as openapi.json,
@@ -16,7 +46,7 @@ type Document = { paths: Record<string, Record<string, { operationId: string; re
  */
 describe('the OpenAPI document', () => {
   let host: TestHost;
-  const checkedIn = JSON.parse(readFileSync(join(__dirname, '../../openapi.json'), 'utf8')) as Document;
+  const checkedIn = JSON.parse(readFileSync(join(root, 'openapi.json'), 'utf8')) as Document;
 
   beforeAll(async () => {
     host = await startTestHost();
@@ -47,6 +77,42 @@ describe('the OpenAPI document', () => {
     const result = await new Validator().validate(checkedIn);
     expect(result.errors ?? []).toEqual([]);
     expect(result.valid).toBe(true);
+  });
+
+  it("when the generated document is linted with the repository's Spectral ruleset (.spectral.yaml, spectral:oas), then there is no finding", async () => {
+    const spectral = new Spectral();
+    spectral.setRuleset(repositoryRuleset());
+    const generated = JSON.stringify(openApiDocument(registeredHttpRoutes(), API_VERSION), null, 2);
+    const findings = await spectral.run(new SpectralDocument(generated, Json, 'openapi.json'));
+    expect(findings.map((f) => `${f.code} at ${f.path.join('.')}: ${f.message}`)).toEqual([]);
+  });
+
+  it('when an operation is described, then it has a declared tag, a summary, a description and the OAuth 2.0 scope it checks (x-required-scope)', () => {
+    const declaredTags = new Set((checkedIn.tags ?? []).map((t) => t.name));
+    const scheme = checkedIn.components.securitySchemes.oauth2;
+    const scopes = scheme?.flows?.clientCredentials?.scopes ?? {};
+    expect(scheme?.type).toBe('oauth2');
+    expect(scheme?.flows?.clientCredentials?.tokenUrl).toMatch(/^https:\/\/login\.microsoftonline\.com\/[^/]+\/oauth2\/v2\.0\/token$/);
+    const required = new Set<string>();
+    const usedTags = new Set<string>();
+    const operations = Object.entries(checkedIn.paths).flatMap(([path, item]) => Object.entries(item).map(([method, op]) => ({ at: `${method.toUpperCase()} ${path}`, op })));
+    expect(operations.length).toBeGreaterThan(25);
+    for (const { at, op } of operations) {
+      expect(op.tags?.length, at).toBe(1);
+      expect(declaredTags.has(op.tags?.[0] ?? ''), `${at} is listed under ${op.tags?.[0]}, which the document declares`).toBe(true);
+      expect(op.summary?.length ?? 0, at).toBeGreaterThan(10);
+      // A description says more than the summary: what it answers, who may call it, its failures.
+      expect(op.description?.length ?? 0, at).toBeGreaterThan(op.summary?.length ?? 0);
+      expect(op.security, at).toEqual([{ oauth2: [op['x-required-scope']] }]);
+      expect(scopes[op['x-required-scope'] ?? ''], `${at}: its scope is declared with a description`).toEqual(expect.any(String));
+      required.add(op['x-required-scope'] ?? '');
+      for (const tag of op.tags ?? []) usedTags.add(tag);
+    }
+    // Every scope, tag and security scheme the document declares is used by an operation.
+    expect(Object.keys(scopes).sort()).toEqual([...required].sort());
+    expect([...declaredTags].sort()).toEqual([...usedTags].sort());
+    expect((checkedIn.tags ?? []).every((t) => (t.description ?? '').length > 0)).toBe(true);
+    expect(Object.keys(checkedIn.components.securitySchemes)).toEqual(['oauth2']);
   });
 
   it('when a handler validates a body or a query, then the document carries that schema', () => {
