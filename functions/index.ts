@@ -7,6 +7,7 @@ import './host/health';
 import './host/targets';
 import './host/openapi';
 import './host/metrics';
+import './host/console';
 import './host/outbox-relay';
 import './capacity';
 import './provisioning';

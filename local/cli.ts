@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { configFromEnvironment, ConfigError } from '../shared/platform/config/config';
 import { settingKeys } from '../shared/platform/config/settings';
 import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
+import { consoleBuilt } from './console-build';
 
 const USAGE = `runtime-cloud: the local RuntimeCloudHost
 
@@ -230,6 +231,7 @@ async function start(args: string[]): Promise<number> {
   );
   const url = await host.start();
   process.stdout.write(`runtime-cloud listening on ${url.origin} (state in ${resolve(host.config.local.stateDir)})\n`);
+  process.stdout.write(`the operator console: ${url.origin}/runtime-cloud/console/${consoleBuilt() ? '' : ' (not built: npm run build)'}\n`);
   const signal = await stopRequested;
   process.stdout.write(`${signal}: stopping\n`);
   await host.stop();

@@ -105,6 +105,17 @@ export function describeHandler<B, Q>(handler: object, spec: EndpointSpec<B, Q>)
   specs.set(handler, spec);
 }
 
+const fileServers = new WeakSet<object>();
+
+/** Marks a handler that serves files, not the API (the operator console's): the API document leaves it out. */
+export function servesFiles(handler: object): void {
+  fileServers.add(handler);
+}
+
+export function isFileServer(handler: object): boolean {
+  return fileServers.has(handler);
+}
+
 /** The spec an `endpoint` handler was made from (the OpenAPI document is built from these); undefined for others. */
 export function endpointSpec(handler: object): EndpointSpec<unknown, unknown> | undefined {
   return specs.get(handler);

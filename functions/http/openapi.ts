@@ -8,7 +8,7 @@ import { ProvisioningErrors } from '../../shared/provisioning/errors';
 import { SCOPES, type Scope } from '../../shared/platform/auth/auth';
 import { zod } from '../../shared/platform/validation/lazy-schema';
 import { API_TAGS, type ApiTag } from './api-tags';
-import { endpointSpec } from './endpoint';
+import { endpointSpec, isFileServer } from './endpoint';
 
 /** The modules' error catalogues, whose problems the document lists (`components.x-problem-types`). */
 export const PROBLEM_CATALOGUES: readonly ProblemCatalogue[] = [CapacityErrors, InventoryErrors, ProvisioningErrors];
@@ -28,7 +28,7 @@ export const API_VERSION = '2.0.0';
 
 export function openApiDocument(routes: readonly HttpRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
-  const documented = [...routes].filter((r) => !endpointSpec(r.handler)?.localOnly).sort((a, b) => a.route.localeCompare(b.route) || a.name.localeCompare(b.name));
+  const documented = [...routes].filter((r) => !endpointSpec(r.handler)?.localOnly && !isFileServer(r.handler)).sort((a, b) => a.route.localeCompare(b.route) || a.name.localeCompare(b.name));
   for (const route of documented) {
     const path = `/${route.route}`;
     const item = (paths[path] ??= {});

@@ -56,6 +56,19 @@ export const getRun = endpoint({
   return { status: 200, jsonBody: runDetailView(detail) };
 });
 
+export const getRunEvents = endpoint({
+  tag: 'Runs',
+  summary: 'List the events published for a run',
+  description:
+    'The CloudEvents the host wrote for the run (`SpecificationDeclared`, `ProvisioningApplied` or `ProvisioningFailed`, and the like), ' +
+    'oldest first: each with its id, type and time, and when it was handed to the bus (absent while it waits in the outbox). ' +
+    "404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.",
+  scope: 'factory.runtime.read',
+}, async ({ request, deps, tenants }) => ({
+  status: 200,
+  jsonBody: { items: await deps.provisioning.runEvents(tenants(), request.params.id ?? '') },
+}));
+
 /** Bodies of the decision endpoints. Changing them is a breaking change for Studio and operators' scripts. */
 const approveBody = lazySchema((z) => z.object({ planDigest: z.string().regex(/^sha256:[0-9a-f]{64}$/, 'a plan digest is sha256:<64 hex>'), comment: z.string().max(2000).optional() }));
 const rejectBody = lazySchema((z) => z.object({ reason: z.string().min(1).max(2000) }));
@@ -157,6 +170,7 @@ async function wakeRun(context: InvocationContext, runId: string, decision: stri
 const durableClient = [df.input.durableClient()];
 moduleApp('provisioning').http('listRuns', { route: 'runtime-cloud/runs', methods: ['GET'], authLevel: 'anonymous', handler: listRuns });
 moduleApp('provisioning').http('getRun', { route: 'runtime-cloud/runs/{id}', methods: ['GET'], authLevel: 'anonymous', handler: getRun });
+moduleApp('provisioning').http('getRunEvents', { route: 'runtime-cloud/runs/{id}/events', methods: ['GET'], authLevel: 'anonymous', handler: getRunEvents });
 moduleApp('provisioning').http('approveRun', { route: 'runtime-cloud/runs/{id}/approve', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: approveRun });
 moduleApp('provisioning').http('rejectRun', { route: 'runtime-cloud/runs/{id}/reject', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: rejectRun });
 moduleApp('provisioning').http('replanRun', { route: 'runtime-cloud/runs/{id}/replan', methods: ['POST'], authLevel: 'anonymous', extraInputs: durableClient, handler: replanRun });

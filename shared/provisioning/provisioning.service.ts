@@ -1,6 +1,7 @@
 import { retryingContention } from '../platform/sql/transaction';
 import { applyingRunOf, findEnvironmentStack } from './runs.repository';
 import type { TenantFilter } from '../platform/auth/auth';
+import type { CorrelatedEvent } from '../platform/bus/outbox';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { heartbeatSchema, jobOutcomeSchema, type ClaimedJob } from '../platform/iac/runner-job';
 import { parseJsonBody } from '../platform/validation/validation';
@@ -21,7 +22,7 @@ import { collectJob } from './runner-job-dispatch.service';
 import { watchDispatches } from './runner-job-wakeups';
 import { type FinishedJob, type JobCaller } from './runner-jobs';
 import { runnerAgents, runnerPools, type RunnerAgentView, type RunnerPoolView } from './runner-pools.service';
-import { getRejection, getRun, listRuns, type RunPage } from './run-queries.service';
+import { getRejection, getRun, listRuns, runEvents, type RunPage } from './run-queries.service';
 import type { StackLock } from './stack-lock.repository';
 import { nextWaitingRun } from './stack-queue.service';
 
@@ -83,6 +84,8 @@ export interface ProvisioningService {
    */
   nextWaitingRun(of: { readonly runId: string } | { readonly stack: StackRef }): Promise<string | undefined>;
   getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
+  /** The events written for the run (published or waiting to be), oldest first. */
+  runEvents(tenants: TenantFilter, runId: string): Promise<CorrelatedEvent[]>;
   listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
   /** A rejected message, by its messageId. */
   getRejection(messageId: string): Promise<Rejection | undefined>;
@@ -150,6 +153,7 @@ export function createProvisioningService(options: ProvisioningServiceOptions): 
     unlockStack: (stack, request) => unlockStack(ctx, stack, request),
     nextWaitingRun: (of) => nextWaitingRun(ctx, of),
     getRun: (tenants, runId) => getRun(ctx, tenants, runId),
+    runEvents: (tenants, runId) => runEvents(ctx, tenants, runId),
     listRuns: (tenants, query) => listRuns(ctx, tenants, query),
     getRejection: (messageId) => getRejection(ctx, messageId),
     sendDeliveryReports: () => sendDeliveryReports(ctx),

@@ -9,6 +9,9 @@ import { listRuns as listRunRows } from './runs.repository';
 import type { RunDetail } from './receipt';
 import type { Run, RunState } from './run';
 import { findJob, queuePosition } from './runner-jobs.repository';
+import { findRun } from './runs.repository';
+import { busDb } from '../platform/bus/bus-db';
+import { eventsCorrelatedWith, type CorrelatedEvent } from '../platform/bus/outbox';
 import { problemError } from '../platform/errors/catalogue';
 import { ProvisioningErrors } from './errors';
 
@@ -23,6 +26,16 @@ export async function getRun(ctx: ProvisioningContext, tenants: TenantFilter, ru
   const detail = await retryingContention(() => findRunDetail(ctx.db, runId, tenants));
   if (!detail) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${runId}`, { runId });
   return { ...detail, run: await withQueuePosition(ctx, detail.run) };
+}
+
+/** The most events a run's list answers: a run publishes a handful (declared, runner jobs, applied or failed). */
+const RUN_EVENTS_LIMIT = 200;
+
+/** The events written for a run of the caller's tenants, in the order they were written (404 as for the run itself). */
+export async function runEvents(ctx: ProvisioningContext, tenants: TenantFilter, runId: string): Promise<CorrelatedEvent[]> {
+  const run = await retryingContention(() => findRun(ctx.db, runId, tenants));
+  if (!run) throw problemError(ProvisioningErrors.runNotFound, `there is no run ${runId}`, { runId });
+  return retryingContention(() => eventsCorrelatedWith(busDb(ctx.db), ctx.dialect, run.id, RUN_EVENTS_LIMIT));
 }
 
 /** A run waiting for a runner says where its job stands in its pool's queue (1: next). */

@@ -7,7 +7,7 @@ import { oas } from '@stoplight/spectral-rulesets';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registeredHttpRoutes } from '../../functions/app';
-import { endpointSpec } from '../../functions/http/endpoint';
+import { endpointSpec, isFileServer } from '../../functions/http/endpoint';
 import { API_VERSION, openApiDocument } from '../../functions/http/openapi';
 import { registeredFunctions, triggerOf } from '../../local/functions-core/registry';
 import { startTestHost, type TestHost } from '../support/local-host';
@@ -61,9 +61,12 @@ describe('the OpenAPI document', () => {
 
   it('when the host registers an HTTP function, then its route and methods are in the document', () => {
     const localOnly = new Set(registeredHttpRoutes().filter((r) => endpointSpec(r.handler)?.localOnly).map((r) => r.name));
-    const http = registeredFunctions().filter((r) => triggerOf(r).type === 'httpTrigger' && !localOnly.has(r.metadata.name));
-    // The local cloud's job routes are the local host's own (local/cloud/job-target-functions.ts), not the API's.
+    const files = new Set(registeredHttpRoutes().filter((r) => isFileServer(r.handler)).map((r) => r.name));
+    const http = registeredFunctions().filter((r) => triggerOf(r).type === 'httpTrigger' && !localOnly.has(r.metadata.name) && !files.has(r.metadata.name));
+    // The local cloud's job routes are the local host's own (local/cloud/job-target-functions.ts), not the API's;
+    // the console's files (functions/host/console.ts) are no API.
     expect([...localOnly].sort()).toEqual(['getRunnerJobState', 'putRunnerJobState', 'runnerJobTargetCall']);
+    expect([...files]).toEqual(['RuntimeCloudConsole']);
     expect(http.length).toBeGreaterThan(25);
     const missing = http.flatMap((r) => {
       const trigger = triggerOf(r) as { route?: string; methods?: string[] };

@@ -1,4 +1,5 @@
 import type { TestProject } from 'vitest/node';
+import { buildConsoleIfStale } from '../../local/console-build';
 import { configuredPostgresUrl, probePostgres } from './postgres-probe';
 
 declare module 'vitest' {
@@ -16,4 +17,6 @@ export default async function setup(project: TestProject): Promise<void> {
   if (probe.skipReason) console.warn(`\n[tests] SKIPPING PostgreSQL tests: ${probe.skipReason}\n`);
   project.provide('postgresUrl', probe.url);
   project.provide('postgresSkipReason', probe.skipReason);
+  // The operator console's files, built once before the files that serve or drive it run (a fresh clone has none).
+  await buildConsoleIfStale();
 }

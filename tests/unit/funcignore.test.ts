@@ -29,6 +29,7 @@ describe('.funcignore', () => {
     '__azurite_db_blob__.json',
     'coverage/index.html',
     'local/cli.ts',
+    'console/src/main.tsx',
     'shared/deps.ts',
     'functions/index.ts',
     'infra/index.ts',
@@ -45,6 +46,9 @@ describe('.funcignore', () => {
   it.each([
     'dist/functions/index.js',
     'dist/shared/deps.js',
+    // The operator console, built by npm run build and served by functions/host/console.ts.
+    'dist/console/index.html',
+    'dist/console/assets/index-0a1b2c3d.js',
     'host.json',
     'package.json',
     'node_modules/@azure/functions/package.json',

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { sql, type Generated, type Kysely, type Migration, type Transaction } from 'kysely';
 import type { Clock, Ids } from '../time/clock';
+import { firstRows, type SqlDialect } from '../sql/dialect';
 import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
 import { afterCommit } from '../sql/transaction';
 import { EVENT_SOURCE, EVENTS_TOPIC, type CloudEvent, type NewEvent } from './events';
@@ -105,8 +106,49 @@ export const outboxMigrations: MigrationSource = (dialect) => {
       await db.schema.alterTable('outbox').addColumn('dead_letter_reason', t.text).execute();
     },
   };
-  return { '20261130-01-platform-outbox': migration, '20261203-01-platform-outbox-lanes': lanes, '20261206-20-platform-outbox-dead-letters': deadLetters };
+  const byCorrelation: Migration = {
+    async up(db: Kysely<unknown>) {
+      // A run's page lists the events published for it (eventsCorrelatedWith).
+      await db.schema.createIndex('outbox_correlation').on('outbox').columns(['correlation_id', 'seq']).execute();
+    },
+  };
+  return {
+    '20261130-01-platform-outbox': migration,
+    '20261203-01-platform-outbox-lanes': lanes,
+    '20261206-20-platform-outbox-dead-letters': deadLetters,
+    '20261207-01-platform-outbox-correlation': byCorrelation,
+  };
 };
+
+/** An event as a reader of one correlation's events sees it (a run's page: what was published for the run). */
+export interface CorrelatedEvent {
+  readonly eventId: string;
+  readonly type: string;
+  readonly time: string;
+  /** When the relay handed it to the bus; absent while it waits to be published. */
+  readonly publishedAt?: string;
+  /** When the bus refused it for good (it is never published). */
+  readonly deadLetteredAt?: string;
+}
+
+/** The events written with this correlation id, in the order they were written (at most `limit`). */
+export async function eventsCorrelatedWith(db: Kysely<OutboxTables>, dialect: SqlDialect, correlationId: string, limit: number): Promise<CorrelatedEvent[]> {
+  const rows = await firstRows(
+    db.selectFrom('outbox').select(['event_id', 'payload', 'published_at', 'dead_lettered_at']).where('correlation_id', '=', correlationId).orderBy('seq'),
+    dialect,
+    limit,
+  ).execute();
+  return rows.map((row) => {
+    const event = JSON.parse(row.payload) as CloudEvent;
+    return {
+      eventId: row.event_id,
+      type: event.type,
+      time: event.time,
+      ...(row.published_at !== null ? { publishedAt: new Date(Number(row.published_at)).toISOString() } : {}),
+      ...(row.dead_lettered_at !== null ? { deadLetteredAt: new Date(Number(row.dead_lettered_at)).toISOString() } : {}),
+    };
+  });
+}
 
 /** The stream of an event (see PUBLISH ORDER): its tenant and correlation id, else the event alone. */
 export function streamOf(event: CloudEvent): string {

@@ -1,0 +1,84 @@
+import { StrictMode, useEffect } from 'react';
+import { createRoot } from 'react-dom/client';
+import { Fleet } from './pages/fleet';
+import { RunPage } from './pages/run';
+import { SignIn } from './pages/sign-in';
+import { BASE, hrefOf, navigate, routeOf, useRoute, type Route } from './router';
+import { currentSession, signOut } from './session';
+import { Link } from './ui';
+import './styles.css';
+
+function App() {
+  const route = useRoute();
+  const session = currentSession();
+  const needsSignIn = !session && route.page !== 'sign-in';
+  useEffect(() => {
+    // Read from location, not the render: React runs an effect twice in development, and the first run has moved on.
+    if (needsSignIn && routeOf(location).page !== 'sign-in') navigate(hrefOf({ page: 'sign-in', next: location.pathname + location.search }));
+  }, [needsSignIn]);
+  useEffect(() => {
+    document.title = `${titleOf(route)} · RuntimeCloudHost`;
+  }, [route]);
+  return (
+    <>
+      <a className="skip" href="#main">
+        Skip to content
+      </a>
+      <header className="top">
+        <Link href={`${BASE}/`} className="brand">
+          RuntimeCloudHost
+        </Link>
+        <nav aria-label="Console">
+          <Link href={`${BASE}/`}>Fleet</Link>
+        </nav>
+        {session && (
+          <div className="who">
+            <span>
+              {session.name} · {session.role}
+              {session.tenant ? ` · ${session.tenant}` : ''}
+            </span>
+            <button
+              type="button"
+              className="button-plain"
+              onClick={() => {
+                signOut();
+                navigate(hrefOf({ page: 'sign-in', next: '' }));
+              }}
+            >
+              Sign out
+            </button>
+          </div>
+        )}
+      </header>
+      <main id="main">{needsSignIn ? null : <Page route={route} />}</main>
+    </>
+  );
+}
+
+function Page({ route }: { route: Route }) {
+  switch (route.page) {
+    case 'fleet':
+      return <Fleet />;
+    case 'run':
+      return <RunPage runId={route.runId} />;
+    case 'sign-in':
+      return <SignIn next={route.next} />;
+    case 'not-found':
+      return (
+        <div className="problem" role="alert">
+          <strong>No such page</strong>
+          <p>The console has no page at {route.path}.</p>
+        </div>
+      );
+  }
+}
+
+function titleOf(route: Route): string {
+  return route.page === 'run' ? `Run ${route.runId}` : route.page === 'sign-in' ? 'Sign in' : route.page === 'fleet' ? 'Fleet' : 'Not found';
+}
+
+createRoot(document.getElementById('root')!).render(
+  <StrictMode>
+    <App />
+  </StrictMode>,
+);

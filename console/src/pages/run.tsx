@@ -1,0 +1,319 @@
+import { useState } from 'react';
+import { AS_TEXT, client, read } from '../api';
+import { currentSession } from '../session';
+import { ConfirmAction, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
+import type { PlanStep, Run, RunEvent } from '../views';
+
+const ENDED = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
+const ACTIONS = ['create', 'update', 'replace', 'delete', 'same'] as const;
+
+/** One run: where it is, what it waits for, its plan as a diff, the decisions on it, its receipts and events. */
+export function RunPage({ runId }: { runId: string }) {
+  const [loaded, reload] = useLoaded(async () => {
+    const [run, events] = await Promise.all([
+      read<Run>(client.GET('/runtime-cloud/runs/{id}', { params: { path: { id: runId } }, ...AS_TEXT })),
+      read<{ items: RunEvent[] }>(client.GET('/runtime-cloud/runs/{id}/events', { params: { path: { id: runId } }, ...AS_TEXT })),
+    ]);
+    return { run, events: events.items };
+  }, runId);
+  useEvery(2000, () => {
+    if (loaded.state !== 'ready' || !ENDED.includes(loaded.value.run.state)) reload();
+  });
+  if (loaded.state === 'loading') return <p className="muted">Loading run {runId}…</p>;
+  if (loaded.state === 'failed') return <ProblemBox problem={loaded.problem} onRetry={reload} />;
+  const { run, events } = loaded.value;
+  return (
+    <>
+      <header className="page-header">
+        <h1>
+          {run.release ? `${run.release.name} ${run.release.version}` : run.reason} → {run.environment.name}
+        </h1>
+        <StateBadge state={run.state} />
+        <p className="muted">
+          {run.qualifiedStack} · {run.tenant} · requested by {run.requestedBy ?? 'unknown'} · <code>{run.runId}</code>
+        </p>
+      </header>
+      <StageRail run={run} />
+      <Waiting run={run} />
+      <Actions run={run} onDone={reload} />
+      {run.planReceipt && <PlanDiff steps={run.planReceipt.plan.steps} counts={run.planReceipt.plan.counts} />}
+      <section className="card" aria-labelledby="policy-title">
+        <h2 id="policy-title">Policy</h2>
+        {run.planReceipt?.policy ? (
+          <>
+            <p>
+              Decision: <StateBadge state={run.planReceipt.policy.decision === 'allow' ? 'applied' : 'failed'} label={run.planReceipt.policy.decision} />
+            </p>
+            {run.planReceipt.policy.policies.length > 0 && (
+              <ul>
+                {run.planReceipt.policy.policies.map((p, i) => (
+                  <li key={i}>
+                    {p.name ?? 'policy'}: {p.decision} {p.message && <span className="muted">{p.message}</span>}
+                  </li>
+                ))}
+              </ul>
+            )}
+            {run.planReceipt.approvalReasons && <p>Approval needed because: {run.planReceipt.approvalReasons.join(', ')}.</p>}
+          </>
+        ) : (
+          <p className="muted">No policy verdict yet.</p>
+        )}
+        {run.decision && (
+          <p>
+            {run.decision.decision === 'approved' ? 'Approved' : run.decision.decision} by <strong>{run.decision.by}</strong> <When at={run.decision.at} />
+            {run.decision.planDigest && <> for plan <code>{short(run.decision.planDigest)}</code></>}
+            {run.decision.comment && <>: “{run.decision.comment}”</>}
+          </p>
+        )}
+      </section>
+      <Receipts run={run} />
+      <section className="card" aria-labelledby="events-title">
+        <h2 id="events-title">Events published</h2>
+        {events.length === 0 ? (
+          <p className="muted">None yet.</p>
+        ) : (
+          <ul className="events">
+            {events.map((event) => (
+              <li key={event.eventId}>
+                <strong>{event.type}</strong> <When at={event.time} />{' '}
+                <span className="muted">{event.publishedAt ? 'published' : 'waiting to be published'} · {event.eventId}</span>
+              </li>
+            ))}
+          </ul>
+        )}
+      </section>
+    </>
+  );
+}
+
+function short(digest: string): string {
+  return digest.length > 23 ? `${digest.slice(0, 19)}…${digest.slice(-4)}` : digest;
+}
+
+function StageRail({ run }: { run: Run }) {
+  const failed = ['failed', 'rejected', 'canceled', 'superseded'].includes(run.state);
+  const stages: { name: string; at?: string; reached: boolean; current: boolean }[] = [
+    { name: 'Queued', at: run.createdAt, reached: true, current: run.state === 'queued' },
+    { name: 'Planning', at: run.planReceipt?.startedAt, reached: run.state !== 'queued', current: run.state === 'planning' },
+    { name: 'Policy', at: run.planReceipt?.finishedAt, reached: Boolean(run.planReceipt?.policy), current: false },
+    ...(run.approvalRequired
+      ? [{ name: 'Awaiting approval', at: run.decision?.at, reached: Boolean(run.planReceipt) && run.state !== 'planning', current: run.state === 'awaiting-approval' || run.state === 'stale' }]
+      : []),
+    { name: 'Applying', at: run.applyReceipt?.startedAt, reached: run.state === 'applying' || Boolean(run.applyReceipt), current: run.state === 'applying' },
+    { name: failed ? capitalize(run.state) : 'Applied', at: run.finishedAt, reached: ENDED.includes(run.state), current: ENDED.includes(run.state) },
+  ];
+  return (
+    <ol className="stage-rail" aria-label="Stages">
+      {stages.map((stage) => (
+        <li key={stage.name} className={`stage${stage.reached ? ' reached' : ''}${stage.current ? ' current' : ''}${stage.current && failed ? ' failed' : ''}`} aria-current={stage.current ? 'step' : undefined}>
+          <span className="stage-name">{stage.name}</span>
+          <span className="stage-time">{stage.at ? <When at={stage.at} /> : '—'}</span>
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+function capitalize(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+function Waiting({ run }: { run: Run }) {
+  if (run.state === 'failed' && run.error) {
+    return (
+      <div className="problem" role="status">
+        <strong>Failed: {run.error.code}</strong>
+        <p>{run.error.message}</p>
+      </div>
+    );
+  }
+  if (!run.waitingFor) return null;
+  const { kind, ...details } = run.waitingFor;
+  const said: Record<string, string> = {
+    approval: "Waits for a second person's approval of the plan below.",
+    'stack-lock': 'Waits for the stack lock: an earlier run of this stack holds it.',
+    runner: 'Waits for an agent of its runner pool to take its job.',
+    queue: 'Waits in its stack queue behind earlier runs.',
+  };
+  return (
+    <div className="waiting" role="status">
+      <strong>{said[kind] ?? `Waits for ${kind}.`}</strong>
+      <dl>
+        {Object.entries(details).map(([key, value]) => (
+          <div key={key}>
+            <dt>{key}</dt>
+            <dd>{typeof value === 'string' ? value : JSON.stringify(value)}</dd>
+          </div>
+        ))}
+      </dl>
+    </div>
+  );
+}
+
+function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
+  const session = currentSession();
+  // Observers read; deciding on a run takes an Operator (the API refuses anyone else whatever the console shows).
+  if (!session || session.role === 'Observer') return null;
+  const id = { params: { path: { id: run.runId } }, ...AS_TEXT };
+  const done = (message: string) => {
+    onDone();
+    return message;
+  };
+  const digest = run.waitingFor?.planDigest ?? run.planDigest;
+  return (
+    <section className="card actions" aria-label="Actions">
+      {run.state === 'awaiting-approval' && digest && (
+        <>
+          <ConfirmAction
+            label="Approve"
+            title="Approve this plan"
+            confirmLabel="Approve plan"
+            onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/approve', { ...id, body: { planDigest: digest } })), `Approved plan ${short(digest)}.`))}
+          >
+            <p>
+              The console sends the digest of the plan shown on this page, <code>{digest}</code>. The host applies exactly that
+              plan, and refuses the approval if the plan has changed since.
+            </p>
+          </ConfirmAction>
+          <ConfirmAction
+            label="Reject"
+            title="Reject this plan"
+            confirmLabel="Reject plan"
+            tone="danger"
+            reason="Why (recorded with the decision)"
+            onConfirm={async (reason) => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/reject', { ...id, body: { reason } })), 'Rejected.'))}
+          >
+            <p>The run ends without changing anything.</p>
+          </ConfirmAction>
+        </>
+      )}
+      {run.state === 'stale' && (
+        <ConfirmAction label="Replan" title="Plan again" confirmLabel="Replan" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/replan', id)), 'Planning again.'))}>
+          <p>The plan expired before it was approved. The host plans the same commit again; the new plan needs its own approval.</p>
+        </ConfirmAction>
+      )}
+      {!ENDED.includes(run.state) && (
+        <ConfirmAction label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
+          <p>A run that is applying stops after its current step; one that has not begun applying changes nothing.</p>
+        </ConfirmAction>
+      )}
+    </section>
+  );
+}
+
+function PlanDiff({ steps, counts }: { steps: readonly PlanStep[]; counts: Record<string, number> }) {
+  const [address, setAddress] = useState('');
+  const [action, setAction] = useState('');
+  const shown = steps.filter((s) => (action === '' || s.op === action) && (address === '' || s.urn.toLowerCase().includes(address.toLowerCase())));
+  return (
+    <section className="card" aria-labelledby="plan-title">
+      <h2 id="plan-title">Plan</h2>
+      <p>
+        {ACTIONS.filter((a) => (counts[a] ?? 0) > 0).map((a) => (
+          <span key={a} className={`badge op-${a}`}>
+            {counts[a]} {a}
+          </span>
+        ))}
+      </p>
+      <div className="filters">
+        <label className="field">
+          Filter by address
+          <input type="search" value={address} onChange={(event) => setAddress(event.target.value)} placeholder="name, type or urn" />
+        </label>
+        <label className="field">
+          Filter by action
+          <select value={action} onChange={(event) => setAction(event.target.value)}>
+            <option value="">all</option>
+            {ACTIONS.map((a) => (
+              <option key={a}>{a}</option>
+            ))}
+          </select>
+        </label>
+      </div>
+      <ul className="steps">
+        {shown.map((step) => (
+          <li key={step.urn} className="step">
+            <div className="step-head">
+              <span className={`badge op-${step.op}`}>{step.op}</span> <strong>{step.name}</strong> <span className="muted">{step.type}</span>
+              {step.protect && <span className="badge tone-muted">protected</span>}
+            </div>
+            {step.changedPaths.length > 0 && <p className="muted">Changes {step.changedPaths.join(', ')}</p>}
+            {step.inputs && (
+              <dl className="inputs">
+                {flatten(step.inputs).map(([path, value]) => (
+                  <div key={path} className={step.changedPaths.some((p) => path === p || path.startsWith(`${p}.`)) ? 'changed' : undefined}>
+                    <dt>{path}</dt>
+                    <dd>{value}</dd>
+                  </div>
+                ))}
+              </dl>
+            )}
+          </li>
+        ))}
+        {shown.length === 0 && <li className="muted">No step matches.</li>}
+      </ul>
+    </section>
+  );
+}
+
+/** Inputs as path → shown value; a secret is shown by its reference only, never a value. */
+function flatten(value: unknown, path = ''): [string, string][] {
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    const object = value as Record<string, unknown>;
+    if (typeof object.secretRef === 'string') return [[path, `secret · ${object.secretRef}`]];
+    if (typeof object.configRef === 'string') return [[path, `config · ${object.configRef}`]];
+    return Object.entries(object).flatMap(([key, inner]) => flatten(inner, path ? `${path}.${key}` : key));
+  }
+  if (typeof value === 'string' && /^\[secret\]$|^\*+$/.test(value)) return [[path, 'secret']];
+  return [[path, JSON.stringify(value)]];
+}
+
+function Receipts({ run }: { run: Run }) {
+  const plan = run.planReceipt;
+  const apply = run.applyReceipt;
+  return (
+    <section className="card" aria-labelledby="receipts-title">
+      <h2 id="receipts-title">Receipts</h2>
+      <div className="receipts">
+        <div>
+          <h3>Plan receipt</h3>
+          {plan ? (
+            <dl>
+              <dt>Digest</dt>
+              <dd>
+                <code>{plan.plan.digest}</code>
+              </dd>
+              <dt>Planned</dt>
+              <dd>
+                <When at={plan.finishedAt} /> by {plan.runner?.name} {plan.runner?.agent && <>on agent {plan.runner.agent}</>}
+              </dd>
+              <dt>Expires</dt>
+              <dd>
+                <When at={plan.expiresAt} />
+              </dd>
+            </dl>
+          ) : (
+            <p className="muted">Not planned yet.</p>
+          )}
+        </div>
+        <div>
+          <h3>Apply receipt</h3>
+          {apply ? (
+            <dl>
+              <dt>Result</dt>
+              <dd>
+                <StateBadge state={apply.result.status} />
+              </dd>
+              <dt>Resources</dt>
+              <dd>{apply.result.resources?.length ?? 0}</dd>
+              <dt>State serial</dt>
+              <dd>{apply.result.serial ?? '—'}</dd>
+            </dl>
+          ) : (
+            <p className="muted">Not applied.</p>
+          )}
+        </div>
+      </div>
+    </section>
+  );
+}

@@ -1,0 +1,48 @@
+import { useEffect, useState } from 'react';
+
+/** The console's pages live under this path; every page has a URL of its own that can be shared and reloaded. */
+export const BASE = '/runtime-cloud/console';
+
+export type Route =
+  | { readonly page: 'fleet' }
+  | { readonly page: 'run'; readonly runId: string }
+  | { readonly page: 'sign-in'; readonly next: string }
+  | { readonly page: 'not-found'; readonly path: string };
+
+export function routeOf(location: Location): Route {
+  const path = location.pathname.startsWith(BASE) ? location.pathname.slice(BASE.length) : location.pathname;
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts.length === 0) return { page: 'fleet' };
+  if (parts[0] === 'runs' && parts.length === 2 && parts[1]) return { page: 'run', runId: parts[1] };
+  if (parts[0] === 'sign-in' && parts.length === 1) return { page: 'sign-in', next: new URLSearchParams(location.search).get('next') ?? '' };
+  return { page: 'not-found', path };
+}
+
+export function hrefOf(route: Route): string {
+  switch (route.page) {
+    case 'fleet':
+      return `${BASE}/`;
+    case 'run':
+      return `${BASE}/runs/${encodeURIComponent(route.runId)}`;
+    case 'sign-in':
+      return `${BASE}/sign-in${route.next ? `?next=${encodeURIComponent(route.next)}` : ''}`;
+    case 'not-found':
+      return `${BASE}${route.path}`;
+  }
+}
+
+export function navigate(href: string): void {
+  history.pushState(null, '', href);
+  dispatchEvent(new PopStateEvent('popstate'));
+}
+
+/** The current route, following links and the browser's back and forward buttons. */
+export function useRoute(): Route {
+  const [route, setRoute] = useState(() => routeOf(location));
+  useEffect(() => {
+    const changed = () => setRoute(routeOf(location));
+    addEventListener('popstate', changed);
+    return () => removeEventListener('popstate', changed);
+  }, []);
+  return route;
+}

@@ -1,0 +1,169 @@
+import { useEffect, useId, useRef, useState, type ReactNode } from 'react';
+import { Problem } from './api';
+import { navigate } from './router';
+
+/** A link inside the console: followed without reloading the page, and shareable as it is. */
+export function Link({ href, children, className }: { href: string; children: ReactNode; className?: string }) {
+  return (
+    <a
+      href={href}
+      className={className}
+      onClick={(event) => {
+        if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+        event.preventDefault();
+        navigate(href);
+      }}
+    >
+      {children}
+    </a>
+  );
+}
+
+/** What the API said went wrong: the problem's title and detail, never a blank screen. */
+export function ProblemBox({ problem, onRetry }: { problem: unknown; onRetry?: () => void }) {
+  const known = problem instanceof Problem ? problem : new Problem(0, 'Something went wrong', problem instanceof Error ? problem.message : String(problem));
+  return (
+    <div className="problem" role="alert">
+      <strong>{known.title}</strong>
+      {known.detail && <p>{known.detail}</p>}
+      {known.code && <p className="muted">Code {known.code}{known.status ? ` · HTTP ${known.status}` : ''}</p>}
+      {onRetry && (
+        <button type="button" onClick={onRetry}>
+          Try again
+        </button>
+      )}
+    </div>
+  );
+}
+
+export type Loaded<T> = { readonly state: 'loading' } | { readonly state: 'failed'; readonly problem: unknown } | { readonly state: 'ready'; readonly value: T };
+
+/** Loads `load()` again whenever `key` changes, or when `reload` is called. */
+export function useLoaded<T>(load: () => Promise<T>, key: string): [Loaded<T>, () => void] {
+  const [loaded, setLoaded] = useState<Loaded<T>>({ state: 'loading' });
+  const [round, setRound] = useState(0);
+  useEffect(() => {
+    let current = true;
+    load().then(
+      (value) => current && setLoaded({ state: 'ready', value }),
+      (problem: unknown) => current && setLoaded({ state: 'failed', problem }),
+    );
+    return () => {
+      current = false;
+    };
+  }, [key, round]);
+  return [loaded, () => setRound((r) => r + 1)];
+}
+
+/** Calls `tick` every `ms` while the page is shown. */
+export function useEvery(ms: number, tick: () => void): void {
+  const saved = useRef(tick);
+  saved.current = tick;
+  useEffect(() => {
+    const timer = setInterval(() => saved.current(), ms);
+    return () => clearInterval(timer);
+  }, [ms]);
+}
+
+const STATE_TONES: Record<string, string> = {
+  applied: 'good',
+  'in-sync': 'good',
+  failed: 'bad',
+  rejected: 'bad',
+  drifted: 'warn',
+  'awaiting-approval': 'wait',
+  stale: 'muted',
+  superseded: 'muted',
+  canceled: 'muted',
+  queued: 'busy',
+  planning: 'busy',
+  applying: 'busy',
+};
+
+export function StateBadge({ state, label }: { state: string; label?: string }) {
+  return <span className={`badge tone-${STATE_TONES[state] ?? 'muted'}`}>{label ?? state.replace(/-/g, ' ')}</span>;
+}
+
+/** A time as "3 min ago", with the exact time on hover and for screen readers in the element's datetime. */
+export function When({ at }: { at: string | undefined }) {
+  if (!at) return <span className="muted">never</span>;
+  const date = new Date(at);
+  return (
+    <time dateTime={at} title={date.toLocaleString()}>
+      {relative(date.getTime() - Date.now())}
+    </time>
+  );
+}
+
+export function relative(deltaMs: number): string {
+  const future = deltaMs > 0;
+  const seconds = Math.round(Math.abs(deltaMs) / 1000);
+  const [value, unit] = seconds < 60 ? [seconds, 's'] : seconds < 3600 ? [Math.round(seconds / 60), 'min'] : seconds < 86400 ? [Math.round(seconds / 3600), 'h'] : [Math.round(seconds / 86400), 'd'];
+  return future ? `in ${value} ${unit}` : seconds < 5 ? 'just now' : `${value} ${unit} ago`;
+}
+
+/**
+ * A button whose action changes something: it asks first (saying exactly what will be sent), then shows how it went.
+ * `fields` lets the dialog ask for a reason.
+ */
+export function ConfirmAction({
+  label,
+  title,
+  children,
+  confirmLabel,
+  reason,
+  tone = 'primary',
+  onConfirm,
+}: {
+  label: string;
+  title: string;
+  children: ReactNode;
+  confirmLabel: string;
+  reason?: string;
+  tone?: 'primary' | 'danger' | 'plain';
+  onConfirm: (reason: string) => Promise<string>;
+}) {
+  const dialog = useRef<HTMLDialogElement>(null);
+  const id = useId();
+  const [text, setText] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [outcome, setOutcome] = useState<{ ok: boolean; message: ReactNode } | undefined>();
+  const confirm = async () => {
+    setBusy(true);
+    try {
+      setOutcome({ ok: true, message: await onConfirm(text) });
+      dialog.current?.close();
+    } catch (problem) {
+      setOutcome({ ok: false, message: <ProblemBox problem={problem} /> });
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <button type="button" className={`button-${tone}`} onClick={() => { setOutcome(undefined); dialog.current?.showModal(); }}>
+        {label}
+      </button>
+      {outcome?.ok && <p className="outcome" role="status">{outcome.message}</p>}
+      <dialog ref={dialog} aria-labelledby={`${id}-title`}>
+        <h2 id={`${id}-title`}>{title}</h2>
+        {children}
+        {reason !== undefined && (
+          <label className="field">
+            {reason}
+            <textarea value={text} onChange={(event) => setText(event.target.value)} rows={3} required />
+          </label>
+        )}
+        {outcome && !outcome.ok && outcome.message}
+        <div className="dialog-actions">
+          <button type="button" className="button-plain" onClick={() => dialog.current?.close()}>
+            Cancel
+          </button>
+          <button type="button" className={`button-${tone}`} disabled={busy || (reason !== undefined && text.trim() === '')} onClick={() => void confirm()}>
+            {busy ? 'Sending…' : confirmLabel}
+          </button>
+        </div>
+      </dialog>
+    </>
+  );
+}

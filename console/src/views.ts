@@ -1,0 +1,86 @@
+/**
+ * The fields of the API's views that the console reads. openapi.json describes requests but not yet response bodies,
+ * so these are written from the views the host answers with (shared/provisioning/run-queries.service.ts,
+ * shared/inventory/environments): a field the console reads that the host stops sending shows as missing, never
+ * as a wrong value, since every optional field is read as optional.
+ */
+export type RunState = 'queued' | 'planning' | 'awaiting-approval' | 'applying' | 'stale' | 'applied' | 'failed' | 'rejected' | 'superseded' | 'canceled';
+
+export interface Page<T> {
+  readonly items: readonly T[];
+  readonly nextCursor?: string;
+}
+
+export interface PlanStep {
+  readonly urn: string;
+  readonly name: string;
+  readonly type: string;
+  /** create, update, replace, delete or same (another, from a newer host, is shown as it is). */
+  readonly op: string;
+  readonly changedPaths: readonly string[];
+  readonly inputs?: Record<string, unknown>;
+  readonly protect?: boolean;
+}
+
+export interface PlanReceipt {
+  readonly startedAt: string;
+  readonly finishedAt: string;
+  readonly expiresAt?: string;
+  readonly approvalRequired?: boolean;
+  readonly approvalReasons?: readonly string[];
+  readonly runner?: { readonly name: string; readonly version?: string; readonly agent?: string; readonly engineMs?: number; readonly jobId?: string };
+  readonly plan: { readonly digest: string; readonly steps: readonly PlanStep[]; readonly counts: Record<string, number>; readonly outputs?: Record<string, unknown> };
+  readonly policy?: { readonly decision: string; readonly policies: readonly { readonly name?: string; readonly decision?: string; readonly message?: string }[] };
+}
+
+export interface ApplyReceipt {
+  readonly runner?: PlanReceipt['runner'];
+  readonly result: { readonly status: string; readonly serial?: number; readonly resources?: readonly { readonly urn: string; readonly op: string; readonly status: string }[] };
+  readonly startedAt?: string;
+  readonly finishedAt?: string;
+}
+
+export interface Run {
+  readonly runId: string;
+  readonly reason: string;
+  readonly tenant: string;
+  readonly environment: { readonly id: string; readonly name: string; readonly tier: string };
+  readonly release?: { readonly name: string; readonly version: string };
+  readonly project: string;
+  readonly stack: string;
+  readonly qualifiedStack: string;
+  readonly desiredState?: { readonly repository: string; readonly commit: string; readonly path: string };
+  readonly requestedBy?: string;
+  readonly state: RunState;
+  readonly waitingFor?: { readonly kind: string; readonly planDigest?: string; readonly [more: string]: unknown };
+  readonly planDigest?: string;
+  readonly planExpiresAt?: string;
+  readonly approvalRequired?: boolean;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly finishedAt?: string;
+  readonly error?: { readonly code: string; readonly message: string };
+  readonly planReceipt?: PlanReceipt;
+  readonly applyReceipt?: ApplyReceipt;
+  readonly decision?: { readonly decision: string; readonly planDigest?: string; readonly by: string; readonly comment?: string; readonly at: string };
+  readonly artifacts?: readonly { readonly kind: string; readonly id: string; readonly recordedAt: string }[];
+}
+
+export interface RunEvent {
+  readonly eventId: string;
+  readonly type: string;
+  readonly time: string;
+  readonly publishedAt?: string;
+}
+
+export interface Environment {
+  readonly id: string;
+  readonly name: string;
+  readonly tier: string;
+  readonly tenantId: string;
+  readonly qualifiedStack: string;
+  readonly desiredRelease?: { readonly name: string; readonly version: string; readonly runId: string; readonly appliedAt: string };
+  readonly lastRun?: { readonly id: string; readonly state: RunState; readonly at: string };
+  readonly drift?: { readonly status: string; readonly stale: boolean; readonly lastObservedAt?: string; readonly lastScanAt?: string; readonly findings?: number };
+  readonly scanning?: { readonly intervalSeconds?: number; readonly nextScanAt?: string; readonly lastOutcome?: string };
+}

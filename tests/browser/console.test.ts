@@ -1,0 +1,197 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ARTIFACTS, browserAvailable, launchChromium, screenshot, seriousViolations } from '../support/browser';
+import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+
+/**
+ * The operator console in Debian's chromium, against `runtime-cloud start` on a temporary state dir: sign in, the
+ * fleet, a production run waiting for approval and approved in the console, what an Observer and another tenant's
+ * operator see, accessibility (axe-core) and screenshots of every view at 1280 px and 390 px (tests/artifacts/console).
+ */
+const WIDTHS = [1280, 390] as const;
+const SCENARIO_MS = 90_000;
+
+describe.runIf(browserAvailable())('the operator console in chromium (a real host on a temporary state dir)', () => {
+  const stateDir = fs.mkdtempSync(join(tmpdir(), 'rch-console-'));
+  let host: RunningChild;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  let admin: string;
+  let runId: string;
+
+  beforeAll(async () => {
+    fs.rmSync(ARTIFACTS, { recursive: true, force: true });
+    [host, browser] = await Promise.all([startChildHost(stateDir), launchChromium()]);
+    admin = await cli('token', '--role', 'PlatformAdmin');
+  }, 120_000);
+  afterAll(async () => {
+    await browser?.close();
+    await host?.stop();
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  });
+  afterEach(async (test) => {
+    if (test.task.result?.state === 'fail' && page) await screenshot(page, `failed-${test.task.name.slice(0, 60).replace(/\W+/g, '-')}`).catch(() => undefined);
+    await context?.close();
+  });
+
+  async function cli(...args: string[]): Promise<string> {
+    const result = await runCli([...args, '--state-dir', stateDir]);
+    expect(result.code).toBe(0);
+    return result.stdout.trim();
+  }
+
+  /** A new browser (no session) signed in as the person through the console's sign-in page. */
+  async function signIn(name: string, role: string, tenant = 'demo-team', width: number = WIDTHS[0]): Promise<Page> {
+    context = await browser.newContext({ viewport: { width, height: 900 } });
+    page = await context.newPage();
+    await page.goto(new URL('/runtime-cloud/console/', host.url).href);
+    await page.waitForURL(/\/sign-in/);
+    await page.getByLabel('Your name').fill(name);
+    await page.getByLabel('Role').selectOption(role);
+    await page.getByLabel(/^Tenant/).fill(tenant);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Fleet', level: 1 }).waitFor();
+    return page;
+  }
+
+  /** Sends the example's production promotion as the factory would (the local queue), answering its promotion id. */
+  async function sendProductionPromotion(): Promise<string> {
+    const promotion = await cli('example', 'promotion', 'production');
+    const response = await fetch(new URL('/runtime-cloud/local/queues/runtime-cloud-promotions/messages', host.url), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}` },
+      body: JSON.stringify({ body: JSON.parse(promotion) as unknown }),
+    });
+    expect(response.status).toBe(201);
+    return (JSON.parse(promotion) as { promotionId: string }).promotionId;
+  }
+
+  async function expectAccessible(page: Page, view: string): Promise<void> {
+    const violations = await seriousViolations(page);
+    expect(violations.map((v) => `${view}: ${v.id} (${v.impact}) ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+  }
+
+  it('when an operator signs in and a production promotion arrives, then the fleet shows it waiting; its run page shows the plan; a second person approves it there and sees it applied with its events', async () => {
+    // Arrange
+    const operator = await signIn('operator-1', 'Operator');
+    await expectAccessible(operator, 'fleet (empty)');
+
+    // Act: the promotion arrives; the fleet page refreshes on its own.
+    await sendProductionPromotion();
+    const waiting = operator.getByRole('region', { name: 'Needs attention' }).getByRole('link', { name: /waits for a second person's approval/ });
+    await waiting.waitFor({ timeout: 30_000 });
+
+    // Assert: the fleet counts it as waiting for approval.
+    await expect.poll(() => operator.locator('.standing-waiting-for-approval .count-value').textContent()).toBe('1');
+    await screenshot(operator, 'fleet-1280');
+
+    // Act: open its run.
+    await waiting.click();
+    await operator.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
+    runId = decodeURIComponent(new URL(operator.url()).pathname.split('/').pop() ?? '');
+
+    // Assert: it waits for approval, and the plan shows each step with its action; a secret shows as its reference.
+    await expect.poll(() => operator.getByRole('status').first().textContent()).toContain("Waits for a second person's approval");
+    const steps = operator.locator('.step');
+    await expect.poll(() => steps.count()).toBe(3);
+    expect(await steps.locator('.badge.op-create').count()).toBe(3);
+    expect(await operator.locator('.steps').textContent()).toContain('secret · broker://runtime-cloud/app-db-password');
+    await operator.getByLabel('Filter by action').selectOption('delete');
+    expect(await steps.count()).toBe(0);
+    await operator.getByLabel('Filter by action').selectOption('');
+    await operator.getByLabel('Filter by address').fill('endpoint');
+    expect(await steps.count()).toBe(1);
+    await operator.getByLabel('Filter by address').fill('');
+    await expectAccessible(operator, 'run (awaiting approval)');
+    await screenshot(operator, 'run-awaiting-approval-1280');
+
+    // Act: approve, confirming the digest shown.
+    await operator.getByRole('button', { name: 'Approve', exact: true }).click();
+    const dialog = operator.getByRole('dialog', { name: 'Approve this plan' });
+    const digest = (await operator.locator('.receipts dd code').first().textContent()) ?? '';
+    expect(digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(await dialog.textContent()).toContain(digest);
+    await dialog.getByRole('button', { name: 'Approve plan' }).click();
+
+    // Assert: the outcome is said, the run is applied, its events are listed.
+    await operator.getByRole('status').filter({ hasText: 'Approved plan' }).waitFor();
+    await operator.locator('.page-header .badge', { hasText: 'applied' }).waitFor({ timeout: 30_000 });
+    await operator.getByRole('region', { name: 'Events published' }).getByText('ProvisioningApplied').waitFor({ timeout: 15_000 });
+    expect(await operator.getByRole('region', { name: 'Policy' }).textContent()).toContain('Approved by operator-1');
+    await expectAccessible(operator, 'run (applied)');
+    await screenshot(operator, 'run-applied-1280');
+  }, SCENARIO_MS);
+
+  it('when an Observer opens the run, then there is no approve button, and an approval sent with the Observer token is refused by the API', async () => {
+    // Arrange
+    expect(runId).toBeTruthy();
+    const observer = await signIn('observer-1', 'Observer');
+
+    // Act
+    await observer.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+    await observer.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
+    const session = await observer.evaluate<string>("sessionStorage.getItem('runtime-cloud-console.session')");
+    const { token } = JSON.parse(session) as { token: string };
+    const forged = await fetch(new URL(`/runtime-cloud/runs/${runId}/approve`, host.url), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ planDigest: `sha256:${'a'.repeat(64)}` }),
+    });
+
+    // Assert
+    expect(await observer.getByRole('button', { name: 'Approve' }).count()).toBe(0);
+    expect(await observer.getByRole('region', { name: 'Actions' }).count()).toBe(0);
+    expect(forged.status).toBe(403);
+    expect(((await forged.json()) as { code: string }).code).toBe('AUTH.SCOPE_MISSING');
+  }, SCENARIO_MS);
+
+  it("when another tenant's operator signs in, then neither the fleet nor the run's own URL shows tenant demo-team's run or environment", async () => {
+    // Arrange
+    const stranger = await signIn('operator-9', 'Operator', 'other-team');
+
+    // Act
+    const fleet = (await stranger.locator('main').textContent()) ?? '';
+    await stranger.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+    const alert = stranger.getByRole('alert');
+    await alert.waitFor();
+
+    const session = await stranger.evaluate<string>("sessionStorage.getItem('runtime-cloud-console.session')");
+    const { token } = JSON.parse(session) as { token: string };
+    const events = await fetch(new URL(`/runtime-cloud/runs/${runId}/events`, host.url), { headers: { authorization: `Bearer ${token}` } });
+
+    // Assert
+    expect(events.status).toBe(404);
+    expect(fleet).toContain('No environment yet');
+    expect(fleet).not.toContain('demo-team');
+    expect(await alert.textContent()).toContain(`there is no run ${runId}`);
+  }, SCENARIO_MS);
+
+  it('every view at 1280 px and 390 px: screenshots, and no serious or critical axe violation', async () => {
+    for (const width of WIDTHS) {
+      // Arrange
+      const operator = await signIn('operator-1', 'Operator', 'demo-team', width);
+
+      // Act and assert: each view, as a person would reach it.
+      await operator.getByRole('region', { name: 'All environments' }).getByText('production').first().waitFor();
+      await expectAccessible(operator, `fleet ${width}`);
+      await screenshot(operator, `fleet-${width}`);
+      await operator.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+      await operator.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
+      await expectAccessible(operator, `run ${width}`);
+      await screenshot(operator, `run-${width}`);
+      await context.close();
+      context = await browser.newContext({ viewport: { width, height: 900 } });
+      page = await context.newPage();
+      await page.goto(new URL('/runtime-cloud/console/sign-in', host.url).href);
+      await page.getByRole('button', { name: 'Sign in' }).waitFor();
+      await expectAccessible(page, `sign-in ${width}`);
+      await screenshot(page, `sign-in-${width}`);
+      const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+      expect(overflow, `horizontal overflow at ${width} px`).toBeLessThanOrEqual(0);
+    }
+  });
+});
