@@ -1,5 +1,6 @@
 import { StrictMode, useEffect } from 'react';
 import { createRoot } from 'react-dom/client';
+import { DriftPage } from './pages/drift';
 import { Fleet } from './pages/fleet';
 import { RunPage } from './pages/run';
 import { SignIn } from './pages/sign-in';
@@ -30,6 +31,7 @@ function App() {
         </Link>
         <nav aria-label="Console">
           <Link href={`${BASE}/`}>Fleet</Link>
+          <Link href={hrefOf({ page: 'drift' })}>Drift</Link>
         </nav>
         {session && (
           <div className="who">
@@ -61,6 +63,8 @@ function Page({ route }: { route: Route }) {
       return <Fleet />;
     case 'run':
       return <RunPage runId={route.runId} />;
+    case 'drift':
+      return <DriftPage />;
     case 'sign-in':
       return <SignIn next={route.next} />;
     case 'not-found':
@@ -74,7 +78,8 @@ function Page({ route }: { route: Route }) {
 }
 
 function titleOf(route: Route): string {
-  return route.page === 'run' ? `Run ${route.runId}` : route.page === 'sign-in' ? 'Sign in' : route.page === 'fleet' ? 'Fleet' : 'Not found';
+  const titles: Record<Route['page'], string> = { fleet: 'Fleet', drift: 'Drift', run: 'Run', 'sign-in': 'Sign in', 'not-found': 'Not found' };
+  return route.page === 'run' ? `Run ${route.runId}` : titles[route.page];
 }
 
 createRoot(document.getElementById('root')!).render(

@@ -5,6 +5,7 @@ export const BASE = '/runtime-cloud/console';
 
 export type Route =
   | { readonly page: 'fleet' }
+  | { readonly page: 'drift' }
   | { readonly page: 'run'; readonly runId: string }
   | { readonly page: 'sign-in'; readonly next: string }
   | { readonly page: 'not-found'; readonly path: string };
@@ -14,6 +15,7 @@ export function routeOf(location: Location): Route {
   const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
   if (parts.length === 0) return { page: 'fleet' };
   if (parts[0] === 'runs' && parts.length === 2 && parts[1]) return { page: 'run', runId: parts[1] };
+  if (parts[0] === 'drift' && parts.length === 1) return { page: 'drift' };
   if (parts[0] === 'sign-in' && parts.length === 1) return { page: 'sign-in', next: new URLSearchParams(location.search).get('next') ?? '' };
   return { page: 'not-found', path };
 }
@@ -24,6 +26,8 @@ export function hrefOf(route: Route): string {
       return `${BASE}/`;
     case 'run':
       return `${BASE}/runs/${encodeURIComponent(route.runId)}`;
+    case 'drift':
+      return `${BASE}/drift`;
     case 'sign-in':
       return `${BASE}/sign-in${route.next ? `?next=${encodeURIComponent(route.next)}` : ''}`;
     case 'not-found':

@@ -114,6 +114,7 @@ export function ConfirmAction({
   reason,
   tone = 'primary',
   onConfirm,
+  onOutcome,
 }: {
   label: string;
   title: string;
@@ -121,7 +122,9 @@ export function ConfirmAction({
   confirmLabel: string;
   reason?: string;
   tone?: 'primary' | 'danger' | 'plain';
-  onConfirm: (reason: string) => Promise<string>;
+  onConfirm: (reason: string) => Promise<ReactNode>;
+  /** Where the outcome is shown when the action removes its own button (a proposal that is no longer open): the page. */
+  onOutcome?: (outcome: ReactNode) => void;
 }) {
   const dialog = useRef<HTMLDialogElement>(null);
   const id = useId();
@@ -131,8 +134,10 @@ export function ConfirmAction({
   const confirm = async () => {
     setBusy(true);
     try {
-      setOutcome({ ok: true, message: await onConfirm(text) });
+      const message = await onConfirm(text);
       dialog.current?.close();
+      if (onOutcome) onOutcome(message);
+      else setOutcome({ ok: true, message });
     } catch (problem) {
       setOutcome({ ok: false, message: <ProblemBox problem={problem} /> });
     } finally {

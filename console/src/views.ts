@@ -84,3 +84,51 @@ export interface Environment {
   readonly drift?: { readonly status: string; readonly stale: boolean; readonly lastObservedAt?: string; readonly lastScanAt?: string; readonly findings?: number };
   readonly scanning?: { readonly intervalSeconds?: number; readonly nextScanAt?: string; readonly lastOutcome?: string };
 }
+
+/** One finding on a resource (drift.ts): what differs, how badly. */
+export interface Finding {
+  /** missing, replaced, modified or unmanaged. */
+  readonly kind: string;
+  /** high, medium or low. */
+  readonly severity: string;
+  readonly urn: string;
+  readonly type: string;
+  readonly path?: readonly string[];
+}
+
+/** A resource's findings, at the worst severity among them. */
+export interface ResourceFindings {
+  readonly urn: string;
+  readonly type: string;
+  readonly severity: string;
+  readonly findings: readonly Finding[];
+}
+
+export interface Drift {
+  readonly environment: Environment;
+  readonly findings: readonly ResourceFindings[];
+  readonly scans: readonly { readonly scanId: string; readonly trigger: string; readonly startedAt: string; readonly outcome: string; readonly driftStatus?: string; readonly findings?: number; readonly reason?: string }[];
+}
+
+export interface Proposal {
+  readonly id: string;
+  readonly environmentId: string;
+  readonly tenantId: string;
+  /** open, accepted, dismissed, superseded or resolved. */
+  readonly status: string;
+  readonly findings: readonly ResourceFindings[];
+  readonly plan: { readonly steps: readonly { readonly urn: string; readonly type: string; readonly op: string; readonly paths?: readonly string[] }[]; readonly leftAlone: readonly unknown[]; readonly keptByRules: readonly unknown[] };
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly runId?: string;
+}
+
+export interface IgnoreRule {
+  readonly id: string;
+  readonly scope: { readonly type: string } | { readonly urn: string };
+  readonly path: string;
+  readonly reason: string;
+  readonly owner: string;
+  readonly expiresAt: string;
+  readonly holdsOnApply: boolean;
+}

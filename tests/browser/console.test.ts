@@ -70,6 +70,20 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     return (JSON.parse(promotion) as { promotionId: string }).promotionId;
   }
 
+  /** Changes the example production stack's bucket in the local cloud, as someone with portal access would. */
+  async function tamperWithBucket(): Promise<void> {
+    const headers = { authorization: `Bearer ${admin}` };
+    const listed = await fetch(new URL('/runtime-cloud/local/cloud/resources?tenant=demo-team&stack=production', host.url), { headers });
+    const bucket = ((await listed.json()) as { items: { urn: string; type: string }[] }).items.find((r) => r.type === 'local:storage:Bucket');
+    expect(bucket).toBeDefined();
+    const changed = await fetch(new URL(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket!.urn)}?tenant=demo-team`, host.url), {
+      method: 'PATCH',
+      headers,
+      body: JSON.stringify({ versioning: false }),
+    });
+    expect(changed.status).toBe(200);
+  }
+
   async function expectAccessible(page: Page, view: string): Promise<void> {
     const violations = await seriousViolations(page);
     expect(violations.map((v) => `${view}: ${v.id} (${v.impact}) ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
@@ -124,6 +138,49 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     expect(await operator.getByRole('region', { name: 'Policy' }).textContent()).toContain('Approved by operator-1');
     await expectAccessible(operator, 'run (applied)');
     await screenshot(operator, 'run-applied-1280');
+  }, SCENARIO_MS);
+
+  it('when the local cloud is changed out of band, then a scan from the console shows the environment drifted, and accepting its proposal (its reconciliation plan shown first) brings it back in sync', async () => {
+    // Arrange: someone with portal access turns the bucket's versioning off.
+    expect(runId).toBeTruthy();
+    const operator = await signIn('operator-1', 'Operator');
+    await tamperWithBucket();
+
+    // Act: scan now, from the drift page.
+    await operator.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Drift' }).click();
+    await operator.getByRole('heading', { name: 'Drift', level: 1 }).waitFor();
+    await operator.getByRole('button', { name: 'Scan production now' }).click();
+    await operator.getByRole('dialog', { name: 'Scan production now' }).getByRole('button', { name: 'Scan now' }).click();
+
+    // Assert: drifted, with a medium finding, and a proposal under its cause.
+    await operator.getByRole('status').filter({ hasText: 'Scanned: drifted' }).waitFor();
+    const proposals = operator.getByRole('region', { name: 'Open proposals by cause' });
+    await proposals.getByRole('button', { name: 'Accept for production' }).waitFor();
+    expect(await proposals.textContent()).toContain('modified local:storage:Bucket');
+    expect(await operator.getByRole('region', { name: 'Environments' }).textContent()).toContain('1 medium');
+    await expectAccessible(operator, 'drift (drifted)');
+    await screenshot(operator, 'drift-drifted-1280');
+
+    // Act: accept, having seen the reconciliation plan.
+    await proposals.getByRole('button', { name: 'Accept for production' }).click();
+    const dialog = operator.getByRole('dialog', { name: 'Accept: reconcile the environment' });
+    expect(await dialog.locator('.badge.op-update').count()).toBe(1);
+    await dialog.getByRole('button', { name: 'Accept and start the run' }).click();
+
+    // Assert: a reconciliation run is linked; production's plan waits for a second person, who approves it in the console.
+    await operator.getByRole('status').filter({ hasText: 'Accepted' }).getByRole('link', { name: 'its reconciliation run' }).click();
+    await operator.getByRole('button', { name: 'Approve', exact: true }).waitFor({ timeout: 30_000 });
+    const reconciliation = new URL(operator.url()).pathname;
+    const approver = await signIn('operator-2', 'Operator');
+    await approver.goto(new URL(reconciliation, host.url).href);
+    await approver.getByRole('button', { name: 'Approve', exact: true }).click();
+    await approver.getByRole('dialog', { name: 'Approve this plan' }).getByRole('button', { name: 'Approve plan' }).click();
+    await approver.locator('.page-header .badge', { hasText: 'applied' }).waitFor({ timeout: 30_000 });
+
+    // Assert: once applied, the rescan finds the environment in sync and no proposal is open.
+    await approver.goto(new URL('/runtime-cloud/console/drift', host.url).href);
+    await approver.getByRole('region', { name: 'Environments' }).getByText('in sync', { exact: true }).waitFor({ timeout: 30_000 });
+    await approver.getByRole('region', { name: 'Open proposals by cause' }).getByText('No open proposal.').waitFor();
   }, SCENARIO_MS);
 
   it('when an Observer opens the run, then there is no approve button, and an approval sent with the Observer token is refused by the API', async () => {
@@ -183,6 +240,10 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
       await operator.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
       await expectAccessible(operator, `run ${width}`);
       await screenshot(operator, `run-${width}`);
+      await operator.goto(new URL('/runtime-cloud/console/drift', host.url).href);
+      await operator.getByRole('heading', { name: 'Open proposals by cause' }).waitFor();
+      await expectAccessible(operator, `drift ${width}`);
+      await screenshot(operator, `drift-${width}`);
       await context.close();
       context = await browser.newContext({ viewport: { width, height: 900 } });
       page = await context.newPage();

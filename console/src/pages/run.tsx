@@ -1,4 +1,4 @@
-import { useState } from 'react';
+import { useState, type ReactNode } from 'react';
 import { AS_TEXT, client, read } from '../api';
 import { currentSession } from '../session';
 import { ConfirmAction, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
@@ -151,6 +151,7 @@ function Waiting({ run }: { run: Run }) {
 }
 
 function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
+  const [notice, setNotice] = useState<ReactNode>();
   const session = currentSession();
   // Observers read; deciding on a run takes an Operator (the API refuses anyone else whatever the console shows).
   if (!session || session.role === 'Observer') return null;
@@ -159,15 +160,22 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
     onDone();
     return message;
   };
+  // Said here, not beside the button: a decision changes the run's state, and its buttons go with it.
+  const said = notice === undefined ? null : (
+    <p className="outcome" role="status">
+      {notice}
+    </p>
+  );
   const digest = run.waitingFor?.planDigest ?? run.planDigest;
   return (
     <section className="card actions" aria-label="Actions">
+      {said}
       {run.state === 'awaiting-approval' && digest && (
         <>
           <ConfirmAction
             label="Approve"
             title="Approve this plan"
-            confirmLabel="Approve plan"
+            confirmLabel="Approve plan" onOutcome={setNotice}
             onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/approve', { ...id, body: { planDigest: digest } })), `Approved plan ${short(digest)}.`))}
           >
             <p>
@@ -178,7 +186,7 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
           <ConfirmAction
             label="Reject"
             title="Reject this plan"
-            confirmLabel="Reject plan"
+            confirmLabel="Reject plan" onOutcome={setNotice}
             tone="danger"
             reason="Why (recorded with the decision)"
             onConfirm={async (reason) => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/reject', { ...id, body: { reason } })), 'Rejected.'))}
@@ -188,12 +196,12 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
         </>
       )}
       {run.state === 'stale' && (
-        <ConfirmAction label="Replan" title="Plan again" confirmLabel="Replan" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/replan', id)), 'Planning again.'))}>
+        <ConfirmAction label="Replan" title="Plan again" confirmLabel="Replan" onOutcome={setNotice} onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/replan', id)), 'Planning again.'))}>
           <p>The plan expired before it was approved. The host plans the same commit again; the new plan needs its own approval.</p>
         </ConfirmAction>
       )}
       {!ENDED.includes(run.state) && (
-        <ConfirmAction label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
+        <ConfirmAction label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" onOutcome={setNotice} tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
           <p>A run that is applying stops after its current step; one that has not begun applying changes nothing.</p>
         </ConfirmAction>
       )}
