@@ -167,6 +167,8 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
     </p>
   );
   const digest = run.waitingFor?.planDigest ?? run.planDigest;
+  const decidable = (run.state === 'awaiting-approval' && digest) || run.state === 'stale' || run.state === 'queued';
+  if (!decidable && notice === undefined) return null;
   return (
     <section className="card actions" aria-label="Actions">
       {said}
@@ -175,7 +177,8 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
           <ConfirmAction
             label="Approve"
             title="Approve this plan"
-            confirmLabel="Approve plan" onOutcome={setNotice}
+            confirmLabel="Approve plan"
+            onOutcome={setNotice}
             onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/approve', { ...id, body: { planDigest: digest } })), `Approved plan ${short(digest)}.`))}
           >
             <p>
@@ -186,7 +189,8 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
           <ConfirmAction
             label="Reject"
             title="Reject this plan"
-            confirmLabel="Reject plan" onOutcome={setNotice}
+            confirmLabel="Reject plan"
+            onOutcome={setNotice}
             tone="danger"
             reason="Why (recorded with the decision)"
             onConfirm={async (reason) => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/reject', { ...id, body: { reason } })), 'Rejected.'))}
@@ -200,9 +204,9 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
           <p>The plan expired before it was approved. The host plans the same commit again; the new plan needs its own approval.</p>
         </ConfirmAction>
       )}
-      {!ENDED.includes(run.state) && (
+      {run.state === 'queued' && (
         <ConfirmAction label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" onOutcome={setNotice} tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
-          <p>A run that is applying stops after its current step; one that has not begun applying changes nothing.</p>
+          <p>The run ends before it starts and changes nothing. A run that has started can no longer be canceled: reject its plan instead.</p>
         </ConfirmAction>
       )}
     </section>
