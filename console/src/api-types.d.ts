@@ -565,7 +565,7 @@ export interface paths {
         };
         /**
          * List provisioning runs
-         * @description The caller's tenant's runs in the order they were taken in, a page at a time (`?limit=&cursor=`, `nextCursor` while more remain), optionally only those of one environment (`environment`: its id or name) or in one state (`status`). Each run shows its state, what it waits for (`waitingFor`: the stack lock, a runner, a policy check, an approval or a replan) and its plan digest. A token bound to a tenant sees that tenant only; a service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=` (a PlatformAdmin naming none sees every tenant). 400 `REQUEST.INVALID` for a bad filter, `REQUEST.INVALID_CURSOR` for a cursor this API did not give out.
+         * @description The caller's tenant's runs in the order they were taken in (`order=newest`: the newest first), a page at a time (`?limit=&cursor=`, `nextCursor` while more remain; the next page is asked for with the same `order`), optionally only those of one environment (`environment`: its id or name) or in one state (`status`). Each run shows its state, what it waits for (`waitingFor`: the stack lock, a runner, a policy check, an approval or a replan) and its plan digest. A token bound to a tenant sees that tenant only; a service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=` (a PlatformAdmin naming none sees every tenant). 400 `REQUEST.INVALID` for a bad filter, `REQUEST.INVALID_CURSOR` for a cursor this API did not give out.
          */
         get: operations["listRuns"];
         put?: never;
@@ -1537,6 +1537,7 @@ export interface operations {
                 status?: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
                 limit?: number;
                 cursor?: string;
+                order?: "oldest" | "newest";
                 tenant?: string;
             };
             header?: never;

@@ -3,6 +3,7 @@ import { createRoot } from 'react-dom/client';
 import { DriftPage } from './pages/drift';
 import { Fleet } from './pages/fleet';
 import { RunPage } from './pages/run';
+import { RunsPage } from './pages/runs';
 import { SignIn } from './pages/sign-in';
 import { BASE, hrefOf, navigate, routeOf, useRoute, type Route } from './router';
 import { currentSession, signOut } from './session';
@@ -31,6 +32,7 @@ function App() {
         </Link>
         <nav aria-label="Console">
           <Link href={`${BASE}/`}>Fleet</Link>
+          <Link href={hrefOf({ page: 'runs', status: '', environment: '' })}>Runs</Link>
           <Link href={hrefOf({ page: 'drift' })}>Drift</Link>
         </nav>
         {session && (
@@ -65,6 +67,8 @@ function Page({ route }: { route: Route }) {
       return <RunPage runId={route.runId} />;
     case 'drift':
       return <DriftPage />;
+    case 'runs':
+      return <RunsPage status={route.status} environment={route.environment} />;
     case 'sign-in':
       return <SignIn next={route.next} />;
     case 'not-found':
@@ -78,7 +82,7 @@ function Page({ route }: { route: Route }) {
 }
 
 function titleOf(route: Route): string {
-  const titles: Record<Route['page'], string> = { fleet: 'Fleet', drift: 'Drift', run: 'Run', 'sign-in': 'Sign in', 'not-found': 'Not found' };
+  const titles: Record<Route['page'], string> = { fleet: 'Fleet', drift: 'Drift', runs: 'Runs', run: 'Run', 'sign-in': 'Sign in', 'not-found': 'Not found' };
   return route.page === 'run' ? `Run ${route.runId}` : titles[route.page];
 }
 

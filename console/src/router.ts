@@ -6,6 +6,7 @@ export const BASE = '/runtime-cloud/console';
 export type Route =
   | { readonly page: 'fleet' }
   | { readonly page: 'drift' }
+  | { readonly page: 'runs'; readonly status: string; readonly environment: string }
   | { readonly page: 'run'; readonly runId: string }
   | { readonly page: 'sign-in'; readonly next: string }
   | { readonly page: 'not-found'; readonly path: string };
@@ -16,6 +17,10 @@ export function routeOf(location: Location): Route {
   if (parts.length === 0) return { page: 'fleet' };
   if (parts[0] === 'runs' && parts.length === 2 && parts[1]) return { page: 'run', runId: parts[1] };
   if (parts[0] === 'drift' && parts.length === 1) return { page: 'drift' };
+  if (parts[0] === 'runs' && parts.length === 1) {
+    const query = new URLSearchParams(location.search);
+    return { page: 'runs', status: query.get('status') ?? '', environment: query.get('environment') ?? '' };
+  }
   if (parts[0] === 'sign-in' && parts.length === 1) return { page: 'sign-in', next: new URLSearchParams(location.search).get('next') ?? '' };
   return { page: 'not-found', path };
 }
@@ -28,6 +33,12 @@ export function hrefOf(route: Route): string {
       return `${BASE}/runs/${encodeURIComponent(route.runId)}`;
     case 'drift':
       return `${BASE}/drift`;
+    case 'runs': {
+      const query = new URLSearchParams();
+      if (route.status) query.set('status', route.status);
+      if (route.environment) query.set('environment', route.environment);
+      return `${BASE}/runs${query.size ? `?${query.toString()}` : ''}`;
+    }
     case 'sign-in':
       return `${BASE}/sign-in${route.next ? `?next=${encodeURIComponent(route.next)}` : ''}`;
     case 'not-found':

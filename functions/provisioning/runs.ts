@@ -16,6 +16,7 @@ const listQuery = lazySchema((z) =>
     status: z.enum(RUN_STATES).optional(),
     limit: z.coerce.number().int().min(1).max(1000).default(100),
     cursor: z.string().min(1).optional(),
+    order: z.enum(['oldest', 'newest']).default('oldest'),
     tenant: z.string().optional(),
   }),
 );
@@ -24,7 +25,8 @@ export const listRuns = endpoint({
   tag: 'Runs',
   summary: 'List provisioning runs',
   description:
-    "The caller's tenant's runs in the order they were taken in, a page at a time (`?limit=&cursor=`, `nextCursor` while more remain), " +
+    "The caller's tenant's runs in the order they were taken in (`order=newest`: the newest first), a page at a time (`?limit=&cursor=`, " +
+    '`nextCursor` while more remain; the next page is asked for with the same `order`), ' +
     'optionally only those of one environment (`environment`: its id or name) or in one state (`status`). Each run shows its state, ' +
     'what it waits for (`waitingFor`: the stack lock, a runner, a policy check, an approval or a replan) and its plan digest. ' +
     'A token bound to a tenant sees that tenant only; a service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=` ' +
@@ -38,6 +40,7 @@ export const listRuns = endpoint({
     ...(q.environment !== undefined ? { environment: q.environment } : {}),
     ...(q.status !== undefined ? { state: q.status } : {}),
     ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
+    order: q.order,
   });
   return { status: 200, jsonBody: { items: page.items.map(runView), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
 });

@@ -86,7 +86,7 @@ export interface ProvisioningService {
   getRun(tenants: TenantFilter, runId: string): Promise<RunDetail>;
   /** The events written for the run (published or waiting to be), oldest first. */
   runEvents(tenants: TenantFilter, runId: string): Promise<CorrelatedEvent[]>;
-  listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage>;
+  listRuns(tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string; order?: 'oldest' | 'newest' }): Promise<RunPage>;
   /** A rejected message, by its messageId. */
   getRejection(messageId: string): Promise<Rejection | undefined>;
   /**

@@ -47,7 +47,7 @@ async function withQueuePosition(ctx: ProvisioningContext, run: Run): Promise<Ru
   return { ...run, waitingFor: { ...waiting, position: await retryingContention(() => queuePosition(ctx.db, job)) } };
 }
 
-export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string }): Promise<RunPage> {
+export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string; order?: 'oldest' | 'newest' }): Promise<RunPage> {
   const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
   if (query.cursor !== undefined && after === undefined) throw new AppError('REQUEST.INVALID_CURSOR', 'validation', 'the cursor is not one this API gave out');
   const items = await retryingContention(() =>
@@ -56,6 +56,7 @@ export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, 
       ...(query.environment !== undefined ? { environment: query.environment } : {}),
       ...(query.state !== undefined ? { state: query.state } : {}),
       ...(after !== undefined ? { after } : {}),
+      ...(query.order !== undefined ? { order: query.order } : {}),
     }),
   );
   const last = items[items.length - 1];

@@ -168,12 +168,14 @@ export interface RunListQuery {
   /** An environment's id or name. */
   readonly environment?: string;
   readonly state?: RunState;
-  /** Runs with ids after this one. */
+  /** Runs with ids after this one (`newest`: before it). */
   readonly after?: string;
   readonly limit: number;
+  /** `oldest` first (the default: the order they were taken in) or `newest` first. */
+  readonly order?: 'oldest' | 'newest';
 }
 
-/** A page of runs in id order (ids are time-ordered, so this is the order they were taken in). */
+/** A page of runs in id order (ids are time-ordered, so this is the order they were taken in), or the reverse. */
 export async function listRuns(db: Executor, dialect: SqlDialect, tenants: TenantFilter, q: RunListQuery): Promise<Run[]> {
   let query = byTenant(db.selectFrom('provisioning_runs').select(RUN_COLUMNS), tenants);
   if (q.environment !== undefined) {
@@ -181,8 +183,9 @@ export async function listRuns(db: Executor, dialect: SqlDialect, tenants: Tenan
     query = query.where((eb) => eb.or([eb('environment_id', '=', environment), eb('environment_name', '=', environment)]));
   }
   if (q.state !== undefined) query = query.where('state', '=', q.state);
-  if (q.after !== undefined) query = query.where('id', '>', q.after);
-  return (await firstRows(query.orderBy('id'), dialect, q.limit).execute()).map(runRowToRun);
+  const newest = q.order === 'newest';
+  if (q.after !== undefined) query = query.where('id', newest ? '<' : '>', q.after);
+  return (await firstRows(query.orderBy('id', newest ? 'desc' : 'asc'), dialect, q.limit).execute()).map(runRowToRun);
 }
 
 export interface RunChange {

@@ -240,6 +240,14 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
       await operator.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
       await expectAccessible(operator, `run ${width}`);
       await screenshot(operator, `run-${width}`);
+      await operator.goto(new URL('/runtime-cloud/console/runs', host.url).href);
+      await operator.getByRole('heading', { name: /^\d+ runs?/ }).waitFor();
+      // The production run and the reconciliation run, newest first; a filter is part of the page's URL.
+      expect(await operator.locator('tbody tr').count()).toBeGreaterThanOrEqual(2);
+      await operator.getByLabel('State').selectOption('applied');
+      await operator.waitForURL(/\/runs\?status=applied$/);
+      await expectAccessible(operator, `runs ${width}`);
+      await screenshot(operator, `runs-${width}`);
       await operator.goto(new URL('/runtime-cloud/console/drift', host.url).href);
       await operator.getByRole('heading', { name: 'Open proposals by cause' }).waitFor();
       await expectAccessible(operator, `drift ${width}`);

@@ -1025,8 +1025,13 @@ for (const dialect of REPOSITORY_DIALECTS) {
       const superseded = await service.listRuns(ALL, { environment: environmentId, state: 'superseded', limit: 10 });
       const applied = await service.listRuns(ALL, { environment: environmentId, state: 'applied', limit: 10 });
       const otherTenant = await service.listRuns({ kind: 'one', tenant: 'someone-else' }, { environment: environmentId, limit: 10 });
+      const newestOne = await service.listRuns(demoTeam, { environment: environmentId, limit: 2, order: 'newest' });
+      const newestTwo = await service.listRuns(demoTeam, { environment: environmentId, limit: 2, order: 'newest', cursor: newestOne.nextCursor ?? '' });
 
       // Assert
+      expect(newestOne.items.map((r) => r.id)).toEqual([ids[2], ids[1]]);
+      expect(newestTwo.items.map((r) => r.id)).toEqual([ids[0]]);
+      expect(newestTwo.nextCursor).toBeUndefined();
       expect(pageOne.items.map((r) => r.id)).toEqual(ids.slice(0, 2));
       expect(pageOne.nextCursor).toBeDefined();
       expect(pageTwo.items.map((r) => r.id)).toEqual(ids.slice(2));

@@ -18,8 +18,7 @@ async function allEnvironments(): Promise<Environment[]> {
 }
 
 async function recentRuns(): Promise<Run[]> {
-  // The API pages runs in the order they were taken in: the largest page holds the newest of a small fleet.
-  const page = await read<Page<Run>>(client.GET('/runtime-cloud/runs', { params: { query: { limit: 1000 } }, ...AS_TEXT }));
+  const page = await read<Page<Run>>(client.GET('/runtime-cloud/runs', { params: { query: { limit: 500, order: 'newest' } }, ...AS_TEXT }));
   return [...page.items].sort((a, b) => b.updatedAt.localeCompare(a.updatedAt));
 }
 
