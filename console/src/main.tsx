@@ -1,8 +1,10 @@
 import { StrictMode, useEffect } from 'react';
 import { createRoot } from 'react-dom/client';
+import { CapacityPage } from './pages/capacity';
 import { Fleet } from './pages/fleet';
 import { RunPage } from './pages/run';
 import { SignIn } from './pages/sign-in';
+import { StackPage } from './pages/stack';
 import { BASE, hrefOf, navigate, routeOf, useRoute, type Route } from './router';
 import { currentSession, signOut } from './session';
 import { Link } from './ui';
@@ -30,6 +32,7 @@ function App() {
         </Link>
         <nav aria-label="Console">
           <Link href={`${BASE}/`}>Fleet</Link>
+          <Link href={hrefOf({ page: 'capacity' })}>Capacity</Link>
         </nav>
         {session && (
           <div className="who">
@@ -61,6 +64,10 @@ function Page({ route }: { route: Route }) {
       return <Fleet />;
     case 'run':
       return <RunPage runId={route.runId} />;
+    case 'capacity':
+      return <CapacityPage />;
+    case 'stack':
+      return <StackPage tenant={route.tenant} project={route.project} stack={route.stack} />;
     case 'sign-in':
       return <SignIn next={route.next} />;
     case 'not-found':
@@ -74,7 +81,20 @@ function Page({ route }: { route: Route }) {
 }
 
 function titleOf(route: Route): string {
-  return route.page === 'run' ? `Run ${route.runId}` : route.page === 'sign-in' ? 'Sign in' : route.page === 'fleet' ? 'Fleet' : 'Not found';
+  switch (route.page) {
+    case 'fleet':
+      return 'Fleet';
+    case 'run':
+      return `Run ${route.runId}`;
+    case 'capacity':
+      return 'Capacity and runners';
+    case 'stack':
+      return `Stack ${route.tenant}/${route.project}/${route.stack}`;
+    case 'sign-in':
+      return 'Sign in';
+    case 'not-found':
+      return 'Not found';
+  }
 }
 
 createRoot(document.getElementById('root')!).render(

@@ -1,7 +1,8 @@
 import { useState } from 'react';
 import { AS_TEXT, client, read } from '../api';
+import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
-import { ConfirmAction, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
+import { ConfirmAction, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
 import type { PlanStep, Run, RunEvent } from '../views';
 
 const ENDED = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
@@ -30,7 +31,7 @@ export function RunPage({ runId }: { runId: string }) {
         </h1>
         <StateBadge state={run.state} />
         <p className="muted">
-          {run.qualifiedStack} · {run.tenant} · requested by {run.requestedBy ?? 'unknown'} · <code>{run.runId}</code>
+          <StackLink qualifiedStack={run.qualifiedStack} /> · {run.tenant} · requested by {run.requestedBy ?? 'unknown'} · <code>{run.runId}</code>
         </p>
       </header>
       <StageRail run={run} />
@@ -84,6 +85,12 @@ export function RunPage({ runId }: { runId: string }) {
       </section>
     </>
   );
+}
+
+/** The run's stack, linked to its page; a run refused before its project was read names none. */
+function StackLink({ qualifiedStack }: { qualifiedStack: string | undefined }) {
+  const route = stackRoute(qualifiedStack);
+  return route ? <Link href={hrefOf(route)}>{qualifiedStack}</Link> : <>{qualifiedStack ?? 'no stack'}</>;
 }
 
 function short(digest: string): string {
@@ -152,6 +159,8 @@ function Waiting({ run }: { run: Run }) {
 
 function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
   const session = currentSession();
+  // What the last action did, said here: the button that did it may be gone once the run has moved on.
+  const [said, setSaid] = useState<string>();
   // Observers read; deciding on a run takes an Operator (the API refuses anyone else whatever the console shows).
   if (!session || session.role === 'Observer') return null;
   const id = { params: { path: { id: run.runId } }, ...AS_TEXT };
@@ -165,6 +174,7 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
       {run.state === 'awaiting-approval' && digest && (
         <>
           <ConfirmAction
+            onSaid={setSaid}
             label="Approve"
             title="Approve this plan"
             confirmLabel="Approve plan"
@@ -176,6 +186,7 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
             </p>
           </ConfirmAction>
           <ConfirmAction
+            onSaid={setSaid}
             label="Reject"
             title="Reject this plan"
             confirmLabel="Reject plan"
@@ -188,14 +199,19 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
         </>
       )}
       {run.state === 'stale' && (
-        <ConfirmAction label="Replan" title="Plan again" confirmLabel="Replan" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/replan', id)), 'Planning again.'))}>
+        <ConfirmAction onSaid={setSaid} label="Replan" title="Plan again" confirmLabel="Replan" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/replan', id)), 'Planning again.'))}>
           <p>The plan expired before it was approved. The host plans the same commit again; the new plan needs its own approval.</p>
         </ConfirmAction>
       )}
       {!ENDED.includes(run.state) && (
-        <ConfirmAction label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
+        <ConfirmAction onSaid={setSaid} label="Cancel run" title="Cancel this run" confirmLabel="Cancel run" tone="danger" onConfirm={async () => done((await read<unknown>(client.POST('/runtime-cloud/runs/{id}/cancel', id)), 'Canceled.'))}>
           <p>A run that is applying stops after its current step; one that has not begun applying changes nothing.</p>
         </ConfirmAction>
+      )}
+      {said && (
+        <p className="outcome" role="status">
+          {said}
+        </p>
       )}
     </section>
   );
