@@ -1,10 +1,12 @@
 import { StrictMode, useEffect } from 'react';
 import { createRoot } from 'react-dom/client';
 import { DriftPage } from './pages/drift';
+import { CapacityPage } from './pages/capacity';
 import { Fleet } from './pages/fleet';
 import { RunPage } from './pages/run';
 import { RunsPage } from './pages/runs';
 import { SignIn } from './pages/sign-in';
+import { StackPage } from './pages/stack';
 import { BASE, hrefOf, navigate, routeOf, useRoute, type Route } from './router';
 import { currentSession, signOut } from './session';
 import { Link } from './ui';
@@ -34,6 +36,7 @@ function App() {
           <Link href={`${BASE}/`}>Fleet</Link>
           <Link href={hrefOf({ page: 'runs', status: '', environment: '' })}>Runs</Link>
           <Link href={hrefOf({ page: 'drift' })}>Drift</Link>
+          <Link href={hrefOf({ page: 'capacity' })}>Capacity</Link>
         </nav>
         {session && (
           <div className="who">
@@ -69,6 +72,10 @@ function Page({ route }: { route: Route }) {
       return <DriftPage />;
     case 'runs':
       return <RunsPage status={route.status} environment={route.environment} />;
+    case 'capacity':
+      return <CapacityPage />;
+    case 'stack':
+      return <StackPage tenant={route.tenant} project={route.project} stack={route.stack} />;
     case 'sign-in':
       return <SignIn next={route.next} />;
     case 'not-found':
@@ -82,8 +89,17 @@ function Page({ route }: { route: Route }) {
 }
 
 function titleOf(route: Route): string {
-  const titles: Record<Route['page'], string> = { fleet: 'Fleet', drift: 'Drift', runs: 'Runs', run: 'Run', 'sign-in': 'Sign in', 'not-found': 'Not found' };
-  return route.page === 'run' ? `Run ${route.runId}` : titles[route.page];
+  const titles: Record<Exclude<Route['page'], 'run' | 'stack'>, string> = {
+    fleet: 'Fleet',
+    runs: 'Runs',
+    drift: 'Drift',
+    capacity: 'Capacity and runners',
+    'sign-in': 'Sign in',
+    'not-found': 'Not found',
+  };
+  if (route.page === 'run') return `Run ${route.runId}`;
+  if (route.page === 'stack') return `Stack ${route.tenant}/${route.project}/${route.stack}`;
+  return titles[route.page];
 }
 
 createRoot(document.getElementById('root')!).render(

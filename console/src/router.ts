@@ -8,6 +8,8 @@ export type Route =
   | { readonly page: 'drift' }
   | { readonly page: 'runs'; readonly status: string; readonly environment: string }
   | { readonly page: 'run'; readonly runId: string }
+  | { readonly page: 'capacity' }
+  | { readonly page: 'stack'; readonly tenant: string; readonly project: string; readonly stack: string }
   | { readonly page: 'sign-in'; readonly next: string }
   | { readonly page: 'not-found'; readonly path: string };
 
@@ -21,6 +23,8 @@ export function routeOf(location: Location): Route {
     const query = new URLSearchParams(location.search);
     return { page: 'runs', status: query.get('status') ?? '', environment: query.get('environment') ?? '' };
   }
+  if (parts[0] === 'capacity' && parts.length === 1) return { page: 'capacity' };
+  if (parts[0] === 'stacks' && parts.length === 4 && parts[1] && parts[2] && parts[3]) return { page: 'stack', tenant: parts[1], project: parts[2], stack: parts[3] };
   if (parts[0] === 'sign-in' && parts.length === 1) return { page: 'sign-in', next: new URLSearchParams(location.search).get('next') ?? '' };
   return { page: 'not-found', path };
 }
@@ -39,11 +43,21 @@ export function hrefOf(route: Route): string {
       if (route.environment) query.set('environment', route.environment);
       return `${BASE}/runs${query.size ? `?${query.toString()}` : ''}`;
     }
+    case 'capacity':
+      return `${BASE}/capacity`;
+    case 'stack':
+      return `${BASE}/stacks/${[route.tenant, route.project, route.stack].map(encodeURIComponent).join('/')}`;
     case 'sign-in':
       return `${BASE}/sign-in${route.next ? `?next=${encodeURIComponent(route.next)}` : ''}`;
     case 'not-found':
       return `${BASE}${route.path}`;
   }
+}
+
+/** The page of a stack named `tenant/project/stack` (a run's or an environment's `qualifiedStack`), if it is one. */
+export function stackRoute(qualifiedStack: string | undefined): Route | undefined {
+  const [tenant, project, stack, ...more] = (qualifiedStack ?? '').split('/');
+  return tenant && project && stack && more.length === 0 ? { page: 'stack', tenant, project, stack } : undefined;
 }
 
 export function navigate(href: string): void {

@@ -19,6 +19,18 @@ export function Link({ href, children, className }: { href: string; children: Re
   );
 }
 
+/**
+ * A table that scrolls sideways where the screen is narrower than it: focusable, so that a keyboard can scroll it too
+ * (axe's scrollable-region-focusable), and named by its section's heading.
+ */
+export function TableScroll({ labelledBy, children }: { labelledBy: string; children: ReactNode }) {
+  return (
+    <div className="table-scroll" tabIndex={0} role="group" aria-labelledby={labelledBy}>
+      {children}
+    </div>
+  );
+}
+
 /** What the API said went wrong: the problem's title and detail, never a blank screen. */
 export function ProblemBox({ problem, onRetry }: { problem: unknown; onRetry?: () => void }) {
   const known = problem instanceof Problem ? problem : new Problem(0, 'Something went wrong', problem instanceof Error ? problem.message : String(problem));
@@ -78,6 +90,13 @@ const STATE_TONES: Record<string, string> = {
   queued: 'busy',
   planning: 'busy',
   applying: 'busy',
+  active: 'busy',
+  released: 'muted',
+  expired: 'warn',
+  locked: 'wait',
+  'not-locked': 'muted',
+  online: 'good',
+  offline: 'muted',
 };
 
 export function StateBadge({ state, label }: { state: string; label?: string }) {
@@ -102,9 +121,36 @@ export function relative(deltaMs: number): string {
   return future ? `in ${value} ${unit}` : seconds < 5 ? 'just now' : `${value} ${unit} ago`;
 }
 
+/** The time now, read again every `ms` while the page is shown: what a countdown renders from. */
+export function useNow(ms = 1000): number {
+  const [now, setNow] = useState(() => Date.now());
+  useEvery(ms, () => setNow(Date.now()));
+  return now;
+}
+
+/** The time left until `until` as of `now` ("4 min 05 s left"), or "expired" once it has passed; the exact time on hover. */
+export function Countdown({ until, now }: { until: string; now: number }) {
+  const left = new Date(until).getTime() - now;
+  return (
+    <time dateTime={until} title={new Date(until).toLocaleString()} className="countdown">
+      {left > 0 ? `${duration(left)} left` : 'expired'}
+    </time>
+  );
+}
+
+export function duration(ms: number): string {
+  const seconds = Math.ceil(ms / 1000);
+  const two = (n: number) => String(n).padStart(2, '0');
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${two(seconds % 60)} s`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${two(Math.floor((seconds % 3600) / 60))} min`;
+  return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
+}
+
 /**
  * A button whose action changes something: it asks first (saying exactly what will be sent), then shows how it went.
- * `fields` lets the dialog ask for a reason.
+ * `reason` lets the dialog ask for a reason. `onOutcome` hands the outcome to the page to show instead, for a button
+ * that the action itself takes off the page (an approved run has no Approve button), which would take its outcome with it.
  */
 export function ConfirmAction({
   label,
@@ -123,7 +169,6 @@ export function ConfirmAction({
   reason?: string;
   tone?: 'primary' | 'danger' | 'plain';
   onConfirm: (reason: string) => Promise<ReactNode>;
-  /** Where the outcome is shown when the action removes its own button (a proposal that is no longer open): the page. */
   onOutcome?: (outcome: ReactNode) => void;
 }) {
   const dialog = useRef<HTMLDialogElement>(null);

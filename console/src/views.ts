@@ -1,7 +1,8 @@
 /**
  * The fields of the API's views that the console reads. openapi.json describes requests but not yet response bodies,
  * so these are written from the views the host answers with (shared/provisioning/run-queries.service.ts,
- * shared/inventory/environments): a field the console reads that the host stops sending shows as missing, never
+ * shared/inventory/environments; functions/capacity/lease-view.ts, shared/capacity/capacity.context.ts
+ * `CapacitySummary`, shared/provisioning/runner-pools.service.ts, functions/provisioning/stacks.ts): a field the console reads that the host stops sending shows as missing, never
  * as a wrong value, since every optional field is read as optional.
  */
 export type RunState = 'queued' | 'planning' | 'awaiting-approval' | 'applying' | 'stale' | 'applied' | 'failed' | 'rejected' | 'superseded' | 'canceled';
@@ -131,4 +132,76 @@ export interface IgnoreRule {
   readonly owner: string;
   readonly expiresAt: string;
   readonly holdsOnApply: boolean;
+}
+
+/** GET /runtime-cloud/capacity: pools are the installation's; `tenants` holds only the tenants the caller may see. */
+export interface CapacitySummary {
+  readonly kinds: readonly { readonly kind: string; readonly capacity: number; readonly used: number; readonly free: number }[];
+  readonly pools: readonly CapacityPool[];
+  readonly tenants?: readonly TenantUse[];
+}
+
+export interface CapacityPool {
+  readonly id: string;
+  readonly kind: string;
+  readonly target: string;
+  readonly capacity: number;
+  readonly min: number;
+  readonly max: number;
+  readonly labels: Record<string, string>;
+  /** The provisioning stack that sizes the pool, `tenant/project/stack`. */
+  readonly iacStack?: string;
+  readonly used: number;
+  readonly free: number;
+}
+
+/** A tenant's use of each kind against its edition's quota; `limit` null: the edition grants none of the kind. */
+export interface TenantUse {
+  readonly tenant: string;
+  readonly edition: string;
+  readonly usage: readonly { readonly kind: string; readonly used: number; readonly limit: number | null }[];
+}
+
+/** `state` is the effective state: an active lease past its expiry is expired before the sweep marks it. */
+export interface Lease {
+  readonly leaseId: string;
+  readonly tenant: string;
+  readonly kind: string;
+  readonly pool: string;
+  readonly units: number;
+  readonly holder: string;
+  readonly fencingToken: number;
+  readonly grantedAt: string;
+  readonly expiresAt: string;
+  readonly renewedAt?: string;
+  readonly state: 'active' | 'released' | 'expired';
+}
+
+export interface RunnerPool {
+  readonly pool: string;
+  readonly target: string;
+  readonly engine: string;
+  readonly capacityPool: string;
+  readonly tenants: readonly string[];
+  readonly agentsOnline: number;
+  readonly jobsRunning: number;
+  readonly jobsWaiting: number;
+}
+
+export interface RunnerAgent {
+  readonly agent: string;
+  readonly online: boolean;
+  readonly jobId?: string;
+  readonly lastHeartbeat: string;
+}
+
+/** GET …/stacks/{project}/{stack}/lock; `version` is the lock's fencing token, and what unlock names. */
+export interface StackLock {
+  readonly stack: string;
+  readonly holderRun: string;
+  readonly holderHost: string;
+  readonly acquiredAt: string;
+  readonly expiresAt: string;
+  readonly version: number;
+  readonly expired: boolean;
 }

@@ -1,5 +1,5 @@
 import { AS_TEXT, client, read } from '../api';
-import { hrefOf } from '../router';
+import { hrefOf, stackRoute } from '../router';
 import { fleetOf, STANDING_LABELS, STANDINGS, type FleetEntry } from '../standing';
 import { Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
 import type { Environment, Page, Run } from '../views';
@@ -92,6 +92,7 @@ function EnvironmentTable({ entries }: { entries: readonly FleetEntry[] }) {
             <tr key={entry.key}>
               <th scope="row">
                 {entry.name} <span className="muted">{entry.tenant} · {entry.tier}</span>
+                <StackCell qualifiedStack={entry.qualifiedStack} />
               </th>
               <td>
                 <StateBadge state={entry.standing === 'waiting-for-approval' ? 'awaiting-approval' : entry.standing === 'needs-attention' ? 'failed' : entry.standing} label={STANDING_LABELS[entry.standing]} />
@@ -109,4 +110,10 @@ function EnvironmentTable({ entries }: { entries: readonly FleetEntry[] }) {
       </table>
     </div>
   );
+}
+
+function StackCell({ qualifiedStack }: { qualifiedStack: string }) {
+  if (!qualifiedStack) return null;
+  const route = stackRoute(qualifiedStack);
+  return <span className="row-link">stack {route ? <Link href={hrefOf(route)}>{qualifiedStack}</Link> : qualifiedStack}</span>;
 }

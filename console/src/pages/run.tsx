@@ -1,7 +1,8 @@
 import { useState, type ReactNode } from 'react';
 import { AS_TEXT, client, read } from '../api';
+import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
-import { ConfirmAction, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
+import { ConfirmAction, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
 import type { PlanStep, Run, RunEvent } from '../views';
 
 const ENDED = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
@@ -30,7 +31,7 @@ export function RunPage({ runId }: { runId: string }) {
         </h1>
         <StateBadge state={run.state} />
         <p className="muted">
-          {run.qualifiedStack} · {run.tenant} · requested by {run.requestedBy ?? 'unknown'} · <code>{run.runId}</code>
+          <StackLink qualifiedStack={run.qualifiedStack} /> · {run.tenant} · requested by {run.requestedBy ?? 'unknown'} · <code>{run.runId}</code>
         </p>
       </header>
       <StageRail run={run} />
@@ -84,6 +85,12 @@ export function RunPage({ runId }: { runId: string }) {
       </section>
     </>
   );
+}
+
+/** The run's stack, linked to its page; a run refused before its project was read names none. */
+function StackLink({ qualifiedStack }: { qualifiedStack: string | undefined }) {
+  const route = stackRoute(qualifiedStack);
+  return route ? <Link href={hrefOf(route)}>{qualifiedStack}</Link> : <>{qualifiedStack ?? 'no stack'}</>;
 }
 
 function short(digest: string): string {

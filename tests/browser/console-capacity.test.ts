@@ -1,0 +1,238 @@
+import * as fs from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createSqlStore } from '../../shared/platform/sql/database';
+import { acquireStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
+import { ARTIFACTS, browserAvailable, launchChromium, screenshot, seriousViolations } from '../support/browser';
+import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+import { eventually } from '../support/eventually';
+
+/**
+ * The console's capacity and stack pages in Debian's chromium, against `runtime-cloud start` on a temporary state
+ * dir: the local pools and a tenant's leases (never another tenant's), the example production stack after its
+ * promotion was applied, a stack lock held by a hung host as an Observer and a PlatformAdmin see it, accessibility
+ * (axe-core) and screenshots of both pages at 1280 px and 390 px (tests/artifacts/console).
+ */
+const WIDTHS = [1280, 390] as const;
+const SCENARIO_MS = 90_000;
+const LOCAL_POOLS = ['local-attempt', 'local-browser-session', 'local-build', 'local-runner', 'local-sandbox'];
+const PRODUCTION_STACK = 'demo-team/demo-app/production';
+
+interface GrantedLease {
+  readonly leaseId: string;
+  readonly tenant: string;
+  readonly fencingToken: number;
+  readonly expiresAt: string;
+}
+
+describe.runIf(browserAvailable())('the console capacity and stack pages in chromium (a real host on a temporary state dir)', () => {
+  const stateDir = fs.mkdtempSync(join(tmpdir(), 'rch-console-capacity-'));
+  let host: RunningChild;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  let admin: string;
+  let runId: string;
+
+  beforeAll(async () => {
+    // This file's screenshots only: tests/browser/console.test.ts writes its own beside them, maybe at the same time.
+    for (const name of fs.existsSync(ARTIFACTS) ? fs.readdirSync(ARTIFACTS) : []) {
+      if (/^(capacity|stack)-/.test(name)) fs.rmSync(join(ARTIFACTS, name), { force: true });
+    }
+    [host, browser] = await Promise.all([startChildHost(stateDir), launchChromium()]);
+    admin = await cli('token', '--role', 'PlatformAdmin');
+  }, 120_000);
+  afterAll(async () => {
+    await browser?.close();
+    await host?.stop();
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  });
+  afterEach(async (test) => {
+    if (test.task.result?.state === 'fail' && page) await screenshot(page, `failed-${test.task.name.slice(0, 60).replace(/\W+/g, '-')}`).catch(() => undefined);
+    await context?.close();
+  });
+
+  async function cli(...args: string[]): Promise<string> {
+    const result = await runCli([...args, '--state-dir', stateDir]);
+    expect(result.code).toBe(0);
+    return result.stdout.trim();
+  }
+
+  /** A new browser (no session) signed in as the person through the console's sign-in page; tenant '' is across tenants. */
+  async function signIn(name: string, role: string, tenant = 'demo-team', width: number = WIDTHS[0]): Promise<Page> {
+    context = await browser.newContext({ viewport: { width, height: 900 } });
+    page = await context.newPage();
+    await page.goto(new URL('/runtime-cloud/console/', host.url).href);
+    await page.waitForURL(/\/sign-in/);
+    await page.getByLabel('Your name').fill(name);
+    await page.getByLabel('Role').selectOption(role);
+    await page.getByLabel(/^Tenant/).fill(tenant);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Fleet', level: 1 }).waitFor();
+    return page;
+  }
+
+  async function open(page: Page, path: string, heading: string | RegExp): Promise<void> {
+    await page.goto(new URL(`/runtime-cloud/console${path}`, host.url).href);
+    await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+  }
+
+  /** A lease granted through the API as a worker of the tenant would take it (a service token with the lease scope). */
+  async function grant(tenant: string, holder: string): Promise<GrantedLease> {
+    const token = await cli('token', '--tenant', tenant, '--scope', 'factory.capacity.lease');
+    const response = await fetch(new URL('/runtime-cloud/leases', host.url), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'attempt', ttlSeconds: 600, holder }),
+    });
+    expect(response.status).toBe(201);
+    return (await response.json()) as GrantedLease;
+  }
+
+  async function api<T>(path: string, token: string, init: RequestInit = {}): Promise<{ status: number; body: T }> {
+    const response = await fetch(new URL(path, host.url), { ...init, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...init.headers } });
+    return { status: response.status, body: (await response.json()) as T };
+  }
+
+  async function expectAccessible(page: Page, view: string): Promise<void> {
+    const violations = await seriousViolations(page);
+    expect(violations.map((v) => `${view}: ${v.id} (${v.impact}) ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+  }
+
+  it("when a lease is granted to each of two tenants under one holder name, then tenant A's operator sees the local pools with used and free, its quota, and its own lease with a countdown that ticks, never tenant B's", async () => {
+    // Arrange
+    const mine = await grant('demo-team', 'worker-shared');
+    const theirs = await grant('demo-free', 'worker-shared');
+    const operator = await signIn('operator-1', 'Operator', 'demo-team');
+
+    // Act
+    await operator.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Capacity' }).click();
+    await operator.getByRole('heading', { name: 'Capacity and runners', level: 1 }).waitFor();
+
+    // Assert: every local pool with its use; both tenants' leases came from the shared local-attempt pool.
+    const pools = operator.getByRole('region', { name: 'Pools', exact: true });
+    for (const pool of LOCAL_POOLS) await pools.getByRole('row', { name: new RegExp(`^${pool}\\b`) }).waitFor();
+    const attempt = pools.getByRole('row', { name: /^local-attempt\b/ }).getByRole('cell');
+    await expect.poll(async () => (await attempt.nth(1).textContent())?.trim()).toBe('2');
+    expect((await attempt.nth(2).textContent())?.trim()).toBe('48');
+    const quota = operator.getByRole('region', { name: 'Quota use by tenant' });
+    expect(await quota.getByRole('row', { name: /^demo-team/ }).textContent()).toContain('1 of 20');
+
+    // Assert: its own lease with holder, state and fencing token, and a countdown that ticks; nothing of tenant B.
+    const leases = operator.getByRole('region', { name: 'Leases' });
+    const row = leases.getByRole('row', { name: /^worker-shared/ });
+    await row.waitFor();
+    expect(await row.count()).toBe(1);
+    expect(await row.getByRole('rowheader').textContent()).toContain(mine.leaseId);
+    expect(await row.getByRole('cell').nth(0).textContent()).toBe('active');
+    expect(await row.getByRole('cell').nth(3).textContent()).toBe(String(mine.fencingToken));
+    const countdown = row.locator('time.countdown');
+    const before = (await countdown.textContent()) ?? '';
+    expect(before).toMatch(/^\d+ min \d{2} s left$/);
+    await expect.poll(() => countdown.textContent(), { timeout: 5_000 }).not.toBe(before);
+    const text = (await operator.locator('main').textContent()) ?? '';
+    expect(text).not.toContain(theirs.leaseId);
+    expect(text).not.toContain('demo-free');
+  }, SCENARIO_MS);
+
+  it("when the example's production promotion was approved and applied, then its stack page, reached from the fleet and from the run, shows the run and that nothing holds the lock", async () => {
+    // Arrange: the promotion arrives as the factory sends it; a second person approves its plan through the API.
+    const promotion = JSON.parse(await cli('example', 'promotion', 'production')) as unknown;
+    const sent = await api('/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { method: 'POST', body: JSON.stringify({ body: promotion }) });
+    expect(sent.status).toBe(201);
+    const approver = await cli('token', '--role', 'Operator', '--tenant', 'demo-team', '--subject', 'operator-2');
+    const waiting = await eventually(async () => {
+      const runs = await api<{ items: { runId: string; state: string; planDigest?: string }[] }>('/runtime-cloud/runs', approver);
+      return runs.body.items.find((r) => r.state === 'awaiting-approval');
+    });
+    runId = waiting.runId;
+    const approved = await api(`/runtime-cloud/runs/${runId}/approve`, approver, { method: 'POST', body: JSON.stringify({ planDigest: waiting.planDigest }) });
+    expect(approved.status).toBe(200);
+    await eventually(async () => ((await api<{ state: string }>(`/runtime-cloud/runs/${runId}`, approver)).body.state === 'applied' ? true : undefined));
+    const observer = await signIn('observer-1', 'Observer');
+
+    // Act: from the fleet's row of the environment to its stack.
+    await observer.getByRole('region', { name: 'All environments' }).getByRole('link', { name: PRODUCTION_STACK }).click();
+    await observer.getByRole('heading', { name: 'Stack demo-app/production', level: 1 }).waitFor();
+
+    // Assert
+    const lock = observer.getByRole('region', { name: 'Lock' });
+    await expect.poll(() => lock.textContent()).toContain('not locked');
+    const run = observer.getByRole('region', { name: 'Runs' }).getByRole('row', { name: new RegExp(runId) });
+    expect(await run.getByRole('cell').nth(0).textContent()).toBe('applied');
+    expect(await observer.getByRole('region', { name: 'Environment' }).getByRole('row', { name: /^production/ }).textContent()).toContain('in sync');
+    expect(await observer.getByRole('button', { name: 'Break lock' }).count()).toBe(0);
+
+    // Act and assert: the run page's header links to the same stack page.
+    await open(observer, `/runs/${encodeURIComponent(runId)}`, /→ production/);
+    await observer.locator('.page-header').getByRole('link', { name: PRODUCTION_STACK }).click();
+    await observer.getByRole('heading', { name: 'Stack demo-app/production', level: 1 }).waitFor();
+    expect(new URL(observer.url()).pathname).toBe('/runtime-cloud/console/stacks/demo-team/demo-app/production');
+  }, SCENARIO_MS);
+
+  it('when a hung host holds a stack lock, then an Observer sees its holder and fencing token and no break button, and a PlatformAdmin breaks it through the console with a reason', async () => {
+    // Arrange: a run of a host that died holds the development stack (as two hosts on one store would leave it).
+    const store = createSqlStore({ dialect: 'sqlite', connection: join(stateDir, 'runtime-cloud.sqlite') });
+    const taken = await acquireStackLock(provisioningDb(store.db), store.dialect, {
+      stack: { tenant: 'demo-team', project: 'demo-app', stack: 'development' },
+      run: 'run-of-a-hung-host',
+      host: 'hung-host',
+      now: Date.now(),
+      ttlMs: 600_000,
+    }).finally(() => store.close());
+    expect(taken.acquired).toBe(true);
+    const version = taken.acquired ? taken.lock.version : 0;
+    const observer = await signIn('observer-1', 'Observer');
+
+    // Act
+    await open(observer, '/stacks/demo-team/demo-app/development', 'Stack demo-app/development');
+
+    // Assert: the Observer reads who holds it, and has no way to break it.
+    const lock = observer.getByRole('region', { name: 'Lock' });
+    await expect.poll(() => lock.textContent()).toContain('run-of-a-hung-host');
+    expect(await lock.textContent()).toContain(`Fencing token${version} (the lock's version)`);
+    expect(await lock.locator('time.countdown').textContent()).toMatch(/left$/);
+    expect(await observer.getByRole('button', { name: 'Break lock' }).count()).toBe(0);
+
+    // Act: a PlatformAdmin across tenants breaks it, giving why.
+    await context.close();
+    const platform = await signIn('admin-1', 'PlatformAdmin', '');
+    await open(platform, '/stacks/demo-team/demo-app/development', 'Stack demo-app/development');
+    await platform.getByRole('button', { name: 'Break lock' }).click();
+    const dialog = platform.getByRole('dialog', { name: "Break this stack's lock" });
+    expect(await dialog.textContent()).toContain('run-of-a-hung-host');
+    await dialog.getByLabel('Why (recorded with the break)').fill('its host died mid-plan');
+    await dialog.getByRole('button', { name: 'Break lock' }).click();
+
+    // Assert: said on the page, gone in the API.
+    await platform.getByRole('status').filter({ hasText: `Broke lock version ${version} of run run-of-a-hung-host` }).first().waitFor();
+    await expect.poll(() => platform.getByRole('region', { name: 'Lock' }).textContent()).toContain('not locked');
+    const after = await api<{ code: string }>('/runtime-cloud/tenants/demo-team/stacks/demo-app/development/lock', admin);
+    expect(after.status).toBe(404);
+    expect(after.body.code).toBe('PROVISIONING.STACK_NOT_LOCKED');
+  }, SCENARIO_MS);
+
+  it('both pages at 1280 px and 390 px: screenshots, and no serious or critical axe violation', async () => {
+    expect(runId).toBeTruthy();
+    for (const width of WIDTHS) {
+      // Arrange
+      const operator = await signIn('operator-1', 'Operator', 'demo-team', width);
+
+      // Act and assert: each page with what it shows loaded.
+      await open(operator, '/capacity', 'Capacity and runners');
+      await operator.getByRole('region', { name: 'Leases' }).getByRole('row', { name: /^worker-shared/ }).waitFor();
+      await operator.getByRole('region', { name: 'Runner pools' }).getByText(/^local-runner\.demo-team|^No runner pool/).first().waitFor();
+      await expectAccessible(operator, `capacity ${width}`);
+      await screenshot(operator, `capacity-${width}`);
+      await open(operator, '/stacks/demo-team/demo-app/production', 'Stack demo-app/production');
+      await operator.getByRole('region', { name: 'Runs' }).getByRole('row', { name: new RegExp(runId) }).waitFor();
+      await expectAccessible(operator, `stack ${width}`);
+      await screenshot(operator, `stack-${width}`);
+      const overflow = await operator.evaluate<number>('document.documentElement.scrollWidth - document.documentElement.clientWidth');
+      expect(overflow, `horizontal overflow at ${width} px`).toBeLessThanOrEqual(0);
+      await context.close();
+    }
+  }, SCENARIO_MS);
+});
