@@ -1,12 +1,9 @@
-import * as fs from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createSqlStore } from '../../shared/platform/sql/database';
 import { acquireStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { ARTIFACTS, browserAvailable, launchChromium, screenshot, seriousViolations } from '../support/browser';
-import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '../support/browser';
 import { eventually } from '../support/eventually';
 
 /**
@@ -28,61 +25,22 @@ interface GrantedLease {
 }
 
 describe.runIf(browserAvailable())('the console capacity and stack pages in chromium (a real host on a temporary state dir)', () => {
-  const stateDir = fs.mkdtempSync(join(tmpdir(), 'rch-console-capacity-'));
-  let host: RunningChild;
-  let browser: Browser;
-  let context: BrowserContext;
-  let page: Page;
-  let admin: string;
+  const ui = new ConsoleUnderTest('console-capacity', /^(capacity|stack)-/);
   let runId: string;
 
-  beforeAll(async () => {
-    // This file's screenshots only: tests/browser/console.test.ts writes its own beside them, maybe at the same time.
-    for (const name of fs.existsSync(ARTIFACTS) ? fs.readdirSync(ARTIFACTS) : []) {
-      if (/^(capacity|stack)-/.test(name)) fs.rmSync(join(ARTIFACTS, name), { force: true });
-    }
-    [host, browser] = await Promise.all([startChildHost(stateDir), launchChromium()]);
-    admin = await cli('token', '--role', 'PlatformAdmin');
-  }, 120_000);
-  afterAll(async () => {
-    await browser?.close();
-    await host?.stop();
-    fs.rmSync(stateDir, { recursive: true, force: true });
-  });
-  afterEach(async (test) => {
-    if (test.task.result?.state === 'fail' && page) await screenshot(page, `failed-${test.task.name.slice(0, 60).replace(/\W+/g, '-')}`).catch(() => undefined);
-    await context?.close();
-  });
-
-  async function cli(...args: string[]): Promise<string> {
-    const result = await runCli([...args, '--state-dir', stateDir]);
-    expect(result.code).toBe(0);
-    return result.stdout.trim();
-  }
-
-  /** A new browser (no session) signed in as the person through the console's sign-in page; tenant '' is across tenants. */
-  async function signIn(name: string, role: string, tenant = 'demo-team', width: number = WIDTHS[0]): Promise<Page> {
-    context = await browser.newContext({ viewport: { width, height: 900 } });
-    page = await context.newPage();
-    await page.goto(new URL('/runtime-cloud/console/', host.url).href);
-    await page.waitForURL(/\/sign-in/);
-    await page.getByLabel('Your name').fill(name);
-    await page.getByLabel('Role').selectOption(role);
-    await page.getByLabel(/^Tenant/).fill(tenant);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Fleet', level: 1 }).waitFor();
-    return page;
-  }
+  beforeAll(() => ui.start(), 120_000);
+  afterAll(() => ui.stop());
+  afterEach((test) => ui.after(test));
 
   async function open(page: Page, path: string, heading: string | RegExp): Promise<void> {
-    await page.goto(new URL(`/runtime-cloud/console${path}`, host.url).href);
+    await page.goto(ui.url(`/runtime-cloud/console${path}`));
     await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
   }
 
   /** A lease granted through the API as a worker of the tenant would take it (a service token with the lease scope). */
   async function grant(tenant: string, holder: string): Promise<GrantedLease> {
-    const token = await cli('token', '--tenant', tenant, '--scope', 'factory.capacity.lease');
-    const response = await fetch(new URL('/runtime-cloud/leases', host.url), {
+    const token = await ui.cli('token', '--tenant', tenant, '--scope', 'factory.capacity.lease');
+    const response = await fetch(ui.url('/runtime-cloud/leases'), {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ kind: 'attempt', ttlSeconds: 600, holder }),
@@ -92,20 +50,19 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
   }
 
   async function api<T>(path: string, token: string, init: RequestInit = {}): Promise<{ status: number; body: T }> {
-    const response = await fetch(new URL(path, host.url), { ...init, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...init.headers } });
+    const response = await fetch(ui.url(path), { ...init, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...init.headers } });
     return { status: response.status, body: (await response.json()) as T };
   }
 
   async function expectAccessible(page: Page, view: string): Promise<void> {
-    const violations = await seriousViolations(page);
-    expect(violations.map((v) => `${view}: ${v.id} (${v.impact}) ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+    expect(await violationsOf(page, view)).toEqual([]);
   }
 
   it("when a lease is granted to each of two tenants under one holder name, then tenant A's operator sees the local pools with used and free, its quota, and its own lease with a countdown that ticks, never tenant B's", async () => {
     // Arrange
     const mine = await grant('demo-team', 'worker-shared');
     const theirs = await grant('demo-free', 'worker-shared');
-    const operator = await signIn('operator-1', 'Operator', 'demo-team');
+    const operator = await ui.signIn('operator-1', 'Operator', 'demo-team');
 
     // Act
     await operator.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Capacity' }).click();
@@ -139,10 +96,10 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
 
   it("when the example's production promotion was approved and applied, then its stack page, reached from the fleet and from the run, shows the run and that nothing holds the lock", async () => {
     // Arrange: the promotion arrives as the factory sends it; a second person approves its plan through the API.
-    const promotion = JSON.parse(await cli('example', 'promotion', 'production')) as unknown;
-    const sent = await api('/runtime-cloud/local/queues/runtime-cloud-promotions/messages', admin, { method: 'POST', body: JSON.stringify({ body: promotion }) });
+    const promotion = JSON.parse(await ui.cli('example', 'promotion', 'production')) as unknown;
+    const sent = await api('/runtime-cloud/local/queues/runtime-cloud-promotions/messages', ui.admin, { method: 'POST', body: JSON.stringify({ body: promotion }) });
     expect(sent.status).toBe(201);
-    const approver = await cli('token', '--role', 'Operator', '--tenant', 'demo-team', '--subject', 'operator-2');
+    const approver = await ui.cli('token', '--role', 'Operator', '--tenant', 'demo-team', '--subject', 'operator-2');
     const waiting = await eventually(async () => {
       const runs = await api<{ items: { runId: string; state: string; planDigest?: string }[] }>('/runtime-cloud/runs', approver);
       return runs.body.items.find((r) => r.state === 'awaiting-approval');
@@ -151,7 +108,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     const approved = await api(`/runtime-cloud/runs/${runId}/approve`, approver, { method: 'POST', body: JSON.stringify({ planDigest: waiting.planDigest }) });
     expect(approved.status).toBe(200);
     await eventually(async () => ((await api<{ state: string }>(`/runtime-cloud/runs/${runId}`, approver)).body.state === 'applied' ? true : undefined));
-    const observer = await signIn('observer-1', 'Observer');
+    const observer = await ui.signIn('observer-1', 'Observer');
 
     // Act: from the fleet's row of the environment to its stack.
     await observer.getByRole('region', { name: 'All environments' }).getByRole('link', { name: PRODUCTION_STACK }).click();
@@ -174,7 +131,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
 
   it('when a hung host holds a stack lock, then an Observer sees its holder and fencing token and no break button, and a PlatformAdmin breaks it through the console with a reason', async () => {
     // Arrange: a run of a host that died holds the development stack (as two hosts on one store would leave it).
-    const store = createSqlStore({ dialect: 'sqlite', connection: join(stateDir, 'runtime-cloud.sqlite') });
+    const store = createSqlStore({ dialect: 'sqlite', connection: join(ui.stateDir, 'runtime-cloud.sqlite') });
     const taken = await acquireStackLock(provisioningDb(store.db), store.dialect, {
       stack: { tenant: 'demo-team', project: 'demo-app', stack: 'development' },
       run: 'run-of-a-hung-host',
@@ -184,7 +141,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     }).finally(() => store.close());
     expect(taken.acquired).toBe(true);
     const version = taken.acquired ? taken.lock.version : 0;
-    const observer = await signIn('observer-1', 'Observer');
+    const observer = await ui.signIn('observer-1', 'Observer');
 
     // Act
     await open(observer, '/stacks/demo-team/demo-app/development', 'Stack demo-app/development');
@@ -197,8 +154,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     expect(await observer.getByRole('button', { name: 'Break lock' }).count()).toBe(0);
 
     // Act: a PlatformAdmin across tenants breaks it, giving why.
-    await context.close();
-    const platform = await signIn('admin-1', 'PlatformAdmin', '');
+    const platform = await ui.signIn('admin-1', 'PlatformAdmin', '');
     await open(platform, '/stacks/demo-team/demo-app/development', 'Stack demo-app/development');
     await platform.getByRole('button', { name: 'Break lock' }).click();
     const dialog = platform.getByRole('dialog', { name: "Break this stack's lock" });
@@ -209,7 +165,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     // Assert: said on the page, gone in the API.
     await platform.getByRole('status').filter({ hasText: `Broke lock version ${version} of run run-of-a-hung-host` }).first().waitFor();
     await expect.poll(() => platform.getByRole('region', { name: 'Lock' }).textContent()).toContain('not locked');
-    const after = await api<{ code: string }>('/runtime-cloud/tenants/demo-team/stacks/demo-app/development/lock', admin);
+    const after = await api<{ code: string }>('/runtime-cloud/tenants/demo-team/stacks/demo-app/development/lock', ui.admin);
     expect(after.status).toBe(404);
     expect(after.body.code).toBe('PROVISIONING.STACK_NOT_LOCKED');
   }, SCENARIO_MS);
@@ -218,7 +174,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     expect(runId).toBeTruthy();
     for (const width of WIDTHS) {
       // Arrange
-      const operator = await signIn('operator-1', 'Operator', 'demo-team', width);
+      const operator = await ui.signIn('operator-1', 'Operator', 'demo-team', width);
 
       // Act and assert: each page with what it shows loaded.
       await open(operator, '/capacity', 'Capacity and runners');
@@ -232,7 +188,6 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
       await screenshot(operator, `stack-${width}`);
       const overflow = await operator.evaluate<number>('document.documentElement.scrollWidth - document.documentElement.clientWidth');
       expect(overflow, `horizontal overflow at ${width} px`).toBeLessThanOrEqual(0);
-      await context.close();
     }
   }, SCENARIO_MS);
 });

@@ -1,10 +1,6 @@
-import * as fs from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ARTIFACTS, browserAvailable, launchChromium, screenshot, seriousViolations } from '../support/browser';
-import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '../support/browser';
 
 /**
  * The operator console in Debian's chromium, against `runtime-cloud start` on a temporary state dir: sign in, the
@@ -15,58 +11,19 @@ const WIDTHS = [1280, 390] as const;
 const SCENARIO_MS = 90_000;
 
 describe.runIf(browserAvailable())('the operator console in chromium (a real host on a temporary state dir)', () => {
-  const stateDir = fs.mkdtempSync(join(tmpdir(), 'rch-console-'));
-  let host: RunningChild;
-  let browser: Browser;
-  let context: BrowserContext;
-  let page: Page;
-  let admin: string;
+  const ui = new ConsoleUnderTest('console', /^(fleet|runs?|drift|sign-in)-/);
   let runId: string;
 
-  beforeAll(async () => {
-    // This file's screenshots only: tests/browser/console-capacity.test.ts writes its own beside them, maybe at the same time.
-    for (const name of fs.existsSync(ARTIFACTS) ? fs.readdirSync(ARTIFACTS) : []) {
-      if (/^(fleet|runs?|drift|sign-in)-/.test(name)) fs.rmSync(join(ARTIFACTS, name), { force: true });
-    }
-    [host, browser] = await Promise.all([startChildHost(stateDir), launchChromium()]);
-    admin = await cli('token', '--role', 'PlatformAdmin');
-  }, 120_000);
-  afterAll(async () => {
-    await browser?.close();
-    await host?.stop();
-    fs.rmSync(stateDir, { recursive: true, force: true });
-  });
-  afterEach(async (test) => {
-    if (test.task.result?.state === 'fail' && page) await screenshot(page, `failed-${test.task.name.slice(0, 60).replace(/\W+/g, '-')}`).catch(() => undefined);
-    await context?.close();
-  });
-
-  async function cli(...args: string[]): Promise<string> {
-    const result = await runCli([...args, '--state-dir', stateDir]);
-    expect(result.code).toBe(0);
-    return result.stdout.trim();
-  }
-
-  /** A new browser (no session) signed in as the person through the console's sign-in page. */
-  async function signIn(name: string, role: string, tenant = 'demo-team', width: number = WIDTHS[0]): Promise<Page> {
-    context = await browser.newContext({ viewport: { width, height: 900 } });
-    page = await context.newPage();
-    await page.goto(new URL('/runtime-cloud/console/', host.url).href);
-    await page.waitForURL(/\/sign-in/);
-    await page.getByLabel('Your name').fill(name);
-    await page.getByLabel('Role').selectOption(role);
-    await page.getByLabel(/^Tenant/).fill(tenant);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Fleet', level: 1 }).waitFor();
-    return page;
-  }
+  beforeAll(() => ui.start(), 120_000);
+  afterAll(() => ui.stop());
+  afterEach((test) => ui.after(test));
 
   /** Sends the example's production promotion as the factory would (the local queue), answering its promotion id. */
   async function sendProductionPromotion(): Promise<string> {
-    const promotion = await cli('example', 'promotion', 'production');
-    const response = await fetch(new URL('/runtime-cloud/local/queues/runtime-cloud-promotions/messages', host.url), {
+    const promotion = await ui.cli('example', 'promotion', 'production');
+    const response = await fetch(ui.url('/runtime-cloud/local/queues/runtime-cloud-promotions/messages'), {
       method: 'POST',
-      headers: { authorization: `Bearer ${admin}` },
+      headers: { authorization: `Bearer ${ui.admin}` },
       body: JSON.stringify({ body: JSON.parse(promotion) as unknown }),
     });
     expect(response.status).toBe(201);
@@ -75,11 +32,11 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
 
   /** Changes the example production stack's bucket in the local cloud, as someone with portal access would. */
   async function tamperWithBucket(): Promise<void> {
-    const headers = { authorization: `Bearer ${admin}` };
-    const listed = await fetch(new URL('/runtime-cloud/local/cloud/resources?tenant=demo-team&stack=production', host.url), { headers });
+    const headers = { authorization: `Bearer ${ui.admin}` };
+    const listed = await fetch(ui.url('/runtime-cloud/local/cloud/resources?tenant=demo-team&stack=production'), { headers });
     const bucket = ((await listed.json()) as { items: { urn: string; type: string }[] }).items.find((r) => r.type === 'local:storage:Bucket');
     expect(bucket).toBeDefined();
-    const changed = await fetch(new URL(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket!.urn)}?tenant=demo-team`, host.url), {
+    const changed = await fetch(ui.url(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket!.urn)}?tenant=demo-team`), {
       method: 'PATCH',
       headers,
       body: JSON.stringify({ versioning: false }),
@@ -88,13 +45,12 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
   }
 
   async function expectAccessible(page: Page, view: string): Promise<void> {
-    const violations = await seriousViolations(page);
-    expect(violations.map((v) => `${view}: ${v.id} (${v.impact}) ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)).toEqual([]);
+    expect(await violationsOf(page, view)).toEqual([]);
   }
 
   it('when an operator signs in and a production promotion arrives, then the fleet shows it waiting; its run page shows the plan; a second person approves it there and sees it applied with its events', async () => {
     // Arrange
-    const operator = await signIn('operator-1', 'Operator');
+    const operator = await ui.signIn('operator-1', 'Operator');
     await expectAccessible(operator, 'fleet (empty)');
 
     // Act: the promotion arrives; the fleet page refreshes on its own.
@@ -146,7 +102,7 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
   it('when the local cloud is changed out of band, then a scan from the console shows the environment drifted, and accepting its proposal (its reconciliation plan shown first) brings it back in sync', async () => {
     // Arrange: someone with portal access turns the bucket's versioning off.
     expect(runId).toBeTruthy();
-    const operator = await signIn('operator-1', 'Operator');
+    const operator = await ui.signIn('operator-1', 'Operator');
     await tamperWithBucket();
 
     // Act: scan now, from the drift page.
@@ -174,14 +130,14 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     await operator.getByRole('status').filter({ hasText: 'Accepted' }).getByRole('link', { name: 'its reconciliation run' }).click();
     await operator.getByRole('button', { name: 'Approve', exact: true }).waitFor({ timeout: 30_000 });
     const reconciliation = new URL(operator.url()).pathname;
-    const approver = await signIn('operator-2', 'Operator');
-    await approver.goto(new URL(reconciliation, host.url).href);
+    const approver = await ui.signIn('operator-2', 'Operator');
+    await approver.goto(ui.url(reconciliation));
     await approver.getByRole('button', { name: 'Approve', exact: true }).click();
     await approver.getByRole('dialog', { name: 'Approve this plan' }).getByRole('button', { name: 'Approve plan' }).click();
     await approver.locator('.page-header .badge', { hasText: 'applied' }).waitFor({ timeout: 30_000 });
 
     // Assert: once applied, the rescan finds the environment in sync and no proposal is open.
-    await approver.goto(new URL('/runtime-cloud/console/drift', host.url).href);
+    await approver.goto(ui.url('/runtime-cloud/console/drift'));
     await approver.getByRole('region', { name: 'Environments' }).getByText('in sync', { exact: true }).waitFor({ timeout: 30_000 });
     await approver.getByRole('region', { name: 'Open proposals by cause' }).getByText('No open proposal.').waitFor();
   }, SCENARIO_MS);
@@ -189,14 +145,14 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
   it('when an Observer opens the run, then there is no approve button, and an approval sent with the Observer token is refused by the API', async () => {
     // Arrange
     expect(runId).toBeTruthy();
-    const observer = await signIn('observer-1', 'Observer');
+    const observer = await ui.signIn('observer-1', 'Observer');
 
     // Act
-    await observer.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+    await observer.goto(ui.url(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`));
     await observer.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
     const session = await observer.evaluate<string>("sessionStorage.getItem('runtime-cloud-console.session')");
     const { token } = JSON.parse(session) as { token: string };
-    const forged = await fetch(new URL(`/runtime-cloud/runs/${runId}/approve`, host.url), {
+    const forged = await fetch(ui.url(`/runtime-cloud/runs/${runId}/approve`), {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
       body: JSON.stringify({ planDigest: `sha256:${'a'.repeat(64)}` }),
@@ -211,17 +167,17 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
 
   it("when another tenant's operator signs in, then neither the fleet nor the run's own URL shows tenant demo-team's run or environment", async () => {
     // Arrange
-    const stranger = await signIn('operator-9', 'Operator', 'other-team');
+    const stranger = await ui.signIn('operator-9', 'Operator', 'other-team');
 
     // Act
     const fleet = (await stranger.locator('main').textContent()) ?? '';
-    await stranger.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+    await stranger.goto(ui.url(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`));
     const alert = stranger.getByRole('alert');
     await alert.waitFor();
 
     const session = await stranger.evaluate<string>("sessionStorage.getItem('runtime-cloud-console.session')");
     const { token } = JSON.parse(session) as { token: string };
-    const events = await fetch(new URL(`/runtime-cloud/runs/${runId}/events`, host.url), { headers: { authorization: `Bearer ${token}` } });
+    const events = await fetch(ui.url(`/runtime-cloud/runs/${runId}/events`), { headers: { authorization: `Bearer ${token}` } });
 
     // Assert
     expect(events.status).toBe(404);
@@ -233,17 +189,17 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
   it('every view at 1280 px and 390 px: screenshots, and no serious or critical axe violation', async () => {
     for (const width of WIDTHS) {
       // Arrange
-      const operator = await signIn('operator-1', 'Operator', 'demo-team', width);
+      const operator = await ui.signIn('operator-1', 'Operator', 'demo-team', width);
 
       // Act and assert: each view, as a person would reach it.
       await operator.getByRole('region', { name: 'All environments' }).getByText('production').first().waitFor();
       await expectAccessible(operator, `fleet ${width}`);
       await screenshot(operator, `fleet-${width}`);
-      await operator.goto(new URL(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`, host.url).href);
+      await operator.goto(ui.url(`/runtime-cloud/console/runs/${encodeURIComponent(runId)}`));
       await operator.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
       await expectAccessible(operator, `run ${width}`);
       await screenshot(operator, `run-${width}`);
-      await operator.goto(new URL('/runtime-cloud/console/runs', host.url).href);
+      await operator.goto(ui.url('/runtime-cloud/console/runs'));
       await operator.getByRole('heading', { name: /^\d+ runs?/ }).waitFor();
       // The production run and the reconciliation run, newest first; a filter is part of the page's URL.
       expect(await operator.locator('tbody tr').count()).toBeGreaterThanOrEqual(2);
@@ -251,19 +207,17 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
       await operator.waitForURL(/\/runs\?status=applied$/);
       await expectAccessible(operator, `runs ${width}`);
       await screenshot(operator, `runs-${width}`);
-      await operator.goto(new URL('/runtime-cloud/console/drift', host.url).href);
+      await operator.goto(ui.url('/runtime-cloud/console/drift'));
       await operator.getByRole('heading', { name: 'Open proposals by cause' }).waitFor();
       await expectAccessible(operator, `drift ${width}`);
       await screenshot(operator, `drift-${width}`);
-      await context.close();
-      context = await browser.newContext({ viewport: { width, height: 900 } });
-      page = await context.newPage();
-      await page.goto(new URL('/runtime-cloud/console/sign-in', host.url).href);
+      const page = await ui.newPage(width);
+      await page.goto(ui.url('/runtime-cloud/console/sign-in'));
       await page.getByRole('button', { name: 'Sign in' }).waitFor();
       await expectAccessible(page, `sign-in ${width}`);
       await screenshot(page, `sign-in-${width}`);
       const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - document.documentElement.clientWidth');
       expect(overflow, `horizontal overflow at ${width} px`).toBeLessThanOrEqual(0);
     }
-  });
+  }, SCENARIO_MS);
 });
