@@ -31,6 +31,26 @@ export function TableScroll({ labelledBy, children }: { labelledBy: string; chil
   );
 }
 
+/** A table under its section's heading: the column headings, then the rows given. */
+export function DataTable({ labelledBy, columns, children }: { labelledBy: string; columns: readonly string[]; children: ReactNode }) {
+  return (
+    <TableScroll labelledBy={labelledBy}>
+      <table>
+        <thead>
+          <tr>
+            {columns.map((column) => (
+              <th key={column} scope="col">
+                {column}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>{children}</tbody>
+      </table>
+    </TableScroll>
+  );
+}
+
 /** What the API said went wrong: the problem's title and detail, never a blank screen. */
 export function ProblemBox({ problem, onRetry }: { problem: unknown; onRetry?: () => void }) {
   const known = problem instanceof Problem ? problem : new Problem(0, 'Something went wrong', problem instanceof Error ? problem.message : String(problem));

@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
-import { Countdown, Link, ProblemBox, StateBadge, TableScroll, useEvery, useLoaded, useNow, When } from '../ui';
+import { Countdown, DataTable, Link, ProblemBox, StateBadge, TableScroll, useEvery, useLoaded, useNow, When } from '../ui';
 import type { CapacityPool, CapacitySummary, Lease, Page, RunnerAgent, RunnerPool, TenantUse } from '../views';
 
 const LEASE_PAGE = 50;
@@ -49,30 +49,18 @@ function Kinds({ summary }: { summary: CapacitySummary }) {
   return (
     <section className="card" aria-labelledby="kinds-title">
       <h2 id="kinds-title">Capacity by kind</h2>
-      <TableScroll labelledBy="kinds-title">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Kind</th>
-              <th scope="col">Used</th>
-              <th scope="col">Free</th>
-              <th scope="col">Capacity</th>
-            </tr>
-          </thead>
-          <tbody>
-            {summary.kinds.map((kind) => (
-              <tr key={kind.kind}>
-                <th scope="row">{kind.kind}</th>
-                <td>
-                  {kind.used} <UseMeter used={kind.used} capacity={kind.capacity} label={kind.kind} />
-                </td>
-                <td>{kind.free}</td>
-                <td>{kind.capacity}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </TableScroll>
+      <DataTable labelledBy="kinds-title" columns={['Kind', 'Used', 'Free', 'Capacity']}>
+        {summary.kinds.map((kind) => (
+          <tr key={kind.kind}>
+            <th scope="row">{kind.kind}</th>
+            <td>
+              {kind.used} <UseMeter used={kind.used} capacity={kind.capacity} label={kind.kind} />
+            </td>
+            <td>{kind.free}</td>
+            <td>{kind.capacity}</td>
+          </tr>
+        ))}
+      </DataTable>
     </section>
   );
 }
@@ -137,46 +125,32 @@ function Pools({ pools }: { pools: readonly CapacityPool[] }) {
       {sorted.length === 0 ? (
         <p className="muted">No pool yet.</p>
       ) : (
-        <TableScroll labelledBy="pools-title">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Pool</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Used</th>
-                <th scope="col">Free</th>
-                <th scope="col">Capacity</th>
-                <th scope="col">Sized by</th>
+        <DataTable labelledBy="pools-title" columns={['Pool', 'Kind', 'Used', 'Free', 'Capacity', 'Sized by']}>
+          {sorted.map((pool) => {
+            const stack = stackRoute(pool.iacStack);
+            const labels = Object.entries(pool.labels).map(([key, value]) => `${key}=${value}`);
+            return (
+              <tr key={pool.id}>
+                <th scope="row">
+                  {pool.id}{' '}
+                  <span className="muted">
+                    target {pool.target}
+                    {labels.length > 0 ? ` · ${labels.join(', ')}` : ''}
+                  </span>
+                </th>
+                <td>{pool.kind}</td>
+                <td>
+                  {pool.used} <UseMeter used={pool.used} capacity={pool.capacity} label={pool.id} />
+                </td>
+                <td>{pool.free}</td>
+                <td>
+                  {pool.capacity} <span className="muted">bounds {pool.min}–{pool.max}</span>
+                </td>
+                <td>{stack ? <Link href={hrefOf(stack)}>{pool.iacStack}</Link> : <span className="muted">administered</span>}</td>
               </tr>
-            </thead>
-            <tbody>
-              {sorted.map((pool) => {
-                const stack = stackRoute(pool.iacStack);
-                const labels = Object.entries(pool.labels).map(([key, value]) => `${key}=${value}`);
-                return (
-                  <tr key={pool.id}>
-                    <th scope="row">
-                      {pool.id}{' '}
-                      <span className="muted">
-                        target {pool.target}
-                        {labels.length > 0 ? ` · ${labels.join(', ')}` : ''}
-                      </span>
-                    </th>
-                    <td>{pool.kind}</td>
-                    <td>
-                      {pool.used} <UseMeter used={pool.used} capacity={pool.capacity} label={pool.id} />
-                    </td>
-                    <td>{pool.free}</td>
-                    <td>
-                      {pool.capacity} <span className="muted">bounds {pool.min}–{pool.max}</span>
-                    </td>
-                    <td>{stack ? <Link href={hrefOf(stack)}>{pool.iacStack}</Link> : <span className="muted">administered</span>}</td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </TableScroll>
+            );
+          })}
+        </DataTable>
       )}
     </section>
   );
@@ -245,26 +219,11 @@ function Leases() {
               {leases.length === 0 ? (
                 <p className="muted">No lease{state ? ` ${state}` : ''}.</p>
               ) : (
-                <TableScroll labelledBy="leases-title">
-                  <table>
-                    <thead>
-                      <tr>
-                        <th scope="col">Holder</th>
-                        <th scope="col">State</th>
-                        <th scope="col">Kind and pool</th>
-                        <th scope="col">Units</th>
-                        <th scope="col">Fencing token</th>
-                        <th scope="col">Granted</th>
-                        <th scope="col">Expires</th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      {leases.map((lease) => (
-                        <LeaseRow key={lease.leaseId} lease={lease} now={now} acrossTenants={acrossTenants} />
-                      ))}
-                    </tbody>
-                  </table>
-                </TableScroll>
+                <DataTable labelledBy="leases-title" columns={['Holder', 'State', 'Kind and pool', 'Units', 'Fencing token', 'Granted', 'Expires']}>
+                  {leases.map((lease) => (
+                    <LeaseRow key={lease.leaseId} lease={lease} now={now} acrossTenants={acrossTenants} />
+                  ))}
+                </DataTable>
               )}
               <p className="muted">
                 {leases.length} shown{cursor ? ', more remain' : ''}, in the API&apos;s order (by lease id).
@@ -346,52 +305,38 @@ function RunnerPools() {
         (loaded.value.length === 0 ? (
           <p className="muted">No runner pool to show: a tenant&apos;s own pool is listed while it has open jobs or agents online.</p>
         ) : (
-          <TableScroll labelledBy="runners-title">
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">Pool</th>
-                  <th scope="col">Tenants</th>
-                  <th scope="col">Agents online</th>
-                  <th scope="col">Jobs running</th>
-                  <th scope="col">Jobs waiting</th>
-                  <th scope="col">Agents</th>
-                </tr>
-              </thead>
-              <tbody>
-                {loaded.value.map(({ pool, agents }) => (
-                  <tr key={pool.pool}>
-                    <th scope="row">
-                      {pool.pool}{' '}
-                      <span className="muted">
-                        target {pool.target} · {pool.engine} · capacity pool {pool.capacityPool}
-                      </span>
-                    </th>
-                    <td>{pool.tenants.join(', ')}</td>
-                    <td>{pool.agentsOnline}</td>
-                    <td>{pool.jobsRunning}</td>
-                    <td>{pool.jobsWaiting}</td>
-                    <td>
-                      {agents.length === 0 ? (
-                        <span className="muted">none</span>
-                      ) : (
-                        <ul className="agents">
-                          {agents.map((agent) => (
-                            <li key={agent.agent}>
-                              <StateBadge state={agent.online ? 'online' : 'offline'} /> {agent.agent}{' '}
-                              <span className="muted">
-                                {agent.jobId ? `job ${agent.jobId} · ` : 'no job · '}last beat <When at={agent.lastHeartbeat} />
-                              </span>
-                            </li>
-                          ))}
-                        </ul>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </TableScroll>
+          <DataTable labelledBy="runners-title" columns={['Pool', 'Tenants', 'Agents online', 'Jobs running', 'Jobs waiting', 'Agents']}>
+            {loaded.value.map(({ pool, agents }) => (
+              <tr key={pool.pool}>
+                <th scope="row">
+                  {pool.pool}{' '}
+                  <span className="muted">
+                    target {pool.target} · {pool.engine} · capacity pool {pool.capacityPool}
+                  </span>
+                </th>
+                <td>{pool.tenants.join(', ')}</td>
+                <td>{pool.agentsOnline}</td>
+                <td>{pool.jobsRunning}</td>
+                <td>{pool.jobsWaiting}</td>
+                <td>
+                  {agents.length === 0 ? (
+                    <span className="muted">none</span>
+                  ) : (
+                    <ul className="agents">
+                      {agents.map((agent) => (
+                        <li key={agent.agent}>
+                          <StateBadge state={agent.online ? 'online' : 'offline'} /> {agent.agent}{' '}
+                          <span className="muted">
+                            {agent.jobId ? `job ${agent.jobId} · ` : 'no job · '}last beat <When at={agent.lastHeartbeat} />
+                          </span>
+                        </li>
+                      ))}
+                    </ul>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </DataTable>
         ))}
     </section>
   );

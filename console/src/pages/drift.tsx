@@ -2,7 +2,7 @@ import { useState, type ReactNode } from 'react';
 import { AS_TEXT, client, read } from '../api';
 import { hrefOf } from '../router';
 import { currentSession } from '../session';
-import { ConfirmAction, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
+import { ConfirmAction, DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
 import type { Drift, Environment, IgnoreRule, Page, Proposal, ResourceFindings } from '../views';
 
 const SEVERITIES = ['high', 'medium', 'low'] as const;
@@ -51,25 +51,11 @@ export function DriftPage() {
         {environments.length === 0 ? (
           <p className="muted">No environment yet: drift is scanned once a run has applied to one.</p>
         ) : (
-          <div className="table-scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th scope="col">Environment</th>
-                  <th scope="col">Status</th>
-                  <th scope="col">Findings</th>
-                  <th scope="col">Last scan</th>
-                  <th scope="col">Next scan</th>
-                  {operate && <th scope="col">Scan</th>}
-                </tr>
-              </thead>
-              <tbody>
-                {environments.map((environment) => (
-                  <EnvironmentRow key={`${environment.tenantId}/${environment.id}`} environment={environment} drift={details.get(environment.id)} operate={operate} onDone={reload} />
-                ))}
-              </tbody>
-            </table>
-          </div>
+          <DataTable labelledBy="environments-title" columns={['Environment', 'Status', 'Findings', 'Last scan', 'Next scan', ...(operate ? ['Scan'] : [])]}>
+            {environments.map((environment) => (
+              <EnvironmentRow key={`${environment.tenantId}/${environment.id}`} environment={environment} drift={details.get(environment.id)} operate={operate} onDone={reload} />
+            ))}
+          </DataTable>
         )}
       </section>
       <section className="card" aria-labelledby="proposals-title">
@@ -260,53 +246,39 @@ function RulesTable({ environments, rules, operate, onDone }: { environments: re
   const rows = environments.flatMap((environment) => (rules.get(environment.id) ?? []).map((rule) => ({ environment, rule })));
   if (rows.length === 0) return <p className="muted">No ignore rule: every difference is reported.</p>;
   return (
-    <div className="table-scroll">
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Environment</th>
-            <th scope="col">Ignores</th>
-            <th scope="col">Why</th>
-            <th scope="col">Owner</th>
-            <th scope="col">Expires</th>
-            {operate && <th scope="col">Remove</th>}
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map(({ environment, rule }) => (
-            <tr key={rule.id}>
-              <th scope="row">{environment.name}</th>
-              <td>
-                <code>{'type' in rule.scope ? rule.scope.type : rule.scope.urn}</code> <code>{rule.path}</code>
-                {rule.holdsOnApply && <span className="badge tone-muted">holds on apply</span>}
-              </td>
-              <td>{rule.reason}</td>
-              <td>{rule.owner}</td>
-              <td>
-                <When at={rule.expiresAt} />
-              </td>
-              {operate && (
-                <td>
-                  <ConfirmAction
-                    label={`Remove rule ${rule.path}`}
-                    title="Remove this ignore rule"
-                    confirmLabel="Remove rule"
-                    tone="danger"
-                    onConfirm={async () => {
-                      await read<unknown>(client.DELETE('/runtime-cloud/environments/{id}/ignore-rules/{ruleId}', { params: { path: { id: environment.id, ruleId: rule.id } }, ...AS_TEXT }));
-                      onDone();
-                      return 'Removed: the next scan reports what it ignored.';
-                    }}
-                  >
-                    <p>The next scan reports differences on {rule.path} again.</p>
-                  </ConfirmAction>
-                </td>
-              )}
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable labelledBy="rules-title" columns={['Environment', 'Ignores', 'Why', 'Owner', 'Expires', ...(operate ? ['Remove'] : [])]}>
+      {rows.map(({ environment, rule }) => (
+        <tr key={rule.id}>
+          <th scope="row">{environment.name}</th>
+          <td>
+            <code>{'type' in rule.scope ? rule.scope.type : rule.scope.urn}</code> <code>{rule.path}</code>
+            {rule.holdsOnApply && <span className="badge tone-muted">holds on apply</span>}
+          </td>
+          <td>{rule.reason}</td>
+          <td>{rule.owner}</td>
+          <td>
+            <When at={rule.expiresAt} />
+          </td>
+          {operate && (
+            <td>
+              <ConfirmAction
+                label={`Remove rule ${rule.path}`}
+                title="Remove this ignore rule"
+                confirmLabel="Remove rule"
+                tone="danger"
+                onConfirm={async () => {
+                  await read<unknown>(client.DELETE('/runtime-cloud/environments/{id}/ignore-rules/{ruleId}', { params: { path: { id: environment.id, ruleId: rule.id } }, ...AS_TEXT }));
+                  onDone();
+                  return 'Removed: the next scan reports what it ignored.';
+                }}
+              >
+                <p>The next scan reports differences on {rule.path} again.</p>
+              </ConfirmAction>
+            </td>
+          )}
+        </tr>
+      ))}
+    </DataTable>
   );
 }
 

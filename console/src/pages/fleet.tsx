@@ -1,7 +1,7 @@
 import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { fleetOf, STANDING_LABELS, STANDINGS, type FleetEntry } from '../standing';
-import { Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
+import { DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
 import type { Environment, Page, Run } from '../views';
 
 /** Every page of environments (the fleet page counts them all). */
@@ -46,11 +46,11 @@ export function Fleet() {
       </ul>
       <section aria-labelledby="attention-title" className="card">
         <h2 id="attention-title">Needs attention</h2>
-        {attention.length === 0 ? <p className="muted">Nothing needs attention.</p> : <EnvironmentTable entries={attention} />}
+        {attention.length === 0 ? <p className="muted">Nothing needs attention.</p> : <EnvironmentTable entries={attention} labelledBy="attention-title" />}
       </section>
       <section aria-labelledby="all-title" className="card">
         <h2 id="all-title">All environments</h2>
-        {fleet.length === 0 ? <p className="muted">No environment yet: send a promotion.</p> : <EnvironmentTable entries={fleet} />}
+        {fleet.length === 0 ? <p className="muted">No environment yet: send a promotion.</p> : <EnvironmentTable entries={fleet} labelledBy="all-title" />}
       </section>
       <section aria-labelledby="activity-title" className="card">
         <h2 id="activity-title">Recent activity</h2>
@@ -74,41 +74,28 @@ export function Fleet() {
   );
 }
 
-function EnvironmentTable({ entries }: { entries: readonly FleetEntry[] }) {
+function EnvironmentTable({ entries, labelledBy }: { entries: readonly FleetEntry[]; labelledBy: string }) {
   return (
-    <div className="table-scroll">
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Environment</th>
-            <th scope="col">Standing</th>
-            <th scope="col">Why</th>
-            <th scope="col">Release</th>
-            <th scope="col">Last scan</th>
-          </tr>
-        </thead>
-        <tbody>
-          {entries.map((entry) => (
-            <tr key={entry.key}>
-              <th scope="row">
-                {entry.name} <span className="muted">{entry.tenant} · {entry.tier}</span>
-                <StackCell qualifiedStack={entry.qualifiedStack} />
-              </th>
-              <td>
-                <StateBadge state={entry.standing === 'waiting-for-approval' ? 'awaiting-approval' : entry.standing === 'needs-attention' ? 'failed' : entry.standing} label={STANDING_LABELS[entry.standing]} />
-              </td>
-              <td>
-                {entry.run ? <Link href={hrefOf({ page: 'run', runId: entry.run.runId })}>{entry.why}</Link> : entry.why}
-              </td>
-              <td>{entry.environment?.desiredRelease ? `${entry.environment.desiredRelease.name} ${entry.environment.desiredRelease.version}` : <span className="muted">none applied</span>}</td>
-              <td>
-                <When at={entry.environment?.drift?.lastScanAt} />
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable labelledBy={labelledBy} columns={['Environment', 'Standing', 'Why', 'Release', 'Last scan']}>
+      {entries.map((entry) => (
+        <tr key={entry.key}>
+          <th scope="row">
+            {entry.name} <span className="muted">{entry.tenant} · {entry.tier}</span>
+            <StackCell qualifiedStack={entry.qualifiedStack} />
+          </th>
+          <td>
+            <StateBadge state={entry.standing === 'waiting-for-approval' ? 'awaiting-approval' : entry.standing === 'needs-attention' ? 'failed' : entry.standing} label={STANDING_LABELS[entry.standing]} />
+          </td>
+          <td>
+            {entry.run ? <Link href={hrefOf({ page: 'run', runId: entry.run.runId })}>{entry.why}</Link> : entry.why}
+          </td>
+          <td>{entry.environment?.desiredRelease ? `${entry.environment.desiredRelease.name} ${entry.environment.desiredRelease.version}` : <span className="muted">none applied</span>}</td>
+          <td>
+            <When at={entry.environment?.drift?.lastScanAt} />
+          </td>
+        </tr>
+      ))}
+    </DataTable>
   );
 }
 

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'react';
 import { AS_TEXT, client, read } from '../api';
 import { hrefOf, navigate } from '../router';
-import { Link, ProblemBox, StateBadge, When } from '../ui';
+import { DataTable, Link, ProblemBox, StateBadge, When } from '../ui';
 import type { Page, Run, RunState } from '../views';
 
 const STATES: readonly RunState[] = ['queued', 'planning', 'awaiting-approval', 'applying', 'stale', 'applied', 'failed', 'rejected', 'superseded', 'canceled'];
@@ -64,39 +64,26 @@ export function RunsPage({ status, environment }: { status: string; environment:
       {problem !== undefined && <ProblemBox problem={problem} onRetry={() => void load(undefined)} />}
       <section className="card" aria-labelledby="runs-title">
         <h2 id="runs-title">{runs.length} run{runs.length === 1 ? '' : 's'}{cursor ? ' so far' : ''}</h2>
-        <div className="table-scroll">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Run</th>
-                <th scope="col">State</th>
-                <th scope="col">Environment</th>
-                <th scope="col">Requested by</th>
-                <th scope="col">Updated</th>
-              </tr>
-            </thead>
-            <tbody>
-              {runs.map((run) => (
-                <tr key={run.runId}>
-                  <th scope="row">
-                    <Link href={hrefOf({ page: 'run', runId: run.runId })}>{run.release ? `${run.release.name} ${run.release.version}` : run.reason}</Link>
-                    <span className="muted">{run.qualifiedStack}</span>
-                  </th>
-                  <td>
-                    <StateBadge state={run.state} />
-                  </td>
-                  <td>
-                    {run.environment.name} <span className="muted">{run.environment.tier}</span>
-                  </td>
-                  <td>{run.requestedBy ?? '—'}</td>
-                  <td>
-                    <When at={run.updatedAt} />
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable labelledBy="runs-title" columns={['Run', 'State', 'Environment', 'Requested by', 'Updated']}>
+          {runs.map((run) => (
+            <tr key={run.runId}>
+              <th scope="row">
+                <Link href={hrefOf({ page: 'run', runId: run.runId })}>{run.release ? `${run.release.name} ${run.release.version}` : run.reason}</Link>
+                <span className="muted">{run.qualifiedStack}</span>
+              </th>
+              <td>
+                <StateBadge state={run.state} />
+              </td>
+              <td>
+                {run.environment.name} <span className="muted">{run.environment.tier}</span>
+              </td>
+              <td>{run.requestedBy ?? '—'}</td>
+              <td>
+                <When at={run.updatedAt} />
+              </td>
+            </tr>
+          ))}
+        </DataTable>
         {!loading && runs.length === 0 && <p className="muted">No run matches.</p>}
         {loading && <p className="muted">Loading…</p>}
         {cursor && !loading && (

@@ -2,7 +2,7 @@ import { useState, type ReactNode } from 'react';
 import { AS_TEXT, client, Problem, read } from '../api';
 import { hrefOf } from '../router';
 import { currentSession } from '../session';
-import { ConfirmAction, Countdown, Link, ProblemBox, StateBadge, TableScroll, useEvery, useLoaded, useNow, When } from '../ui';
+import { ConfirmAction, Countdown, DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, useNow, When } from '../ui';
 import type { Environment, Page, Run, StackLock } from '../views';
 
 /** Pages of the tenant's runs read for one stack's: the API cannot filter runs by stack, so the console does. */
@@ -175,50 +175,38 @@ function Environments({ environments, runs }: { environments: readonly Environme
       {bindings.size === 0 ? (
         <p className="muted">No environment is known for this stack: no run or environment names it.</p>
       ) : (
-        <TableScroll labelledBy="environment-title">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Environment</th>
-                <th scope="col">Release applied</th>
-                <th scope="col">Drift</th>
-                <th scope="col">Last scan</th>
+        <DataTable labelledBy="environment-title" columns={['Environment', 'Release applied', 'Drift', 'Last scan']}>
+          {[...bindings.values()].map((binding) => {
+            const applied = binding.environment?.desiredRelease;
+            const drift = binding.environment?.drift;
+            return (
+              <tr key={binding.id}>
+                <th scope="row">
+                  {binding.name}{' '}
+                  <span className="muted">
+                    {binding.tier} · {binding.id}
+                  </span>
+                </th>
+                <td>
+                  {applied ? (
+                    <>
+                      <Link href={hrefOf({ page: 'run', runId: applied.runId })}>
+                        {applied.name} {applied.version}
+                      </Link>{' '}
+                      <When at={applied.appliedAt} />
+                    </>
+                  ) : (
+                    <span className="muted">none applied</span>
+                  )}
+                </td>
+                <td>{drift ? <StateBadge state={drift.stale ? 'stale' : drift.status} label={drift.stale ? 'stale' : undefined} /> : <span className="muted">not observed</span>}</td>
+                <td>
+                  <When at={drift?.lastScanAt} />
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {[...bindings.values()].map((binding) => {
-                const applied = binding.environment?.desiredRelease;
-                const drift = binding.environment?.drift;
-                return (
-                  <tr key={binding.id}>
-                    <th scope="row">
-                      {binding.name}{' '}
-                      <span className="muted">
-                        {binding.tier} · {binding.id}
-                      </span>
-                    </th>
-                    <td>
-                      {applied ? (
-                        <>
-                          <Link href={hrefOf({ page: 'run', runId: applied.runId })}>
-                            {applied.name} {applied.version}
-                          </Link>{' '}
-                          <When at={applied.appliedAt} />
-                        </>
-                      ) : (
-                        <span className="muted">none applied</span>
-                      )}
-                    </td>
-                    <td>{drift ? <StateBadge state={drift.stale ? 'stale' : drift.status} label={drift.stale ? 'stale' : undefined} /> : <span className="muted">not observed</span>}</td>
-                    <td>
-                      <When at={drift?.lastScanAt} />
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </TableScroll>
+            );
+          })}
+        </DataTable>
       )}
     </section>
   );
@@ -231,41 +219,28 @@ function Runs({ runs, more }: { runs: readonly Run[]; more: boolean }) {
       {runs.length === 0 ? (
         <p className="muted">No run of this stack.</p>
       ) : (
-        <TableScroll labelledBy="runs-title">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Run</th>
-                <th scope="col">State</th>
-                <th scope="col">Requested by</th>
-                <th scope="col">Created</th>
-                <th scope="col">Finished</th>
-              </tr>
-            </thead>
-            <tbody>
-              {runs.map((run) => (
-                <tr key={run.runId}>
-                  <th scope="row">
-                    <Link href={hrefOf({ page: 'run', runId: run.runId })}>
-                      {run.release ? `${run.release.name} ${run.release.version}` : run.reason} → {run.environment.name}
-                    </Link>{' '}
-                    <span className="muted">
-                      {run.reason} · {run.runId}
-                    </span>
-                  </th>
-                  <td>
-                    <StateBadge state={run.state} />
-                  </td>
-                  <td>{run.requestedBy ?? <span className="muted">unknown</span>}</td>
-                  <td>
-                    <When at={run.createdAt} />
-                  </td>
-                  <td>{run.finishedAt ? <When at={run.finishedAt} /> : <span className="muted">not yet</span>}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </TableScroll>
+        <DataTable labelledBy="runs-title" columns={['Run', 'State', 'Requested by', 'Created', 'Finished']}>
+          {runs.map((run) => (
+            <tr key={run.runId}>
+              <th scope="row">
+                <Link href={hrefOf({ page: 'run', runId: run.runId })}>
+                  {run.release ? `${run.release.name} ${run.release.version}` : run.reason} → {run.environment.name}
+                </Link>{' '}
+                <span className="muted">
+                  {run.reason} · {run.runId}
+                </span>
+              </th>
+              <td>
+                <StateBadge state={run.state} />
+              </td>
+              <td>{run.requestedBy ?? <span className="muted">unknown</span>}</td>
+              <td>
+                <When at={run.createdAt} />
+              </td>
+              <td>{run.finishedAt ? <When at={run.finishedAt} /> : <span className="muted">not yet</span>}</td>
+            </tr>
+          ))}
+        </DataTable>
       )}
       {more && <p className="muted">Only the tenant&apos;s first {RUN_PAGES * RUN_PAGE} runs (oldest first) were searched: the API cannot list one stack&apos;s runs.</p>}
     </section>
