@@ -41,6 +41,14 @@ export interface ApplyReceipt {
   readonly finishedAt?: string;
 }
 
+/** What a run waits for (shared/provisioning/run.ts `WaitingFor`). */
+export type WaitingFor =
+  | { readonly kind: 'stack-lock'; readonly stack: string; readonly heldBy?: string; readonly queuedBehind?: string }
+  | { readonly kind: 'approval'; readonly planDigest: string }
+  | { readonly kind: 'replan'; readonly planDigest: string }
+  | { readonly kind: 'policy'; readonly checkId: string; readonly planDigest: string; readonly since: string }
+  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number };
+
 export interface Run {
   readonly runId: string;
   readonly reason: string;
@@ -53,7 +61,7 @@ export interface Run {
   readonly desiredState?: { readonly repository: string; readonly commit: string; readonly path: string };
   readonly requestedBy?: string;
   readonly state: RunState;
-  readonly waitingFor?: { readonly kind: string; readonly planDigest?: string; readonly [more: string]: unknown };
+  readonly waitingFor?: WaitingFor;
   readonly planDigest?: string;
   readonly planExpiresAt?: string;
   readonly approvalRequired?: boolean;

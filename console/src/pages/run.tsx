@@ -3,7 +3,7 @@ import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
 import { ConfirmAction, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
-import type { PlanStep, Run, RunEvent } from '../views';
+import type { PlanStep, Run, RunEvent, WaitingFor } from '../views';
 
 const ENDED = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
 const ACTIONS = ['create', 'update', 'replace', 'delete', 'same'] as const;
@@ -134,27 +134,64 @@ function Waiting({ run }: { run: Run }) {
       </div>
     );
   }
-  if (!run.waitingFor) return null;
-  const { kind, ...details } = run.waitingFor;
-  const said: Record<string, string> = {
-    approval: "Waits for a second person's approval of the plan below.",
-    'stack-lock': 'Waits for the stack lock: an earlier run of this stack holds it.',
-    runner: 'Waits for an agent of its runner pool to take its job.',
-    queue: 'Waits in its stack queue behind earlier runs.',
-  };
+  const waiting = run.waitingFor;
+  if (!waiting) return null;
   return (
     <div className="waiting" role="status">
-      <strong>{said[kind] ?? `Waits for ${kind}.`}</strong>
-      <dl>
-        {Object.entries(details).map(([key, value]) => (
-          <div key={key}>
-            <dt>{key}</dt>
-            <dd>{typeof value === 'string' ? value : JSON.stringify(value)}</dd>
-          </div>
-        ))}
-      </dl>
+      <WaitingReason waiting={waiting} />
     </div>
   );
+}
+
+/** What the run waits for, and why, in the words of its kind. */
+function WaitingReason({ waiting }: { waiting: WaitingFor }) {
+  const runLink = (runId: string) => <Link href={hrefOf({ page: 'run', runId })}>{runId}</Link>;
+  switch (waiting.kind) {
+    case 'approval':
+      return (
+        <>
+          <strong>Waits for a second person's approval of the plan below.</strong>
+          <p>
+            Plan <code>{waiting.planDigest}</code>: whoever asked for the run cannot approve it.
+          </p>
+        </>
+      );
+    case 'replan':
+      return (
+        <>
+          <strong>Its plan went stale before it was approved.</strong>
+          <p>Replan it (the new plan needs its own approval) or reject it.</p>
+        </>
+      );
+    case 'policy':
+      return (
+        <>
+          <strong>Waits for the GovernanceHost's policy check of its plan.</strong>
+          <p>
+            Check {waiting.checkId}, asked for <When at={waiting.since} />.
+          </p>
+        </>
+      );
+    case 'runner':
+      return (
+        <>
+          <strong>Waits for an agent of runner pool {waiting.pool} to take its job.</strong>
+          <p>
+            Job {waiting.jobId}
+            {waiting.position !== undefined ? `, number ${waiting.position} in the pool's queue` : ''}.
+          </p>
+        </>
+      );
+    case 'stack-lock':
+      return (
+        <>
+          <strong>Waits for stack {waiting.stack}: one run of a stack at a time.</strong>
+          <p>
+            {waiting.heldBy ? <>Run {runLink(waiting.heldBy)} holds its lock.</> : waiting.queuedBehind ? <>Run {runLink(waiting.queuedBehind)} goes first.</> : 'Its lock is being handed over.'}
+          </p>
+        </>
+      );
+  }
 }
 
 function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
@@ -173,7 +210,7 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
       {notice}
     </p>
   );
-  const digest = run.waitingFor?.planDigest ?? run.planDigest;
+  const digest = (run.waitingFor?.kind === 'approval' ? run.waitingFor.planDigest : undefined) ?? run.planDigest;
   const decidable = (run.state === 'awaiting-approval' && digest) || run.state === 'stale' || run.state === 'queued';
   if (!decidable && notice === undefined) return null;
   return (
