@@ -1,6 +1,10 @@
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '../support/browser';
+import { eventually } from '../support/eventually';
+import { TestRepository } from '../support/git-repositories';
 
 /**
  * The operator console in Debian's chromium, against `runtime-cloud start` on a temporary state dir: sign in, the
@@ -9,6 +13,8 @@ import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '..
  */
 const WIDTHS = [1280, 390] as const;
 const SCENARIO_MS = 90_000;
+/** Tenant B's own program: one bucket, in a project of the same name as the example's. */
+const TENANT_B_PROGRAM = 'name: demo-app\nruntime: yaml\nresources:\n  assets:\n    type: local:storage:Bucket\n    properties:\n      name: tenant-b-assets\n';
 
 describe.runIf(browserAvailable())('the operator console in chromium (a real host on a temporary state dir)', () => {
   const ui = new ConsoleUnderTest('console', /^(fleet|runs?|drift|sign-in)-/);
@@ -20,29 +26,42 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
 
   /** Sends the example's production promotion as the factory would (the local queue), answering its promotion id. */
   async function sendProductionPromotion(): Promise<string> {
-    const promotion = await ui.cli('example', 'promotion', 'production');
-    const response = await fetch(ui.url('/runtime-cloud/local/queues/runtime-cloud-promotions/messages'), {
-      method: 'POST',
-      headers: { authorization: `Bearer ${ui.admin}` },
-      body: JSON.stringify({ body: JSON.parse(promotion) as unknown }),
-    });
-    expect(response.status).toBe(201);
-    return (JSON.parse(promotion) as { promotionId: string }).promotionId;
+    const promotion = JSON.parse(await ui.cli('example', 'promotion', 'production')) as { promotionId: string };
+    await send(promotion);
+    return promotion.promotionId;
   }
 
-  /** Changes the example production stack's bucket in the local cloud, as someone with portal access would. */
-  async function tamperWithBucket(): Promise<void> {
+
+  /** Changes a stack's bucket in the local cloud, as someone with portal access would. */
+  async function tamperWithBucket(tenant = 'demo-team', stack = 'production', properties: object = { versioning: false }): Promise<void> {
     const headers = { authorization: `Bearer ${ui.admin}` };
-    const listed = await fetch(ui.url('/runtime-cloud/local/cloud/resources?tenant=demo-team&stack=production'), { headers });
+    const listed = await fetch(ui.url(`/runtime-cloud/local/cloud/resources?tenant=${tenant}&stack=${stack}`), { headers });
     const bucket = ((await listed.json()) as { items: { urn: string; type: string }[] }).items.find((r) => r.type === 'local:storage:Bucket');
     expect(bucket).toBeDefined();
-    const changed = await fetch(ui.url(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket!.urn)}?tenant=demo-team`), {
+    const changed = await fetch(ui.url(`/runtime-cloud/local/cloud/resources/${encodeURIComponent(bucket!.urn)}?tenant=${tenant}`), {
       method: 'PATCH',
       headers,
-      body: JSON.stringify({ versioning: false }),
+      body: JSON.stringify(properties),
     });
     expect(changed.status).toBe(200);
   }
+
+  /** A call as the PlatformAdmin, in `tenant` when given (X-Tenant-Id). */
+  async function api(method: string, path: string, body?: unknown, tenant?: string): Promise<{ status: number }> {
+    const response = await fetch(ui.url(path), {
+      method,
+      headers: { authorization: `Bearer ${ui.admin}`, ...(tenant ? { 'x-tenant-id': tenant } : {}) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    await response.arrayBuffer();
+    return { status: response.status };
+  }
+
+  /** Sends a promotion as the factory would (the local queue). */
+  async function send(promotion: object): Promise<void> {
+    expect((await api('POST', '/runtime-cloud/local/queues/runtime-cloud-promotions/messages', { body: promotion })).status).toBe(201);
+  }
+
 
   async function expectAccessible(page: Page, view: string): Promise<void> {
     expect(await violationsOf(page, view)).toEqual([]);
@@ -184,6 +203,36 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     expect(fleet).toContain('No environment yet');
     expect(fleet).not.toContain('demo-team');
     expect(await alert.textContent()).toContain(`there is no run ${runId}`);
+  }, SCENARIO_MS);
+
+  it('when two tenants have an environment of the same id and only one drifted, then a PlatformAdmin across tenants sees each with its own status and findings', async () => {
+    // Arrange: tenant A's development promotion of the example; tenant B's own program, to the same environment id.
+    const promotionA = JSON.parse(await ui.cli('example', 'promotion', 'development')) as { tenantId: string; environment: { id: string } };
+    const repository = await TestRepository.init(join(ui.stateDir, 'repos', 'tenant-b'));
+    const commit = await repository.commit({ 'app/Pulumi.yaml': TENANT_B_PROGRAM, 'app/Pulumi.development.yaml': 'config: {}\n' });
+    expect((await api('PUT', '/runtime-cloud/tenants/tenant-b', { edition: 'team' })).status).toBeLessThan(300);
+    const promotionB = { ...promotionA, tenantId: 'tenant-b', desiredState: { repository: pathToFileURL(repository.dir).href, commit, path: 'app', stack: 'development' } };
+    await send(promotionA);
+    await send(promotionB);
+    for (const tenant of ['demo-team', 'tenant-b']) {
+      await eventually(async () => ((await api('GET', `/runtime-cloud/environments/${promotionA.environment.id}`, undefined, tenant)).status === 200 ? true : undefined), 60_000);
+    }
+    // Tenant B's bucket is renamed out of band, and B's environment scanned.
+    await tamperWithBucket('tenant-b', 'development', { name: 'renamed-out-of-band' });
+    expect((await api('POST', `/runtime-cloud/environments/${promotionA.environment.id}/scan`, undefined, 'tenant-b')).status).toBe(200);
+
+    // Act
+    const admin = await ui.signIn('admin-1', 'PlatformAdmin', '');
+    await admin.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Drift' }).click();
+    const rows = admin.getByRole('group', { name: 'Environments' }).getByRole('row', { name: /^development/ });
+    await expect.poll(() => rows.count()).toBe(2);
+
+    // Assert
+    const rowOf = (tenant: string) => admin.getByRole('group', { name: 'Environments' }).getByRole('row').filter({ hasText: `${tenant} · ${tenant}/` });
+    await expect.poll(async () => (await rowOf('tenant-b').textContent()) ?? '').toContain('drifted');
+    expect(await rowOf('tenant-b').textContent()).toMatch(/1 (high|medium|low)/);
+    expect(await rowOf('demo-team').filter({ hasText: 'development' }).textContent()).toContain('in sync');
+    expect(await rowOf('demo-team').filter({ hasText: 'development' }).textContent()).toContain('none');
   }, SCENARIO_MS);
 
   it('every view at 1280 px and 390 px: screenshots, and no serious or critical axe violation', async () => {

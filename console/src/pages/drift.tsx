@@ -23,15 +23,27 @@ async function loadDrift(): Promise<DriftView> {
   ]);
   const detailed = environments.items.slice(0, DETAILED);
   const [details, rules] = await Promise.all([
-    Promise.all(detailed.map((e) => read<Drift>(client.GET('/runtime-cloud/environments/{id}/drift', { params: { path: { id: e.id } }, ...AS_TEXT })))),
-    Promise.all(detailed.map((e) => read<Page<IgnoreRule>>(client.GET('/runtime-cloud/environments/{id}/ignore-rules', { params: { path: { id: e.id } }, ...AS_TEXT })))),
+    Promise.all(detailed.map((e) => read<Drift>(client.GET('/runtime-cloud/environments/{id}/drift', { params: { path: { id: e.id } }, ...inTenantOf(e), ...AS_TEXT })))),
+    Promise.all(detailed.map((e) => read<Page<IgnoreRule>>(client.GET('/runtime-cloud/environments/{id}/ignore-rules', { params: { path: { id: e.id } }, ...inTenantOf(e), ...AS_TEXT })))),
   ]);
   return {
     environments: environments.items,
-    details: new Map(details.map((d) => [d.environment.id, d])),
-    rules: new Map(detailed.map((e, i) => [e.id, rules[i]?.items ?? []])),
+    details: new Map(detailed.map((e, i) => [keyOf(e), details[i]!])),
+    rules: new Map(detailed.map((e, i) => [keyOf(e), rules[i]?.items ?? []])),
     proposals: proposals.items,
   };
+}
+
+/**
+ * Environment ids are a tenant's own: two tenants may both have `env-production`. A PlatformAdmin sees every tenant's,
+ * so each environment is keyed, and asked for, in its tenant (`X-Tenant-Id`).
+ */
+function keyOf(environment: Environment): string {
+  return `${environment.tenantId}/${environment.id}`;
+}
+
+function inTenantOf(environment: Environment) {
+  return { headers: { 'x-tenant-id': environment.tenantId } };
 }
 
 /** Drift across the fleet: each environment's status and findings, open proposals grouped by cause, ignore rules. */
@@ -53,7 +65,7 @@ export function DriftPage() {
         ) : (
           <DataTable labelledBy="environments-title" columns={['Environment', 'Status', 'Findings', 'Last scan', 'Next scan', ...(operate ? ['Scan'] : [])]}>
             {environments.map((environment) => (
-              <EnvironmentRow key={`${environment.tenantId}/${environment.id}`} environment={environment} drift={details.get(environment.id)} operate={operate} onDone={reload} />
+              <EnvironmentRow key={keyOf(environment)} environment={environment} drift={details.get(keyOf(environment))} operate={operate} onDone={reload} />
             ))}
           </DataTable>
         )}
@@ -115,7 +127,7 @@ function EnvironmentRow({ environment, drift, operate, onDone }: { environment: 
             confirmLabel="Scan now"
             tone="plain"
             onConfirm={async () => {
-              const scan = await read<{ driftStatus?: string; outcome: string; reason?: string }>(client.POST('/runtime-cloud/environments/{id}/scan', { params: { path: { id: environment.id } }, ...AS_TEXT }));
+              const scan = await read<{ driftStatus?: string; outcome: string; reason?: string }>(client.POST('/runtime-cloud/environments/{id}/scan', { params: { path: { id: environment.id } }, ...inTenantOf(environment), ...AS_TEXT }));
               onDone();
               return scan.outcome === 'completed' ? `Scanned: ${scan.driftStatus ?? 'done'}.` : `The scan could not observe the environment: ${scan.reason ?? scan.outcome}.`;
             }}
@@ -155,7 +167,7 @@ function CauseGroup({
   onDone: () => void;
   onOutcome: (outcome: ReactNode) => void;
 }) {
-  const nameOf = (id: string) => environments.find((e) => e.id === id)?.name ?? id;
+  const nameOf = (proposal: Proposal) => environments.find((e) => e.id === proposal.environmentId && e.tenantId === proposal.tenantId)?.name ?? proposal.environmentId;
   return (
     <div className="cause">
       <h3>
@@ -165,12 +177,12 @@ function CauseGroup({
         {proposals.map((proposal) => (
           <li key={proposal.id}>
             <div>
-              <strong>{nameOf(proposal.environmentId)}</strong> <span className="muted">{proposal.tenantId} · since</span> <When at={proposal.createdAt} /> <Severities findings={proposal.findings} />
+              <strong>{nameOf(proposal)}</strong> <span className="muted">{proposal.tenantId} · since</span> <When at={proposal.createdAt} /> <Severities findings={proposal.findings} />
             </div>
             {operate && (
               <div className="row-actions">
                 <ConfirmAction
-                  label={`Accept for ${nameOf(proposal.environmentId)}`}
+                  label={`Accept for ${nameOf(proposal)}`}
                   title="Accept: reconcile the environment"
                   confirmLabel="Accept and start the run"
                   onOutcome={onOutcome}
@@ -190,7 +202,7 @@ function CauseGroup({
                   <ReconciliationPlan proposal={proposal} />
                 </ConfirmAction>
                 <ConfirmAction
-                  label={`Dismiss for ${nameOf(proposal.environmentId)}`}
+                  label={`Dismiss for ${nameOf(proposal)}`}
                   title="Dismiss this proposal"
                   confirmLabel="Dismiss"
                   onOutcome={onOutcome}
@@ -243,7 +255,7 @@ function ReconciliationPlan({ proposal }: { proposal: Proposal }) {
 }
 
 function RulesTable({ environments, rules, operate, onDone }: { environments: readonly Environment[]; rules: ReadonlyMap<string, readonly IgnoreRule[]>; operate: boolean; onDone: () => void }) {
-  const rows = environments.flatMap((environment) => (rules.get(environment.id) ?? []).map((rule) => ({ environment, rule })));
+  const rows = environments.flatMap((environment) => (rules.get(keyOf(environment)) ?? []).map((rule) => ({ environment, rule })));
   if (rows.length === 0) return <p className="muted">No ignore rule: every difference is reported.</p>;
   return (
     <DataTable labelledBy="rules-title" columns={['Environment', 'Ignores', 'Why', 'Owner', 'Expires', ...(operate ? ['Remove'] : [])]}>
@@ -267,7 +279,7 @@ function RulesTable({ environments, rules, operate, onDone }: { environments: re
                 confirmLabel="Remove rule"
                 tone="danger"
                 onConfirm={async () => {
-                  await read<unknown>(client.DELETE('/runtime-cloud/environments/{id}/ignore-rules/{ruleId}', { params: { path: { id: environment.id, ruleId: rule.id } }, ...AS_TEXT }));
+                  await read<unknown>(client.DELETE('/runtime-cloud/environments/{id}/ignore-rules/{ruleId}', { params: { path: { id: environment.id, ruleId: rule.id } }, ...inTenantOf(environment), ...AS_TEXT }));
                   onDone();
                   return 'Removed: the next scan reports what it ignored.';
                 }}
