@@ -3,7 +3,7 @@ import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createSqlStore } from '../../shared/platform/sql/database';
 import { acquireStackLock, provisioningDb } from '../../shared/provisioning/stack-lock.repository';
-import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '../support/browser';
+import { browserAvailable, ConsoleUnderTest, screenshot, UI_WAIT, violationsOf } from '../support/browser';
 import { eventually } from '../support/eventually';
 
 /**
@@ -72,7 +72,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     const pools = operator.getByRole('region', { name: 'Pools', exact: true });
     for (const pool of LOCAL_POOLS) await pools.getByRole('row', { name: new RegExp(`^${pool}\\b`) }).waitFor();
     const attempt = pools.getByRole('row', { name: /^local-attempt\b/ }).getByRole('cell');
-    await expect.poll(async () => (await attempt.nth(1).textContent())?.trim()).toBe('2');
+    await expect.poll(async () => (await attempt.nth(1).textContent())?.trim(), UI_WAIT).toBe('2');
     expect((await attempt.nth(2).textContent())?.trim()).toBe('48');
     const quota = operator.getByRole('region', { name: 'Quota use by tenant' });
     expect(await quota.getByRole('row', { name: /^demo-team/ }).textContent()).toContain('1 of 20');
@@ -88,7 +88,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     const countdown = row.locator('time.countdown');
     const before = (await countdown.textContent()) ?? '';
     expect(before).toMatch(/^\d+ min \d{2} s left$/);
-    await expect.poll(() => countdown.textContent(), { timeout: 5_000 }).not.toBe(before);
+    await expect.poll(() => countdown.textContent(), UI_WAIT).not.toBe(before);
     const text = (await operator.locator('main').textContent()) ?? '';
     expect(text).not.toContain(theirs.leaseId);
     expect(text).not.toContain('demo-free');
@@ -116,7 +116,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
 
     // Assert
     const lock = observer.getByRole('region', { name: 'Lock' });
-    await expect.poll(() => lock.textContent()).toContain('not locked');
+    await expect.poll(() => lock.textContent(), UI_WAIT).toContain('not locked');
     const run = observer.getByRole('region', { name: 'Runs' }).getByRole('row', { name: new RegExp(runId) });
     expect(await run.getByRole('cell').nth(0).textContent()).toBe('applied');
     expect(await observer.getByRole('region', { name: 'Environment' }).getByRole('row', { name: /^production/ }).textContent()).toContain('in sync');
@@ -148,7 +148,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
 
     // Assert: the Observer reads who holds it, and has no way to break it.
     const lock = observer.getByRole('region', { name: 'Lock' });
-    await expect.poll(() => lock.textContent()).toContain('run-of-a-hung-host');
+    await expect.poll(() => lock.textContent(), UI_WAIT).toContain('run-of-a-hung-host');
     expect(await lock.textContent()).toContain(`Fencing token${version} (the lock's version)`);
     expect(await lock.locator('time.countdown').textContent()).toMatch(/left$/);
     expect(await observer.getByRole('button', { name: 'Break lock' }).count()).toBe(0);
@@ -164,7 +164,7 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
 
     // Assert: said on the page, gone in the API.
     await platform.getByRole('status').filter({ hasText: `Broke lock version ${version} of run run-of-a-hung-host` }).first().waitFor();
-    await expect.poll(() => platform.getByRole('region', { name: 'Lock' }).textContent()).toContain('not locked');
+    await expect.poll(() => platform.getByRole('region', { name: 'Lock' }).textContent(), UI_WAIT).toContain('not locked');
     const after = await api<{ code: string }>('/runtime-cloud/tenants/demo-team/stacks/demo-app/development/lock', ui.admin);
     expect(after.status).toBe(404);
     expect(after.body.code).toBe('PROVISIONING.STACK_NOT_LOCKED');

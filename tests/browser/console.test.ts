@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { browserAvailable, ConsoleUnderTest, screenshot, violationsOf } from '../support/browser';
+import { browserAvailable, ConsoleUnderTest, screenshot, UI_WAIT, violationsOf } from '../support/browser';
 import { eventually } from '../support/eventually';
 import { TestRepository } from '../support/git-repositories';
 
@@ -78,7 +78,7 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     await waiting.waitFor({ timeout: 30_000 });
 
     // Assert: the fleet counts it as waiting for approval.
-    await expect.poll(() => operator.locator('.standing-waiting-for-approval .count-value').textContent()).toBe('1');
+    await expect.poll(() => operator.locator('.standing-waiting-for-approval .count-value').textContent(), UI_WAIT).toBe('1');
     await screenshot(operator, 'fleet-1280');
 
     // Act: open its run.
@@ -87,9 +87,9 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     runId = decodeURIComponent(new URL(operator.url()).pathname.split('/').pop() ?? '');
 
     // Assert: it waits for approval, and the plan shows each step with its action; a secret shows as its reference.
-    await expect.poll(() => operator.getByRole('status').first().textContent()).toContain("Waits for a second person's approval");
+    await expect.poll(() => operator.getByRole('status').first().textContent(), UI_WAIT).toContain("Waits for a second person's approval");
     const steps = operator.locator('.step');
-    await expect.poll(() => steps.count()).toBe(3);
+    await expect.poll(() => steps.count(), UI_WAIT).toBe(3);
     expect(await steps.locator('.badge.op-create').count()).toBe(3);
     expect(await operator.locator('.steps').textContent()).toContain('secret · broker://runtime-cloud/app-db-password');
     await operator.getByLabel('Filter by action').selectOption('delete');
@@ -225,11 +225,11 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     const admin = await ui.signIn('admin-1', 'PlatformAdmin', '');
     await admin.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Drift' }).click();
     const rows = admin.getByRole('group', { name: 'Environments' }).getByRole('row', { name: /^development/ });
-    await expect.poll(() => rows.count()).toBe(2);
+    await expect.poll(() => rows.count(), UI_WAIT).toBe(2);
 
     // Assert
     const rowOf = (tenant: string) => admin.getByRole('group', { name: 'Environments' }).getByRole('row').filter({ hasText: `${tenant} · ${tenant}/` });
-    await expect.poll(async () => (await rowOf('tenant-b').textContent()) ?? '').toContain('drifted');
+    await expect.poll(async () => (await rowOf('tenant-b').textContent()) ?? '', UI_WAIT).toContain('drifted');
     expect(await rowOf('tenant-b').textContent()).toMatch(/1 (high|medium|low)/);
     expect(await rowOf('demo-team').filter({ hasText: 'development' }).textContent()).toContain('in sync');
     expect(await rowOf('demo-team').filter({ hasText: 'development' }).textContent()).toContain('none');

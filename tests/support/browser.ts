@@ -7,6 +7,12 @@ import { runCli, startChildHost, type RunningChild } from './child-process';
 /** Debian's chromium (`apt-get install chromium`; .ci/run installs it), driven by playwright-core. */
 export const CHROMIUM = process.env.RUNTIME_CLOUD_TEST_CHROMIUM ?? '/usr/bin/chromium';
 
+/**
+ * How long an `expect.poll` on the page waits: its 1 s default is less than a page's requests can take with the
+ * whole suite running on two cores.
+ */
+export const UI_WAIT = { timeout: 15_000 } as const;
+
 /** Where the console's screenshots go (and a failing test's). */
 export const ARTIFACTS = join(__dirname, '..', 'artifacts', 'console');
 
