@@ -1,6 +1,7 @@
 import createClient, { type Middleware } from 'openapi-fetch';
 import type { paths } from './api-types';
 import { currentSession } from './session';
+import type { Page } from './views';
 
 /**
  * The console's client of the host's HTTP API, typed from openapi.json by openapi-typescript (api-types.d.ts,
@@ -65,3 +66,16 @@ function problemOf(status: number, body: unknown): Problem {
 
 /** Options every call passes: the body is read as text, so that read() can tell a problem from a view. */
 export const AS_TEXT = { parseAs: 'text' } as const;
+
+/** Every page of a list, following the API's `nextCursor`, up to `pages` pages: the items, and whether more remain. */
+export async function allPages<T>(page: (cursor: string | undefined) => Promise<Page<T>>, pages = 20): Promise<{ items: T[]; more: boolean }> {
+  const items: T[] = [];
+  let cursor: string | undefined;
+  for (let n = 0; n < pages; n++) {
+    const answer = await page(cursor);
+    items.push(...answer.items);
+    cursor = answer.nextCursor;
+    if (!cursor) break;
+  }
+  return { items, more: cursor !== undefined };
+}

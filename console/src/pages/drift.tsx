@@ -1,5 +1,5 @@
 import { useState, type ReactNode } from 'react';
-import { AS_TEXT, client, read } from '../api';
+import { allPages, AS_TEXT, client, read } from '../api';
 import { hrefOf } from '../router';
 import { currentSession } from '../session';
 import { ConfirmAction, DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
@@ -18,8 +18,8 @@ interface DriftView {
 
 async function loadDrift(): Promise<DriftView> {
   const [environments, proposals] = await Promise.all([
-    read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { limit: 1000 } }, ...AS_TEXT })),
-    read<Page<Proposal>>(client.GET('/runtime-cloud/proposals', { params: { query: { status: 'open', limit: 1000 } }, ...AS_TEXT })),
+    allPages((cursor) => read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT }))),
+    allPages((cursor) => read<Page<Proposal>>(client.GET('/runtime-cloud/proposals', { params: { query: { status: 'open', limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT }))),
   ]);
   const detailed = environments.items.slice(0, DETAILED);
   const [details, rules] = await Promise.all([

@@ -1,4 +1,4 @@
-import { AS_TEXT, client, read } from '../api';
+import { allPages, AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { fleetOf, STANDING_LABELS, STANDINGS, type FleetEntry } from '../standing';
 import { DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
@@ -6,15 +6,8 @@ import type { Environment, Page, Run } from '../views';
 
 /** Every page of environments (the fleet page counts them all). */
 async function allEnvironments(): Promise<Environment[]> {
-  const found: Environment[] = [];
-  let cursor: string | undefined;
-  for (let page = 0; page < 20; page++) {
-    const answer = await read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT }));
-    found.push(...answer.items);
-    cursor = answer.nextCursor;
-    if (!cursor) break;
-  }
-  return found;
+  const { items } = await allPages((cursor) => read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT })));
+  return items;
 }
 
 async function recentRuns(): Promise<Run[]> {

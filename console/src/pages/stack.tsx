@@ -1,5 +1,5 @@
 import { useState, type ReactNode } from 'react';
-import { AS_TEXT, client, Problem, read } from '../api';
+import { allPages, AS_TEXT, client, Problem, read } from '../api';
 import { hrefOf } from '../router';
 import { currentSession } from '../session';
 import { ConfirmAction, Countdown, DataTable, Link, ProblemBox, StateBadge, useEvery, useLoaded, useNow, When } from '../ui';
@@ -16,27 +16,17 @@ interface StackRuns {
 }
 
 async function runsOf(tenant: string, qualified: string): Promise<StackRuns> {
-  const runs: Run[] = [];
-  let cursor: string | undefined;
-  for (let page = 0; page < RUN_PAGES; page++) {
-    const answer = await read<Page<Run>>(client.GET('/runtime-cloud/runs', { params: { query: { tenant, limit: RUN_PAGE, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT }));
-    runs.push(...answer.items.filter((run) => run.qualifiedStack === qualified));
-    cursor = answer.nextCursor;
-    if (!cursor) break;
-  }
-  return { runs: runs.sort((a, b) => b.createdAt.localeCompare(a.createdAt)), more: cursor !== undefined };
+  // Newest first, so that the pages read hold the stack's latest runs however many the tenant has.
+  const { items, more } = await allPages(
+    (cursor) => read<Page<Run>>(client.GET('/runtime-cloud/runs', { params: { query: { tenant, limit: RUN_PAGE, order: 'newest', ...(cursor ? { cursor } : {}) } }, ...AS_TEXT })),
+    RUN_PAGES,
+  );
+  return { runs: items.filter((run) => run.qualifiedStack === qualified), more };
 }
 
 async function environmentsOf(tenant: string, qualified: string): Promise<Environment[]> {
-  const found: Environment[] = [];
-  let cursor: string | undefined;
-  for (let page = 0; page < 20; page++) {
-    const answer = await read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { tenant, limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT }));
-    found.push(...answer.items.filter((environment) => environment.qualifiedStack === qualified));
-    cursor = answer.nextCursor;
-    if (!cursor) break;
-  }
-  return found;
+  const { items } = await allPages((cursor) => read<Page<Environment>>(client.GET('/runtime-cloud/environments', { params: { query: { tenant, limit: 200, ...(cursor ? { cursor } : {}) } }, ...AS_TEXT })));
+  return items.filter((environment) => environment.qualifiedStack === qualified);
 }
 
 /** The stack's lock, or undefined when nothing holds it (404 PROVISIONING.STACK_NOT_LOCKED is an answer, not a failure). */
@@ -242,7 +232,7 @@ function Runs({ runs, more }: { runs: readonly Run[]; more: boolean }) {
           ))}
         </DataTable>
       )}
-      {more && <p className="muted">Only the tenant&apos;s first {RUN_PAGES * RUN_PAGE} runs (oldest first) were searched: the API cannot list one stack&apos;s runs.</p>}
+      {more && <p className="muted">Only the tenant&apos;s latest {RUN_PAGES * RUN_PAGE} runs were searched: the API cannot list one stack&apos;s runs.</p>}
     </section>
   );
 }
