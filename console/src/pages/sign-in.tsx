@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from 'react';
-import { Problem } from '../api';
+import { Problem, readLocal } from '../api';
 import { saveSession } from '../session';
 import { BASE, navigate } from '../router';
 import { ProblemBox, useLoaded } from '../ui';
@@ -23,14 +23,12 @@ export function SignIn({ next }: { next: string }) {
     event.preventDefault();
     setProblem(undefined);
     try {
-      const response = await fetch('/runtime-cloud/local/sign-in', {
+      const body = await readLocal<{ token: string; expiresInSeconds: number }>('/runtime-cloud/local/sign-in', {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ name, role, ...(tenant.trim() ? { tenant: tenant.trim() } : {}) }),
       });
-      const body = (await response.json()) as { token?: string; expiresInSeconds?: number; title?: string; detail?: string; code?: string };
-      if (!response.ok || !body.token) throw new Problem(response.status, body.title ?? 'Sign-in failed', body.detail, body.code);
-      saveSession({ token: body.token, name, role, ...(tenant.trim() ? { tenant: tenant.trim() } : {}), expiresAt: Date.now() + (body.expiresInSeconds ?? 3600) * 1000 });
+      saveSession({ token: body.token, name, role, ...(tenant.trim() ? { tenant: tenant.trim() } : {}), expiresAt: Date.now() + body.expiresInSeconds * 1000 });
       navigate(next.startsWith(BASE) && !next.startsWith(`${BASE}/sign-in`) ? next : `${BASE}/`);
     } catch (error) {
       setProblem(error);
@@ -69,10 +67,12 @@ export function SignIn({ next }: { next: string }) {
 }
 
 async function fetchOptions(): Promise<SignInOptions> {
-  const response = await fetch('/runtime-cloud/local/sign-in');
-  if (response.status === 404) {
-    throw new Problem(404, 'Sign-in with Microsoft Entra is not built yet', 'This host has no local issuer: call its API with a token from Entra (docs/operations.md).');
+  try {
+    return await readLocal<SignInOptions>('/runtime-cloud/local/sign-in');
+  } catch (problem) {
+    if (problem instanceof Problem && problem.status === 404) {
+      throw new Problem(404, 'Sign-in with Microsoft Entra is not built yet', 'This host has no local issuer: call its API with a token from Entra (docs/console.md).');
+    }
+    throw problem;
   }
-  if (!response.ok) throw new Problem(response.status, 'The sign-in options could not be read');
-  return (await response.json()) as SignInOptions;
 }
