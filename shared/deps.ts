@@ -21,7 +21,7 @@ import { realLocalPath } from './platform/git/load-desired-state';
 import { createSqlStore, type SqlStore } from './platform/sql/database';
 import { migrateToLatest } from './platform/sql/migrations';
 import { createTableStore, type TableStore } from './platform/tables/tables';
-import { registerInboxLagGauge } from './platform/telemetry/metrics';
+import { registerInboxLagGauge, registerQueueDepthGauge } from './platform/telemetry/metrics';
 import { startTelemetry } from './platform/telemetry/telemetry';
 import { randomIds, systemClock, type Clock, type Ids } from './platform/time/clock';
 import { createCapacityService, type CapacityService } from './capacity/capacity.service';
@@ -293,6 +293,7 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     outboxDeadLetterCheck(busDb(store.db), clock),
   ];
   const stopInboxLagGauge = registerInboxLagGauge(() => inboxLagReader.read(config.host.enabledModules));
+  const stopQueueDepthGauge = registerQueueDepthGauge(() => capacity.queueDepth());
 
   return {
     config,
@@ -311,6 +312,8 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
     ...(recovery ? { recovery } : {}),
     async close() {
       stopInboxLagGauge();
+      stopQueueDepthGauge();
+      capacity.close();
       await inboxLagReader.close();
       await afterCommitPublish?.stop();
       await events.close();

@@ -42,15 +42,17 @@ export const putEdition = endpoint({
   tag: 'Capacity',
   summary: 'Create or change an edition',
   description:
-    'Creates the edition or replaces its per-kind limits (`maxUnits` a tenant may hold at once, `maxTtlSeconds` a lease may run): ' +
+    'Creates the edition or replaces its per-kind limits (`maxUnits` a tenant may hold at once, `maxTtlSeconds` a lease may run, ' +
+    "`maxWaitSeconds` a request may wait in a pool's queue, default 300) and its `weight` in a pool queue's fair share (default 1): " +
     '201 when created, 200 when changed. A kind left out grants nothing to tenants on the edition.',
   scope: 'factory.runtime.admin',
   platformOnly: true,
   body: editionSpecSchema,
 }, async ({ request, deps, body }) => {
   const name = request.params.name ?? '';
-  const { created } = await deps.capacity.putEdition({ name, limits: body.limits });
-  return { status: created ? 201 : 200, jsonBody: { name, limits: body.limits } };
+  const edition = { name, limits: body.limits, weight: body.weight ?? 1 };
+  const { created } = await deps.capacity.putEdition(edition);
+  return { status: created ? 201 : 200, jsonBody: edition };
 });
 
 export const putTenant = endpoint({

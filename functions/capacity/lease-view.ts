@@ -1,6 +1,7 @@
 import { AppError } from '../../shared/platform/errors/app-error';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
 import { effectiveState, type Lease } from '../../shared/capacity/lease';
+import type { TicketView } from '../../shared/capacity/capacity.service';
 
 /**
  * A lease as the HTTP API shows it. Changing this shape is a breaking change for workers and the tool executor.
@@ -27,4 +28,30 @@ export function leaseView(lease: Lease, now: Date) {
 export function singleTenant(filter: TenantFilter): string {
   if (filter.kind === 'one') return filter.tenant;
   throw new AppError('AUTH.TENANT_REQUIRED', 'validation', 'name the tenant (header X-Tenant-Id) to acquire capacity');
+}
+
+/**
+ * A lease request in a pool's queue as the HTTP API shows it: while it waits, its place in the fair order (1 = next),
+ * why it waits, and when it may be granted if the leases ahead are held to their present expiry; once granted, its
+ * lease. Changing this shape is a breaking change for workers and the tool executor.
+ */
+export function ticketView(view: TicketView, now: Date) {
+  const { ticket } = view;
+  return {
+    requestId: ticket.id,
+    state: view.state,
+    tenant: ticket.tenant,
+    kind: ticket.kind,
+    pool: ticket.pool,
+    units: ticket.units,
+    holder: ticket.holder,
+    ttlSeconds: ticket.ttlSeconds,
+    requestedAt: ticket.requestedAt.toISOString(),
+    waitUntil: ticket.deadline.toISOString(),
+    ...(view.position !== undefined ? { position: view.position } : {}),
+    ...(view.reason !== undefined ? { reason: view.reason } : {}),
+    ...(view.estimatedGrantAt !== undefined ? { estimatedGrantAt: view.estimatedGrantAt.toISOString() } : {}),
+    ...(ticket.endedAt !== undefined ? { endedAt: ticket.endedAt.toISOString() } : {}),
+    ...(view.lease !== undefined ? { lease: leaseView(view.lease, now) } : {}),
+  };
 }

@@ -1,9 +1,10 @@
 import { LEASE_STATES } from '../../shared/capacity/lease';
 import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
+import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue.service';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
-import { leaseView, singleTenant } from './lease-view';
+import { leaseView, singleTenant, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 /** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
@@ -17,6 +18,15 @@ const acquireBody = lazySchema((z) =>
       idempotencyKey: idempotencyKey().optional(),
       pool: z.string().min(1).max(200).optional(),
       labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
+      /** Wait in the pool's queue for up to `seconds` (at most the edition's `maxWaitSeconds`) instead of a refusal. */
+      wait: z
+        .object({
+          seconds: z.number().int().min(1).max(86_400),
+          /** How long this call waits for the grant before it answers 202 with the ticket (default: up to 20 s). */
+          holdSeconds: z.number().int().min(0).max(MAX_HOLD_SECONDS).optional(),
+        })
+        .strict()
+        .optional(),
     })
     .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] }),
 );
@@ -32,12 +42,18 @@ export const acquireLease = endpoint({
     '`REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); ' +
     'a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` ' +
     "with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 " +
-    '`CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore.',
+    '`CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore. ' +
+    "Refusals carry `reason` (`TENANT_QUOTA`, `POOL_FULL`, `QUEUED_BEHIND`, `RECOVERING`) with its figures. With `wait: {seconds}` (at most " +
+    "the edition's `maxWaitSeconds`, else 400 `CAPACITY.WAIT_TOO_LONG`) a request the pool cannot grant now joins the pool's queue, " +
+    'granted in weighted fair share across tenants and in arrival order within one: the call holds for up to `wait.holdSeconds` ' +
+    `(default and at most ${MAX_HOLD_SECONDS}) and answers 201 with the lease if granted meanwhile, else 202 with the request ` +
+    '(`requestId`, `position`, `reason`, `estimatedGrantAt`) and its `Location` under `/lease-requests`. A quota the edition can never ' +
+    'meet is refused at once, not queued.',
   scope: 'factory.capacity.lease',
   body: acquireBody,
 }, async ({ request, deps, tenants, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
-  const result = await deps.capacity.acquire({
+  const leaseRequest = {
     tenant: singleTenant(tenants()),
     kind: body.kind,
     units: body.units,
@@ -46,7 +62,18 @@ export const acquireLease = endpoint({
     ...(key !== undefined ? { idempotencyKey: key } : {}),
     ...(body.pool !== undefined ? { pool: body.pool } : {}),
     ...(body.labels !== undefined ? { labels: body.labels } : {}),
-  });
+  };
+  const result = body.wait
+    ? await deps.capacity.acquireOrWait({
+        ...leaseRequest,
+        waitSeconds: body.wait.seconds,
+        ...(body.wait.holdSeconds !== undefined ? { holdSeconds: body.wait.holdSeconds } : {}),
+      })
+    : await deps.capacity.acquire(leaseRequest);
+  if (result.outcome === 'waiting') {
+    const headers: Record<string, string> = { location: `/runtime-cloud/lease-requests/${result.ticket.ticket.id}`, 'cache-control': 'no-store' };
+    return { status: 202, headers, jsonBody: ticketView(result.ticket, deps.clock.now()) };
+  }
   return {
     status: result.outcome === 'granted' ? 201 : 200,
     headers: { location: `/runtime-cloud/leases/${result.lease.id}` },

@@ -8,7 +8,8 @@ import { poolsOfKind } from './capacity.repository';
 import { findLeaseByIdempotencyKey } from './lease.repository';
 import { leaseRequestDigest, type Lease, type LeaseRequest } from './lease';
 import { poolMatchesLabels } from './pool';
-import { exhaustedRefusal, freeAfterRelaying, quotaRefusal, refuseUnfitPool, type Refusal } from './refusals.service';
+import { exhaustedRefusal, freeAfterRelaying, queuedRefusal, quotaRefusal, refuseUnfitPool, type Refusal } from './refusals.service';
+import { hasWaiting } from './lease-requests.repository';
 import { poolScope } from './slots';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';
@@ -92,7 +93,13 @@ async function grantOnce(ctx: CapacityContext, request: LeaseRequest, digest: st
       ? [request.pool]
       : (await poolsOfKind(ctx.db, request.kind)).filter((pool) => poolMatchesLabels(pool, request.labels)).map((pool) => pool.id);
   let inFlight = false;
+  let queued = 0;
   for (const pool of candidates) {
+    // Units a pool frees go to its queue first: a new request does not overtake a waiting one.
+    if (await ctx.waiters.hasWaiting(pool, now, () => hasWaiting(ctx.db, ctx.dialect, pool))) {
+      queued++;
+      continue;
+    }
     const lease: Omit<Lease, 'fencingToken'> = {
       id,
       tenant: request.tenant,
@@ -111,5 +118,6 @@ async function grantOnce(ctx: CapacityContext, request: LeaseRequest, digest: st
     if (request.pool !== undefined) await refuseUnfitPool(ctx, request.pool, request.kind);
     if (await freeAfterRelaying(ctx, poolScope(pool), { pool }, request.units)) inFlight = true;
   }
+  if (queued > 0 && queued === candidates.length) return { refusal: await queuedRefusal(ctx, request), inFlight: false };
   return { refusal: await exhaustedRefusal(ctx, request, now, inFlight), inFlight };
 }

@@ -89,7 +89,7 @@ export function listEditions(ctx: CapacityContext): Promise<Edition[]> {
 
 /** Upserts the editions, then the tenants and pools of a seed file; running it again changes nothing. */
 export async function applySeed(ctx: CapacityContext, seed: CapacitySeed): Promise<void> {
-  for (const [name, spec] of Object.entries(seed.editions)) await putEdition(ctx, { name, limits: spec.limits });
+  for (const [name, spec] of Object.entries(seed.editions)) await putEdition(ctx, { name, limits: spec.limits, ...(spec.weight !== undefined ? { weight: spec.weight } : {}) });
   for (const [id, spec] of Object.entries(seed.tenants)) await putTenant(ctx, { id, edition: spec.edition });
   for (const [id, spec] of Object.entries(seed.pools)) await putPool(ctx, id, spec);
 }

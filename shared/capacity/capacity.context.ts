@@ -13,6 +13,7 @@ import { getLease, leaseTenant, type CapacityDb } from './lease.repository';
 import { effectiveState, fencingMatches, type Lease, type LeaseState } from './lease';
 import type { CapacityKind, Pool } from './pool';
 import { recoveryWindow, type RecoveryWindow } from './recovery-window.service';
+import { TicketWaiters } from './lease-queue-waiters';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';
 
@@ -60,10 +61,12 @@ export interface CapacityContext {
   readonly recovery: RecoveryWindow;
   readonly clock: Clock;
   readonly ids: Ids;
+  /** This host's callers waiting on lease requests in a pool's queue. */
+  readonly waiters: TicketWaiters;
 }
 
 export function createCapacityContext({ store, clock, ids }: CapacityServiceOptions): CapacityContext {
-  return { db: capacityDb(store.db), dialect: store.dialect, ledger: ledgerFor(store), recovery: recoveryWindow(store, clock), clock, ids };
+  return { db: capacityDb(store.db), dialect: store.dialect, ledger: ledgerFor(store), recovery: recoveryWindow(store, clock), clock, ids, waiters: new TicketWaiters() };
 }
 
 export function nowOf(ctx: CapacityContext): number {

@@ -1,6 +1,7 @@
 import { sql, type CreateTableBuilder, type Kysely, type Migration } from 'kysely';
 import { dropColumns, sqlTypes, type MigrationSource } from '../platform/sql/migrations';
 import { FREE_SLOT, poolScope, quotaScope } from './slots';
+import { DEFAULT_MAX_WAIT_SECONDS } from './pool';
 
 /** The capacity module's schema: pools, editions and their limits, tenants and their usage, leases. */
 type MigrationDialect = Parameters<MigrationSource>[0];
@@ -63,6 +64,7 @@ export const capacityMigrations: MigrationSource = (dialect) => {
     '20261130-10-capacity-tables': migration,
     '20261130-20-capacity-slots': slotsMigration(dialect),
     '20261130-30-capacity-leases-by-tenant': leasesByTenantMigration(dialect),
+    '20261207-10-capacity-lease-queue': leaseQueueMigration(dialect),
   };
 };
 
@@ -191,6 +193,41 @@ function slotsMigration(dialect: MigrationDialect): Migration {
       }
       await db.schema.dropTable('capacity_tenant_usage').execute();
       await dropColumns(db, dialect, 'capacity_pools', ['used', 'fencing_counter']);
+    },
+  };
+}
+
+/**
+ * Lease requests that wait in a pool's queue, and the editions' weights and longest waits. A pool's waiting
+ * requests are read in arrival order by (pool, state, requested_at); a repeated request finds its ticket by
+ * (tenant, idempotency key), which is unique while the request lives, so a retry joins the queue once.
+ */
+function leaseQueueMigration(dialect: MigrationDialect): Migration {
+  const t = sqlTypes(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('capacity_editions').addColumn('weight', 'integer', (c) => c.notNull().defaultTo(1)).execute();
+      await db.schema.alterTable('capacity_edition_limits').addColumn('max_wait_seconds', 'integer', (c) => c.notNull().defaultTo(DEFAULT_MAX_WAIT_SECONDS)).execute();
+      await db.schema
+        .createTable('capacity_lease_requests')
+        .addColumn('id', t.key, (c) => c.primaryKey())
+        .addColumn('tenant_id', t.key, (c) => c.notNull())
+        .addColumn('kind', t.key, (c) => c.notNull())
+        .addColumn('pool_id', t.key, (c) => c.notNull())
+        .addColumn('units', 'integer', (c) => c.notNull())
+        .addColumn('ttl_seconds', 'integer', (c) => c.notNull())
+        .addColumn('holder', t.key, (c) => c.notNull())
+        .addColumn('idempotency_key', t.key, (c) => c.notNull())
+        .addColumn('request_digest', t.key, (c) => c.notNull())
+        .addColumn('requested_at', 'bigint', (c) => c.notNull())
+        .addColumn('deadline', 'bigint', (c) => c.notNull())
+        .addColumn('state', t.key, (c) => c.notNull())
+        .addColumn('lease_id', t.key, (c) => c.notNull())
+        .addColumn('fencing_token', 'bigint')
+        .addColumn('ended_at', 'bigint')
+        .execute();
+      await db.schema.createIndex('capacity_lease_requests_queue').on('capacity_lease_requests').columns(['pool_id', 'state', 'requested_at']).execute();
+      await db.schema.createIndex('capacity_lease_requests_key').on('capacity_lease_requests').columns(['tenant_id', 'idempotency_key']).unique().execute();
     },
   };
 }

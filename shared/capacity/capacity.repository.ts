@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import type { AnyDb, SqlStore } from '../platform/sql/database';
 import { LOCK_ALIAS, lockingRows, upsertRow, type SqlDialect } from '../platform/sql/dialect';
-import { CAPACITY_KINDS, isCapacityKind, type CapacityKind, type Edition, type KindLimit, type Pool, type PoolSpec, type Tenant } from './pool';
+import { CAPACITY_KINDS, DEFAULT_MAX_WAIT_SECONDS, isCapacityKind, type CapacityKind, type Edition, type KindLimit, type Pool, type PoolSpec, type Tenant } from './pool';
 import { poolScope, quotaScope } from './slots';
 import type { CapacityEditionTable, CapacityPoolTable, CapacityTables, CapacityTenantTable } from './capacity.tables';
 import type { CapacityLedger } from './capacity-ledger.repository';
@@ -49,6 +49,8 @@ export async function poolsOfKind(db: CapacityExecutor, kind: CapacityKind): Pro
 export interface TenantLimitView {
   readonly tenant: string;
   readonly edition: string;
+  /** The edition's weight in a pool queue's fair share. */
+  readonly weight: number;
   readonly kind: CapacityKind;
   readonly used: number;
   readonly limit?: KindLimit;
@@ -59,17 +61,19 @@ export async function tenantLimit(db: CapacityExecutor, ledger: CapacityLedger, 
   const row = await db
     .selectFrom('capacity_tenants as t')
     .leftJoin('capacity_edition_limits as l', (join) => join.onRef('l.edition', '=', 't.edition').on('l.kind', '=', kind))
-    .select(['t.id', 't.edition', 'l.max_units', 'l.max_ttl_seconds'])
+    .innerJoin('capacity_editions as e', 'e.name', 't.edition')
+    .select(['t.id', 't.edition', 'e.weight', 'l.max_units', 'l.max_ttl_seconds', 'l.max_wait_seconds'])
     .where('t.id', '=', tenant)
     .executeTakeFirst();
   if (!row) return undefined;
   return {
     tenant: row.id,
     edition: row.edition,
+    weight: Number(row.weight),
     kind,
     used: (await ledger.use(db, quotaScope(tenant, kind))).held,
     ...(row.max_units !== null && row.max_ttl_seconds !== null
-      ? { limit: { maxUnits: Number(row.max_units), maxTtlSeconds: Number(row.max_ttl_seconds) } }
+      ? { limit: { maxUnits: Number(row.max_units), maxTtlSeconds: Number(row.max_ttl_seconds), maxWaitSeconds: Number(row.max_wait_seconds) } }
       : {}),
   };
 }
@@ -172,10 +176,17 @@ export async function upsertPool(
 
 /** Creates an edition or replaces its limits (kinds left out get none), then resizes its tenants' quotas. */
 export async function upsertEdition(trx: Transaction<CapacityTables>, dialect: SqlDialect, ledger: CapacityLedger, edition: Edition, now: number): Promise<void> {
-  await upsertRow<CapacityEditionTable>(trx, dialect, 'capacity_editions', { values: { name: edition.name, updated_at: now }, key: ['name'], update: { updated_at: now } });
+  const weight = edition.weight ?? 1;
+  await upsertRow<CapacityEditionTable>(trx, dialect, 'capacity_editions', { values: { name: edition.name, weight, updated_at: now }, key: ['name'], update: { weight, updated_at: now } });
   await trx.deleteFrom('capacity_edition_limits').where('edition', '=', edition.name).execute();
   const limits = Object.entries(edition.limits).filter((e): e is [CapacityKind, KindLimit] => isCapacityKind(e[0]) && e[1] !== undefined);
-  const rows = limits.map(([kind, limit]) => ({ edition: edition.name, kind, max_units: limit.maxUnits, max_ttl_seconds: limit.maxTtlSeconds }));
+  const rows = limits.map(([kind, limit]) => ({
+    edition: edition.name,
+    kind,
+    max_units: limit.maxUnits,
+    max_ttl_seconds: limit.maxTtlSeconds,
+    max_wait_seconds: limit.maxWaitSeconds ?? DEFAULT_MAX_WAIT_SECONDS,
+  }));
   if (rows.length > 0) await trx.insertInto('capacity_edition_limits').values(rows).execute();
   const tenants = (await trx.selectFrom('capacity_tenants').select('id').where('edition', '=', edition.name).orderBy('id').execute()).map((t) => t.id);
   await lockTenants(trx, dialect, tenants);
@@ -213,19 +224,20 @@ async function resizeQuotas(
 }
 
 export async function listEditions(db: CapacityExecutor, only?: string): Promise<Edition[]> {
-  let names = db.selectFrom('capacity_editions').select('name').orderBy('name');
+  let names = db.selectFrom('capacity_editions').select(['name', 'weight']).orderBy('name');
   let limitRows = db.selectFrom('capacity_edition_limits').selectAll();
   if (only !== undefined) {
     names = names.where('name', '=', only);
     limitRows = limitRows.where('edition', '=', only);
   }
   const limits = await limitRows.execute();
-  return (await names.execute()).map(({ name }) => ({
+  return (await names.execute()).map(({ name, weight }) => ({
     name,
+    weight: Number(weight),
     limits: Object.fromEntries(
       limits
         .filter((l) => l.edition === name)
-        .map((l) => [l.kind, { maxUnits: Number(l.max_units), maxTtlSeconds: Number(l.max_ttl_seconds) }]),
+        .map((l) => [l.kind, { maxUnits: Number(l.max_units), maxTtlSeconds: Number(l.max_ttl_seconds), maxWaitSeconds: Number(l.max_wait_seconds) }]),
     ),
   }));
 }

@@ -5,7 +5,14 @@ import { CAPACITY_KINDS } from './pool';
 
 // Built on first use (lazySchema): the administration endpoints name these schemas when the functions register.
 
-const kindLimit = lazySchema((z) => z.object({ maxUnits: z.number().int().min(0), maxTtlSeconds: z.number().int().positive() }));
+const kindLimit = lazySchema((z) =>
+  z.object({
+    maxUnits: z.number().int().min(0),
+    maxTtlSeconds: z.number().int().positive(),
+    /** How long a request may wait in a pool's queue (`wait.seconds` of `POST /leases`); default 300. */
+    maxWaitSeconds: z.number().int().min(0).max(86_400).optional(),
+  }),
+);
 
 /** Body of `PUT /pools/{id}` and a pool of the seed file. Changing this shape is a breaking change for clients. */
 export const poolSpecSchema = lazySchema((z) =>
@@ -26,10 +33,14 @@ export const poolSpecSchema = lazySchema((z) =>
   }),
 );
 
-/** Body of `PUT /editions/{name}`: per-kind limits; a kind left out gets no capacity. */
+/**
+ * Body of `PUT /editions/{name}`: per-kind limits (a kind left out gets no capacity) and the weight of its tenants'
+ * fair share of a pool's queue (default 1).
+ */
 export const editionSpecSchema = lazySchema((z) =>
   z.object({
     limits: z.partialRecord(z.enum(CAPACITY_KINDS), kindLimit()),
+    weight: z.number().int().min(1).max(1000).optional(),
   }),
 );
 

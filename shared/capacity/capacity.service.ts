@@ -19,12 +19,26 @@ import type { Lease, LeaseRequest, LeaseState } from './lease';
 import type { Edition, Pool, PoolSpec, Tenant } from './pool';
 import { renew } from './renew.service';
 import { sweepExpired } from './sweep.service';
+import { queueDepth } from './lease-requests.repository';
+import { acquireOrWait, admit, admitAll, admitIfWaiting, cancelTicket, getTicket, queueView, ticketsLeftQueue, type QueueView, type TicketView, type WaitingRequest, type WaitResult } from './lease-queue.service';
 
-export type { AcquireResult, CapacityServiceOptions, CapacitySummary, LeaseHolding, LeasePage, ReleaseResult, SweepResult };
+export type { AcquireResult, CapacityServiceOptions, CapacitySummary, LeaseHolding, LeasePage, QueueView, ReleaseResult, SweepResult, TicketView, WaitingRequest, WaitResult };
 
 /** The capacity use cases; built once per host by `createDeps`. */
 export interface CapacityService {
   acquire(request: LeaseRequest): Promise<AcquireResult>;
+  /** A grant now, or a place in the pool's queue for up to `waitSeconds` (lease-queue.service.ts). */
+  acquireOrWait(request: WaitingRequest): Promise<WaitResult>;
+  /** A lease request in a queue, as it stands; held up to `waitSeconds` until it leaves the queue. */
+  getLeaseRequest(tenants: TenantFilter, id: string, waitSeconds?: number): Promise<TicketView>;
+  /** Takes a waiting lease request out of its queue. */
+  cancelLeaseRequest(tenants: TenantFilter, id: string): Promise<TicketView>;
+  /** Every pool's queue the caller may see. */
+  queue(tenants: TenantFilter): Promise<QueueView>;
+  /** Lease requests waiting per pool and tenant (the queue depth gauge). */
+  queueDepth(): Promise<{ pool: string; tenant: string; waiting: number }[]>;
+  /** Stops this host's polling for its waiting callers. */
+  close(): void;
   /**
    * Extends a lease. In the recovery window after a restore, a lease the store does not know is re-registered from
    * `holding` (what its holder says it holds) with its fencing token, if it was granted before the restore and
@@ -54,19 +68,36 @@ export interface CapacityService {
  */
 export function createCapacityService(options: CapacityServiceOptions): CapacityService {
   const ctx = createCapacityContext(options);
+  ctx.waiters.serve({ done: (ids) => ticketsLeftQueue(ctx, ids), admit: (pool) => admit(ctx, pool) });
+  // Whatever may have freed units hands them to the queue before it answers (released, expired, resized, re-sized quotas).
+  const thenAdmit = async <T>(work: Promise<T>, pool?: string): Promise<T> => {
+    const result = await work;
+    await (pool === undefined ? admitAll(ctx) : admit(ctx, pool));
+    return result;
+  };
   return {
     acquire: (request) => acquire(ctx, request),
+    acquireOrWait: (request) => acquireOrWait(ctx, request),
+    getLeaseRequest: (tenants, id, waitSeconds) => getTicket(ctx, tenants, id, waitSeconds),
+    cancelLeaseRequest: (tenants, id) => cancelTicket(ctx, tenants, id),
+    queue: (tenants) => queueView(ctx, tenants),
+    queueDepth: () => queueDepth(ctx.db),
+    close: () => ctx.waiters.close(),
     renew: (tenants, id, fencingToken, ttlSeconds, holding) => renew(ctx, tenants, id, fencingToken, ttlSeconds, holding),
-    release: (tenants, id, fencingToken) => release(ctx, tenants, id, fencingToken),
+    release: async (tenants, id, fencingToken) => {
+      const { outcome, pool } = await release(ctx, tenants, id, fencingToken);
+      if (pool !== undefined) await admitIfWaiting(ctx, pool);
+      return { outcome };
+    },
     getLease: (tenants, id) => getLease(ctx, tenants, id),
     listLeases: (tenants, query) => listLeases(ctx, tenants, query),
     summary: (tenants) => summary(ctx, tenants),
-    putPool: (id, spec) => putPool(ctx, id, spec),
-    putEdition: (edition) => putEdition(ctx, edition),
-    putTenant: (tenant) => putTenant(ctx, tenant),
+    putPool: (id, spec) => thenAdmit(putPool(ctx, id, spec), id),
+    putEdition: (edition) => thenAdmit(putEdition(ctx, edition)),
+    putTenant: (tenant) => thenAdmit(putTenant(ctx, tenant)),
     knowsTenant: (tenant) => retryingContention(() => tenantExists(ctx.db, tenant)),
     listEditions: () => listEditions(ctx),
-    sweepExpired: (options) => sweepExpired(ctx, options),
+    sweepExpired: (options) => thenAdmit(sweepExpired(ctx, options)),
     applySeed: (seed) => applySeed(ctx, seed),
   };
 }

@@ -16,6 +16,8 @@ export interface CapacityPoolTable {
 
 export interface CapacityEditionTable {
   name: string;
+  /** Weight of its tenants' fair share of a pool's queue. */
+  weight: number;
   updated_at: number;
 }
 
@@ -24,6 +26,7 @@ export interface CapacityEditionLimitTable {
   kind: string;
   max_units: number;
   max_ttl_seconds: number;
+  max_wait_seconds: number;
 }
 
 export interface CapacityTenantTable {
@@ -77,6 +80,34 @@ export interface CapacityLeaseTable {
   request_digest: string | null;
 }
 
+/**
+ * A lease request waiting in a pool's queue (a ticket), and what became of it. The lease it is granted gets the id
+ * `lease_id`, chosen when it joins, and the idempotency key `idempotency_key`: two hosts that pick the same request
+ * at once insert one lease, and the other's insert fails on the key.
+ */
+export interface CapacityLeaseRequestTable {
+  id: string;
+  tenant_id: string;
+  kind: string;
+  pool_id: string;
+  units: number;
+  ttl_seconds: number;
+  holder: string;
+  /** The caller's Idempotency-Key, or `lease-request:<id>`. */
+  idempotency_key: string;
+  request_digest: string;
+  /** When the host received the request: waits are measured from here. */
+  requested_at: number;
+  /** It leaves the queue, unanswered, at this time. */
+  deadline: number;
+  /** `waiting`, `granted`, `canceled` or `expired` (its deadline passed). */
+  state: string;
+  lease_id: string;
+  fencing_token: number | null;
+  /** When it was granted, canceled or expired. */
+  ended_at: number | null;
+}
+
 export interface CapacityTables extends OutboxTables {
   capacity_pools: CapacityPoolTable;
   capacity_editions: CapacityEditionTable;
@@ -85,4 +116,5 @@ export interface CapacityTables extends OutboxTables {
   capacity_slots: CapacitySlotTable;
   capacity_scope_counters: CapacityScopeCounterTable;
   capacity_leases: CapacityLeaseTable;
+  capacity_lease_requests: CapacityLeaseRequestTable;
 }

@@ -19,5 +19,8 @@ export const CapacityErrors = {
   poolInUse: { code: 'CAPACITY.POOL_IN_USE', kind: 'conflict', title: 'Pool holds leased units' },
   quotaExceeded: { code: 'CAPACITY.QUOTA_EXCEEDED', kind: 'limit', title: 'Quota exceeded' },
   exhausted: { code: 'CAPACITY.EXHAUSTED', kind: 'limit', title: 'No pool has the units free' },
+  waitTooLong: { code: 'CAPACITY.WAIT_TOO_LONG', kind: 'validation', title: 'Wait longer than the edition allows' },
+  ticketNotFound: { code: 'CAPACITY.LEASE_REQUEST_NOT_FOUND', kind: 'not-found', title: 'Lease request not found' },
+  ticketGranted: { code: 'CAPACITY.LEASE_REQUEST_GRANTED', kind: 'conflict', title: 'Lease request already granted' },
   recovering: { code: 'CAPACITY.RECOVERING', kind: 'unavailable', title: 'Capacity recovering after a restore' },
 } as const satisfies ProblemCatalogue;

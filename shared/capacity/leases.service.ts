@@ -6,12 +6,15 @@ import { existingLease, fencingMismatch, leaseGone, tenantOfLease, type Capacity
 import { listLeases as listLeaseRows } from './lease.repository';
 import { fencingMatches, type Lease, type LeaseState } from './lease';
 
-/** Releases a lease whose holder proves itself with the lease's fencing token; releasing it again is no error. */
-export async function release(ctx: CapacityContext, tenants: TenantFilter, id: string, fencingToken: number): Promise<ReleaseResult> {
+/**
+ * Releases a lease whose holder proves itself with the lease's fencing token; releasing it again is no error.
+ * `pool`: the pool whose units this release gave back (its queue's turn).
+ */
+export async function release(ctx: CapacityContext, tenants: TenantFilter, id: string, fencingToken: number): Promise<ReleaseResult & { pool?: string }> {
   const now = ctx.clock.now().getTime();
   const tenant = await tenantOfLease(ctx, tenants, id);
   const ended = await retryingContention(() => ctx.ledger.release(ctx.db, tenant, id, fencingToken, now));
-  if (ended) return { outcome: 'released' };
+  if (ended) return { outcome: 'released', pool: ended.pool };
   const { lease, state } = await existingLease(ctx, tenant, id);
   // Only the holder may learn more: a wrong token is refused whatever state the lease is in.
   if (!fencingMatches(lease, fencingToken)) throw fencingMismatch(lease, fencingToken);

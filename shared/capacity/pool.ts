@@ -45,11 +45,18 @@ export interface KindLimit {
   readonly maxUnits: number;
   /** Longest lease (and renewal) of this kind. */
   readonly maxTtlSeconds: number;
+  /** Longest a request of this kind may wait in a pool's queue; default `DEFAULT_MAX_WAIT_SECONDS`. */
+  readonly maxWaitSeconds?: number;
 }
+
+/** How long a request may wait in a pool's queue when its edition does not say. */
+export const DEFAULT_MAX_WAIT_SECONDS = 300;
 
 export interface Edition {
   readonly name: string;
   readonly limits: Readonly<Partial<Record<CapacityKind, KindLimit>>>;
+  /** Its tenants' weight in a pool queue's fair share (2 = twice the share of a tenant of weight 1); default 1. */
+  readonly weight?: number;
 }
 
 export interface Tenant {

@@ -9,6 +9,8 @@ import type { CapacityKind } from './pool';
 import { quotaScope } from './slots';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';
+import type { WaitReason } from './lease-queue';
+import { waitingCount } from './lease-requests.repository';
 
 /**
  * Why a grant was refused, explained from what the rows say (read without locks, on the slow path only): the
@@ -61,6 +63,7 @@ export async function quotaRefusal(ctx: CapacityContext, request: LeaseRequest, 
     limit: view.limit.maxUnits,
     requested: request.units,
     retryAfterSeconds: inFlight ? 1 : retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
+    reason: { code: 'TENANT_QUOTA', used: view.used, quota: view.limit.maxUnits } satisfies WaitReason,
   });
   return { refusal, inFlight };
 }
@@ -76,13 +79,35 @@ export async function refuseUnfitPool(ctx: CapacityContext, id: string, kind: Ca
 export async function exhaustedRefusal(ctx: CapacityContext, request: LeaseRequest, now: number, inFlight: boolean): Promise<AppError> {
   const pools = (await listPools(ctx.db, ctx.ledger, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
   const soonest = await soonestExpiry(ctx.db, ctx.dialect, { kind: request.kind, ...(request.pool !== undefined ? { pool: request.pool } : {}) });
+  const used = pools.reduce((sum, p) => sum + p.used, 0);
+  const capacity = pools.reduce((sum, p) => sum + p.capacity, 0);
+  const resizing = pools.length > 0 && pools.every((p) => p.used > p.capacity);
   return problemError(CapacityErrors.exhausted, `no ${request.kind} pool has ${request.units} free units`, {
     kind: request.kind,
     ...(request.pool !== undefined ? { pool: request.pool } : {}),
     ...(request.labels !== undefined ? { labels: request.labels } : {}),
+    used,
+    limit: capacity,
+    requested: request.units,
+    retryAfterSeconds: inFlight ? 1 : retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
+    reason: { code: resizing ? 'POOL_RESIZING' : 'POOL_FULL', used, capacity } satisfies WaitReason,
+  });
+}
+
+/**
+ * Every pool the request may use has tickets waiting: the units they free are theirs first. Send the request with
+ * `wait` to join the queue.
+ */
+export async function queuedRefusal(ctx: CapacityContext, request: LeaseRequest): Promise<AppError> {
+  const pools = (await listPools(ctx.db, ctx.ledger, request.kind)).filter((p) => request.pool === undefined || p.id === request.pool);
+  const waiting = await waitingCount(ctx.db, pools.map((p) => p.id));
+  return problemError(CapacityErrors.exhausted, `requests wait in the queue of every ${request.kind} pool this request may use: send it with wait to join`, {
+    kind: request.kind,
+    ...(request.pool !== undefined ? { pool: request.pool } : {}),
     used: pools.reduce((sum, p) => sum + p.used, 0),
     limit: pools.reduce((sum, p) => sum + p.capacity, 0),
     requested: request.units,
-    retryAfterSeconds: inFlight ? 1 : retryAfterSeconds(soonest === undefined ? undefined : new Date(soonest), new Date(now)),
+    retryAfterSeconds: 1,
+    reason: { code: 'QUEUED_BEHIND', position: waiting + 1 } satisfies WaitReason,
   });
 }

@@ -29,6 +29,8 @@ const quotaAllows =
   'select "t"."id" from "capacity_tenants" as "t" inner join "capacity_edition_limits" as "l" on "l"."edition" = "t"."edition" ' +
   'where "t"."id" = @5 and "l"."kind" = @6 and "l"."max_ttl_seconds" >= @7';
 const poolAllows = 'select "pk"."id" from "capacity_pools" as "pk" where "pk"."id" = @5 and "pk"."kind" = @6';
+/** Whether the pool's queue has a waiting request: one indexed probe before a grant and after a release. */
+const queueProbe = 'select top(1) "id" from "capacity_lease_requests" where "pool_id" = @1 and "state" = @2';
 
 describe('capacity on Azure SQL (compiled T-SQL)', () => {
   it('when a lease is acquired, then quota and pool rows are claimed with READPAST in a CTE and the token comes from the sequence', async () => {
@@ -38,6 +40,7 @@ describe('capacity on Azure SQL (compiled T-SQL)', () => {
     await capacity.acquire(aLeaseRequest({ pool: 'pool-attempt', units: 3 }));
     expect(statements()).toEqual([
       'select * from "runtime_cloud_store" where "id" = @1',
+      queueProbe,
       'begin transaction',
       claim(3, quotaAllows) + claimUpdate(8),
       claim(3, poolAllows) + claimUpdate(7),
@@ -63,6 +66,7 @@ describe('capacity on Azure SQL (compiled T-SQL)', () => {
         'where "id" = @3 and "state" = @4 and "expires_at" > @5 and "fencing_token" = @6 and "tenant_id" = @7',
       'update "capacity_slots" set "lease_id" = @1 where "scope" in (@2, @3) and "lease_id" = @4',
       'commit',
+      queueProbe,
     ]);
   });
 

@@ -21,7 +21,8 @@ const GATHER_ALONE_LIMIT = 4;
  * fixed cost, a round trip, executor start, a commit, is most of its cost). A call goes at once while fewer than
  * `maxInFlight` batches of its key run (with `gather`, possibly at the end of the turn); otherwise it
  * waits, and the calls that waited go together as the next batch (at most `maxBatch`) when one finishes. Each call
- * gets its own result; when a batch fails, every call in it gets the error.
+ * gets its own result. A batch runs all or nothing (one transaction or statement), so when one of several fails,
+ * each call runs again alone: one call's failure (its key already taken) is its own, not its neighbours'.
  */
 export class Batcher<I, O> {
   readonly #lanes = new Map<string, Lane<I, O>>();
@@ -90,7 +91,8 @@ export class Batcher<I, O> {
       const results = await this.run(batch.map((w) => w.item));
       batch.forEach((w, i) => w.resolve(results[i] as O));
     } catch (error) {
-      for (const w of batch) w.reject(error);
+      if (batch.length === 1) (batch[0] as Waiting<I, O>).reject(error);
+      else for (const w of batch) await this.#runBatch([w]);
     }
   }
 }

@@ -7,8 +7,8 @@ import { metrics, type Counter, type Histogram, type MeterProvider, type Observa
  * Before that, and in code that never starts it, recording does nothing.
  *
  * Names, units and attributes are what dashboards and alerts are built on: renaming one is a breaking change.
- * Attribute values are bounded sets (kinds, pool ids, error codes, run states, modules, topics), never ids of
- * leases, runs or tenants.
+ * Attribute values are bounded sets (kinds, pool ids, error codes, run states, modules, topics, and tenants, which
+ * are administered), never ids of leases, runs or requests.
  */
 export const METRICS = {
   /** The seed's gauge: age in seconds of the oldest unprocessed message per module (`module`). */
@@ -17,6 +17,10 @@ export const METRICS = {
   leaseGrants: 'connectsoft.factory.runtime_cloud.capacity.lease_grants',
   /** Lease requests refused (`code`: `CAPACITY.QUOTA_EXCEEDED`, `CAPACITY.EXHAUSTED`, …; `kind`). */
   leaseRefusals: 'connectsoft.factory.runtime_cloud.capacity.lease_refusals',
+  /** From a lease request's arrival to its grant from a pool's queue (`pool`, `tenant`). */
+  leaseQueueWait: 'connectsoft.factory.runtime_cloud.capacity.lease_queue_wait',
+  /** Lease requests waiting in a pool's queue (`pool`, `tenant`). */
+  leaseQueueDepth: 'connectsoft.factory.runtime_cloud.capacity.lease_queue_depth',
   /** Leases expired by one sweep run. */
   leaseSweepSize: 'connectsoft.factory.runtime_cloud.capacity.lease_sweep_size',
   /** Provisioning runs from intake to their final state (`outcome`: `applied`, `failed`, `rejected`, `canceled`). */
@@ -38,6 +42,7 @@ interface Instruments {
   readonly leaseGrants: Counter;
   readonly leaseRefusals: Counter;
   readonly leaseSweepSize: Histogram;
+  readonly leaseQueueWait: Histogram;
   readonly runDuration: Histogram;
   readonly driftFindings: Counter;
   readonly outboxPublishLag: Histogram;
@@ -63,6 +68,9 @@ function define(provider: MeterProvider): Instruments {
   meter
     .createObservableGauge(METRICS.inboxLag, { unit: 's', description: 'Age of the oldest unprocessed message per module (inbox and its queues)' })
     .addCallback(observeInboxLag);
+  meter
+    .createObservableGauge(METRICS.leaseQueueDepth, { unit: '{request}', description: "Lease requests waiting in a pool's queue" })
+    .addCallback(observeQueueDepth);
   return {
     leaseGrants: meter.createCounter(METRICS.leaseGrants, { unit: '{lease}', description: 'Capacity leases granted' }),
     leaseRefusals: meter.createCounter(METRICS.leaseRefusals, { unit: '{lease}', description: 'Capacity lease requests refused, by error code' }),
@@ -70,6 +78,11 @@ function define(provider: MeterProvider): Instruments {
       unit: '{lease}',
       description: 'Leases expired by one sweep',
       advice: { explicitBucketBoundaries: [0, 1, 5, 10, 50, 100, 500, 1000, 5000] },
+    }),
+    leaseQueueWait: meter.createHistogram(METRICS.leaseQueueWait, {
+      unit: 's',
+      description: "From a lease request's arrival to its grant from a pool's queue",
+      advice: { explicitBucketBoundaries: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900] },
     }),
     runDuration: meter.createHistogram(METRICS.runDuration, {
       unit: 's',
@@ -122,6 +135,30 @@ export function recordLeaseGrant(kind: string, pool: string): void {
 
 export function recordLeaseRefusal(code: string, kind: string): void {
   instruments().leaseRefusals.add(1, { code, kind });
+}
+
+export function recordQueueWait(pool: string, tenant: string, seconds: number): void {
+  instruments().leaseQueueWait.record(Math.max(0, seconds), { pool, tenant });
+}
+
+/** Per pool and tenant, the lease requests waiting; what a `QueueDepthSource` answers. */
+export type QueueDepthSource = () => Promise<readonly { readonly pool: string; readonly tenant: string; readonly waiting: number }[]>;
+
+const queueDepthSources = new Set<QueueDepthSource>();
+
+/** Observes the queue depth gauge from `source` at each collection, until the returned function is called. */
+export function registerQueueDepthGauge(source: QueueDepthSource): () => void {
+  queueDepthSources.add(source);
+  return () => {
+    queueDepthSources.delete(source);
+  };
+}
+
+async function observeQueueDepth(result: ObservableResult): Promise<void> {
+  for (const source of queueDepthSources) {
+    const depths = await source().catch(() => []);
+    for (const { pool, tenant, waiting } of depths) result.observe(waiting, { pool, tenant });
+  }
 }
 
 export function recordSweep(expired: number): void {
