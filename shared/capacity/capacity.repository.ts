@@ -86,6 +86,12 @@ export async function listPools(db: CapacityExecutor, ledger: CapacityLedger, ki
   return rows.map((row) => poolRowToPool(row, held.get(poolScope(row.id)) ?? 0));
 }
 
+/** The capacity of each kind, all pools of it together. */
+export async function capacityByKind(db: CapacityExecutor): Promise<Map<string, number>> {
+  const rows = await db.selectFrom('capacity_pools').select(['kind', (eb) => eb.fn.sum<number | string>('capacity').as('capacity')]).groupBy('kind').execute();
+  return new Map(rows.map((r) => [r.kind, Number(r.capacity)]));
+}
+
 export async function getPool(db: CapacityExecutor, ledger: CapacityLedger, id: string): Promise<Pool | undefined> {
   const row = await db.selectFrom('capacity_pools').selectAll().where('id', '=', id).executeTakeFirst();
   return row ? poolRowToPool(row, (await ledger.use(db, poolScope(id))).held) : undefined;

@@ -6,7 +6,7 @@ import { retryingContention } from '../platform/sql/transaction';
 import { recordLeaseGrant, recordQueueWait } from '../platform/telemetry/metrics';
 import { acquire } from './acquire.service';
 import { nowOf, type AcquireResult, type CapacityContext } from './capacity.context';
-import { listPools, poolsOfKind, tenantLimit } from './capacity.repository';
+import { capacityByKind, listPools, poolsOfKind, tenantLimit } from './capacity.repository';
 import { CapacityErrors } from './errors';
 import { leaseRequestDigest, type Lease, type LeaseRequest } from './lease';
 import { findLeaseByIdempotencyKey, getLease } from './lease.repository';
@@ -157,21 +157,29 @@ export function admit(ctx: CapacityContext, pool: string): Promise<void> {
 
 async function pass(ctx: CapacityContext, pool: string): Promise<void> {
   const now = nowOf(ctx);
-  await retryingContention(() => expireOverdue(ctx.db, pool, now));
-  const waiting = await waitingTickets(ctx.db, ctx.dialect, pool, PASS_LIMIT);
+  const read = await waitingTickets(ctx.db, ctx.dialect, pool, PASS_LIMIT);
+  // Tickets past their deadline leave the queue unanswered (those beyond this pass's reach, at the sweep's pass).
+  if (read.some((t) => ticketState(t, new Date(now)) === 'expired')) await retryingContention(() => expireOverdue(ctx.db, pool, now));
+  const waiting = read.filter((t) => ticketState(t, new Date(now)) === 'waiting');
   ctx.waiters.sawQueue(pool, waiting.length > 0, now);
   if (waiting.length === 0) return;
   const kind = (waiting[0] as Ticket).kind;
   if ((await ctx.recovery.until(kind, now)) !== undefined) return;
   const inputs = await shareInputs(ctx, waiting);
+  // What the pool has free as the pass starts: no grant is tried that cannot fit (units freed meanwhile start a pass of their own).
+  let { free } = await ctx.ledger.use(ctx.db, poolScope(pool));
   const passedOver = new Set<string>();
   const granted: Ticket[] = [];
   for (const ticket of fairOrder(waiting, inputs, new Date(now))) {
     if (passedOver.has(ticket.tenant)) continue;
+    if (ticket.units > free) break;
     const outcome = await grantTicket(ctx, ticket, now);
     if (outcome === 'pool') break;
     if (outcome === 'quota') passedOver.add(ticket.tenant);
-    else if (outcome) granted.push(outcome);
+    else if (outcome) {
+      granted.push(outcome);
+      free -= ticket.units;
+    }
   }
   ctx.waiters.settled(granted);
 }
@@ -218,9 +226,7 @@ async function shareInputs(ctx: CapacityContext, waiting: readonly Ticket[]): Pr
   const scopes = tenants.flatMap((tenant) => CAPACITY_KINDS.map((kind) => quotaScope(tenant, kind)));
   const use = await ctx.ledger.held(ctx.db, scopes);
   const held = new Map(tenants.map((tenant) => [tenant, new Map(CAPACITY_KINDS.map((kind) => [kind as string, use.get(quotaScope(tenant, kind)) ?? 0]))]));
-  const capacity = new Map<string, number>();
-  for (const pool of await listPools(ctx.db, ctx.ledger)) capacity.set(pool.kind, (capacity.get(pool.kind) ?? 0) + pool.capacity);
-  return { held, capacity, weight: await tenantWeights(ctx.db, tenants) };
+  return { held, capacity: await capacityByKind(ctx.db), weight: await tenantWeights(ctx.db, tenants) };
 }
 
 /** A pass over a pool's queue if a ticket waits in it (a release asks: most pools have no queue). */

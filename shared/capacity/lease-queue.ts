@@ -6,8 +6,8 @@ import type { CapacityKind } from './pool';
  * ticket is the one of the tenant furthest below its fair share, and within a tenant the oldest.
  *
  * - **Weighted fair share.** A tenant's share is its dominant share (of every kind, the units it holds over the
- *   kind's capacity; the largest) divided by its edition's weight. The tenant with the smallest share goes next,
- *   so held units converge to the weights' proportions (weights 1:1:2 hold a pool 1:1:2).
+ *   kind's capacity; the largest) divided by its edition's weight. The tenant whose share would be smallest with its
+ *   next ticket granted goes next, so held units converge to the weights' proportions (weights 1:1:2 hold a pool 1:1:2).
  * - **Age raises priority.** Each second a tenant's oldest ticket has waited lowers its share by
  *   `1 / AGING_SECONDS`: a tenant far above its share is served at the latest some minutes on, and nothing starves.
  * - **Strict order.** A pass grants tickets in this order until the next one does not fit the pool: later, smaller
@@ -64,10 +64,12 @@ export interface ShareInputs {
   readonly weight: ReadonlyMap<string, number>;
 }
 
-/** A tenant's dominant share of the capacity it holds, over its weight. */
-export function tenantShare(inputs: ShareInputs, tenant: string): number {
+/** A tenant's dominant share of the capacity it holds (with `plus` more units of a kind), over its weight. */
+export function tenantShare(inputs: ShareInputs, tenant: string, plus?: { readonly kind: string; readonly units: number }): number {
+  const held = new Map(inputs.held.get(tenant) ?? []);
+  if (plus) held.set(plus.kind, (held.get(plus.kind) ?? 0) + plus.units);
   let dominant = 0;
-  for (const [kind, units] of inputs.held.get(tenant) ?? []) {
+  for (const [kind, units] of held) {
     const capacity = inputs.capacity.get(kind) ?? 0;
     if (capacity > 0) dominant = Math.max(dominant, units / capacity);
   }
@@ -76,8 +78,10 @@ export function tenantShare(inputs: ShareInputs, tenant: string): number {
 
 /**
  * The queue's tickets in the order they are to be granted, given what the tenants hold now: each step takes the
- * oldest ticket of the tenant with the smallest share less its age, and counts its units as held for the next step.
- * Ties go to the older ticket, then to the smaller id.
+ * oldest ticket of the tenant whose share would be smallest with that ticket granted, less its age, and counts its
+ * units as held for the next step. (The share with the grant, not before it: with whole units, shares before the
+ * grant tie at every step where a heavier tenant holds its weight's multiple, and ties would go to the lighter
+ * tenants' older tickets, holding weights 1:1:2 at 1:1:1.) Ties go to the older ticket, then to the smaller id.
  */
 export function fairOrder(waiting: readonly Ticket[], inputs: ShareInputs, now: Date): Ticket[] {
   const byTenant = new Map<string, Ticket[]>();
@@ -93,7 +97,7 @@ export function fairOrder(waiting: readonly Ticket[], inputs: ShareInputs, now: 
     let best: { ticket: Ticket; priority: number } | undefined;
     for (const [tenant, tickets] of byTenant) {
       const head = tickets[0] as Ticket;
-      const priority = tenantShare(simulated, tenant) - (now.getTime() - head.requestedAt.getTime()) / 1000 / AGING_SECONDS;
+      const priority = tenantShare(simulated, tenant, head) - (now.getTime() - head.requestedAt.getTime()) / 1000 / AGING_SECONDS;
       if (!best || priority < best.priority || (priority === best.priority && olderFirst(head, best.ticket) < 0)) best = { ticket: head, priority };
     }
     const next = (best as { ticket: Ticket }).ticket;

@@ -8,7 +8,7 @@
  * cycles spread over both, and the naive floor of issue 7: a raw `pg` loop of the minimal hot-row transaction.
  */
 import BetterSqlite3 from 'better-sqlite3';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -17,18 +17,15 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
 import { startTableServer } from '../../local/azurite/table-server';
 import { createCapacityService } from '../../shared/capacity/capacity.service';
-import { parseConfig } from '../../shared/platform/config/config';
 import { createSqlStore, type SqlStore } from '../../shared/platform/sql/database';
 import { migrateToLatest } from '../../shared/platform/sql/migrations';
 import { randomIds, systemClock } from '../../shared/platform/time/clock';
 import { localHostMigrations as allMigrations } from '../../local/migrations';
 import { adminQuery } from '../support/postgres-admin';
 import { rowCollector, type Row } from './table';
-
-const ROOT = join(__dirname, '..', '..');
+import { call, startHost, StepFailed, tokenIssuer, type HostChild, type Issue } from './bench-host';
 
 interface LoadResult {
   readonly perSecond: number;
@@ -38,17 +35,6 @@ interface LoadResult {
   readonly errors: number;
   /** Failed operations by what failed, e.g. `acquire 503` or `release 409`. */
   readonly errorKinds: Readonly<Record<string, number>>;
-}
-
-/** A request answered with another status than the cycle needs; `what` names the step and the status. */
-class StepFailed extends Error {
-  constructor(
-    readonly what: string,
-    body: string,
-  ) {
-    super(`${what}: ${body.slice(0, 300)}`);
-    this.name = 'StepFailed';
-  }
 }
 
 export async function run(args: string[]): Promise<Row[]> {
@@ -128,15 +114,6 @@ async function benchHttp(stateDir: string, seconds: number, clients: number): Pr
   }
 }
 
-type Issue = (claims: object) => Promise<string>;
-
-/** Tokens from the issuer key in a host's state dir (created here first when hosts share it). */
-async function tokenIssuer(stateDir: string): Promise<Issue> {
-  const keys = await ensureLocalKeys(stateDir);
-  const config = parseConfig({});
-  return (claims) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
-}
-
 /** One tenant on an edition and one pool, both of `units`, so that nothing is refused; answers the tenant's lease token. */
 async function setUpBenchCapacity(agent: http.Agent, url: URL, admin: string, units: number, issue: Issue): Promise<string> {
   const limit = { maxUnits: units, maxTtlSeconds: 3600 };
@@ -163,77 +140,6 @@ function acquireReleaseCycle(agent: http.Agent, lease: string, acquireAt: (clien
     });
     if (released.status !== 204) throw new StepFailed(`release ${released.status}`, released.body);
   };
-}
-
-interface HostChild {
-  readonly url: URL;
-  stop(): Promise<void>;
-}
-
-function startHost(stateDir: string, env: Record<string, string> = {}): Promise<HostChild> {
-  const child = spawn(process.execPath, ['--require', 'tsx/cjs', '--import', 'tsx/esm', 'local/cli.ts', 'start', '--port', '0', '--state-dir', stateDir], {
-    cwd: ROOT,
-    env: { ...process.env, RuntimeCloud__Host__EnabledModules: 'capacity', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  return waitForUrl(child, /listening on (http:\/\/\S+)/, 'runtime-cloud host', async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    child.kill('SIGTERM');
-    await new Promise((done) => child.once('exit', done));
-  });
-}
-
-function waitForUrl(child: ChildProcess, pattern: RegExp, what: string, stop: () => Promise<void>): Promise<HostChild> {
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const onData = (chunk: Buffer) => {
-      output += chunk.toString();
-      const match = pattern.exec(output);
-      if (match?.[1]) {
-        child.stdout?.off('data', onData);
-        resolve({ url: new URL(match[1]), stop });
-      }
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.once('exit', (code) => reject(new Error(`${what} exited with ${code}:\n${output}`)));
-  });
-}
-
-function call(
-  agent: http.Agent,
-  base: URL,
-  method: string,
-  path: string,
-  token: string,
-  body?: unknown,
-  headers: Record<string, string> = {},
-): Promise<{ status: number; body: string }> {
-  const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const request = http.request(
-      {
-        agent,
-        host: base.hostname,
-        port: base.port,
-        method,
-        path,
-        headers: {
-          ...headers,
-          authorization: `Bearer ${token}`,
-          ...(payload !== undefined ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
-        },
-      },
-      (response) => {
-        const chunks: Buffer[] = [];
-        response.on('data', (c: Buffer) => chunks.push(c));
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-        response.on('error', reject);
-      },
-    );
-    request.on('error', reject);
-    request.end(payload);
-  });
 }
 
 /**

@@ -13,12 +13,14 @@ import * as coldstartBench from './coldstart.bench';
 import * as driftBench from './drift.bench';
 import * as eventsBench from './events.bench';
 import * as provisioningBench from './provisioning.bench';
+import * as queueBench from './queue.bench';
 import { figureOf, tableOf, type Row } from './table';
 
 const BENCHES: Readonly<Record<string, { run(args: string[]): Promise<Row[]> }>> = {
   coldstart: coldstartBench,
   drift: driftBench,
   capacity: capacityBench,
+  queue: queueBench,
   provisioning: provisioningBench,
   events: eventsBench,
 };

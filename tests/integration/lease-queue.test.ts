@@ -97,13 +97,14 @@ for (const dialect of DIALECTS) {
       }
       const standing = (await capacity.queue({ kind: 'all' })).find((q) => q.pool === pool)?.standing ?? [];
       const order = standing.map((s) => s.ticket.holder);
-      // b (0 held, weight 1) and c (0, weight 2) tie: b is older. Then c (0) is below b (1/4): c; c (1/4 / 2 = 1/8)
-      // is below b (1/4): c; then b and c tie at 1/4 and b's head is older; ... a (4/4) comes last.
-      expect(order).toEqual([`${b}-0`, `${c}-3`, `${c}-4`, `${b}-1`, `${c}-5`, `${b}-2`, `${a}-6`]);
+      // Each step takes the tenant whose share would be smallest with its next ticket granted (C: the kind's capacity):
+      // c (1/C/2) before b (1/C); then b and c tie at 1/C and b's head is older; then c at 1.5/C (b at 2/C), c's last;
+      // then b's two; a, holding 4, comes last.
+      expect(order).toEqual([`${c}-3`, `${b}-0`, `${c}-4`, `${c}-5`, `${b}-1`, `${b}-2`, `${a}-6`]);
       expect(standing.map((s) => s.reason?.code)).toEqual(['POOL_FULL', 'BEHIND_FAIR_SHARE', 'QUEUED_BEHIND', 'QUEUED_BEHIND', 'QUEUED_BEHIND', 'QUEUED_BEHIND', 'BEHIND_FAIR_SHARE']);
-      expect(standing[1]?.reason).toEqual({ code: 'BEHIND_FAIR_SHARE', share: 0, weight: 2, fairShare: 0.5 });
-      // Each release hands its unit over by the shares as they are then: b-0 (a holds 3), c-3 (a 2, b 1), c-4 (a 1,
-      // b 1, c 1 of weight 2); then a, holding nothing any more, is furthest below its share: a-6.
+      expect(standing[1]?.reason).toMatchObject({ code: 'BEHIND_FAIR_SHARE', share: 0, weight: 1 });
+      // Each release hands its unit over by the shares as they are then: c-3 (a holds 3); b-0 (a 2, c 1 of weight 2:
+      // b and c tie, b's head is older); c-4 (a 1, b 1, c 1); then a, holding nothing any more, is furthest below: a-6.
       for (const lease of blockers) await capacity.release(one(a), lease.id, lease.fencingToken);
       const states = await Promise.all(tickets.map(async (t) => [t.holder, (await capacity.getLeaseRequest({ kind: 'all' }, t.id)).state]));
       expect(Object.fromEntries(states)).toEqual({

@@ -55,12 +55,14 @@ export interface LeaseOperation {
   readonly answeredTenant?: string;
   /** An acquire answered 201 (a new lease) rather than 200 (the lease its idempotency key already names). */
   readonly created?: boolean;
+  /** An acquire that waited in the pool's queue: its place in the queue's fair order when it joined (1 = next). */
+  readonly queuePosition?: number;
   /** Why an indeterminate operation has no answer. */
   readonly error?: string;
 }
 
 /** What the recorder sends through: one HTTP exchange with a host, as the caller's tenant. Throws when no answer. */
-export type LeaseSend = (method: 'POST' | 'DELETE', path: string, body?: Readonly<Record<string, unknown>>) => Promise<{ status: number; json: unknown }>;
+export type LeaseSend = (method: 'POST' | 'DELETE' | 'GET', path: string, body?: Readonly<Record<string, unknown>>) => Promise<{ status: number; json: unknown }>;
 
 /** One JSON exchange with a host as `bearer`: its status and parsed body; throws when the host does not answer. */
 export async function sendJson(base: URL, method: string, path: string, bearer: string, body?: unknown): Promise<{ status: number; json: unknown }> {
@@ -117,6 +119,35 @@ export class LeaseHistory {
       { op: 'acquire', kind: request.kind, units: body.units, holder: request.holder, ttlSeconds: request.ttlSeconds, ...optional({ pool: request.pool, idempotencyKey: request.idempotencyKey }) },
       () => this.send('POST', '/runtime-cloud/leases', body),
       (status, answer) => ({ ...leaseFields(answer), created: status === 201 }),
+    );
+  }
+
+  /**
+   * An acquire that may wait `waitSeconds` in the pool's queue: a 202 is followed by long polls of its ticket until it
+   * leaves the queue. One operation from the request to the answer that shows the grant (the grant happened inside
+   * that window, which is all the checker assumes); a ticket that expired or was canceled is refused.
+   */
+  acquireWaiting(request: AcquireRequest, waitSeconds: number): Promise<LeaseOperation> {
+    // The call answers at once (a 202 carries the position it joined at); each poll holds at most 5 s, well inside `sendJson`'s timeout.
+    const body = { units: 1, ...request, wait: { seconds: waitSeconds, holdSeconds: 0 } };
+    let queuePosition: number | undefined;
+    const exchange = async (): Promise<{ status: number; json: unknown }> => {
+      const first = await this.send('POST', '/runtime-cloud/leases', body);
+      if (first.status !== 202) return first;
+      const ticket = first.json as { requestId: string; position?: number };
+      queuePosition = ticket.position;
+      for (;;) {
+        const polled = await this.send('GET', `/runtime-cloud/lease-requests/${encodeURIComponent(ticket.requestId)}?waitSeconds=5`);
+        if (polled.status !== 200) return polled;
+        const view = polled.json as { state?: string; lease?: unknown };
+        if (view.state === 'waiting') continue;
+        return view.state === 'granted' ? { status: 201, json: view.lease } : { status: 409, json: { code: `QUEUE.${String(view.state).toUpperCase()}` } };
+      }
+    };
+    return this.record(
+      { op: 'acquire', kind: request.kind, units: body.units, holder: request.holder, ttlSeconds: request.ttlSeconds, ...optional({ pool: request.pool, idempotencyKey: request.idempotencyKey }) },
+      exchange,
+      (status, answer) => ({ ...leaseFields(answer), created: status === 201, ...optional({ queuePosition }) }),
     );
   }
 

@@ -225,6 +225,29 @@ describe('lease history recorder', () => {
   let clock = T0;
   const tick = () => (clock += 5);
 
+  it('when an acquire waits in the queue, then one operation spans the request to the poll that shows the grant; an expired ticket is refused', async () => {
+    const view = { leaseId: 'l-9', tenant: 'team-a', pool: 'p', kind: 'sandbox', units: 1, holder: 'w', fencingToken: 9, grantedAt: iso(0), expiresAt: iso(3_000) };
+    const { send, sent } = scripted(
+      { status: 202, json: { requestId: 'lreq_1', state: 'waiting', position: 3 } },
+      { status: 200, json: { requestId: 'lreq_1', state: 'waiting', position: 1 } },
+      { status: 200, json: { requestId: 'lreq_1', state: 'granted', lease: view } },
+      { status: 202, json: { requestId: 'lreq_2', state: 'waiting', position: 1 } },
+      { status: 200, json: { requestId: 'lreq_2', state: 'expired' } },
+    );
+    const history = new LeaseHistory('team-a', send, tick);
+    const granted = await history.acquireWaiting({ kind: 'sandbox', pool: 'p', holder: 'w', ttlSeconds: 3 }, 30);
+    const expired = await history.acquireWaiting({ kind: 'sandbox', pool: 'p', holder: 'w', ttlSeconds: 3 }, 30);
+    expect(sent).toEqual([
+      'POST /runtime-cloud/leases {"units":1,"kind":"sandbox","pool":"p","holder":"w","ttlSeconds":3,"wait":{"seconds":30,"holdSeconds":0}}',
+      'GET /runtime-cloud/lease-requests/lreq_1?waitSeconds=5',
+      'GET /runtime-cloud/lease-requests/lreq_1?waitSeconds=5',
+      'POST /runtime-cloud/leases {"units":1,"kind":"sandbox","pool":"p","holder":"w","ttlSeconds":3,"wait":{"seconds":30,"holdSeconds":0}}',
+      'GET /runtime-cloud/lease-requests/lreq_2?waitSeconds=5',
+    ]);
+    expect(granted).toMatchObject({ op: 'acquire', outcome: 'ok', created: true, leaseId: 'l-9', fencingToken: 9, queuePosition: 3, answeredTenant: 'team-a' });
+    expect(expired).toMatchObject({ op: 'acquire', outcome: 'refused', code: 'QUEUE.EXPIRED' });
+  });
+
   it('when leases are acquired, renewed and released, then each operation is recorded with its window and outcome', async () => {
     const view = { leaseId: 'l-1', tenant: 'team-a', pool: 'p', kind: 'sandbox', units: 2, holder: 'w', fencingToken: 7, grantedAt: iso(0), expiresAt: iso(3_000) };
     const { send, sent } = scripted(

@@ -44,6 +44,14 @@ describe('lease queue: fair order', () => {
     expect(first40.filter((t) => t === 'c')).toHaveLength(20);
   });
 
+  it('when tenants of weights 1:1:2 hold a pool 2:1:2 and one unit frees, then it goes to the heavier tenant, even behind an older ticket', () => {
+    // Shares before a grant tie (1/6 against 2/6/2); with the grant, the heavier tenant's is the smaller (3/6/2 < 2/6).
+    const older = new Date(NOW.getTime() - 5_000);
+    const waiting = [ticket('a', { requestedAt: older }), ticket('b', { requestedAt: older }), ticket('c')];
+    const order = fairOrder(waiting, inputs({ a: { attempt: 2 }, b: { attempt: 1 }, c: { attempt: 2 } }, { attempt: 6 }, { a: 1, b: 1, c: 2 }), NOW);
+    expect(order[0]?.tenant).toBe('c');
+  });
+
   it('when a tenant already holds more than its share, then the others go first until their shares catch up', () => {
     const waiting = [ticket('big'), ticket('small'), ticket('small'), ticket('big')];
     const order = fairOrder(waiting, inputs({ big: { attempt: 4 } }, { attempt: 10 }), NOW);
