@@ -1,3 +1,5 @@
+import type { WaitReason } from '../capacity/lease-queue';
+import { runnerPools } from './runner-pools.service';
 import type { TenantFilter } from '../platform/auth/auth';
 import { AppError } from '../platform/errors/app-error';
 import { decodeCursor, encodeCursor } from '../platform/http/cursor';
@@ -38,13 +40,20 @@ export async function runEvents(ctx: ProvisioningContext, tenants: TenantFilter,
   return retryingContention(() => eventsCorrelatedWith(busDb(ctx.db), ctx.dialect, run.id, RUN_EVENTS_LIMIT));
 }
 
-/** A run waiting for a runner says where its job stands in its pool's queue (1: next). */
+/**
+ * A run waiting for a runner says where its job stands in its pool's queue (1: next) and why it waits, in the
+ * capacity queue's words: behind other jobs, or, next in line, on a pool whose agents are all busy.
+ */
 async function withQueuePosition(ctx: ProvisioningContext, run: Run): Promise<Run> {
   const waiting = run.waitingFor;
   if (waiting?.kind !== 'runner') return run;
   const job = await retryingContention(() => findJob(ctx.db, ctx.dialect, waiting.jobId));
   if (job?.state !== 'queued') return run;
-  return { ...run, waitingFor: { ...waiting, position: await retryingContention(() => queuePosition(ctx.db, job)) } };
+  const position = await retryingContention(() => queuePosition(ctx.db, job));
+  const pool = position === 1 ? (await runnerPools(ctx, run.tenant)).find((p) => p.pool === job.pool) : undefined;
+  const reason: WaitReason | undefined =
+    position > 1 ? { code: 'QUEUED_BEHIND', position } : pool ? { code: 'POOL_FULL', used: pool.jobsRunning, capacity: pool.agentsOnline } : undefined;
+  return { ...run, waitingFor: { ...waiting, position, ...(reason ? { reason } : {}) } };
 }
 
 export async function listRuns(ctx: ProvisioningContext, tenants: TenantFilter, query: { environment?: string; state?: RunState; limit: number; cursor?: string; order?: 'oldest' | 'newest' }): Promise<RunPage> {

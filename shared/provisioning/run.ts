@@ -1,3 +1,4 @@
+import type { WaitReason } from '../capacity/lease-queue';
 import { qualifiedStackName, type StackRef } from '../platform/iac/stack-ref';
 import type { EnvironmentTier } from './promotion';
 import type { Reconciliation } from './reconciliation';
@@ -88,7 +89,11 @@ export type WaitingFor =
    * `collectingUntil` (ISO-8601 UTC, internal): a host is collecting the job's finished outcome until then, so no
    * other takes it up meanwhile (the result endpoint collects at once; the run's deadline timer may fire meanwhile).
    */
-  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number; readonly collectingUntil?: string };
+  /**
+   * A job in a runner pool's queue: `position` (1 = next) and `reason`, in the capacity queue's vocabulary
+   * (`QUEUED_BEHIND` with its position; next in line, `POOL_FULL` with the pool's jobs running against its agents online).
+   */
+  | { readonly kind: 'runner'; readonly pool: string; readonly jobId: string; readonly position?: number; readonly reason?: WaitReason; readonly collectingUntil?: string };
 
 /** The step counts approval policy looks at; a plan's `counts` has them. */
 export interface PlanCounts {

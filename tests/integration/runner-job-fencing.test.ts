@@ -30,7 +30,7 @@ const POOL = ownPool('demo-team');
 interface RunBody {
   runId: string;
   state: string;
-  waitingFor?: { kind: string; pool?: string; position?: number };
+  waitingFor?: { kind: string; pool?: string; position?: number; reason?: { code: string } };
   planReceipt?: { runner: { agent?: string; jobId?: string } };
 }
 
@@ -245,7 +245,14 @@ for (const dialect of REPOSITORY_DIALECTS) {
 
       // Assert
       // The job waits in the tenant's own agent pool; its lease is of the target's capacity pool.
-      expect(waiting.waitingFor).toEqual({ kind: 'runner', pool: POOL, jobId: expect.stringMatching(/^job_/), position: 1 });
+      // Next in line, it waits on the pool's agents, in the capacity queue's words: jobs running against agents online.
+      expect(waiting.waitingFor).toEqual({
+        kind: 'runner',
+        pool: POOL,
+        jobId: expect.stringMatching(/^job_/),
+        position: 1,
+        reason: { code: 'POOL_FULL', used: expect.any(Number), capacity: expect.any(Number) },
+      });
       expect(claimed?.job.runId).toBe(waiting.runId);
       expect(leases.items).toContainEqual(expect.objectContaining({ kind: 'runner', pool: 'local-runner', holder: 'agent-x' }));
       // The agent gives its job up (the run fails): its runner lease, of the tenant's runner quota, ends with it

@@ -12,6 +12,8 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 const SKIPPED_ANYWHERE = new Set(['node_modules', '.git']);
 /** Built, generated at run time or local state (git-ignored): not in a fresh clone, so neither read nor citable. */
 const SKIPPED_AT_ROOT = new Set(['dist', '.tmp', '.runtime-cloud', 'coverage', 'bench', '.azurite']);
+/** What tests write (gitignored): a clean checkout has none of it until they have run, so citing it is no problem. */
+const TEST_OUTPUTS = 'tests/artifacts';
 
 /** The repository's top-level folders: a path in backticks that starts with one of them is a citation. */
 const TOP_FOLDERS = ['functions', 'shared', 'local', 'runner', 'contracts', 'infra', 'docs', 'tests', 'bin', '.ci'];
@@ -105,7 +107,8 @@ export function citedPaths(text: string): string[] {
   return [...paths]
     .map((path) => path.replace(/[.,:;]+$/, ''))
     .filter((path) => !/[<{$…]|\*\*/.test(path) && !/^\.+$/.test(path))
-    .filter((path) => !path.split('/').some((segment) => SKIPPED_ANYWHERE.has(segment)) && !SKIPPED_AT_ROOT.has(path.split('/')[0]!));
+    .filter((path) => !path.split('/').some((segment) => SKIPPED_ANYWHERE.has(segment)) && !SKIPPED_AT_ROOT.has(path.split('/')[0]!))
+    .filter((path) => path !== TEST_OUTPUTS && !path.startsWith(`${TEST_OUTPUTS}/`));
 }
 
 function linkProblem(root: string, file: string, target: string): string | undefined {
