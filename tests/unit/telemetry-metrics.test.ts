@@ -8,9 +8,11 @@ import {
   recordLeaseGrant,
   recordLeaseRefusal,
   recordOutboxPublishLag,
+  recordQueueWait,
   recordRunEnded,
   recordSweep,
   registerInboxLagGauge,
+  registerQueueDepthGauge,
 } from '../../shared/platform/telemetry/metrics';
 import { securityEvent } from '../../shared/platform/telemetry/security-events';
 
@@ -111,6 +113,25 @@ describe('telemetry metrics', () => {
       [{ code: 'PROVISIONING.APPLY_DIVERGED' }, 1],
       [{ code: 'RUNNER.PLAN_SUMMARY_IGNORED' }, 1],
     ]);
+  });
+
+  it("when lease requests wait in pools' queues, then waits are a histogram and the depth a gauge, each by pool and tenant", async () => {
+    recordQueueWait('pool-q', 'tenant-a', 1.5);
+    recordQueueWait('pool-q', 'tenant-a', 0.5);
+    recordQueueWait('pool-q', 'tenant-b', 2);
+    const waits = await metric(METRICS.leaseQueueWait);
+    expect(waits?.descriptor.unit).toBe('s');
+    expect(waits?.dataPoints.map((p) => [p.attributes, (p.value as Histogram).count, (p.value as Histogram).sum])).toEqual([
+      [{ pool: 'pool-q', tenant: 'tenant-a' }, 2, 2],
+      [{ pool: 'pool-q', tenant: 'tenant-b' }, 1, 2],
+    ]);
+    const stop = registerQueueDepthGauge(() => Promise.resolve([{ pool: 'pool-q', tenant: 'tenant-a', waiting: 3 }, { pool: 'pool-q', tenant: 'tenant-b', waiting: 1 }]));
+    const depth = await metric(METRICS.leaseQueueDepth);
+    expect(depth?.dataPoints.map((p) => [p.attributes, p.value])).toEqual([
+      [{ pool: 'pool-q', tenant: 'tenant-a' }, 3],
+      [{ pool: 'pool-q', tenant: 'tenant-b' }, 1],
+    ]);
+    stop();
   });
 
   it('when inbox lag sources are registered, then the gauge observes each module at collection until its source is removed', async () => {
