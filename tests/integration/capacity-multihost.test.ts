@@ -1,45 +1,26 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
-import { startTableServer, type RunningTableServer } from '../../local/azurite/table-server';
-import { parseConfig } from '../../shared/platform/config/config';
-import { startChildHost, type RunningChild } from '../support/child-process';
-import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+import type { RunningChild } from '../support/child-process';
+import { postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
+import { startPostgresHosts, type PostgresHosts } from '../support/postgres-hosts';
 
 const HOSTS = 4;
 const skip = skipDialect('postgres');
 if (skip) console.warn(`[capacity-multihost] SKIPPED: ${postgresSkipReason()}`);
 
 describe.skipIf(skip)('capacity across 4 local hosts on one PostgreSQL', () => {
+  let started: PostgresHosts | undefined;
   let database: TestDatabase;
-  let tables: RunningTableServer;
-  let stateDir: string;
-  let hosts: RunningChild[] = [];
-  let token: (claims: { tenant?: string; roles?: string[]; scopes?: string[] }) => Promise<string>;
+  let hosts: readonly RunningChild[] = [];
+  let token: PostgresHosts['token'];
 
   beforeAll(async () => {
-    database = await createTestDatabase('postgres');
-    tables = await startTableServer();
-    // One state dir: the hosts share the issuer key (created here first), so one token works on all of them.
-    stateDir = mkdtempSync(join(tmpdir(), 'rch-capacity-multi-'));
-    const keys = await ensureLocalKeys(stateDir);
-    const config = parseConfig({});
-    token = (claims) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ...claims });
     // All four start at once, so they also seed the bundled capacity file concurrently.
-    hosts = await Promise.all(
-      Array.from({ length: HOSTS }, () =>
-        startChildHost(stateDir, { ...database.settings, RuntimeCloud__Tables__Connection: tables.connectionString }),
-      ),
-    );
+    started = await startPostgresHosts(HOSTS);
+    ({ hosts, database, token } = started);
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.all(hosts.map((h) => h.stop()));
-    await tables?.close();
-    await database?.drop();
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+    await started?.stop();
   });
 
   it('when 200 acquires are spread over 4 hosts against a pool of 50, then exactly 50 are granted', async () => {

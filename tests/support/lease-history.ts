@@ -43,6 +43,8 @@ export interface LeaseOperation {
   readonly ttlSeconds?: number;
   /** `expiresAt` of an ok answer, epoch ms (for reading a violation; the checker does not trust it). */
   readonly expiresAt?: number;
+  /** `grantedAt` of an ok acquire's answer, epoch ms by the host's clock (for measures; the checker does not trust it). */
+  readonly grantedAt?: number;
   readonly invokedAt: number;
   /** Undefined while the operation is in flight: it counts as indeterminate with no end. */
   readonly completedAt?: number;
@@ -540,7 +542,9 @@ function optional<T extends Record<string, unknown>>(fields: T): { [K in keyof T
 /** The fields of a lease view answer the history keeps. */
 function leaseFields(answer: Readonly<Record<string, unknown>>): Partial<LeaseOperation> {
   const expiresAt = typeof answer.expiresAt === 'string' ? Date.parse(answer.expiresAt) : undefined;
+  const grantedAt = typeof answer.grantedAt === 'string' ? Date.parse(answer.grantedAt) : undefined;
   return optional({
+    grantedAt: grantedAt !== undefined && !Number.isNaN(grantedAt) ? grantedAt : undefined,
     leaseId: typeof answer.leaseId === 'string' ? answer.leaseId : undefined,
     answeredTenant: typeof answer.tenant === 'string' ? answer.tenant : undefined,
     pool: typeof answer.pool === 'string' ? answer.pool : undefined,
