@@ -1,5 +1,5 @@
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
-import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue.service';
+import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { endpoint } from '../http/endpoint';
 import { ticketView } from './lease-view';
 import { moduleApp } from '../app';

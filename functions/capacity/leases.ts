@@ -1,7 +1,7 @@
 import { LEASE_STATES } from '../../shared/capacity/lease';
 import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue.service';
+import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
 import { leaseView, singleTenant, ticketView } from './lease-view';

@@ -10,7 +10,7 @@ import { capacityByKind, listPools, poolsOfKind, tenantLimit } from './capacity.
 import { CapacityErrors } from './errors';
 import { leaseRequestDigest, type Lease, type LeaseRequest } from './lease';
 import { findLeaseByIdempotencyKey, getLease } from './lease.repository';
-import { estimateGrant, fairOrder, tenantShare, ticketState, waitReason, type ShareInputs, type Ticket, type WaitReason } from './lease-queue';
+import { estimateGrant, fairOrder, MAX_HOLD_SECONDS, tenantShare, ticketState, waitReason, type ShareInputs, type Ticket, type WaitReason } from './lease-queue';
 import {
   endWaiting,
   expireOverdue,
@@ -35,8 +35,6 @@ import { poolScope, quotaScope } from './slots';
  * come free (a release, an expiry, a resize, a ticket joining, and a host's periodic look while its callers wait).
  */
 
-/** How long one HTTP request is held waiting for a grant; a longer wait goes on with the ticket. */
-export const MAX_HOLD_SECONDS = 20;
 /** Tickets a pass looks at, oldest first. */
 const PASS_LIMIT = 500;
 

@@ -51,6 +51,8 @@ export interface Ticket {
   readonly endedAt?: Date;
 }
 
+/** How long one HTTP request is held waiting for a grant; a longer wait goes on with the ticket. */
+export const MAX_HOLD_SECONDS = 20;
 /** Seconds of waiting that lower a tenant's share by one whole pool's worth (see the module comment). */
 export const AGING_SECONDS = 600;
 
