@@ -6,8 +6,9 @@ import type { TicketView } from '../../shared/capacity/capacity.service';
 /**
  * A lease as the HTTP API shows it. Changing this shape is a breaking change for workers and the tool executor.
  * `state` is the effective state: an active lease past its expiry shows as expired before the sweep marks it.
+ * `certificate`, the lease certificate, only in answers to its holder: a grant, a renewal, a granted request.
  */
-export function leaseView(lease: Lease, now: Date) {
+export function leaseView(lease: Lease, now: Date, certificate?: string) {
   return {
     leaseId: lease.id,
     tenant: lease.tenant,
@@ -21,6 +22,7 @@ export function leaseView(lease: Lease, now: Date) {
     ...(lease.renewedAt ? { renewedAt: lease.renewedAt.toISOString() } : {}),
     state: effectiveState(lease, now),
     ...(lease.idempotencyKey !== undefined ? { idempotencyKey: lease.idempotencyKey } : {}),
+    ...(certificate !== undefined ? { certificate } : {}),
   };
 }
 
@@ -35,7 +37,7 @@ export function singleTenant(filter: TenantFilter): string {
  * why it waits, and when it may be granted if the leases ahead are held to their present expiry; once granted, its
  * lease. Changing this shape is a breaking change for workers and the tool executor.
  */
-export function ticketView(view: TicketView, now: Date) {
+export function ticketView(view: TicketView, now: Date, certificate?: string) {
   const { ticket } = view;
   return {
     requestId: ticket.id,
@@ -52,6 +54,6 @@ export function ticketView(view: TicketView, now: Date) {
     ...(view.reason !== undefined ? { reason: view.reason } : {}),
     ...(view.estimatedGrantAt !== undefined ? { estimatedGrantAt: view.estimatedGrantAt.toISOString() } : {}),
     ...(ticket.endedAt !== undefined ? { endedAt: ticket.endedAt.toISOString() } : {}),
-    ...(view.lease !== undefined ? { lease: leaseView(view.lease, now) } : {}),
+    ...(view.lease !== undefined ? { lease: leaseView(view.lease, now, certificate) } : {}),
   };
 }
