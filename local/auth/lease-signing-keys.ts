@@ -31,7 +31,7 @@ export function localLeaseSigningKeys(stateDir: string): SigningKeys {
         version,
         ring: keys.map(({ kid, privateJwk }) => {
           const { d: _private, ...publicJwk } = privateJwk;
-          return { kid, key: createPrivateKey({ key: privateJwk, format: 'jwk' }), publicJwk: { ...publicJwk, kid, alg: 'ES256', use: 'sig' } as JWK };
+          return { kid, key: createPrivateKey({ key: privateJwk, format: 'jwk' }), publicJwk: { ...publicJwk, kid, alg: 'ES256', use: 'sig' } };
         }),
       };
     }
