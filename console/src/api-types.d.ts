@@ -13,7 +13,7 @@ export interface paths {
         };
         /**
          * Get the keys lease certificates are signed with
-         * @description The host's public keys for lease certificates, as a JSON Web Key Set (RFC 7517): the current key and the previous ones, each with its `kid` (a certificate names its key in its header), `alg` ES256 and `use` sig. A protected resource fetches it once, keeps it and checks certificates offline; it fetches again only for a certificate naming a key it does not have (after a rotation). Anonymous, cacheable for 5 minutes. 404 `CAPACITY.CERTIFICATES_OFF` on a host that issues no certificates (no signing key configured).
+         * @description The host's public keys for lease certificates, as a JSON Web Key Set (RFC 7517): the current key and the previous ones, each with its `kid` (a certificate names its key in its header), `alg` ES256 and `use` sig. A protected resource fetches it once, keeps it and checks certificates offline; it fetches again only for a certificate naming a key it does not have (after a rotation). Anonymous, cacheable for 5 minutes. 404 `CAPACITY.CERTIFICATES_OFF` on a host that issues no certificates (no signing key configured); 503 `CAPACITY.CERTIFICATE_KEYS_UNAVAILABLE` while the keys cannot be read (Key Vault unreachable).
          */
         get: operations["leaseCertificateKeys"];
         put?: never;

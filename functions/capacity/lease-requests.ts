@@ -1,7 +1,7 @@
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue.service';
 import { endpoint } from '../http/endpoint';
-import { ticketView } from './lease-view';
+import { certificateOf, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 const getQuery = lazySchema((z) =>
@@ -23,9 +23,9 @@ export const getLeaseRequest = endpoint({
     "404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.",
   scope: 'factory.capacity.lease',
   query: getQuery,
-}, async ({ request, deps, tenants, query }) => {
+}, async ({ request, context, deps, tenants, query }) => {
   const view = await deps.capacity.getLeaseRequest(tenants(), request.params.id ?? '', query.waitSeconds);
-  const certificate = view.lease ? await deps.capacity.certify(view.lease) : undefined;
+  const certificate = view.lease ? await certificateOf(deps, context, view.lease) : undefined;
   return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: ticketView(view, deps.clock.now(), certificate) };
 });
 

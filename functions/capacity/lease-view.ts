@@ -1,4 +1,7 @@
-import { AppError } from '../../shared/platform/errors/app-error';
+import type { InvocationContext } from '@azure/functions';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import type { Deps } from '../../shared/deps';
+import { logOf } from '../log';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
 import { effectiveState, type Lease } from '../../shared/capacity/lease';
 import type { TicketView } from '../../shared/capacity/capacity.service';
@@ -24,6 +27,20 @@ export function leaseView(lease: Lease, now: Date, certificate?: string) {
     ...(lease.idempotencyKey !== undefined ? { idempotencyKey: lease.idempotencyKey } : {}),
     ...(certificate !== undefined ? { certificate } : {}),
   };
+}
+
+/**
+ * The lease certificate of a lease just granted or renewed. The grant or renewal is done by then, so a signing key
+ * that cannot be reached (Key Vault down) leaves the answer without a certificate rather than failing it: a retry
+ * without an idempotency key would take a second lease. The holder renews to get one.
+ */
+export async function certificateOf(deps: Deps, context: InvocationContext, lease: Lease): Promise<string | undefined> {
+  try {
+    return await deps.capacity.certify(lease);
+  } catch (thrown) {
+    logOf(context).warn(`lease ${lease.id} answered without a certificate: ${ensureError(thrown).message}`, { tenant: lease.tenant });
+    return undefined;
+  }
 }
 
 /** Acquiring acts for exactly one tenant: the token's, or the one a service names. */

@@ -4,7 +4,7 @@ import { AppError } from '../../shared/platform/errors/app-error';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue.service';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
-import { leaseView, singleTenant, ticketView } from './lease-view';
+import { certificateOf, leaseView, singleTenant, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 /** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
@@ -52,7 +52,7 @@ export const acquireLease = endpoint({
     'meet is refused at once, not queued.',
   scope: 'factory.capacity.lease',
   body: acquireBody,
-}, async ({ request, deps, tenants, body }) => {
+}, async ({ request, context, deps, tenants, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const leaseRequest = {
     tenant: singleTenant(tenants()),
@@ -75,7 +75,7 @@ export const acquireLease = endpoint({
     const headers: Record<string, string> = { location: `/runtime-cloud/lease-requests/${result.ticket.ticket.id}`, 'cache-control': 'no-store' };
     return { status: 202, headers, jsonBody: ticketView(result.ticket, deps.clock.now()) };
   }
-  const certificate = await deps.capacity.certify(result.lease);
+  const certificate = await certificateOf(deps, context, result.lease);
   return {
     status: result.outcome === 'granted' ? 201 : 200,
     headers: { location: `/runtime-cloud/leases/${result.lease.id}` },
@@ -114,9 +114,9 @@ export const renewLease = endpoint({
     'no longer has the units), so holders send `lease` with every renew.',
   scope: 'factory.capacity.lease',
   body: renewBody,
-}, async ({ request, deps, tenants, body }) => {
+}, async ({ request, context, deps, tenants, body }) => {
   const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds, body.lease);
-  return { status: 200, jsonBody: leaseView(lease, deps.clock.now(), await deps.capacity.certify(lease)) };
+  return { status: 200, jsonBody: leaseView(lease, deps.clock.now(), await certificateOf(deps, context, lease)) };
 });
 
 const fencingTokenText = lazySchema((z) => z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer'));

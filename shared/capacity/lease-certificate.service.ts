@@ -47,5 +47,10 @@ export async function certifyLease(certificates: LeaseCertificates, clock: Clock
 /** The public keys certificates are checked with, current and previous; a host without signing keys has none. */
 export async function certificateKeys(certificates: LeaseCertificates | undefined): Promise<JSONWebKeySet> {
   if (!certificates) throw problemError(CapacityErrors.certificatesOff, 'this host issues no lease certificates: no signing key is configured (RuntimeCloud__Capacity__CertificateKey)');
-  return certificates.keys.publicKeys();
+  try {
+    return await certificates.keys.publicKeys();
+  } catch {
+    // Where the keys live (a vault's name, its error) is not for anonymous callers.
+    throw problemError(CapacityErrors.certificateKeysUnavailable, 'the lease certificate keys cannot be read now; try again shortly');
+  }
 }

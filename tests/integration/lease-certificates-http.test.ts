@@ -2,6 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair, SignJWT, type JSONWebKeySet } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rotateLeaseSigningKey } from '../../local/auth/lease-signing-keys';
+import { systemClock } from '../../shared/platform/time/clock';
+import { keyVaultSigningKeys } from '../../shared/platform/signing/key-vault-signing-keys.adapter';
+import { standInVault } from '../support/key-vault-stand-in';
 import { createLeaseVerifier, LeaseCertificateRefused, type LeaseCertificateRefusalCode, type LeaseVerifierOptions } from '../../verifier/lease-certificate';
 import { startTestHost, type TestHost } from '../support/local-host';
 
@@ -167,5 +170,33 @@ describe('lease certificates on the local host', () => {
     await expect(verifier.verify(before.certificate ?? '')).resolves.toMatchObject({ leaseId: before.leaseId });
     const renewed = (await (await call('POST', `/runtime-cloud/leases/${before.leaseId}/renew`, tokenA, { fencingToken: before.fencingToken })).json()) as LeaseBody;
     expect(decodeProtectedHeader(renewed.certificate ?? '').kid).toBe(newKid);
+  });
+});
+
+describe('lease certificates while the signing key cannot be read', () => {
+  let host: TestHost;
+  afterAll(async () => {
+    await host?.stop();
+  });
+
+  it('when the Key Vault key cannot be read, then a grant still answers its lease, without a certificate, and the JWKS route answers 503', async () => {
+    // A vault that has no such key: every read of it fails.
+    const vault = standInVault();
+    const keys = keyVaultSigningKeys({ keyUrl: `${vault.url}/keys/lease-certificates`, credential: vault.credential, httpClient: vault.httpClient, clock: systemClock });
+    host = await startTestHost({ depsOverrides: { leaseSigningKeys: keys } });
+    const admin = { authorization: `Bearer ${await host.token(ADMIN)}`, 'content-type': 'application/json' };
+    await host.fetch('/runtime-cloud/editions/certs', { method: 'PUT', headers: admin, body: JSON.stringify({ limits: { sandbox: { maxUnits: 10, maxTtlSeconds: 600 } } }) });
+    await host.fetch(`/runtime-cloud/tenants/${A.tenant}`, { method: 'PUT', headers: admin, body: JSON.stringify({ edition: 'certs' }) });
+    await host.fetch('/runtime-cloud/pools/cert-main', { method: 'PUT', headers: admin, body: JSON.stringify({ kind: 'sandbox', target: 'local', capacity: 5 }) });
+
+    const granted = await host.fetch('/runtime-cloud/leases', { method: 'POST', claims: A, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'sandbox', ttlSeconds: 60, holder: 'w', pool: 'cert-main' }) });
+    const jwks = await fetch(new URL(JWKS_ROUTE, host.url));
+
+    expect(granted.status).toBe(201);
+    const lease = (await granted.json()) as LeaseBody;
+    expect(lease).toMatchObject({ tenant: A.tenant, pool: 'cert-main' });
+    expect(lease.certificate).toBeUndefined();
+    expect(jwks.status).toBe(503);
+    expect(await jwks.json()).toMatchObject({ code: 'CAPACITY.CERTIFICATE_KEYS_UNAVAILABLE' });
   });
 });
