@@ -1,4 +1,4 @@
-import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from 'jose';
+import { createLocalJWKSet, decodeProtectedHeader, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 
 /**
  * The lease certificate verifier: what a resource a lease protects (a sandbox, a build slot, a browser session) runs
@@ -145,26 +145,30 @@ function keyIdOf(certificate: string): string {
   return header.kid;
 }
 
-/** The kept key set, fetched again only for a key it lacks, and then not more often than the cooldown. */
+/**
+ * The kept key set, fetched again only for a key it lacks, and then not more often than the cooldown. Its keys are
+ * imported once per set (jose's local key set keeps them), not once per certificate.
+ */
 function keyRing(source: LeaseVerifierOptions['keys'], cooldownMs: number, now: () => Date) {
   const fetchKeys = typeof source === 'function' ? source : typeof source === 'string' || source instanceof URL ? () => fetchJwks(source) : undefined;
-  let kept: JSONWebKeySet | undefined = fetchKeys ? undefined : (source as JSONWebKeySet);
+  const keep = (set: JSONWebKeySet) => ({ set, getKey: createLocalJWKSet(set) });
+  let kept: { set: JSONWebKeySet; getKey: JWTVerifyGetKey } | undefined = fetchKeys ? undefined : keep(source as JSONWebKeySet);
   let fetchedAt = Number.NEGATIVE_INFINITY;
-  const has = (kid: string) => kept?.keys.some((k) => k.kid === kid) ?? false;
+  const has = (kid: string) => kept?.set.keys.some((k) => k.kid === kid) ?? false;
   const refresh = async () => {
     if (!fetchKeys) return;
     fetchedAt = now().getTime();
     try {
-      kept = await fetchKeys();
+      kept = keep(await fetchKeys());
     } catch (thrown) {
       if (!kept) throw new LeaseCertificateRefused('KEYS_UNAVAILABLE', `the host's keys could not be fetched: ${thrown instanceof Error ? thrown.message : String(thrown)}`);
     }
   };
   return {
-    async withKey(kid: string): Promise<JSONWebKeySet> {
+    async withKey(kid: string): Promise<JWTVerifyGetKey> {
       if (!has(kid) && now().getTime() - fetchedAt >= cooldownMs) await refresh();
       if (!kept || !has(kid)) throw new LeaseCertificateRefused('UNKNOWN_KEY', `no key ${kid} in the host's published keys`);
-      return kept;
+      return kept.getKey;
     },
   };
 }
@@ -177,9 +181,9 @@ async function fetchJwks(url: string | URL): Promise<JSONWebKeySet> {
   return { keys: body.keys };
 }
 
-async function verifiedPayload(certificate: string, keySet: JSONWebKeySet, options: LeaseVerifierOptions, currentDate: Date): Promise<JWTPayload> {
+async function verifiedPayload(certificate: string, getKey: JWTVerifyGetKey, options: LeaseVerifierOptions, currentDate: Date): Promise<JWTPayload> {
   try {
-    const { payload } = await jwtVerify(certificate, createLocalJWKSet(keySet), {
+    const { payload } = await jwtVerify(certificate, getKey, {
       issuer: options.issuer,
       algorithms: ['ES256'],
       typ: LEASE_CERTIFICATE_TYPE,
