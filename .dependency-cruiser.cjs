@@ -2,7 +2,7 @@
  * Layer rules of docs/architecture.md ("Layers and their import rules"), checked by `npm run check`:
  * functions → shared/<module> → shared/platform; shared never imports functions/; nothing deployed (functions/, shared/,
  * runner/) imports the twin (local/) or tests/; pure model files (shared/<module>/<name>.ts without a role suffix)
- * import nothing that does I/O.
+ * import nothing that does I/O; the lease certificate verifier (verifier/) imports jose and nothing of the host.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -63,6 +63,13 @@ module.exports = {
       comment: 'runner/ is the runner agent (its own image): it knows engines and the job protocol, never the host.',
       from: { path: '^runner/' },
       to: { path: '^(functions|local|tests|shared/(provisioning|inventory|capacity|deps|migrations))' },
+    },
+    {
+      name: 'verifier-standalone',
+      severity: 'error',
+      comment: 'verifier/ is what protected resources take to check lease certificates offline: it imports jose and its own files only, never the host (functions/, shared/, local/, runner/) nor anything else a resource would have to carry.',
+      from: { path: '^verifier/' },
+      to: { pathNot: ['^verifier/', '^node_modules/jose/'] },
     },
     {
       name: 'no-circular',

@@ -287,6 +287,28 @@ new authorization.PolicyAssignment('kv-secrets-max-validity', {
   parameters: { maximumValidityInDays: { value: longestRotation }, effect: { value: 'Deny' } },
 });
 
+// The key lease certificates are signed with (docs/capacity.md, "Lease certificates"): EC P-256, sign and verify only,
+// its private part never leaving the vault. The rotation policy makes a new version every 90 days; the host publishes
+// it at once and signs with it 5 minutes later, and the previous versions verify until they expire after a year.
+const leaseCertificateKey = new keyvault.Key(
+  'lease-certificates',
+  {
+    resourceGroupName: group.name,
+    vaultName: vault.name,
+    keyName: 'lease-certificates',
+    properties: {
+      kty: keyvault.JsonWebKeyType.EC,
+      curveName: keyvault.JsonWebKeyCurveName.P_256,
+      keyOps: [keyvault.JsonWebKeyOperation.Sign, keyvault.JsonWebKeyOperation.Verify],
+      rotationPolicy: {
+        lifetimeActions: [{ trigger: { timeAfterCreate: 'P90D' }, action: { type: keyvault.KeyRotationPolicyActionType.Rotate } }],
+        attributes: { expiryTime: 'P1Y' },
+      },
+    },
+  },
+  { retainOnDelete: true },
+);
+
 // The Function App: a Dedicated Linux plan at the seed's replica count, autoscaled within the seed's range.
 const plan = new web.AppServicePlan(`${prefix}-plan`, {
   resourceGroupName: group.name,
@@ -371,6 +393,7 @@ const grants = [
   grant('app-bus-events', events.id, 'serviceBusDataSender', 'outbox relay: publishes the events topic'),
   ...subscriptions.map(({ name, subscription }) => grant(`app-bus-${name}`, subscription.id, 'serviceBusDataReceiver', `the ${name} subscription's trigger`)),
   grant('app-telemetry', telemetry.id, 'monitoringMetricsPublisher', 'Application Insights ingestion with Entra'),
+  grant('app-lease-certificates', leaseCertificateKey.id, 'keyVaultCryptoUser', 'lease certificates: reads the key versions and signs with them'),
 ];
 
 // Diagnostic settings: the resource logs and platform metrics of everything that serves, holds or moves the app's
@@ -445,6 +468,7 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Auth__Audience: audience,
       RuntimeCloud__Auth__JwksUrl: jwksUrl,
       RuntimeCloud__Auth__Clients: JSON.stringify(clients),
+      RuntimeCloud__Capacity__CertificateKey: pulumi.interpolate`https://${vault.name}.vault.azure.net/keys/${leaseCertificateKey.name}`,
       RuntimeCloud__Provisioning__Sources: JSON.stringify(sources),
       RuntimeCloud__Targets: targetsSetting,
       RuntimeCloud__Runners__Agents: agentsSetting,

@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { resolve } from 'node:path';
 import { configFromEnvironment, ConfigError } from '../shared/platform/config/config';
 import { settingKeys } from '../shared/platform/config/settings';
+import { rotateLeaseSigningKey } from './auth/lease-signing-keys';
 import { ensureLocalKeys, issueLocalToken } from './auth/local-issuer';
 import { consoleBuilt } from './console-build';
 
@@ -34,6 +35,9 @@ Usage:
   runtime-cloud restored [--note TEXT] [--state-dir DIR]
       Records that the configured store (PostgreSQL, Azure SQL) was restored by the database's own means (Azure SQL
       point-in-time restore, pg_restore): raises its epoch, for the next host to start on it to recover.
+  runtime-cloud lease-keys rotate [--state-dir DIR]
+      Adds a new key to the local host's lease certificate key ring (a running host signs with it from its next
+      certificate on and keeps publishing the previous two); prints its kid.
   runtime-cloud openapi
       Prints the OpenAPI 3.1 document of the HTTP API (every module enabled); the repository keeps it as openapi.json.
   runtime-cloud <command> --help
@@ -104,6 +108,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'peers') return peers(rest);
   if (command === 'example') return example(rest);
   if (command === 'openapi') return openapi();
+  if (command === 'lease-keys') return leaseKeys(rest);
   if (command === 'runner') return runner(rest);
   if (command === 'backup' || command === 'restore' || command === 'restored') return storeCommand(command, rest);
   process.stderr.write(`unknown command ${command}\n\n${USAGE}`);
@@ -325,3 +330,23 @@ main(process.argv.slice(2)).then(
     process.exitCode = 1;
   },
 );
+
+const LEASE_KEYS_USAGE = `runtime-cloud lease-keys rotate [--state-dir DIR]
+  --state-dir DIR   the state folder whose key ring <state dir>/keys/lease-certificates.json is rotated (default .runtime-cloud)
+  Certificates of the previous key verify until they expire; the ring keeps the last three keys.
+`;
+
+function leaseKeys(args: string[]): number {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { 'state-dir': { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  if (values.help) {
+    process.stdout.write(LEASE_KEYS_USAGE);
+    return 0;
+  }
+  if (positionals.join(' ') !== 'rotate') {
+    process.stderr.write(`lease-keys takes one action: rotate\n\n${LEASE_KEYS_USAGE}`);
+    return 2;
+  }
+  const config = configFromEnvironment({ overrides: values['state-dir'] !== undefined ? { RuntimeCloud__Local__StateDir: values['state-dir'] } : {} });
+  process.stdout.write(`${rotateLeaseSigningKey(resolve(config.local.stateDir))}\n`);
+  return 0;
+}

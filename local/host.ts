@@ -5,6 +5,7 @@ import type { PeerTokens } from '../shared/platform/contracts/peer-transport';
 import { provideRuntime } from '../functions/runtime';
 import { createDeps, type Deps, type DepsOverrides } from '../shared/deps';
 import { ensureLocalKeys, issueLocalToken, type LocalKeys } from './auth/local-issuer';
+import { localLeaseSigningKeys } from './auth/lease-signing-keys';
 import type { StandIns } from './external-services/stand-in-servers';
 import { startPeers, type Peers } from './peers';
 import { installFunctionsCore } from './functions-core/install';
@@ -173,7 +174,7 @@ export class LocalHost {
 
     // The local host reads repositories on its own disk too (where the source rules allow them: its state dir's).
     // It may also run the engine in process, for tests and the bench baseline (`RuntimeCloud__IaC__Execution`).
-    this.#deps = await createDeps(config, { twin: localTwin, jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), ...this.#options.depsOverrides });
+    this.#deps = await createDeps(config, { twin: localTwin, jwks: keys.jwks, baseDir: stateDir, localSources: true, inProcessEngine: true, unpinnedReleases: true, peerTokens: localPeerTokens(keys, config.auth.issuer), leaseSigningKeys: localLeaseSigningKeys(stateDir), ...this.#options.depsOverrides });
     this.#peers.bind(this.#deps.sql, this.#deps.clock);
     const recovery = this.#deps.recovery;
     if (recovery) {

@@ -1,4 +1,7 @@
+import type { TokenCredential } from '@azure/core-auth';
 import type { JSONWebKeySet } from 'jose';
+import { keyVaultSigningKeys } from './platform/signing/key-vault-signing-keys.adapter';
+import type { SigningKeys } from './platform/signing/signing-keys';
 import { armCrashPoints } from './platform/faults/crash-points';
 import { sql } from 'kysely';
 import { createTokenValidator, type TokenValidator } from './platform/auth/token-validator';
@@ -127,6 +130,11 @@ export interface DepsOverrides {
    * Entra tokens of the host's identity (`RuntimeCloud__Peers__ClientId`, else the default credential chain).
    */
   readonly peerTokens?: PeerTokens;
+  /**
+   * The keys that sign lease certificates: the local host's key ring. Default: the Key Vault key
+   * `RuntimeCloud__Capacity__CertificateKey`, else no certificates.
+   */
+  readonly leaseSigningKeys?: SigningKeys;
 }
 
 /** The composition root: builds the stores and adapters from config and brings the SQL schema up to date. */
@@ -172,7 +180,11 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
   const engine: IacEngine | undefined =
     config.iac.engine === 'local' && twin ? twin.engine({ store, clock, ids }) : config.iac.execution === 'in-process' ? pulumiIacRunner() : undefined;
   const peerTokens = overrides.peerTokens ?? hostPeerTokens(config.peers.clientId);
-  const capacity = createCapacityService({ store, clock, ids });
+  const leaseSigningKeys =
+    overrides.leaseSigningKeys ??
+    (config.capacity.certificateKey ? keyVaultSigningKeys({ keyUrl: config.capacity.certificateKey, credential: hostCredential(config.peers.clientId), clock }) : undefined);
+  const certificates = leaseSigningKeys ? { keys: leaseSigningKeys, issuer: config.auth.audience, lifetimeSeconds: config.capacity.certificateSeconds } : undefined;
+  const capacity = createCapacityService({ store, clock, ids, ...(certificates ? { certificates } : {}) });
   const targetOf = (environment: TargetedEnvironment) => targetOfEnvironment(config.targets, environment);
   // Tenants are administered by the capacity module (seed file, PUT /tenants); provisioning and inventory only read them.
   const knowsTenant = (tenant: string) => capacity.knowsTenant(tenant);
@@ -318,6 +330,24 @@ export async function createDeps(config: Config, overrides: DepsOverrides = {}):
       await afterCommitPublish?.stop();
       await events.close();
       await store.close();
+    },
+  };
+}
+
+/**
+ * The host's own Entra identity for Azure SDK clients: the user-assigned identity `clientId`, else the default chain.
+ * `@azure/identity` loads with the first token asked for, not at start.
+ */
+function hostCredential(clientId: string): TokenCredential {
+  let credential: TokenCredential | undefined;
+  return {
+    getToken(scopes, options) {
+      if (!credential) {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        const identity = require('@azure/identity') as typeof import('@azure/identity');
+        credential = clientId ? new identity.ManagedIdentityCredential({ clientId }) : new identity.DefaultAzureCredential();
+      }
+      return credential.getToken(scopes, options);
     },
   };
 }

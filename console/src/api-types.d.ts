@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/runtime-cloud/.well-known/lease-jwks.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the keys lease certificates are signed with
+         * @description The host's public keys for lease certificates, as a JSON Web Key Set (RFC 7517): the current key and the previous ones, each with its `kid` (a certificate names its key in its header), `alg` ES256 and `use` sig. A protected resource fetches it once, keeps it and checks certificates offline; it fetches again only for a certificate naming a key it does not have (after a rotation). Anonymous, cacheable for 5 minutes. 404 `CAPACITY.CERTIFICATES_OFF` on a host that issues no certificates (no signing key configured); 503 `CAPACITY.CERTIFICATE_KEYS_UNAVAILABLE` while the keys cannot be read (Key Vault unreachable).
+         */
+        get: operations["leaseCertificateKeys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runtime-cloud/capacity": {
         parameters: {
             query?: never;
@@ -257,7 +277,7 @@ export interface paths {
         };
         /**
          * Follow a lease request in a queue
-         * @description A lease request of the caller's tenant that waited in a pool's queue (`POST /leases` with `wait`): its `state` (`waiting`, `granted`, `canceled`, `expired` once its wait ran out), while waiting its `position` in the fair order (1 = next), the `reason` it waits (`TENANT_QUOTA` used/quota, `POOL_FULL` used/capacity, `BEHIND_FAIR_SHARE` share against weight, `QUEUED_BEHIND` position, `POOL_RESIZING`, `RECOVERING`) and `estimatedGrantAt` if the leases ahead are held to their present expiry; once granted, its `lease`. With `?waitSeconds=` (at most 20) the answer waits until the request leaves the queue. 404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.
+         * @description A lease request of the caller's tenant that waited in a pool's queue (`POST /leases` with `wait`): its `state` (`waiting`, `granted`, `canceled`, `expired` once its wait ran out), while waiting its `position` in the fair order (1 = next), the `reason` it waits (`TENANT_QUOTA` used/quota, `POOL_FULL` used/capacity, `BEHIND_FAIR_SHARE` share against weight, `QUEUED_BEHIND` position, `POOL_RESIZING`, `RECOVERING`) and `estimatedGrantAt` if the leases ahead are held to their present expiry; once granted, its `lease` with a fresh `certificate` while the lease is active. With `?waitSeconds=` (at most 20) the answer waits until the request leaves the queue. 404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.
          */
         get: operations["getLeaseRequest"];
         put?: never;
@@ -287,7 +307,7 @@ export interface paths {
         put?: never;
         /**
          * Acquire a capacity lease
-         * @description Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, `expiresAt`) and its `Location`. Fencing tokens strictly increase per pool: present yours to whatever the lease protects. With an `Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 `REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 `CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore. Refusals carry `reason` (`TENANT_QUOTA`, `POOL_FULL`, `QUEUED_BEHIND`, `RECOVERING`) with its figures. With `wait: {seconds}` (at most the edition's `maxWaitSeconds`, else 400 `CAPACITY.WAIT_TOO_LONG`) a request the pool cannot grant now joins the pool's queue, granted in weighted fair share across tenants and in arrival order within one: the call holds for up to `wait.holdSeconds` (default and at most 20) and answers 201 with the lease if granted meanwhile, else 202 with the request (`requestId`, `position`, `reason`, `estimatedGrantAt`) and its `Location` under `/lease-requests`. A quota the edition can never meet is refused at once, not queued.
+         * @description Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, `expiresAt`, and `certificate`: a short-lived signed lease certificate, see `GET /.well-known/lease-jwks.json`) and its `Location`. Fencing tokens strictly increase per pool: present yours, or the certificate, to whatever the lease protects. With an `Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 `REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 `CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore. Refusals carry `reason` (`TENANT_QUOTA`, `POOL_FULL`, `QUEUED_BEHIND`, `RECOVERING`) with its figures. With `wait: {seconds}` (at most the edition's `maxWaitSeconds`, else 400 `CAPACITY.WAIT_TOO_LONG`) a request the pool cannot grant now joins the pool's queue, granted in weighted fair share across tenants and in arrival order within one: the call holds for up to `wait.holdSeconds` (default and at most 20) and answers 201 with the lease if granted meanwhile, else 202 with the request (`requestId`, `position`, `reason`, `estimatedGrantAt`) and its `Location` under `/lease-requests`. A quota the edition can never meet is refused at once, not queued.
          */
         post: operations["acquireLease"];
         delete?: never;
@@ -331,7 +351,7 @@ export interface paths {
         put?: never;
         /**
          * Renew a capacity lease
-         * @description Extends a lease by `ttlSeconds` (else its own TTL) from now; the holder proves it holds the lease with its `fencingToken`. 200 with the new `expiresAt`. 410 `CAPACITY.LEASE_GONE` once it has expired or was released (a lease is expired from its `expiresAt` on, swept or not); 409 `CAPACITY.FENCING_MISMATCH` for a token that is not the lease's. In the recovery window after a restore of the store, a lease the store does not know is re-registered from `lease` and `ttlSeconds` for the caller's tenant (429 when the quota or pool no longer has the units), so holders send `lease` with every renew.
+         * @description Extends a lease by `ttlSeconds` (else its own TTL) from now; the holder proves it holds the lease with its `fencingToken`. 200 with the new `expiresAt` and a fresh `certificate`. 410 `CAPACITY.LEASE_GONE` once it has expired or was released (a lease is expired from its `expiresAt` on, swept or not); 409 `CAPACITY.FENCING_MISMATCH` for a token that is not the lease's. In the recovery window after a restore of the store, a lease the store does not know is re-registered from `lease` and `ttlSeconds` for the caller's tenant (429 when the quota or pool no longer has the units), so holders send `lease` with every renew.
          */
         post: operations["renewLease"];
         delete?: never;
@@ -835,6 +855,25 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    leaseCertificateKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Success; the body is JSON. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
     capacitySummary: {
         parameters: {
             query?: never;

@@ -1,7 +1,7 @@
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { endpoint } from '../http/endpoint';
-import { ticketView } from './lease-view';
+import { certificateOf, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 const getQuery = lazySchema((z) =>
@@ -19,13 +19,14 @@ export const getLeaseRequest = endpoint({
     '`granted`, `canceled`, `expired` once its wait ran out), while waiting its `position` in the fair order (1 = next), the `reason` ' +
     'it waits (`TENANT_QUOTA` used/quota, `POOL_FULL` used/capacity, `BEHIND_FAIR_SHARE` share against weight, `QUEUED_BEHIND` ' +
     'position, `POOL_RESIZING`, `RECOVERING`) and `estimatedGrantAt` if the leases ahead are held to their present expiry; once ' +
-    `granted, its \`lease\`. With \`?waitSeconds=\` (at most ${MAX_HOLD_SECONDS}) the answer waits until the request leaves the queue. ` +
+    `granted, its \`lease\` with a fresh \`certificate\` while the lease is active. With \`?waitSeconds=\` (at most ${MAX_HOLD_SECONDS}) the answer waits until the request leaves the queue. ` +
     "404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.",
   scope: 'factory.capacity.lease',
   query: getQuery,
-}, async ({ request, deps, tenants, query }) => {
+}, async ({ request, context, deps, tenants, query }) => {
   const view = await deps.capacity.getLeaseRequest(tenants(), request.params.id ?? '', query.waitSeconds);
-  return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: ticketView(view, deps.clock.now()) };
+  const certificate = view.lease ? await certificateOf(deps, context, view.lease) : undefined;
+  return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: ticketView(view, deps.clock.now(), certificate) };
 });
 
 export const cancelLeaseRequest = endpoint({

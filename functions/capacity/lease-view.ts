@@ -1,4 +1,7 @@
-import { AppError } from '../../shared/platform/errors/app-error';
+import type { InvocationContext } from '@azure/functions';
+import { AppError, ensureError } from '../../shared/platform/errors/app-error';
+import type { Deps } from '../../shared/deps';
+import { logOf } from '../log';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
 import { effectiveState, type Lease } from '../../shared/capacity/lease';
 import type { TicketView } from '../../shared/capacity/capacity.service';
@@ -6,8 +9,9 @@ import type { TicketView } from '../../shared/capacity/capacity.service';
 /**
  * A lease as the HTTP API shows it. Changing this shape is a breaking change for workers and the tool executor.
  * `state` is the effective state: an active lease past its expiry shows as expired before the sweep marks it.
+ * `certificate`, the lease certificate, only in answers to its holder: a grant, a renewal, a granted request.
  */
-export function leaseView(lease: Lease, now: Date) {
+export function leaseView(lease: Lease, now: Date, certificate?: string) {
   return {
     leaseId: lease.id,
     tenant: lease.tenant,
@@ -21,7 +25,22 @@ export function leaseView(lease: Lease, now: Date) {
     ...(lease.renewedAt ? { renewedAt: lease.renewedAt.toISOString() } : {}),
     state: effectiveState(lease, now),
     ...(lease.idempotencyKey !== undefined ? { idempotencyKey: lease.idempotencyKey } : {}),
+    ...(certificate !== undefined ? { certificate } : {}),
   };
+}
+
+/**
+ * The lease certificate of a lease just granted or renewed. The grant or renewal is done by then, so a signing key
+ * that cannot be reached (Key Vault down) leaves the answer without a certificate rather than failing it: a retry
+ * without an idempotency key would take a second lease. The holder renews to get one.
+ */
+export async function certificateOf(deps: Deps, context: InvocationContext, lease: Lease): Promise<string | undefined> {
+  try {
+    return await deps.capacity.certify(lease);
+  } catch (thrown) {
+    logOf(context).warn(`lease ${lease.id} answered without a certificate: ${ensureError(thrown).message}`, { tenant: lease.tenant });
+    return undefined;
+  }
 }
 
 /** Acquiring acts for exactly one tenant: the token's, or the one a service names. */
@@ -35,7 +54,7 @@ export function singleTenant(filter: TenantFilter): string {
  * why it waits, and when it may be granted if the leases ahead are held to their present expiry; once granted, its
  * lease. Changing this shape is a breaking change for workers and the tool executor.
  */
-export function ticketView(view: TicketView, now: Date) {
+export function ticketView(view: TicketView, now: Date, certificate?: string) {
   const { ticket } = view;
   return {
     requestId: ticket.id,
@@ -52,6 +71,6 @@ export function ticketView(view: TicketView, now: Date) {
     ...(view.reason !== undefined ? { reason: view.reason } : {}),
     ...(view.estimatedGrantAt !== undefined ? { estimatedGrantAt: view.estimatedGrantAt.toISOString() } : {}),
     ...(ticket.endedAt !== undefined ? { endedAt: ticket.endedAt.toISOString() } : {}),
-    ...(view.lease !== undefined ? { lease: leaseView(view.lease, now) } : {}),
+    ...(view.lease !== undefined ? { lease: leaseView(view.lease, now, certificate) } : {}),
   };
 }

@@ -4,7 +4,7 @@ import { AppError } from '../../shared/platform/errors/app-error';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
-import { leaseView, singleTenant, ticketView } from './lease-view';
+import { certificateOf, leaseView, singleTenant, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 /** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
@@ -37,7 +37,8 @@ export const acquireLease = endpoint({
   description:
     'Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) ' +
     "that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, " +
-    '`expiresAt`) and its `Location`. Fencing tokens strictly increase per pool: present yours to whatever the lease protects. With an ' +
+    '`expiresAt`, and `certificate`: a short-lived signed lease certificate, see `GET /.well-known/lease-jwks.json`) and its `Location`. ' +
+    'Fencing tokens strictly increase per pool: present yours, or the certificate, to whatever the lease protects. With an ' +
     '`Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 ' +
     '`REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); ' +
     'a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` ' +
@@ -51,7 +52,7 @@ export const acquireLease = endpoint({
     'meet is refused at once, not queued.',
   scope: 'factory.capacity.lease',
   body: acquireBody,
-}, async ({ request, deps, tenants, body }) => {
+}, async ({ request, context, deps, tenants, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const leaseRequest = {
     tenant: singleTenant(tenants()),
@@ -74,10 +75,11 @@ export const acquireLease = endpoint({
     const headers: Record<string, string> = { location: `/runtime-cloud/lease-requests/${result.ticket.ticket.id}`, 'cache-control': 'no-store' };
     return { status: 202, headers, jsonBody: ticketView(result.ticket, deps.clock.now()) };
   }
+  const certificate = await certificateOf(deps, context, result.lease);
   return {
     status: result.outcome === 'granted' ? 201 : 200,
     headers: { location: `/runtime-cloud/leases/${result.lease.id}` },
-    jsonBody: leaseView(result.lease, deps.clock.now()),
+    jsonBody: leaseView(result.lease, deps.clock.now(), certificate),
   };
 });
 
@@ -106,15 +108,15 @@ export const renewLease = endpoint({
   summary: 'Renew a capacity lease',
   description:
     'Extends a lease by `ttlSeconds` (else its own TTL) from now; the holder proves it holds the lease with its `fencingToken`. 200 ' +
-    'with the new `expiresAt`. 410 `CAPACITY.LEASE_GONE` once it has expired or was released (a lease is expired from its `expiresAt` ' +
+    'with the new `expiresAt` and a fresh `certificate`. 410 `CAPACITY.LEASE_GONE` once it has expired or was released (a lease is expired from its `expiresAt` ' +
     "on, swept or not); 409 `CAPACITY.FENCING_MISMATCH` for a token that is not the lease's. In the recovery window after a restore of " +
     "the store, a lease the store does not know is re-registered from `lease` and `ttlSeconds` for the caller's tenant (429 when the quota or pool " +
     'no longer has the units), so holders send `lease` with every renew.',
   scope: 'factory.capacity.lease',
   body: renewBody,
-}, async ({ request, deps, tenants, body }) => {
+}, async ({ request, context, deps, tenants, body }) => {
   const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds, body.lease);
-  return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
+  return { status: 200, jsonBody: leaseView(lease, deps.clock.now(), await certificateOf(deps, context, lease)) };
 });
 
 const fencingTokenText = lazySchema((z) => z.string().regex(/^\d{1,15}$/, 'a fencing token is a non-negative integer'));

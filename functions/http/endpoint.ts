@@ -98,6 +98,33 @@ export function endpoint<B = undefined, Q = undefined>(
 const specs = new WeakMap<object, EndpointSpec<unknown, unknown>>();
 
 /**
+ * A route anyone may read without a token (what a caller needs before it can trust the host, such as its published
+ * public keys): no authentication, failures mapped to problem+json as `endpoint` maps them; the OpenAPI document
+ * lists it with `security: []`.
+ */
+export function publicEndpoint(
+  text: OperationText,
+  run: (input: { readonly request: HttpRequest; readonly context: InvocationContext; readonly deps: Deps }) => Promise<HttpResponseInit>,
+): (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit> {
+  const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
+    try {
+      return await run({ request, context, deps: await getDeps() });
+    } catch (error) {
+      return errorResponse(error, context);
+    }
+  };
+  publicSpecs.set(handler, text);
+  return handler;
+}
+
+const publicSpecs = new WeakMap<object, OperationText>();
+
+/** The text of a `publicEndpoint` handler (the OpenAPI document lists it without security); undefined for others. */
+export function publicSpec(handler: object): OperationText | undefined {
+  return publicSpecs.get(handler);
+}
+
+/**
  * Describes a handler that is not an `endpoint` (it answers some requests without a token) for the OpenAPI
  * document, with the spec of the requests that need one.
  */

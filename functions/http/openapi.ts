@@ -8,7 +8,7 @@ import { ProvisioningErrors } from '../../shared/provisioning/errors';
 import { SCOPES, type Scope } from '../../shared/platform/auth/auth';
 import { zod } from '../../shared/platform/validation/lazy-schema';
 import { API_TAGS, type ApiTag } from './api-tags';
-import { endpointSpec, isFileServer } from './endpoint';
+import { endpointSpec, isFileServer, publicSpec } from './endpoint';
 
 /** The modules' error catalogues, whose problems the document lists (`components.x-problem-types`). */
 export const PROBLEM_CATALOGUES: readonly ProblemCatalogue[] = [CapacityErrors, InventoryErrors, ProvisioningErrors];
@@ -38,7 +38,7 @@ export function openApiDocument(routes: readonly HttpRoute[], version: string): 
   }
   // Only the groups and scopes of this host's operations: a host runs the modules it is configured for.
   const specs = documented.map((r) => endpointSpec(r.handler));
-  const tags = new Set<ApiTag | undefined>(specs.map((spec) => spec?.tag));
+  const tags = new Set<ApiTag | undefined>([...specs.map((spec) => spec?.tag), ...documented.map((r) => publicSpec(r.handler)?.tag)]);
   const scopes = new Set<Scope | undefined>(specs.map((spec) => spec?.scope));
   return {
     openapi: '3.1.0',
@@ -75,6 +75,18 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
     for (const [name, schema] of Object.entries(query.properties ?? {})) {
       parameters.push({ name, in: 'query', required: query.required?.includes(name) ?? false, schema });
     }
+  }
+  const open = publicSpec(route.handler);
+  if (open) {
+    return {
+      operationId: severalMethods ? `${route.name}${method[0]}${method.slice(1).toLowerCase()}` : route.name,
+      tags: [open.tag],
+      summary: open.summary,
+      description: open.description,
+      // Anyone may read it: no token.
+      security: [],
+      responses: { '2XX': { description: 'Success; the body is JSON.' }, default: { $ref: '#/components/responses/Problem' } },
+    };
   }
   return {
     operationId: severalMethods ? `${route.name}${method[0]}${method.slice(1).toLowerCase()}` : route.name,

@@ -16,6 +16,7 @@ import { recoveryWindow, type RecoveryWindow } from './recovery-window.service';
 import { TicketWaiters } from './lease-queue-waiters';
 import { problemError } from '../platform/errors/catalogue';
 import { CapacityErrors } from './errors';
+import type { LeaseCertificates } from './lease-certificate.service';
 
 export type AcquireResult = { readonly outcome: 'granted' | 'existing'; readonly lease: Lease };
 export type ReleaseResult = { readonly outcome: 'released' | 'already-released' };
@@ -47,6 +48,8 @@ export interface CapacityServiceOptions {
   readonly store: SqlStore;
   readonly clock: Clock;
   readonly ids: Ids;
+  /** Signs a certificate of each lease granted or renewed; none: leases come without certificates. */
+  readonly certificates?: LeaseCertificates;
 }
 
 /**

@@ -1,3 +1,5 @@
+import type { JSONWebKeySet } from 'jose';
+import { certificateKeys, certifyLease } from './lease-certificate.service';
 import { retryingContention } from '../platform/sql/transaction';
 import { tenantExists } from './capacity.repository';
 import type { TenantFilter } from '../platform/auth/auth';
@@ -60,6 +62,10 @@ export interface CapacityService {
   sweepExpired(options?: { batchSize?: number }): Promise<SweepResult>;
   /** Upserts the editions, then the tenants and pools of a seed file; running it again changes nothing. */
   applySeed(seed: CapacitySeed): Promise<void>;
+  /** A lease certificate of an active lease (lease-certificate.service.ts); undefined when not active or none are issued. */
+  certify(lease: Lease): Promise<string | undefined>;
+  /** The public keys certificates are checked with; 404 `CAPACITY.CERTIFICATES_OFF` on a host that issues none. */
+  certificateKeys(): Promise<JSONWebKeySet>;
 }
 
 /**
@@ -99,5 +105,7 @@ export function createCapacityService(options: CapacityServiceOptions): Capacity
     listEditions: () => listEditions(ctx),
     sweepExpired: (options) => thenAdmit(sweepExpired(ctx, options)),
     applySeed: (seed) => applySeed(ctx, seed),
+    certify: (lease) => (options.certificates ? certifyLease(options.certificates, ctx.clock, lease) : Promise.resolve(undefined)),
+    certificateKeys: () => certificateKeys(options.certificates),
   };
 }

@@ -22,5 +22,7 @@ export const CapacityErrors = {
   waitTooLong: { code: 'CAPACITY.WAIT_TOO_LONG', kind: 'validation', title: 'Wait longer than the edition allows' },
   ticketNotFound: { code: 'CAPACITY.LEASE_REQUEST_NOT_FOUND', kind: 'not-found', title: 'Lease request not found' },
   ticketGranted: { code: 'CAPACITY.LEASE_REQUEST_GRANTED', kind: 'conflict', title: 'Lease request already granted' },
+  certificatesOff: { code: 'CAPACITY.CERTIFICATES_OFF', kind: 'not-found', title: 'Host issues no lease certificates' },
+  certificateKeysUnavailable: { code: 'CAPACITY.CERTIFICATE_KEYS_UNAVAILABLE', kind: 'unavailable', title: 'Lease certificate keys cannot be read now' },
   recovering: { code: 'CAPACITY.RECOVERING', kind: 'unavailable', title: 'Capacity recovering after a restore' },
 } as const satisfies ProblemCatalogue;

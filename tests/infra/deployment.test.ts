@@ -285,6 +285,7 @@ describe('infra under Pulumi mocks', () => {
         'serviceBusDataReceiver @ servicebus:Subscription/provisioning',
         'serviceBusDataReceiver @ servicebus:Subscription/inventory',
         `monitoringMetricsPublisher @ applicationinsights:Component/${telemetry}`,
+        'keyVaultCryptoUser @ keyvault:Key/lease-certificates',
       ].sort(),
     );
   });
@@ -391,6 +392,17 @@ describe('infra under Pulumi mocks', () => {
           : one('servicebus:Subscription', (s) => s.name === trigger.subscriptionName && field(s, 'topicName') === trigger.topicName);
       expect(receivers.map((a) => field(a, 'scope')), `${entity.name}`).toContain(entity.id);
     }
+  });
+
+  it('when lease certificates are deployed, then the host signs with an EC P-256 key of its own vault that rotates, and the setting names it as the host parses it', () => {
+    const key = all('keyvault:Key').find((k) => k.name === 'lease-certificates');
+    expect(key?.inputs).toMatchObject({
+      keyName: 'lease-certificates',
+      properties: { kty: 'EC', curveName: 'P-256', keyOps: ['sign', 'verify'], rotationPolicy: { lifetimeActions: [{ trigger: { timeAfterCreate: 'P90D' }, action: { type: 'rotate' } }] } },
+    });
+    const setting = appSettings().RuntimeCloud__Capacity__CertificateKey;
+    expect(setting).toMatch(/^https:\/\/[^/]+\.vault\.azure\.net\/keys\/lease-certificates$/);
+    expect(parseConfig(appSettings()).capacity.certificateKey).toBe(setting);
   });
 });
 

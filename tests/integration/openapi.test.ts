@@ -12,6 +12,9 @@ import { API_VERSION, openApiDocument } from '../../functions/http/openapi';
 import { registeredFunctions, triggerOf } from '../../local/functions-core/registry';
 import { startTestHost, type TestHost } from '../support/local-host';
 
+/** The operations anyone may call without a token. */
+const PUBLIC = ['GET /runtime-cloud/.well-known/lease-jwks.json'];
+
 type Operation = {
   operationId: string;
   tags?: string[];
@@ -90,7 +93,7 @@ describe('the OpenAPI document', () => {
     expect(findings.map((f) => `${f.code} at ${f.path.join('.')}: ${f.message}`)).toEqual([]);
   });
 
-  it('when an operation is described, then it has a declared tag, a summary, a description and the OAuth 2.0 scope it checks (x-required-scope)', () => {
+  it('when an operation is described, then it has a declared tag, a summary, a description and the OAuth 2.0 scope it checks (x-required-scope), or it is one of the public ones with security []', () => {
     const declaredTags = new Set((checkedIn.tags ?? []).map((t) => t.name));
     const scheme = checkedIn.components.securitySchemes.oauth2;
     const scopes = scheme?.flows?.clientCredentials?.scopes ?? {};
@@ -106,11 +109,18 @@ describe('the OpenAPI document', () => {
       expect(op.summary?.length ?? 0, at).toBeGreaterThan(10);
       // A description says more than the summary: what it answers, who may call it, its failures.
       expect(op.description?.length ?? 0, at).toBeGreaterThan(op.summary?.length ?? 0);
+      for (const tag of op.tags ?? []) usedTags.add(tag);
+      // Anyone may read the keys lease certificates are checked with; every other operation needs a scope.
+      if (PUBLIC.includes(at)) {
+        expect(op.security, at).toEqual([]);
+        expect(op['x-required-scope'], at).toBeUndefined();
+        continue;
+      }
       expect(op.security, at).toEqual([{ oauth2: [op['x-required-scope']] }]);
       expect(scopes[op['x-required-scope'] ?? ''], `${at}: its scope is declared with a description`).toEqual(expect.any(String));
       required.add(op['x-required-scope'] ?? '');
-      for (const tag of op.tags ?? []) usedTags.add(tag);
     }
+    expect(operations.filter(({ op }) => op.security?.length === 0).map(({ at }) => at)).toEqual(PUBLIC);
     // Every scope, tag and security scheme the document declares is used by an operation.
     expect(Object.keys(scopes).sort()).toEqual([...required].sort());
     expect([...declaredTags].sort()).toEqual([...usedTags].sort());

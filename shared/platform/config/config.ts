@@ -70,7 +70,12 @@ export interface Config {
     readonly claimCheckBytes: number;
   };
   readonly telemetry: { readonly connectionString: string };
-  readonly capacity: { readonly seedFile: string };
+  readonly capacity: {
+    readonly seedFile: string;
+    /** The Key Vault key signing lease certificates (versionless URL); empty: none configured. */
+    readonly certificateKey: string;
+    readonly certificateSeconds: number;
+  };
   readonly inventory: {
     /** Scan interval in ms: `defaultMs`, and by environment id or name. */
     readonly scanInterval: { readonly defaultMs: number; readonly byEnvironment: Readonly<Record<string, number>> };
@@ -172,7 +177,7 @@ function toConfig(s: Settings): Config {
       claimCheckBytes: s.RuntimeCloud__Outbox__ClaimCheckBytes,
     },
     telemetry: { connectionString: s.APPLICATIONINSIGHTS_CONNECTION_STRING },
-    capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile },
+    capacity: { seedFile: s.RuntimeCloud__Capacity__SeedFile, certificateKey: s.RuntimeCloud__Capacity__CertificateKey, certificateSeconds: s.RuntimeCloud__Capacity__CertificateSeconds },
     inventory: {
       scanInterval: secondsByEnvironment(s.RuntimeCloud__Inventory__ScanIntervalSeconds, DEFAULT_SCAN_INTERVAL_SECONDS),
       scanConcurrency: s.RuntimeCloud__Inventory__ScanConcurrency,

@@ -138,6 +138,17 @@ export const settings = {
    */
   RuntimeCloud__Capacity__SeedFile: z.string().default(''),
   /**
+   * The Azure Key Vault key (P-256, versionless URL) that signs lease certificates; each enabled version is published
+   * in the lease JWKS, a new version signs once it has been listed for 5 minutes (a rotation). Empty: no certificates
+   * (the local host signs with a key ring in its state dir). Example: `https://kv-rch-prod.vault.azure.net/keys/lease-certificates`.
+   */
+  RuntimeCloud__Capacity__CertificateKey: z
+    .string()
+    .regex(/^$|^https:\/\/[^/]+\/keys\/[0-9a-zA-Z-]{1,127}$/, 'a versionless Key Vault key URL: https://<vault>/keys/<name>')
+    .default(''),
+  /** The longest a lease certificate is valid, in seconds; never past its lease's expiry. Example: `300`. */
+  RuntimeCloud__Capacity__CertificateSeconds: z.coerce.number().int().min(10).max(3600).default(300),
+  /**
    * How long a provisioning plan may wait for its approval before it goes stale, in seconds, as JSON: `default`
    * for every environment, other keys an environment's id or name. Empty: 24 hours everywhere.
    * Example: `{"default":86400,"production":14400}`.
