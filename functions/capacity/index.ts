@@ -3,3 +3,4 @@ import './leases';
 import './lease-requests';
 import './capacity-admin';
 import './lease-expiry-sweep';
+import './lease-connect';
