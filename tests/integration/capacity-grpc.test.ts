@@ -242,5 +242,21 @@ describe('the LeaseService over gRPC and Connect on the local host', () => {
       const lease = held.result.value as { leaseId: string; fencingToken: bigint };
       await leases.release({ leaseId: lease.leaseId, fencingToken: lease.fencingToken }, auth(tokenA));
     });
+
+    it('when the trigger is sent what it does not serve or cannot read, then a Connect error with a 4xx, never a 500', async () => {
+      const post = (method: string, contentType: string, body: string) =>
+        host.fetch(`/runtime-cloud/connect/connectsoft.runtimecloud.capacity.v1.LeaseService/${method}`, {
+          method: 'POST',
+          headers: { 'content-type': contentType, authorization: `Bearer ${tokenA}` },
+          body,
+        });
+      const unknown = await post('Steal', 'application/json', '{}');
+      expect([unknown.status, ((await unknown.json()) as { code: string }).code]).toEqual([404, 'unimplemented']);
+      expect((await post('GetLease', 'application/grpc', '')).status).toBe(415);
+      const malformed = await post('Acquire', 'application/json', '{"kind": ');
+      expect([malformed.status, ((await malformed.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+      const invalid = await post('Acquire', 'application/json', JSON.stringify({ kind: 'gpu', ttlSeconds: 60, holder: 'w' }));
+      expect([invalid.status, ((await invalid.json()) as { code: string }).code]).toEqual([400, 'invalid_argument']);
+    });
   });
 });
