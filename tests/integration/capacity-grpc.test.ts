@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Code, ConnectError, createClient, type Client } from '@connectrpc/connect';
-import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { ErrorInfoSchema, RetryInfoSchema } from '../../contracts/gen/google/rpc/error_details_pb';
 import { LeaseService, LeaseState, TicketState } from '../../contracts/gen/connectsoft/runtimecloud/capacity/v1/capacity_pb';
 import { ensureLocalKeys, issueLocalToken } from '../../local/auth/local-issuer';
@@ -203,11 +203,16 @@ describe('the LeaseService over gRPC and Connect on the local host', () => {
     const clientOf = (transport: Parameters<typeof createClient>[1]): Client<typeof LeaseService> => createClient(LeaseService, transport);
     const auth = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
 
-    it('when the gRPC port is called by gRPC (HTTP/2) and Connect (HTTP/1.1), and the trigger by Connect, then each acquires, reads and releases', async () => {
+    it('when the gRPC port is called by gRPC, gRPC-Web and Connect (HTTP/2 and HTTP/1.1), and the trigger by Connect and gRPC-Web, then each acquires, reads and releases', async () => {
+      const trigger = new URL('runtime-cloud/connect', host.url).href;
       const clients = {
         grpc: clientOf(createGrpcTransport({ baseUrl: grpcUrl.origin })),
-        connectOnPort: clientOf(createConnectTransport({ baseUrl: grpcUrl.origin, httpVersion: '1.1' })),
-        trigger: clientOf(createConnectTransport({ baseUrl: new URL('runtime-cloud/connect', host.url).href, httpVersion: '1.1' })),
+        grpcWebOnPort: clientOf(createGrpcWebTransport({ baseUrl: grpcUrl.origin, httpVersion: '2' })),
+        connectOnPort: clientOf(createConnectTransport({ baseUrl: grpcUrl.origin, httpVersion: '2' })),
+        connectOnPortHttp1: clientOf(createConnectTransport({ baseUrl: grpcUrl.origin, httpVersion: '1.1' })),
+        trigger: clientOf(createConnectTransport({ baseUrl: trigger, httpVersion: '1.1' })),
+        triggerBinary: clientOf(createConnectTransport({ baseUrl: trigger, httpVersion: '1.1', useBinaryFormat: true })),
+        triggerGrpcWeb: clientOf(createGrpcWebTransport({ baseUrl: trigger, httpVersion: '1.1' })),
       };
       for (const [name, leases] of Object.entries(clients)) {
         const acquired = await leases.acquire({ kind: 'attempt', ttlSeconds: 60, holder: name }, auth(tokenA));
