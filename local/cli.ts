@@ -9,9 +9,9 @@ import { consoleBuilt } from './console-build';
 const USAGE = `runtime-cloud: the local RuntimeCloudHost
 
 Usage:
-  runtime-cloud start [--port N] [--state-dir DIR] [--app DIR]
+  runtime-cloud start [--port N] [--grpc-port N] [--state-dir DIR] [--app DIR]
       Runs the whole host on embedded defaults (SQLite, in-process Azurite, embedded queue and topic,
-      local Durable runner, local token issuer). Default port 8130, state dir .runtime-cloud/. On a state dir
+      local Durable runner, local token issuer). Default ports 8130 (HTTP) and 8132 (gRPC), state dir .runtime-cloud/. On a state dir
       without them, it makes the example repository desired-state.git and references.json (the example's
       secret and config references; see docs/walkthrough.md).
   runtime-cloud peers [--state-dir DIR]
@@ -46,10 +46,12 @@ Settings (environment variables, Azure app-settings form):
   ${settingKeys.join('\n  ')}
 `;
 
-const START_USAGE = `runtime-cloud start [--port N] [--state-dir DIR] [--app DIR]
+const START_USAGE = `runtime-cloud start [--port N] [--grpc-port N] [--state-dir DIR] [--app DIR]
   --app DIR         host another Functions v4 Node app: the functions its package.json "main" (a file or a glob)
                     registers, with its host.json (routePrefix "api" unless it says otherwise)
   --port N          HTTP port (default 8130, or RuntimeCloud__Local__Port)
+  --grpc-port N     gRPC port of the LeaseService (default 8132, or RuntimeCloud__Local__GrpcPort; a free one when
+                    --port is 0)
   --state-dir DIR   state folder (default .runtime-cloud, or RuntimeCloud__Local__StateDir); on first start it gets
                     the example repository desired-state.git and references.json
 `;
@@ -209,7 +211,7 @@ async function storeCommand(command: 'backup' | 'restore' | 'restored', args: st
 async function start(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: { port: { type: 'string' }, 'state-dir': { type: 'string' }, app: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+    options: { port: { type: 'string' }, 'grpc-port': { type: 'string' }, 'state-dir': { type: 'string' }, app: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
   });
   if (values.help) {
     process.stdout.write(START_USAGE);
@@ -225,17 +227,23 @@ async function start(args: string[]): Promise<number> {
   const { LocalHost, jsonLineLog } = require('./host') as typeof import('./host');
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { localComponents } = require('./components') as typeof import('./components');
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { LeaseGrpcServer } = require('./grpc/lease-grpc-server') as typeof import('./grpc/lease-grpc-server');
+  const components = localComponents(values.app === undefined ? 'runtime-cloud' : 'other');
   const host = new LocalHost(
     {
       ...(values.port !== undefined ? { port: Number(values.port) } : {}),
       ...(values['state-dir'] !== undefined ? { stateDir: values['state-dir'] } : {}),
+      ...(values['grpc-port'] !== undefined ? { settings: { RuntimeCloud__Local__GrpcPort: values['grpc-port'] } } : {}),
       ...(values.app !== undefined ? { appDir: values.app } : {}),
       log: jsonLineLog('information'),
     },
-    localComponents(values.app === undefined ? 'runtime-cloud' : 'other'),
+    components,
   );
   const url = await host.start();
   process.stdout.write(`runtime-cloud listening on ${url.origin} (state in ${resolve(host.config.local.stateDir)})\n`);
+  const grpc = components.find((c): c is InstanceType<typeof LeaseGrpcServer> => c instanceof LeaseGrpcServer && c.serving);
+  if (grpc) process.stdout.write(`the LeaseService (gRPC, gRPC-Web, Connect): ${grpc.url.origin}\n`);
   process.stdout.write(`the operator console: ${url.origin}/runtime-cloud/console/${consoleBuilt() ? '' : ' (not built: npm run build)'}\n`);
   const signal = await stopRequested;
   process.stdout.write(`${signal}: stopping\n`);

@@ -8,6 +8,7 @@ import { LocalExternalServicesEndpoints } from './local-endpoints/external-servi
 import { SignInEndpoints } from './local-endpoints/sign-in-endpoints';
 import { ServiceBusBinding } from './service-bus/service-bus-binding';
 import { LocalRunnerAgents } from './runner-agents';
+import { LeaseGrpcServer } from './grpc/lease-grpc-server';
 import { TimerBinding } from './timers/timer-binding';
 
 /**
@@ -19,5 +20,5 @@ export function localComponents(app: 'runtime-cloud' | 'other' = 'runtime-cloud'
   // The Durable runner first: it provides the durable client input that functions of any trigger may declare.
   if (app === 'other') return [localDurable(), new BusEndpoints(), new ServiceBusBinding(), new TimerBinding()];
   // The seeds before the queue and timer bindings, so the first promotion taken finds tenants and the example.
-  return [localDurable(), capacitySeedComponent(), exampleDesiredStateComponent(), new BusEndpoints(), new LocalCloudEndpoints(), new LocalExternalServicesEndpoints(), new SignInEndpoints(), new ServiceBusBinding(), new TimerBinding(), new LocalRunnerAgents()];
+  return [localDurable(), capacitySeedComponent(), exampleDesiredStateComponent(), new BusEndpoints(), new LocalCloudEndpoints(), new LocalExternalServicesEndpoints(), new SignInEndpoints(), new LeaseGrpcServer(), new ServiceBusBinding(), new TimerBinding(), new LocalRunnerAgents()];
 }

@@ -64,6 +64,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runtime-cloud/connect/connectsoft.runtimecloud.capacity.v1.LeaseService/{method}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Call the LeaseService over the Connect protocol
+         * @description The gRPC contract `contracts/connectsoft/runtimecloud/capacity/v1/capacity.proto` (`Acquire`, `Renew`, `Release`, `GetLease`, `GetTicket`, `CancelTicket`) over the Connect protocol (`application/json` or `application/proto`) or gRPC-Web, unary calls only: the same leases, tokens, tenants (`X-Tenant-Id`), quotas and fencing as `/runtime-cloud/leases`, failures as Connect errors with the problem code in `google.rpc.ErrorInfo` (`RESOURCE_EXHAUSTED` carries `google.rpc.RetryInfo`). `WatchTicket` streams, so it is answered `unimplemented` here: follow a ticket with `GetTicket` and `waitSeconds`. Each method checks its own scope (`GetLease`: `factory.runtime.read`).
+         */
+        post: operations["leaseServiceConnect"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runtime-cloud/editions/{name}": {
         parameters: {
             query?: never;
@@ -898,6 +918,27 @@ export interface operations {
             query?: never;
             header?: never;
             path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Success; the body, if any, is JSON. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
+    leaseServiceConnect: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                method: string;
+            };
             cookie?: never;
         };
         requestBody?: never;

@@ -4,3 +4,4 @@ import './lease-requests';
 import './lease-certificates';
 import './capacity-admin';
 import './lease-expiry-sweep';
+import './lease-connect';

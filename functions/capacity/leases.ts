@@ -1,35 +1,11 @@
 import { LEASE_STATES } from '../../shared/capacity/lease';
-import { CAPACITY_KINDS } from '../../shared/capacity/pool';
 import { AppError } from '../../shared/platform/errors/app-error';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
-import { endpoint, idempotencyKey, idempotencyKeyOf } from '../http/endpoint';
+import { endpoint, idempotencyKeyOf } from '../http/endpoint';
+import { acquireBody, renewBody } from './lease-schemas';
 import { certificateOf, leaseView, singleTenant, ticketView } from './lease-view';
 import { moduleApp } from '../app';
-
-/** Body of `POST /leases`. Changing this shape is a breaking change for workers and the tool executor. */
-const acquireBody = lazySchema((z) =>
-  z
-    .object({
-      kind: z.enum(CAPACITY_KINDS),
-      units: z.number().int().positive().default(1),
-      ttlSeconds: z.number().int().positive(),
-      holder: z.string().min(1).max(200),
-      idempotencyKey: idempotencyKey().optional(),
-      pool: z.string().min(1).max(200).optional(),
-      labels: z.record(z.string().min(1).max(100), z.string().max(200)).optional(),
-      /** Wait in the pool's queue for up to `seconds` (at most the edition's `maxWaitSeconds`) instead of a refusal. */
-      wait: z
-        .object({
-          seconds: z.number().int().min(1).max(86_400),
-          /** How long this call waits for the grant before it answers 202 with the ticket (default: up to 20 s). */
-          holdSeconds: z.number().int().min(0).max(MAX_HOLD_SECONDS).optional(),
-        })
-        .strict()
-        .optional(),
-    })
-    .refine((b) => b.pool === undefined || b.labels === undefined, { message: 'name a pool or labels, not both', path: ['pool'] }),
-);
 
 export const acquireLease = endpoint({
   tag: 'Leases',
@@ -82,26 +58,6 @@ export const acquireLease = endpoint({
     jsonBody: leaseView(result.lease, deps.clock.now(), certificate),
   };
 });
-
-/**
- * Body of `POST /leases/{id}/renew`. Changing this shape is a breaking change for workers and the tool executor.
- * `lease` (what the holder holds) is read only in the recovery window after a restore of the store, to re-register
- * a lease the restored store does not know; holders send it with every renew so a restore needs nothing new of them.
- */
-const renewBody = lazySchema((z) =>
-  z.object({
-    fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
-    ttlSeconds: z.number().int().positive().optional(),
-    lease: z
-      .object({
-        kind: z.enum(CAPACITY_KINDS),
-        pool: z.string().min(1).max(200),
-        units: z.number().int().positive().default(1),
-        holder: z.string().min(1).max(200),
-      })
-      .optional(),
-  }),
-);
 
 export const renewLease = endpoint({
   tag: 'Leases',

@@ -79,13 +79,10 @@ export function endpoint<B = undefined, Q = undefined>(
   const handler = async (request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> => {
     try {
       const deps = await getDeps();
-      const principal = await deps.auth.authenticate(request.headers.get('authorization'));
-      requireScope(principal, spec.scope);
-      if (spec.platformOnly) requirePlatformPrincipal(principal);
+      const requestedTenant = request.headers.get('x-tenant-id') ?? request.query.get('tenant') ?? undefined;
+      const { principal, tenants } = await authorize(deps, request.headers.get('authorization'), requestedTenant, spec);
       const body = spec.body ? await readJson(request, spec.body()) : (undefined as B);
       const query = spec.query ? parseQuery(request, spec.query()) : (undefined as Q);
-      const requestedTenant = request.headers.get('x-tenant-id') ?? request.query.get('tenant') ?? undefined;
-      const tenants = () => resolveTenant(principal, spec.scope, requestedTenant);
       return await run({ request, context, deps, principal, tenants, body, query });
     } catch (error) {
       return errorResponse(error, context);
@@ -122,6 +119,23 @@ const publicSpecs = new WeakMap<object, OperationText>();
 /** The text of a `publicEndpoint` handler (the OpenAPI document lists it without security); undefined for others. */
 export function publicSpec(handler: object): OperationText | undefined {
   return publicSpecs.get(handler);
+}
+
+/**
+ * The one check of a caller, whichever protocol it calls by (this HTTP API, the LeaseService over gRPC or Connect):
+ * its bearer token, the operation's scope (and platform administration where asked), and the tenants it acts on,
+ * from the token or the tenant it names (`X-Tenant-Id`), resolved when the operation asks.
+ */
+export async function authorize(
+  deps: Deps,
+  authorization: string | null | undefined,
+  requestedTenant: string | undefined,
+  spec: Pick<EndpointOptions<unknown, unknown>, 'scope' | 'platformOnly'>,
+): Promise<{ principal: Principal; tenants: () => TenantFilter }> {
+  const principal = await deps.auth.authenticate(authorization);
+  requireScope(principal, spec.scope);
+  if (spec.platformOnly) requirePlatformPrincipal(principal);
+  return { principal, tenants: () => resolveTenant(principal, spec.scope, requestedTenant) };
 }
 
 /**

@@ -51,6 +51,8 @@ export interface Config {
   readonly local: {
     readonly stateDir: string;
     readonly port: number;
+    /** The gRPC server's port (`RuntimeCloud__Local__GrpcPort`); 0 picks a free one. */
+    readonly grpcPort: number;
     /** How many agents the local host starts (`RuntimeCloud__Local__Runners`). */
     readonly agents: number;
     readonly bodyTimeoutMs: number;
@@ -163,6 +165,7 @@ function toConfig(s: Settings): Config {
     local: {
       stateDir: s.RuntimeCloud__Local__StateDir,
       port: s.RuntimeCloud__Local__Port,
+      grpcPort: s.RuntimeCloud__Local__GrpcPort ?? (s.RuntimeCloud__Local__Port === 0 ? 0 : DEFAULT_GRPC_PORT),
       agents: s.RuntimeCloud__Local__Runners,
       bodyTimeoutMs: s.RuntimeCloud__Local__BodyTimeoutMs,
       queueLockMs: s.RuntimeCloud__Local__QueueLockSeconds * 1000,
@@ -200,6 +203,8 @@ function toConfig(s: Settings): Config {
 const DEFAULT_PLAN_EXPIRY_SECONDS = 24 * 60 * 60;
 
 const DEFAULT_SCAN_INTERVAL_SECONDS = 5 * 60;
+/** The local host's gRPC port (seed: grpc 8132). */
+const DEFAULT_GRPC_PORT = 8132;
 
 /** `{"default":s,"<environment>":s}` in seconds → milliseconds, the default filled in. */
 function secondsByEnvironment(seconds: Readonly<Record<string, number>>, defaultSeconds: number): { defaultMs: number; byEnvironment: Record<string, number> } {

@@ -128,6 +128,11 @@ export const settings = {
   /** Port of the local host's HTTP server (seed: https 8130). */
   RuntimeCloud__Local__Port: port.default(8130),
   /**
+   * Port of the local host's gRPC server (LeaseService: gRPC, gRPC-Web and Connect; seed: grpc 8132). Unset: 8132, or a
+   * free port when the HTTP port is 0 (tests, hosts started beside others). `0` picks a free one. Example: `8132`.
+   */
+  RuntimeCloud__Local__GrpcPort: port.optional(),
+  /**
    * How long the local host waits for a request's whole body, in milliseconds; a client still sending then (a slow
    * or stalled upload) is answered 408 `REQUEST.BODY_TIMEOUT` and disconnected. Example: `30000`.
    */

@@ -40,6 +40,18 @@ export function parseJsonBody<B>(text: string, schema: z.ZodType<B>): B {
   return parsed.data;
 }
 
+/**
+ * The fields of a call that is not JSON over HTTP (a gRPC or Connect request, mapped to plain values) checked against
+ * `schema`: invalid fields are 400 `REQUEST.INVALID` listing each one; `root` names the field when `value` is one field.
+ */
+export function parseInput<T>(value: unknown, schema: z.ZodType<T>, root = '(request)'): T {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    throw new AppError('REQUEST.INVALID', 'validation', 'the request is not valid', { errors: fieldProblems(parsed.error, root) });
+  }
+  return parsed.data;
+}
+
 /** Query parameters checked against `schema`; failures are 400 `REQUEST.INVALID_QUERY` listing the fields. */
 export function parseQueryParams<Q>(params: Iterable<readonly [string, string]>, schema: z.ZodType<Q>): Q {
   const parsed = schema.safeParse(Object.fromEntries(params));
