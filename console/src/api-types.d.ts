@@ -24,6 +24,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runtime-cloud/capacity/queue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * See the pools' lease queues
+         * @description Per pool with requests waiting: each waiting request in fair order with its tenant, units, position, reason, the tenant's dominant share of what it holds and its edition's weight, and its wait so far. A token bound to a tenant sees its own tenant's requests only (positions count every tenant); a PlatformAdmin sees every tenant. Never cached.
+         */
+        get: operations["leaseQueue"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runtime-cloud/editions/{name}": {
         parameters: {
             query?: never;
@@ -34,7 +54,7 @@ export interface paths {
         get?: never;
         /**
          * Create or change an edition
-         * @description Creates the edition or replaces its per-kind limits (`maxUnits` a tenant may hold at once, `maxTtlSeconds` a lease may run): 201 when created, 200 when changed. A kind left out grants nothing to tenants on the edition. Platform administration: a token bound to a tenant is refused 403 `AUTH.PLATFORM_ONLY`, whatever its scopes.
+         * @description Creates the edition or replaces its per-kind limits (`maxUnits` a tenant may hold at once, `maxTtlSeconds` a lease may run, `maxWaitSeconds` a request may wait in a pool's queue, default 300) and its `weight` in a pool queue's fair share (default 1): 201 when created, 200 when changed. A kind left out grants nothing to tenants on the edition. Platform administration: a token bound to a tenant is refused 403 `AUTH.PLATFORM_ONLY`, whatever its scopes.
          */
         put: operations["putEdition"];
         post?: never;
@@ -228,6 +248,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runtime-cloud/lease-requests/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow a lease request in a queue
+         * @description A lease request of the caller's tenant that waited in a pool's queue (`POST /leases` with `wait`): its `state` (`waiting`, `granted`, `canceled`, `expired` once its wait ran out), while waiting its `position` in the fair order (1 = next), the `reason` it waits (`TENANT_QUOTA` used/quota, `POOL_FULL` used/capacity, `BEHIND_FAIR_SHARE` share against weight, `QUEUED_BEHIND` position, `POOL_RESIZING`, `RECOVERING`) and `estimatedGrantAt` if the leases ahead are held to their present expiry; once granted, its `lease`. With `?waitSeconds=` (at most 20) the answer waits until the request leaves the queue. 404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.
+         */
+        get: operations["getLeaseRequest"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel a waiting lease request
+         * @description Takes the caller's tenant's waiting lease request out of its pool's queue: 200 with it `canceled` (also when it had already left the queue unanswered). 409 `CAPACITY.LEASE_REQUEST_GRANTED` once granted (release its lease instead); 404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.
+         */
+        delete: operations["cancelLeaseRequest"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runtime-cloud/leases": {
         parameters: {
             query?: never;
@@ -243,7 +287,7 @@ export interface paths {
         put?: never;
         /**
          * Acquire a capacity lease
-         * @description Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, `expiresAt`) and its `Location`. Fencing tokens strictly increase per pool: present yours to whatever the lease protects. With an `Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 `REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 `CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore.
+         * @description Grants `units` of a `kind` for `ttlSeconds` to `holder`, from the named `pool`, or else from the first pool of the kind (by id) that carries the `labels` and has room, within the tenant's edition quota: 201 with the lease (`leaseId`, `pool`, `fencingToken`, `expiresAt`) and its `Location`. Fencing tokens strictly increase per pool: present yours to whatever the lease protects. With an `Idempotency-Key` (header or body field, per tenant) a repeated request answers 200 with the same lease, and 422 `REQUEST.IDEMPOTENCY_KEY_REUSED` when the key was used for another request. A service scope (runtime workers, the tool executor); a service bound to no tenant names it with `X-Tenant-Id`. 429 `CAPACITY.QUOTA_EXCEEDED` or `CAPACITY.EXHAUSTED` with `Retry-After`; 400 `CAPACITY.TTL_TOO_LONG` above the edition's maximum; 403 `CAPACITY.KIND_NOT_IN_EDITION`; 404 `CAPACITY.TENANT_UNKNOWN` or `CAPACITY.POOL_NOT_FOUND`; 503 `CAPACITY.RECOVERING` while holders re-register leases after a restore. Refusals carry `reason` (`TENANT_QUOTA`, `POOL_FULL`, `QUEUED_BEHIND`, `RECOVERING`) with its figures. With `wait: {seconds}` (at most the edition's `maxWaitSeconds`, else 400 `CAPACITY.WAIT_TOO_LONG`) a request the pool cannot grant now joins the pool's queue, granted in weighted fair share across tenants and in arrival order within one: the call holds for up to `wait.holdSeconds` (default and at most 20) and answers 201 with the lease if granted meanwhile, else 202 with the request (`requestId`, `position`, `reason`, `estimatedGrantAt`) and its `Location` under `/lease-requests`. A quota the edition can never meet is refused at once, not queued.
          */
         post: operations["acquireLease"];
         delete?: never;
@@ -585,7 +629,7 @@ export interface paths {
         };
         /**
          * Get a provisioning run with its receipts
-         * @description One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed), the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan replaced (`replacedPlans`). Receipts name secret and config references, never their values. 404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.
+         * @description One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed; an update's or replace's step gives each changed path's old value, what the stack state held, in `oldValues`, masked as its `inputs` are), the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan replaced (`replacedPlans`). Receipts name secret and config references, never their values. 404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.
          */
         get: operations["getRun"];
         put?: never;
@@ -810,6 +854,25 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    leaseQueue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Success; the body, if any, is JSON. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
     putEdition: {
         parameters: {
             query?: never;
@@ -826,8 +889,10 @@ export interface operations {
                         [key: string]: {
                             maxUnits: number;
                             maxTtlSeconds: number;
+                            maxWaitSeconds?: number;
                         };
                     };
+                    weight?: number;
                 };
             };
         };
@@ -1088,6 +1153,51 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    getLeaseRequest: {
+        parameters: {
+            query?: {
+                waitSeconds?: number;
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Success; the body, if any, is JSON. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
+    cancelLeaseRequest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Success; the body, if any, is JSON. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
     listLeases: {
         parameters: {
             query?: {
@@ -1133,6 +1243,10 @@ export interface operations {
                     pool?: string;
                     labels?: {
                         [key: string]: string;
+                    };
+                    wait?: {
+                        seconds: number;
+                        holdSeconds?: number;
                     };
                 };
             };

@@ -19,6 +19,8 @@ export interface PlanStep {
   /** create, update, replace, delete or same (another, from a newer host, is shown as it is). */
   readonly op: string;
   readonly changedPaths: readonly string[];
+  /** What the state held at each changed path (masked as inputs are); absent in plans recorded before it. */
+  readonly oldValues?: Record<string, unknown>;
   readonly inputs?: Record<string, unknown>;
   readonly protect?: boolean;
 }

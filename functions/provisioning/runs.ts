@@ -49,7 +49,8 @@ export const getRun = endpoint({
   tag: 'Runs',
   summary: 'Get a provisioning run with its receipts',
   description:
-    "One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed), " +
+    "One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed; an update's or " +
+    "replace's step gives each changed path's old value, what the stack state held, in `oldValues`, masked as its `inputs` are), " +
     'the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan ' +
     'replaced (`replacedPlans`). Receipts name secret and config references, never their values. ' +
     "404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.",
