@@ -45,14 +45,12 @@ export function RunPage({ runId }: { runId: string }) {
             <p>
               Decision: <StateBadge state={run.planReceipt.policy.decision === 'allow' ? 'applied' : 'failed'} label={run.planReceipt.policy.decision} />
             </p>
-            {run.planReceipt.policy.policies.length > 0 && (
-              <ul>
-                {run.planReceipt.policy.policies.map((p, i) => (
-                  <li key={i}>
-                    {p.name ?? 'policy'}: {p.decision} {p.message && <span className="muted">{p.message}</span>}
-                  </li>
-                ))}
-              </ul>
+            {run.planReceipt.policy.decision === 'allow' ? (
+              run.planReceipt.policy.policies.length > 0 && <p>Allowed by {run.planReceipt.policy.policies.join(', ')}.</p>
+            ) : (
+              <p>
+                Denied by {run.planReceipt.policy.policy}: <span className="muted">{run.planReceipt.policy.reason}</span>
+              </p>
             )}
             {run.planReceipt.approvalReasons && <p>Approval needed because: {run.planReceipt.approvalReasons.join(', ')}.</p>}
           </>
@@ -106,7 +104,7 @@ function StageRail({ run }: { run: Run }) {
     ...(run.approvalRequired
       ? [{ name: 'Awaiting approval', at: run.decision?.at, reached: Boolean(run.planReceipt) && run.state !== 'planning', current: run.state === 'awaiting-approval' || run.state === 'stale' }]
       : []),
-    { name: 'Applying', at: run.applyReceipt?.startedAt, reached: run.state === 'applying' || Boolean(run.applyReceipt), current: run.state === 'applying' },
+    { name: 'Applying', at: run.applyReceipt?.result.startedAt, reached: run.state === 'applying' || Boolean(run.applyReceipt), current: run.state === 'applying' },
     { name: failed ? capitalize(run.state) : 'Applied', at: run.finishedAt, reached: ENDED.includes(run.state), current: ENDED.includes(run.state) },
   ];
   return (
