@@ -669,7 +669,7 @@ export interface paths {
         };
         /**
          * Get a provisioning run with its receipts
-         * @description One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed), the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan replaced (`replacedPlans`). Receipts name secret and config references, never their values. 404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.
+         * @description One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed; an update's or replace's step gives each changed path's old value, what the stack state held, in `oldValues`, masked as its `inputs` are), the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan replaced (`replacedPlans`). Receipts name secret and config references, never their values. 404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.
          */
         get: operations["getRun"];
         put?: never;
@@ -903,12 +903,44 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        kinds: {
+                            kind: string;
+                            capacity: number;
+                            used: number;
+                            free: number;
+                        }[];
+                        pools: {
+                            id: string;
+                            kind: string;
+                            target: string;
+                            capacity: number;
+                            min: number;
+                            max: number;
+                            labels: {
+                                [key: string]: string;
+                            };
+                            iacStack?: string;
+                            used: number;
+                            free: number;
+                        }[];
+                        tenants: {
+                            tenant: string;
+                            edition: string;
+                            usage: {
+                                kind: string;
+                                used: number;
+                                limit: number | null;
+                            }[];
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1000,12 +1032,63 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                            tenantId: string;
+                            project: string;
+                            stack: string;
+                            qualifiedStack: string;
+                            desiredRelease: {
+                                name: string;
+                                version: string;
+                                runId: string;
+                                /** @description ISO-8601 UTC */
+                                appliedAt: string;
+                            };
+                            lastRun?: {
+                                id: string;
+                                state: string;
+                                /** @description ISO-8601 UTC */
+                                at: string;
+                            };
+                            drift: {
+                                /** @enum {string} */
+                                status: "in-sync" | "drifted" | "unknown";
+                                stale: boolean;
+                                reason?: string;
+                                /** @description ISO-8601 UTC */
+                                lastObservedAt?: string;
+                                /** @description ISO-8601 UTC */
+                                staleSince?: string;
+                                /** @description ISO-8601 UTC */
+                                lastScanAt?: string;
+                            };
+                            scanning: {
+                                intervalSeconds: number;
+                                /** @description ISO-8601 UTC */
+                                nextScanAt: string;
+                                lastOutcome?: string;
+                                lastReason?: string;
+                                paused?: {
+                                    by: string;
+                                    reason: string;
+                                    /** @description ISO-8601 UTC */
+                                    at: string;
+                                };
+                            };
+                        }[];
+                        nextCursor?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1021,12 +1104,60 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        id: string;
+                        name: string;
+                        tier: string;
+                        tenantId: string;
+                        project: string;
+                        stack: string;
+                        qualifiedStack: string;
+                        desiredRelease: {
+                            name: string;
+                            version: string;
+                            runId: string;
+                            /** @description ISO-8601 UTC */
+                            appliedAt: string;
+                        };
+                        lastRun?: {
+                            id: string;
+                            state: string;
+                            /** @description ISO-8601 UTC */
+                            at: string;
+                        };
+                        drift: {
+                            /** @enum {string} */
+                            status: "in-sync" | "drifted" | "unknown";
+                            stale: boolean;
+                            reason?: string;
+                            /** @description ISO-8601 UTC */
+                            lastObservedAt?: string;
+                            /** @description ISO-8601 UTC */
+                            staleSince?: string;
+                            /** @description ISO-8601 UTC */
+                            lastScanAt?: string;
+                        };
+                        scanning: {
+                            intervalSeconds: number;
+                            /** @description ISO-8601 UTC */
+                            nextScanAt: string;
+                            lastOutcome?: string;
+                            lastReason?: string;
+                            paused?: {
+                                by: string;
+                                reason: string;
+                                /** @description ISO-8601 UTC */
+                                at: string;
+                            };
+                        };
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1042,12 +1173,163 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                            tenantId: string;
+                            project: string;
+                            stack: string;
+                            qualifiedStack: string;
+                            desiredRelease: {
+                                name: string;
+                                version: string;
+                                runId: string;
+                                /** @description ISO-8601 UTC */
+                                appliedAt: string;
+                            };
+                            lastRun?: {
+                                id: string;
+                                state: string;
+                                /** @description ISO-8601 UTC */
+                                at: string;
+                            };
+                            drift: {
+                                /** @enum {string} */
+                                status: "in-sync" | "drifted" | "unknown";
+                                stale: boolean;
+                                reason?: string;
+                                /** @description ISO-8601 UTC */
+                                lastObservedAt?: string;
+                                /** @description ISO-8601 UTC */
+                                staleSince?: string;
+                                /** @description ISO-8601 UTC */
+                                lastScanAt?: string;
+                            };
+                            scanning: {
+                                intervalSeconds: number;
+                                /** @description ISO-8601 UTC */
+                                nextScanAt: string;
+                                lastOutcome?: string;
+                                lastReason?: string;
+                                paused?: {
+                                    by: string;
+                                    reason: string;
+                                    /** @description ISO-8601 UTC */
+                                    at: string;
+                                };
+                            };
+                        };
+                        findings: {
+                            urn: string;
+                            type: string;
+                            /** @enum {string} */
+                            severity: "high" | "medium" | "low";
+                            findings: ({
+                                /** @constant */
+                                kind: "missing";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                            } | {
+                                /** @constant */
+                                kind: "replaced";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                observedType: string;
+                            } | {
+                                /** @constant */
+                                kind: "modified";
+                                /** @constant */
+                                severity: "medium";
+                                urn: string;
+                                type: string;
+                                path: (string | number)[];
+                                desired?: unknown;
+                                observed?: unknown;
+                            } | {
+                                /** @constant */
+                                kind: "unmanaged";
+                                /** @constant */
+                                severity: "low";
+                                urn: string;
+                                type: string;
+                            })[];
+                        }[];
+                        ignored: ({
+                            /** @constant */
+                            kind: "missing";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "replaced";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            observedType: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "modified";
+                            /** @constant */
+                            severity: "medium";
+                            urn: string;
+                            type: string;
+                            path: (string | number)[];
+                            desired?: unknown;
+                            observed?: unknown;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "unmanaged";
+                            /** @constant */
+                            severity: "low";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        })[];
+                        expiredRules: string[];
+                        fingerprint?: string;
+                        openProposalId?: string;
+                        scans: {
+                            scanId: string;
+                            tenantId: string;
+                            environmentId: string;
+                            trigger: string;
+                            /** @enum {string} */
+                            outcome: "completed" | "failed" | "skipped";
+                            reason?: string;
+                            /** @description ISO-8601 UTC */
+                            startedAt: string;
+                            /** @description ISO-8601 UTC */
+                            finishedAt: string;
+                            resources?: number;
+                            findings?: number;
+                            driftStatus?: string;
+                            written?: number;
+                            deleted?: number;
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1068,12 +1350,35 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            id: string;
+                            scope: {
+                                type: string;
+                            } | {
+                                urn: string;
+                            };
+                            path: string;
+                            reason: string;
+                            owner: string;
+                            expiresAt: string;
+                            holdsOnApply: boolean;
+                            createdBy: string;
+                            /** @description ISO-8601 UTC */
+                            createdAt: string;
+                            deletedBy?: string;
+                            /** @description ISO-8601 UTC */
+                            deletedAt?: string;
+                        }[];
+                        nextCursor?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1106,12 +1411,32 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        id: string;
+                        scope: {
+                            type: string;
+                        } | {
+                            urn: string;
+                        };
+                        path: string;
+                        reason: string;
+                        owner: string;
+                        expiresAt: string;
+                        holdsOnApply: boolean;
+                        createdBy: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        deletedBy?: string;
+                        /** @description ISO-8601 UTC */
+                        deletedAt?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1174,12 +1499,31 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        scanId: string;
+                        tenantId: string;
+                        environmentId: string;
+                        trigger: string;
+                        /** @enum {string} */
+                        outcome: "completed" | "failed" | "skipped";
+                        reason?: string;
+                        /** @description ISO-8601 UTC */
+                        startedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt: string;
+                        resources?: number;
+                        findings?: number;
+                        driftStatus?: string;
+                        written?: number;
+                        deleted?: number;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1247,12 +1591,51 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        requestId: string;
+                        state: string;
+                        tenant: string;
+                        kind: string;
+                        pool: string;
+                        units: number;
+                        holder: string;
+                        ttlSeconds: number;
+                        requestedAt: string;
+                        waitUntil: string;
+                        position?: number;
+                        /** @description why it waits: TENANT_QUOTA, POOL_FULL, BEHIND_FAIR_SHARE, …, with its figures */
+                        reason?: {
+                            code: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                        estimatedGrantAt?: string;
+                        endedAt?: string;
+                        lease?: {
+                            leaseId: string;
+                            tenant: string;
+                            kind: string;
+                            pool: string;
+                            units: number;
+                            holder: string;
+                            fencingToken: number;
+                            grantedAt: string;
+                            expiresAt: string;
+                            renewedAt?: string;
+                            /** @enum {string} */
+                            state: "active" | "released" | "expired";
+                            idempotencyKey?: string;
+                            /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                            certificate?: string;
+                        };
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1293,12 +1676,33 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            leaseId: string;
+                            tenant: string;
+                            kind: string;
+                            pool: string;
+                            units: number;
+                            holder: string;
+                            fencingToken: number;
+                            grantedAt: string;
+                            expiresAt: string;
+                            renewedAt?: string;
+                            /** @enum {string} */
+                            state: "active" | "released" | "expired";
+                            idempotencyKey?: string;
+                            /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                            certificate?: string;
+                        }[];
+                        nextCursor?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1332,12 +1736,67 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        leaseId: string;
+                        tenant: string;
+                        kind: string;
+                        pool: string;
+                        units: number;
+                        holder: string;
+                        fencingToken: number;
+                        grantedAt: string;
+                        expiresAt: string;
+                        renewedAt?: string;
+                        /** @enum {string} */
+                        state: "active" | "released" | "expired";
+                        idempotencyKey?: string;
+                        /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                        certificate?: string;
+                    } | {
+                        requestId: string;
+                        state: string;
+                        tenant: string;
+                        kind: string;
+                        pool: string;
+                        units: number;
+                        holder: string;
+                        ttlSeconds: number;
+                        requestedAt: string;
+                        waitUntil: string;
+                        position?: number;
+                        /** @description why it waits: TENANT_QUOTA, POOL_FULL, BEHIND_FAIR_SHARE, …, with its figures */
+                        reason?: {
+                            code: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                        estimatedGrantAt?: string;
+                        endedAt?: string;
+                        lease?: {
+                            leaseId: string;
+                            tenant: string;
+                            kind: string;
+                            pool: string;
+                            units: number;
+                            holder: string;
+                            fencingToken: number;
+                            grantedAt: string;
+                            expiresAt: string;
+                            renewedAt?: string;
+                            /** @enum {string} */
+                            state: "active" | "released" | "expired";
+                            idempotencyKey?: string;
+                            /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                            certificate?: string;
+                        };
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1353,12 +1812,30 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        leaseId: string;
+                        tenant: string;
+                        kind: string;
+                        pool: string;
+                        units: number;
+                        holder: string;
+                        fencingToken: number;
+                        grantedAt: string;
+                        expiresAt: string;
+                        renewedAt?: string;
+                        /** @enum {string} */
+                        state: "active" | "released" | "expired";
+                        idempotencyKey?: string;
+                        /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                        certificate?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1410,12 +1887,30 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        leaseId: string;
+                        tenant: string;
+                        kind: string;
+                        pool: string;
+                        units: number;
+                        holder: string;
+                        fencingToken: number;
+                        grantedAt: string;
+                        expiresAt: string;
+                        renewedAt?: string;
+                        /** @enum {string} */
+                        state: "active" | "released" | "expired";
+                        idempotencyKey?: string;
+                        /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                        certificate?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1528,12 +2023,129 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            id: string;
+                            environmentId: string;
+                            tenantId: string;
+                            /** @enum {string} */
+                            status: "open" | "accepted" | "dismissed" | "superseded" | "resolved";
+                            fingerprint: string;
+                            findings: {
+                                urn: string;
+                                type: string;
+                                /** @enum {string} */
+                                severity: "high" | "medium" | "low";
+                                findings: ({
+                                    /** @constant */
+                                    kind: "missing";
+                                    /** @constant */
+                                    severity: "high";
+                                    urn: string;
+                                    type: string;
+                                } | {
+                                    /** @constant */
+                                    kind: "replaced";
+                                    /** @constant */
+                                    severity: "high";
+                                    urn: string;
+                                    type: string;
+                                    observedType: string;
+                                } | {
+                                    /** @constant */
+                                    kind: "modified";
+                                    /** @constant */
+                                    severity: "medium";
+                                    urn: string;
+                                    type: string;
+                                    path: (string | number)[];
+                                    desired?: unknown;
+                                    observed?: unknown;
+                                } | {
+                                    /** @constant */
+                                    kind: "unmanaged";
+                                    /** @constant */
+                                    severity: "low";
+                                    urn: string;
+                                    type: string;
+                                })[];
+                            }[];
+                            ignored: ({
+                                /** @constant */
+                                kind: "missing";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                ignoredBy: string[];
+                                holdsOnApply: boolean;
+                            } | {
+                                /** @constant */
+                                kind: "replaced";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                observedType: string;
+                                ignoredBy: string[];
+                                holdsOnApply: boolean;
+                            } | {
+                                /** @constant */
+                                kind: "modified";
+                                /** @constant */
+                                severity: "medium";
+                                urn: string;
+                                type: string;
+                                path: (string | number)[];
+                                desired?: unknown;
+                                observed?: unknown;
+                                ignoredBy: string[];
+                                holdsOnApply: boolean;
+                            } | {
+                                /** @constant */
+                                kind: "unmanaged";
+                                /** @constant */
+                                severity: "low";
+                                urn: string;
+                                type: string;
+                                ignoredBy: string[];
+                                holdsOnApply: boolean;
+                            })[];
+                            plan: {
+                                steps: {
+                                    urn: string;
+                                    type: string;
+                                    /** @enum {string} */
+                                    op: "create" | "replace" | "update";
+                                    paths?: string[];
+                                }[];
+                                leftAlone: string[];
+                                keptByRules: {
+                                    urn: string;
+                                    path: string;
+                                    ruleIds: string[];
+                                }[];
+                            };
+                            /** @description ISO-8601 UTC */
+                            createdAt: string;
+                            /** @description ISO-8601 UTC */
+                            lastSeenAt: string;
+                            /** @description ISO-8601 UTC */
+                            updatedAt: string;
+                            supersededBy?: string;
+                            runId?: string;
+                            decidedBy?: string;
+                            note?: string;
+                        }[];
+                        nextCursor?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1549,12 +2161,126 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        id: string;
+                        environmentId: string;
+                        tenantId: string;
+                        /** @enum {string} */
+                        status: "open" | "accepted" | "dismissed" | "superseded" | "resolved";
+                        fingerprint: string;
+                        findings: {
+                            urn: string;
+                            type: string;
+                            /** @enum {string} */
+                            severity: "high" | "medium" | "low";
+                            findings: ({
+                                /** @constant */
+                                kind: "missing";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                            } | {
+                                /** @constant */
+                                kind: "replaced";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                observedType: string;
+                            } | {
+                                /** @constant */
+                                kind: "modified";
+                                /** @constant */
+                                severity: "medium";
+                                urn: string;
+                                type: string;
+                                path: (string | number)[];
+                                desired?: unknown;
+                                observed?: unknown;
+                            } | {
+                                /** @constant */
+                                kind: "unmanaged";
+                                /** @constant */
+                                severity: "low";
+                                urn: string;
+                                type: string;
+                            })[];
+                        }[];
+                        ignored: ({
+                            /** @constant */
+                            kind: "missing";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "replaced";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            observedType: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "modified";
+                            /** @constant */
+                            severity: "medium";
+                            urn: string;
+                            type: string;
+                            path: (string | number)[];
+                            desired?: unknown;
+                            observed?: unknown;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "unmanaged";
+                            /** @constant */
+                            severity: "low";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        })[];
+                        plan: {
+                            steps: {
+                                urn: string;
+                                type: string;
+                                /** @enum {string} */
+                                op: "create" | "replace" | "update";
+                                paths?: string[];
+                            }[];
+                            leftAlone: string[];
+                            keptByRules: {
+                                urn: string;
+                                path: string;
+                                ruleIds: string[];
+                            }[];
+                        };
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        lastSeenAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        supersededBy?: string;
+                        runId?: string;
+                        decidedBy?: string;
+                        note?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1570,12 +2296,126 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        id: string;
+                        environmentId: string;
+                        tenantId: string;
+                        /** @enum {string} */
+                        status: "open" | "accepted" | "dismissed" | "superseded" | "resolved";
+                        fingerprint: string;
+                        findings: {
+                            urn: string;
+                            type: string;
+                            /** @enum {string} */
+                            severity: "high" | "medium" | "low";
+                            findings: ({
+                                /** @constant */
+                                kind: "missing";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                            } | {
+                                /** @constant */
+                                kind: "replaced";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                observedType: string;
+                            } | {
+                                /** @constant */
+                                kind: "modified";
+                                /** @constant */
+                                severity: "medium";
+                                urn: string;
+                                type: string;
+                                path: (string | number)[];
+                                desired?: unknown;
+                                observed?: unknown;
+                            } | {
+                                /** @constant */
+                                kind: "unmanaged";
+                                /** @constant */
+                                severity: "low";
+                                urn: string;
+                                type: string;
+                            })[];
+                        }[];
+                        ignored: ({
+                            /** @constant */
+                            kind: "missing";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "replaced";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            observedType: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "modified";
+                            /** @constant */
+                            severity: "medium";
+                            urn: string;
+                            type: string;
+                            path: (string | number)[];
+                            desired?: unknown;
+                            observed?: unknown;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "unmanaged";
+                            /** @constant */
+                            severity: "low";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        })[];
+                        plan: {
+                            steps: {
+                                urn: string;
+                                type: string;
+                                /** @enum {string} */
+                                op: "create" | "replace" | "update";
+                                paths?: string[];
+                            }[];
+                            leftAlone: string[];
+                            keptByRules: {
+                                urn: string;
+                                path: string;
+                                ruleIds: string[];
+                            }[];
+                        };
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        lastSeenAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        supersededBy?: string;
+                        runId?: string;
+                        decidedBy?: string;
+                        note?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1597,12 +2437,126 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        id: string;
+                        environmentId: string;
+                        tenantId: string;
+                        /** @enum {string} */
+                        status: "open" | "accepted" | "dismissed" | "superseded" | "resolved";
+                        fingerprint: string;
+                        findings: {
+                            urn: string;
+                            type: string;
+                            /** @enum {string} */
+                            severity: "high" | "medium" | "low";
+                            findings: ({
+                                /** @constant */
+                                kind: "missing";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                            } | {
+                                /** @constant */
+                                kind: "replaced";
+                                /** @constant */
+                                severity: "high";
+                                urn: string;
+                                type: string;
+                                observedType: string;
+                            } | {
+                                /** @constant */
+                                kind: "modified";
+                                /** @constant */
+                                severity: "medium";
+                                urn: string;
+                                type: string;
+                                path: (string | number)[];
+                                desired?: unknown;
+                                observed?: unknown;
+                            } | {
+                                /** @constant */
+                                kind: "unmanaged";
+                                /** @constant */
+                                severity: "low";
+                                urn: string;
+                                type: string;
+                            })[];
+                        }[];
+                        ignored: ({
+                            /** @constant */
+                            kind: "missing";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "replaced";
+                            /** @constant */
+                            severity: "high";
+                            urn: string;
+                            type: string;
+                            observedType: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "modified";
+                            /** @constant */
+                            severity: "medium";
+                            urn: string;
+                            type: string;
+                            path: (string | number)[];
+                            desired?: unknown;
+                            observed?: unknown;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        } | {
+                            /** @constant */
+                            kind: "unmanaged";
+                            /** @constant */
+                            severity: "low";
+                            urn: string;
+                            type: string;
+                            ignoredBy: string[];
+                            holdsOnApply: boolean;
+                        })[];
+                        plan: {
+                            steps: {
+                                urn: string;
+                                type: string;
+                                /** @enum {string} */
+                                op: "create" | "replace" | "update";
+                                paths?: string[];
+                            }[];
+                            leftAlone: string[];
+                            keptByRules: {
+                                urn: string;
+                                path: string;
+                                ruleIds: string[];
+                            }[];
+                        };
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        lastSeenAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        supersededBy?: string;
+                        runId?: string;
+                        decidedBy?: string;
+                        note?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1664,12 +2618,26 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            pool: string;
+                            target: string;
+                            /** @enum {string} */
+                            engine: "local" | "pulumi";
+                            capacityPool: string;
+                            tenants: string[];
+                            agentsOnline: number;
+                            jobsRunning: number;
+                            jobsWaiting: number;
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1685,12 +2653,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            agent: string;
+                            online: boolean;
+                            jobId?: string;
+                            lastHeartbeat: string;
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1740,12 +2717,108 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            runId: string;
+                            /** @enum {string} */
+                            reason: "promotion" | "pool-resize" | "reconciliation";
+                            promotionId?: string;
+                            poolResize?: {
+                                pool: string;
+                                eventId: string;
+                                fromCapacity: number;
+                                toCapacity: number;
+                            };
+                            reconciliation?: {
+                                proposalId: string;
+                                ignore: {
+                                    scope: {
+                                        type: string;
+                                    } | {
+                                        urn: string;
+                                    };
+                                    path: string;
+                                }[];
+                            };
+                            tenant: string;
+                            environment: {
+                                id: string;
+                                name: string;
+                                tier: string;
+                            };
+                            release: {
+                                name: string;
+                                version: string;
+                            };
+                            project?: string;
+                            qualifiedStack?: string;
+                            stack: string;
+                            desiredState: {
+                                repository: string;
+                                commit: string;
+                                path: string;
+                            };
+                            requestedBy: string;
+                            config?: {
+                                [key: string]: string | number | boolean;
+                            };
+                            /** @enum {string} */
+                            state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                            waitingFor?: {
+                                /** @constant */
+                                kind: "stack-lock";
+                                stack: string;
+                                heldBy?: string;
+                                queuedBehind?: string;
+                            } | {
+                                /** @constant */
+                                kind: "approval";
+                                planDigest: string;
+                            } | {
+                                /** @constant */
+                                kind: "replan";
+                                planDigest: string;
+                            } | {
+                                /** @constant */
+                                kind: "policy";
+                                checkId: string;
+                                planDigest: string;
+                                /** @description ISO-8601 UTC */
+                                since: string;
+                            } | {
+                                /** @constant */
+                                kind: "runner";
+                                pool: string;
+                                jobId: string;
+                                position?: number;
+                                /** @description ISO-8601 UTC */
+                                collectingUntil?: string;
+                            };
+                            planDigest?: string;
+                            /** @description ISO-8601 UTC */
+                            planExpiresAt?: string;
+                            approvalRequired?: boolean;
+                            error?: {
+                                code: string;
+                                message: string;
+                            };
+                            supersededBy?: string;
+                            /** @description ISO-8601 UTC */
+                            createdAt: string;
+                            /** @description ISO-8601 UTC */
+                            updatedAt: string;
+                            /** @description ISO-8601 UTC */
+                            finishedAt?: string;
+                        }[];
+                        nextCursor?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1761,12 +2834,322 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        runId: string;
+                        /** @enum {string} */
+                        reason: "promotion" | "pool-resize" | "reconciliation";
+                        promotionId?: string;
+                        poolResize?: {
+                            pool: string;
+                            eventId: string;
+                            fromCapacity: number;
+                            toCapacity: number;
+                        };
+                        reconciliation?: {
+                            proposalId: string;
+                            ignore: {
+                                scope: {
+                                    type: string;
+                                } | {
+                                    urn: string;
+                                };
+                                path: string;
+                            }[];
+                        };
+                        tenant: string;
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                        };
+                        release: {
+                            name: string;
+                            version: string;
+                        };
+                        project?: string;
+                        qualifiedStack?: string;
+                        stack: string;
+                        desiredState: {
+                            repository: string;
+                            commit: string;
+                            path: string;
+                        };
+                        requestedBy: string;
+                        config?: {
+                            [key: string]: string | number | boolean;
+                        };
+                        /** @enum {string} */
+                        state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                        waitingFor?: {
+                            /** @constant */
+                            kind: "stack-lock";
+                            stack: string;
+                            heldBy?: string;
+                            queuedBehind?: string;
+                        } | {
+                            /** @constant */
+                            kind: "approval";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "replan";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "policy";
+                            checkId: string;
+                            planDigest: string;
+                            /** @description ISO-8601 UTC */
+                            since: string;
+                        } | {
+                            /** @constant */
+                            kind: "runner";
+                            pool: string;
+                            jobId: string;
+                            position?: number;
+                            /** @description ISO-8601 UTC */
+                            collectingUntil?: string;
+                        };
+                        planDigest?: string;
+                        /** @description ISO-8601 UTC */
+                        planExpiresAt?: string;
+                        approvalRequired?: boolean;
+                        error?: {
+                            code: string;
+                            message: string;
+                        };
+                        supersededBy?: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt?: string;
+                        planReceipt?: {
+                            runId: string;
+                            stack: string;
+                            runner: {
+                                name: string;
+                                version: string;
+                                agent?: string;
+                                jobId?: string;
+                                engineMs?: number;
+                            } & {
+                                [key: string]: unknown;
+                            };
+                            approvalRequired: boolean;
+                            approvalReasons: string[];
+                            plan: {
+                                /** @constant */
+                                schemaVersion: 1;
+                                project: string;
+                                stack: string;
+                                baseSerial: number;
+                                steps: ({
+                                    urn: string;
+                                    name: string;
+                                    type: string;
+                                    /** @enum {string} */
+                                    op: "create" | "update" | "replace" | "delete" | "same";
+                                    id?: string;
+                                    changedPaths: string[];
+                                    /** @description update, replace: what the stack state held at each changed path, masked as `inputs` are; a path it held nothing at is left out */
+                                    oldValues?: {
+                                        [key: string]: unknown;
+                                    };
+                                    inputs?: {
+                                        [key: string]: unknown;
+                                    };
+                                    protect: boolean;
+                                } & {
+                                    [key: string]: unknown;
+                                })[];
+                                counts: {
+                                    create: number;
+                                    update: number;
+                                    replace: number;
+                                    delete: number;
+                                    same: number;
+                                };
+                                outputs: {
+                                    [key: string]: unknown;
+                                };
+                                digest: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
+                            startedAt: string;
+                            finishedAt: string;
+                            expiresAt?: string;
+                            policy?: {
+                                /** @constant */
+                                decision: "allow";
+                                policies: string[];
+                            } | {
+                                /** @constant */
+                                decision: "deny";
+                                policy: string;
+                                reason: string;
+                            };
+                        } & {
+                            [key: string]: unknown;
+                        };
+                        applyReceipt?: {
+                            runId: string;
+                            stack: string;
+                            commit: string;
+                            runner: {
+                                name: string;
+                                version: string;
+                                agent?: string;
+                                jobId?: string;
+                                engineMs?: number;
+                            } & {
+                                [key: string]: unknown;
+                            };
+                            result: {
+                                /** @enum {string} */
+                                status: "applied" | "failed";
+                                planDigest: string;
+                                serial: number;
+                                resources: ({
+                                    urn: string;
+                                    name: string;
+                                    type: string;
+                                    /** @enum {string} */
+                                    op: "create" | "update" | "replace" | "delete" | "same";
+                                    /** @enum {string} */
+                                    status: "succeeded" | "unchanged" | "failed" | "skipped" | "unknown";
+                                    id?: string;
+                                } & {
+                                    [key: string]: unknown;
+                                })[];
+                                outputs: {
+                                    [key: string]: unknown;
+                                };
+                                startedAt: string;
+                                finishedAt: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
+                        } & {
+                            [key: string]: unknown;
+                        };
+                        decision?: {
+                            /** @enum {string} */
+                            decision: "approved" | "rejected";
+                            planDigest: string;
+                            by: string;
+                            comment?: string;
+                            at: string;
+                        };
+                        refusedApprovals?: {
+                            by: string;
+                            planDigest: string;
+                            code: string;
+                            reason: string;
+                            at: string;
+                        }[];
+                        artifacts: {
+                            /** @enum {string} */
+                            kind: "plan-receipt" | "apply-receipt" | "audit-evidence";
+                            id: string;
+                            recordedAt: string;
+                        }[];
+                        replacedPlans?: {
+                            planDigest: string;
+                            stale: {
+                                code: string;
+                                message: string;
+                            };
+                            replannedBy: string;
+                            replannedAt: string;
+                            decision?: {
+                                /** @enum {string} */
+                                decision: "approved" | "rejected";
+                                planDigest: string;
+                                by: string;
+                                comment?: string;
+                                at: string;
+                            };
+                            planReceipt: {
+                                runId: string;
+                                stack: string;
+                                runner: {
+                                    name: string;
+                                    version: string;
+                                    agent?: string;
+                                    jobId?: string;
+                                    engineMs?: number;
+                                } & {
+                                    [key: string]: unknown;
+                                };
+                                approvalRequired: boolean;
+                                approvalReasons: string[];
+                                plan: {
+                                    /** @constant */
+                                    schemaVersion: 1;
+                                    project: string;
+                                    stack: string;
+                                    baseSerial: number;
+                                    steps: ({
+                                        urn: string;
+                                        name: string;
+                                        type: string;
+                                        /** @enum {string} */
+                                        op: "create" | "update" | "replace" | "delete" | "same";
+                                        id?: string;
+                                        changedPaths: string[];
+                                        /** @description update, replace: what the stack state held at each changed path, masked as `inputs` are; a path it held nothing at is left out */
+                                        oldValues?: {
+                                            [key: string]: unknown;
+                                        };
+                                        inputs?: {
+                                            [key: string]: unknown;
+                                        };
+                                        protect: boolean;
+                                    } & {
+                                        [key: string]: unknown;
+                                    })[];
+                                    counts: {
+                                        create: number;
+                                        update: number;
+                                        replace: number;
+                                        delete: number;
+                                        same: number;
+                                    };
+                                    outputs: {
+                                        [key: string]: unknown;
+                                    };
+                                    digest: string;
+                                } & {
+                                    [key: string]: unknown;
+                                };
+                                startedAt: string;
+                                finishedAt: string;
+                                expiresAt?: string;
+                                policy?: {
+                                    /** @constant */
+                                    decision: "allow";
+                                    policies: string[];
+                                } | {
+                                    /** @constant */
+                                    decision: "deny";
+                                    policy: string;
+                                    reason: string;
+                                };
+                            } & {
+                                [key: string]: unknown;
+                            };
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1789,12 +3172,105 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        runId: string;
+                        /** @enum {string} */
+                        reason: "promotion" | "pool-resize" | "reconciliation";
+                        promotionId?: string;
+                        poolResize?: {
+                            pool: string;
+                            eventId: string;
+                            fromCapacity: number;
+                            toCapacity: number;
+                        };
+                        reconciliation?: {
+                            proposalId: string;
+                            ignore: {
+                                scope: {
+                                    type: string;
+                                } | {
+                                    urn: string;
+                                };
+                                path: string;
+                            }[];
+                        };
+                        tenant: string;
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                        };
+                        release: {
+                            name: string;
+                            version: string;
+                        };
+                        project?: string;
+                        qualifiedStack?: string;
+                        stack: string;
+                        desiredState: {
+                            repository: string;
+                            commit: string;
+                            path: string;
+                        };
+                        requestedBy: string;
+                        config?: {
+                            [key: string]: string | number | boolean;
+                        };
+                        /** @enum {string} */
+                        state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                        waitingFor?: {
+                            /** @constant */
+                            kind: "stack-lock";
+                            stack: string;
+                            heldBy?: string;
+                            queuedBehind?: string;
+                        } | {
+                            /** @constant */
+                            kind: "approval";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "replan";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "policy";
+                            checkId: string;
+                            planDigest: string;
+                            /** @description ISO-8601 UTC */
+                            since: string;
+                        } | {
+                            /** @constant */
+                            kind: "runner";
+                            pool: string;
+                            jobId: string;
+                            position?: number;
+                            /** @description ISO-8601 UTC */
+                            collectingUntil?: string;
+                        };
+                        planDigest?: string;
+                        /** @description ISO-8601 UTC */
+                        planExpiresAt?: string;
+                        approvalRequired?: boolean;
+                        error?: {
+                            code: string;
+                            message: string;
+                        };
+                        supersededBy?: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1810,12 +3286,105 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        runId: string;
+                        /** @enum {string} */
+                        reason: "promotion" | "pool-resize" | "reconciliation";
+                        promotionId?: string;
+                        poolResize?: {
+                            pool: string;
+                            eventId: string;
+                            fromCapacity: number;
+                            toCapacity: number;
+                        };
+                        reconciliation?: {
+                            proposalId: string;
+                            ignore: {
+                                scope: {
+                                    type: string;
+                                } | {
+                                    urn: string;
+                                };
+                                path: string;
+                            }[];
+                        };
+                        tenant: string;
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                        };
+                        release: {
+                            name: string;
+                            version: string;
+                        };
+                        project?: string;
+                        qualifiedStack?: string;
+                        stack: string;
+                        desiredState: {
+                            repository: string;
+                            commit: string;
+                            path: string;
+                        };
+                        requestedBy: string;
+                        config?: {
+                            [key: string]: string | number | boolean;
+                        };
+                        /** @enum {string} */
+                        state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                        waitingFor?: {
+                            /** @constant */
+                            kind: "stack-lock";
+                            stack: string;
+                            heldBy?: string;
+                            queuedBehind?: string;
+                        } | {
+                            /** @constant */
+                            kind: "approval";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "replan";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "policy";
+                            checkId: string;
+                            planDigest: string;
+                            /** @description ISO-8601 UTC */
+                            since: string;
+                        } | {
+                            /** @constant */
+                            kind: "runner";
+                            pool: string;
+                            jobId: string;
+                            position?: number;
+                            /** @description ISO-8601 UTC */
+                            collectingUntil?: string;
+                        };
+                        planDigest?: string;
+                        /** @description ISO-8601 UTC */
+                        planExpiresAt?: string;
+                        approvalRequired?: boolean;
+                        error?: {
+                            code: string;
+                            message: string;
+                        };
+                        supersededBy?: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1831,12 +3400,22 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        items: {
+                            eventId: string;
+                            type: string;
+                            time: string;
+                            publishedAt?: string;
+                            deadLetteredAt?: string;
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1858,12 +3437,105 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        runId: string;
+                        /** @enum {string} */
+                        reason: "promotion" | "pool-resize" | "reconciliation";
+                        promotionId?: string;
+                        poolResize?: {
+                            pool: string;
+                            eventId: string;
+                            fromCapacity: number;
+                            toCapacity: number;
+                        };
+                        reconciliation?: {
+                            proposalId: string;
+                            ignore: {
+                                scope: {
+                                    type: string;
+                                } | {
+                                    urn: string;
+                                };
+                                path: string;
+                            }[];
+                        };
+                        tenant: string;
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                        };
+                        release: {
+                            name: string;
+                            version: string;
+                        };
+                        project?: string;
+                        qualifiedStack?: string;
+                        stack: string;
+                        desiredState: {
+                            repository: string;
+                            commit: string;
+                            path: string;
+                        };
+                        requestedBy: string;
+                        config?: {
+                            [key: string]: string | number | boolean;
+                        };
+                        /** @enum {string} */
+                        state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                        waitingFor?: {
+                            /** @constant */
+                            kind: "stack-lock";
+                            stack: string;
+                            heldBy?: string;
+                            queuedBehind?: string;
+                        } | {
+                            /** @constant */
+                            kind: "approval";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "replan";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "policy";
+                            checkId: string;
+                            planDigest: string;
+                            /** @description ISO-8601 UTC */
+                            since: string;
+                        } | {
+                            /** @constant */
+                            kind: "runner";
+                            pool: string;
+                            jobId: string;
+                            position?: number;
+                            /** @description ISO-8601 UTC */
+                            collectingUntil?: string;
+                        };
+                        planDigest?: string;
+                        /** @description ISO-8601 UTC */
+                        planExpiresAt?: string;
+                        approvalRequired?: boolean;
+                        error?: {
+                            code: string;
+                            message: string;
+                        };
+                        supersededBy?: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1879,12 +3551,105 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        runId: string;
+                        /** @enum {string} */
+                        reason: "promotion" | "pool-resize" | "reconciliation";
+                        promotionId?: string;
+                        poolResize?: {
+                            pool: string;
+                            eventId: string;
+                            fromCapacity: number;
+                            toCapacity: number;
+                        };
+                        reconciliation?: {
+                            proposalId: string;
+                            ignore: {
+                                scope: {
+                                    type: string;
+                                } | {
+                                    urn: string;
+                                };
+                                path: string;
+                            }[];
+                        };
+                        tenant: string;
+                        environment: {
+                            id: string;
+                            name: string;
+                            tier: string;
+                        };
+                        release: {
+                            name: string;
+                            version: string;
+                        };
+                        project?: string;
+                        qualifiedStack?: string;
+                        stack: string;
+                        desiredState: {
+                            repository: string;
+                            commit: string;
+                            path: string;
+                        };
+                        requestedBy: string;
+                        config?: {
+                            [key: string]: string | number | boolean;
+                        };
+                        /** @enum {string} */
+                        state: "queued" | "planning" | "awaiting-approval" | "applying" | "stale" | "applied" | "failed" | "rejected" | "superseded" | "canceled";
+                        waitingFor?: {
+                            /** @constant */
+                            kind: "stack-lock";
+                            stack: string;
+                            heldBy?: string;
+                            queuedBehind?: string;
+                        } | {
+                            /** @constant */
+                            kind: "approval";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "replan";
+                            planDigest: string;
+                        } | {
+                            /** @constant */
+                            kind: "policy";
+                            checkId: string;
+                            planDigest: string;
+                            /** @description ISO-8601 UTC */
+                            since: string;
+                        } | {
+                            /** @constant */
+                            kind: "runner";
+                            pool: string;
+                            jobId: string;
+                            position?: number;
+                            /** @description ISO-8601 UTC */
+                            collectingUntil?: string;
+                        };
+                        planDigest?: string;
+                        /** @description ISO-8601 UTC */
+                        planExpiresAt?: string;
+                        approvalRequired?: boolean;
+                        error?: {
+                            code: string;
+                            message: string;
+                        };
+                        supersededBy?: string;
+                        /** @description ISO-8601 UTC */
+                        createdAt: string;
+                        /** @description ISO-8601 UTC */
+                        updatedAt: string;
+                        /** @description ISO-8601 UTC */
+                        finishedAt?: string;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -1929,12 +3694,24 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        stack: string;
+                        tenant: string;
+                        project: string;
+                        holderRun: string;
+                        holderHost: string;
+                        acquiredAt: string;
+                        expiresAt: string;
+                        version: number;
+                        expired: boolean;
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };

@@ -9,6 +9,7 @@ import { SignIn } from './pages/sign-in';
 import { StackPage } from './pages/stack';
 import { BASE, hrefOf, navigate, routeOf, useRoute, type Route } from './router';
 import { currentSession, signOut } from './session';
+import { completeEntraSignIn, signInConfig } from './sign-in-config';
 import { Link } from './ui';
 import './styles.css';
 
@@ -102,8 +103,21 @@ function titleOf(route: Route): string {
   return titles[route.page];
 }
 
-createRoot(document.getElementById('root')!).render(
-  <StrictMode>
-    <App />
-  </StrictMode>,
-);
+/**
+ * Back from Entra (a host that signs in with Entra), the session is made from the code before the first render, and
+ * the console goes where the person was going; a failed return shows on the sign-in page.
+ */
+async function start(): Promise<void> {
+  const config = await signInConfig().catch(() => undefined);
+  if (config?.signIn === 'entra') {
+    const next = await completeEntraSignIn(config).catch(() => undefined);
+    if (next) history.replaceState(null, '', next);
+  }
+  createRoot(document.getElementById('root')!).render(
+    <StrictMode>
+      <App />
+    </StrictMode>,
+  );
+}
+
+void start();

@@ -48,7 +48,7 @@ export function fleetOf(environments: readonly Environment[], runs: readonly Run
     entries.set(key, entryOf(key, environment.tenantId, environment.name, environment.tier, environment.qualifiedStack, environment, newest.get(key)));
   }
   for (const [key, run] of newest) {
-    if (!entries.has(key)) entries.set(key, entryOf(key, run.tenant, run.environment.name, run.environment.tier, run.qualifiedStack, undefined, run));
+    if (!entries.has(key)) entries.set(key, entryOf(key, run.tenant, run.environment.name, run.environment.tier, run.qualifiedStack ?? run.stack, undefined, run));
   }
   return [...entries.values()].sort((a, b) => STANDINGS.indexOf(a.standing) - STANDINGS.indexOf(b.standing) || a.key.localeCompare(b.key));
 }
@@ -66,7 +66,7 @@ function entryOf(key: string, tenant: string, name: string, tier: string, qualif
   const drift = environment?.drift;
   if (!environment || !drift) return { ...base, standing: 'stale', why: 'never applied to, never scanned' };
   if (drift.stale || !drift.lastScanAt) return { ...base, standing: 'stale', why: drift.lastObservedAt ? `not checked since ${new Date(drift.lastObservedAt).toLocaleString()}` : 'never scanned' };
-  if (drift.status === 'drifted') return { ...base, standing: 'drifted', why: drift.findings ? `${drift.findings} findings at the last scan` : 'differs from what was applied' };
+  if (drift.status === 'drifted') return { ...base, standing: 'drifted', why: 'differs from what was applied' };
   if (drift.status === 'in-sync') return { ...base, standing: 'in-sync', why: `in sync at the scan of ${new Date(drift.lastScanAt).toLocaleString()}` };
   return { ...base, standing: 'stale', why: `drift status ${drift.status}` };
 }

@@ -1,6 +1,29 @@
 import { editionSpecSchema, poolSpecSchema, tenantSpecSchema } from '../../shared/capacity/capacity.seed';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
+import { lazySchema } from '../../shared/platform/validation/lazy-schema';
+
+/** What `capacitySummary` answers (capacity.context.ts `CapacitySummary`), for the OpenAPI document. */
+const capacitySummarySchema = lazySchema((z) =>
+  z.object({
+    kinds: z.array(z.object({ kind: z.string(), capacity: z.number(), used: z.number(), free: z.number() })),
+    pools: z.array(
+      z.object({
+        id: z.string(),
+        kind: z.string(),
+        target: z.string(),
+        capacity: z.number(),
+        min: z.number(),
+        max: z.number(),
+        labels: z.record(z.string(), z.string()),
+        iacStack: z.string().optional(),
+        used: z.number(),
+        free: z.number(),
+      }),
+    ),
+    tenants: z.array(z.object({ tenant: z.string(), edition: z.string(), usage: z.array(z.object({ kind: z.string(), used: z.number(), limit: z.number().nullable() })) })),
+  }),
+);
 
 export const capacitySummary = endpoint({
   tag: 'Capacity',
@@ -9,6 +32,7 @@ export const capacitySummary = endpoint({
     "Per kind and per pool: capacity, used and free units; and each visible tenant's use of each kind against its edition's quota. " +
     'A token bound to a tenant sees its own use only; a PlatformAdmin sees every tenant. Never cached.',
   scope: 'factory.runtime.read',
+  response: capacitySummarySchema,
 }, async ({ deps, tenants }) => {
   const summary = await deps.capacity.summary(tenants());
   return { status: 200, headers: { 'cache-control': 'no-store' }, jsonBody: summary };

@@ -1,7 +1,7 @@
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { endpoint } from '../http/endpoint';
-import { certificateOf, ticketView } from './lease-view';
+import { certificateOf, ticketView, ticketViewSchema } from './lease-view';
 import { moduleApp } from '../app';
 
 const getQuery = lazySchema((z) =>
@@ -23,6 +23,7 @@ export const getLeaseRequest = endpoint({
     "404 `CAPACITY.LEASE_REQUEST_NOT_FOUND`, also for another tenant's request.",
   scope: 'factory.capacity.lease',
   query: getQuery,
+  response: ticketViewSchema,
 }, async ({ request, context, deps, tenants, query }) => {
   const view = await deps.capacity.getLeaseRequest(tenants(), request.params.id ?? '', query.waitSeconds);
   const certificate = view.lease ? await certificateOf(deps, context, view.lease) : undefined;

@@ -5,6 +5,7 @@ import { logOf } from '../log';
 import type { TenantFilter } from '../../shared/platform/auth/auth';
 import { effectiveState, type Lease } from '../../shared/capacity/lease';
 import type { TicketView } from '../../shared/capacity/capacity.service';
+import { lazySchema, type Z } from '../../shared/platform/validation/lazy-schema';
 
 /**
  * A lease as the HTTP API shows it. Changing this shape is a breaking change for workers and the tool executor.
@@ -74,3 +75,51 @@ export function ticketView(view: TicketView, now: Date, certificate?: string) {
     ...(view.lease !== undefined ? { lease: leaseView(view.lease, now, certificate) } : {}),
   };
 }
+
+/**
+ * The schemas of these views for the OpenAPI document (`endpoint({ response })`); tests/integration/openapi-responses.test.ts
+ * checks real answers against them. Built on first use: registering the functions loads no zod.
+ */
+const leaseShape = (z: Z) =>
+  z.object({
+    leaseId: z.string(),
+    tenant: z.string(),
+    kind: z.string(),
+    pool: z.string(),
+    units: z.number().int(),
+    holder: z.string(),
+    fencingToken: z.number().int(),
+    grantedAt: z.string(),
+    expiresAt: z.string(),
+    renewedAt: z.string().optional(),
+    state: z.enum(['active', 'released', 'expired']),
+    idempotencyKey: z.string().optional(),
+    certificate: z.string().optional().describe('the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request'),
+  });
+
+export const leaseViewSchema = lazySchema((z) => leaseShape(z));
+export const leasePageSchema = lazySchema((z) => z.object({ items: z.array(leaseViewSchema()), nextCursor: z.string().optional() }));
+
+/** A lease request in a pool's queue (`ticketView`). */
+export const ticketViewSchema = lazySchema((z) =>
+  z.object({
+    requestId: z.string(),
+    state: z.string(),
+    tenant: z.string(),
+    kind: z.string(),
+    pool: z.string(),
+    units: z.number().int(),
+    holder: z.string(),
+    ttlSeconds: z.number().int(),
+    requestedAt: z.string(),
+    waitUntil: z.string(),
+    position: z.number().int().optional(),
+    reason: z.looseObject({ code: z.string() }).optional().describe('why it waits: TENANT_QUOTA, POOL_FULL, BEHIND_FAIR_SHARE, …, with its figures'),
+    estimatedGrantAt: z.string().optional(),
+    endedAt: z.string().optional(),
+    lease: leaseViewSchema().optional(),
+  }),
+);
+
+/** What acquiring answers: the lease (200, 201), or the request's ticket while it waits in the queue (202). */
+export const acquiredSchema = lazySchema((z) => z.union([leaseViewSchema(), ticketViewSchema()]));

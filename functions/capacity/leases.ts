@@ -4,7 +4,7 @@ import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, idempotencyKeyOf } from '../http/endpoint';
 import { acquireBody, renewBody } from './lease-schemas';
-import { certificateOf, leaseView, singleTenant, ticketView } from './lease-view';
+import { acquiredSchema, certificateOf, leasePageSchema, leaseView, leaseViewSchema, singleTenant, ticketView } from './lease-view';
 import { moduleApp } from '../app';
 
 export const acquireLease = endpoint({
@@ -28,6 +28,7 @@ export const acquireLease = endpoint({
     'meet is refused at once, not queued.',
   scope: 'factory.capacity.lease',
   body: acquireBody,
+  response: acquiredSchema,
 }, async ({ request, context, deps, tenants, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const leaseRequest = {
@@ -70,6 +71,7 @@ export const renewLease = endpoint({
     'no longer has the units), so holders send `lease` with every renew.',
   scope: 'factory.capacity.lease',
   body: renewBody,
+  response: leaseViewSchema,
 }, async ({ request, context, deps, tenants, body }) => {
   const lease = await deps.capacity.renew(tenants(), request.params.id ?? '', body.fencingToken, body.ttlSeconds, body.lease);
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now(), await certificateOf(deps, context, lease)) };
@@ -110,6 +112,7 @@ export const getLease = endpoint({
     "One lease of the caller's tenant: kind, units, pool, holder, fencing token, state (`active`, `released`, `expired`; expired from " +
     "its `expiresAt` on, swept or not) and times. 404 `CAPACITY.LEASE_NOT_FOUND`, also for another tenant's lease.",
   scope: 'factory.runtime.read',
+  response: leaseViewSchema,
 }, async ({ request, deps, tenants }) => {
   const lease = await deps.capacity.getLease(tenants(), request.params.id ?? '');
   return { status: 200, jsonBody: leaseView(lease, deps.clock.now()) };
@@ -133,6 +136,7 @@ export const listLeases = endpoint({
     "`holder`'s or those in one `state`. A service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=`.",
   scope: 'factory.runtime.read',
   query: listQuery,
+  response: leasePageSchema,
 }, async ({ deps, tenants, query: q }) => {
   const page = await deps.capacity.listLeases(tenants(), {
     limit: q.limit,

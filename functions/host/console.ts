@@ -4,6 +4,7 @@ import { dirname, extname, join, resolve, sep } from 'node:path';
 import type { HttpRequest, HttpResponseInit } from '@azure/functions';
 import { hostApp } from '../app';
 import { servesFiles } from '../http/endpoint';
+import { getConfig } from '../runtime';
 
 /**
  * The operator console (console/, built by `npm run build` into dist/console): static files, served without a token
@@ -45,6 +46,7 @@ function consoleRoot(): string {
 export async function serveConsole(request: HttpRequest): Promise<HttpResponseInit> {
   const base = consoleRoot();
   const asked = request.params.path ?? '';
+  if (asked === CONFIG_FILE) return signInConfig();
   if (asked.includes('\0') || asked.split('/').some((segment) => segment === '..')) return notFound(asked);
   const file = resolve(base, asked === '' ? 'index.html' : asked);
   if (file !== base && !file.startsWith(base + sep)) return notFound(asked);
@@ -64,6 +66,20 @@ export async function serveConsole(request: HttpRequest): Promise<HttpResponseIn
     },
     body: await readFile(page),
   };
+}
+
+/** The console's settings, which the host serves in place of a file: how the console signs people in. */
+const CONFIG_FILE = 'config.json';
+
+/**
+ * How the console signs people in (docs/console.md, "Signing in"): with Entra (authorization code with PKCE) when the
+ * host names the console's app registration (`RuntimeCloud__Console__ClientId`), with its authority and the scope
+ * of this host's API to ask a token for; else the local host's "sign in as". Nothing secret: a public client's id.
+ */
+export function signInConfig(): HttpResponseInit {
+  const { clientId, authority, apiScope } = getConfig().console;
+  const body = clientId === '' ? { signIn: 'local' } : { signIn: 'entra', clientId, authority, scopes: [apiScope] };
+  return { status: 200, headers: { 'content-type': 'application/json', 'cache-control': 'no-cache', ...SECURITY_HEADERS }, body: JSON.stringify(body) };
 }
 
 function notFound(path: string): HttpResponseInit {

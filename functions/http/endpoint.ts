@@ -62,6 +62,12 @@ export interface EndpointOptions<B, Q = undefined> {
    * says so after the operation's description. Example: `true`.
    */
   readonly platformOnly?: boolean;
+  /**
+   * Schema of the JSON body a success answers with (`lazySchema`), for the OpenAPI document only: the handler's view
+   * as clients may rely on it (tests/integration/openapi-responses.test.ts checks real answers against the document).
+   * Example: `response: runViewSchema`.
+   */
+  readonly response?: LazySchema;
   /** Request headers the operation requires besides the bearer token, for the OpenAPI document. */
   readonly headers?: readonly { readonly name: string; readonly description: string }[];
 }

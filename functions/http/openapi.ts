@@ -18,7 +18,7 @@ export const PROBLEM_CATALOGUES: readonly ProblemCatalogue[] = [CapacityErrors, 
  * validate with (`endpoint({ body, query })`): one operation per route and method, path parameters from the route
  * template, query parameters and the request body as JSON Schema 2020-12, its group, summary and description (written
  * beside the handler, `endpoint({ tag, summary, description })`), the OAuth 2.0 scope each needs, and problem+json for
- * every failure. Responses are described by status and media type only: the views are not zod schemas.
+ * every failure, and the JSON body of a success where the endpoint declares its schema (`endpoint({ response })`).
  *
  * The checked-in `openapi.json` is this document for a host with every module enabled (a test compares them);
  * `npm run -s openapi > openapi.json` writes it again, and `npm run check` lints it with Spectral (`.spectral.yaml`).
@@ -97,7 +97,9 @@ function operation(route: HttpRoute, method: string, severalMethods: boolean): R
     ...(parameters.length > 0 ? { parameters } : {}),
     ...(spec?.body ? { requestBody: { required: true, content: { 'application/json': { schema: toSchema(spec.body()) } } } } : {}),
     responses: {
-      '2XX': { description: 'Success; the body, if any, is JSON.' },
+      '2XX': spec?.response
+        ? { description: 'Success, with the JSON body described.', content: { 'application/json': { schema: toSchema(spec.response(), 'output') } } }
+        : { description: 'Success; the body, if any, is JSON.' },
       default: { $ref: '#/components/responses/Problem' },
     },
   };
@@ -150,9 +152,12 @@ function oauth2Scheme(scopes: readonly Scope[]): Record<string, unknown> {
   };
 }
 
-/** A zod schema as JSON Schema of what a client sends (before defaults and coercion), without the `$schema` line. */
-function toSchema(schema: z.ZodType): Record<string, unknown> {
-  const { $schema: _dialect, ...rest } = zod().toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+/**
+ * A zod schema as JSON Schema, without the `$schema` line: of what a client sends (`input`: before defaults and
+ * coercion), or of what the host answers (`output`: an object has exactly the members described).
+ */
+function toSchema(schema: z.ZodType, io: 'input' | 'output' = 'input'): Record<string, unknown> {
+  const { $schema: _dialect, ...rest } = zod().toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
   return rest;
 }
 

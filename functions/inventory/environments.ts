@@ -1,6 +1,7 @@
 import { endpoint, idempotencyKey, idempotencyKeyOf, pageOf, pageQuery } from '../http/endpoint';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { moduleApp } from '../app';
+import { driftSchema, environmentPageSchema, environmentSchema, ignoreRulePageSchema, ignoreRuleSchema, scanSchema } from './views';
 
 /** How these routes answer for an environment the caller cannot see, in their descriptions. */
 const ENVIRONMENT_NOT_FOUND = "404 `INVENTORY.ENVIRONMENT_NOT_FOUND`, also for another tenant's environment";
@@ -14,6 +15,7 @@ export const listEnvironments = endpoint({
     'with its times, and whether scheduled scans are on. A service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=`.',
   scope: 'factory.runtime.read',
   query: pageQuery,
+  response: environmentPageSchema,
 }, async ({ deps, tenants, query }) => {
   return { status: 200, jsonBody: await deps.inventory.listEnvironments(tenants(), pageOf(query)) };
 });
@@ -26,6 +28,7 @@ export const getEnvironment = endpoint({
     'and scanning. ' + ENVIRONMENT_NOT_FOUND + '; 409 `INVENTORY.ENVIRONMENT_AMBIGUOUS` when a caller bound to no tenant names an id ' +
     'that several tenants use (name the tenant).',
   scope: 'factory.runtime.read',
+  response: environmentSchema,
 }, async ({ request, deps, tenants }) => {
   return { status: 200, jsonBody: await deps.inventory.getEnvironment(tenants(), request.params.id ?? '') };
 });
@@ -53,6 +56,7 @@ export const getDrift = endpoint({
     "that expired (`expiredRules`), and the newest scans with their outcomes. A stale environment's drift is `unknown`, never in sync. " +
     ENVIRONMENT_NOT_FOUND + '.',
   scope: 'factory.runtime.read',
+  response: driftSchema,
 }, async ({ request, deps, tenants }) => {
   return { status: 200, jsonBody: await deps.inventory.drift(tenants(), request.params.id ?? '') };
 });
@@ -66,6 +70,7 @@ export const scanEnvironment = endpoint({
     '`failed` (the environment turns stale, with the reason) or `skipped` (e.g. while a run applies to the stack) with why. ' +
     ENVIRONMENT_NOT_FOUND + '.',
   scope: 'factory.provisioning.operate',
+  response: scanSchema,
 }, async ({ request, deps, tenants, principal }) => {
   const environment = await deps.inventory.getEnvironment(tenants(), request.params.id ?? '');
   return { status: 200, jsonBody: await deps.inventory.scan({ tenant: environment.tenantId, id: environment.id }, { kind: 'manual', by: principal.person }) };
@@ -97,6 +102,7 @@ export const listIgnoreRules = endpoint({
     'made them; deleted rules too, with who deleted them, with `includeDeleted=true`. ' + ENVIRONMENT_NOT_FOUND + '.',
   scope: 'factory.runtime.read',
   query: rulesQuery,
+  response: ignoreRulePageSchema,
 }, async ({ request, deps, tenants, query: q }) => {
   return { status: 200, jsonBody: await deps.inventory.listIgnoreRules(tenants(), request.params.id ?? '', { ...pageOf(q), includeDeleted: q.includeDeleted === 'true' }) };
 });
@@ -131,6 +137,7 @@ export const addIgnoreRule = endpoint({
     '`REQUEST.IDEMPOTENCY_KEY_MISMATCH` when header and body field differ; ' + ENVIRONMENT_NOT_FOUND + '.',
   scope: 'factory.provisioning.operate',
   body: ignoreRuleBody,
+  response: ignoreRuleSchema,
 }, async ({ request, deps, tenants, principal, body }) => {
   const key = idempotencyKeyOf(request, body.idempotencyKey);
   const { idempotencyKey: _key, ...rule } = body;

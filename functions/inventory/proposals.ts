@@ -6,6 +6,7 @@ import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { endpoint, pageOf, pageQuery } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { startRun } from '../provisioning/promotion-intake';
+import { proposalPageSchema, proposalSchema } from './views';
 
 const listQuery = lazySchema((z) => pageQuery().extend({ status: z.enum(PROPOSAL_STATUSES).optional(), environment: z.string().min(1).max(200).optional() }));
 
@@ -18,6 +19,7 @@ export const listProposals = endpoint({
     'one open proposal. A service or a PlatformAdmin names the tenant with `X-Tenant-Id` or `?tenant=`.',
   scope: 'factory.runtime.read',
   query: listQuery,
+  response: proposalPageSchema,
 }, async ({ deps, tenants, query: q }) => {
   const page = await deps.inventory.listProposals(tenants(), {
     ...pageOf(q),
@@ -35,6 +37,7 @@ export const getProposal = endpoint({
     'paths; unmanaged resources left alone; paths kept by rules), when it was first and last seen, and what became of it (`runId` once ' +
     "accepted, `supersededBy`, who dismissed it and why). 404 `INVENTORY.PROPOSAL_NOT_FOUND`, also for another tenant's proposal.",
   scope: 'factory.runtime.read',
+  response: proposalSchema,
 }, async ({ request, deps, tenants }) => {
   return { status: 200, jsonBody: await deps.inventory.getProposal(tenants(), request.params.id ?? '') };
 });
@@ -49,6 +52,7 @@ export const acceptProposal = endpoint({
     'again gives the same run. A reconciliation run that fails or is rejected opens the proposal again. ' +
     '409 `INVENTORY.PROPOSAL_NOT_OPEN` for a proposal that is dismissed, superseded or resolved; 404 `INVENTORY.PROPOSAL_NOT_FOUND`.',
   scope: 'factory.provisioning.operate',
+  response: proposalSchema,
 }, async ({ request, context, deps, tenants, principal }) => {
   const request_ = await deps.inventory.reconciliationFor(tenants(), request.params.id ?? '', principal.person);
   const result = await deps.provisioning.reconcile(request_);
@@ -69,6 +73,7 @@ export const dismissProposal = endpoint({
     'findings would. 200 with the proposal; 409 `INVENTORY.PROPOSAL_NOT_OPEN` for one that is not open; 404 `INVENTORY.PROPOSAL_NOT_FOUND`.',
   scope: 'factory.provisioning.operate',
   body: dismissBody,
+  response: proposalSchema,
 }, async ({ request, deps, tenants, principal, body }) => {
   return { status: 200, jsonBody: await deps.inventory.dismiss(tenants(), request.params.id ?? '', { by: principal.person, reason: body.reason }) };
 });

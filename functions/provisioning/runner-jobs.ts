@@ -14,6 +14,25 @@ import { RUNNER_RESULT_EVENT, type RunnerResultEvent } from './provisioning-run.
 import { problemError } from '../../shared/platform/errors/catalogue';
 import { ProvisioningErrors } from '../../shared/provisioning/errors';
 
+/** What the runner pool views answer (runner-pools.service.ts `RunnerPoolView`, `RunnerAgentView`), for the OpenAPI document. */
+const runnerPoolsSchema = lazySchema((z) =>
+  z.object({
+    items: z.array(
+      z.object({
+        pool: z.string(),
+        target: z.string(),
+        engine: z.enum(['local', 'pulumi']),
+        capacityPool: z.string(),
+        tenants: z.array(z.string()),
+        agentsOnline: z.number().int(),
+        jobsRunning: z.number().int(),
+        jobsWaiting: z.number().int(),
+      }),
+    ),
+  }),
+);
+const runnerAgentsSchema = lazySchema((z) => z.object({ items: z.array(z.object({ agent: z.string(), online: z.boolean(), jobId: z.string().optional(), lastHeartbeat: z.string() })) }));
+
 /**
  * The runner agents' endpoints (runner-job-agents.service.ts) and the operators' view of runner pools.
  * - An agent claims work for its pool with its pool credential (scope `factory.runner.agent`, bound to the pool).
@@ -60,6 +79,7 @@ export const listRunnerPools = endpoint({
     "configured groups, and tenants' own pools with open jobs or agents online). A token bound to a tenant sees only the pools serving " +
     'its tenant, since a pool names the tenants it serves.',
   scope: 'factory.runtime.read',
+  response: runnerPoolsSchema,
 }, async ({ deps, principal }) => ({
   status: 200,
   jsonBody: { items: await deps.provisioning.runners.pools(principal.tenant) },
@@ -72,6 +92,7 @@ export const listRunnerAgents = endpoint({
     'The agents of one runner pool: whether each is online, the job it runs and its last heartbeat. 404 `RUNNER.POOL_NOT_FOUND` for a ' +
     'pool no target has, and for a token bound to a tenant also for a pool not serving its tenant.',
   scope: 'factory.runtime.read',
+  response: runnerAgentsSchema,
 }, async ({ request, deps, principal }) => ({
   status: 200,
   jsonBody: { items: await deps.provisioning.runners.agents(request.params.pool ?? '', principal.tenant) },

@@ -6,7 +6,7 @@ import { RUN_STATES, RunErrors, stackOf } from '../../shared/provisioning/run';
 import { endpoint } from '../http/endpoint';
 import { moduleApp } from '../app';
 import { APPROVAL_EVENT } from './provisioning-run.orchestrator';
-import { runDetailView, runView } from './run-view';
+import { runDetailSchema, runDetailView, runEventsSchema, runPageSchema, runView, runViewSchema } from './run-view';
 import { wakeNextOnStack, raiseStackFree } from './stack-free';
 import { logOf } from '../log';
 
@@ -34,6 +34,7 @@ export const listRuns = endpoint({
     'this API did not give out.',
   scope: 'factory.runtime.read',
   query: listQuery,
+  response: runPageSchema,
 }, async ({ deps, tenants, query: q }) => {
   const page = await deps.provisioning.listRuns(tenants(), {
     limit: q.limit,
@@ -49,11 +50,13 @@ export const getRun = endpoint({
   tag: 'Runs',
   summary: 'Get a provisioning run with its receipts',
   description:
-    "One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed), " +
+    "One run of the caller's tenant: its state, the plan receipt (steps, counts, digest, why approval is needed; an update's or " +
+    "replace's step gives each changed path's old value, what the stack state held, in `oldValues`, masked as its `inputs` are), " +
     'the apply receipt (per-resource results, outputs, error code), the decision on its plan, refused approvals, and the plans a replan ' +
     'replaced (`replacedPlans`). Receipts name secret and config references, never their values. ' +
     "404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.",
   scope: 'factory.runtime.read',
+  response: runDetailSchema,
 }, async ({ request, deps, tenants }) => {
   const detail = await deps.provisioning.getRun(tenants(), request.params.id ?? '');
   return { status: 200, jsonBody: runDetailView(detail) };
@@ -67,6 +70,7 @@ export const getRunEvents = endpoint({
     'oldest first: each with its id, type and time, and when it was handed to the bus (absent while it waits in the outbox). ' +
     "404 `PROVISIONING.RUN_NOT_FOUND`, also for another tenant's run.",
   scope: 'factory.runtime.read',
+  response: runEventsSchema,
 }, async ({ request, deps, tenants }) => ({
   status: 200,
   jsonBody: { items: await deps.provisioning.runEvents(tenants(), request.params.id ?? '') },
@@ -89,6 +93,7 @@ export const approveRun = endpoint({
     "403 `PROVISIONING.APPROVER_NOT_ALLOWED` when the ControlPlaneApi's approvers of the environment do not include the caller.",
   scope: 'factory.provisioning.operate',
   body: approveBody,
+  response: runViewSchema,
 }, async ({ request, context, deps, principal, tenants, body }) => {
   const runId = request.params.id ?? '';
   let run;
@@ -116,6 +121,7 @@ export const rejectRun = endpoint({
     '409 `PROVISIONING.RUN_NOT_AWAITING_APPROVAL` for a run in any other state; 404 `PROVISIONING.RUN_NOT_FOUND`.',
   scope: 'factory.provisioning.operate',
   body: rejectBody,
+  response: runViewSchema,
 }, async ({ request, context, deps, principal, tenants, body }) => {
   const run = await deps.provisioning.reject(tenants(), request.params.id ?? '', { reason: body.reason, by: principal.person });
   await wakeRun(context, run.id, 'rejected');
@@ -131,6 +137,7 @@ export const replanRun = endpoint({
     'for one (an approval never carries over). The caller counts as one who asked for the run, for four eyes. ' +
     '200 with the run, now planning; 409 `PROVISIONING.RUN_NOT_STALE` for a run that is not stale.',
   scope: 'factory.provisioning.operate',
+  response: runViewSchema,
 }, async ({ request, context, deps, principal, tenants }) => {
   const run = await deps.provisioning.replan(tenants(), request.params.id ?? '', principal.person);
   await wakeRun(context, run.id, 'replan');
@@ -145,6 +152,7 @@ export const cancelRun = endpoint({
     '`ProvisioningFailed` is published, and the next run waiting for the stack goes on. ' +
     '409 `PROVISIONING.RUN_NOT_CANCELABLE` once it has started planning (reject it at its approval instead).',
   scope: 'factory.provisioning.operate',
+  response: runViewSchema,
 }, async ({ request, context, deps, principal, tenants }) => {
   const run = await deps.provisioning.cancel(tenants(), request.params.id ?? '', principal.person);
   // Its orchestration finds the run canceled when it next asks for the stack, and ends: woken now rather than at its

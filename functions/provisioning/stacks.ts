@@ -9,6 +9,21 @@ import { moduleApp } from '../app';
 import { wakeNextOnStack } from './stack-free';
 import { logOf } from '../log';
 
+/** What `getStackLock` answers (`lockView`), for the OpenAPI document. */
+const stackLockSchema = lazySchema((z) =>
+  z.object({
+    stack: z.string(),
+    tenant: z.string(),
+    project: z.string(),
+    holderRun: z.string(),
+    holderHost: z.string(),
+    acquiredAt: z.string(),
+    expiresAt: z.string(),
+    version: z.number().int(),
+    expired: z.boolean(),
+  }),
+);
+
 /**
  * A stack lock as the HTTP API shows it (operators). Changing this shape is a breaking change for its clients.
  * `expired`: the holder's lease has lapsed; the next run to ask takes the lock over.
@@ -41,6 +56,7 @@ export const getStackLock = endpoint({
     'takes it over). 404 `PROVISIONING.STACK_NOT_LOCKED` when nothing holds it; 403 `AUTH.TENANT_MISMATCH` for a token bound to ' +
     "another tenant than the route's.",
   scope: 'factory.runtime.read',
+  response: stackLockSchema,
 }, async ({ request, deps, principal }) => {
   const stack = routeStack(request);
   const lock = await deps.provisioning.stackLock(resolveTenant(principal, 'factory.runtime.read', stack.tenant), stack);

@@ -24,6 +24,7 @@ import {
   changedPaths,
   heldIgnoreProblem,
   HIDDEN_VALUE,
+  oldValuesAt,
   planCounts,
   planDigest,
   type HeldIgnoreRule,
@@ -273,7 +274,8 @@ class Planner {
     // (as in Pulumi's preview), and a kept resource keeps the id it has.
     const outputs = { ...withComputedOutputs(d.type, { ...inputs, id, ...generated }, context), id: kept ? (old?.outputs.id ?? id) : id };
     this.#outputs.set(d.name, { ...shownOutputs(outputs, secret), urn: identity.urn });
-    return hideDiffs(step, options.hideDiffs ?? []);
+    const oldValues = old && (step.op === 'update' || step.op === 'replace') ? oldValuesAt(old.inputs, step.changedPaths, { secret: [...secret, ...(old.secretOutputs ?? [])], hidden: options.hideDiffs ?? [] }) : undefined;
+    return hideDiffs(oldValues ? { ...step, oldValues } : step, options.hideDiffs ?? []);
   }
 
   /** The custom timeouts evaluated: each must be a duration. */

@@ -148,6 +148,9 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
     // Assert: a reconciliation run is linked; production's plan waits for a second person, who approves it in the console.
     await operator.getByRole('status').filter({ hasText: 'Accepted' }).getByRole('link', { name: 'its reconciliation run' }).click();
     await operator.getByRole('button', { name: 'Approve', exact: true }).waitFor({ timeout: 30_000 });
+    // Its plan shows the changed path with the value the target holds now (old) and the one the apply restores (new).
+    const change = operator.getByRole('table', { name: /^Changes of / }).getByRole('row').filter({ hasText: 'versioning' });
+    expect([await change.locator('td.old').textContent(), await change.locator('td.new').textContent()]).toEqual(['false', 'true']);
     const reconciliation = new URL(operator.url()).pathname;
     const approver = await ui.signIn('operator-2', 'Operator');
     await approver.goto(ui.url(reconciliation));

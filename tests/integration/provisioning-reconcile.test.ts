@@ -110,6 +110,8 @@ for (const dialect of DIALECTS) {
         ['api', 'update', ['size']],
         ['endpoint', 'same', []],
       ]);
+      // The old value is what the target held (the plan refreshes), beside the value the apply restores.
+      expect(detail.planReceipt?.plan.steps.find((s) => s.name === 'api')).toMatchObject({ oldValues: { size: 'huge' }, inputs: { size: 'small' } });
       expect((await resourceOf(promoted.stack, 'api')).properties).toEqual({
         ...api.properties,
         size: 'small',

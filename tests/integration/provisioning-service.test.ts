@@ -534,6 +534,7 @@ for (const dialect of REPOSITORY_DIALECTS) {
       expect(applied).toEqual({ outcome: 'ended', state: 'applied' });
       const detail = await service.getRun(ALL, result.run.id);
       expect(detail.planReceipt?.plan.steps.map((st) => [st.name, st.op, st.changedPaths])).toEqual([['workers', 'update', ['size']]]);
+      expect(detail.planReceipt?.plan.steps[0]).toMatchObject({ oldValues: { size: 2 }, inputs: { size: 6 } });
       expect((await resourcesOf(stack)).map((r) => r.properties)).toEqual([{ kind: 'build', size: 6 }]);
       const events = await eventsOf(result.run.id);
       expect(types(events)).toEqual(['SpecificationDeclared', 'SpecificationApplied', 'ProvisioningApplied']);

@@ -70,10 +70,14 @@ export class ConsoleUnderTest {
   page?: Page;
   admin = '';
 
-  /** `screenshots`: the names of this file's screenshots, removed before it runs (another file writes beside them). */
+  /**
+   * `screenshots`: the names of this file's screenshots, removed before it runs (another file writes beside them);
+   * `settings`: app settings the host starts with (its environment).
+   */
   constructor(
     name: string,
     private readonly screenshots: RegExp,
+    private readonly settings: Record<string, string> = {},
   ) {
     this.stateDir = mkdtempSync(join(tmpdir(), `rch-${name}-`));
   }
@@ -82,7 +86,7 @@ export class ConsoleUnderTest {
     for (const file of existsSync(ARTIFACTS) ? readdirSync(ARTIFACTS) : []) {
       if (this.screenshots.test(file)) rmSync(join(ARTIFACTS, file), { force: true });
     }
-    [this.host, this.browser] = await Promise.all([startChildHost(this.stateDir), launchChromium()]);
+    [this.host, this.browser] = await Promise.all([startChildHost(this.stateDir, this.settings), launchChromium()]);
     this.admin = await this.cli('token', '--role', 'PlatformAdmin');
   }
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { thrown } from '../support/refusal';
 import { MAX_PATH_INDEX, type JsonObject } from '../../shared/platform/iac/iac-values';
-import { changedPaths, planSchema, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
+import { changedPaths, planDigest, planSchema, type HeldIgnoreRule, type Plan, type StackState, type StateResource } from '../../shared/platform/iac/plan';
 import { resourceUrn } from '../../shared/platform/iac/stack-ref';
 import { planStack, refreshedInputs } from '../../local/engine/planner';
 import { loadProgram, ProgramEvaluator, projectGraph, type LoadedProgram } from '../../local/engine/pulumi-yaml';
@@ -86,6 +86,24 @@ describe('plans: ops', () => {
     const plan = planStack({ stack: STACK, program: after, state: applied(before) });
     expect(ops(plan)).toEqual(['update net', 'same db']);
     expect(plan.steps[0]?.changedPaths).toEqual(['cidr', 'subnets[1]', 'subnets[2]', 'tags.env']);
+  });
+
+  it('when an update changes paths, then the step carries what the state held at each (none where it held nothing), outside the digest', () => {
+    const after = program(NETWORK.replace('env: dev', 'env: test').replace('10.0.2.0/24]', '10.0.3.0/24, 10.0.4.0/24]') + DB);
+    const plan = planStack({ stack: STACK, program: after, state: applied(program(NETWORK + DB)) });
+    expect(plan.steps[0]?.oldValues).toEqual({ 'subnets[1]': '10.0.2.0/24', 'tags.env': 'dev' });
+    expect(plan.steps[1]).not.toHaveProperty('oldValues');
+    expect(planSchema.parse(plan).steps[0]?.oldValues).toEqual(plan.steps[0]?.oldValues);
+    const steps = plan.steps.map(({ oldValues: _old, ...step }) => step);
+    expect(planDigest({ schemaVersion: 1, project: plan.project, stack: plan.stack, steps, outputs: plan.outputs })).toBe(plan.digest);
+  });
+
+  it('when a secret reference or an output kept secret changes, then the old value is the old reference, or [secret], never a value', () => {
+    const p = (password: string, key: string) =>
+      program(NETWORK + DB.replace('sku: basic', `sku: basic\n      password: { secretRef: ${password} }\n      key: ${key}\n    options:\n      additionalSecretOutputs: [key]`));
+    const plan = planStack({ stack: STACK, program: p('kv://shop/new', 'k2'), state: applied(p('kv://shop/old', 'k1')) });
+    expect(plan.steps[1]?.oldValues).toEqual({ key: '[secret]', password: { secretRef: 'kv://shop/old' } });
+    expect(JSON.stringify(plan.steps[1]?.oldValues)).not.toContain('k1');
   });
 
   it('when only ignored paths change, then same; with another change, update without the ignored paths and with the state value kept', () => {

@@ -318,6 +318,8 @@ describe('a preview as a plan', () => {
     const byName = new Map(plan.steps.map((s) => [s.name, s]));
     expect(byName.get('net')).toMatchObject({ id: 'net-1', changedPaths: ['tags.env'], inputs: netInputs('staging') });
     expect(byName.get('db')).toMatchObject({ id: 'db-1', changedPaths: ['sku'], inputs: { network: 'net-1', sku: 'premium', password: '[secret]' } });
+    expect(byName.get('net')?.oldValues).toEqual({ 'tags.env': 'dev' });
+    expect(byName.get('db')?.oldValues).toEqual({ sku: 'basic' });
     expect(byName.get('cache')).toEqual({ urn: CACHE_URN, name: 'cache', type: CACHE, op: 'delete', id: 'cache-1', changedPaths: [], dependencies: [], protect: false });
   });
 
@@ -377,6 +379,9 @@ describe('the approved plan against the plan made again at apply', () => {
     const plan = withStep(approved(), 'db', (s) => ({ ...s, op: 'update', changedPaths: ['password', 'sku'] }));
     const fresh = withStep(plan, 'db', (s) => ({ ...s, changedPaths: ['sku'] }));
     expect(planCovers(plan, fresh)).toEqual({ covered: true });
+    // The old values of the paths it lost go with them.
+    const withOld = withStep(plan, 'db', (s) => ({ ...s, oldValues: { password: '[secret]', sku: 'basic' } }));
+    expect(planCovers(withOld, withStep(fresh, 'db', (s) => ({ ...s, oldValues: { sku: 'basic' } })))).toEqual({ covered: true });
     const unchanged = withStep(plan, 'db', (s) => ({ ...s, op: 'same', changedPaths: [] }));
     expect(planCovers(withStep(plan, 'db', (s) => ({ ...s, changedPaths: ['password'] })), unchanged)).toEqual({ covered: true });
   });

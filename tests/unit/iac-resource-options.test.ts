@@ -225,7 +225,9 @@ describe('resource options: what a plan shows', () => {
     const state = appliedFrom(plan(p('one')));
     const changed = plan(p('two'), state);
     expect(changed.steps[0]).toMatchObject({ op: 'update', changedPaths: ['password'], inputs: { sku: 'basic', password: '[hidden]' }, hiddenPaths: ['password'] });
+    expect(changed.steps[0]?.oldValues).toEqual({ password: '[hidden]' });
     expect(JSON.stringify(changed)).not.toContain('two');
+    expect(JSON.stringify(changed)).not.toContain('one');
     expect(plan(p('three'), state).digest).not.toBe(changed.digest);
   });
 

@@ -142,7 +142,7 @@ function EnvironmentRow({ environment, drift, operate, onDone }: { environment: 
 
 /** What a proposal's drift is, the same across environments: the kinds of finding on the types and paths. */
 function causeOf(proposal: Proposal): string {
-  const parts = proposal.findings.flatMap((resource) => resource.findings.map((f) => `${f.kind} ${f.type}${f.path?.length ? ` ${f.path.join('.')}` : ''}`));
+  const parts = proposal.findings.flatMap((resource) => resource.findings.map((f) => `${f.kind} ${f.type}${f.kind === 'modified' && f.path.length > 0 ? ` ${f.path.join('.')}` : ''}`));
   return [...new Set(parts)].sort().join('; ') || 'no finding';
 }
 

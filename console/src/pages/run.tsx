@@ -3,10 +3,10 @@ import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
 import { ConfirmAction, Link, ProblemBox, StateBadge, useEvery, useLoaded, When } from '../ui';
-import type { PlanStep, Run, RunEvent, WaitingFor } from '../views';
+import type { Run, RunEvent, WaitingFor } from '../views';
+import { PlanDiff } from './plan-diff';
 
 const ENDED = ['applied', 'failed', 'rejected', 'superseded', 'canceled'];
-const ACTIONS = ['create', 'update', 'replace', 'delete', 'same'] as const;
 
 /** One run: where it is, what it waits for, its plan as a diff, the decisions on it, its receipts and events. */
 export function RunPage({ runId }: { runId: string }) {
@@ -45,14 +45,12 @@ export function RunPage({ runId }: { runId: string }) {
             <p>
               Decision: <StateBadge state={run.planReceipt.policy.decision === 'allow' ? 'applied' : 'failed'} label={run.planReceipt.policy.decision} />
             </p>
-            {run.planReceipt.policy.policies.length > 0 && (
-              <ul>
-                {run.planReceipt.policy.policies.map((p, i) => (
-                  <li key={i}>
-                    {p.name ?? 'policy'}: {p.decision} {p.message && <span className="muted">{p.message}</span>}
-                  </li>
-                ))}
-              </ul>
+            {run.planReceipt.policy.decision === 'allow' ? (
+              run.planReceipt.policy.policies.length > 0 && <p>Allowed by {run.planReceipt.policy.policies.join(', ')}.</p>
+            ) : (
+              <p>
+                Denied by {run.planReceipt.policy.policy}: <span className="muted">{run.planReceipt.policy.reason}</span>
+              </p>
             )}
             {run.planReceipt.approvalReasons && <p>Approval needed because: {run.planReceipt.approvalReasons.join(', ')}.</p>}
           </>
@@ -106,7 +104,7 @@ function StageRail({ run }: { run: Run }) {
     ...(run.approvalRequired
       ? [{ name: 'Awaiting approval', at: run.decision?.at, reached: Boolean(run.planReceipt) && run.state !== 'planning', current: run.state === 'awaiting-approval' || run.state === 'stale' }]
       : []),
-    { name: 'Applying', at: run.applyReceipt?.startedAt, reached: run.state === 'applying' || Boolean(run.applyReceipt), current: run.state === 'applying' },
+    { name: 'Applying', at: run.applyReceipt?.result.startedAt, reached: run.state === 'applying' || Boolean(run.applyReceipt), current: run.state === 'applying' },
     { name: failed ? capitalize(run.state) : 'Applied', at: run.finishedAt, reached: ENDED.includes(run.state), current: ENDED.includes(run.state) },
   ];
   return (
@@ -255,73 +253,6 @@ function Actions({ run, onDone }: { run: Run; onDone: () => void }) {
       )}
     </section>
   );
-}
-
-function PlanDiff({ steps, counts }: { steps: readonly PlanStep[]; counts: Record<string, number> }) {
-  const [address, setAddress] = useState('');
-  const [action, setAction] = useState('');
-  const shown = steps.filter((s) => (action === '' || s.op === action) && (address === '' || s.urn.toLowerCase().includes(address.toLowerCase())));
-  return (
-    <section className="card" aria-labelledby="plan-title">
-      <h2 id="plan-title">Plan</h2>
-      <p>
-        {ACTIONS.filter((a) => (counts[a] ?? 0) > 0).map((a) => (
-          <span key={a} className={`badge op-${a}`}>
-            {counts[a]} {a}
-          </span>
-        ))}
-      </p>
-      <div className="filters">
-        <label className="field">
-          Filter by address
-          <input type="search" value={address} onChange={(event) => setAddress(event.target.value)} placeholder="name, type or urn" />
-        </label>
-        <label className="field">
-          Filter by action
-          <select value={action} onChange={(event) => setAction(event.target.value)}>
-            <option value="">all</option>
-            {ACTIONS.map((a) => (
-              <option key={a}>{a}</option>
-            ))}
-          </select>
-        </label>
-      </div>
-      <ul className="steps">
-        {shown.map((step) => (
-          <li key={step.urn} className="step">
-            <div className="step-head">
-              <span className={`badge op-${step.op}`}>{step.op}</span> <strong>{step.name}</strong> <span className="muted">{step.type}</span>
-              {step.protect && <span className="badge tone-muted">protected</span>}
-            </div>
-            {step.changedPaths.length > 0 && <p className="muted">Changes {step.changedPaths.join(', ')}</p>}
-            {step.inputs && (
-              <dl className="inputs">
-                {flatten(step.inputs).map(([path, value]) => (
-                  <div key={path} className={step.changedPaths.some((p) => path === p || path.startsWith(`${p}.`)) ? 'changed' : undefined}>
-                    <dt>{path}</dt>
-                    <dd>{value}</dd>
-                  </div>
-                ))}
-              </dl>
-            )}
-          </li>
-        ))}
-        {shown.length === 0 && <li className="muted">No step matches.</li>}
-      </ul>
-    </section>
-  );
-}
-
-/** Inputs as path → shown value; a secret is shown by its reference only, never a value. */
-function flatten(value: unknown, path = ''): [string, string][] {
-  if (value && typeof value === 'object' && !Array.isArray(value)) {
-    const object = value as Record<string, unknown>;
-    if (typeof object.secretRef === 'string') return [[path, `secret · ${object.secretRef}`]];
-    if (typeof object.configRef === 'string') return [[path, `config · ${object.configRef}`]];
-    return Object.entries(object).flatMap(([key, inner]) => flatten(inner, path ? `${path}.${key}` : key));
-  }
-  if (typeof value === 'string' && /^\[secret\]$|^\*+$/.test(value)) return [[path, 'secret']];
-  return [[path, JSON.stringify(value)]];
 }
 
 function Receipts({ run }: { run: Run }) {

@@ -37,6 +37,8 @@ export interface Config {
     /** Client application id → the tenant that caller acts for. */
     readonly clients: Readonly<Record<string, string>>;
   };
+  /** How the operator console signs people in: Entra with this app registration, or (`clientId` empty) the local issuer. */
+  readonly console: { readonly clientId: string; readonly authority: string; readonly apiScope: string };
   readonly targets: readonly ProvisioningTarget[];
   /** The external services (empty endpoint: not configured), each with its token audience. */
   readonly peers: {
@@ -151,6 +153,11 @@ function toConfig(s: Settings): Config {
       audience: s.RuntimeCloud__Auth__Audience,
       jwksUrl: s.RuntimeCloud__Auth__JwksUrl,
       clients: s.RuntimeCloud__Auth__Clients,
+    },
+    console: {
+      clientId: s.RuntimeCloud__Console__ClientId,
+      authority: s.RuntimeCloud__Console__Authority || s.RuntimeCloud__Auth__Issuer.replace(/\/v2\.0\/?$/, ''),
+      apiScope: s.RuntimeCloud__Console__ApiScope || `${s.RuntimeCloud__Auth__Audience}/.default`,
     },
     targets: s.RuntimeCloud__Targets,
     peers: {

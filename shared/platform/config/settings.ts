@@ -42,6 +42,23 @@ export const settings = {
    */
   RuntimeCloud__Auth__Clients: jsonOf(clientTenantsSchema, '{}'),
   /**
+   * The operator console's app registration in Entra ID (a single-page application signing in with the
+   * authorization code flow and PKCE): its application (client) id. Empty: the console offers the local host's
+   * "sign in as" (only the local host has it). Example: `5b7d…-…`.
+   */
+  RuntimeCloud__Console__ClientId: z.union([z.literal(''), z.uuid()]).default(''),
+  /**
+   * Where the console signs people in: the directory's authority, `https://login.microsoftonline.com/<directory-id>`
+   * (the console's content security policy allows that host only). Empty: the issuer's, `RuntimeCloud__Auth__Issuer`
+   * without its `/v2.0`.
+   */
+  RuntimeCloud__Console__Authority: z.union([z.literal(''), z.string().regex(/^https:\/\/login\.microsoftonline\.com\/[\w.-]+\/?$/, 'an authority is https://login.microsoftonline.com/<directory-id>')]).default(''),
+  /**
+   * The scope the console asks a person's token for: the host's API, delegated. Empty: `<RuntimeCloud__Auth__Audience>/.default`.
+   * Example: `api://runtime-cloud/.default`.
+   */
+  RuntimeCloud__Console__ApiScope: z.string().default(''),
+  /**
    * Where plans and applies run: `runner-jobs` (runner agents of the target's pool; the default) or `in-process`
    * (the engine inside the host: only tests and the bench baseline; a host outside the local host refuses it).
    */

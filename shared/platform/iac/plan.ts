@@ -8,6 +8,11 @@ import {
   isPlainObject,
   jsonEqual,
   canonicalJson,
+  parsePath,
+  readPath,
+  replaceSecrets,
+  writePath,
+  SECRET_MASK,
   type JsonObject,
   type JsonValue,
   type PathSegment,
@@ -58,6 +63,12 @@ export interface PlanStep {
   readonly oldType?: string;
   /** update, replace: changed property paths (`tags.env`, `rules[0].port`), sorted; ignored paths excluded. */
   readonly changedPaths: readonly string[];
+  /**
+   * update, replace: what the stack state held at each changed path before the step (`oldValuesAt`), masked as
+   * `inputs` are; a changed path the state had no value at is left out. Absent when there is none. Not covered by
+   * the digest: what an apply does depends on the new values only, and plans made before it keep their digests.
+   */
+  readonly oldValues?: JsonObject;
   /** The inputs the step applies (absent for delete): references and computed values unresolved. */
   readonly inputs?: JsonObject;
   /** urns of the resources this one depends on, recorded in state so deletes can run in reverse order. */
@@ -176,6 +187,7 @@ export const planStepSchema = z.object({
   id: z.string().optional(),
   oldType: z.string().optional(),
   changedPaths: z.array(z.string()),
+  oldValues: jsonObject.optional(),
   inputs: jsonObject.optional(),
   dependencies: z.array(z.string()),
   protect: z.boolean(),
@@ -246,7 +258,8 @@ export function planCounts(steps: readonly PlanStep[]): Record<StepOp, number> {
 
 /** The digest of a plan's content: equal content gives an equal digest, any change another. */
 export function planDigest(content: Pick<Plan, 'schemaVersion' | 'project' | 'stack' | 'steps' | 'outputs'>): string {
-  const text = canonicalJson(content as unknown as JsonValue);
+  const steps = content.steps.map(({ oldValues: _old, ...step }) => step);
+  const text = canonicalJson({ ...content, steps });
   return `sha256:${createHash('sha256').update(text).digest('hex')}`;
 }
 
@@ -270,6 +283,31 @@ export function changedPaths(before: JsonValue | undefined, after: JsonValue | u
   };
   walk(before, after, []);
   return paths.sort();
+}
+
+/**
+ * What `before` (a resource's inputs in the stack state) held at each of `paths`, keyed by path, or undefined when
+ * it held nothing at any: a plan step's `oldValues`. Masked as a plan shows values: a secret (`fn::secret`), or a
+ * property the resource's outputs keep secret (`secret`, top-level names), as `SECRET_MASK`; a `hideDiffs` path
+ * (`hidden`) as `HIDDEN_VALUE`; a reference stays a reference, never its value.
+ */
+export function oldValuesAt(before: JsonObject, paths: readonly string[], masked: { readonly secret?: readonly string[]; readonly hidden?: readonly string[] } = {}): JsonObject | undefined {
+  const hidden = (masked.hidden ?? []).flatMap((h) => { const segments = parsePath(h); return segments ? [segments] : []; });
+  const old: Record<string, JsonValue> = {};
+  for (const path of paths) {
+    const segments = parsePath(path);
+    if (!segments) continue;
+    let value = readPath(before, segments);
+    if (value === undefined) continue;
+    if (masked.secret?.includes(String(segments[0]))) value = SECRET_MASK;
+    for (const h of hidden) {
+      const hiddenHere = h.length <= segments.length && h.every((s, i) => s === segments[i]);
+      if (hiddenHere) value = HIDDEN_VALUE;
+      else if (segments.every((s, i) => s === h[i]) && readPath(value, h.slice(segments.length)) !== undefined) value = writePath(value, h.slice(segments.length), HIDDEN_VALUE);
+    }
+    old[path] = replaceSecrets(value, SECRET_MASK);
+  }
+  return Object.keys(old).length > 0 ? old : undefined;
 }
 
 /** Why `path` is not a held-rule path, or undefined: iac-values.ts `ignorePathProblem`, which inventory asks too. */

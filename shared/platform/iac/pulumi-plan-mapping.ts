@@ -2,7 +2,7 @@ import type { EngineEvent, OpMap, StepEventMetadata } from '@pulumi/pulumi/autom
 import { z } from 'zod';
 import { AppError } from '../errors/app-error';
 import { canonicalJson, isPlainObject, isSecretMask, jsonEqual, parsePath, type JsonObject, type JsonValue, type ValueReference } from './iac-values';
-import { planCounts, planDigest, type Plan, type PlanStep, type StepOp } from './plan';
+import { oldValuesAt, planCounts, planDigest, type Plan, type PlanStep, type StepOp } from './plan';
 import { collapseOps, countsFromChangeSummary, inSequence, maskObject, normalizePath, stackOutputsOf, stepOpOf, urnName, urnType } from './pulumi-mapping';
 
 /**
@@ -151,6 +151,9 @@ function stepOf(observed: Observed, goal: z.infer<typeof goalSchema> | null | un
   const oldType = op === 'replace' && before?.type && before.type !== type ? before.type : undefined;
   const protect = (op === 'delete' ? before?.protect : after?.protect) ?? goal?.protect ?? before?.protect ?? false;
   const dependencies = [...new Set([...(goal?.dependencies ?? []), ...(goal?.parent ? [goal.parent] : [])])].sort();
+  const changedPaths = changedPathsOf(metadata, op);
+  // The old inputs masked as the new ones are: a secret is `[secret]` in both.
+  const oldValues = before?.inputs && changedPaths.length > 0 ? oldValuesAt(maskObject(before.inputs), changedPaths) : undefined;
   return {
     urn,
     name: urnName(urn),
@@ -158,7 +161,8 @@ function stepOf(observed: Observed, goal: z.infer<typeof goalSchema> | null | un
     op,
     ...(id ? { id } : {}),
     ...(oldType ? { oldType } : {}),
-    changedPaths: changedPathsOf(metadata, op),
+    changedPaths,
+    ...(oldValues ? { oldValues } : {}),
     ...(op === 'delete' ? {} : { inputs: maskObject(after?.inputs ?? {}) }),
     dependencies,
     protect,
@@ -260,8 +264,9 @@ export function planCovers(approved: Plan, fresh: Plan): { readonly covered: tru
   for (const [index, step] of fresh.steps.entries()) {
     const was = approved.steps[index] as PlanStep;
     if (jsonEqual(step as unknown as JsonValue, was as unknown as JsonValue)) continue;
-    const { op: _op, changedPaths: _paths, ...rest } = step;
-    const { op: _wasOp, changedPaths: _wasPaths, ...wasRest } = was;
+    // Old values are the state's, not what the apply does (plan.ts `oldValues`): fewer paths have fewer of them.
+    const { op: _op, changedPaths: _paths, oldValues: _old, ...rest } = step;
+    const { op: _wasOp, changedPaths: _wasPaths, oldValues: _wasOld, ...wasRest } = was;
     const allowedOp = step.op === was.op || (step.op === 'same' && (was.op === 'update' || (was.op === 'replace' && was.oldType === undefined)));
     if (!allowedOp || !jsonEqual(rest, wasRest)) {
       return no(`${step.urn}: ${step.op === was.op ? `its ${step.op} differs from the approved one` : `${step.op} instead of the approved ${was.op}`}`);
