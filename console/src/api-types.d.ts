@@ -954,12 +954,59 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success; the body, if any, is JSON. */
+            /** @description Success, with the JSON body described. */
             "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        pools: {
+                            pool: string;
+                            waiting: {
+                                requestId: string;
+                                state: string;
+                                tenant: string;
+                                kind: string;
+                                pool: string;
+                                units: number;
+                                holder: string;
+                                ttlSeconds: number;
+                                requestedAt: string;
+                                waitUntil: string;
+                                position?: number;
+                                /** @description why it waits: TENANT_QUOTA, POOL_FULL, BEHIND_FAIR_SHARE, …, with its figures */
+                                reason?: {
+                                    code: string;
+                                } & {
+                                    [key: string]: unknown;
+                                };
+                                estimatedGrantAt?: string;
+                                endedAt?: string;
+                                lease?: {
+                                    leaseId: string;
+                                    tenant: string;
+                                    kind: string;
+                                    pool: string;
+                                    units: number;
+                                    holder: string;
+                                    fencingToken: number;
+                                    grantedAt: string;
+                                    expiresAt: string;
+                                    renewedAt?: string;
+                                    /** @enum {string} */
+                                    state: "active" | "released" | "expired";
+                                    idempotencyKey?: string;
+                                    /** @description the lease certificate (a JWS), in answers to its holder: a grant, a renewal, a granted request */
+                                    certificate?: string;
+                                };
+                                share: number;
+                                weight: number;
+                                waitedSeconds: number;
+                            }[];
+                        }[];
+                    };
+                };
             };
             default: components["responses"]["Problem"];
         };
@@ -2797,6 +2844,12 @@ export interface operations {
                                 pool: string;
                                 jobId: string;
                                 position?: number;
+                                /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                                reason?: {
+                                    code: string;
+                                } & {
+                                    [key: string]: unknown;
+                                };
                                 /** @description ISO-8601 UTC */
                                 collectingUntil?: string;
                             };
@@ -2913,6 +2966,12 @@ export interface operations {
                             pool: string;
                             jobId: string;
                             position?: number;
+                            /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                            reason?: {
+                                code: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
                             /** @description ISO-8601 UTC */
                             collectingUntil?: string;
                         };
@@ -3251,6 +3310,12 @@ export interface operations {
                             pool: string;
                             jobId: string;
                             position?: number;
+                            /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                            reason?: {
+                                code: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
                             /** @description ISO-8601 UTC */
                             collectingUntil?: string;
                         };
@@ -3365,6 +3430,12 @@ export interface operations {
                             pool: string;
                             jobId: string;
                             position?: number;
+                            /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                            reason?: {
+                                code: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
                             /** @description ISO-8601 UTC */
                             collectingUntil?: string;
                         };
@@ -3516,6 +3587,12 @@ export interface operations {
                             pool: string;
                             jobId: string;
                             position?: number;
+                            /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                            reason?: {
+                                code: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
                             /** @description ISO-8601 UTC */
                             collectingUntil?: string;
                         };
@@ -3630,6 +3707,12 @@ export interface operations {
                             pool: string;
                             jobId: string;
                             position?: number;
+                            /** @description why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures */
+                            reason?: {
+                                code: string;
+                            } & {
+                                [key: string]: unknown;
+                            };
                             /** @description ISO-8601 UTC */
                             collectingUntil?: string;
                         };

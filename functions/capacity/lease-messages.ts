@@ -68,7 +68,7 @@ const REASON_CODES: Readonly<Record<ModelReasonCode, WaitReasonCode>> = {
 };
 
 /** A lease as the LeaseService answers it; `state` is the effective state, as `leaseView` shows it. */
-export function leaseMessage(lease: Lease, now: Date): WireLease {
+export function leaseMessage(lease: Lease, now: Date, certificate?: string): WireLease {
   return create(LeaseSchema, {
     leaseId: lease.id,
     tenant: lease.tenant,
@@ -82,11 +82,12 @@ export function leaseMessage(lease: Lease, now: Date): WireLease {
     ...(lease.renewedAt ? { renewedAt: timestampFromDate(lease.renewedAt) } : {}),
     state: LEASE_STATES[effectiveState(lease, now)],
     idempotencyKey: lease.idempotencyKey ?? '',
+    certificate: certificate ?? '',
   });
 }
 
 /** A ticket as the LeaseService answers it: the fields of `ticketView`. */
-export function ticketMessage(view: TicketView, now: Date): WireTicket {
+export function ticketMessage(view: TicketView, now: Date, certificate?: string): WireTicket {
   const { ticket } = view;
   return create(TicketSchema, {
     requestId: ticket.id,
@@ -103,7 +104,7 @@ export function ticketMessage(view: TicketView, now: Date): WireTicket {
     ...(view.reason !== undefined ? { reason: reasonMessage(view.reason) } : {}),
     ...(view.estimatedGrantAt !== undefined ? { estimatedGrantAt: timestampFromDate(view.estimatedGrantAt) } : {}),
     ...(ticket.endedAt !== undefined ? { endedAt: timestampFromDate(ticket.endedAt) } : {}),
-    ...(view.lease !== undefined ? { lease: leaseMessage(view.lease, now) } : {}),
+    ...(view.lease !== undefined ? { lease: leaseMessage(view.lease, now, certificate) } : {}),
   });
 }
 

@@ -1,7 +1,7 @@
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import { endpoint } from '../http/endpoint';
-import { certificateOf, ticketView, ticketViewSchema } from './lease-view';
+import { certificateOf, queueViewSchema, ticketView, ticketViewSchema } from './lease-view';
 import { moduleApp } from '../app';
 
 const getQuery = lazySchema((z) =>
@@ -51,6 +51,7 @@ export const leaseQueue = endpoint({
     "dominant share of what it holds and its edition's weight, and its wait so far. A token bound to a tenant sees its own tenant's " +
     'requests only (positions count every tenant); a PlatformAdmin sees every tenant. Never cached.',
   scope: 'factory.runtime.read',
+  response: queueViewSchema,
 }, async ({ deps, tenants }) => {
   const now = deps.clock.now();
   const pools = await deps.capacity.queue(tenants());

@@ -2,6 +2,8 @@ import { Code, ConnectError, type ConnectRouter, type HandlerContext, type Servi
 import { LeaseService } from '../../contracts/gen/connectsoft/runtimecloud/capacity/v1/capacity_pb';
 import { MAX_HOLD_SECONDS } from '../../shared/capacity/lease-queue';
 import type { TicketView } from '../../shared/capacity/capacity.service';
+import type { Lease } from '../../shared/capacity/lease';
+import { ensureError } from '../../shared/platform/errors/app-error';
 import type { Scope, TenantFilter } from '../../shared/platform/auth/auth';
 import { lazySchema } from '../../shared/platform/validation/lazy-schema';
 import { parseInput } from '../../shared/platform/validation/validation';
@@ -59,6 +61,16 @@ function leaseService(options: LeaseRpcOptions): ServiceImpl<typeof LeaseService
       throw rpcError(error, context.values.get(RPC_LOG));
     }
   };
+  /** The holder's certificate of a lease just granted or renewed; none, and logged, when the signing key cannot be read. */
+  const certify = async (deps: Deps, context: HandlerContext, lease: Lease | undefined): Promise<string | undefined> => {
+    if (!lease) return undefined;
+    try {
+      return await deps.capacity.certify(lease);
+    } catch (thrown) {
+      context.values.get(RPC_LOG)(`lease ${lease.id} answered without a certificate`, ensureError(thrown));
+      return undefined;
+    }
+  };
   return {
     acquire: (request, context) =>
       answering(context, async () => {
@@ -83,7 +95,8 @@ function leaseService(options: LeaseRpcOptions): ServiceImpl<typeof LeaseService
           : await deps.capacity.acquire(leaseRequest);
         const now = deps.clock.now();
         if (result.outcome === 'waiting') return { result: { case: 'ticket', value: ticketMessage(result.ticket, now) } };
-        return { result: { case: 'lease', value: leaseMessage(result.lease, now) }, repeated: result.outcome === 'existing' };
+        const certificate = await certify(deps, context, result.lease);
+        return { result: { case: 'lease', value: leaseMessage(result.lease, now, certificate) }, repeated: result.outcome === 'existing' };
       }),
     renew: (request, context) =>
       answering(context, async () => {
@@ -91,7 +104,7 @@ function leaseService(options: LeaseRpcOptions): ServiceImpl<typeof LeaseService
         const leaseId = parseInput(request.leaseId, id(), 'leaseId');
         const body = parseInput(renewBodyOf(request), renewBody());
         const lease = await deps.capacity.renew(tenants(), leaseId, body.fencingToken, body.ttlSeconds, body.lease);
-        return { lease: leaseMessage(lease, deps.clock.now()) };
+        return { lease: leaseMessage(lease, deps.clock.now(), await certify(deps, context, lease)) };
       }),
     release: (request, context) =>
       answering(context, async () => {
@@ -111,7 +124,7 @@ function leaseService(options: LeaseRpcOptions): ServiceImpl<typeof LeaseService
         const { deps, tenants } = await caller(context, LEASE);
         const call = parseInput({ requestId: request.requestId, waitSeconds: request.waitSeconds }, ticketCall());
         const view = await deps.capacity.getLeaseRequest(tenants(), call.requestId, call.waitSeconds);
-        return { ticket: ticketMessage(view, deps.clock.now()) };
+        return { ticket: ticketMessage(view, deps.clock.now(), await certify(deps, context, view.lease)) };
       }),
     cancelTicket: (request, context) =>
       answering(context, async () => {
@@ -132,7 +145,7 @@ function leaseService(options: LeaseRpcOptions): ServiceImpl<typeof LeaseService
       let view = await answering(context, () => deps.capacity.getLeaseRequest(tenants(), requestId, 0));
       for (;;) {
         const standing = standingOf(view);
-        if (standing !== told) yield { ticket: ticketMessage(view, deps.clock.now()) };
+        if (standing !== told) yield { ticket: ticketMessage(view, deps.clock.now(), await certify(deps, context, view.lease)) };
         told = standing;
         if (view.state !== 'waiting' || context.signal.aborted) return;
         view = await answering(context, () => deps.capacity.getLeaseRequest(tenants(), requestId, WATCH_LOOK_SECONDS));

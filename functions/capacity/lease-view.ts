@@ -121,5 +121,17 @@ export const ticketViewSchema = lazySchema((z) =>
   }),
 );
 
+/** The pools' queues (`GET /capacity/queue`): each waiting request with its tenant's share and weight. */
+export const queueViewSchema = lazySchema((z) =>
+  z.object({
+    pools: z.array(
+      z.object({
+        pool: z.string(),
+        waiting: z.array(ticketViewSchema().extend({ share: z.number(), weight: z.number().int(), waitedSeconds: z.number() })),
+      }),
+    ),
+  }),
+);
+
 /** What acquiring answers: the lease (200, 201), or the request's ticket while it waits in the queue (202). */
 export const acquiredSchema = lazySchema((z) => z.union([leaseViewSchema(), ticketViewSchema()]));

@@ -98,7 +98,14 @@ const runViewShape = (z: Z) => {
     z.object({ kind: z.literal('approval'), planDigest: digest }),
     z.object({ kind: z.literal('replan'), planDigest: digest }),
     z.object({ kind: z.literal('policy'), checkId: z.string(), planDigest: digest, since: iso }),
-    z.object({ kind: z.literal('runner'), pool: z.string(), jobId: z.string(), position: z.number().int().optional(), collectingUntil: iso.optional() }),
+    z.object({
+      kind: z.literal('runner'),
+      pool: z.string(),
+      jobId: z.string(),
+      position: z.number().int().optional(),
+      reason: z.looseObject({ code: z.string() }).optional().describe("why the job waits, in the capacity queue's vocabulary: QUEUED_BEHIND, POOL_FULL, …, with its figures"),
+      collectingUntil: iso.optional(),
+    }),
   ]);
   return {
     runId: z.string(),

@@ -94,6 +94,35 @@ describe.runIf(browserAvailable())('the console capacity and stack pages in chro
     expect(text).not.toContain('demo-free');
   }, SCENARIO_MS);
 
+  it("when two tenants' requests wait in a full pool's queue, then tenant A's operator sees its own request with its place and why it waits, never tenant B's", async () => {
+    // Arrange: a pool of one unit held by tenant A; then A and B each ask to wait. B holds nothing, so it goes first.
+    const admin = await ui.cli('token', '--role', 'PlatformAdmin');
+    expect((await api('/runtime-cloud/pools/queue-demo', admin, { method: 'PUT', body: JSON.stringify({ kind: 'sandbox', target: 'local', capacity: 1 }) })).status).toBe(201);
+    const ask = async (tenant: string, holder: string, wait?: object) => {
+      const token = await ui.cli('token', '--tenant', tenant, '--scope', 'factory.capacity.lease');
+      return api<{ requestId?: string }>('/runtime-cloud/leases', token, { method: 'POST', body: JSON.stringify({ kind: 'sandbox', ttlSeconds: 600, holder, pool: 'queue-demo', ...(wait ? { wait } : {}) }) });
+    };
+    expect((await ask('demo-team', 'holder-now')).status).toBe(201);
+    const theirs = await ask('demo-free', 'worker-waiting', { seconds: 300, holdSeconds: 0 });
+    const mine = await ask('demo-team', 'worker-waiting', { seconds: 300, holdSeconds: 0 });
+    expect([theirs.status, mine.status]).toEqual([202, 202]);
+    const operator = await ui.signIn('operator-1', 'Operator', 'demo-team');
+
+    // Act
+    await open(operator, '/capacity', 'Capacity and runners');
+
+    // Assert: position 2 (B's request is first), behind B's fair share; B's request is not shown.
+    const queue = operator.getByRole('region', { name: 'Waiting for capacity' });
+    const row = queue.getByRole('row', { name: /worker-waiting/ });
+    await row.waitFor();
+    expect(await row.count()).toBe(1);
+    expect(await row.getByRole('rowheader').textContent()).toContain(String(mine.body.requestId));
+    expect((await row.getByRole('cell').nth(0).textContent())?.trim()).toBe('2');
+    expect(await row.getByRole('cell').nth(2).textContent()).toContain('behind fair share');
+    expect(await queue.textContent()).not.toContain(String(theirs.body.requestId));
+    expect(await operator.locator('main').textContent()).not.toContain('demo-free');
+  }, SCENARIO_MS);
+
   it("when the example's production promotion was approved and applied, then its stack page, reached from the fleet and from the run, shows the run and that nothing holds the lock", async () => {
     // Arrange: the promotion arrives as the factory sends it; a second person approves its plan through the API.
     const promotion = JSON.parse(await ui.cli('example', 'promotion', 'production')) as unknown;

@@ -229,7 +229,7 @@ describe('the provisioning walk-through on runtime-cloud start (a real process o
 
     const lines = host.output().split('\n').filter((line) => line.trim() !== '');
     const own = lines.filter((line) => !line.startsWith('{'));
-    expect(own.every((line) => /^(runtime-cloud listening on |the operator console: )/.test(line)), own.join('\n')).toBe(true);
+    expect(own.every((line) => /^(runtime-cloud listening on |the operator console: |the LeaseService \(gRPC, gRPC-Web, Connect\): )/.test(line)), own.join('\n')).toBe(true);
     const entries = lines.filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, string>);
     expect(entries.every((e) => typeof e.time === 'string' && typeof e.level === 'string' && typeof e.message === 'string')).toBe(true);
     const queued = entries.filter((e) => e.function === 'promotionIntake' && e.message === 'promotion queued as a run');

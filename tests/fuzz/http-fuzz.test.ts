@@ -150,10 +150,14 @@ function sendOnce(url: URL, auths: readonly string[], r: FuzzRequest): Promise<A
   });
 }
 
-/** What is wrong with an answer: a 5xx, a refusal that is not a problem, or a refusal that changed state. */
-function defectOf(answer: Answer, changed: readonly string[]): string | undefined {
+/**
+ * What is wrong with an answer: a 5xx, a refusal that is not a problem, or a refusal that changed state. The
+ * LeaseService's Connect route answers in its protocol's words (a JSON `{code, message}`), not problem+json.
+ */
+function defectOf(answer: Answer, changed: readonly string[], path: string): string | undefined {
   if (answer.status >= 500) return `a ${answer.status}: ${answer.body.slice(0, 300)}`;
   if (answer.status < 400) return undefined;
+  if (path.startsWith(CONNECT_PREFIX)) return connectDefectOf(answer, changed);
   if (answer.contentType !== 'application/problem+json') return `a ${answer.status} with content-type ${String(answer.contentType)}: ${answer.body.slice(0, 200)}`;
   let problem: { type?: unknown; title?: unknown; status?: unknown };
   try {
@@ -163,6 +167,20 @@ function defectOf(answer: Answer, changed: readonly string[]): string | undefine
   }
   if (typeof problem.type !== 'string' || typeof problem.title !== 'string' || problem.status !== answer.status) return `a ${answer.status} problem without type, title or status: ${answer.body.slice(0, 200)}`;
   if (changed.length > 0) return `a refused request (${answer.status}) changed ${changed.join(', ')}`;
+  return undefined;
+}
+
+const CONNECT_PREFIX = '/runtime-cloud/connect/';
+
+function connectDefectOf(answer: Answer, changed: readonly string[]): string | undefined {
+  let error: { code?: unknown; message?: unknown };
+  try {
+    error = JSON.parse(answer.body) as typeof error;
+  } catch {
+    return `a ${answer.status} Connect error whose body is not JSON`;
+  }
+  if (typeof error.code !== 'string') return `a ${answer.status} Connect error without a code: ${answer.body.slice(0, 200)}`;
+  if (changed.length > 0) return `a refused call (${answer.status}) changed ${changed.join(', ')}`;
   return undefined;
 }
 
@@ -201,7 +219,7 @@ describe('HTTP fuzzing', () => {
         const after = digest.take();
         const changed = answer.status >= 400 ? changedKeys(before, after) : [];
         before = after;
-        const defect = defectOf(answer, changed);
+        const defect = defectOf(answer, changed, r.path);
         if (defect) throw new Error(`${defect}\n  for ${describeRequest(r)}`);
       }),
       { seed, numRuns, endOnFailure: true },

@@ -25,6 +25,7 @@ interface WireLease {
   fencingToken: string;
   expiresAt: { seconds: string };
   state: string;
+  certificate: string;
 }
 interface WireTicket {
   requestId: string;
@@ -70,10 +71,14 @@ describe('the LeaseService over gRPC and Connect on the local host', () => {
     const { lease, result } = await acquire(tokenA, { kind: 'attempt', ttlSeconds: 60, holder: 'worker-1' });
     expect(result).toBe('lease');
     expect(lease).toMatchObject({ tenant: A, pool: 'grpc-attempts', state: 'LEASE_STATE_ACTIVE' });
+    // The holder's answers carry the lease certificate (a JWS of this lease and token); a read does not.
+    const claimsOf = (certificate: string) => JSON.parse(Buffer.from(certificate.split('.')[1] ?? '', 'base64url').toString()) as { sub: string; fencingToken: number };
+    expect(claimsOf(lease!.certificate)).toMatchObject({ sub: lease!.leaseId, fencingToken: Number(lease!.fencingToken) });
     const renewed = await client.call<{ lease: WireLease }>('Renew', { leaseId: lease!.leaseId, fencingToken: lease!.fencingToken, ttlSeconds: 120 }, { token: tokenA });
     expect(Number(renewed.lease.expiresAt.seconds)).toBeGreaterThan(Number(lease!.expiresAt.seconds));
+    expect(claimsOf(renewed.lease.certificate).sub).toBe(lease!.leaseId);
     const read = await client.call<{ lease: WireLease }>('GetLease', { leaseId: lease!.leaseId }, { token: tokenA });
-    expect(read.lease).toMatchObject({ leaseId: lease!.leaseId, fencingToken: lease!.fencingToken });
+    expect(read.lease).toMatchObject({ leaseId: lease!.leaseId, fencingToken: lease!.fencingToken, certificate: '' });
     expect(await client.call('Release', { leaseId: lease!.leaseId, fencingToken: lease!.fencingToken }, { token: tokenA })).toEqual({ released: true });
     expect(await client.call('Release', { leaseId: lease!.leaseId, fencingToken: lease!.fencingToken }, { token: tokenA })).toEqual({ released: false });
     const http = await host.fetch(`/runtime-cloud/leases/${lease!.leaseId}`, { claims: { tenant: A, scopes: SCOPES } });

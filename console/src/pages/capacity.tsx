@@ -3,6 +3,7 @@ import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
 import { currentSession } from '../session';
 import { Countdown, DataTable, Link, ProblemBox, StateBadge, TableScroll, useEvery, useLoaded, useNow, When } from '../ui';
+import { LeaseQueues } from './lease-queue';
 import type { CapacityPool, CapacitySummary, Lease, Page, RunnerAgent, RunnerPool, TenantUse } from '../views';
 
 const LEASE_PAGE = 50;
@@ -10,7 +11,7 @@ const LEASE_STATES = ['active', 'released', 'expired'] as const;
 
 /**
  * Capacity and runners: the pools of each kind with their use, each visible tenant's use against its quota, the
- * tenant's leases, and the runner agent pools with their agents. Read-only: capacity is administered through the API.
+ * requests waiting in the pools' queues, the tenant's leases, and the runner agent pools with their agents. Read-only: capacity is administered through the API.
  */
 export function CapacityPage() {
   const [loaded, reload] = useLoaded(() => read<CapacitySummary>(client.GET('/runtime-cloud/capacity', { ...AS_TEXT })), 'capacity');
@@ -27,12 +28,14 @@ export function CapacityPage() {
           <Pools pools={loaded.value.pools} />
         </>
       )}
+      <LeaseQueues />
       <Leases />
       <section className="card" aria-labelledby="refusals-title">
         <h2 id="refusals-title">Refusals</h2>
         <p className="muted">
           The API keeps no record of refused lease requests: a refusal is answered only to whoever asked (429 CAPACITY.QUOTA_EXCEEDED or
-          CAPACITY.EXHAUSTED, with why), and counted by code and kind in each host&apos;s metrics.
+          CAPACITY.EXHAUSTED, with its reason), and counted by code and kind in each host&apos;s metrics. Requests that may wait are in the
+          queues above, each with why it waits.
         </p>
       </section>
       <RunnerPools />

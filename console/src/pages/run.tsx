@@ -1,3 +1,4 @@
+import { reasonText } from './lease-queue';
 import { useState, type ReactNode } from 'react';
 import { AS_TEXT, client, read } from '../api';
 import { hrefOf, stackRoute } from '../router';
@@ -178,6 +179,7 @@ function WaitingReason({ waiting }: { waiting: WaitingFor }) {
             Job {waiting.jobId}
             {waiting.position !== undefined ? `, number ${waiting.position} in the pool's queue` : ''}.
           </p>
+          {waiting.reason && <p>Why: {reasonText(waiting.reason)}.</p>}
         </>
       );
     case 'stack-lock':
