@@ -253,8 +253,9 @@ describe.runIf(browserAvailable())('the operator console in chromium (a real hos
       await screenshot(operator, `run-${width}`);
       await operator.goto(ui.url('/runtime-cloud/console/runs'));
       await operator.getByRole('heading', { name: /^\d+ runs?/ }).waitFor();
-      // The production run and the reconciliation run, newest first; a filter is part of the page's URL.
-      expect(await operator.locator('tbody tr').count()).toBeGreaterThanOrEqual(2);
+      // The production run and the reconciliation run, newest first; a filter is part of the page's URL. The heading
+      // reads "0 runs" while the list loads, so the rows are waited for, not counted as the heading shows.
+      await expect.poll(() => operator.locator('tbody tr').count(), UI_WAIT).toBeGreaterThanOrEqual(2);
       await operator.getByLabel('State').selectOption('applied');
       await operator.waitForURL(/\/runs\?status=applied$/);
       await expectAccessible(operator, `runs ${width}`);
