@@ -84,6 +84,17 @@ const jwksUrl = config.require('authJwksUrl');
  */
 const apiClientId = config.get('authApiClientId') ?? audience;
 /**
+ * The operator console's Entra sign-in (docs/deploy-to-azure.md): its registration's client id, the authority
+ * (`https://login.microsoftonline.com/<directory id>`) and the API scope it asks for. Unset: the console offers no sign-in.
+ */
+const consoleSettings: Record<string, string> = config.get('consoleClientId')
+  ? {
+      RuntimeCloud__Console__ClientId: config.require('consoleClientId'),
+      RuntimeCloud__Console__Authority: config.get('consoleAuthority') ?? '',
+      RuntimeCloud__Console__ApiScope: config.require('consoleApiScope'),
+    }
+  : {};
+/**
  * By tenant id (or `*` for every tenant), the Git repositories its promotions may name (`RuntimeCloud__Provisioning__Sources`):
  * the host refuses every other source before fetching anything, and allows nothing unless listed here.
  */
@@ -474,6 +485,7 @@ new web.WebAppApplicationSettings(
       RuntimeCloud__Runners__Agents: agentsSetting,
       ...peerSettings,
       RuntimeCloud__Inventory__Scopes: JSON.stringify(inventoryScopes),
+      ...consoleSettings,
     },
   },
   { dependsOn: grants },

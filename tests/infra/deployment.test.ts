@@ -406,6 +406,12 @@ describe('infra under Pulumi mocks', () => {
   });
 });
 
+describe('infra: the console without a registration', () => {
+  it('when no console registration is configured, then no console setting is written (the console offers no sign-in)', () => {
+    expect(Object.keys(appSettings()).filter((name) => name.startsWith('RuntimeCloud__Console__'))).toEqual([]);
+  });
+});
+
 /** The app settings as the Function App gets them (the WebAppApplicationSettings of the app). */
 function appSettings(): Record<string, string> {
   return field(one('web:WebAppApplicationSettings'), 'properties') as Record<string, string>;
