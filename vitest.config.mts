@@ -6,8 +6,9 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 /**
  * Vitest starts the files it has timed longest first, and files it has not timed (a fresh clone, CI) largest first:
  * then the reliability soaks, each a minute or more, started last and ran on alone for the last two minutes of the
- * suite. Until every file has been timed, the soaks, end-to-end tests and fuzzers go first, then the integration
- * tests, then the rest (each group in Vitest's own order).
+ * suite. Until every file has been timed, the soaks, end-to-end, fuzz and browser tests go first (each a minute or
+ * more; the browser tests, started with the rest, ran on alone for the last 100 s), then the integration tests, then
+ * the rest (each group in Vitest's own order).
  */
 class LongestFirst extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
@@ -16,7 +17,7 @@ class LongestFirst extends BaseSequencer {
     if (sorted.every(timed)) return sorted;
     const rank = (file: TestSpecification) => {
       const path = relative(this.ctx.config.root, file.moduleId).replaceAll('\\', '/');
-      if (/^tests\/(reliability|e2e|fuzz)\//.test(path)) return 0;
+      if (/^tests\/(reliability|e2e|fuzz|browser)\//.test(path)) return 0;
       return path.startsWith('tests/integration/') ? 1 : 2;
     };
     return sorted.map((file, order) => ({ file, order, rank: rank(file) })).sort((a, b) => a.rank - b.rank || a.order - b.order).map((f) => f.file);
