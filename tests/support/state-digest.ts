@@ -42,7 +42,9 @@ export class StateDigest {
       for (const row of rows) {
         const key = table.perTenant ? `${table.name}@${String(row.tenant)}` : table.name;
         const line = JSON.stringify(row, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : Buffer.isBuffer(v) ? v.toString('base64') : v));
-        lines.set(key, [...(lines.get(key) ?? []), line]);
+        const list = lines.get(key);
+        if (list) list.push(line);
+        else lines.set(key, [line]);
       }
       for (const [key, list] of lines) digest.set(key, createHash('sha256').update(list.sort().join('\n')).digest('hex'));
     }
