@@ -27,18 +27,37 @@ class LongestFirst extends BaseSequencer {
 /**
  * The unit and integration files share their worker's modules with the files before them (`isolate: false`): loading
  * the host's modules once per worker instead of once per file more than halves the unit tests' time (46 s to 19 s on
- * 2 cores). Those below run in a worker of their own, as the soaks, end-to-end, fuzz and browser files do: they set
- * what a process holds once (Pulumi's runtime mocks, OpenTelemetry's global providers, process.env read by a cached
- * credential or setting) or read a module's state fresh. A shared file must pass whichever files ran before it.
+ * 2 cores). Those below run in a worker of their own, as the soaks, end-to-end, fuzz and browser files do:
+ * - they register functions of their own (test queues, timers, HTTP routes, the Durable sample app): the function
+ *   registry is the process's, and every local host started later in that worker would bind them too;
+ * - they read the whole registry (the OpenAPI document, the enabled modules);
+ * - they set what a process holds once (Pulumi's runtime mocks, OpenTelemetry's global providers, process.env read by
+ *   a cached credential or setting) or read a module's state fresh.
+ * A shared file must pass whichever files ran before it, and must leave nothing behind that outlives it.
  */
 const OWN_WORKER = [
+  // Functions of their own, or the whole registry.
+  'tests/unit/functions-core.test.ts',
+  'tests/unit/durable-protocol.test.ts',
+  'tests/unit/durable-sample-orchestrator.test.ts',
+  'tests/unit/function-app.test.ts',
+  'tests/integration/local-bus-wake.test.ts',
+  'tests/integration/local-host-http.test.ts',
+  'tests/integration/service-bus-local-host.test.ts',
+  'tests/integration/durable-client-triggers.test.ts',
+  'tests/integration/durable-host.test.ts',
+  'tests/integration/durable-retention.test.ts',
+  'tests/integration/durable-retry.test.ts',
+  'tests/integration/durable-sub-orchestrations-restart.test.ts',
+  'tests/integration/openapi.test.ts',
+  'tests/integration/enabled-modules.test.ts',
   'tests/unit/enabled-modules.test.ts',
+  // Process-wide state.
   'tests/unit/host-json.test.ts',
   'tests/unit/inventory-arm-observer.test.ts',
   'tests/unit/inventory-kubernetes-observer.test.ts',
   'tests/unit/telemetry-metrics.test.ts',
   'tests/integration/azure-health.test.ts',
-  'tests/integration/enabled-modules.test.ts',
   'tests/integration/events-never-wedge.test.ts',
   'tests/integration/inventory-kubernetes-scan.test.ts',
   'tests/integration/postgres-connection-errors.test.ts',
