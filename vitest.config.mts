@@ -52,7 +52,9 @@ const OWN_WORKER = [
   'tests/integration/openapi.test.ts',
   'tests/integration/enabled-modules.test.ts',
   'tests/unit/enabled-modules.test.ts',
-  // Process-wide state.
+  // Process-wide state. The metrics are the process's (every host in it counts into one provider), and this file
+  // reads exact counts.
+  'tests/integration/metrics.test.ts',
   'tests/unit/host-json.test.ts',
   'tests/unit/inventory-arm-observer.test.ts',
   'tests/unit/inventory-kubernetes-observer.test.ts',
