@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../support/eventually';
 import { startTestHost, type TestHost } from '../support/local-host';
 import { aStackPromotion, EXAMPLE_TENANT, provisioningExample, sendToPromotions, writeExampleReferences } from '../support/provisioning';
 
@@ -54,16 +55,6 @@ describe('openapi.json response schemas against real answers', () => {
     answers.set(`${method.toLowerCase()} ${template}`, { path, body });
     return body;
   }
-
-  const eventually = <T>(probe: () => Promise<T | undefined>): Promise<T> =>
-    vi.waitFor(
-      async () => {
-        const value = await probe();
-        if (value === undefined) throw new Error('not yet');
-        return value;
-      },
-      { timeout: 30_000, interval: 100 },
-    );
 
   beforeAll(async () => {
     root = fs.mkdtempSync(join(tmpdir(), 'rch-openapi-responses-'));
