@@ -15,6 +15,11 @@ export interface LocalAgent {
 
 /** How often the host looks for agent pools with queued jobs that it runs no agents for (dispatched by other hosts). */
 const QUEUED_POOLS_LOOK_MS = 1000;
+/**
+ * The agent's process: from source through tsx as the host itself runs (the CLI), or the compiled agent beside a
+ * compiled host (the tests' build, tests/support/host-build.ts).
+ */
+const AGENT_ARGS = __filename.endsWith('.ts') ? ['--require', require.resolve('tsx/cjs'), resolve(__dirname, 'runner-agent.ts')] : [resolve(__dirname, 'runner-agent.js')];
 
 /**
  * The local host's runner agents: child processes of `local/runner-agent.ts` (the runner with the local engine), `RuntimeCloud__Local__Runners` (default 2) per
@@ -115,7 +120,7 @@ export class LocalRunnerAgents implements HostComponent {
     const context = this.#context;
     const workRoot = this.#workRoot;
     if (!context || !workRoot || this.#stopping) return;
-    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), resolve(__dirname, 'runner-agent.ts')], {
+    const child = spawn(process.execPath, AGENT_ARGS, {
       cwd: workRoot,
       // Nothing of the host's environment: an agent holds its pool credential and no store, bus or table setting.
       env: {

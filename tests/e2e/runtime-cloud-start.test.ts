@@ -2,14 +2,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli, startChildHost, type RunningChild } from '../support/child-process';
+import { CLI, runCli, startChildHost, type RunningChild } from '../support/child-process';
 
+/** The installed command itself (bin/runtime-cloud.js, the sources through tsx), not the tests' compiled host. */
 describe('runtime-cloud start (a real process on a temporary state dir)', () => {
   const stateDir = mkdtempSync(join(tmpdir(), 'rch-e2e-'));
   let host: RunningChild;
 
   beforeAll(async () => {
-    host = await startChildHost(stateDir);
+    host = await startChildHost(stateDir, {}, 60_000, [], [], CLI);
   }, 90_000);
 
   afterAll(async () => {
@@ -18,7 +19,7 @@ describe('runtime-cloud start (a real process on a temporary state dir)', () => 
   });
 
   async function token(...args: string[]): Promise<string> {
-    const result = await runCli(['token', '--state-dir', stateDir, ...args]);
+    const result = await runCli(['token', '--state-dir', stateDir, ...args], {}, CLI);
     expect(result.code).toBe(0);
     // `token` prints the token and nothing else, so `$(runtime-cloud token …)` works in a shell.
     expect(result.stdout).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);

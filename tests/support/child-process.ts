@@ -2,8 +2,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { assertHostStoreMatchesContract } from './event-contracts';
 
-/** The `runtime-cloud` command as package.json `bin` installs it. */
+/** The `runtime-cloud` command as package.json `bin` installs it: the sources, run through tsx. */
 export const CLI = join(__dirname, '../../bin/runtime-cloud.js');
+
+/**
+ * What the child processes run: the test run's compiled host (built once by global-setup.ts, host-build.ts), else
+ * (a bench, a script) the installed command. tests/e2e/runtime-cloud-start.test.ts runs the installed command itself.
+ */
+const HOST_CLI = process.env.RUNTIME_CLOUD_TEST_HOST_CLI ?? CLI;
 
 export interface RunningChild {
   readonly child: ChildProcess;
@@ -20,7 +26,7 @@ export interface RunningChild {
 /**
  * Starts `runtime-cloud start --port 0` in a child process and waits for "listening on <origin>".
  * `env` adds settings (for example a shared PostgreSQL store); `args` more flags (`--app DIR`); `nodeArgs` flags of
- * node itself (`--cpu-prof`, which NODE_OPTIONS may not carry).
+ * node itself (`--cpu-prof`, which NODE_OPTIONS may not carry); `cli` the command's script (the compiled host).
  */
 export async function startChildHost(
   stateDir: string,
@@ -28,8 +34,9 @@ export async function startChildHost(
   timeoutMs = 60_000,
   args: readonly string[] = [],
   nodeArgs: readonly string[] = [],
+  cli = HOST_CLI,
 ): Promise<RunningChild> {
-  const { child, output, exited, match } = await spawnCli([...nodeArgs, CLI, 'start', '--port', '0', '--state-dir', stateDir, ...args], env, /listening on (http:\/\/\S+)/, 'host', timeoutMs);
+  const { child, output, exited, match } = await spawnCli([...nodeArgs, cli, 'start', '--port', '0', '--state-dir', stateDir, ...args], env, /listening on (http:\/\/\S+)/, 'host', timeoutMs);
   const url = new URL(match);
   return {
     child,
@@ -48,10 +55,10 @@ export async function startChildHost(
   };
 }
 
-/** Runs the CLI to completion and returns its exit code and output. */
-export function runCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** Runs the CLI (`cli`: the compiled host's) to completion and returns its exit code and output. */
+export function runCli(args: string[], env: Record<string, string> = {}, cli = HOST_CLI): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [cli, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -73,7 +80,7 @@ export interface RunningPeers {
  * the store the stand-ins answer from, which the hosts started with `settings` must share.
  */
 export async function startPeersProcess(stateDir: string, env: Record<string, string> = {}, timeoutMs = 60_000): Promise<RunningPeers> {
-  const { child, output, exited, match } = await spawnCli([CLI, 'peers', '--state-dir', stateDir], env, /^peers (\{.*\})$/m, 'the peers', timeoutMs);
+  const { child, output, exited, match } = await spawnCli([HOST_CLI, 'peers', '--state-dir', stateDir], env, /^peers (\{.*\})$/m, 'the peers', timeoutMs);
   const settings = JSON.parse(match) as Record<string, string>;
   return {
     child,

@@ -1,5 +1,5 @@
 import { metrics } from '@opentelemetry/api';
-import { PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
+import type { PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { AppError } from '../errors/app-error';
 import { defineInstruments } from './metrics';
@@ -65,8 +65,7 @@ async function start(options: TelemetryOptions): Promise<Telemetry> {
     metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
   }
   defineInstruments();
-  // Without target_info and scope labels: the endpoint serves one host's own instruments.
-  const serializer = new PrometheusSerializer('', false, undefined, true, true);
+  let serializer: PrometheusSerializer | undefined;
   return {
     exporter,
     async prometheusText() {
@@ -74,6 +73,10 @@ async function start(options: TelemetryOptions): Promise<Telemetry> {
       if (errors.length > 0 && resourceMetrics.scopeMetrics.length === 0) {
         throw new AppError('TELEMETRY.COLLECT_FAILED', 'unavailable', `metrics could not be collected: ${String(errors[0])}`);
       }
+      // Loaded at the first scrape, not at start (a tenth of a second of a host's start). Without target_info and
+      // scope labels: the endpoint serves one host's own instruments.
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      serializer ??= new (require('@opentelemetry/exporter-prometheus') as typeof import('@opentelemetry/exporter-prometheus')).PrometheusSerializer('', false, undefined, true, true);
       return serializer.serialize(resourceMetrics);
     },
   };
