@@ -36,10 +36,16 @@ function state(): CoreState {
   return (holder[STATE] ??= { registrations: [], hooks: new Map(), programmingModel: undefined });
 }
 
+const triggers = new WeakMap<Registration, BindingInfo>();
+
 /** The trigger binding of a function (exactly one per function). */
 export function triggerOf(registration: Registration): BindingInfo {
-  const trigger = Object.values(registration.metadata.bindings).find((b) => /trigger$/i.test(b.type));
-  if (!trigger) throw new Error(`function ${registration.metadata.name} has no trigger binding`);
+  let trigger = triggers.get(registration);
+  if (!trigger) {
+    trigger = Object.values(registration.metadata.bindings).find((b) => /trigger$/i.test(b.type));
+    if (!trigger) throw new Error(`function ${registration.metadata.name} has no trigger binding`);
+    triggers.set(registration, trigger);
+  }
   return trigger;
 }
 
@@ -48,9 +54,21 @@ export function registeredFunctions(): readonly Registration[] {
   return state().registrations;
 }
 
+/**
+ * The functions by trigger type, as last listed: the Durable runner asks for them at every look for work, and
+ * registrations are only ever appended, so a list stays good while the registrations' count does.
+ */
+const byTrigger = new Map<string, { readonly of: readonly Registration[]; readonly count: number; readonly list: readonly Registration[] }>();
+
 /** Functions whose trigger binding has this type (`httpTrigger`, `timerTrigger`, `serviceBusTrigger`, …). */
 export function functionsWithTrigger(type: string): readonly Registration[] {
-  return registeredFunctions().filter((r) => triggerOf(r).type.toLowerCase() === type.toLowerCase());
+  const all = registeredFunctions();
+  const key = type.toLowerCase();
+  const listed = byTrigger.get(key);
+  if (listed?.of === all && listed.count === all.length) return listed.list;
+  const list = all.filter((r) => triggerOf(r).type.toLowerCase() === key);
+  byTrigger.set(key, { of: all, count: all.length, list });
+  return list;
 }
 
 /** Functions registered through the hooks API (`preInvocation`, `appStart`, …). */

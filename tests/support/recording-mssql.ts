@@ -2,6 +2,8 @@ import {
   Kysely,
   MssqlAdapter,
   MssqlIntrospector,
+  PostgresAdapter,
+  PostgresQueryCompiler,
   type CompiledQuery,
   type DatabaseConnection,
   type Driver,
@@ -19,8 +21,13 @@ export interface RecordedQuery {
  * A Kysely instance with the product's Azure SQL (T-SQL) compiler (Kysely's, plus lock hints) and a driver that records each compiled
  * statement instead of sending it. Calling a repository function against it shows exactly the T-SQL it would
  * send to Azure SQL. `answer` supplies the result of each statement (default: no rows, one affected row).
+ * `compiledFor: 'postgres'` records what a store that the product sees as Azure SQL but whose statements are compiled
+ * for PostgreSQL sends (as the T-SQL shadow, tests/support/tsql-shadow.ts, is).
  */
-export function recordingMssql(answer: (query: RecordedQuery) => QueryResult<unknown> = () => ({ rows: [], numAffectedRows: 1n })): {
+export function recordingMssql(
+  answer: (query: RecordedQuery) => QueryResult<unknown> = () => ({ rows: [], numAffectedRows: 1n }),
+  compiledFor: 'mssql' | 'postgres' = 'mssql',
+): {
   db: AnyDb;
   queries: RecordedQuery[];
 } {
@@ -52,10 +59,10 @@ export function recordingMssql(answer: (query: RecordedQuery) => QueryResult<unk
   };
   const db = new Kysely<unknown>({
     dialect: {
-      createAdapter: () => new MssqlAdapter(),
+      createAdapter: () => (compiledFor === 'mssql' ? new MssqlAdapter() : new PostgresAdapter()),
       createDriver: () => driver,
       createIntrospector: (inner) => new MssqlIntrospector(inner),
-      createQueryCompiler: () => new RuntimeCloudMssqlQueryCompiler(),
+      createQueryCompiler: () => (compiledFor === 'mssql' ? new RuntimeCloudMssqlQueryCompiler() : new PostgresQueryCompiler()),
     },
   }) as AnyDb;
   return { db, queries };

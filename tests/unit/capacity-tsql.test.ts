@@ -6,10 +6,10 @@ import { aLeaseRequest } from '../support/builders';
 import { recordingMssql, type RecordedQuery } from '../support/recording-mssql';
 
 /** What Azure SQL would receive: the product's T-SQL compiler, statements recorded instead of sent. */
-function recordingService(answer?: (query: RecordedQuery) => { rows: unknown[]; numAffectedRows?: bigint }) {
+function recordingService(answer?: (query: RecordedQuery) => { rows: unknown[]; numAffectedRows?: bigint }, compiledFor: 'mssql' | 'postgres' = 'mssql') {
   // The store's epoch (platform/sql/store-epoch.ts): never restored.
   const epoch = { id: 1, epoch: 0, restored_at: null, restored_from: null, recovery_pending: 0, recovery_started_at: null, recovery_until: null };
-  const { db, queries } = recordingMssql((q) => (/^select \* from "runtime_cloud_store"/.test(q.sql) ? { rows: [epoch] } : answer ? answer(q) : { rows: [], numAffectedRows: 1n }));
+  const { db, queries } = recordingMssql((q) => (/^select \* from "runtime_cloud_store"/.test(q.sql) ? { rows: [epoch] } : answer ? answer(q) : { rows: [], numAffectedRows: 1n }), compiledFor);
   const capacity = createCapacityService({ store: { db, dialect: 'mssql', close: () => Promise.resolve() }, clock: new ManualClock(), ids: randomIds });
   return { capacity, statements: () => queries.map((q) => q.sql) };
 }
@@ -50,6 +50,19 @@ describe('capacity on Azure SQL (compiled T-SQL)', () => {
         '@7, @8, @9, @10, @11, @12, @13, @14)',
       'commit',
     ]);
+  });
+
+  it('when a store of the same dialect compiled for PostgreSQL (the T-SQL shadow) ran the statements first, then this store still sends its own T-SQL', async () => {
+    // The statements are compiled once per store, not once per dialect: the shadow's PostgreSQL text is its own.
+    const granting = (q: RecordedQuery) => (/^insert into "capacity_leases"/.test(q.sql) ? { rows: [{ fencing_token: 1 }], numAffectedRows: 1n } : { rows: [], numAffectedRows: 3n });
+    const shadow = recordingService(granting, 'postgres');
+    await shadow.capacity.acquire(aLeaseRequest({ pool: 'pool-attempt', units: 3 }));
+    expect(shadow.statements().filter((sql) => sql.includes('$1')).length).toBeGreaterThan(1);
+
+    const { capacity, statements } = recordingService(granting);
+    await capacity.acquire(aLeaseRequest({ pool: 'pool-attempt', units: 3 }));
+    expect(statements()).toContain(queueProbe);
+    expect(statements().filter((sql) => sql.includes('$1'))).toEqual([]);
   });
 
   it('when a lease is released, then the lease row is ended with its fencing token and its rows are freed by key in its two scopes', async () => {

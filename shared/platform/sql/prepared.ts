@@ -9,7 +9,13 @@ import type { SyncConnection } from './database';
  * about as much as running it.
  */
 export class Prepared<DB, P extends string, R> {
-  readonly #compiled = new Map<SqlDialect, { sql: string; slots: Slot<P>[] }>();
+  /**
+   * By the store's dialect adapter, which a store's Kysely and its transactions share: compiled once per store. A
+   * process holds one store in production, and tests hold many, whose compilers differ where dialects agree (the
+   * T-SQL shadow is `mssql` compiled for PostgreSQL, tests/support/tsql-shadow.ts): by dialect alone, a statement
+   * compiled for one would be run on another.
+   */
+  readonly #compiled = new WeakMap<object, { sql: string; slots: Slot<P>[] }>();
   constructor(private readonly build: (db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, p: (name: P) => never) => Compilable<R> | RawBuilder<R>) {}
 
   execute(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): Promise<QueryResult<R>> {
@@ -24,14 +30,16 @@ export class Prepared<DB, P extends string, R> {
   }
 
   #compile(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): { sql: string; parameters: unknown[] } {
-    let entry = this.#compiled.get(dialect);
+    // getExecutor() is Kysely's (marked internal); its adapter is the one object a store's Kysely and transactions share.
+    const store = db.getExecutor().adapter;
+    let entry = this.#compiled.get(store);
     if (!entry) {
       const marker = '\u0000placeholder:';
       const built = this.build(db, dialect, (name) => `${marker}${name}` as never);
       const compiled = 'isRawBuilder' in built ? built.compile(db) : built.compile();
       const slots = compiled.parameters.map((v): Slot<P> => (typeof v === 'string' && v.startsWith(marker) ? { name: v.slice(marker.length) as P } : { value: v }));
       entry = dialect === 'postgres' ? inlineConstants(compiled.sql, slots) : { sql: compiled.sql, slots };
-      this.#compiled.set(dialect, entry);
+      this.#compiled.set(store, entry);
       if (dialect === 'postgres') nameStatement(entry.sql);
     }
     const parameters = entry.slots.map((slot) => ('name' in slot ? values[slot.name] : slot.value));
