@@ -86,7 +86,8 @@ export function bodyOf(schema: Schema | undefined): fc.Arbitrary<string | Buffer
     { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b)) },
     { weight: 1, arbitrary: fc.constantFrom('{', '{"a":', 'null', '[]', '""', '{"__proto__":{"polluted":1}}', '{"constructor":{"prototype":{"x":1}}}', '\uFEFF{}') },
     { weight: 1, arbitrary: fc.tuple(fc.integer({ min: 1000, max: 20_000 }), fc.constantFrom('array' as const, 'object' as const)).map(([d, k]) => deepJson(d, k)) },
-    { weight: 1, arbitrary: fc.integer({ min: 100_000, max: 5_000_000 }).map((n) => JSON.stringify({ reason: 'x'.repeat(n) })) },
+    // JSON.stringify({ reason: 'x'.repeat(n) }) byte for byte, without scanning megabytes for characters to escape.
+    { weight: 1, arbitrary: fc.integer({ min: 100_000, max: 5_000_000 }).map((n) => `{"reason":"${'x'.repeat(n)}"}`) },
   );
 }
 
