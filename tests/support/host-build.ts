@@ -1,12 +1,12 @@
 import { build } from 'esbuild';
-import { cpSync, mkdirSync, readdirSync, symlinkSync } from 'node:fs';
+import { cpSync, readdirSync, symlinkSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
 /**
  * The local host compiled to JavaScript for the tests' child processes: hosts, agents and CLI commands. The
  * installed command (bin/runtime-cloud.js) runs the sources through tsx, which resolves, transforms and source-maps
  * every module as it loads: about a third of a child host's start (1 s of CPU of 2.8 s), paid again by each of its
- * agents, and the suite starts a hundred hosts. This is the same transform (tsx is esbuild, file by file), done once
+ * agents, and the suite starts some 75 hosts. This is the same transform (tsx is esbuild, file by file), done once
  * per test run for all files, in about a second.
  *
  * `outDir` mirrors the repository: the compiled folders, the other files in them (JSON, .cjs), and a link to every
@@ -26,7 +26,6 @@ export async function buildLocalHost(outDir: string): Promise<string> {
     }
   }
   await build({ entryPoints: sources, outdir: outDir, outbase: ROOT, format: 'cjs', platform: 'node', target: 'node20', logLevel: 'warning' });
-  mkdirSync(outDir, { recursive: true });
   for (const entry of readdirSync(ROOT)) if (!NOT_LINKED.has(entry)) symlinkSync(join(ROOT, entry), join(outDir, entry));
   return join(outDir, 'local', 'cli.js');
 }
