@@ -59,6 +59,8 @@ export interface LeaseOperation {
   readonly created?: boolean;
   /** An acquire that waited in the pool's queue: its place in the queue's fair order when it joined (1 = next). */
   readonly queuePosition?: number;
+  /** When it joined the queue at that position, epoch ms by the host's clock (the ticket's `requestedAt`). */
+  readonly queuedAt?: number;
   /** Why an indeterminate operation has no answer. */
   readonly error?: string;
 }
@@ -133,11 +135,13 @@ export class LeaseHistory {
     // The call answers at once (a 202 carries the position it joined at); each poll holds at most 5 s, well inside `sendJson`'s timeout.
     const body = { units: 1, ...request, wait: { seconds: waitSeconds, holdSeconds: 0 } };
     let queuePosition: number | undefined;
+    let queuedAt: number | undefined;
     const exchange = async (): Promise<{ status: number; json: unknown }> => {
       const first = await this.send('POST', '/runtime-cloud/leases', body);
       if (first.status !== 202) return first;
-      const ticket = first.json as { requestId: string; position?: number };
+      const ticket = first.json as { requestId: string; position?: number; requestedAt?: string };
       queuePosition = ticket.position;
+      queuedAt = ticket.requestedAt === undefined ? undefined : Date.parse(ticket.requestedAt);
       for (;;) {
         const polled = await this.send('GET', `/runtime-cloud/lease-requests/${encodeURIComponent(ticket.requestId)}?waitSeconds=5`);
         if (polled.status !== 200) return polled;
@@ -149,7 +153,7 @@ export class LeaseHistory {
     return this.record(
       { op: 'acquire', kind: request.kind, units: body.units, holder: request.holder, ttlSeconds: request.ttlSeconds, ...optional({ pool: request.pool, idempotencyKey: request.idempotencyKey }) },
       exchange,
-      (status, answer) => ({ ...leaseFields(answer), created: status === 201, ...optional({ queuePosition }) }),
+      (status, answer) => ({ ...leaseFields(answer), created: status === 201, ...optional({ queuePosition, queuedAt }) }),
     );
   }
 
