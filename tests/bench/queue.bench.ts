@@ -37,7 +37,10 @@ interface Hosts {
 interface Measured {
   readonly grants: number;
   readonly perSecond: number;
+  /** Every request: the acquire (and, waiting, the ticket's long polls), then the release. */
   readonly requests: number;
+  /** The requests that asked for the unit: the acquire and the ticket's long polls, or each polling acquire. */
+  readonly acquires: number;
   /** From a release's request to the answer that shows the next grant, ms. */
   readonly handOvers: readonly number[];
   readonly errors: number;
@@ -85,7 +88,13 @@ export async function run(args: string[]): Promise<Row[]> {
     print({ name: `polling hand-over (${label})`, value: percentiles(polled.handOvers) });
     print({ name: `polling grants/s, 429 then again in ${POLL_MS} ms (${label})`, value: polled.perSecond.toFixed(1), note: `${(polled.requests / polled.grants).toFixed(2)} requests per grant; ${polled.errors} errors` });
     print({ name: 'ratio grants/s queue / polling (target ≥ 1.0)', value: `${(queued.perSecond / polled.perSecond).toFixed(2)}×` });
-    print({ name: 'ratio requests per grant queue / polling (target ≤ 0.1)', value: `${(queued.requests / queued.grants / (polled.requests / polled.grants)).toFixed(3)}×` });
+    const perGrant = (m: Measured, n: number) => n / m.grants;
+    print({ name: 'ratio requests per grant queue / polling (target ≤ 0.1)', value: `${(perGrant(queued, queued.requests) / perGrant(polled, polled.requests)).toFixed(3)}×`, note: 'every request, the release included' });
+    print({
+      name: 'ratio acquire requests per grant queue / polling',
+      value: `${(perGrant(queued, queued.acquires) / perGrant(polled, polled.acquires)).toFixed(3)}×`,
+      note: `${perGrant(queued, queued.acquires).toFixed(2)} / ${perGrant(polled, polled.acquires).toFixed(2)}: the requests that ask for the unit; the release, one per grant either way, left out`,
+    });
     return rows;
   } finally {
     agent.destroy();
@@ -141,6 +150,7 @@ async function measure(
   let lastRelease: number | undefined;
   let grants = 0;
   let requests = 0;
+  let acquires = 0;
   let errors = 0;
   const started = performance.now();
   const end = started + seconds * 1000;
@@ -151,6 +161,7 @@ async function measure(
         const at = performance.now();
         if (lastRelease !== undefined) handOvers.push(at - lastRelease);
         grants++;
+        acquires += granted.requests;
         requests += granted.requests + 1;
         await new Promise((resolve) => setTimeout(resolve, holdMs));
         lastRelease = performance.now();
@@ -162,7 +173,7 @@ async function measure(
     }
   };
   await Promise.all(Array.from({ length: clients }, (_, client) => loop(client)));
-  return { grants, perSecond: grants / ((performance.now() - started) / 1000), requests, handOvers, errors };
+  return { grants, perSecond: grants / ((performance.now() - started) / 1000), requests, acquires, handOvers, errors };
 }
 
 function percentiles(samples: readonly number[]): string {
