@@ -180,13 +180,9 @@ export async function findRunnableInstances(db: Db, dialect: SqlDialect, now: nu
           eb('i.status', '=', 'Pending'),
           eb.and([
             eb('i.status', '=', 'Running'),
-            eb.exists(
-              eb
-                .selectFrom('durable_inbox as m')
-                .select('m.seq')
-                .whereRef('m.instance_id', '=', 'i.instance_id')
-                .where('m.visible_at', '<=', now),
-            ),
+            // The due messages' instances as one list, not a lookup of each running instance's inbox: a host
+            // with thousands of orchestrations waiting (approvals, timers) polls in a fraction of the time.
+            eb('i.instance_id', 'in', eb.selectFrom('durable_inbox as m').select('m.instance_id').where('m.visible_at', '<=', now)),
           ]),
         ]),
       ]),

@@ -107,6 +107,26 @@ describe.each(REPOSITORY_DIALECTS)('local Durable store on %s', (dialect) => {
       expect(await store().selectFrom('durable_history').select('position').where('instance_id', '=', instanceId).execute()).toHaveLength(2);
     });
 
+    it('when a running instance has an inbox message, then it is runnable once that message is due, and another instance\'s due message does not make it so', async () => {
+      const names = ['anOrchestration'];
+      const [waiting, woken] = [await aStartedInstance(), await aStartedInstance()];
+      const timer = (instanceId: string, visibleAt: number): EpisodeCommit => ({
+        ...anEpisode(instanceId, 'w', 0),
+        activities: [],
+        inbox: [{ executionId: `exec-${instanceId}`, dedupeKey: null, event: event(HistoryEventType.TimerFired, { TimerId: 0 }), visibleAt }],
+      });
+      for (const instanceId of [waiting, woken]) expect(await acquireInstanceLease(store(), instanceId, 'w', T0, LEASE)).toBe(true);
+      await commitEpisode(store(), timer(waiting, T0 + 10 * LEASE));
+      await commitEpisode(store(), timer(woken, T0 + 2 * LEASE));
+      // Both leases lapse at T0 + LEASE; each now waits for its timer.
+      const runnable = (at: number) => findRunnableInstances(store(), dialect, at, 100, names);
+      expect(await runnable(T0 + LEASE + 1)).not.toContain(waiting);
+      expect(await runnable(T0 + LEASE + 1)).not.toContain(woken);
+      expect(await runnable(T0 + 2 * LEASE)).toContain(woken);
+      expect(await runnable(T0 + 2 * LEASE)).not.toContain(waiting);
+      expect(await runnable(T0 + 10 * LEASE)).toEqual(expect.arrayContaining([waiting, woken]));
+    });
+
     it('when terminate lands while an episode runs, then the episode commit fails on the version', async () => {
       const instanceId = await aStartedInstance();
       expect(await acquireInstanceLease(store(), instanceId, 'w', T0, LEASE)).toBe(true);
