@@ -95,7 +95,8 @@ export async function startPeersProcess(stateDir: string, env: Record<string, st
 
 /**
  * Spawns node with `args` and waits until its output matches `ready` (its first group is `match`); rejects when it
- * exits first or `timeoutMs` passes, with what it printed.
+ * exits first or `timeoutMs` passes, with what it printed. A child that did not start in time is killed: left running,
+ * its pipes would keep the caller's process alive after the error (a bench that never ends instead of failing).
  */
 async function spawnCli(
   args: readonly string[],
@@ -110,7 +111,10 @@ async function spawnCli(
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const match = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${what} did not start in ${timeoutMs} ms:\n${output}`));
+    }, timeoutMs);
     child.stdout.on('data', () => {
       const found = ready.exec(output)?.[1];
       if (found) {
