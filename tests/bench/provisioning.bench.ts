@@ -27,13 +27,19 @@
  * Azure's services and the peers run beside a deployed host; their CPU per run is a row of its own. Before the load, a few promotions run
  * one at a time on the example's own stack: the same split, unloaded.
  *
+ * Each host is warmed first with a load of its own, the same size on stacks and environments of its own, and the rows
+ * are the second load's: a host's first few hundred runs also pay for V8 compiling its hot code (TurboFan, on V8's
+ * background threads, so inside the host's CPU; about 930 functions at about 3 ms each, measured with `--trace-opt`,
+ * and moved onto the event loop by `--no-concurrent-recompilation`), which a host serving for hours pays once. The
+ * warm-up's host CPU per run is printed too (`--no-warm-up` skips it: the rows are then a fresh host's).
+ *
  * Plans and applies run as runner jobs on each host's two local agents (issue 17). The same load runs again, in the
  * same run, with the engine in process (`RuntimeCloud__IaC__Execution=in-process`, today's path before runner jobs,
  * kept as this baseline), and the rows are printed side by side with their ratio. Both run twice, in the order runner
  * jobs, in process, in process, runner jobs, so that a machine getting busier or quieter during the bench moves both
- * alike; the ratio of both rounds together is the figure, each round's beside it. Per job, the dispatch cost is claim
- * → outcome accepted (the jobs table) less the engine's own time (the agent's `engineMs`), and its wait for an agent is
- * queued → claimed. The agents' CPU per run (the hosts' child processes) is a row of its own, as the peers' is: on
+ * alike; the ratio of both rounds together is the figure, each round's beside it. Per job (of the unloaded runs and
+ * the load, not the warm-up), the dispatch cost is claim → outcome accepted (the jobs table) less the engine's own time
+ * (the agent's `engineMs`), and its wait for an agent is queued → claimed. The agents' CPU per run (the hosts' child processes) is a row of its own, as the peers' is: on
  * Azure they run on the target, and on this machine they share its cores with the host.
  *
  * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
@@ -125,7 +131,16 @@ interface Split {
 export async function run(args: string[]): Promise<Row[]> {
   const { values } = parseArgs({
     args,
-    options: { store: { type: 'string' }, promotions: { type: 'string' }, stacks: { type: 'string' }, 'wait-seconds': { type: 'string' }, quick: { type: 'boolean' }, profile: { type: 'string' }, pass: { type: 'string' } },
+    options: {
+      store: { type: 'string' },
+      promotions: { type: 'string' },
+      stacks: { type: 'string' },
+      'wait-seconds': { type: 'string' },
+      quick: { type: 'boolean' },
+      profile: { type: 'string' },
+      pass: { type: 'string' },
+      'no-warm-up': { type: 'boolean' },
+    },
   });
   // --quick: 20 promotions over 10 stacks and 3 unloaded runs, the same rows.
   const quick = values.quick === true;
@@ -135,6 +150,7 @@ export async function run(args: string[]): Promise<Row[]> {
   const stacks = Number(values.stacks ?? (quick ? '10' : '50'));
   const unloadedRuns = quick ? 3 : UNLOADED_RUNS;
   const waitMs = Number(values['wait-seconds'] ?? '300') * 1000;
+  const warmUp = values['no-warm-up'] !== true;
   const work = mkdtempSync(join(tmpdir(), 'rch-bench-provisioning-'));
   const { rows, print } = rowCollector();
   /** The loaded measurement with dynamic concurrency on, compared with the baseline's. */
@@ -161,7 +177,8 @@ export async function run(args: string[]): Promise<Row[]> {
       const stateDir = join(work, `state-${pass.name}-${pass.round}`);
       // The hosts share the state dir: issuer key, example repository (with the stack copies) and references exist first.
       const keys = await ensureLocalKeys(stateDir);
-      const repository = await benchRepository(join(work, `source-${pass.name}-${pass.round}`), stateDir, stacks);
+      // The warm-up load's stacks follow the measured load's: development-<stacks + 1> … development-<2 × stacks>.
+      const repository = await benchRepository(join(work, `source-${pass.name}-${pass.round}`), stateDir, warmUp ? 2 * stacks : stacks);
       writeExampleReferences(stateDir);
       const config = parseConfig({});
       const issue = (claims: object) => issueLocalToken(keys, { issuer: config.auth.issuer, audience: config.auth.audience, ttlSeconds: 3600, ...claims });
@@ -169,6 +186,20 @@ export async function run(args: string[]): Promise<Row[]> {
       await withHosts(store, stateDir, pass.env, profile, async (hosts, peers, sqlStore) => {
         const client = new BenchClient(hosts, tokens, peers, sqlStore);
         const first = pass === chosen[0];
+        let measuredFrom = 0;
+        if (warmUp) {
+          const warming = Array.from({ length: promotions }, (_, i) =>
+            aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1 + stacks}`, environmentId: `env-bench-warm-up-${i}` }),
+          );
+          const warmed = await runAtOnce(client, warming, waitMs);
+          print({
+            name: `warm-up load, a fresh host: host CPU per run (${pass.name})`,
+            value: warmed.cpuMs === undefined ? 'n/a' : `${(warmed.cpuMs / warmed.timelines.length).toFixed(1)} ms`,
+            note: `${warmed.timelines.length} runs applied (not applied: ${warmed.notApplied.length}), ${(warmed.timelines.length / (warmed.wallToSeen / 1000)).toFixed(1)} runs/s; not in the rows below`,
+          });
+          // The job rows below are the unloaded runs' and the load's.
+          measuredFrom = Date.now();
+        }
         const unloaded = first ? await runOneAtATime(client, repository, unloadedRuns) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
@@ -178,7 +209,7 @@ export async function run(args: string[]): Promise<Row[]> {
         if (unloaded) {
           report(store, hosts.length, loaded, unloaded, client, print);
           baseline = loaded;
-          const jobs = await jobTimes(sqlStore);
+          const jobs = await jobTimes(sqlStore, measuredFrom);
           print({ name: 'runner job dispatch, claim → outcome accepted less engine (target ≤ 20 ms p50)', value: percentiles(jobs.dispatch), note: `${jobs.dispatch.length} jobs` });
           print({ name: 'runner job waiting for an agent, queued → claimed', value: percentiles(jobs.waiting), note: `${jobs.waiting.length} jobs` });
         } else if (baseline && pass.name === 'in-process' && pass.round === 1) {
@@ -272,8 +303,13 @@ async function withHosts(
  * Of every runner job that finished, ms: claim → outcome accepted less the engine's own time (dispatch), and queued →
  * claimed (waiting for an agent).
  */
-async function jobTimes(sqlStore: SqlStore): Promise<{ dispatch: number[]; waiting: number[] }> {
-  const rows = await provisioningDb(sqlStore.db).selectFrom('provisioning_runner_jobs').select(['created_at', 'claimed_at', 'finished_at', 'outcome']).where('state', '=', 'done').execute();
+async function jobTimes(sqlStore: SqlStore, since: number): Promise<{ dispatch: number[]; waiting: number[] }> {
+  const rows = await provisioningDb(sqlStore.db)
+    .selectFrom('provisioning_runner_jobs')
+    .select(['created_at', 'claimed_at', 'finished_at', 'outcome'])
+    .where('state', '=', 'done')
+    .where('created_at', '>=', since)
+    .execute();
   return {
     dispatch: rows.map((r) => {
       const outcome = JSON.parse(r.outcome ?? '{}') as { runner?: { engineMs?: number } };
