@@ -1,6 +1,5 @@
 import type { Kysely, Transaction } from 'kysely';
 import { firstRows, upsertRow, type SqlDialect } from '../../shared/platform/sql/dialect';
-import { Prepared } from '../../shared/platform/sql/prepared';
 import type { BusTables, TopicHeadTable, TopicMessageTable, TopicSubscriptionTable } from '../../shared/platform/bus/bus.tables';
 import type { ApplicationProperties, OutgoingMessage } from '../../shared/platform/bus/queue';
 import { subscriptionTakes } from './subscriptions';
@@ -45,7 +44,7 @@ export interface TopicMessage {
 export async function appendToTopic(db: Db, dialect: SqlDialect, topic: string, messages: readonly OutgoingMessage[], now: number): Promise<number> {
   if (messages.length === 0) return 0;
   if (!db.isTransaction) return db.transaction().execute((trx) => appendToTopic(trx, dialect, topic, messages, now));
-  const subscriptions = (await subscriptionsQuery.run(db, { topic })).rows;
+  const subscriptions = await db.selectFrom('topic_subscriptions').select('subscription').where('topic', '=', topic).orderBy('subscription').execute();
   await upsertRow<TopicHeadTable>(db, dialect, 'topic_heads', { values: { topic, published_at: now }, key: ['topic'], update: { published_at: now } });
   let added = 0;
   // One row at a time keeps the sequence order equal to the given order on every dialect.
@@ -59,11 +58,6 @@ export async function appendToTopic(db: Db, dialect: SqlDialect, topic: string, 
   }
   return added;
 }
-
-// Every publish reads them: built and compiled once (prepared.ts).
-const subscriptionsQuery = new Prepared<BusTables, 'topic', { subscription: string }>((db, _dialect, p) =>
-  db.selectFrom('topic_subscriptions').select('subscription').where('topic', '=', p('topic')).orderBy('subscription'),
-);
 
 /** The entity path of a topic subscription, as Service Bus names it; receivers read it like a queue. */
 export function subscriptionEntity(topic: string, subscription: string): string {

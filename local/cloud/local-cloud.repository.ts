@@ -1,7 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import { isUniqueViolation } from '../../shared/platform/sql/dialect';
-import { Prepared } from '../../shared/platform/sql/prepared';
 import type { StackRef } from '../../shared/platform/iac/stack-ref';
 import type { LocalCloudResourceTable, LocalCloudTables } from './local-cloud.tables';
 
@@ -122,12 +121,9 @@ function stackUrnRange(stack: StackRef): { from: string; to: string } {
 
 /** Undefined when the target has no row (it was never switched): callers read that as reachable. */
 export async function readReachable(db: LocalCloudDb, target: string): Promise<boolean | undefined> {
-  const [row] = (await reachableQuery.run(db, { target })).rows;
+  const row = await db.selectFrom('local_cloud_targets').select('reachable').where('target', '=', target).executeTakeFirst();
   return row ? Number(row.reachable) === 1 : undefined;
 }
-
-// Every job call to a local target asks it: built and compiled once (prepared.ts).
-const reachableQuery = new Prepared<LocalCloudTables, 'target', { reachable: number }>((db, _dialect, p) => db.selectFrom('local_cloud_targets').select('reachable').where('target', '=', p('target')));
 
 /** Sets the flag: an update, or an insert for a target not switched before (no upsert: Azure SQL has none). */
 export async function writeReachable(db: LocalCloudDb, target: string, reachable: boolean, now: number): Promise<void> {

@@ -1,7 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
-import { affectedRows, Prepared, preparedBy, preparedPer } from '../../shared/platform/sql/prepared';
+import { affectedRows, Prepared } from '../../shared/platform/sql/prepared';
 import {
   HistoryEventType,
   TERMINAL_STATUSES,
@@ -175,12 +175,12 @@ const instanceQuery = new Prepared<DurableTables, 'id', DurableInstanceTable>((d
  */
 export async function findRunnableInstances(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<string[]> {
   if (names.length === 0) return [];
-  const rows = (await runnableQuery({ names, limit }).execute(db, dialect, { now })).rows;
+  const rows = (await runnableQuery(names, limit).execute(db, dialect, { now })).rows;
   return rows.map((r) => r.instance_id);
 }
 
 /** One statement per host's names and batch size (both fixed for a runner): polled several times a second. */
-const runnableQuery = preparedBy(pollKey, ({ names, limit }: Poll) =>
+const runnableQuery = byNamesAndLimit((names, limit) =>
   new Prepared<DurableTables, 'now', { instance_id: string }>((db, dialect, p) =>
     firstRows(
       db
@@ -207,14 +207,15 @@ const runnableQuery = preparedBy(pollKey, ({ names, limit }: Poll) =>
   ),
 );
 
-/** The names and batch size a runner polls with, fixed for its life: the statement's text depends on them. */
-interface Poll {
-  readonly names: readonly string[];
-  readonly limit: number;
-}
-
-function pollKey(poll: Poll): string {
-  return `${poll.limit}\u0000${poll.names.join('\u0000')}`;
+/** A statement per list of names and limit, kept: a runner polls with the same ones all its life. */
+function byNamesAndLimit<R>(build: (names: readonly string[], limit: number) => Prepared<DurableTables, 'now', R>): (names: readonly string[], limit: number) => Prepared<DurableTables, 'now', R> {
+  const kept = new Map<string, Prepared<DurableTables, 'now', R>>();
+  return (names, limit) => {
+    const key = `${limit}\u0000${names.join('\u0000')}`;
+    let prepared = kept.get(key);
+    if (!prepared) kept.set(key, (prepared = build(names, limit)));
+    return prepared;
+  };
 }
 
 /** Takes the instance's lease when it is free or expired; true when this worker now holds it. */
@@ -387,9 +388,20 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
     }
     if (commit.finished) await deleteWork(trx, commit.instanceId, { history: false });
     if (commit.append.length > 0) {
-      const values: Record<string, unknown> = { id: commit.instanceId, executionId: instance.executionId, owner: commit.owner, now: commit.now };
-      commit.append.forEach((event, i) => Object.assign(values, { [`position${i}`]: commit.appendAt + i, [`type${i}`]: event.EventType, [`event${i}`]: JSON.stringify(event) }));
-      await appendHistoryQuery(commit.append.length).run(trx, values);
+      await trx
+        .insertInto('durable_history')
+        .values(
+          commit.append.map((event, i) => ({
+            instance_id: commit.instanceId,
+            position: commit.appendAt + i,
+            execution_id: instance.executionId,
+            event_type: event.EventType,
+            event: JSON.stringify(event),
+            recorded_by: commit.owner,
+            recorded_at: commit.now,
+          })),
+        )
+        .execute();
     }
     if (commit.cancelTimers.length > 0) {
       await trx
@@ -404,9 +416,22 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
         .execute();
     }
     if (commit.activities.length > 0) {
-      const values: Record<string, unknown> = { id: commit.instanceId, executionId: instance.executionId, now: commit.now };
-      commit.activities.forEach((a, i) => Object.assign(values, { [`task${i}`]: a.taskId, [`name${i}`]: a.name, [`input${i}`]: a.input }));
-      await scheduleActivitiesQuery(commit.activities.length).run(trx, values);
+      await trx
+        .insertInto('durable_activities')
+        .values(
+          commit.activities.map((a) => ({
+            instance_id: commit.instanceId,
+            execution_id: instance.executionId,
+            task_id: a.taskId,
+            name: a.name,
+            input: a.input,
+            claims: 0,
+            lease_owner: null,
+            lease_expires_at: null,
+            created_at: commit.now,
+          })),
+        )
+        .execute();
     }
     if (commit.inbox.length > 0) await insertInbox(trx, commit.instanceId, commit.inbox, commit.now);
     for (const child of commit.children ?? []) {
@@ -453,44 +478,6 @@ const commitInstanceQuery = new Prepared<DurableTables, CommitParam, never>((db,
     .where('instance_id', '=', p('id'))
     .where('lease_owner', '=', p('owner'))
     .where('version', '=', p('expectedVersion')),
-);
-
-/** An episode's new history rows, one statement per count of rows (a few at most). */
-const appendHistoryQuery = preparedPer(
-  (count) =>
-    new Prepared<DurableTables, string, never>((db, _dialect, p) =>
-      db.insertInto('durable_history').values(
-        Array.from({ length: count }, (_, i) => ({
-          instance_id: p('id'),
-          position: p(`position${i}`),
-          execution_id: p('executionId'),
-          event_type: p(`type${i}`),
-          event: p(`event${i}`),
-          recorded_by: p('owner'),
-          recorded_at: p('now'),
-        })),
-      ),
-    ),
-);
-
-/** An episode's scheduled activities, one statement per count (a fan-out schedules many at once). */
-const scheduleActivitiesQuery = preparedPer(
-  (count) =>
-    new Prepared<DurableTables, string, never>((db, _dialect, p) =>
-      db.insertInto('durable_activities').values(
-        Array.from({ length: count }, (_, i) => ({
-          instance_id: p('id'),
-          execution_id: p('executionId'),
-          task_id: p(`task${i}`),
-          name: p(`name${i}`),
-          input: p(`input${i}`),
-          claims: 0,
-          lease_owner: null,
-          lease_expires_at: null,
-          created_at: p('now'),
-        })),
-      ),
-    ),
 );
 
 const consumeInboxQuery = new Prepared<DurableTables, 'seq', never>((db, _dialect, p) => db.deleteFrom('durable_inbox').where('seq', '=', p('seq')));
@@ -560,11 +547,11 @@ export interface ActivityWork {
 /** Activity work items of the named activities that no live lease holds. */
 export async function findDueActivities(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<number[]> {
   if (names.length === 0) return [];
-  const rows = (await dueActivitiesQuery({ names, limit }).execute(db, dialect, { now })).rows;
+  const rows = (await dueActivitiesQuery(names, limit).execute(db, dialect, { now })).rows;
   return rows.map((r) => Number(r.seq));
 }
 
-const dueActivitiesQuery = preparedBy(pollKey, ({ names, limit }: Poll) =>
+const dueActivitiesQuery = byNamesAndLimit((names, limit) =>
   new Prepared<DurableTables, 'now', { seq: number }>((db, dialect, p) =>
     firstRows(
       db

@@ -6,7 +6,6 @@ import { type ProvisioningDb } from './stack-lock.repository';
 import type { ApplyReceipt, Decision, PlanReceipt, PolicyWait, RefusedApproval, RunArtifact, RunDetail, UndecidedPlanReceipt } from './receipt';
 import { byTenant, RUN_COLUMNS, runRowToRun, waitingColumns } from './runs.repository';
 import { problemError } from '../platform/errors/catalogue';
-import { Prepared } from '../platform/sql/prepared';
 import { ProvisioningErrors } from './errors';
 
 /**
@@ -209,19 +208,16 @@ export async function insertDecision(trx: Executor, runId: string, decision: Dec
 
 /** Records what a run stored at an external service; recording the same id again changes nothing. */
 export async function insertArtifact(trx: Executor, runId: string, artifact: RunArtifact): Promise<void> {
-  const artifactKey = { runId, kind: artifact.kind, externalId: artifact.id };
-  if ((await knownArtifactQuery.run(trx, artifactKey)).rows.length > 0) return;
-  await insertArtifactQuery.run(trx, { ...artifactKey, at: artifact.recordedAt.getTime() });
+  const known = await trx
+    .selectFrom('provisioning_run_artifacts')
+    .select('external_id')
+    .where('run_id', '=', runId)
+    .where('kind', '=', artifact.kind)
+    .where('external_id', '=', artifact.id)
+    .executeTakeFirst();
+  if (known) return;
+  await trx.insertInto('provisioning_run_artifacts').values({ run_id: runId, kind: artifact.kind, external_id: artifact.id, recorded_at: artifact.recordedAt.getTime() }).execute();
 }
-
-// Every run records three artifacts: built and compiled once (prepared.ts).
-const knownArtifactQuery = new Prepared<ProvisioningTables, 'runId' | 'kind' | 'externalId', { external_id: string }>((db, _dialect, p) =>
-  db.selectFrom('provisioning_run_artifacts').select('external_id').where('run_id', '=', p('runId')).where('kind', '=', p('kind')).where('external_id', '=', p('externalId')),
-);
-
-const insertArtifactQuery = new Prepared<ProvisioningTables, 'runId' | 'kind' | 'externalId' | 'at', never>((db, _dialect, p) =>
-  db.insertInto('provisioning_run_artifacts').values({ run_id: p('runId'), kind: p('kind'), external_id: p('externalId'), recorded_at: p('at') }),
-);
 
 export async function listArtifacts(db: Executor, runId: string): Promise<RunArtifact[]> {
   const rows = await db.selectFrom('provisioning_run_artifacts').selectAll().where('run_id', '=', runId).orderBy('recorded_at').orderBy('kind').execute();

@@ -1,5 +1,4 @@
 import type { Kysely, Transaction } from 'kysely';
-import { affectedRows, Prepared } from '../sql/prepared';
 import type { Clock } from '../time/clock';
 import type { BusTables } from './bus.tables';
 
@@ -25,49 +24,45 @@ export type InboundRecord =
 /** Records an inbound message; `isNew` is false when it (or its business key) was recorded before. */
 export async function recordInbound(trx: Db, message: InboundMessage, clock: Clock): Promise<InboundRecord> {
   const now = clock.now().getTime();
-  const [sameKey] = (await sameKeyQuery.run(trx, { module: message.module, businessKey: message.businessKey })).rows;
-  const result = await insertInboundQuery.run(trx, {
-    module: message.module,
-    messageId: message.messageId,
-    businessKey: message.businessKey,
-    now,
-    // A resend of a known business key is settled on arrival; it must not count as lag.
-    processedAt: sameKey ? now : null,
-    outcome: sameKey ? 'duplicate-business-key' : null,
-  });
-  if (affectedRows(result) === 0) return { isNew: false, duplicateOf: 'message-id' };
-  if (sameKey) return { isNew: false, duplicateOf: 'business-key' };
-  return { isNew: true };
-}
-
-// Every inbound message runs these: built and compiled once (prepared.ts).
-const sameKeyQuery = new Prepared<BusTables, 'module' | 'businessKey', { message_id: string }>((db, _dialect, p) =>
-  db.selectFrom('inbox').select('message_id').where('module', '=', p('module')).where('business_key', '=', p('businessKey')),
-);
-
-// INSERT … SELECT … WHERE NOT EXISTS is the one conditional insert all three dialects share (T-SQL has no ON
-// CONFLICT). Two deliveries racing past the check meet the primary key; the loser fails and is redelivered.
-const insertInboundQuery = new Prepared<BusTables, 'module' | 'messageId' | 'businessKey' | 'now' | 'processedAt' | 'outcome', never>((db, _dialect, p) =>
-  db
+  const sameKey = await trx
+    .selectFrom('inbox')
+    .select('message_id')
+    .where('module', '=', message.module)
+    .where('business_key', '=', message.businessKey)
+    .executeTakeFirst();
+  // INSERT … SELECT … WHERE NOT EXISTS is the one conditional insert all three dialects share (T-SQL has no
+  // ON CONFLICT). Two deliveries racing past the check meet the primary key; the loser fails and is redelivered.
+  const result = await trx
     .insertInto('inbox')
     .columns(['module', 'message_id', 'business_key', 'received_at', 'processed_at', 'outcome'])
     .expression(
-      db
+      trx
         .selectNoFrom((eb) => [
-          eb.val(p('module')).as('module'),
-          eb.val(p('messageId')).as('message_id'),
-          eb.val(p('businessKey')).as('business_key'),
-          eb.val(p('now')).as('received_at'),
-          eb.val(p('processedAt')).as('processed_at'),
-          eb.val(p('outcome')).as('outcome'),
+          eb.val(message.module).as('module'),
+          eb.val(message.messageId).as('message_id'),
+          eb.val(message.businessKey).as('business_key'),
+          eb.val(now).as('received_at'),
+          // A resend of a known business key is settled on arrival; it must not count as lag.
+          eb.val(sameKey ? now : null).as('processed_at'),
+          eb.val(sameKey ? 'duplicate-business-key' : null).as('outcome'),
         ])
-        .where((eb) => eb.not(eb.exists(db.selectFrom('inbox').select('message_id').where('module', '=', p('module')).where('message_id', '=', p('messageId'))))),
-    ),
-);
-
-const markProcessedQuery = new Prepared<BusTables, 'now' | 'outcome' | 'module' | 'messageId', never>((db, _dialect, p) =>
-  db.updateTable('inbox').set({ processed_at: p('now'), outcome: p('outcome') }).where('module', '=', p('module')).where('message_id', '=', p('messageId')).where('processed_at', 'is', null),
-);
+        .where((eb) =>
+          eb.not(
+            eb.exists(
+              trx
+                .selectFrom('inbox')
+                .select('message_id')
+                .where('module', '=', message.module)
+                .where('message_id', '=', message.messageId),
+            ),
+          ),
+        ),
+    )
+    .executeTakeFirst();
+  if (Number(result.numInsertedOrUpdatedRows ?? 0) === 0) return { isNew: false, duplicateOf: 'message-id' };
+  if (sameKey) return { isNew: false, duplicateOf: 'business-key' };
+  return { isNew: true };
+}
 
 /** Marks an inbound message as processed with what came of it (`applied`, `rejected`, …). */
 export async function markInboundProcessed(
@@ -75,7 +70,13 @@ export async function markInboundProcessed(
   message: Pick<InboundMessage, 'module' | 'messageId'> & { readonly outcome: string },
   clock: Clock,
 ): Promise<void> {
-  await markProcessedQuery.run(trx, { now: clock.now().getTime(), outcome: message.outcome, module: message.module, messageId: message.messageId });
+  await trx
+    .updateTable('inbox')
+    .set({ processed_at: clock.now().getTime(), outcome: message.outcome })
+    .where('module', '=', message.module)
+    .where('message_id', '=', message.messageId)
+    .where('processed_at', 'is', null)
+    .execute();
 }
 
 export interface ModuleLag {

@@ -1,6 +1,5 @@
-import type { Kysely, SelectQueryBuilder, Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import type { SqlDialect } from '../sql/dialect';
-import { Prepared, preparedBy, preparedPer } from '../sql/prepared';
 import type { OutboxTables } from './outbox';
 
 /**
@@ -43,13 +42,29 @@ export interface ClaimOptions {
  */
 export async function claimPending(db: Db, options: ClaimOptions): Promise<PendingEvent[]> {
   if (options.lanes?.length === 0) return [];
-  const { dialect, batchSize } = options;
-  const head = (await headQuery({ batchSize, lanes: options.lanes?.length ?? 'all' }).execute(db, dialect, numbered('lane', options.lanes ?? []))).rows;
+  let oldest = db.selectFrom('outbox').select('lane').where('published_at', 'is', null).where('dead_lettered_at', 'is', null).orderBy('seq');
+  if (options.lanes) oldest = oldest.where('lane', 'in', [...options.lanes]);
+  // firstRows' TOP or LIMIT, spelled here: this module loads with the relay's timer function at registration, and
+  // dialect.ts would load Kysely with it (cold start).
+  const head = await (options.dialect === 'mssql' ? oldest.top(options.batchSize) : oldest.limit(options.batchSize)).execute();
   const lanes = [...new Set(head.map((row) => Number(row.lane)))];
   if (lanes.length === 0) return [];
   // Lanes another relay holds are left to it; the condition is checked by the UPDATE itself.
-  await claimLanesQuery(lanes.length).execute(db, dialect, { ...numbered('lane', lanes), token: options.claimToken, until: options.now + options.leaseMs, now: options.now });
-  const pending = (await pendingQuery(batchSize).execute(db, dialect, { token: options.claimToken })).rows;
+  await db
+    .updateTable('outbox_lanes')
+    .set({ claimed_by: options.claimToken, claimed_until: options.now + options.leaseMs })
+    .where('lane', 'in', lanes)
+    .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<=', options.now)]))
+    .execute();
+  const claimed = db.selectFrom('outbox_lanes').select('lane').where('claimed_by', '=', options.claimToken);
+  const rows = db
+    .selectFrom('outbox')
+    .select(['seq', 'event_id', 'topic', 'correlation_id', 'payload', 'attempts'])
+    .where('lane', 'in', claimed)
+    .where('published_at', 'is', null)
+    .where('dead_lettered_at', 'is', null)
+    .orderBy('seq');
+  const pending = await (options.dialect === 'mssql' ? rows.top(options.batchSize) : rows.limit(options.batchSize)).execute();
   if (pending.length === 0) await releaseLanes(db, options.claimToken);
   return pending.map((r) => ({
     seq: Number(r.seq),
@@ -61,79 +76,16 @@ export async function claimPending(db: Db, options: ClaimOptions): Promise<Pendi
   }));
 }
 
-// A relay runs these for every event it publishes: built and compiled once per shape (prepared.ts), as the dialect's
-// own TOP or LIMIT spelled here: this module loads with the relay's timer function at registration, and dialect.ts
-// would load Kysely with it (cold start).
-function firstOf<O>(query: SelectQueryBuilder<OutboxTables, 'outbox', O>, dialect: SqlDialect, n: number): SelectQueryBuilder<OutboxTables, 'outbox', O> {
-  return dialect === 'mssql' ? query.top(n) : query.limit(n);
-}
-
-/** `lane0`, `lane1`, …: the values of a statement's list, by the names its shape gave them. */
-function numbered(prefix: string, values: readonly number[]): Record<string, number> {
-  return Object.fromEntries(values.map((value, i) => [`${prefix}${i}`, value]));
-}
-
-function numberedSlots(prefix: string, count: number, p: (name: string) => never): never[] {
-  return Array.from({ length: count }, (_, i) => p(`${prefix}${i}`));
-}
-
-/** The lanes of the oldest pending rows: of all lanes, or of the given ones (an after-commit publish). */
-const headQuery = preparedBy(
-  (shape: { batchSize: number; lanes: number | 'all' }) => `${shape.batchSize}/${shape.lanes}`,
-  (shape) =>
-    new Prepared<OutboxTables, string, { lane: number }>((db, dialect, p) => {
-      let oldest = db.selectFrom('outbox').select('lane').where('published_at', 'is', null).where('dead_lettered_at', 'is', null).orderBy('seq');
-      if (shape.lanes !== 'all') oldest = oldest.where('lane', 'in', numberedSlots('lane', shape.lanes, p));
-      return firstOf(oldest, dialect, shape.batchSize);
-    }),
-);
-
-const claimLanesQuery = preparedPer(
-  (count) =>
-    new Prepared<OutboxTables, string, never>((db, _dialect, p) =>
-      db
-        .updateTable('outbox_lanes')
-        .set({ claimed_by: p('token'), claimed_until: p('until') })
-        .where('lane', 'in', numberedSlots('lane', count, p))
-        .where((eb) => eb.or([eb('claimed_until', 'is', null), eb('claimed_until', '<=', p('now'))])),
-    ),
-);
-
-const pendingQuery = preparedPer(
-  (batchSize) =>
-    new Prepared<OutboxTables, 'token', { seq: number; event_id: string; topic: string; correlation_id: string | null; payload: string; attempts: number }>((db, dialect, p) =>
-      firstOf(
-        db
-          .selectFrom('outbox')
-          .select(['seq', 'event_id', 'topic', 'correlation_id', 'payload', 'attempts'])
-          .where('lane', 'in', db.selectFrom('outbox_lanes').select('lane').where('claimed_by', '=', p('token')))
-          .where('published_at', 'is', null)
-          .where('dead_lettered_at', 'is', null)
-          .orderBy('seq'),
-        dialect,
-        batchSize,
-      ),
-    ),
-);
-
-const markPublishedQuery = preparedPer(
-  (count) =>
-    new Prepared<OutboxTables, string, never>((db, _dialect, p) =>
-      db
-        .updateTable('outbox')
-        .set((eb) => ({ published_at: p('now'), attempts: eb('attempts', '+', 1) }))
-        .where('seq', 'in', numberedSlots('seq', count, p))
-        .where('published_at', 'is', null),
-    ),
-);
-
-const releaseLanesQuery = new Prepared<OutboxTables, 'token', never>((db, _dialect, p) =>
-  db.updateTable('outbox_lanes').set({ claimed_by: null, claimed_until: null }).where('claimed_by', '=', p('token')),
-);
-
 /** Marks rows published, after the bus confirmed them, and gives the claim's lanes back. */
 export async function markPublished(db: Db, claimToken: string, seqs: readonly number[], now: number): Promise<void> {
-  if (seqs.length > 0) await markPublishedQuery(seqs.length).run(db, { ...numbered('seq', seqs), now });
+  if (seqs.length > 0) {
+    await db
+      .updateTable('outbox')
+      .set((eb) => ({ published_at: now, attempts: eb('attempts', '+', 1) }))
+      .where('seq', 'in', [...seqs])
+      .where('published_at', 'is', null)
+      .execute();
+  }
   await releaseLanes(db, claimToken);
 }
 
@@ -187,7 +139,7 @@ export async function deadLettersSince(db: Db, since: number): Promise<{ count: 
 }
 
 async function releaseLanes(db: Db, claimToken: string): Promise<void> {
-  await releaseLanesQuery.run(db, { token: claimToken });
+  await db.updateTable('outbox_lanes').set({ claimed_by: null, claimed_until: null }).where('claimed_by', '=', claimToken).execute();
 }
 
 /** How many events wait, and since when (epoch ms), for health and tests. */

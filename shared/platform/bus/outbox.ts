@@ -3,7 +3,6 @@ import { sql, type Generated, type Kysely, type Migration, type Transaction } fr
 import type { Clock, Ids } from '../time/clock';
 import { firstRows, type SqlDialect } from '../sql/dialect';
 import { sqlTypes, withSeq, type MigrationSource } from '../sql/migrations';
-import { Prepared } from '../sql/prepared';
 import { afterCommit } from '../sql/transaction';
 import { EVENT_SOURCE, EVENTS_TOPIC, type CloudEvent, type NewEvent } from './events';
 
@@ -195,33 +194,28 @@ export async function appendToOutbox(
   const lanes = [...new Set(cloudEvents.map((e) => laneOf(streamOf(e))))].sort((a, b) => a - b);
   // One statement per lane, in lane order: a single UPDATE of an IN list locks its rows in whatever order the plan
   // visits them (a sequential scan: the physical order), which could deadlock with another writer.
-  for (const lane of lanes) await holdLaneQuery.run(trx, { now, lane });
-  for (const e of cloudEvents) {
-    await insertEventQuery.run(trx, { eventId: e.id, lane: laneOf(streamOf(e)), correlationId: e.correlationid ?? null, payload: JSON.stringify(e), now });
-  }
+  for (const lane of lanes) await trx.updateTable('outbox_lanes').set({ appended_at: now }).where('lane', '=', lane).execute();
+  await trx
+    .insertInto('outbox')
+    .values(
+      cloudEvents.map((e) => ({
+        event_id: e.id,
+        lane: laneOf(streamOf(e)),
+        topic: EVENTS_TOPIC,
+        correlation_id: e.correlationid ?? null,
+        payload: JSON.stringify(e),
+        created_at: now,
+        published_at: null,
+        attempts: 0,
+        last_error: null,
+        dead_lettered_at: null,
+        dead_letter_reason: null,
+      })),
+    )
+    .execute();
   afterCommit(trx, (db) => afterCommitPublishers.get(db)?.(lanes));
   return cloudEvents;
 }
-
-// Every change that publishes runs these: built and compiled once (prepared.ts). One insert per event, in the
-// events' order, so their `seq` order is theirs on every dialect.
-const holdLaneQuery = new Prepared<OutboxTables, 'now' | 'lane', never>((db, _dialect, p) => db.updateTable('outbox_lanes').set({ appended_at: p('now') }).where('lane', '=', p('lane')));
-
-const insertEventQuery = new Prepared<OutboxTables, 'eventId' | 'lane' | 'correlationId' | 'payload' | 'now', never>((db, _dialect, p) =>
-  db.insertInto('outbox').values({
-    event_id: p('eventId'),
-    lane: p('lane'),
-    topic: EVENTS_TOPIC,
-    correlation_id: p('correlationId'),
-    payload: p('payload'),
-    created_at: p('now'),
-    published_at: null,
-    attempts: 0,
-    last_error: null,
-    dead_lettered_at: null,
-    dead_letter_reason: null,
-  }),
-);
 
 /** Per store (its Kysely instance): what publishes the lanes a transaction appended to, right after it commits. */
 const afterCommitPublishers = new WeakMap<object, (lanes: readonly number[]) => Promise<void>>();

@@ -15,7 +15,6 @@ import {
 import { mkdirSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import type pg from 'pg';
-import { declareStoreDialect } from './prepared';
 import { statementName } from './named-statements';
 import { SearchPathPostgresDialect } from './postgres-introspector';
 import { RuntimeCloudMssqlQueryCompiler, type SqlDialect } from './dialect';
@@ -56,12 +55,6 @@ export interface SqlStoreOptions {
  * only the driver it is configured for (tedious alone takes about 0.2 s to load).
  */
 export function createSqlStore(options: SqlStoreOptions): SqlStore {
-  const store = storeOf(options);
-  declareStoreDialect(store.db, options.dialect);
-  return store;
-}
-
-function storeOf(options: SqlStoreOptions): SqlStore {
   switch (options.dialect) {
     case 'sqlite':
       return sqliteStore(options);

@@ -1,4 +1,4 @@
-import type { Compilable, Kysely, QueryResult, RawBuilder, Transaction } from 'kysely';
+import { CompiledQuery, MssqlAdapter, PostgresAdapter, SqliteAdapter, type Compilable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
 import type { SqlDialect } from './dialect';
 import { nameStatement } from './named-statements';
 import type { SyncConnection } from './database';
@@ -20,7 +20,7 @@ export class Prepared<DB, P extends string, R> {
 
   execute(db: Kysely<DB> | Transaction<DB>, dialect: SqlDialect, values: Readonly<Record<P, unknown>>): Promise<QueryResult<R>> {
     const { sql, parameters } = this.#compile(db, dialect, values);
-    return db.executeQuery<R>(kysely().CompiledQuery.raw(sql, parameters));
+    return db.executeQuery<R>(CompiledQuery.raw(sql, parameters));
   }
 
   /** Runs the statement in the dialect of `db`'s store (storeDialect), for callers that are not handed it. */
@@ -52,32 +52,26 @@ export class Prepared<DB, P extends string, R> {
   }
 }
 
-/** The dialect of each store, by its Kysely adapter (which its transactions share): see declareStoreDialect. */
-const storeDialects = new WeakMap<object, SqlDialect>();
+/** Stores whose dialect their adapter does not tell (see declareStoreDialect). */
+const declaredDialects = new WeakMap<object, SqlDialect>();
 
 /**
- * Records which dialect a store's statements are built for; createSqlStore does for every store it makes. Said, not
- * read from the adapter's class: the T-SQL shadow builds T-SQL's statement shapes (`mssql`) on PostgreSQL's adapter,
- * and a module loaded through import() sees Kysely's ESM build, whose classes are not the CommonJS build's.
+ * Says which dialect a store's statements are built for where its Kysely adapter alone would tell another: the
+ * T-SQL shadow builds T-SQL's statement shapes (`mssql`) on PostgreSQL's adapter.
  */
 export function declareStoreDialect(db: { getExecutor(): { readonly adapter: object } }, dialect: SqlDialect): void {
-  storeDialects.set(db.getExecutor().adapter, dialect);
+  declaredDialects.set(db.getExecutor().adapter, dialect);
 }
 
-/** The dialect a store (or one of its transactions) builds its statements for. */
+/** The dialect a store (or one of its transactions) builds its statements for: declared, else its adapter's. */
 export function storeDialect(db: { getExecutor(): { readonly adapter: object } }): SqlDialect {
-  const dialect = storeDialects.get(db.getExecutor().adapter);
-  if (!dialect) throw new Error('a store made without createSqlStore: its dialect was never declared (declareStoreDialect)');
-  return dialect;
-}
-
-/**
- * Kysely itself, required when a statement first runs (a store exists by then, so it is loaded already): modules that
- * prepare their statements load with the functions, and the functions must load without Kysely (cold start).
- */
-function kysely(): typeof import('kysely') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  return require('kysely') as typeof import('kysely');
+  const adapter = db.getExecutor().adapter;
+  const declared = declaredDialects.get(adapter);
+  if (declared) return declared;
+  if (adapter instanceof SqliteAdapter) return 'sqlite';
+  if (adapter instanceof PostgresAdapter) return 'postgres';
+  if (adapter instanceof MssqlAdapter) return 'mssql';
+  throw new Error(`a store whose adapter (${adapter.constructor.name}) is of no known dialect`);
 }
 
 /** A statement parameter: a named placeholder filled in per execution, or a constant of the statement. */
@@ -115,19 +109,10 @@ function postgresLiteral(value: unknown): string | undefined {
 
 /** One Prepared statement per value of a number that T-SQL's TOP takes only as a literal (units, batch sizes). */
 export function preparedPer<DB, P extends string, R>(build: (n: number) => Prepared<DB, P, R>): (n: number) => Prepared<DB, P, R> {
-  return preparedBy((n: number) => n, build);
-}
-
-/**
- * One Prepared statement per shape of what its text depends on (a batch size, how many values a list holds, a list of
- * constant names), built on first use and kept: `key` names the shape.
- */
-export function preparedBy<S, DB, P extends string, R>(key: (shape: S) => string | number, build: (shape: S) => Prepared<DB, P, R>): (shape: S) => Prepared<DB, P, R> {
-  const kept = new Map<string | number, Prepared<DB, P, R>>();
-  return (shape) => {
-    const k = key(shape);
-    let prepared = kept.get(k);
-    if (!prepared) kept.set(k, (prepared = build(shape)));
+  const byN = new Map<number, Prepared<DB, P, R>>();
+  return (n) => {
+    let prepared = byN.get(n);
+    if (!prepared) byN.set(n, (prepared = build(n)));
     return prepared;
   };
 }
