@@ -1,6 +1,5 @@
 import type { ExpressionBuilder, Insertable, Kysely, Selectable, Transaction } from 'kysely';
 import { firstRows, returningColumns, upsertRow, type SqlDialect } from '../../shared/platform/sql/dialect';
-import { affectedRows, Prepared, preparedPer } from '../../shared/platform/sql/prepared';
 import type { BusTables, QueueMessageIdTable, QueueMessageTable, StoredMessageColumns } from '../../shared/platform/bus/bus.tables';
 import { announceArrival } from './arrivals';
 import {
@@ -117,7 +116,11 @@ export interface ReceiveOptions {
 
 /** Locks up to `max` available messages to the caller, oldest first; each delivery increments its count. */
 export async function receive(db: Db, dialect: SqlDialect, queue: string, options: ReceiveOptions): Promise<ReceivedMessage[]> {
-  const candidates = (await candidatesQuery(options.max).execute(db, dialect, { queue, now: options.now })).rows;
+  const candidates = await firstRows(
+    db.selectFrom('queue_messages').select(['seq', 'delivery_count', 'lock_token']).where('queue', '=', queue).where('state', '=', ACTIVE).where(lockFree(options.now)).orderBy('seq'),
+    dialect,
+    options.max,
+  ).execute();
   const received: ReceivedMessage[] = [];
   for (const candidate of candidates) {
     const available = lockFree(options.now);
@@ -132,41 +135,16 @@ export async function receive(db: Db, dialect: SqlDialect, queue: string, option
     }
     const lockToken = options.newLockToken();
     const lockedUntil = options.now + options.lockDurationMs;
-    const [row] = (await lockQuery.execute(db, dialect, { seq: Number(candidate.seq), lockToken, lockedUntil, now: options.now })).rows;
+    const lock = updateRow(db, Number(candidate.seq))
+      .set((eb) => ({ lock_token: lockToken, locked_until: lockedUntil, delivery_count: eb('delivery_count', '+', 1) }))
+      .where('state', '=', ACTIVE)
+      .where(available);
+    const [row] = await returningColumns<Selectable<QueueMessageTable>>(lock, dialect, QUEUE_MESSAGE_COLUMNS).execute();
     // No row: another receiver locked it between our read and our update.
     if (row) received.push({ ...toQueuedMessage(row), lockToken, lockedUntil: new Date(lockedUntil) });
   }
   return received;
 }
-
-// Each receiver polls its queue several times a second: its statements are built and compiled once (prepared.ts).
-const candidatesQuery = preparedPer(
-  (max) =>
-    new Prepared<BusTables, 'queue' | 'now', { seq: number; delivery_count: number; lock_token: string | null }>((db, dialect, p) =>
-      firstRows(
-        db.selectFrom('queue_messages').select(['seq', 'delivery_count', 'lock_token']).where('queue', '=', p('queue')).where('state', '=', ACTIVE).where(lockFree(p('now'))).orderBy('seq'),
-        dialect,
-        max,
-      ),
-    ),
-);
-
-const lockQuery = new Prepared<BusTables, 'seq' | 'lockToken' | 'lockedUntil' | 'now', Selectable<QueueMessageTable>>((db, dialect, p) =>
-  returningColumns<Selectable<QueueMessageTable>>(
-    db
-      .updateTable('queue_messages')
-      .where('seq', '=', p('seq'))
-      .set((eb) => ({ lock_token: p('lockToken'), locked_until: p('lockedUntil'), delivery_count: eb('delivery_count', '+', 1) }))
-      .where('state', '=', ACTIVE)
-      .where(lockFree(p('now'))),
-    dialect,
-    QUEUE_MESSAGE_COLUMNS,
-  ),
-);
-
-const completeQuery = new Prepared<BusTables, 'seq' | 'lockToken', never>((db, _dialect, p) =>
-  db.deleteFrom('queue_messages').where('seq', '=', p('seq')).where('lock_token', '=', p('lockToken')).where('state', '=', ACTIVE),
-);
 
 /** Not locked, or its lock has lapsed. */
 function lockFree(now: number) {
@@ -194,7 +172,13 @@ function deliveriesExhausted(maxDeliveryCount: number): string {
 
 /** Settles a message as processed (deletes it). False when the caller's lock was lost. */
 export async function complete(db: Db, message: Pick<ReceivedMessage, 'sequenceNumber' | 'lockToken'>): Promise<boolean> {
-  return affectedRows(await completeQuery.run(db, { seq: message.sequenceNumber, lockToken: message.lockToken })) === 1;
+  const result = await db
+    .deleteFrom('queue_messages')
+    .where('seq', '=', message.sequenceNumber)
+    .where('lock_token', '=', message.lockToken)
+    .where('state', '=', ACTIVE)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows) === 1;
 }
 
 export type AbandonOutcome = 'released' | 'deadlettered' | 'lock-lost';

@@ -1,7 +1,6 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import { firstRows, type SqlDialect } from '../../shared/platform/sql/dialect';
-import { affectedRows, Prepared } from '../../shared/platform/sql/prepared';
 import {
   HistoryEventType,
   TERMINAL_STATUSES,
@@ -10,7 +9,7 @@ import {
   type HistoryEvent,
   type RuntimeStatus,
 } from './durable-protocol';
-import type { DurableActivityTable, DurableInstanceTable, DurableTables } from './durable.tables';
+import type { DurableInstanceTable, DurableTables } from './durable.tables';
 
 type Db = Kysely<DurableTables>;
 type Trx = Transaction<DurableTables>;
@@ -160,14 +159,9 @@ async function deleteWork(trx: Trx, instanceId: string, what: { history: boolean
 }
 
 export async function getInstance(db: Db, instanceId: string): Promise<DurableInstance | undefined> {
-  const [row] = (await instanceQuery.run(db, { id: instanceId })).rows;
+  const row = await db.selectFrom('durable_instances').selectAll().where('instance_id', '=', instanceId).executeTakeFirst();
   return row ? instanceRowToInstance(row) : undefined;
 }
-
-// The statements every episode and activity runs, a dozen times a run: built and compiled once (prepared.ts).
-const instanceQuery = new Prepared<DurableTables, 'id', DurableInstanceTable>((db, _dialect, p) =>
-  db.selectFrom('durable_instances').selectAll().where('instance_id', '=', p('id')),
-);
 
 /**
  * Instances with work to do and no live lease: not yet started, or with an inbox event that is due. Only those of
@@ -175,69 +169,47 @@ const instanceQuery = new Prepared<DurableTables, 'id', DurableInstanceTable>((d
  */
 export async function findRunnableInstances(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<string[]> {
   if (names.length === 0) return [];
-  const rows = (await runnableQuery(names, limit).execute(db, dialect, { now })).rows;
-  return rows.map((r) => r.instance_id);
-}
-
-/** One statement per host's names and batch size (both fixed for a runner): polled several times a second. */
-const runnableQuery = byNamesAndLimit((names, limit) =>
-  new Prepared<DurableTables, 'now', { instance_id: string }>((db, dialect, p) =>
-    firstRows(
-      db
-        .selectFrom('durable_instances as i')
-        .select('i.instance_id')
-        .where('i.name', 'in', [...names])
-        .where((eb) =>
+  const query = db
+    .selectFrom('durable_instances as i')
+    .select('i.instance_id')
+    .where('i.name', 'in', [...names])
+    .where((eb) =>
+      eb.and([
+        eb.or([eb('i.lease_expires_at', 'is', null), eb('i.lease_expires_at', '<', now)]),
+        eb.or([
+          eb('i.status', '=', 'Pending'),
           eb.and([
-            eb.or([eb('i.lease_expires_at', 'is', null), eb('i.lease_expires_at', '<', p('now'))]),
-            eb.or([
-              eb('i.status', '=', 'Pending'),
-              eb.and([
-                eb('i.status', '=', 'Running'),
-                // The due messages' instances as one list, not a lookup of each running instance's inbox: a host
-                // with thousands of orchestrations waiting (approvals, timers) polls in a fraction of the time.
-                eb('i.instance_id', 'in', eb.selectFrom('durable_inbox as m').select('m.instance_id').where('m.visible_at', '<=', p('now'))),
-              ]),
-            ]),
+            eb('i.status', '=', 'Running'),
+            // The due messages' instances as one list, not a lookup of each running instance's inbox: a host
+            // with thousands of orchestrations waiting (approvals, timers) polls in a fraction of the time.
+            eb('i.instance_id', 'in', eb.selectFrom('durable_inbox as m').select('m.instance_id').where('m.visible_at', '<=', now)),
           ]),
-        ),
-      dialect,
-      limit,
-    ),
-  ),
-);
-
-/** A statement per list of names and limit, kept: a runner polls with the same ones all its life. */
-function byNamesAndLimit<R>(build: (names: readonly string[], limit: number) => Prepared<DurableTables, 'now', R>): (names: readonly string[], limit: number) => Prepared<DurableTables, 'now', R> {
-  const kept = new Map<string, Prepared<DurableTables, 'now', R>>();
-  return (names, limit) => {
-    const key = `${limit}\u0000${names.join('\u0000')}`;
-    let prepared = kept.get(key);
-    if (!prepared) kept.set(key, (prepared = build(names, limit)));
-    return prepared;
-  };
+        ]),
+      ]),
+    );
+  const rows = await firstRows(query, dialect, limit).execute();
+  return rows.map((r) => r.instance_id);
 }
 
 /** Takes the instance's lease when it is free or expired; true when this worker now holds it. */
 export async function acquireInstanceLease(db: Db, instanceId: string, owner: string, now: number, leaseMs: number): Promise<boolean> {
-  return affectedRows(await acquireLeaseQuery.run(db, { id: instanceId, owner, now, until: now + leaseMs })) === 1;
-}
-
-const acquireLeaseQuery = new Prepared<DurableTables, 'id' | 'owner' | 'now' | 'until', never>((db, _dialect, p) =>
-  db
+  const result = await db
     .updateTable('durable_instances')
-    .set({ lease_owner: p('owner'), lease_expires_at: p('until') })
-    .where('instance_id', '=', p('id'))
-    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', p('now'))])),
-);
+    .set({ lease_owner: owner, lease_expires_at: now + leaseMs })
+    .where('instance_id', '=', instanceId)
+    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
+}
 
 export async function releaseInstanceLease(db: Db, instanceId: string, owner: string): Promise<void> {
-  await releaseLeaseQuery.run(db, { id: instanceId, owner });
+  await db
+    .updateTable('durable_instances')
+    .set({ lease_owner: null, lease_expires_at: null })
+    .where('instance_id', '=', instanceId)
+    .where('lease_owner', '=', owner)
+    .execute();
 }
-
-const releaseLeaseQuery = new Prepared<DurableTables, 'id' | 'owner', never>((db, _dialect, p) =>
-  db.updateTable('durable_instances').set({ lease_owner: null, lease_expires_at: null }).where('instance_id', '=', p('id')).where('lease_owner', '=', p('owner')),
-);
 
 /** Extends every lease this worker holds on the given instances and activities. */
 export async function renewLeases(
@@ -266,13 +238,14 @@ export async function renewLeases(
 }
 
 export async function loadHistory(db: Db, instanceId: string): Promise<HistoryEvent[]> {
-  const rows = (await historyQuery.run(db, { id: instanceId })).rows;
+  const rows = await db
+    .selectFrom('durable_history')
+    .select('event')
+    .where('instance_id', '=', instanceId)
+    .orderBy('position')
+    .execute();
   return rows.map((r) => JSON.parse(r.event) as HistoryEvent);
 }
-
-const historyQuery = new Prepared<DurableTables, 'id', { event: string }>((db, _dialect, p) =>
-  db.selectFrom('durable_history').select('event').where('instance_id', '=', p('id')).orderBy('position'),
-);
 
 export interface InboxMessage {
   readonly seq: number;
@@ -282,13 +255,13 @@ export interface InboxMessage {
 
 /** The oldest due event of an instance. */
 export async function nextInboxMessage(db: Db, dialect: SqlDialect, instanceId: string, now: number): Promise<InboxMessage | undefined> {
-  const [row] = (await nextInboxQuery.execute(db, dialect, { id: instanceId, now })).rows;
+  const row = await firstRows(
+    db.selectFrom('durable_inbox').select(['seq', 'execution_id', 'event']).where('instance_id', '=', instanceId).where('visible_at', '<=', now).orderBy('seq'),
+    dialect,
+    1,
+  ).executeTakeFirst();
   return row ? { seq: Number(row.seq), executionId: row.execution_id, event: JSON.parse(row.event) as HistoryEvent } : undefined;
 }
-
-const nextInboxQuery = new Prepared<DurableTables, 'id' | 'now', { seq: number; execution_id: string | null; event: string }>((db, dialect, p) =>
-  firstRows(db.selectFrom('durable_inbox').select(['seq', 'execution_id', 'event']).where('instance_id', '=', p('id')).where('visible_at', '<=', p('now')).orderBy('seq'), dialect, 1),
-);
 
 export interface NewInboxMessage {
   readonly executionId: string | null;
@@ -357,25 +330,28 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
   await db.transaction().execute(async (trx) => {
     const { instance } = commit;
     // The conditional update comes first: it takes the row lock that orders this commit against terminate.
-    const updated = await commitInstanceQuery.run(trx, {
-      status: instance.status,
-      executionId: instance.executionId,
-      input: instance.input,
-      output: instance.output,
-      customStatus: instance.customStatus,
-      failure: instance.failure,
-      runnerState: instance.runnerState,
-      historyLength: instance.historyLength,
-      version: commit.expectedVersion + 1,
-      now: commit.now,
-      id: commit.instanceId,
-      owner: commit.owner,
-      expectedVersion: commit.expectedVersion,
-    });
-    if (affectedRows(updated) !== 1) throw new LeaseLostError(commit.instanceId);
+    const updated = await trx
+      .updateTable('durable_instances')
+      .set({
+        status: instance.status,
+        execution_id: instance.executionId,
+        input: instance.input,
+        output: instance.output,
+        custom_status: instance.customStatus,
+        failure: instance.failure,
+        runner_state: instance.runnerState,
+        history_length: instance.historyLength,
+        version: commit.expectedVersion + 1,
+        updated_at: commit.now,
+      })
+      .where('instance_id', '=', commit.instanceId)
+      .where('lease_owner', '=', commit.owner)
+      .where('version', '=', commit.expectedVersion)
+      .executeTakeFirst();
+    if (Number(updated.numUpdatedRows) !== 1) throw new LeaseLostError(commit.instanceId);
     if (commit.consumedSeq !== undefined) {
-      const consumed = await consumeInboxQuery.run(trx, { seq: commit.consumedSeq });
-      if (affectedRows(consumed) !== 1) throw new LeaseLostError(commit.instanceId);
+      const consumed = await trx.deleteFrom('durable_inbox').where('seq', '=', commit.consumedSeq).executeTakeFirst();
+      if (Number(consumed.numDeletedRows) !== 1) throw new LeaseLostError(commit.instanceId);
     }
     if (commit.resetFrom !== undefined) {
       await trx.deleteFrom('durable_history').where('instance_id', '=', commit.instanceId).execute();
@@ -458,30 +434,6 @@ export async function commitEpisode(db: Db, commit: EpisodeCommit): Promise<void
   });
 }
 
-type CommitParam = 'status' | 'executionId' | 'input' | 'output' | 'customStatus' | 'failure' | 'runnerState' | 'historyLength' | 'version' | 'now' | 'id' | 'owner' | 'expectedVersion';
-
-const commitInstanceQuery = new Prepared<DurableTables, CommitParam, never>((db, _dialect, p) =>
-  db
-    .updateTable('durable_instances')
-    .set({
-      status: p('status'),
-      execution_id: p('executionId'),
-      input: p('input'),
-      output: p('output'),
-      custom_status: p('customStatus'),
-      failure: p('failure'),
-      runner_state: p('runnerState'),
-      history_length: p('historyLength'),
-      version: p('version'),
-      updated_at: p('now'),
-    })
-    .where('instance_id', '=', p('id'))
-    .where('lease_owner', '=', p('owner'))
-    .where('version', '=', p('expectedVersion')),
-);
-
-const consumeInboxQuery = new Prepared<DurableTables, 'seq', never>((db, _dialect, p) => db.deleteFrom('durable_inbox').where('seq', '=', p('seq')));
-
 /**
  * Adds a sub-orchestration's end to its parent's inbox, when the execution that awaits it is still active (a parent
  * that ended, was purged or restarted under its id gets nothing). The dedupe key makes a second delivery impossible.
@@ -509,11 +461,6 @@ async function deliverToParent(trx: Trx, childId: string, event: HistoryEvent, n
 }
 
 async function insertInbox(trx: Trx | Db, instanceId: string, messages: readonly NewInboxMessage[], now: number): Promise<void> {
-  const [only] = messages;
-  if (messages.length === 1 && only) {
-    await insertOneInboxQuery.run(trx, { id: instanceId, executionId: only.executionId, dedupeKey: only.dedupeKey, event: JSON.stringify(only.event), visibleAt: only.visibleAt, now });
-    return;
-  }
   await trx
     .insertInto('durable_inbox')
     .values(
@@ -529,11 +476,6 @@ async function insertInbox(trx: Trx | Db, instanceId: string, messages: readonly
     .execute();
 }
 
-// An event raised, an activity's result, a timer: one message at a time, most of the time.
-const insertOneInboxQuery = new Prepared<DurableTables, 'id' | 'executionId' | 'dedupeKey' | 'event' | 'visibleAt' | 'now', never>((db, _dialect, p) =>
-  db.insertInto('durable_inbox').values({ instance_id: p('id'), execution_id: p('executionId'), dedupe_key: p('dedupeKey'), event: p('event'), visible_at: p('visibleAt'), created_at: p('now') }),
-);
-
 export interface ActivityWork {
   readonly seq: number;
   readonly instanceId: string;
@@ -547,24 +489,15 @@ export interface ActivityWork {
 /** Activity work items of the named activities that no live lease holds. */
 export async function findDueActivities(db: Db, dialect: SqlDialect, now: number, limit: number, names: readonly string[]): Promise<number[]> {
   if (names.length === 0) return [];
-  const rows = (await dueActivitiesQuery(names, limit).execute(db, dialect, { now })).rows;
+  const query = db
+    .selectFrom('durable_activities')
+    .select('seq')
+    .where('name', 'in', [...names])
+    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
+    .orderBy('seq');
+  const rows = await firstRows(query, dialect, limit).execute();
   return rows.map((r) => Number(r.seq));
 }
-
-const dueActivitiesQuery = byNamesAndLimit((names, limit) =>
-  new Prepared<DurableTables, 'now', { seq: number }>((db, dialect, p) =>
-    firstRows(
-      db
-        .selectFrom('durable_activities')
-        .select('seq')
-        .where('name', 'in', [...names])
-        .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', p('now'))]))
-        .orderBy('seq'),
-      dialect,
-      limit,
-    ),
-  ),
-);
 
 /** Takes an activity's lease; returns the work when this worker now holds it. */
 export async function claimActivity(
@@ -574,8 +507,14 @@ export async function claimActivity(
   now: number,
   leaseMs: number,
 ): Promise<ActivityWork | undefined> {
-  if (affectedRows(await claimActivityQuery.run(db, { seq, owner, now, until: now + leaseMs })) !== 1) return undefined;
-  const [row] = (await activityQuery.run(db, { seq })).rows;
+  const result = await db
+    .updateTable('durable_activities')
+    .set((eb) => ({ lease_owner: owner, lease_expires_at: now + leaseMs, claims: eb('claims', '+', 1) }))
+    .where('seq', '=', seq)
+    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
+    .executeTakeFirst();
+  if (Number(result.numUpdatedRows) !== 1) return undefined;
+  const row = await db.selectFrom('durable_activities').selectAll().where('seq', '=', seq).executeTakeFirst();
   if (!row || row.lease_owner !== owner) return undefined;
   return {
     seq: Number(row.seq),
@@ -588,16 +527,6 @@ export async function claimActivity(
   };
 }
 
-const claimActivityQuery = new Prepared<DurableTables, 'seq' | 'owner' | 'now' | 'until', never>((db, _dialect, p) =>
-  db
-    .updateTable('durable_activities')
-    .set((eb) => ({ lease_owner: p('owner'), lease_expires_at: p('until'), claims: eb('claims', '+', 1) }))
-    .where('seq', '=', p('seq'))
-    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', p('now'))])),
-);
-
-const activityQuery = new Prepared<DurableTables, 'seq', DurableActivityTable>((db, _dialect, p) => db.selectFrom('durable_activities').selectAll().where('seq', '=', p('seq')));
-
 /**
  * Records an activity's result in its instance's inbox and removes the work item, atomically. Only the worker that
  * still holds the item records: a worker whose lease expired and was taken over records nothing, so each completion
@@ -605,15 +534,16 @@ const activityQuery = new Prepared<DurableTables, 'seq', DurableActivityTable>((
  */
 export async function completeActivity(db: Db, work: ActivityWork, owner: string, event: HistoryEvent, now: number): Promise<boolean> {
   return db.transaction().execute(async (trx) => {
-    if (affectedRows(await removeActivityQuery.run(trx, { seq: work.seq, owner })) !== 1) return false;
+    const removed = await trx
+      .deleteFrom('durable_activities')
+      .where('seq', '=', work.seq)
+      .where('lease_owner', '=', owner)
+      .executeTakeFirst();
+    if (Number(removed.numDeletedRows) !== 1) return false;
     await insertInbox(trx, work.instanceId, [{ executionId: work.executionId, dedupeKey: `task:${work.taskId}`, event, visibleAt: now }], now);
     return true;
   });
 }
-
-const removeActivityQuery = new Prepared<DurableTables, 'seq' | 'owner', never>((db, _dialect, p) =>
-  db.deleteFrom('durable_activities').where('seq', '=', p('seq')).where('lease_owner', '=', p('owner')),
-);
 
 /** Lets a stopping worker's activity go back to the pool at once. */
 export async function releaseActivity(db: Db, seq: number, owner: string): Promise<void> {
@@ -628,15 +558,13 @@ export async function releaseActivity(db: Db, seq: number, owner: string): Promi
 /** Queues a raised event for a pending or running instance. */
 export async function raiseEvent(db: Db, instanceId: string, event: HistoryEvent, now: number): Promise<'accepted' | 'gone' | 'not-found'> {
   return db.transaction().execute(async (trx) => {
-    const [row] = (await statusQuery.run(trx, { id: instanceId })).rows;
+    const row = await trx.selectFrom('durable_instances').select('status').where('instance_id', '=', instanceId).executeTakeFirst();
     if (!row) return 'not-found';
     if (!ACTIVE.includes(row.status as RuntimeStatus)) return 'gone';
     await insertInbox(trx, instanceId, [{ executionId: null, dedupeKey: null, event, visibleAt: now }], now);
     return 'accepted';
   });
 }
-
-const statusQuery = new Prepared<DurableTables, 'id', { status: string }>((db, _dialect, p) => db.selectFrom('durable_instances').select('status').where('instance_id', '=', p('id')));
 
 /**
  * Ends a pending or running instance at once; an episode in flight then fails its commit on the version. As in

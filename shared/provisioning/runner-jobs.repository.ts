@@ -2,7 +2,7 @@ import type { Selectable, Transaction } from 'kysely';
 import type { RunnerJobOutcome, RunnerJobSpec } from '../platform/iac/runner-job';
 import type { StackRef } from '../platform/iac/stack-ref';
 import { appendedKeepingLast, firstRows, isUniqueViolation, type SqlDialect } from '../platform/sql/dialect';
-import { affectedRows, Prepared } from '../platform/sql/prepared';
+import { Prepared } from '../platform/sql/prepared';
 import type { DegradedReference } from './receipt';
 import type { ProvisioningRunnerJobTable, ProvisioningTables } from './provisioning.tables';
 import { forStack, type ProvisioningDb } from './stack-lock.repository';
@@ -241,13 +241,10 @@ export async function jobCounts(db: Db): Promise<Array<{ pool: string; state: st
   return rows.map((r) => ({ pool: r.pool, state: r.state, n: Number(r.n) }));
 }
 
-const touchAgentQuery = new Prepared<ProvisioningTables, 'jobId' | 'at' | 'pool' | 'agent', never>((db, _dialect, p) =>
-  db.updateTable('provisioning_runner_agents').set({ job_id: p('jobId'), last_seen: p('at') }).where('pool', '=', p('pool')).where('agent', '=', p('agent')),
-);
-
 /** Notes that an agent of the pool was heard from, and the job it runs (none while it polls). */
 export async function touchAgent(db: Db, pool: string, agent: string, jobId: string | null, at: number): Promise<void> {
-  if (affectedRows(await touchAgentQuery.run(db, { jobId, at, pool, agent })) === 1) return;
+  const updated = await db.updateTable('provisioning_runner_agents').set({ job_id: jobId, last_seen: at }).where('pool', '=', pool).where('agent', '=', agent).executeTakeFirst();
+  if (Number(updated.numUpdatedRows) === 1) return;
   try {
     await db.insertInto('provisioning_runner_agents').values({ pool, agent, job_id: jobId, last_seen: at }).execute();
   } catch (error) {

@@ -1,7 +1,6 @@
 import type { Transaction } from 'kysely';
 import type { TenantFilter } from '../platform/auth/auth';
 import { firstRows, type SqlDialect } from '../platform/sql/dialect';
-import { affectedRows, Prepared } from '../platform/sql/prepared';
 import type { Reconciliation } from './reconciliation';
 import { statesBefore, type PoolResize, type Run, type RunReason, type RunState, type WaitingFor } from './run';
 import type { ProvisioningRunTable, ProvisioningTables } from './provisioning.tables';
@@ -155,16 +154,9 @@ export async function insertRun(trx: Executor, run: NewRun): Promise<Run> {
 }
 
 export async function findRun(db: Executor, id: string, tenants: TenantFilter = { kind: 'all' }): Promise<Run | undefined> {
-  const [row] = (tenants.kind === 'all' ? await runQuery.run(db, { id }) : await tenantRunQuery.run(db, { id, tenant: tenants.tenant })).rows;
+  const row = await byTenant(db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('id', '=', id), tenants).executeTakeFirst();
   return row ? runRowToRun(row) : undefined;
 }
-
-// Every step of a run reads it, a dozen times a run: built and compiled once (prepared.ts).
-const runQuery = new Prepared<ProvisioningTables, 'id', RunRow>((db, _dialect, p) => db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('id', '=', p('id')));
-
-const tenantRunQuery = new Prepared<ProvisioningTables, 'id' | 'tenant', RunRow>((db, _dialect, p) =>
-  db.selectFrom('provisioning_runs').select(RUN_COLUMNS).where('id', '=', p('id')).where('tenant_id', '=', p('tenant')),
-);
 
 /** The tenant's run of a business key (a promotion id, a pool resize's or a reconciliation's key): keys are per tenant. */
 export async function findRunByPromotion(db: Executor, tenant: string, promotionId: string): Promise<Run | undefined> {
@@ -271,13 +263,14 @@ export async function applyingRunOf(db: Executor, stack: StackRef): Promise<stri
 
 /** Records (or clears) what a run waits for, while it stays in `state`; false when it has moved on meanwhile. */
 export async function setWaiting(db: Executor, id: string, state: RunState, waitingFor: WaitingFor | null, now: number): Promise<boolean> {
-  const waiting = waitingColumns(waitingFor);
-  return affectedRows(await setWaitingQuery.run(db, { kind: waiting.waiting_kind ?? null, waitingFor: waiting.waiting_for ?? null, now, id, state })) === 1;
+  const result = await db
+    .updateTable('provisioning_runs')
+    .set({ ...waitingColumns(waitingFor), updated_at: now })
+    .where('id', '=', id)
+    .where('state', '=', state)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) === 1;
 }
-
-const setWaitingQuery = new Prepared<ProvisioningTables, 'kind' | 'waitingFor' | 'now' | 'id' | 'state', never>((db, _dialect, p) =>
-  db.updateTable('provisioning_runs').set({ waiting_kind: p('kind'), waiting_for: p('waitingFor'), updated_at: p('now') }).where('id', '=', p('id')).where('state', '=', p('state')),
-);
 
 /**
  * Replaces what a run waits for only if it still waits for exactly `expected` (compare-and-set on the stored JSON);
@@ -336,13 +329,14 @@ export async function rebaseRun(
 
 /** The stack (and the target, where bound) an environment of a tenant is bound to, if a run bound it. */
 export async function findEnvironmentStack(db: Executor, tenant: string, environmentId: string): Promise<(StackRef & { readonly target?: string }) | undefined> {
-  const [row] = (await environmentStackQuery.run(db, { tenant, environmentId })).rows;
+  const row = await db
+    .selectFrom('provisioning_environment_stacks')
+    .select(['tenant_id', 'project', 'stack', 'target'])
+    .where('tenant_id', '=', tenant)
+    .where('environment_id', '=', environmentId)
+    .executeTakeFirst();
   return row ? { tenant: row.tenant_id, project: row.project, stack: row.stack, ...(row.target !== null ? { target: row.target } : {}) } : undefined;
 }
-
-const environmentStackQuery = new Prepared<ProvisioningTables, 'tenant' | 'environmentId', { tenant_id: string; project: string; stack: string; target: string | null }>((db, _dialect, p) =>
-  db.selectFrom('provisioning_environment_stacks').select(['tenant_id', 'project', 'stack', 'target']).where('tenant_id', '=', p('tenant')).where('environment_id', '=', p('environmentId')),
-);
 
 /** Binds an environment to its stack and target; a second binding of the environment fails on the primary key. */
 export async function bindEnvironmentStack(trx: Executor, binding: { tenant: string; environmentId: string; stack: StackRef; target: string; runId: string; at: number }): Promise<void> {

@@ -2,7 +2,6 @@ import type { Kysely, Transaction } from 'kysely';
 import { isUniqueViolation, LOCK_ALIAS, lockingRows, returningColumns, type SqlDialect } from '../platform/sql/dialect';
 import type { StackRef } from '../platform/iac/stack-ref';
 import type { AnyDb } from '../platform/sql/database';
-import { Prepared } from '../platform/sql/prepared';
 import type { ProvisioningStackLockTable, ProvisioningTables } from './provisioning.tables';
 
 export type ProvisioningDb = Kysely<ProvisioningTables>;
@@ -107,14 +106,9 @@ export async function releaseStackLock(db: ProvisioningDb, stack: StackRef, run:
 }
 
 export async function getStackLock(db: ProvisioningDb, stack: StackRef): Promise<StackLock | undefined> {
-  const [row] = (await stackLockQuery.run(db, { tenant: stack.tenant, project: stack.project, stack: stack.stack })).rows;
+  const row = await forStack(db.selectFrom('provisioning_stack_locks').selectAll(), stack).executeTakeFirst();
   return row ? rowToLock(row) : undefined;
 }
-
-// Every job call checks the lock its job runs under: built and compiled once (prepared.ts).
-const stackLockQuery = new Prepared<ProvisioningTables, 'tenant' | 'project' | 'stack', ProvisioningStackLockTable>((db, _dialect, p) =>
-  db.selectFrom('provisioning_stack_locks').selectAll().where('tenant_id', '=', p('tenant')).where('project', '=', p('project')).where('stack', '=', p('stack')),
-);
 
 /**
  * An operator breaks a stack's lock: the lock row goes and the break is recorded (who, why, whom it was taken

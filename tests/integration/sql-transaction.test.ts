@@ -1,9 +1,9 @@
 import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../shared/platform/errors/app-error';
-import { Prepared, storeDialect } from '../../shared/platform/sql/prepared';
+import { Prepared } from '../../shared/platform/sql/prepared';
 import { inTransaction, isContention, retryingContention } from '../../shared/platform/sql/transaction';
-import { createTestDatabase, postgresSkipReason, REPOSITORY_DIALECTS, skipDialect, type TestDatabase } from '../support/databases';
+import { createTestDatabase, postgresSkipReason, skipDialect, type TestDatabase } from '../support/databases';
 
 const failure = (fields: Record<string, unknown>) => Object.assign(new Error('store failure'), fields);
 
@@ -120,22 +120,6 @@ describe.skipIf(skip)('hot-path statements on PostgreSQL', () => {
     // PostgreSQL plans afresh for the first five executions, then keeps one plan for all values.
     expect(Number(seen[0]?.generic_plans)).toBeGreaterThanOrEqual(1);
     expect((await sql<{ n: number; label: string }>`select n, label from named_probe where id = 1`.execute(database.store.db)).rows[0]).toEqual({ n: 7, label: "it's" });
-  });
-});
-
-describe.each(REPOSITORY_DIALECTS)('the dialect a store builds for, on %s', (dialect) => {
-  let database: TestDatabase;
-  beforeAll(async () => {
-    if (!skipDialect(dialect)) database = await createTestDatabase(dialect, { migrate: false });
-  });
-  afterAll(async () => {
-    await database?.drop();
-  });
-
-  // Prepared.run builds a statement for this dialect: the T-SQL shadow (PostgreSQL's adapter) must build T-SQL's shapes.
-  it.skipIf(skipDialect(dialect))('when a statement asks a store or one of its transactions, then it is the store\'s dialect, whatever adapter runs it', async () => {
-    expect(storeDialect(database.store.db)).toBe(dialect);
-    expect(await database.store.db.transaction().execute((trx) => Promise.resolve(storeDialect(trx)))).toBe(dialect);
   });
 });
 

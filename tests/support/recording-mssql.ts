@@ -11,7 +11,6 @@ import {
 } from 'kysely';
 import type { AnyDb } from '../../shared/platform/sql/database';
 import { RuntimeCloudMssqlQueryCompiler } from '../../shared/platform/sql/dialect';
-import { declareStoreDialect } from '../../shared/platform/sql/prepared';
 
 export interface RecordedQuery {
   readonly sql: string;
@@ -66,6 +65,5 @@ export function recordingMssql(
       createQueryCompiler: () => (compiledFor === 'mssql' ? new RuntimeCloudMssqlQueryCompiler() : new PostgresQueryCompiler()),
     },
   }) as AnyDb;
-  declareStoreDialect(db, 'mssql');
   return { db, queries };
 }

@@ -24,7 +24,6 @@ import {
 } from 'kysely';
 import { postgresDialect, type SqlStore } from '../../shared/platform/sql/database';
 import { LOCK_ALIAS, RuntimeCloudMssqlQueryCompiler } from '../../shared/platform/sql/dialect';
-import { declareStoreDialect } from '../../shared/platform/sql/prepared';
 
 /**
  * The T-SQL shadow: a store that the product sees as Azure SQL (`dialect: 'mssql'`), so every repository builds
@@ -57,7 +56,6 @@ export function tsqlShadowStore(options: { readonly connection: string; readonly
     createQueryCompiler: () => new ShadowCompiler(recorded),
   };
   const db = new Kysely<unknown>({ dialect }) as SqlStore['db'];
-  declareStoreDialect(db, 'mssql');
   return { db, dialect: 'mssql', close: () => db.destroy() };
 }
 

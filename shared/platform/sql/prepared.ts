@@ -1,4 +1,4 @@
-import { CompiledQuery, MssqlAdapter, PostgresAdapter, SqliteAdapter, type Compilable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
+import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
 import type { SqlDialect } from './dialect';
 import { nameStatement } from './named-statements';
 import type { SyncConnection } from './database';
@@ -23,11 +23,6 @@ export class Prepared<DB, P extends string, R> {
     return db.executeQuery<R>(CompiledQuery.raw(sql, parameters));
   }
 
-  /** Runs the statement in the dialect of `db`'s store (storeDialect), for callers that are not handed it. */
-  run(db: Kysely<DB> | Transaction<DB>, values: Readonly<Record<P, unknown>>): Promise<QueryResult<R>> {
-    return this.execute(db, storeDialect(db), values);
-  }
-
   /** SQLite: runs the statement within `SqliteTransactions.run`. */
   executeSync(connection: SyncConnection, values: Readonly<Record<P, unknown>>): QueryResult<R> {
     const { sql, parameters } = this.#compile(connection.db as Kysely<DB>, 'sqlite', values);
@@ -50,28 +45,6 @@ export class Prepared<DB, P extends string, R> {
     const parameters = entry.slots.map((slot) => ('name' in slot ? values[slot.name] : slot.value));
     return { sql: entry.sql, parameters };
   }
-}
-
-/** Stores whose dialect their adapter does not tell (see declareStoreDialect). */
-const declaredDialects = new WeakMap<object, SqlDialect>();
-
-/**
- * Says which dialect a store's statements are built for where its Kysely adapter alone would tell another: the
- * T-SQL shadow builds T-SQL's statement shapes (`mssql`) on PostgreSQL's adapter.
- */
-export function declareStoreDialect(db: { getExecutor(): { readonly adapter: object } }, dialect: SqlDialect): void {
-  declaredDialects.set(db.getExecutor().adapter, dialect);
-}
-
-/** The dialect a store (or one of its transactions) builds its statements for: declared, else its adapter's. */
-export function storeDialect(db: { getExecutor(): { readonly adapter: object } }): SqlDialect {
-  const adapter = db.getExecutor().adapter;
-  const declared = declaredDialects.get(adapter);
-  if (declared) return declared;
-  if (adapter instanceof SqliteAdapter) return 'sqlite';
-  if (adapter instanceof PostgresAdapter) return 'postgres';
-  if (adapter instanceof MssqlAdapter) return 'mssql';
-  throw new Error(`a store whose adapter (${adapter.constructor.name}) is of no known dialect`);
 }
 
 /** A statement parameter: a named placeholder filled in per execution, or a constant of the statement. */
