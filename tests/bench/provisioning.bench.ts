@@ -4,7 +4,7 @@
  * `--stacks N` (default 50), `--wait-seconds N` (how long a load may take to end, default 300), `--profile DIR` (each
  * host writes a V8 CPU profile of its life into DIR: `node --cpu-prof`, to open in Chrome DevTools or read with
  * `npx tsx tests/bench/cpu-profile.ts DIR/<file>`), `--pass NAME` (only that pass: runner-jobs, in-process or
- * dynamic-off, its first round).
+ * dynamic-off, its first round), `--no-warm-up` (the rows of a fresh host, below).
  *
  * Development promotions of the example project, each to an environment of its own (so none is superseded and
  * every one is applied), spread round-robin over the stacks, are sent at once to the embedded queue of local hosts
@@ -39,8 +39,9 @@
  * jobs, in process, in process, runner jobs, so that a machine getting busier or quieter during the bench moves both
  * alike; the ratio of both rounds together is the figure, each round's beside it. Per job (of the unloaded runs and
  * the load, not the warm-up), the dispatch cost is claim → outcome accepted (the jobs table) less the engine's own time
- * (the agent's `engineMs`), and its wait for an agent is queued → claimed. The agents' CPU per run (the hosts' child processes) is a row of its own, as the peers' is: on
- * Azure they run on the target, and on this machine they share its cores with the host.
+ * (the agent's `engineMs`), and its wait for an agent is queued → claimed. The agents' CPU per run (the hosts' child
+ * processes) is a row of its own, as the peers' is: on Azure they run on the target, and on this machine they share
+ * its cores with the host.
  *
  * The hosts run with dynamic concurrency (host.json): while a host is overloaded it takes no new message, so the
  * burst's backlog waits in the queue (sent → run recorded) rather than inside the host. The baseline, measured in the
@@ -186,20 +187,9 @@ export async function run(args: string[]): Promise<Row[]> {
       await withHosts(store, stateDir, pass.env, profile, async (hosts, peers, sqlStore) => {
         const client = new BenchClient(hosts, tokens, peers, sqlStore);
         const first = pass === chosen[0];
-        let measuredFrom = 0;
-        if (warmUp) {
-          const warming = Array.from({ length: promotions }, (_, i) =>
-            aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1 + stacks}`, environmentId: `env-bench-warm-up-${i}` }),
-          );
-          const warmed = await runAtOnce(client, warming, waitMs);
-          print({
-            name: `warm-up load, a fresh host: host CPU per run (${pass.name})`,
-            value: warmed.cpuMs === undefined ? 'n/a' : `${(warmed.cpuMs / warmed.timelines.length).toFixed(1)} ms`,
-            note: `${warmed.timelines.length} runs applied (not applied: ${warmed.notApplied.length}), ${(warmed.timelines.length / (warmed.wallToSeen / 1000)).toFixed(1)} runs/s; not in the rows below`,
-          });
-          // The job rows below are the unloaded runs' and the load's.
-          measuredFrom = Date.now();
-        }
+        if (warmUp) print(await warmUpHost(client, repository, { promotions, stacks, waitMs, pass: pass.name }));
+        // The job rows below are the unloaded runs' and the load's, not the warm-up's.
+        const measuredFrom = Date.now();
         const unloaded = first ? await runOneAtATime(client, repository, unloadedRuns) : undefined;
         const load = Array.from({ length: promotions }, (_, i) =>
           aStackPromotion(repository, 'development', { stack: `development-${(i % stacks) + 1}`, environmentId: `env-bench-${i}` }),
@@ -229,6 +219,23 @@ export async function run(args: string[]): Promise<Row[]> {
     rmSync(work, { recursive: true, force: true });
   }
   return rows;
+}
+
+/**
+ * Runs a load of its own on a fresh host (the same size, on `development-<stacks + 1>` … `development-<2 × stacks>`
+ * and environments of its own), so that the measured load finds the host's hot code compiled; its row.
+ */
+async function warmUpHost(client: BenchClient, repository: ExampleRepository, load: { promotions: number; stacks: number; waitMs: number; pass: string }): Promise<Row> {
+  const warming = Array.from({ length: load.promotions }, (_, i) =>
+    aStackPromotion(repository, 'development', { stack: `development-${(i % load.stacks) + 1 + load.stacks}`, environmentId: `env-bench-warm-up-${i}` }),
+  );
+  const warmed = await runAtOnce(client, warming, load.waitMs);
+  const count = warmed.timelines.length;
+  return {
+    name: `warm-up load, a fresh host: host CPU per run (${load.pass})`,
+    value: warmed.cpuMs === undefined ? 'n/a' : `${(warmed.cpuMs / count).toFixed(1)} ms`,
+    note: `${count} runs applied (not applied: ${warmed.notApplied.length}), ${(count / (warmed.wallToSeen / 1000)).toFixed(1)} runs/s; not in the rows below`,
+  };
 }
 
 /**
